@@ -1,0 +1,83 @@
+// kernels.hpp: the few types every kernel shares, and the op dispatch table.
+//
+// A kernel is pure compute on raw buffers of one device. It knows nothing of tensors,
+// actors or CAF. Each op is declared once in kernels/ops.hpp as a struct with a name and
+// a function signature; each backend registers its implementation with one line at the
+// end of the op's file:
+//
+//     TROUPE_REGISTER_KERNEL(ops::relu_forward, device_type::cpu, relu_forward);
+//
+// and callers resolve it once (not per call) by (op, device type):
+//
+//     auto relu = kernels::lookup<ops::relu_forward>(device_type::cpu);
+//     relu(ctx, n, x, y);
+//
+// A missing kernel is an error that names the op and the device types that have it.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+
+namespace troupe::kernels {
+
+/// The kind of a device. A device is an in-order stream of work with its own memory.
+enum class device_type : std::uint8_t { cpu, cuda };
+
+const char* to_string(device_type type);
+
+/// Where a kernel runs. CPU kernels ignore it; CUDA kernels read their stream
+/// (cudaStream_t) and cuBLAS handle (cublasHandle_t) from it.
+struct context {
+  void* stream = nullptr;
+  void* blas = nullptr;
+};
+
+/// Thrown when no kernel is registered for an (op, device type) pair.
+class missing_kernel : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using erased_function = void (*)();
+
+/// Registers `fn` as op `op` for device type `type`. Registering the same pair twice
+/// throws (a plugin must not silently replace a built-in kernel).
+void register_kernel(const char* op, device_type type, erased_function fn,
+                     const std::type_info& signature);
+
+/// Finds the kernel of `op` for `type`; throws missing_kernel naming the device types
+/// that do have it, or std::logic_error if the registered signature differs.
+erased_function find_kernel(const char* op, device_type type,
+                            const std::type_info& signature);
+
+/// True if a kernel of `op` is registered for `type`.
+bool has_kernel(const char* op, device_type type);
+
+/// The typed front of find_kernel: `lookup<ops::gemm>(device_type::cpu)`.
+template <class Op>
+typename Op::function lookup(device_type type) {
+  return reinterpret_cast<typename Op::function>(
+      find_kernel(Op::name, type, typeid(typename Op::function)));
+}
+
+template <class Op>
+struct kernel_registrar {
+  kernel_registrar(device_type type, typename Op::function fn) {
+    register_kernel(Op::name, type, reinterpret_cast<erased_function>(fn),
+                    typeid(typename Op::function));
+  }
+};
+
+}  // namespace troupe::kernels
+
+#define TROUPE_KERNEL_CONCAT_INNER(a, b) a##b
+#define TROUPE_KERNEL_CONCAT(a, b) TROUPE_KERNEL_CONCAT_INNER(a, b)
+
+/// Registers `fn` as the implementation of `Op` on devices of type `type`.
+#define TROUPE_REGISTER_KERNEL(Op, type, fn)                                         \
+  static const ::troupe::kernels::kernel_registrar<Op> TROUPE_KERNEL_CONCAT(         \
+      troupe_kernel_registrar_, __LINE__) {                                          \
+    type, fn                                                                         \
+  }

@@ -1,0 +1,156 @@
+// ops.hpp: every op troupe dispatches, declared once with its name and signature.
+//
+// Conventions for all ops:
+// - Matrices are row-major and dense unless a leading dimension says otherwise.
+// - Pointers are device pointers of the device the kernel is registered for.
+// - Scalars an op produces (a loss sum, a count) are written to device memory, so that
+//   a CUDA kernel never forces the host to wait; the caller reads them after the stream
+//   has reached that point.
+// - Nothing here allocates; outputs are provided by the caller.
+//
+// Backends implement an op in kernels/<backend>/<op>.{cpp,cu} and register it there
+// (see kernels.hpp). This header holds declarations only.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.hpp"
+
+namespace troupe::kernels {
+
+/// Hyper-parameters of one SGD step, with PyTorch's semantics (torch.optim.SGD):
+///   d = g + weight_decay * p
+///   if momentum != 0: buf = first_step ? d : momentum * buf + (1 - dampening) * d
+///                     d = nesterov ? d + momentum * buf : buf
+///   p -= lr * d
+struct sgd_hyper {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = true;
+};
+
+/// Hyper-parameters of one Adam / AdamW step, with PyTorch's semantics
+/// (torch.optim.Adam and torch.optim.AdamW):
+///   Adam : g = g + weight_decay * p          AdamW: p = p * (1 - lr * weight_decay)
+///   m = beta1 * m + (1 - beta1) * g
+///   v = beta2 * v + (1 - beta2) * g * g
+///   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+struct adam_hyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled = false;  // true: AdamW
+  std::int64_t step = 1;   // 1-based count of updates including this one
+};
+
+namespace ops {
+
+/// C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, row-major; op(X) = X or X^T.
+/// lda/ldb/ldc are the row strides of A, B and C as stored.
+struct gemm {
+  static constexpr const char* name = "gemm";
+  using function = void (*)(const context&, bool transpose_a, bool transpose_b, int m,
+                            int n, int k, float alpha, const float* a, int lda,
+                            const float* b, int ldb, float beta, float* c, int ldc);
+};
+
+/// y(rows, cols) += bias(cols) broadcast over rows.
+struct bias_add {
+  static constexpr const char* name = "bias_add";
+  using function = void (*)(const context&, int rows, int cols, const float* bias,
+                            float* y);
+};
+
+/// db(cols) = beta * db + sum over rows of dy(rows, cols). beta is 0 or 1 (accumulate).
+struct bias_grad {
+  static constexpr const char* name = "bias_grad";
+  using function = void (*)(const context&, int rows, int cols, const float* dy,
+                            float beta, float* db);
+};
+
+/// Elementwise activation forward: y = f(x) over n elements. x and y may alias.
+#define TROUPE_ACTIVATION_OP(op_name)                                                \
+  struct op_name##_forward {                                                         \
+    static constexpr const char* name = #op_name "_forward";                         \
+    using function = void (*)(const context&, std::int64_t n, const float* x,        \
+                              float* y);                                             \
+  };                                                                                 \
+  /** dx = f'(x) * dy; kernels read x or y = f(x), whichever is cheaper. */          \
+  struct op_name##_backward {                                                        \
+    static constexpr const char* name = #op_name "_backward";                        \
+    using function = void (*)(const context&, std::int64_t n, const float* x,        \
+                              const float* y, const float* dy, float* dx);           \
+  }
+
+TROUPE_ACTIVATION_OP(relu);
+TROUPE_ACTIVATION_OP(gelu);  // exact erf form, as torch.nn.GELU()
+TROUPE_ACTIVATION_OP(tanh);
+#undef TROUPE_ACTIVATION_OP
+
+/// Softmax cross-entropy over rows of logits(rows, classes) with integer labels(rows).
+/// *loss_sum = sum over rows of -log softmax(logits)[label] (numerically stable).
+/// If dlogits is not null: dlogits = grad_scale * (softmax(logits) - onehot(label)).
+/// A label outside [0, classes) is a programmer error (checked on CPU).
+struct softmax_xent {
+  static constexpr const char* name = "softmax_xent";
+  using function = void (*)(const context&, int rows, int classes, const float* logits,
+                            const std::int32_t* labels, float grad_scale,
+                            float* loss_sum, float* dlogits);
+};
+
+/// *correct = number of rows whose argmax (first on ties) equals the label.
+struct accuracy {
+  static constexpr const char* name = "accuracy";
+  using function = void (*)(const context&, int rows, int classes, const float* logits,
+                            const std::int32_t* labels, std::int32_t* correct);
+};
+
+/// One SGD step in place on n parameters. momentum_buffer may be null when momentum == 0.
+struct sgd_update {
+  static constexpr const char* name = "sgd_update";
+  using function = void (*)(const context&, std::int64_t n, float* param,
+                            const float* grad, float* momentum_buffer,
+                            const sgd_hyper& hyper);
+};
+
+/// One Adam/AdamW step in place on n parameters with moments m and v.
+struct adam_update {
+  static constexpr const char* name = "adam_update";
+  using function = void (*)(const context&, std::int64_t n, float* param,
+                            const float* grad, float* m, float* v,
+                            const adam_hyper& hyper);
+};
+
+/// y += alpha * x over n elements.
+struct axpy {
+  static constexpr const char* name = "axpy";
+  using function = void (*)(const context&, std::int64_t n, float alpha, const float* x,
+                            float* y);
+};
+
+/// x *= alpha over n elements.
+struct scale {
+  static constexpr const char* name = "scale";
+  using function = void (*)(const context&, std::int64_t n, float alpha, float* x);
+};
+
+/// x = value over n elements.
+struct fill {
+  static constexpr const char* name = "fill";
+  using function = void (*)(const context&, std::int64_t n, float value, float* x);
+};
+
+/// Copies bytes within one device.
+struct copy {
+  static constexpr const char* name = "copy";
+  using function = void (*)(const context&, std::int64_t bytes, const void* src,
+                            void* dst);
+};
+
+}  // namespace ops
+}  // namespace troupe::kernels

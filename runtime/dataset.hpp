@@ -1,0 +1,57 @@
+// dataset.hpp: in-memory image classification data, and the readers that fill it.
+//
+// The IDX reader (Fashion-MNIST's format, gzip or raw) validates magic numbers, counts
+// and sizes and throws data_error naming the file and the byte offset (in the
+// decompressed stream) of the first thing that is wrong. A synthetic, linearly
+// separable source exists for tests and machines without the data set.
+// Nothing here knows about actors or batching order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// N samples of D features each, with integer class labels.
+struct dataset {
+  std::int64_t count = 0;            // N
+  std::int64_t features = 0;         // D
+  std::int64_t classes = 0;          // number of classes, labels in [0, classes)
+  std::vector<float> images;         // (N, D), normalised
+  std::vector<std::int32_t> labels;  // (N)
+};
+
+struct dataset_split {
+  dataset train;
+  dataset test;
+};
+
+/// The raw contents of an IDX3 image file (magic 0x00000803).
+struct idx_images {
+  std::int64_t count = 0;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::vector<std::uint8_t> pixels;  // (count, rows, cols)
+};
+
+/// Reads an IDX3 image file; `path` may be gzip-compressed (detected by its magic bytes).
+/// Throws data_error: missing file, bad gzip, wrong magic, truncated data (with offset).
+idx_images read_idx_images(const std::string& path);
+
+/// Reads an IDX1 label file (magic 0x00000801); throws data_error as above.
+std::vector<std::uint8_t> read_idx_labels(const std::string& path);
+
+/// Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory`, checks that
+/// images and labels agree in count, and normalises pixels to (x / 255 - mean) / std with
+/// Fashion-MNIST's training mean 0.2860 and std 0.3530.
+dataset_split load_fashion_mnist(const std::string& directory);
+
+/// A linearly separable problem: `classes` random unit-norm centres in `features`
+/// dimensions, samples = centre + Gaussian noise, all drawn from `seed`. The same
+/// arguments always give the same data.
+dataset_split make_synthetic(std::int64_t train_count, std::int64_t test_count,
+                             std::int64_t features, std::int64_t classes,
+                             std::uint64_t seed);
+
+}  // namespace troupe
