@@ -1,0 +1,105 @@
+// data_loader_actor.cpp: item sequence, shuffling, batch assembly and credits.
+#include "actors/data_loader_actor.hpp"
+
+#include <cstring>
+#include <numeric>
+
+#include "runtime/random.hpp"
+
+namespace troupe {
+
+std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, std::int64_t epoch,
+                                      bool shuffle) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(count));
+  std::iota(order.begin(), order.end(), 0);
+  if (!shuffle)
+    return order;
+  keyed_random random{seed, 0x5eedull, static_cast<std::uint64_t>(epoch)};
+  for (std::int64_t i = count - 1; i > 0; --i) {
+    auto j = static_cast<std::int64_t>(random.below(static_cast<std::uint64_t>(i) + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+data_loader_actor::data_loader_actor(caf::actor_config& config, data_loader_settings settings)
+    : caf::event_based_actor(config), settings_(std::move(settings)) {}
+
+caf::behavior data_loader_actor::make_behavior() {
+  return {
+      [this](start_atom) {
+        for (std::int64_t i = 0; i < settings_.prefetch; ++i)
+          if (!send_next())
+            break;
+      },
+      [this](credit_atom) { send_next(); },
+      [this](finish_atom) { quit(); },
+  };
+}
+
+void data_loader_actor::send_batch(const dataset& source, const std::int64_t* rows,
+                                   std::int64_t count, const micro_tag& tag,
+                                   std::int64_t global_batch) {
+  const auto features = source.features;
+  auto x = tensor::empty({count, features}, dtype::f32, settings_.on);
+  auto y = tensor::empty({count}, dtype::i32, settings_.on);
+  float* xs = x.f32();
+  std::int32_t* ys = y.i32();
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::memcpy(xs + i * features, source.images.data() + rows[i] * features,
+                static_cast<std::size_t>(features) * sizeof(float));
+    ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
+  }
+  auto r = static_cast<std::size_t>(tag.replica);
+  send(settings_.first_layers.at(r), activation_msg{tag, std::move(x)});
+  send(settings_.losses.at(r), labels_msg{tag, std::move(y), global_batch});
+}
+
+bool data_loader_actor::send_next() {
+  const auto& plan = settings_.plan;
+  if (next_eval_ >= 0) {
+    // The next batch of an evaluation in progress.
+    const auto& test = settings_.data->test;
+    auto first = next_eval_ * plan.eval_batch_size;
+    auto count = std::min(plan.eval_batch_size, test.count - first);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(count));
+    std::iota(rows.begin(), rows.end(), first);
+    micro_tag tag;
+    tag.stage = phase::eval;
+    tag.step = eval_counter_++;
+    tag.version = next_step_;  // after all steps sent so far
+    tag.epoch = (next_step_ - 1) / plan.steps_per_epoch;
+    send_batch(test, rows.data(), count, tag, count);
+    if (++next_eval_ == plan.eval_batches)
+      next_eval_ = -1;
+    return true;
+  }
+  if (next_step_ >= plan.total_steps)
+    return false;
+
+  const auto step = next_step_++;
+  const auto epoch = step / plan.steps_per_epoch;
+  if (epoch != order_epoch_) {
+    order_ = epoch_order(settings_.data->train.count, settings_.seed, epoch, settings_.shuffle);
+    order_epoch_ = epoch;
+  }
+  const auto* batch_rows = order_.data() + (step % plan.steps_per_epoch) * plan.batch_size;
+  const auto chunk = plan.batch_size / (plan.replicas * plan.microbatches);
+  for (std::int64_t r = 0; r < plan.replicas; ++r) {
+    for (std::int64_t m = 0; m < plan.microbatches; ++m) {
+      micro_tag tag;
+      tag.step = step;
+      tag.microbatch = static_cast<std::int32_t>(m);
+      tag.replica = static_cast<std::int32_t>(r);
+      tag.version = step;
+      tag.epoch = epoch;
+      send_batch(settings_.data->train, batch_rows + (r * plan.microbatches + m) * chunk, chunk,
+                 tag, plan.batch_size);
+    }
+  }
+  if (plan.evaluates_after(step))
+    next_eval_ = 0;
+  return true;
+}
+
+}  // namespace troupe

@@ -1,0 +1,77 @@
+// data_loader_actor.hpp: turns a data set into tagged micro-batches, a bounded few ahead.
+//
+// The run is a sequence of items: each training step (a global batch of B samples,
+// split into R replicas x M micro-batches of B / (R M) samples, sent to each replica's
+// first layer with the labels to its loss), and after each epoch the evaluation batches
+// of the test set (replica 0, forward only). Shuffling is a permutation per epoch keyed
+// by (seed, epoch), so every wiring sees the same samples in the same steps. The loader
+// holds `prefetch` credits: it prepares and sends an item only while it has one, and the
+// trainer returns a credit when an item has been fully computed, so the next batches are
+// ready while the current one trains and memory stays bounded.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "runtime/dataset.hpp"
+#include "runtime/device.hpp"
+#include "runtime/messages.hpp"
+
+namespace troupe {
+
+/// How the run is cut into steps and evaluations; shared by the loader and the trainer.
+struct run_plan {
+  std::int64_t batch_size = 0;       // B
+  std::int64_t replicas = 1;         // R
+  std::int64_t microbatches = 1;     // M
+  std::int64_t steps_per_epoch = 0;  // floor(N_train / B): the last partial batch is dropped
+  std::int64_t total_steps = 0;
+  std::int64_t epochs = 0;           // ceil(total_steps / steps_per_epoch)
+  bool evaluate = true;
+  std::int64_t eval_batch_size = 0;
+  std::int64_t eval_batches = 0;     // per evaluation: ceil(N_test / eval_batch_size)
+
+  /// Evaluations run after step s (0-based) when this is true.
+  bool evaluates_after(std::int64_t step) const {
+    return evaluate && ((step + 1) % steps_per_epoch == 0 || step + 1 == total_steps);
+  }
+};
+
+struct data_loader_settings {
+  std::shared_ptr<const dataset_split> data;
+  run_plan plan;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  std::int64_t prefetch = 2;
+  device_id on;                      // where batches are placed
+  std::vector<caf::actor> first_layers;  // per replica
+  std::vector<caf::actor> losses;        // per replica
+};
+
+/// The sample indices of epoch `epoch`: a permutation keyed by (seed, epoch), or the
+/// identity without shuffling.
+std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, std::int64_t epoch,
+                                      bool shuffle);
+
+class data_loader_actor : public caf::event_based_actor {
+ public:
+  data_loader_actor(caf::actor_config& config, data_loader_settings settings);
+  caf::behavior make_behavior() override;
+
+ private:
+  /// Sends the next item; false when there is none left.
+  bool send_next();
+  void send_batch(const dataset& source, const std::int64_t* rows, std::int64_t count,
+                  const micro_tag& tag, std::int64_t global_batch);
+
+  data_loader_settings settings_;
+  std::int64_t next_step_ = 0;
+  std::int64_t next_eval_ = -1;        // >= 0 while an evaluation is being sent
+  std::int64_t eval_counter_ = 0;      // eval batches sent so far (their tag.step)
+  std::int64_t order_epoch_ = -1;
+  std::vector<std::int64_t> order_;
+};
+
+}  // namespace troupe

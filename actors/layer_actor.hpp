@@ -1,0 +1,73 @@
+// layer_actor.hpp: the actor that runs one layer of one replica on one device.
+//
+// It receives activations (forward) and gradients (backward) tagged with step and
+// micro-batch, submits the layer's math to its device's stream and sends the results on
+// at once, without waiting for them to be computed (the results carry ready events).
+// Per micro-batch it keeps what forward saved until that micro-batch's backward; per step
+// it accumulates weight gradients over the micro-batches and, when the last one is done,
+// sends them to its gradient sink (optimizer or averager). A forward of step k runs only
+// with parameter version k; earlier arrivals wait in order.
+//
+// It does not own parameters (the optimizer does) and knows nothing of data or loss.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "runtime/device.hpp"
+#include "runtime/layer.hpp"
+#include "runtime/messages.hpp"
+
+namespace troupe {
+
+struct layer_actor_settings {
+  std::string name;               // e.g. "layer_2" or "r0.layer_2"
+  std::int32_t layer_index = 0;   // position in the model
+  std::int32_t replica = 0;
+  std::int32_t microbatches = 1;  // M: backward passes per step before grads go out
+  shape_t input_shape;            // per sample
+  device* on = nullptr;           // the device it runs on (outlives the actor)
+  std::unique_ptr<layer> math;
+  caf::actor next;                // receives activations; the loss after the last layer
+  caf::actor previous;            // receives gradients; none for the first layer
+  caf::actor grad_sink;           // receives weight gradients; none for parameterless layers
+  caf::actor trainer;             // receives failure reports
+};
+
+class layer_actor : public caf::event_based_actor {
+ public:
+  layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_settings> settings);
+
+  caf::behavior make_behavior() override;
+
+ private:
+  using stash_key = std::tuple<std::int64_t, std::int32_t>;  // (step, micro-batch)
+
+  struct stash_entry {
+    std::shared_ptr<std::vector<tensor>> saved;  // written by the forward job
+    std::vector<tensor> params;                  // the version forward used
+    shape_t input_shape;                         // (b, input...)
+  };
+
+  void forward(activation_msg& message);
+  void backward(gradient_msg& message);
+  void install(params_msg& message);
+  std::string describe(const char* pass, const micro_tag& tag) const;
+
+  std::shared_ptr<layer_actor_settings> settings_;
+  shape_t output_shape_;
+  bool has_params_ = false;
+  std::vector<tensor> params_;
+  std::int64_t version_ = -1;
+  std::deque<activation_msg> waiting_;  // forwards that arrived before their version
+  std::map<stash_key, stash_entry> stash_;
+  std::vector<tensor> grads_;           // being accumulated for grads_step_
+  std::int64_t grads_step_ = -1;
+  std::int32_t backwards_done_ = 0;     // micro-batches of grads_step_ done
+};
+
+}  // namespace troupe

@@ -1,0 +1,101 @@
+// linear.cpp: the fully connected layer y = x W^T + b, as torch.nn.Linear.
+//
+// Parameters: weight (out, in) and optional bias (out). Settings:
+//   out  = 256        (required) output features
+//   init = "kaiming"  weight init (see init_kind); bias starts at zero
+//   bias = true
+#include <memory>
+
+#include "kernels/ops.hpp"
+#include "runtime/layer.hpp"
+
+namespace troupe {
+namespace {
+
+class linear final : public layer {
+ public:
+  explicit linear(layer_settings& settings)
+      : where_(settings.where()),
+        out_(settings.integer("out", 1, std::int64_t{1} << 24)),
+        bias_(settings.boolean("bias", true)) {
+    auto init = settings.text("init", "kaiming", init_kind_names());
+    parse_init_kind(init, init_);
+  }
+
+  std::string type() const override { return "linear"; }
+
+  shape_t output_shape(const shape_t& input) const override {
+    if (input.size() != 1)
+      throw config_error(where_, "layer 'linear' takes inputs of shape (features), found " +
+                                     shape_to_string(input) + "; flatten first");
+    return {out_};
+  }
+
+  std::vector<param_spec> parameters(const shape_t& input) const override {
+    auto in = input.at(0);
+    std::vector<param_spec> specs{{"weight", {out_, in}, init_, in, out_}};
+    if (bias_)
+      specs.push_back({"bias", {out_}, init_kind::zeros, in, out_});
+    return specs;
+  }
+
+  void bind(device_type type) override {
+    gemm_ = kernels::lookup<kernels::ops::gemm>(type);
+    bias_add_ = kernels::lookup<kernels::ops::bias_add>(type);
+    bias_grad_ = kernels::lookup<kernels::ops::bias_grad>(type);
+  }
+
+  void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
+               tensor& y, std::vector<tensor>& saved) const override {
+    const auto batch = static_cast<int>(x.dim(0));
+    const auto in = static_cast<int>(x.dim(1));
+    const auto out = static_cast<int>(out_);
+    // y (b, out) = x (b, in) * W^T (in, out)
+    gemm_(context.kernels, false, true, batch, out, in, 1.0f, x.f32(), in, params[0].f32(), in,
+          0.0f, y.f32(), out);
+    if (bias_)
+      bias_add_(context.kernels, batch, out, params[1].f32(), y.f32());
+    if (context.training)
+      saved.push_back(x);
+  }
+
+  void backward(const layer_context& context, const std::vector<tensor>& params,
+                const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
+                std::vector<tensor>& grads, bool accumulate) const override {
+    const tensor& x = saved.at(0);
+    const auto batch = static_cast<int>(x.dim(0));
+    const auto in = static_cast<int>(x.dim(1));
+    const auto out = static_cast<int>(out_);
+    const float beta = accumulate ? 1.0f : 0.0f;
+    // dW (out, in) = dy^T (out, b) * x (b, in)
+    gemm_(context.kernels, true, false, out, in, batch, 1.0f, dy.f32(), out, x.f32(), in, beta,
+          grads[0].f32(), in);
+    if (bias_)
+      bias_grad_(context.kernels, batch, out, dy.f32(), beta, grads[1].f32());
+    // dx (b, in) = dy (b, out) * W (out, in)
+    if (dx != nullptr)
+      gemm_(context.kernels, false, false, batch, in, out, 1.0f, dy.f32(), out, params[0].f32(),
+            in, 0.0f, dx->f32(), in);
+  }
+
+  double cost(const shape_t& input) const override {
+    // Three GEMMs of 2 * in * out flops each (forward, dW, dx).
+    return 6.0 * static_cast<double>(input.at(0)) * static_cast<double>(out_);
+  }
+
+ private:
+  source_position where_;
+  std::int64_t out_;
+  bool bias_;
+  init_kind init_ = init_kind::kaiming_uniform;
+  kernels::ops::gemm::function gemm_ = nullptr;
+  kernels::ops::bias_add::function bias_add_ = nullptr;
+  kernels::ops::bias_grad::function bias_grad_ = nullptr;
+};
+
+}  // namespace
+
+TROUPE_REGISTER_LAYER("linear", "fully connected y = x W^T + b (settings: out, init, bias)",
+                      [](layer_settings& s) { return std::make_unique<linear>(s); });
+
+}  // namespace troupe

@@ -1,0 +1,11 @@
+// relu.cpp: the relu activation layer, max(x, 0).
+#include "actors/layers/activation.hpp"
+
+namespace troupe {
+
+TROUPE_REGISTER_LAYER("relu", "max(x, 0) (no settings)", [](layer_settings&) {
+  using namespace kernels::ops;
+  return std::make_unique<activation_layer<relu_forward, relu_backward>>("relu");
+});
+
+}  // namespace troupe

@@ -1,0 +1,80 @@
+// loss_actor.cpp: pairing logits with labels, the loss job and its report.
+#include "actors/loss_actor.hpp"
+
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+loss_actor::loss_actor(caf::actor_config& config, loss_actor_settings settings)
+    : caf::event_based_actor(config), settings_(std::move(settings)) {
+  auto type = settings_.on->id().type;
+  softmax_xent_ = kernels::lookup<kernels::ops::softmax_xent>(type);
+  accuracy_ = kernels::lookup<kernels::ops::accuracy>(type);
+}
+
+caf::behavior loss_actor::make_behavior() {
+  return {
+      [this](activation_msg& message) {
+        auto k = key_of(message.tag);
+        auto it = labels_.find(k);
+        if (it == labels_.end()) {
+          logits_.emplace(k, std::move(message.x));
+          return;
+        }
+        compute(message.tag, message.x, it->second);
+        labels_.erase(it);
+      },
+      [this](labels_msg& message) {
+        auto k = key_of(message.tag);
+        auto it = logits_.find(k);
+        if (it == logits_.end()) {
+          labels_.emplace(k, std::move(message));
+          return;
+        }
+        compute(message.tag, it->second, message);
+        logits_.erase(it);
+      },
+      [this](finish_atom) { quit(); },
+  };
+}
+
+void loss_actor::compute(const micro_tag& tag, const tensor& logits, const labels_msg& labels) {
+  auto& device = *settings_.on;
+  auto& work = device.work();
+  work.wait_for(logits.ready());
+  work.wait_for(labels.labels.ready());
+  const auto rows = logits.dim(0);
+  TROUPE_CHECK(labels.labels.numel() == rows, settings_.name << ": " << rows << " logits rows but "
+                                                              << labels.labels.numel()
+                                                              << " labels");
+  TROUPE_CHECK(logits.dim(1) == settings_.classes,
+               settings_.name << ": logits have " << logits.dim(1) << " classes, expected "
+                              << settings_.classes);
+  const bool training = tag.stage == phase::train;
+  tensor dlogits;
+  if (training)
+    dlogits = tensor::empty(logits.shape(), dtype::f32, device.id());
+  auto loss_sum = tensor::empty({1}, dtype::f32, device.id());
+  auto correct = tensor::empty({1}, dtype::i32, device.id());
+  const float scale = 1.0f / static_cast<float>(labels.global_batch);
+
+  // The job captures everything by value: it may run after this actor has quit.
+  auto done = work.submit([xent = softmax_xent_, accuracy = accuracy_,
+                           context = device.context(), classes = static_cast<int>(settings_.classes),
+                           tag, logits, y = labels.labels, dlogits, loss_sum, correct, scale,
+                           rows, training, trainer = settings_.trainer] {
+    const int n = static_cast<int>(rows);
+    xent(context, n, classes, logits.f32(), y.i32(), scale, loss_sum.f32(),
+         training ? dlogits.f32() : nullptr);
+    accuracy(context, n, classes, logits.f32(), y.i32(), correct.i32());
+    // On a CPU stream the values are final here; a GPU stream synchronises first.
+    caf::anon_send(trainer, loss_report_msg{tag, static_cast<double>(*loss_sum.f32()),
+                                            static_cast<std::int64_t>(*correct.i32()), rows});
+  });
+  if (!training)
+    return;
+  dlogits.set_ready(done);
+  send(settings_.last_layer, gradient_msg{tag, std::move(dlogits)});
+}
+
+}  // namespace troupe

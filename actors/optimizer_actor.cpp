@@ -1,0 +1,133 @@
+// optimizer_actor.cpp: parameter init, gradient gathering and the update job.
+#include "actors/optimizer_actor.hpp"
+
+namespace troupe {
+
+optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
+    : caf::event_based_actor(config), settings_(std::move(settings)) {
+  auto type = settings_.on->id().type;
+  sgd_ = kernels::lookup<kernels::ops::sgd_update>(type);
+  adam_ = kernels::lookup<kernels::ops::adam_update>(type);
+  copy_ = kernels::lookup<kernels::ops::copy>(type);
+  axpy_ = kernels::lookup<kernels::ops::axpy>(type);
+  const auto& id = settings_.on->id();
+  for (std::size_t i = 0; i < settings_.params.size(); ++i) {
+    const auto& spec = settings_.params[i];
+    // Initialised on the host, then owned by this actor's device.
+    auto p = tensor::empty(spec.shape, dtype::f32, id);
+    initialise_parameter(spec, settings_.seed, settings_.layer_index, static_cast<std::int64_t>(i),
+                         p.f32());
+    params_.push_back(p);
+    momentum_.push_back(tensor::zeros(spec.shape, dtype::f32, id));
+    if (settings_.optimizer.type != "sgd")
+      second_.push_back(tensor::zeros(spec.shape, dtype::f32, id));
+  }
+}
+
+caf::behavior optimizer_actor::make_behavior() {
+  set_exception_handler([this](std::exception_ptr& error) -> caf::error {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send(settings_.trainer, failure_msg{settings_.name, what});
+    return caf::make_error(caf::sec::runtime_error, what);
+  });
+  return {
+      [this](start_atom) { publish(); },
+      [this](weight_grads_msg& message) { receive_grads(message); },
+      // The current parameters (tests and checkpoints); the caller waits for readiness.
+      [this](caf::get_atom) { return params_; },
+      [this](finish_atom) { quit(); },
+  };
+}
+
+void optimizer_actor::publish() {
+  for (const auto& subscriber : settings_.subscribers)
+    send(subscriber, params_msg{version_, settings_.layer_index, params_});
+}
+
+void optimizer_actor::receive_grads(weight_grads_msg& message) {
+  TROUPE_CHECK(message.step == version_,
+               settings_.name << " got gradients of step " << message.step << " at version "
+                              << version_);
+  TROUPE_CHECK(message.grads.size() == params_.size(),
+               settings_.name << " got " << message.grads.size() << " gradients for "
+                              << params_.size() << " parameters");
+  auto& work = settings_.on->work();
+  for (const auto& g : message.grads)
+    work.wait_for(g.ready());
+  if (grads_received_ == 0) {
+    grad_sum_ = std::move(message.grads);
+  } else {
+    // Sum replicas into a buffer of our own: received tensors are never written.
+    if (grads_received_ == 1) {
+      std::vector<tensor> owned;
+      for (const auto& g : grad_sum_)
+        owned.push_back(tensor::empty(g.shape(), dtype::f32, settings_.on->id()));
+      work.submit([copy = copy_, context = settings_.on->context(), from = grad_sum_, owned] {
+        for (std::size_t i = 0; i < from.size(); ++i)
+          copy(context, static_cast<std::int64_t>(from[i].bytes()), from[i].raw(), owned[i].raw());
+      });
+      grad_sum_ = std::move(owned);
+    }
+    work.submit([axpy = axpy_, context = settings_.on->context(), sum = grad_sum_,
+                 add = std::move(message.grads)] {
+      for (std::size_t i = 0; i < sum.size(); ++i)
+        axpy(context, sum[i].numel(), 1.0f, add[i].f32(), sum[i].f32());
+    });
+  }
+  if (++grads_received_ < settings_.replicas)
+    return;
+  grads_received_ = 0;
+  update(message.step);
+  publish();
+}
+
+void optimizer_actor::update(std::int64_t step) {
+  const auto& o = settings_.optimizer;
+  const auto lr = static_cast<float>(settings_.schedule.at(step));
+  std::vector<tensor> next;
+  for (const auto& p : params_)
+    next.push_back(tensor::empty(p.shape(), dtype::f32, settings_.on->id()));
+  const bool adam = o.type != "sgd";
+  kernels::sgd_hyper sgd{lr,
+                         static_cast<float>(o.momentum),
+                         static_cast<float>(o.dampening),
+                         static_cast<float>(o.weight_decay),
+                         o.nesterov,
+                         step == 0};
+  kernels::adam_hyper adam_hyper{lr,
+                                 static_cast<float>(o.beta1),
+                                 static_cast<float>(o.beta2),
+                                 static_cast<float>(o.eps),
+                                 static_cast<float>(o.weight_decay),
+                                 o.type == "adamw",
+                                 step + 1};
+  auto& work = settings_.on->work();
+  auto done = work.submit([=, context = settings_.on->context(), current = params_,
+                           grads = std::move(grad_sum_), first = momentum_, second = second_,
+                           copy = copy_, sgd_update = sgd_, adam_update = adam_] {
+    for (std::size_t i = 0; i < current.size(); ++i) {
+      auto n = current[i].numel();
+      copy(context, static_cast<std::int64_t>(current[i].bytes()), current[i].raw(),
+           next[i].raw());
+      if (adam)
+        adam_update(context, n, next[i].f32(), grads[i].f32(), first[i].f32(), second[i].f32(),
+                    adam_hyper);
+      else
+        sgd_update(context, n, next[i].f32(), grads[i].f32(),
+                   o.momentum != 0 ? first[i].f32() : nullptr, sgd);
+    }
+  });
+  grad_sum_.clear();
+  for (auto& p : next)
+    p.set_ready(done);
+  params_ = std::move(next);
+  version_ = step + 1;
+}
+
+}  // namespace troupe

@@ -1,0 +1,61 @@
+// optimizer_actor.hpp: owns one layer's parameters and optimizer state.
+//
+// At start it initialises the parameters from the seed (keyed by layer and parameter
+// index, so every wiring starts from the same numbers) and sends version 0 to every
+// replica of its layer. For each step it waits for the gradients of all replicas (their
+// sum is the full-batch mean gradient, DESIGN.md "loss scaling"), applies SGD, Adam or
+// AdamW on its device with the step's learning rate, and sends version step + 1.
+// A version is a fresh tensor: a version once sent is never written again.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "runtime/config.hpp"
+#include "runtime/device.hpp"
+#include "runtime/layer.hpp"
+#include "runtime/lr_schedule.hpp"
+#include "runtime/messages.hpp"
+
+namespace troupe {
+
+struct optimizer_actor_settings {
+  std::string name;                 // e.g. "optimizer_0"
+  std::int32_t layer_index = 0;
+  std::vector<param_spec> params;   // what to create
+  optimizer_section optimizer;      // type and hyper-parameters
+  lr_schedule schedule;
+  std::uint64_t seed = 0;
+  std::int32_t replicas = 1;        // gradient messages per step
+  device* on = nullptr;
+  std::vector<caf::actor> subscribers;  // every replica of the layer
+  caf::actor trainer;
+};
+
+class optimizer_actor : public caf::event_based_actor {
+ public:
+  optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings);
+  caf::behavior make_behavior() override;
+
+ private:
+  void receive_grads(weight_grads_msg& message);
+  void update(std::int64_t step);
+  void publish();
+
+  optimizer_actor_settings settings_;
+  std::vector<tensor> params_;      // the current version
+  std::int64_t version_ = 0;
+  std::vector<tensor> momentum_;    // sgd: momentum buffers; adam: first moments
+  std::vector<tensor> second_;      // adam: second moments
+  std::vector<tensor> grad_sum_;    // the step's gradients, summed over replicas
+  std::int32_t grads_received_ = 0;
+  kernels::ops::sgd_update::function sgd_ = nullptr;
+  kernels::ops::adam_update::function adam_ = nullptr;
+  kernels::ops::copy::function copy_ = nullptr;
+  kernels::ops::axpy::function axpy_ = nullptr;
+};
+
+}  // namespace troupe

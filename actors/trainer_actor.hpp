@@ -1,0 +1,83 @@
+// trainer_actor.hpp: drives a run and watches it.
+//
+// It starts the optimizers (which publish parameter version 0) and the data loader,
+// collects the loss reports of every micro-batch, returns one credit to the loader per
+// completed item (a training step, or an evaluation batch), prints progress (a bar on a
+// terminal, plain lines otherwise), writes metrics as JSON lines, and answers the
+// `start` request when the last item is done or when any actor reports a failure.
+// It computes nothing itself.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "actors/data_loader_actor.hpp"
+#include "runtime/lr_schedule.hpp"
+#include "runtime/messages.hpp"
+
+namespace troupe {
+
+/// What a finished run reports back to whoever started it.
+struct run_outcome {
+  int exit_code = 0;
+  std::string failure;             // why it failed, when exit_code != 0
+  std::int64_t steps = 0;          // optimizer steps completed
+  double last_loss = 0;            // mean training loss of the last step
+  double test_loss = 0;            // of the last evaluation
+  double test_accuracy = -1;       // fraction; -1 when no evaluation ran
+  double train_seconds = 0;        // from start to the last training step's report
+  double samples_per_second = 0;   // training samples / train_seconds
+};
+
+struct trainer_settings {
+  run_plan plan;
+  lr_schedule schedule;
+  std::string metrics_path;        // empty: none
+  std::int64_t log_every = 50;
+  bool progress_bar = false;       // a terminal: redraw one line
+  bool quiet = false;              // no progress output at all
+  std::string title;               // shown in the progress lines
+  std::shared_ptr<run_outcome> outcome;
+  caf::actor loader;               // filled before start
+  std::vector<caf::actor> optimizers;
+};
+
+class trainer_actor : public caf::event_based_actor {
+ public:
+  trainer_actor(caf::actor_config& config, std::shared_ptr<trainer_settings> settings);
+  caf::behavior make_behavior() override;
+
+ private:
+  struct totals {
+    double loss_sum = 0;
+    std::int64_t correct = 0;
+    std::int64_t samples = 0;
+    std::int64_t reports = 0;
+  };
+
+  void on_report(const loss_report_msg& report);
+  void finish_step(std::int64_t step, const totals& t);
+  void finish_evaluation(std::int64_t epoch, const totals& t);
+  void print_progress(std::int64_t step, const totals& t, bool force);
+  void end(int exit_code, const std::string& failure);
+  double seconds_since_start() const;
+
+  std::shared_ptr<trainer_settings> settings_;
+  caf::response_promise done_;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_step_time_;
+  double samples_per_second_ = 0;  // smoothed
+  std::map<std::int64_t, totals> steps_;  // training steps in progress
+  totals eval_;                           // the evaluation in progress
+  std::int64_t evals_done_ = 0;           // evaluation batches reported so far
+  std::int64_t steps_done_ = 0;
+  std::int64_t items_left_ = 0;
+  bool ended_ = false;
+};
+
+}  // namespace troupe

@@ -1,0 +1,150 @@
+// device.hpp: devices as in-order streams of work with their own memory.
+//
+// A device is `cpu:N` or `cuda:N`. Every device owns one stream: work submitted to it
+// runs in submission order, never on the caller's thread. Actors (on CAF's scheduler
+// threads) only submit; the stream's own thread (CPU) or the GPU (CUDA) computes. A
+// CPU stream is one worker thread bound to one core of the process's affinity set, so
+// two CPU devices never fight over a core (Note [CPU streams]).
+//
+// An event marks a point in one stream; another stream can wait for it (the CPU analogue
+// of cudaStreamWaitEvent), and the host can block on it. This file does not allocate
+// tensors (tensor.hpp) and knows no actors.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace troupe {
+
+using kernels::device_type;
+
+/// The name of a device: a type and an index, written "cpu:0".
+struct device_id {
+  device_type type = device_type::cpu;
+  int index = 0;
+
+  std::string to_string() const;
+  /// Parses "cpu:N" / "cuda:N"; returns false on anything else.
+  static bool parse(const std::string& text, device_id& out);
+
+  friend bool operator==(const device_id& a, const device_id& b) {
+    return a.type == b.type && a.index == b.index;
+  }
+  friend bool operator!=(const device_id& a, const device_id& b) { return !(a == b); }
+  friend bool operator<(const device_id& a, const device_id& b) {
+    return a.type != b.type ? a.type < b.type : a.index < b.index;
+  }
+};
+
+class stream;
+
+/// A point in a stream: reached once the stream has completed `sequence` jobs.
+/// A default event (no stream) is always reached.
+struct event {
+  stream* owner = nullptr;
+  std::uint64_t sequence = 0;
+
+  bool reached() const;
+  /// Blocks the calling thread until reached. Not for CAF scheduler threads.
+  void wait() const;
+};
+
+/// An in-order queue of jobs run by one worker thread.
+class stream {
+ public:
+  using job = std::function<void()>;
+  using error_handler = std::function<void(std::exception_ptr)>;
+
+  /// core: an index into the process's allowed CPUs (taken modulo their count), or -1
+  /// to leave the thread unbound.
+  stream(device_id device, int core);
+  ~stream();
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+
+  /// Appends a job; returns the event that is reached when it has run.
+  event submit(job work);
+
+  /// Makes later jobs of this stream wait until `e` is reached (no-op for this stream's
+  /// own events, which stream order already guarantees).
+  void wait_for(const event& e);
+
+  /// The event of the last job submitted so far.
+  event last() const;
+
+  /// Blocks the calling thread until every job submitted so far has run.
+  void synchronize();
+
+  /// Called (on the stream's thread) with the first exception a job throws. After that
+  /// the stream is failed: later jobs are skipped (their events are still reached, so
+  /// nothing waits forever).
+  void set_error_handler(error_handler handler);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+  const device_id& device() const { return device_; }
+  std::uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+
+ private:
+  friend struct event;
+  void run();
+  void wait_until(std::uint64_t sequence);
+
+  device_id device_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  std::deque<job> queue_;
+  std::uint64_t submitted_ = 0;                // guarded by mutex_
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<int> host_waiters_{0};
+  std::atomic<bool> failed_{false};
+  bool stopping_ = false;                       // guarded by mutex_
+  bool worker_sleeping_ = false;                // guarded by mutex_
+  error_handler on_error_;                      // guarded by mutex_
+  std::thread worker_;
+};
+
+/// A device: its id, its stream and the kernel context its kernels run with.
+class device {
+ public:
+  device(device_id id, int core);
+  const device_id& id() const { return id_; }
+  stream& work() { return *stream_; }
+  const kernels::context& context() const { return context_; }
+
+ private:
+  device_id id_;
+  std::unique_ptr<stream> stream_;
+  kernels::context context_;
+};
+
+/// The devices of one run, created from their names. CPU device cpu:N is bound to the
+/// N-th allowed core (modulo the core count).
+class device_set {
+ public:
+  explicit device_set(const std::vector<device_id>& ids);
+  /// The device named `id`; TROUPE_CHECK fails if it is not in the set.
+  device& at(const device_id& id);
+  const std::vector<std::unique_ptr<device>>& all() const { return devices_; }
+  /// Waits until every device has run all its submitted work.
+  void synchronize();
+
+ private:
+  std::vector<std::unique_ptr<device>> devices_;
+};
+
+/// The number of CPUs this process may run on.
+int allowed_core_count();
+
+}  // namespace troupe

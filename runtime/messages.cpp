@@ -1,0 +1,19 @@
+// messages.cpp: registration of troupe's message types with CAF.
+#include "runtime/messages.hpp"
+
+namespace troupe {
+
+void add_message_types(caf::actor_system_config& config) {
+  config.add_message_type<tensor>("troupe::tensor");
+  config.add_message_type<std::vector<tensor>>("std::vector<troupe::tensor>");
+  config.add_message_type<micro_tag>("troupe::micro_tag");
+  config.add_message_type<activation_msg>("troupe::activation_msg");
+  config.add_message_type<gradient_msg>("troupe::gradient_msg");
+  config.add_message_type<labels_msg>("troupe::labels_msg");
+  config.add_message_type<weight_grads_msg>("troupe::weight_grads_msg");
+  config.add_message_type<params_msg>("troupe::params_msg");
+  config.add_message_type<loss_report_msg>("troupe::loss_report_msg");
+  config.add_message_type<failure_msg>("troupe::failure_msg");
+}
+
+}  // namespace troupe

@@ -1,0 +1,128 @@
+// messages.hpp: the messages actors exchange, each tagged with step and micro-batch.
+//
+// Forward:  data_loader --activation_msg--> layer_0 --> ... --> loss <--labels_msg-- data_loader
+// Backward: loss --gradient_msg--> layer_n-1 --> ... --> layer_0
+// Weights:  layer --weight_grads_msg--> optimizer --params_msg--> layer
+// Reports:  loss --loss_report_msg--> trainer;  any actor --failure_msg--> trainer
+//
+// Tensors inside are shared, not copied (tensor.hpp). Every type is inspectable so the
+// same messages can cross nodes; add_message_types() registers them with CAF.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.hpp"
+
+namespace troupe {
+
+enum class phase : std::uint8_t { train, eval };
+
+/// Which micro-batch of which step a message belongs to.
+struct micro_tag {
+  std::int64_t step = 0;        // optimizer step (train), or evaluation batch index (eval)
+  std::int32_t microbatch = 0;  // 0 .. M-1 within the step
+  std::int32_t replica = 0;     // 0 .. R-1
+  phase stage = phase::train;
+  std::int64_t version = 0;     // the parameter version a forward must use
+  std::int64_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, micro_tag& x) {
+  return f(caf::meta::type_name("micro_tag"), x.step, x.microbatch, x.replica, x.stage,
+           x.version, x.epoch);
+}
+
+/// Activations going forward. x: (b, D) for a micro-batch of b samples.
+struct activation_msg {
+  micro_tag tag;
+  tensor x;
+};
+
+/// Gradients going backward. dx: same shape as the activation it belongs to.
+struct gradient_msg {
+  micro_tag tag;
+  tensor dx;
+};
+
+/// The labels of a micro-batch, for the loss. labels: (b) i32. The loss scales each
+/// micro-batch's gradient by 1 / global_batch, so that sums over micro-batches and
+/// replicas are exactly the full-batch mean gradient (DESIGN.md).
+struct labels_msg {
+  micro_tag tag;
+  tensor labels;
+  std::int64_t global_batch = 0;
+};
+
+/// A layer's weight gradients for one step (summed over its micro-batches).
+struct weight_grads_msg {
+  std::int64_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t replica = 0;
+  std::vector<tensor> grads;
+};
+
+/// A new version of a layer's parameters: version k is what step k's forward uses.
+struct params_msg {
+  std::int64_t version = 0;
+  std::int32_t layer = 0;
+  std::vector<tensor> params;
+};
+
+/// Loss and accuracy of one micro-batch, reported once its loss has been computed.
+struct loss_report_msg {
+  micro_tag tag;
+  double loss_sum = 0;        // sum over samples of the per-sample loss
+  std::int64_t correct = 0;   // samples whose argmax is the label
+  std::int64_t samples = 0;
+};
+
+/// An actor failed: who, doing what, and why. The trainer ends the run with it.
+struct failure_msg {
+  std::string actor;
+  std::string what;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
+  return f(caf::meta::type_name("activation_msg"), x.tag, x.x);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
+  return f(caf::meta::type_name("gradient_msg"), x.tag, x.dx);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, labels_msg& x) {
+  return f(caf::meta::type_name("labels_msg"), x.tag, x.labels, x.global_batch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, weight_grads_msg& x) {
+  return f(caf::meta::type_name("weight_grads_msg"), x.step, x.layer, x.replica, x.grads);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
+  return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
+  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+}
+
+// Control atoms (at most 10 characters each).
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using connect_atom = caf::atom_constant<caf::atom("connect")>;
+
+/// Registers every message type above with CAF (needed to cross nodes).
+void add_message_types(caf::actor_system_config& config);
+
+}  // namespace troupe
