@@ -126,7 +126,7 @@ tensor tensor::from(const std::vector<float>& values, shape_t shape, device_id d
   return t;
 }
 
-tensor tensor::from(const std::vector<std::int32_t>& values, shape_t shape, device_id device) {
+tensor tensor::from_int32(const std::vector<std::int32_t>& values, shape_t shape, device_id device) {
   TROUPE_CHECK(static_cast<std::int64_t>(values.size()) == element_count(shape),
                values.size() << " values for shape " << shape_to_string(shape));
   auto t = empty(std::move(shape), dtype::i32, device);

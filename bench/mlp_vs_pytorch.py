@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Trains the same MLP with troupe and with PyTorch, side by side, and prints the ratio.
+
+Same model (784-256-256-10, ReLU), same optimizer (Adam, lr 1e-3), same batch, same
+data (Fashion-MNIST from dataset-fashion-mnist, shuffled), one thread each, pinned to
+the same core with taskset. Each repetition runs troupe and then PyTorch, so both see
+the same machine noise; the table shows medians over the repetitions. Time is measured
+from the first training step to the end of the last one (data loading excluded).
+
+    /usr/bin/python3 bench/mlp_vs_pytorch.py [--batches 32,256] [--repeats 5] [--core 0]
+
+Run from the repository root after scripts/build.sh. Not part of ctest.
+"""
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = "/usr/share/datasets/fashion-mnist"
+
+CONFIG = """
+[run]
+steps = {steps}
+seed = 1
+evaluate = false
+log_every = 1000000
+
+[data]
+source = "fashion-mnist"
+path = "{data}"
+batch_size = {batch}
+prefetch = 2
+
+[[model.layers]]
+type = "linear"
+out = 256
+init = "torch"
+[[model.layers]]
+type = "relu"
+[[model.layers]]
+type = "linear"
+out = 256
+init = "torch"
+[[model.layers]]
+type = "relu"
+[[model.layers]]
+type = "linear"
+out = 10
+init = "torch"
+
+[optimizer]
+type = "adam"
+lr = 1e-3
+
+[parallel]
+devices = ["cpu:0"]
+"""
+
+PYTORCH = r"""
+import gzip, sys, time, numpy as np, torch
+torch.set_num_threads(1)
+torch.manual_seed(1)
+batch, steps, data = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+with gzip.open(data + "/train-images-idx3-ubyte.gz") as f:
+    images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
+with gzip.open(data + "/train-labels-idx1-ubyte.gz") as f:
+    labels = np.frombuffer(f.read(), np.uint8, offset=8)
+x_all = torch.from_numpy(((images / 255.0 - 0.2860) / 0.3530).astype(np.float32))
+y_all = torch.from_numpy(labels.astype(np.int64))
+model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
+                            torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                            torch.nn.Linear(256, 10))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+loss_fn = torch.nn.CrossEntropyLoss()
+per_epoch = x_all.shape[0] // batch
+order = torch.randperm(x_all.shape[0])
+start = time.perf_counter()
+for step in range(steps):
+    if step % per_epoch == 0 and step > 0:
+        order = torch.randperm(x_all.shape[0])
+    idx = order[(step % per_epoch) * batch:(step % per_epoch + 1) * batch]
+    x, y = x_all[idx], y_all[idx]
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    loss.item()  # what troupe reports per step
+elapsed = time.perf_counter() - start
+print(steps * batch / elapsed)
+"""
+
+
+def run_troupe(binary, batch, steps, core, workdir):
+    config = os.path.join(workdir, f"bench_b{batch}.toml")
+    metrics = os.path.join(workdir, f"bench_b{batch}.jsonl")
+    with open(config, "w") as f:
+        f.write(CONFIG.format(steps=steps, batch=batch, data=DATA))
+    subprocess.run(["taskset", "-c", str(core), binary, "run", config, "--quiet",
+                    "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
+    with open(metrics) as f:
+        done = [json.loads(line) for line in f if '"event"' in line][-1]
+    return done["samples_per_s"]
+
+
+def run_pytorch(batch, steps, core):
+    out = subprocess.run(["taskset", "-c", str(core), "/usr/bin/python3", "-c", PYTORCH,
+                          str(batch), str(steps), DATA],
+                         check=True, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="32,256")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--core", type=int, default=0)
+    parser.add_argument("--samples", type=int, default=120000,
+                        help="training samples per run (steps = samples / batch)")
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    args = parser.parse_args()
+    if not os.path.exists(args.binary):
+        sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for batch in [int(b) for b in args.batches.split(",")]:
+            steps = max(20, args.samples // batch)
+            troupe_rates, torch_rates = [], []
+            for r in range(args.repeats):
+                troupe_rates.append(run_troupe(args.binary, batch, steps, args.core, workdir))
+                torch_rates.append(run_pytorch(batch, steps, args.core))
+                print(f"batch {batch} run {r + 1}: troupe {troupe_rates[-1]:.0f} samples/s, "
+                      f"pytorch {torch_rates[-1]:.0f} samples/s", file=sys.stderr)
+            ratios = [a / b for a, b in zip(troupe_rates, torch_rates)]
+            rows.append((batch, steps, statistics.median(troupe_rates),
+                         statistics.median(torch_rates), statistics.median(ratios),
+                         min(ratios), max(ratios)))
+    print(f"\nMLP 784-256-256-10, Adam, one core (taskset -c {args.core}), "
+          f"{args.repeats} runs each, medians")
+    print(f"{'batch':>6} {'steps':>6} {'troupe samples/s':>17} {'pytorch samples/s':>18} "
+          f"{'ratio':>6} {'(min-max)':>12}")
+    for batch, steps, t, p, ratio, lo, hi in rows:
+        print(f"{batch:>6} {steps:>6} {t:>17.0f} {p:>18.0f} {ratio:>6.2f} "
+              f"{f'({lo:.2f}-{hi:.2f})':>12}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs what troupe needs to build, test and train, from Debian's
+# packages only. Idempotent: packages already installed are skipped quickly.
+#
+#   scripts/install-deps.sh          # build, tests and the Fashion-MNIST data set
+#   scripts/install-deps.sh --bench  # also PyTorch and hyperfine, for bench/
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libcaf-dev                      # CAF 0.17.6: actors, messaging, network
+  libopenblas-dev                 # CPU GEMM
+  libtomlplusplus-dev             # config
+  libboost-program-options-dev libboost-iostreams-dev
+  nlohmann-json3-dev
+  doctest-dev
+  dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch hyperfine valgrind)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,159 @@
+// Built-in layers: backward against finite differences (through the generic check any
+// registered layer can use), shapes, and settings errors.
+#include <doctest/doctest.h>
+
+#include "runtime/layer.hpp"
+#include "runtime/layer_check.hpp"
+
+using namespace troupe;
+
+namespace {
+
+layer_config make_layer(const std::string& type,
+                        std::map<std::string, setting_value> settings = {}) {
+  layer_config c;
+  c.type = type;
+  c.settings = std::move(settings);
+  c.where = {"test.toml", 3, 1};
+  c.type_where = {"test.toml", 4, 8};
+  return c;
+}
+
+setting_value integer(std::int64_t v, int line = 5) { return {v, {"test.toml", line, 7}}; }
+setting_value text(const char* v, int line = 6) { return {std::string{v}, {"test.toml", line, 8}}; }
+setting_value flag(bool v, int line = 7) { return {v, {"test.toml", line, 8}}; }
+
+}  // namespace
+
+TEST_CASE("every built-in layer's backward matches finite differences") {
+  struct scenario {
+    layer_config config;
+    shape_t input;
+    std::int64_t batch;
+  };
+  std::vector<scenario> scenarios = {
+      {make_layer("linear", {{"out", integer(5)}}), {7}, 3},
+      {make_layer("linear", {{"out", integer(1)}}), {4}, 1},
+      {make_layer("linear", {{"out", integer(6)}, {"bias", flag(false)}}), {3}, 2},
+      {make_layer("relu"), {9}, 2},
+      {make_layer("gelu"), {9}, 2},
+      {make_layer("tanh"), {9}, 1},
+  };
+  for (const auto& s : scenarios) {
+    gradient_check_options options;
+    options.input_shape = s.input;
+    options.batch = s.batch;
+    auto result = check_layer_gradients(s.config, options);
+    INFO(result.summary);
+    for (const auto& f : result.failures)
+      INFO(f);
+    CHECK(result.passed);
+  }
+}
+
+TEST_CASE("the gradient check fails a layer whose backward is wrong") {
+  // A deliberately broken layer: backward returns twice the true dx.
+  struct doubled final : layer {
+    std::string type() const override { return "test_doubled"; }
+    shape_t output_shape(const shape_t& in) const override { return in; }
+    void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, tensor& y,
+                 std::vector<tensor>&) const override {
+      for (std::int64_t i = 0; i < x.numel(); ++i)
+        y.f32()[i] = 3 * x.f32()[i];
+    }
+    void backward(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
+                  const tensor& dy, tensor* dx, std::vector<tensor>&, bool) const override {
+      for (std::int64_t i = 0; i < dy.numel(); ++i)
+        dx->f32()[i] = 6 * dy.f32()[i];
+    }
+  };
+  static bool registered = [] {
+    register_layer("test_doubled", "a broken layer for tests",
+                   [](layer_settings&) { return std::make_unique<doubled>(); });
+    return true;
+  }();
+  CHECK(registered);
+  auto result = check_layer_gradients(make_layer("test_doubled"), gradient_check_options{});
+  CHECK_FALSE(result.passed);
+  REQUIRE(result.failures.size() == 1);
+  CHECK(result.failures[0].find("dx[") == 0);
+}
+
+TEST_CASE("linear maps (features) to (out) and declares weight and bias") {
+  auto l = create_layer(make_layer("linear", {{"out", integer(4)}}));
+  CHECK(l->output_shape({3}) == shape_t{4});
+  auto params = l->parameters({3});
+  REQUIRE(params.size() == 2);
+  CHECK(params[0].name == "weight");
+  CHECK(params[0].shape == shape_t{4, 3});
+  CHECK(params[1].shape == shape_t{4});
+  CHECK(l->cost({3}) == doctest::Approx(6.0 * 3 * 4));
+  CHECK_THROWS_WITH_AS(l->output_shape({2, 3}),
+                       doctest::Contains("takes inputs of shape (features), found (2, 3)"),
+                       config_error);
+}
+
+TEST_CASE("layer settings errors name the position, the setting and the nearest name") {
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("linear")),
+                       "test.toml:3:1: layer 'linear' needs the integer setting 'out'",
+                       config_error);
+  CHECK_THROWS_WITH_AS(
+      create_layer(make_layer("linear", {{"out", integer(4)}, {"outs", integer(3, 9)}})),
+      doctest::Contains("test.toml:9:7: unknown setting 'outs' for layer 'linear'; did you mean "
+                        "'out'?"),
+      config_error);
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("linear", {{"out", text("wide")}})),
+                       "test.toml:6:8: layer 'linear' setting 'out': expected an integer, found a "
+                       "string",
+                       config_error);
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("linear", {{"out", integer(0)}})),
+                       doctest::Contains("test.toml:5:7: layer 'linear' setting 'out' = 0 is out "
+                                         "of range"),
+                       config_error);
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("linear", {{"out", integer(4)}, {"init", text("kaimin")}})),
+                       doctest::Contains("unknown value 'kaimin'; did you mean 'kaiming'?"),
+                       config_error);
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("relu", {{"out", integer(4)}})),
+                       doctest::Contains("unknown setting 'out' for layer 'relu' (this layer "
+                                         "takes no settings)"),
+                       config_error);
+}
+
+TEST_CASE("an unknown layer type names the nearest type and lists the registered ones") {
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("linaer")),
+                       doctest::Contains("test.toml:4:8: unknown layer type 'linaer'; did you "
+                                         "mean 'linear'? (registered: "),
+                       config_error);
+  try {
+    create_layer(make_layer("linaer"));
+  } catch (const config_error& e) {
+    std::string message = e.what();
+    for (const char* name : {"gelu", "linear", "relu", "tanh"})
+      CHECK(message.find(name) != std::string::npos);
+  }
+}
+
+TEST_CASE("parameter init is keyed by seed, layer and parameter, and has the right scale") {
+  param_spec spec{"weight", {256, 784}, init_kind::kaiming_uniform, 784, 256};
+  std::vector<float> a(256 * 784), b(256 * 784), c(256 * 784);
+  initialise_parameter(spec, 42, 0, 0, a.data());
+  initialise_parameter(spec, 42, 0, 0, b.data());
+  initialise_parameter(spec, 42, 2, 0, c.data());
+  CHECK(a == b);
+  CHECK(a != c);
+  // Kaiming uniform: U(-sqrt(6/784), sqrt(6/784)); variance bound^2 / 3 = 2 / 784.
+  double sum = 0, square = 0, bound = std::sqrt(6.0 / 784);
+  for (float v : a) {
+    CHECK(std::abs(v) <= bound);
+    sum += v;
+    square += static_cast<double>(v) * v;
+  }
+  double n = static_cast<double>(a.size());
+  double variance = square / n - (sum / n) * (sum / n);
+  // 200k samples: the sample variance is within 1% of 2/784 with overwhelming probability.
+  CHECK(variance == doctest::Approx(2.0 / 784).epsilon(0.01));
+  param_spec zeros{"bias", {10}, init_kind::zeros, 1, 1};
+  std::vector<float> z(10, 5.0f);
+  initialise_parameter(zeros, 42, 0, 1, z.data());
+  CHECK(z == std::vector<float>(10, 0.0f));
+}

@@ -1,0 +1,177 @@
+// Whole runs through the actors on synthetic data: learning, metrics, determinism and
+// failures that end the run cleanly.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/session.hpp"
+#include "runtime/layer.hpp"
+
+using namespace troupe;
+
+namespace {
+
+std::string synthetic_config(const std::string& extra_layers = "", const std::string& run = "") {
+  return R"(
+[run]
+epochs = 2
+seed = 7
+)" + run + R"(
+[data]
+source = "synthetic"
+batch_size = 64
+eval_batch_size = 500
+synthetic_train = 2048
+synthetic_test = 1000
+synthetic_features = 64
+synthetic_classes = 4
+
+[[model.layers]]
+type = "linear"
+out = 32
+)" + extra_layers + R"(
+[[model.layers]]
+type = "relu"
+
+[[model.layers]]
+type = "linear"
+out = 4
+
+[optimizer]
+type = "adam"
+lr = 0.01
+)";
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("troupe_test_" + name)).string();
+}
+
+}  // namespace
+
+TEST_CASE("an MLP trained through actors separates synthetic data with over 95% accuracy") {
+  auto config = parse_config(synthetic_config(), "synthetic.toml");
+  session_options options;
+  options.quiet = true;
+  options.metrics_path = temp_path("metrics.jsonl");
+  auto result = run_session(config, options);
+  const auto& outcome = result.outcome;
+  INFO(outcome.failure);
+  REQUIRE(outcome.exit_code == 0);
+  CHECK(outcome.steps == 2 * (2048 / 64));
+  CHECK(outcome.test_accuracy > 0.95);
+
+  auto records = read_jsonl(options.metrics_path);
+  int steps = 0, evaluations = 0, done = 0;
+  double first_loss = -1, last_loss = -1;
+  for (const auto& r : records) {
+    if (r.contains("test_accuracy") && r.contains("test_loss")) {
+      ++evaluations;
+      CHECK(r["test_accuracy"].get<double>() >= 0.0);
+      CHECK(r["test_accuracy"].get<double>() <= 1.0);
+    } else if (r.contains("event")) {
+      ++done;
+      CHECK(r["event"] == "done");
+    } else {
+      for (const char* key : {"step", "epoch", "loss", "accuracy", "lr", "samples_per_s"})
+        CHECK(r.contains(key));
+      CHECK(r["step"].get<int>() == steps);
+      if (first_loss < 0)
+        first_loss = r["loss"].get<double>();
+      last_loss = r["loss"].get<double>();
+      ++steps;
+    }
+  }
+  CHECK(steps == 64);
+  CHECK(evaluations == 2);
+  CHECK(done == 1);
+  CHECK(last_loss < 0.5 * first_loss);
+}
+
+TEST_CASE("two runs with the same seed end with the same parameters") {
+  auto config = parse_config(synthetic_config("", "steps = 10\nevaluate = false\n"),
+                             "synthetic.toml");
+  session_options options;
+  options.quiet = true;
+  options.keep_parameters = true;
+  options.metrics_path = temp_path("determinism.jsonl");
+  auto a = run_session(config, options);
+  auto b = run_session(config, options);
+  REQUIRE(a.outcome.exit_code == 0);
+  REQUIRE(a.parameters.size() == 3);
+  CHECK(a.parameters[0].size() == 2);  // weight and bias
+  CHECK(a.parameters[1].empty());      // relu has none
+  CHECK(a.parameters == b.parameters);
+  config.run.seed = 8;
+  auto c = run_session(config, options);
+  CHECK(c.parameters != a.parameters);
+}
+
+namespace {
+
+// A layer that throws in forward at step 3, to test that failures end the run.
+class failing_layer final : public layer {
+ public:
+  std::string type() const override { return "test_failing"; }
+  shape_t output_shape(const shape_t& input) const override { return input; }
+  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, tensor& y,
+               std::vector<tensor>&) const override {
+    if (++calls_ == 4)
+      throw std::runtime_error("deliberate failure");
+    std::copy(x.f32(), x.f32() + x.numel(), y.f32());
+  }
+  void backward(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
+                const tensor& dy, tensor* dx, std::vector<tensor>&, bool) const override {
+    if (dx != nullptr)
+      std::copy(dy.f32(), dy.f32() + dy.numel(), dx->f32());
+  }
+
+ private:
+  mutable int calls_ = 0;
+};
+
+TROUPE_REGISTER_LAYER("test_failing", "throws in its 4th forward",
+                      [](layer_settings&) { return std::make_unique<failing_layer>(); });
+
+}  // namespace
+
+TEST_CASE("an exception in a layer ends the run with the actor, layer, step and micro-batch") {
+  auto config = parse_config(
+      synthetic_config("\n[[model.layers]]\ntype = \"test_failing\"\n", "evaluate = false\n"),
+      "synthetic.toml");
+  session_options options;
+  options.quiet = true;
+  options.metrics_path = temp_path("failure.jsonl");
+  auto result = run_session(config, options);
+  CHECK(result.outcome.exit_code == 1);
+  CHECK(result.outcome.failure.find("layer_1 (test_failing) forward of step 3, micro-batch 0") !=
+        std::string::npos);
+  CHECK(result.outcome.failure.find("deliberate failure") != std::string::npos);
+  auto records = read_jsonl(options.metrics_path);
+  REQUIRE_FALSE(records.empty());
+  CHECK(records.back()["event"] == "failed");
+}
+
+TEST_CASE("a model whose output does not match the classes is an error at its last layer") {
+  auto text = synthetic_config();
+  text.replace(text.rfind("out = 4"), 7, "out = 5");
+  auto config = parse_config(text, "synthetic.toml");
+  session_options options;
+  options.quiet = true;
+  CHECK_THROWS_WITH_AS(run_session(config, options),
+                       doctest::Contains("synthetic.toml:22:1: the model's output shape (5) must "
+                                         "be (4)"),
+                       config_error);
+}

@@ -1,0 +1,136 @@
+// The troupe command line: usage, help, exit codes and error messages for bad input.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct command_result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+command_result run_troupe(const std::string& arguments) {
+  command_result result;
+  std::string command = std::string{TROUPE_BINARY} + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    result.output.append(buffer, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / ("troupe_cli_" + name + ".toml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+const char* small_model = R"(
+[data]
+source = "synthetic"
+batch_size = 32
+synthetic_train = 256
+synthetic_test = 64
+synthetic_features = 16
+synthetic_classes = 3
+
+[[model.layers]]
+type = "linear"
+out = 3
+)";
+
+}  // namespace
+
+TEST_CASE("troupe without a command prints its usage and exits 2") {
+  auto r = run_troupe("");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("usage: troupe <command>") != std::string::npos);
+}
+
+TEST_CASE("--help on troupe and on each command prints usage and exits 0") {
+  for (const char* args : {"--help", "run --help", "layers --help"}) {
+    auto r = run_troupe(args);
+    INFO(args);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("usage: troupe") != std::string::npos);
+  }
+}
+
+TEST_CASE("troupe run without a config prints its usage and exits 2") {
+  auto r = run_troupe("run");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("missing CONFIG.toml") != std::string::npos);
+  CHECK(r.output.find("usage: troupe run CONFIG.toml") != std::string::npos);
+}
+
+TEST_CASE("an unknown command suggests the nearest one") {
+  auto r = run_troupe("rnu x.toml");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("unknown command 'rnu'; did you mean 'run'?") != std::string::npos);
+}
+
+TEST_CASE("a missing config file is an error with exit code 2") {
+  auto r = run_troupe("run /nonexistent/dir/nope.toml");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("cannot open config file '/nonexistent/dir/nope.toml'") != std::string::npos);
+}
+
+TEST_CASE("bad configs fail with file:line:col, the nearest name and exit code 2") {
+  struct bad_case {
+    const char* name;
+    std::string text;
+    std::string expected;  // after "<path>:"
+  };
+  std::string model = small_model;
+  std::vector<bad_case> cases = {
+      {"unknown_layer", model + "\n[[model.layers]]\ntype = \"linaer\"\n",
+       "16:8: unknown layer type 'linaer'; did you mean 'linear'?"},
+      {"unknown_key", "[optimizer]\nlr_rate = 0.1\n" + model,
+       "2:1: unknown key 'lr_rate' in [optimizer]; did you mean 'lr'?"},
+      {"wrong_type", "[run]\nepochs = \"five\"\n" + model,
+       "2:10: [run] epochs: expected an integer, found a string"},
+      {"bad_shapes", model + "\n[[model.layers]]\ntype = \"linear\"\nout = 7\n",
+       "15:1: the model's output shape (7) must be (3)"},
+      {"missing_data", "[data]\npath = \"/nonexistent/fashion\"\n[[model.layers]]\ntype = \"linear\"\nout = 10\n",
+       "2:8: "},
+      {"bad_setting", model + "\n[[model.layers]]\ntype = \"relu\"\nslope = 0.1\n",
+       "17:1: unknown setting 'slope' for layer 'relu'"},
+  };
+  for (const auto& c : cases) {
+    auto path = write_config(c.name, c.text);
+    auto r = run_troupe("run " + path);
+    INFO(c.name, ": ", r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(path + ":" + c.expected) != std::string::npos);
+    CHECK(r.output.find("epoch") == std::string::npos);  // nothing ran
+  }
+}
+
+TEST_CASE("troupe run trains a small config and reports test accuracy") {
+  auto path = write_config("good", std::string{"[run]\nepochs = 2\nlog_every = 4\n"} + small_model);
+  auto metrics = std::filesystem::temp_directory_path() / "troupe_cli_good.jsonl";
+  auto r = run_troupe("run " + path + " --metrics " + metrics.string());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("step 8/16") != std::string::npos);  // plain lines: not a terminal
+  CHECK(r.output.find("test accuracy") != std::string::npos);
+  CHECK(std::filesystem::file_size(metrics) > 0);
+}
+
+TEST_CASE("troupe layers lists the built-in layers") {
+  auto r = run_troupe("layers");
+  CHECK(r.exit_code == 0);
+  for (const char* name : {"linear", "relu", "gelu", "tanh"})
+    CHECK(r.output.find(name) != std::string::npos);
+}
