@@ -5,7 +5,8 @@
 # with a short table of what passed.
 #
 # It does not benchmark, does not touch the GPU's settings and does not build the CPU-only
-# configuration. Each step has a timeout; a step that fails makes the later ones "skipped".
+# configuration. Each step has a timeout, sized so that a whole run fits a 15-minute device
+# loan (no network for apt: it fails fast); a failed step makes the later ones "skipped".
 # Exit status: 0 only if the CUDA tests ran on a real device and passed.
 #
 #   scripts/gpu-check.sh            # from anywhere; builds in <repo>/build
@@ -67,11 +68,11 @@ missing=$(missing_packages)
 if [[ -n $missing ]]; then
   echo "missing packages: $missing"
   if [[ -f scripts/install-deps.sh ]]; then
-    run_step deps 900 optional bash scripts/install-deps.sh
+    run_step deps 240 optional bash scripts/install-deps.sh
   else
     sudo=""
     if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null; then sudo="sudo"; fi
-    run_step deps 900 optional bash -c \
+    run_step deps 240 optional bash -c \
       "$sudo apt-get update && $sudo apt-get install -y --no-install-recommends $missing"
   fi
 else
@@ -86,12 +87,12 @@ if [[ -f build/CMakeCache.txt ]] &&
 fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-run_step configure 300 required cmake -S . -B build "${generator[@]}" \
+run_step configure 120 required cmake -S . -B build "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON
-run_step build 1200 required cmake --build build -j "$jobs" --target troupe_tests
+run_step build 420 required cmake --build build -j "$jobs" --target troupe_tests
 
 # ---- 4. the CUDA tests ----
-run_step test 600 required ./build/troupe_tests -tc='*CUDA*'
+run_step test 180 required ./build/troupe_tests -tc='*CUDA*'
 if [[ -f $logs/test.log ]] && grep -q "skipped: no CUDA device" "$logs/test.log"; then
   # Passing by skipping proves nothing on the machine that was lent for this.
   record "device" "NOT USED: $(grep -m1 -o 'skipped: no CUDA device.*' "$logs/test.log")" 0
