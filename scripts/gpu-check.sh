@@ -5,8 +5,8 @@
 # with a short table of what passed.
 #
 # It does not benchmark, does not touch the GPU's settings and does not build the CPU-only
-# configuration. Each step has a timeout, sized so that a whole run fits a 15-minute device
-# loan (no network for apt: it fails fast); a failed step makes the later ones "skipped".
+# configuration. Each step has a timeout, short enough that a normal run fits a 15-minute
+# device loan (apt without network fails fast); a failed step makes the later ones "skipped".
 # Exit status: 0 only if the CUDA tests ran on a real device and passed.
 #
 #   scripts/gpu-check.sh            # from anywhere; builds in <repo>/build
