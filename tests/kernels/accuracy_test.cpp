@@ -48,7 +48,7 @@ TEST_CASE("accuracy breaks ties toward the first maximum, as torch.argmax") {
   CHECK(correct == 1);
 }
 
-TEST_CASE("accuracy rejects a label outside [0, classes)") {
+TEST_CASE("accuracy rejects a label that is not a class index") {
   auto accuracy = kernels::lookup<kernels::ops::accuracy>(kernels::device_type::cpu);
   const std::vector<float> logits(4, 0.0f);
   const std::vector<std::int32_t> labels{0, 2};

@@ -146,7 +146,7 @@ TEST_CASE("softmax_xent may write its gradient over the logits") {
   CHECK(in_place == dlogits);
 }
 
-TEST_CASE("softmax_xent rejects a label outside [0, classes)") {
+TEST_CASE("softmax_xent rejects a label that is not a class index") {
   auto xent = kernels::lookup<kernels::ops::softmax_xent>(kernels::device_type::cpu);
   const std::vector<float> logits(2 * 3, 0.0f);
   float loss = 0.0f;
