@@ -1,0 +1,62 @@
+// relu.cpp: y = max(x, 0) and its backward dx = (x > 0) * dy, on the CPU.
+//
+// NaN propagates through the forward (as torch.relu does), so a diverging run shows up
+// in the loss instead of being masked to zero. The backward reads x, or y when x is null
+// (their signs agree), so a layer may keep either one. Both directions may run in place
+// (y == x, dx == dy); partially overlapping buffers are not supported.
+#include "kernels/cpu/vectorize.hpp"
+#include "kernels/ops.hpp"
+#include "runtime/error.hpp"
+
+namespace troupe::kernels::cpu {
+namespace {
+
+// `x < 0 ? 0 : x` rather than `x > 0 ? x : 0`: the former keeps NaN.
+TROUPE_VECTOR_CLONES
+void relu_out_of_place(std::int64_t n, const float* __restrict x, float* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+TROUPE_VECTOR_CLONES
+void relu_in_place(std::int64_t n, float* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = y[i] < 0.0f ? 0.0f : y[i];
+}
+
+TROUPE_VECTOR_CLONES
+void mask_out_of_place(std::int64_t n, const float* __restrict sign, const float* __restrict dy,
+                       float* __restrict dx) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = sign[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+TROUPE_VECTOR_CLONES
+void mask_in_place(std::int64_t n, const float* __restrict sign, float* __restrict dy_dx) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dy_dx[i] = sign[i] > 0.0f ? dy_dx[i] : 0.0f;
+}
+
+void relu_forward(const context&, std::int64_t n, const float* x, float* y) {
+  if (x == y)
+    relu_in_place(n, y);
+  else
+    relu_out_of_place(n, x, y);
+}
+
+void relu_backward(const context&, std::int64_t n, const float* x, const float* y,
+                   const float* dy, float* dx) {
+  const float* sign = x != nullptr ? x : y;
+  TROUPE_CHECK(sign != nullptr || n == 0, "relu_backward needs x or y; both are null");
+  if (dx == dy)
+    mask_in_place(n, sign, dx);
+  else
+    mask_out_of_place(n, sign, dy, dx);
+}
+
+}  // namespace
+
+TROUPE_REGISTER_KERNEL(ops::relu_forward, device_type::cpu, relu_forward);
+TROUPE_REGISTER_KERNEL(ops::relu_backward, device_type::cpu, relu_backward);
+
+}  // namespace troupe::kernels::cpu

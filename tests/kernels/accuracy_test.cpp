@@ -1,0 +1,58 @@
+// accuracy_test.cpp: the CPU accuracy count against a naive argmax, ties, and the label
+// range check.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "kernel_test_support.hpp"
+#include "kernels/ops.hpp"
+#include "runtime/error.hpp"
+
+using namespace troupe;
+
+TEST_CASE("accuracy counts the rows whose argmax equals the label") {
+  auto accuracy = kernels::lookup<kernels::ops::accuracy>(kernels::device_type::cpu);
+  const int shapes[][2] = {{1, 1}, {1, 10}, {7, 3}, {1000, 10}};
+  std::uint32_t seed = 500;
+  for (const auto& shape : shapes) {
+    const int rows = shape[0], classes = shape[1];
+    CAPTURE(rows);
+    CAPTURE(classes);
+    const auto logits = test::random_floats(static_cast<std::size_t>(rows) * classes, ++seed);
+    const auto labels = test::random_labels(rows, classes, ++seed);
+    std::int32_t want = 0;
+    for (int r = 0; r < rows; ++r) {
+      int best = 0;
+      for (int c = 1; c < classes; ++c)
+        if (logits[r * classes + c] > logits[r * classes + best])
+          best = c;
+      want += best == labels[r] ? 1 : 0;
+    }
+    std::int32_t correct = -1;
+    accuracy(test::cpu_context(), rows, classes, logits.data(), labels.data(), &correct);
+    CHECK(correct == want);
+  }
+}
+
+TEST_CASE("accuracy breaks ties toward the first maximum, as torch.argmax") {
+  auto accuracy = kernels::lookup<kernels::ops::accuracy>(kernels::device_type::cpu);
+  const std::vector<float> logits{1, 3, 3, 0,   // tie between 1 and 2: argmax 1
+                                  5, 5, 5, 5,   // all equal: argmax 0
+                                  0, 0, 0, 1};  // plain: argmax 3
+  std::int32_t correct = -1;
+  const std::vector<std::int32_t> first{1, 0, 3};
+  accuracy(test::cpu_context(), 3, 4, logits.data(), first.data(), &correct);
+  CHECK(correct == 3);
+  const std::vector<std::int32_t> later{2, 3, 3};
+  accuracy(test::cpu_context(), 3, 4, logits.data(), later.data(), &correct);
+  CHECK(correct == 1);
+}
+
+TEST_CASE("accuracy rejects a label that is not a class index") {
+  auto accuracy = kernels::lookup<kernels::ops::accuracy>(kernels::device_type::cpu);
+  const std::vector<float> logits(4, 0.0f);
+  const std::vector<std::int32_t> labels{0, 2};
+  std::int32_t correct = 0;
+  CHECK_THROWS_AS(accuracy(test::cpu_context(), 2, 2, logits.data(), labels.data(), &correct),
+                  check_failure);
+}

@@ -1,0 +1,93 @@
+// kernel_test_support.hpp: small helpers the kernel tests share: seeded random buffers and
+// an element-by-element comparison that reports the worst element.
+//
+// Header-only and test-only; it holds no references (each test writes its own naive
+// double-precision reference next to the check, so the arithmetic is in view).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace troupe::test {
+
+/// `count` floats uniform in [low, high), the same for the same seed on every machine
+/// (mt19937 is specified exactly; we map its raw output ourselves instead of trusting the
+/// implementation-defined uniform_real_distribution).
+inline std::vector<float> random_floats(std::size_t count, std::uint32_t seed,
+                                        float low = -1.0f, float high = 1.0f) {
+  std::mt19937 engine{seed};
+  std::vector<float> out(count);
+  for (auto& x : out) {
+    const double unit = static_cast<double>(engine()) / 4294967296.0;  // [0, 1)
+    x = static_cast<float>(low + (high - low) * unit);
+  }
+  return out;
+}
+
+/// `count` labels uniform in [0, classes).
+inline std::vector<std::int32_t> random_labels(std::size_t count, int classes,
+                                               std::uint32_t seed) {
+  std::mt19937 engine{seed};
+  std::vector<std::int32_t> out(count);
+  for (auto& label : out)
+    label = static_cast<std::int32_t>(engine() % static_cast<std::uint32_t>(classes));
+  return out;
+}
+
+/// The worst element of `got` against `want` under |got - want| <= atol + rtol * |want|.
+struct comparison {
+  bool ok = true;
+  std::size_t worst_index = 0;
+  double worst_excess = -1.0;  // error / allowed; <= 1 passes
+  double got = 0.0, want = 0.0;
+
+  std::string describe() const {
+    return "worst element " + std::to_string(worst_index) + ": got " + std::to_string(got) +
+           ", want " + std::to_string(want) + " (error is " +
+           std::to_string(worst_excess) + " x the tolerance)";
+  }
+};
+
+template <class Got, class Want>
+comparison compare(const Got& got, const Want& want, double atol, double rtol) {
+  comparison result;
+  if (got.size() != want.size()) {
+    result.ok = false;
+    return result;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i];
+    const double w = want[i];
+    const double allowed = atol + rtol * std::abs(w);
+    const double excess = std::isfinite(g) ? std::abs(g - w) / allowed : HUGE_VAL;
+    if (excess > result.worst_excess) {
+      result.worst_excess = excess;
+      result.worst_index = i;
+      result.got = g;
+      result.want = w;
+    }
+  }
+  result.ok = result.worst_excess <= 1.0;
+  return result;
+}
+
+/// A CPU kernel ignores its context; one shared empty context serves every test.
+inline const kernels::context& cpu_context() {
+  static const kernels::context context{};
+  return context;
+}
+
+}  // namespace troupe::test
+
+/// CHECKs that `got` matches `want` element by element and prints the worst element if not.
+#define TROUPE_CHECK_CLOSE(got, want, atol, rtol)                                    \
+  do {                                                                               \
+    const auto troupe_comparison_ = ::troupe::test::compare((got), (want), (atol), (rtol)); \
+    INFO(troupe_comparison_.describe());                                             \
+    CHECK(troupe_comparison_.ok);                                                    \
+  } while (false)
