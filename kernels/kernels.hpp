@@ -81,3 +81,9 @@ struct kernel_registrar {
       troupe_kernel_registrar_, __LINE__) {                                          \
     type, fn                                                                         \
   }
+
+namespace troupe::kernels {
+/// Threads each CPU kernel call may use (OpenBLAS's pool). A CPU device is one core, so
+/// the runtime sets 1; without it OpenBLAS would spread every GEMM over all cores.
+void set_cpu_kernel_threads(int threads);
+}  // namespace troupe::kernels

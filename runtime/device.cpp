@@ -205,6 +205,7 @@ device::device(device_id id, int core) : id_(id) {
 }
 
 device_set::device_set(const std::vector<device_id>& ids) {
+  kernels::set_cpu_kernel_threads(1);  // each CPU device is one core (Note [CPU streams])
   for (const auto& id : ids)
     devices_.push_back(std::make_unique<device>(id, id.type == device_type::cpu ? id.index : -1));
 }
