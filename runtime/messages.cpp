@@ -12,6 +12,8 @@ void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<labels_msg>("troupe::labels_msg");
   config.add_message_type<weight_grads_msg>("troupe::weight_grads_msg");
   config.add_message_type<params_msg>("troupe::params_msg");
+  config.add_message_type<ring_msg>("troupe::ring_msg");
+  config.add_message_type<release_msg>("troupe::release_msg");
   config.add_message_type<loss_report_msg>("troupe::loss_report_msg");
   config.add_message_type<failure_msg>("troupe::failure_msg");
 }

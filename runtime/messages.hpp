@@ -2,7 +2,9 @@
 //
 // Forward:  data_loader --activation_msg--> layer_0 --> ... --> loss <--labels_msg-- data_loader
 // Backward: loss --gradient_msg--> layer_n-1 --> ... --> layer_0
-// Weights:  layer --weight_grads_msg--> optimizer --params_msg--> layer
+// Weights:  layer --weight_grads_msg--> [averager(s) --ring_msg--> ...] --> optimizer
+//           optimizer --params_msg--> layer
+// Credits:  a gradient_msg or release_msg returns the credit of its activations wire
 // Reports:  loss --loss_report_msg--> trainer;  any actor --failure_msg--> trainer
 //
 // Tensors inside are shared, not copied (tensor.hpp). Every type is inspectable so the
@@ -73,6 +75,27 @@ struct params_msg {
   std::vector<tensor> params;
 };
 
+/// One step of a ring all-reduce between the averagers of one layer: a chunk of a bucket
+/// of the flattened gradients, sent to the next replica's averager. phase 0 is
+/// reduce-scatter (the receiver adds it to its own chunk), phase 1 all-gather (the
+/// receiver takes it as the final sum).
+struct ring_msg {
+  std::int64_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t bucket = 0;
+  std::int32_t phase = 0;   // 0 reduce-scatter, 1 all-gather
+  std::int32_t round = 0;   // 0 .. R-2 within the phase
+  std::int32_t chunk = 0;   // which of the R chunks of the bucket
+  tensor data;              // (chunk elements)
+};
+
+/// Returns one credit on an activations wire without a gradient: the receiver has
+/// released the micro-batch `tag` (a forward-only micro-batch, or a first layer that
+/// sends no dx).
+struct release_msg {
+  micro_tag tag;
+};
+
 /// Loss and accuracy of one micro-batch, reported once its loss has been computed.
 struct loss_report_msg {
   micro_tag tag;
@@ -106,6 +129,15 @@ typename Inspector::result_type inspect(Inspector& f, weight_grads_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
   return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
+  return f(caf::meta::type_name("ring_msg"), x.step, x.layer, x.bucket, x.phase, x.round,
+           x.chunk, x.data);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
+  return f(caf::meta::type_name("release_msg"), x.tag);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
