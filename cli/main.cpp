@@ -95,6 +95,12 @@ int run_command(const std::vector<std::string>& args) {
   if (outcome.test_accuracy >= 0)
     std::printf(", test accuracy %.2f%%", 100.0 * outcome.test_accuracy);
   std::printf("\n");
+  if (outcome.device_utilisation.size() > 1) {
+    std::printf("device utilisation:");
+    for (const auto& [name, share] : outcome.device_utilisation)
+      std::printf(" %s %.0f%%", name.c_str(), 100.0 * share);
+    std::printf("\n");
+  }
   return 0;
 }
 

@@ -104,6 +104,16 @@ struct parallel_section {
   std::int64_t microbatches = 1;       // M
   std::string schedule = "gpipe";      // "gpipe" | "1f1b"
   std::string averaging = "ring";      // "ring" | "central"
+  std::vector<std::pair<std::int64_t, std::int64_t>> stage_ranges;  // explicit split: [first, last]
+  source_position stages_where;
+  bool share_devices = false;          // allow R * P > number of devices
+  std::int64_t bucket_kib = 1024;      // ring all-reduce bucket size
+  source_position where;
+};
+
+/// One [[actor]] or [[wire]] table of an explicit config: every key with its position.
+struct table_config {
+  std::map<std::string, setting_value> settings;
   source_position where;
 };
 
@@ -115,6 +125,9 @@ struct run_config {
   model_section model;
   optimizer_section optimizer;
   parallel_section parallel;
+  std::vector<table_config> actors;  // [[actor]]
+  std::vector<table_config> wires;   // [[wire]]
+  bool is_explicit() const { return !actors.empty(); }
 };
 
 /// Loads and checks a config file. Throws config_error (or user_error for an unreadable
