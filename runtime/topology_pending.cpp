@@ -6,3 +6,8 @@ topology topology_from_explicit(const run_config& config, std::int64_t) {
 }
 void validate_topology(const topology&, const run_config&, std::int64_t) {}
 }  // namespace troupe
+namespace troupe {
+std::string format_table(const topology&) { return "format_table: pending\n"; }
+std::string format_dot(const topology&) { return "digraph {}\n"; }
+std::string format_explicit(const topology&, const run_config&) { return "# pending\n"; }
+}  // namespace troupe

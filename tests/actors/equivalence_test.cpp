@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "actors/session.hpp"
+#include "actors/verify.hpp"
 
 using namespace troupe;
 
@@ -70,26 +71,6 @@ std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
   return result.parameters;
 }
 
-// max over tensors of ||a - b||_inf / ||a||_inf
-double relative_difference(const std::vector<std::vector<std::vector<float>>>& a,
-                           const std::vector<std::vector<std::vector<float>>>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (std::size_t l = 0; l < a.size(); ++l) {
-    REQUIRE(a[l].size() == b[l].size());
-    for (std::size_t p = 0; p < a[l].size(); ++p) {
-      REQUIRE(a[l][p].size() == b[l][p].size());
-      double scale = 0, diff = 0;
-      for (std::size_t i = 0; i < a[l][p].size(); ++i) {
-        scale = std::max(scale, std::abs(static_cast<double>(a[l][p][i])));
-        diff = std::max(diff, std::abs(static_cast<double>(a[l][p][i]) - b[l][p][i]));
-      }
-      worst = std::max(worst, diff / std::max(scale, 1e-30));
-    }
-  }
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("every synchronous wiring matches the single-device run after 20 steps") {
@@ -114,7 +95,9 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
     auto single = train(equivalence_config("", optimizer));
     for (const auto& w : wirings) {
       auto parallel = train(equivalence_config(w.parallel, optimizer));
-      auto difference = relative_difference(single, parallel);
+      double difference = 0;
+      for (const auto& d : compare_parameters(single, parallel))
+        difference = std::max(difference, d.relative);
       auto what = std::string{optimizer} + ": " + w.name + ": relative difference " +
                   std::to_string(difference);
       INFO(what);
