@@ -20,6 +20,8 @@ namespace troupe {
 
 namespace {
 
+constexpr std::int64_t float_bytes = sizeof(float);
+
 /// Where a part of the flattened gradients lies: [offset, offset + size) in floats.
 struct span {
   std::int64_t offset = 0;
@@ -135,6 +137,15 @@ caf::behavior grad_averager_actor::make_behavior() {
     }
     send(settings_.trainer, failure_msg{settings_.name, what});
     return caf::make_error(caf::sec::runtime_error, what);
+  });
+  // The averagers of a ring hold each other (next), a cycle of strong references that
+  // would keep them all in memory after they quit: let go of every handle on exit.
+  attach_functor([this] {
+    settings_.next = nullptr;
+    settings_.sink = nullptr;
+    settings_.trainer = nullptr;
+    impl_->outbox_.clear();
+    impl_->pending_.clear();
   });
   return {
       [this](weight_grads_msg& message) {
@@ -362,10 +373,10 @@ void grad_averager_actor::impl::reduce_scatter(ring_step& step, const ring_msg& 
       settings_.on->work().submit([copy = copy_, axpy = axpy_, context = settings_.on->context(),
                                    flat = step.flat, received, sum, where, last] {
         float* own = flat.f32() + where.offset;
-        copy(context, where.size * 4, own, sum.raw());
+        copy(context, where.size * float_bytes, own, sum.raw());
         axpy(context, where.size, 1.0f, received.f32(), sum.f32());
         if (last)  // the full sum is ours to keep, and the first to be gathered
-          copy(context, where.size * 4, sum.raw(), own);
+          copy(context, where.size * float_bytes, sum.raw(), own);
       }));
   if (last)
     send_ring(message.step, message.bucket, 1, 0, message.chunk, std::move(sum));
@@ -382,7 +393,7 @@ void grad_averager_actor::impl::all_gather(ring_step& step, const ring_msg& mess
   auto received = receive_chunk(step, message, modulo(r - message.round, R), where);
   settings_.on->work().submit(
       [copy = copy_, context = settings_.on->context(), flat = step.flat, received, where] {
-        copy(context, where.size * 4, received.raw(), flat.f32() + where.offset);
+        copy(context, where.size * float_bytes, received.raw(), flat.f32() + where.offset);
       });
   if (message.round < R - 2)  // a received tensor is never written, so it can go on as is
     send_ring(message.step, message.bucket, 1, message.round + 1, message.chunk, received);
@@ -404,7 +415,7 @@ tensor grad_averager_actor::impl::copy_out(const ring_step& step, std::int32_t b
   auto out = tensor::empty({where.size}, dtype::f32, settings_.on->id());
   out.set_ready(settings_.on->work().submit(
       [copy = copy_, context = settings_.on->context(), flat = step.flat, out, where] {
-        copy(context, where.size * 4, flat.f32() + where.offset, out.raw());
+        copy(context, where.size * float_bytes, flat.f32() + where.offset, out.raw());
       }));
   return out;
 }
