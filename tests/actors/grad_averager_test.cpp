@@ -1,0 +1,400 @@
+// Gradient averagers: the ring all-reduce and the central sum, driven with real
+// weight_grads_msg messages from a scoped actor that plays the layers, the sink and the
+// trainer. Sums are checked against a double-precision reference, and (because the
+// averagers promise fixed summation orders) bit for bit against a float simulation of
+// that order.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "actors/grad_averager_actor.hpp"
+#include "runtime/messages.hpp"
+
+using namespace troupe;
+
+namespace {
+
+constexpr std::chrono::seconds patience{30};
+
+/// Deterministic gradients of one (step, replica) for a layer with parameters `shapes`,
+/// on `device`. Magnitudes vary over a few powers of two so that rounding matters.
+std::vector<tensor> make_grads(const std::vector<shape_t>& shapes, std::int64_t step,
+                               std::int32_t replica, device_id device) {
+  std::mt19937 random{static_cast<std::uint32_t>(1000 * step + 17 * replica + 5)};
+  std::uniform_real_distribution<float> value{-1.0f, 1.0f};
+  std::uniform_int_distribution<int> exponent{-6, 3};
+  std::vector<tensor> grads;
+  for (const auto& shape : shapes) {
+    std::vector<float> values(static_cast<std::size_t>(element_count(shape)));
+    for (auto& v : values) v = std::ldexp(value(random), exponent(random));
+    grads.push_back(tensor::from(values, shape, device));
+  }
+  return grads;
+}
+
+std::vector<float> flatten(const std::vector<tensor>& ts) {
+  std::vector<float> out;
+  for (const auto& t : ts) {
+    auto v = t.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+/// What the ring all-reduce must compute, bit for bit, simulated in float: in every
+/// bucket, chunk c (sizes differing by at most one, the longer ones first) is summed
+/// starting at replica c and going round the ring: ((g_c + g_c+1) + g_c+2) + ...
+std::vector<float> ring_allreduce_reference(const std::vector<std::vector<float>>& by_replica,
+                                            std::int64_t bucket_elements) {
+  const auto R = static_cast<std::int64_t>(by_replica.size());
+  const auto n = static_cast<std::int64_t>(by_replica[0].size());
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (std::int64_t start = 0; start < n; start += bucket_elements) {
+    const auto size = std::min(bucket_elements, n - start);
+    std::int64_t offset = start;
+    for (std::int64_t c = 0; c < R; ++c) {
+      const auto chunk = size / R + (c < size % R ? 1 : 0);
+      for (std::int64_t i = offset; i < offset + chunk; ++i) {
+        float sum = by_replica[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
+        for (std::int64_t k = 1; k < R; ++k)
+          sum += by_replica[static_cast<std::size_t>((c + k) % R)][static_cast<std::size_t>(i)];
+        out[static_cast<std::size_t>(i)] = sum;
+      }
+      offset += chunk;
+    }
+  }
+  return out;
+}
+
+/// Checks `got` against the double-precision sum of `by_replica`. Each of the R - 1
+/// float additions rounds by at most half an ulp of its partial sum, and every partial
+/// sum is at most sum_r |g_r| in size, so the error is at most
+/// (R - 1) * 2^-24 * sum_r |g_r| (plus nothing: there is no underflow at these scales).
+void check_against_double(const std::vector<float>& got,
+                          const std::vector<std::vector<float>>& by_replica) {
+  REQUIRE(got.size() == by_replica[0].size());
+  const double R = static_cast<double>(by_replica.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double exact = 0, magnitude = 0;
+    for (const auto& g : by_replica) {
+      exact += g[i];
+      magnitude += std::abs(static_cast<double>(g[i]));
+    }
+    const double tolerance = (R - 1) * std::ldexp(1.0, -24) * magnitude;
+    INFO("element " << i << ": got " << got[i] << ", exact " << exact);
+    CHECK(std::abs(got[i] - exact) <= tolerance);
+  }
+}
+
+/// Tells each averager of a ring who comes next.
+void connect_ring(caf::scoped_actor& self, const std::vector<caf::actor>& ring) {
+  for (std::size_t r = 0; r < ring.size(); ++r)
+    self->send(ring[r], connect_atom::value, ring[(r + 1) % ring.size()]);
+}
+
+/// The averagers of one layer in a ring, replica r on cpu:r, connected after spawning
+/// (the ring is circular) unless `connect` is false. The scoped actor is their sink and
+/// trainer.
+std::vector<caf::actor> spawn_ring(caf::actor_system& system, device_set& devices,
+                                   caf::scoped_actor& self, std::int32_t R,
+                                   std::int64_t bucket_elements, bool connect = true) {
+  std::vector<caf::actor> ring;
+  for (std::int32_t r = 0; r < R; ++r) {
+    grad_averager_settings s;
+    s.name = "r" + std::to_string(r) + ".avg.layer_0";
+    s.method = "ring";
+    s.layer_index = 0;
+    s.replica = r;
+    s.replicas = R;
+    s.bucket_elements = bucket_elements;
+    s.on = &devices.at({device_type::cpu, r});
+    s.sink = caf::actor_cast<caf::actor>(self);
+    s.trainer = caf::actor_cast<caf::actor>(self);
+    ring.push_back(system.spawn<grad_averager_actor>(std::move(s)));
+  }
+  if (connect)
+    connect_ring(self, ring);
+  return ring;
+}
+
+caf::actor spawn_central(caf::actor_system& system, device_set& devices, caf::scoped_actor& self,
+                         std::int32_t R) {
+  grad_averager_settings s;
+  s.name = "avg.layer_0";
+  s.method = "central";
+  s.layer_index = 0;
+  s.replicas = R;
+  s.on = &devices.at({device_type::cpu, 0});
+  s.sink = caf::actor_cast<caf::actor>(self);
+  s.trainer = caf::actor_cast<caf::actor>(self);
+  return system.spawn<grad_averager_actor>(std::move(s));
+}
+
+/// Receives `count` weight_grads_msg, keyed by (step, replica); fails on a failure_msg.
+std::map<std::pair<std::int64_t, std::int32_t>, std::vector<tensor>> collect(
+    caf::scoped_actor& self, int count) {
+  std::map<std::pair<std::int64_t, std::int32_t>, std::vector<tensor>> out;
+  for (int i = 0; i < count; ++i)
+    self->receive(
+        [&](weight_grads_msg& m) {
+          CHECK(m.layer == 0);
+          CHECK(out.count({m.step, m.replica}) == 0);
+          out[{m.step, m.replica}] = std::move(m.grads);
+        },
+        [&](failure_msg& m) { FAIL(m.actor << ": " << m.what); },
+        caf::after(patience) >> [&] { FAIL("no sums after " << patience.count() << " s"); });
+  return out;
+}
+
+void finish(caf::scoped_actor& self, const std::vector<caf::actor>& actors) {
+  for (const auto& a : actors) self->send(a, finish_atom::value);
+}
+
+device_set four_cpus() {
+  return device_set{
+      {{device_type::cpu, 0}, {device_type::cpu, 1}, {device_type::cpu, 2}, {device_type::cpu, 3}}};
+}
+
+caf::actor_system_config& with_messages(caf::actor_system_config& config) {
+  add_message_types(config);
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("the ring all-reduce sums correctly for 1 to 4 replicas, odd sizes and several buckets") {
+  auto devices = four_cpus();
+  caf::actor_system_config config;
+  caf::actor_system system{with_messages(config)};
+  caf::scoped_actor self{system};
+
+  const std::vector<std::vector<shape_t>> layers = {
+      {{5, 3}, {5}},  // n = 20: a weight and a bias, neither a multiple of R
+      {{1}},          // n = 1: every replica but one holds an empty chunk
+      {{2}},          // n = 2 < R for R = 3 and 4
+  };
+  // R = 1 has no rounds at all: the sums are a copy of the one replica's gradients.
+  for (std::int32_t R = 1; R <= 4; ++R)
+    for (const auto& shapes : layers)
+      for (std::int64_t bucket : {std::int64_t{1} << 18, std::int64_t{7}, std::int64_t{3}}) {
+        CAPTURE(R);
+        CAPTURE(bucket);
+        CAPTURE(shapes.size());
+        CAPTURE(element_count(shapes[0]));
+        auto ring = spawn_ring(system, devices, self, R, bucket);
+        std::vector<std::vector<float>> inputs;
+        for (std::int32_t r = 0; r < R; ++r) {
+          auto grads = make_grads(shapes, 0, r, {device_type::cpu, r});
+          inputs.push_back(flatten(grads));
+          self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, grads});
+        }
+        auto results = collect(self, R);
+        REQUIRE(results.size() == static_cast<std::size_t>(R));
+        const auto expected = ring_allreduce_reference(inputs, bucket);
+        for (std::int32_t r = 0; r < R; ++r) {
+          CAPTURE(r);
+          const auto& sums = results.at({0, r});
+          REQUIRE(sums.size() == shapes.size());
+          for (std::size_t i = 0; i < shapes.size(); ++i) {
+            CHECK(sums[i].shape() == shapes[i]);
+            // Each replica's sums live on its own device (they feed its optimizer).
+            CHECK(sums[i].device() == device_id{device_type::cpu, r});
+          }
+          const auto got = flatten(sums);
+          check_against_double(got, inputs);
+          // Bit-identical on every replica, and exactly the documented summation order.
+          CHECK(got == expected);
+        }
+        finish(self, ring);
+      }
+  devices.synchronize();
+}
+
+TEST_CASE("the ring keeps two consecutive steps apart when their messages interleave") {
+  auto devices = four_cpus();
+  caf::actor_system_config config;
+  caf::actor_system system{with_messages(config)};
+  caf::scoped_actor self{system};
+
+  const std::vector<shape_t> shapes = {{5, 3}, {5}};
+  const std::int32_t R = 3;
+  auto ring = spawn_ring(system, devices, self, R, 7);
+  // Step 1 of replicas 0 and 1 goes out before step 0 of replicas 1 and 2, so step 1's
+  // ring messages reach averagers that are still waiting for step 0's gradients.
+  const std::vector<std::pair<std::int64_t, std::int32_t>> order = {{0, 0}, {1, 0}, {1, 1},
+                                                                    {0, 1}, {1, 2}, {0, 2}};
+  std::map<std::int64_t, std::vector<std::vector<float>>> inputs;
+  for (std::int64_t step : {0, 1}) inputs[step].resize(R);
+  for (const auto& [step, r] : order) {
+    auto grads = make_grads(shapes, step, r, {device_type::cpu, r});
+    inputs[step][static_cast<std::size_t>(r)] = flatten(grads);
+    self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{step, 0, r, grads});
+  }
+  auto results = collect(self, 2 * R);
+  REQUIRE(results.size() == static_cast<std::size_t>(2 * R));
+  for (std::int64_t step : {0, 1}) {
+    CAPTURE(step);
+    const auto expected = ring_allreduce_reference(inputs[step], 7);
+    for (std::int32_t r = 0; r < R; ++r) {
+      CAPTURE(r);
+      const auto got = flatten(results.at({step, r}));
+      check_against_double(got, inputs[step]);
+      CHECK(got == expected);
+    }
+  }
+  // The two steps' inputs differ, so mixing them up could not go unnoticed.
+  CHECK(inputs[0][0] != inputs[1][0]);
+  finish(self, ring);
+  devices.synchronize();
+}
+
+TEST_CASE("ring messages sent before the ring is connected wait for the connection") {
+  auto devices = four_cpus();
+  caf::actor_system_config config;
+  caf::actor_system system{with_messages(config)};
+  caf::scoped_actor self{system};
+
+  const std::vector<shape_t> shapes = {{5, 3}, {5}};
+  const std::int32_t R = 3;
+  auto ring = spawn_ring(system, devices, self, R, 7, false);
+  std::vector<std::vector<float>> inputs;
+  for (std::int32_t r = 0; r < R; ++r) {
+    auto grads = make_grads(shapes, 0, r, {device_type::cpu, r});
+    inputs.push_back(flatten(grads));
+    self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, grads});
+  }
+  connect_ring(self, ring);
+  auto results = collect(self, R);
+  REQUIRE(results.size() == static_cast<std::size_t>(R));
+  const auto expected = ring_allreduce_reference(inputs, 7);
+  for (std::int32_t r = 0; r < R; ++r)
+    CHECK(flatten(results.at({0, r})) == expected);
+  finish(self, ring);
+  devices.synchronize();
+}
+
+TEST_CASE("the central averager sums 3 replicas in replica order whatever the arrival order") {
+  auto devices = four_cpus();
+  caf::actor_system_config config;
+  caf::actor_system system{with_messages(config)};
+  caf::scoped_actor self{system};
+
+  const std::vector<shape_t> shapes = {{5, 3}, {5}};
+  const std::int32_t R = 3;
+  auto central = spawn_central(system, devices, self, R);
+  // The same gradients for steps 0 and 1 (from each replica's own device); step 0 arrives
+  // in order 0, 1, 2, step 1 in order 2, 0, 1, and the two steps interleave.
+  std::vector<std::vector<tensor>> grads;
+  std::vector<std::vector<float>> inputs;
+  for (std::int32_t r = 0; r < R; ++r) {
+    grads.push_back(make_grads(shapes, 0, r, {device_type::cpu, r}));
+    inputs.push_back(flatten(grads.back()));
+  }
+  const std::vector<std::pair<std::int64_t, std::int32_t>> order = {{1, 2}, {0, 0}, {1, 0},
+                                                                    {0, 1}, {0, 2}, {1, 1}};
+  for (const auto& [step, r] : order)
+    self->send(central, weight_grads_msg{step, 0, r, grads[static_cast<std::size_t>(r)]});
+  auto results = collect(self, 2);
+  REQUIRE(results.size() == 2);
+  const auto& in_order = results.at({0, -1});
+  const auto& shuffled = results.at({1, -1});
+  REQUIRE(in_order.size() == shapes.size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    CHECK(in_order[i].shape() == shapes[i]);
+    CHECK(in_order[i].device() == device_id{device_type::cpu, 0});
+  }
+  const auto a = flatten(in_order);
+  const auto b = flatten(shuffled);
+  check_against_double(a, inputs);
+  CHECK(a == b);
+  // Exactly (g0 + g1) + g2 in float; and these inputs are ones where the arrival order
+  // (g2 + g0) + g1 would give other bits, so the check above has teeth.
+  bool order_matters = false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    float sum = inputs[0][i];
+    sum += inputs[1][i];
+    sum += inputs[2][i];
+    CHECK(a[i] == sum);
+    float arrival = inputs[2][i];
+    arrival += inputs[0][i];
+    arrival += inputs[1][i];
+    order_matters = order_matters || arrival != sum;
+  }
+  CHECK(order_matters);
+  // The senders' tensors were not written.
+  for (std::int32_t r = 0; r < R; ++r)
+    CHECK(flatten(grads[static_cast<std::size_t>(r)]) == inputs[static_cast<std::size_t>(r)]);
+  finish(self, {central});
+  devices.synchronize();
+}
+
+TEST_CASE("gradients with the wrong number of tensors or shapes are reported to the trainer") {
+  auto devices = four_cpus();
+  caf::actor_system_config config;
+  caf::actor_system system{with_messages(config)};
+  caf::scoped_actor self{system};
+  const std::vector<shape_t> shapes = {{5, 3}, {5}};
+
+  auto expect_failure = [&](const std::string& actor, const std::string& fragment) {
+    self->receive(
+        [&](failure_msg& m) {
+          CHECK(m.actor == actor);
+          INFO(m.what);
+          CHECK(m.what.find(actor) != std::string::npos);
+          CHECK(m.what.find(fragment) != std::string::npos);
+        },
+        [&](weight_grads_msg&) { FAIL("sums sent despite bad gradients"); },
+        caf::after(patience) >> [&] { FAIL("no failure reported"); });
+  };
+
+  SUBCASE("central: a replica sends one tensor for a layer with two parameters") {
+    auto central = spawn_central(system, devices, self, 2);
+    self->send(central, weight_grads_msg{0, 0, 0, make_grads(shapes, 0, 0, {})});
+    self->send(central, weight_grads_msg{0, 0, 1, make_grads({{5, 3}}, 0, 1, {})});
+    expect_failure("avg.layer_0", "1 tensors, expected 2");
+  }
+  SUBCASE("central: a replica sends a transposed weight") {
+    auto central = spawn_central(system, devices, self, 2);
+    self->send(central, weight_grads_msg{0, 0, 1, make_grads(shapes, 0, 1, {})});
+    self->send(central, weight_grads_msg{0, 0, 0, make_grads({{3, 5}, {5}}, 0, 0, {})});
+    expect_failure("avg.layer_0", "gradient 0 has shape (3, 5), expected (5, 3)");
+  }
+  SUBCASE("ring: a later step changes a shape") {
+    auto ring = spawn_ring(system, devices, self, 2, 7);
+    for (std::int32_t r = 0; r < 2; ++r)
+      self->send(ring[static_cast<std::size_t>(r)],
+                 weight_grads_msg{0, 0, r, make_grads(shapes, 0, r, {device_type::cpu, r})});
+    auto results = collect(self, 2);
+    CHECK(results.size() == 2);
+    self->send(ring[1], weight_grads_msg{1, 0, 1, make_grads({{5, 3}, {4}}, 1, 1, {})});
+    expect_failure("r1.avg.layer_0", "gradient 1 has shape (4), expected (5)");
+    finish(self, {ring[0]});
+  }
+  SUBCASE("ring: replicas disagree on the layer's size") {
+    // Neither averager has seen a good message, so only the ring protocol can tell.
+    auto ring = spawn_ring(system, devices, self, 2, 1 << 18);
+    self->send(ring[0], weight_grads_msg{0, 0, 0, make_grads(shapes, 0, 0, {})});
+    self->send(ring[1], weight_grads_msg{0, 0, 1, make_grads({{5, 3}}, 0, 1, {})});
+    // Both notice: each receives a chunk of the wrong size from the other.
+    std::vector<std::string> names;
+    for (int i = 0; i < 2; ++i)
+      self->receive(
+          [&](failure_msg& m) {
+            INFO(m.what);
+            CHECK(m.what.find("do the replicas' gradients have the same size?") !=
+                  std::string::npos);
+            names.push_back(m.actor);
+          },
+          caf::after(patience) >> [&] { FAIL("no failure reported"); });
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"r0.avg.layer_0", "r1.avg.layer_0"});
+  }
+  devices.synchronize();
+}
