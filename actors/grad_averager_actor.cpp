@@ -8,6 +8,9 @@
 // hierarchical or tree reductions.
 #include "actors/grad_averager_actor.hpp"
 
+#include "actors/actor_kinds.hpp"
+#include "actors/failures.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <tuple>
@@ -127,17 +130,7 @@ grad_averager_actor::grad_averager_actor(caf::actor_config& config, grad_average
 }
 
 caf::behavior grad_averager_actor::make_behavior() {
-  set_exception_handler([this](std::exception_ptr& error) -> caf::error {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send(settings_.trainer, failure_msg{settings_.name, what});
-    return caf::make_error(caf::sec::runtime_error, what);
-  });
+  report_failures_to(this, settings_.name, &settings_.trainer);
   // The averagers of a ring hold each other (next), a cycle of strong references that
   // would keep them all in memory after they quit: let go of every handle on exit.
   attach_functor([this] {
@@ -156,9 +149,19 @@ caf::behavior grad_averager_actor::make_behavior() {
           impl_->receive_local(message);
       },
       [this](ring_msg& message) { impl_->receive_ring(message); },
-      // The ring is circular, so the session can only name `next` once every averager of
-      // the layer is spawned.
-      [this](connect_atom, caf::actor next) { impl_->connect(std::move(next)); },
+      // The ring is circular, so `next`, the sink and the trainer come with the wiring,
+      // once every actor is spawned.
+      [this](const wiring_msg& wiring) {
+        settings_.trainer = wiring.trainer;
+        auto sinks = wiring.out("grads");
+        TROUPE_CHECK(sinks.size() == 1, settings_.name << " needs one grads wire out");
+        settings_.sink = sinks[0].peer;
+        if (settings_.method == "ring") {
+          auto ring = wiring.out("ring");
+          TROUPE_CHECK(ring.size() == 1, settings_.name << " needs one ring wire out");
+          impl_->connect(ring[0].peer);
+        }
+      },
       [this](finish_atom) { quit(); },
   };
 }
@@ -457,5 +460,25 @@ void grad_averager_actor::impl::finish_if_done(std::int64_t step_index) {
   self_->send(settings_.sink, weight_grads_msg{step_index, settings_.layer_index, settings_.replica,
                                                std::move(sums)});
 }
+
+}  // namespace troupe
+
+namespace troupe {
+
+TROUPE_REGISTER_ACTOR_KIND(
+    "averager", "sums one layer's gradients over the replicas (method: central | ring)",
+    [](const actor_plan& plan, spawn_context& context) {
+      grad_averager_settings s;
+      s.name = plan.name;
+      auto method = plan.settings.find("method");
+      s.method = method == plan.settings.end() ? context.graph.averaging
+                                               : std::get<std::string>(method->second.value);
+      s.layer_index = plan.layer;
+      s.replica = s.method == "ring" ? plan.replica : -1;
+      s.replicas = static_cast<std::int32_t>(context.graph.replicas);
+      s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
+      s.on = &context.devices.at(plan.device);
+      return context.system.spawn<grad_averager_actor>(std::move(s));
+    });
 
 }  // namespace troupe

@@ -39,6 +39,7 @@ struct grad_averager_settings {
   std::int32_t replicas = 1;          // R
   std::int64_t bucket_elements = 1 << 18;  // ring: floats per bucket
   device* on = nullptr;
+  // From the wiring message (wiring_msg), not set at spawn:
   caf::actor next;                    // ring: the averager of replica (replica + 1) % R
   caf::actor sink;                    // receives weight_grads_msg with the sums
   caf::actor trainer;                 // receives failure_msg

@@ -158,7 +158,7 @@ session_result run_session(const run_config& config, const session_options& opti
     add_message_types(system_config);
     // Bookkeeping only runs on CAF's threads (compute runs on device streams), so a
     // small scheduler that sleeps instead of spinning leaves the cores to the devices.
-    system_config.set("scheduler.max-threads", 2);
+    system_config.set("scheduler.max-threads", std::getenv("TROUPE_CAF_THREADS") ? std::atoi(std::getenv("TROUPE_CAF_THREADS")) : 2);
     system_config.set("scheduler.policy", caf::atom("sharing"));
     caf::actor_system system{system_config};
 

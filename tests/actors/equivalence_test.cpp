@@ -85,6 +85,19 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"gpipe\"\n"},
       {"pipeline 1F1B (P = 2, M = 4)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n"},
+      {"data parallel, central averaging (R = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"central\"\n"},
+      {"data parallel, ring all-reduce (R = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"},
+      {"data parallel, ring all-reduce in small buckets (R = 3, devices shared)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 3\naveraging = \"ring\"\n"
+       "share_devices = true\nbucket_kib = 1\n"},
+      {"hybrid: 2 replicas of a 2-stage 1F1B pipeline (R = 2, P = 2, M = 3)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
+       "pipeline = 2\nmicrobatches = 3\nschedule = \"1f1b\"\naveraging = \"ring\"\n"},
+      {"hybrid with central averaging and GPipe (R = 2, P = 2, M = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
+       "pipeline = 2\nmicrobatches = 2\nschedule = \"gpipe\"\naveraging = \"central\"\n"},
       {"pipeline 1F1B, uneven stages (P = 3 of 5 layers, M = 3)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\"]\npipeline = 3\nmicrobatches = 3\n"
        "schedule = \"1f1b\"\n"},

@@ -93,10 +93,18 @@ void check_against_double(const std::vector<float>& got,
   }
 }
 
-/// Tells each averager of a ring who comes next.
+/// Sends each averager of a ring its wiring: who comes next, and the scoped actor as its
+/// sink and trainer.
 void connect_ring(caf::scoped_actor& self, const std::vector<caf::actor>& ring) {
-  for (std::size_t r = 0; r < ring.size(); ++r)
-    self->send(ring[r], connect_atom::value, ring[(r + 1) % ring.size()]);
+  auto me = caf::actor_cast<caf::actor>(self);
+  for (std::size_t r = 0; r < ring.size(); ++r) {
+    wiring_msg wiring;
+    wiring.trainer = me;
+    wiring.outgoing.push_back(wire_end{"ring", "next", "averager", ring[(r + 1) % ring.size()],
+                                       static_cast<std::int32_t>((r + 1) % ring.size()), 0});
+    wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, 0});
+    self->send(ring[r], std::move(wiring));
+  }
 }
 
 /// The averagers of one layer in a ring, replica r on cpu:r, connected after spawning
