@@ -49,11 +49,14 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
   const auto replicas = static_cast<std::size_t>(settings_.plan.replicas);
   first_layers_.resize(replicas);
   losses_.resize(replicas);
+  replica_devices_.assign(replicas, settings_.on);
   for (const auto& end : wiring.out("activations")) {
     TROUPE_CHECK(end.peer_replica >= 0 && static_cast<std::size_t>(end.peer_replica) < replicas,
                  "data loader: activations wire to " << end.peer_name << " of replica "
                                                      << end.peer_replica);
     first_layers_[static_cast<std::size_t>(end.peer_replica)].connect(end);
+    // Assembled straight into the first layer's device memory: no copy on arrival.
+    device_id::parse(end.peer_device, replica_devices_[static_cast<std::size_t>(end.peer_replica)]);
   }
   for (const auto& end : wiring.out("labels"))
     losses_.at(static_cast<std::size_t>(end.peer_replica)) = end.peer;
@@ -66,7 +69,8 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                                    std::int64_t count, const micro_tag& tag,
                                    std::int64_t global_batch) {
   const auto features = source.features;
-  auto x = tensor::empty({count, features}, dtype::f32, settings_.on);
+  auto r = static_cast<std::size_t>(tag.replica);
+  auto x = tensor::empty({count, features}, dtype::f32, replica_devices_.at(r));
   auto y = tensor::empty({count}, dtype::i32, settings_.on);
   float* xs = x.f32();
   std::int32_t* ys = y.i32();
@@ -75,7 +79,6 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                 static_cast<std::size_t>(features) * sizeof(float));
     ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
   }
-  auto r = static_cast<std::size_t>(tag.replica);
   send(losses_.at(r), labels_msg{tag, std::move(y), global_batch});
   first_layers_.at(r).send(this, activation_msg{tag, std::move(x)});
 }

@@ -47,7 +47,7 @@ struct data_loader_settings {
   bool shuffle = true;
   std::uint64_t seed = 0;
   std::int64_t prefetch = 2;
-  device_id on;                      // where batches are placed
+  device_id on;                      // its own device (batches go to each replica's)
 };
 
 /// The sample indices of epoch `epoch`: a permutation keyed by (seed, epoch), or the
@@ -69,6 +69,7 @@ class data_loader_actor : public caf::event_based_actor {
 
   data_loader_settings settings_;
   std::vector<credit_outbox> first_layers_;  // per replica
+  std::vector<device_id> replica_devices_;   // where each replica's batches are placed
   std::vector<caf::actor> losses_;           // per replica
   caf::actor trainer_;
   std::int64_t next_step_ = 0;

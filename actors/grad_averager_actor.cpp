@@ -43,6 +43,19 @@ std::int32_t modulo(std::int64_t a, std::int32_t m) {
   return static_cast<std::int32_t>(((a % m) + m) % m);
 }
 
+/// True if the tensors lie back to back, in order, in one storage.
+bool contiguous(const std::vector<tensor>& ts) {
+  if (ts.empty())
+    return false;
+  const char* expected = static_cast<const char*>(ts.front().raw());
+  for (const auto& t : ts) {
+    if (!t.shares_storage_with(ts.front()) || static_cast<const char*>(t.raw()) != expected)
+      return false;
+    expected += t.bytes();
+  }
+  return true;
+}
+
 /// A central averager's state of one step.
 struct central_step {
   std::vector<std::vector<tensor>> grads;  // by replica, on our device; dropped once summed
@@ -229,24 +242,25 @@ void grad_averager_actor::impl::receive_central(weight_grads_msg& message) {
   while (step.summed < settings_.replicas && step.arrived[static_cast<std::size_t>(step.summed)]) {
     auto& add = step.grads[static_cast<std::size_t>(step.summed)];
     for (const auto& g : add) work.wait_for(g.ready());
-    const bool first = step.summed == 0;
-    if (first)
-      for (const auto& g : add) step.sums.push_back(tensor::empty(g.shape(), dtype::f32, id));
-    done = work.submit([copy = copy_, axpy = axpy_, context = settings_.on->context(),
-                        sums = step.sums, add = std::move(add), first] {
-      for (std::size_t i = 0; i < sums.size(); ++i) {
-        if (first)
-          copy(context, static_cast<std::int64_t>(add[i].bytes()), add[i].raw(), sums[i].raw());
-        else
-          axpy(context, add[i].numel(), 1.0f, add[i].f32(), sums[i].f32());
-      }
+    (void)id;
+    if (step.summed == 0) {
+      // Handed over (see weight_grads_msg) or copied here on arrival: ours to sum into.
+      step.sums = std::move(add);
+      ++step.summed;
+      continue;
+    }
+    done = work.submit([axpy = axpy_, context = settings_.on->context(), sums = step.sums,
+                        add = std::move(add)] {
+      for (std::size_t i = 0; i < sums.size(); ++i)
+        axpy(context, add[i].numel(), 1.0f, add[i].f32(), sums[i].f32());
     });
     submitted = true;
     ++step.summed;
   }
-  if (!submitted || step.summed < settings_.replicas) return;
+  if (step.summed < settings_.replicas) return;
   auto sums = std::move(step.sums);
-  for (auto& s : sums) s.set_ready(done);
+  if (submitted)
+    for (auto& s : sums) s.set_ready(done);
   const auto step_index = message.step;
   central_.erase(step_index);
   self_->send(settings_.sink,
@@ -273,18 +287,24 @@ void grad_averager_actor::impl::receive_local(weight_grads_msg& message) {
   // With one replica there is nothing to exchange: every bucket is complete at once.
   step.buckets_left = settings_.replicas > 1 ? buckets : 0;
 
-  // Flatten: concatenate the parameters' gradients in order into our own buffer.
+  // Flatten: the layer hands its gradients over as views of one buffer (see
+  // weight_grads_msg), which we then reduce in place; anything else is copied into a
+  // buffer of our own first.
   auto& work = settings_.on->work();
   for (const auto& g : grads) work.wait_for(g.ready());
-  step.flat = tensor::empty({n}, dtype::f32, settings_.on->id());
-  work.submit([copy = copy_, context = settings_.on->context(), flat = step.flat,
-               grads = std::move(grads)] {
-    std::int64_t offset = 0;
-    for (const auto& g : grads) {
-      copy(context, static_cast<std::int64_t>(g.bytes()), g.raw(), flat.f32() + offset);
-      offset += g.numel();
-    }
-  });
+  if (contiguous(grads)) {
+    step.flat = grads.front().view(0, {n});
+  } else {
+    step.flat = tensor::empty({n}, dtype::f32, settings_.on->id());
+    work.submit([copy = copy_, context = settings_.on->context(), flat = step.flat,
+                 grads = std::move(grads)] {
+      std::int64_t offset = 0;
+      for (const auto& g : grads) {
+        copy(context, static_cast<std::int64_t>(g.bytes()), g.raw(), flat.f32() + offset);
+        offset += g.numel();
+      }
+    });
+  }
 
   const auto step_index = message.step;
   if (settings_.replicas > 1) {
@@ -444,18 +464,15 @@ void grad_averager_actor::impl::finish_if_done(std::int64_t step_index) {
   if (it == ring_.end() || it->second.buckets_left > 0) return;
   auto step = std::move(it->second);
   ring_.erase(it);
-  // Unflatten into one tensor per parameter, shaped like the local gradients.
+  // Unflatten: one view per parameter, shaped like the local gradients, ready once
+  // everything this step submitted has run.
   std::vector<tensor> sums;
-  for (const auto& shape : step.shapes)
-    sums.push_back(tensor::empty(shape, dtype::f32, settings_.on->id()));
-  auto done = settings_.on->work().submit(
-      [copy = copy_, context = settings_.on->context(), flat = step.flat, sums] {
-        std::int64_t offset = 0;
-        for (const auto& s : sums) {
-          copy(context, static_cast<std::int64_t>(s.bytes()), flat.f32() + offset, s.raw());
-          offset += s.numel();
-        }
-      });
+  std::int64_t offset = 0;
+  for (const auto& shape : step.shapes) {
+    sums.push_back(step.flat.view(offset, shape));
+    offset += element_count(shape);
+  }
+  auto done = settings_.on->work().last();
   for (auto& s : sums) s.set_ready(done);
   self_->send(settings_.sink, weight_grads_msg{step_index, settings_.layer_index, settings_.replica,
                                                std::move(sums)});

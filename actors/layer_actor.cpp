@@ -117,9 +117,17 @@ void layer_actor::backward(gradient_msg& message) {
   auto& device = *settings_->on;
   auto dy = arrive(message.dx, device);
   if (has_params_ && grads_step_ != tag.step) {
-    grads_.clear();
+    // One buffer, one view per parameter (see weight_grads_msg).
+    std::int64_t total = 0;
     for (const auto& p : entry.params)
-      grads_.push_back(tensor::empty(p.shape(), dtype::f32, device.id()));
+      total += p.numel();
+    auto flat = tensor::empty({total}, dtype::f32, device.id());
+    grads_.clear();
+    std::int64_t offset = 0;
+    for (const auto& p : entry.params) {
+      grads_.push_back(flat.view(offset, p.shape()));
+      offset += p.numel();
+    }
     grads_step_ = tag.step;
     backwards_done_ = 0;
   }

@@ -126,7 +126,10 @@ wiring_msg wiring_of(const actor_plan& a, const topology& graph,
   for (const auto& wire : graph.wires) {
     auto end_at = [&](const std::string& peer) {
       const auto* p = graph.find(peer);
-      return wire_end{wire.kind, peer, p->kind, spawned.at(peer), p->replica, wire.capacity};
+      return wire_end{wire.kind,        peer,
+                      p->kind,          spawned.at(peer),
+                      p->replica,       p->device.to_string(),
+                      wire.capacity};
     };
     if (wire.from == a.name)
       w.outgoing.push_back(end_at(wire.to));

@@ -60,7 +60,10 @@ struct labels_msg {
   std::int64_t global_batch = 0;
 };
 
-/// A layer's weight gradients for one step (summed over its micro-batches).
+/// A layer's weight gradients for one step (summed over its micro-batches). The sender
+/// hands them over: it keeps no reference and never reads or writes them again, so the
+/// receiver may sum into them in place. A layer sends them as views of one buffer, in
+/// parameter order, so an averager can all-reduce them without flattening.
 struct weight_grads_msg {
   std::int64_t step = 0;
   std::int32_t layer = 0;
@@ -104,6 +107,7 @@ struct wire_end {
   std::string peer_kind;     // "data_loader" | "layer" | "loss" | "averager" | "optimizer" | ...
   caf::actor peer;
   std::int32_t peer_replica = -1;
+  std::string peer_device;   // "cpu:1"
   std::int64_t capacity = 0;
 };
 
@@ -165,7 +169,7 @@ typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_end& x) {
-  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica,
+  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica, x.peer_device,
            x.capacity);
 }
 template <class Inspector>

@@ -163,6 +163,19 @@ std::vector<std::int32_t> tensor::to_int_vector() const {
   return std::vector<std::int32_t>(p, p + numel());
 }
 
+tensor tensor::view(std::int64_t element_offset, shape_t shape) const {
+  TROUPE_CHECK(storage_ != nullptr, "view of an undefined tensor");
+  auto begin = offset_ + static_cast<std::size_t>(element_offset) * size_of(type_);
+  auto length = static_cast<std::size_t>(element_count(shape)) * size_of(type_);
+  TROUPE_CHECK(element_offset >= 0 && begin + length <= storage_->bytes(),
+               "view of " << shape_to_string(shape) << " at element " << element_offset
+                          << " runs past a storage of " << storage_->bytes() << " bytes");
+  tensor t = *this;
+  t.offset_ = begin;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
 tensor tensor::reshaped(shape_t shape) const {
   TROUPE_CHECK(element_count(shape) == numel(), "cannot reshape " << shape_to_string(shape_)
                                                                   << " to "

@@ -77,7 +77,17 @@ class tensor {
   /// Raw data; checks the dtype. Writing is for the job that produces the tensor only.
   float* f32() const;
   std::int32_t* i32() const;
-  void* raw() const { return storage_ ? storage_->data() : nullptr; }
+  void* raw() const {
+    return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr;
+  }
+
+  /// A tensor of `shape` over this one's storage, starting `element_offset` elements in:
+  /// no copy. The view must lie inside the storage.
+  tensor view(std::int64_t element_offset, shape_t shape) const;
+  /// True if both views share one storage (one allocation).
+  bool shares_storage_with(const tensor& other) const {
+    return storage_ != nullptr && storage_ == other.storage_;
+  }
 
   /// The event at which the data is written.
   const event& ready() const { return ready_; }
@@ -102,6 +112,7 @@ class tensor {
   shape_t shape_;
   dtype type_ = dtype::f32;
   std::shared_ptr<storage> storage_;
+  std::size_t offset_ = 0;  // bytes into the storage (views)
   event ready_;
 };
 
