@@ -4,6 +4,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "actors/actor_kinds.hpp"
+#include "actors/failures.hpp"
 #include "runtime/random.hpp"
 
 namespace troupe {
@@ -26,7 +28,12 @@ data_loader_actor::data_loader_actor(caf::actor_config& config, data_loader_sett
     : caf::event_based_actor(config), settings_(std::move(settings)) {}
 
 caf::behavior data_loader_actor::make_behavior() {
+  report_failures_to(this, "data_loader", &trainer_);
   return {
+      [this](const wiring_msg& wiring) { connect(wiring); },
+      [this](const release_msg& release) {
+        first_layers_.at(static_cast<std::size_t>(release.tag.replica)).release(this);
+      },
       [this](start_atom) {
         for (std::int64_t i = 0; i < settings_.prefetch; ++i)
           if (!send_next())
@@ -35,6 +42,24 @@ caf::behavior data_loader_actor::make_behavior() {
       [this](credit_atom) { send_next(); },
       [this](finish_atom) { quit(); },
   };
+}
+
+void data_loader_actor::connect(const wiring_msg& wiring) {
+  trainer_ = wiring.trainer;
+  const auto replicas = static_cast<std::size_t>(settings_.plan.replicas);
+  first_layers_.resize(replicas);
+  losses_.resize(replicas);
+  for (const auto& end : wiring.out("activations")) {
+    TROUPE_CHECK(end.peer_replica >= 0 && static_cast<std::size_t>(end.peer_replica) < replicas,
+                 "data loader: activations wire to " << end.peer_name << " of replica "
+                                                     << end.peer_replica);
+    first_layers_[static_cast<std::size_t>(end.peer_replica)].connect(end);
+  }
+  for (const auto& end : wiring.out("labels"))
+    losses_.at(static_cast<std::size_t>(end.peer_replica)) = end.peer;
+  for (std::size_t r = 0; r < replicas; ++r)
+    TROUPE_CHECK(first_layers_[r].connected() && losses_[r],
+                 "data loader: replica " << r << " lacks a first layer or a loss");
 }
 
 void data_loader_actor::send_batch(const dataset& source, const std::int64_t* rows,
@@ -51,8 +76,8 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
     ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
   }
   auto r = static_cast<std::size_t>(tag.replica);
-  send(settings_.first_layers.at(r), activation_msg{tag, std::move(x)});
-  send(settings_.losses.at(r), labels_msg{tag, std::move(y), global_batch});
+  send(losses_.at(r), labels_msg{tag, std::move(y), global_batch});
+  first_layers_.at(r).send(this, activation_msg{tag, std::move(x)});
 }
 
 bool data_loader_actor::send_next() {
@@ -101,5 +126,21 @@ bool data_loader_actor::send_next() {
     next_eval_ = 0;
   return true;
 }
+
+}  // namespace troupe
+
+namespace troupe {
+
+TROUPE_REGISTER_ACTOR_KIND("data_loader", "turns the data set into tagged micro-batches ([data])",
+                           [](const actor_plan& plan, spawn_context& context) {
+                             data_loader_settings s;
+                             s.data = context.data;
+                             s.plan = context.plan;
+                             s.shuffle = context.config.data.shuffle;
+                             s.seed = context.config.run.seed;
+                             s.prefetch = context.config.data.prefetch;
+                             s.on = plan.device;
+                             return context.system.spawn<data_loader_actor>(std::move(s));
+                           });
 
 }  // namespace troupe

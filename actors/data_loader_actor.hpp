@@ -4,10 +4,11 @@
 // split into R replicas x M micro-batches of B / (R M) samples, sent to each replica's
 // first layer with the labels to its loss), and after each epoch the evaluation batches
 // of the test set (replica 0, forward only). Shuffling is a permutation per epoch keyed
-// by (seed, epoch), so every wiring sees the same samples in the same steps. The loader
-// holds `prefetch` credits: it prepares and sends an item only while it has one, and the
-// trainer returns a credit when an item has been fully computed, so the next batches are
-// ready while the current one trains and memory stays bounded.
+// by (seed, epoch), so every wiring sees the same samples in the same steps. Two bounds:
+// the loader prepares an item only while it holds one of `prefetch` item credits (the
+// trainer returns one when an item has been fully computed), so the next batches are
+// ready while the current one trains; and each replica's activations wire has its own
+// credits (credit_outbox.hpp), returned by the first layer when it releases a micro-batch.
 #pragma once
 
 #include <caf/all.hpp>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/credit_outbox.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/device.hpp"
 #include "runtime/messages.hpp"
@@ -46,8 +48,6 @@ struct data_loader_settings {
   std::uint64_t seed = 0;
   std::int64_t prefetch = 2;
   device_id on;                      // where batches are placed
-  std::vector<caf::actor> first_layers;  // per replica
-  std::vector<caf::actor> losses;        // per replica
 };
 
 /// The sample indices of epoch `epoch`: a permutation keyed by (seed, epoch), or the
@@ -63,10 +63,14 @@ class data_loader_actor : public caf::event_based_actor {
  private:
   /// Sends the next item; false when there is none left.
   bool send_next();
+  void connect(const wiring_msg& wiring);
   void send_batch(const dataset& source, const std::int64_t* rows, std::int64_t count,
                   const micro_tag& tag, std::int64_t global_batch);
 
   data_loader_settings settings_;
+  std::vector<credit_outbox> first_layers_;  // per replica
+  std::vector<caf::actor> losses_;           // per replica
+  caf::actor trainer_;
   std::int64_t next_step_ = 0;
   std::int64_t next_eval_ = -1;        // >= 0 while an evaluation is being sent
   std::int64_t eval_counter_ = 0;      // eval batches sent so far (their tag.step)

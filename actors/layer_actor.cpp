@@ -1,7 +1,12 @@
-// layer_actor.cpp: forward, backward and parameter versions of one layer.
+// layer_actor.cpp: forward, backward, parameter versions and credits of one layer.
 #include "actors/layer_actor.hpp"
 
+#include <limits>
 #include <stdexcept>
+
+#include "actors/actor_kinds.hpp"
+#include "actors/failures.hpp"
+#include "runtime/transfer.hpp"
 
 namespace troupe {
 
@@ -22,18 +27,9 @@ std::string layer_actor::describe(const char* pass, const micro_tag& tag) const 
 }
 
 caf::behavior layer_actor::make_behavior() {
-  set_exception_handler([this](std::exception_ptr& error) -> caf::error {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send(settings_->trainer, failure_msg{settings_->name, what});
-    return caf::make_error(caf::sec::runtime_error, what);
-  });
+  report_failures_to(this, settings_->name, &trainer_);
   return {
+      [this](const wiring_msg& wiring) { connect(wiring); },
       [this](activation_msg& message) {
         if (message.tag.version > version_) {
           waiting_.push_back(std::move(message));
@@ -41,14 +37,35 @@ caf::behavior layer_actor::make_behavior() {
         }
         forward(message);
       },
-      [this](gradient_msg& message) { backward(message); },
+      [this](gradient_msg& message) {
+        next_.release(this);
+        backward(message);
+      },
+      [this](release_msg&) { next_.release(this); },
       [this](params_msg& message) { install(message); },
       [this](finish_atom) { quit(); },
   };
 }
 
+void layer_actor::connect(const wiring_msg& wiring) {
+  trainer_ = wiring.trainer;
+  auto out = wiring.out("activations");
+  auto in = wiring.in("activations");
+  TROUPE_CHECK(out.size() == 1 && in.size() == 1,
+               settings_->name << " needs one activations wire in and one out");
+  next_.connect(out[0]);
+  previous_ = in[0].peer;
+  // Layers (and custom actors between layers) need dx; the data loader only the credit.
+  previous_wants_dx_ = in[0].peer_kind != "data_loader";
+  auto grads = wiring.out("grads");
+  TROUPE_CHECK(grads.size() == (has_params_ ? 1u : 0u),
+               settings_->name << " needs " << (has_params_ ? "one grads wire" : "no grads wire"));
+  if (has_params_)
+    grad_sink_ = grads[0].peer;
+}
+
 void layer_actor::install(params_msg& message) {
-  params_ = std::move(message.params);
+  params_ = arrive(message.params, *settings_->on);
   version_ = message.version;
   while (!waiting_.empty() && waiting_.front().tag.version <= version_) {
     auto next = std::move(waiting_.front());
@@ -64,17 +81,16 @@ void layer_actor::forward(activation_msg& message) {
                            std::to_string(tag.version) + " but holds " +
                            std::to_string(version_));
   auto& device = *settings_->on;
-  auto& work = device.work();
-  work.wait_for(message.x.ready());
-
-  shape_t y_shape{message.x.dim(0)};
+  auto x = arrive(message.x, device);
+  shape_t y_shape{x.dim(0)};
   y_shape.insert(y_shape.end(), output_shape_.begin(), output_shape_.end());
   tensor y = tensor::empty(std::move(y_shape), dtype::f32, device.id());
   auto saved = std::make_shared<std::vector<tensor>>();
-  layer_context context{device.id(), device.context(), tag.stage == phase::train};
+  const bool training = tag.stage == phase::train;
+  layer_context context{device.id(), device.context(), training};
 
-  auto done = work.submit([math = settings_->math.get(), context, params = params_,
-                           x = message.x, y, saved, what = describe("forward", tag)]() mutable {
+  auto done = device.work().submit([math = settings_->math.get(), context, params = params_, x, y,
+                                    saved, what = describe("forward", tag)]() mutable {
     try {
       math->forward(context, params, x, y, *saved);
     } catch (const std::exception& e) {
@@ -82,10 +98,12 @@ void layer_actor::forward(activation_msg& message) {
     }
   });
   y.set_ready(done);
-  if (tag.stage == phase::train)
+  if (training)
     stash_.emplace(stash_key{tag.step, tag.microbatch},
-                   stash_entry{std::move(saved), params_, message.x.shape()});
-  send(settings_->next, activation_msg{tag, std::move(y)});
+                   stash_entry{std::move(saved), params_, x.shape()});
+  else
+    send<caf::message_priority::high>(previous_, release_msg{tag});
+  next_.send(this, activation_msg{tag, std::move(y)});
 }
 
 void layer_actor::backward(gradient_msg& message) {
@@ -97,9 +115,7 @@ void layer_actor::backward(gradient_msg& message) {
   stash_.erase(it);
 
   auto& device = *settings_->on;
-  auto& work = device.work();
-  work.wait_for(message.dx.ready());
-
+  auto dy = arrive(message.dx, device);
   if (has_params_ && grads_step_ != tag.step) {
     grads_.clear();
     for (const auto& p : entry.params)
@@ -108,15 +124,14 @@ void layer_actor::backward(gradient_msg& message) {
     backwards_done_ = 0;
   }
   bool accumulate = backwards_done_ > 0;
-  bool need_dx = static_cast<bool>(settings_->previous);
   tensor dx;
-  if (need_dx)
+  if (previous_wants_dx_)
     dx = tensor::empty(entry.input_shape, dtype::f32, device.id());
   layer_context context{device.id(), device.context(), true};
 
-  auto done = work.submit([math = settings_->math.get(), context, entry, dy = message.dx, dx,
-                           grads = grads_, accumulate, need_dx,
-                           what = describe("backward", tag)]() mutable {
+  auto done = device.work().submit([math = settings_->math.get(), context, entry, dy, dx,
+                                    grads = grads_, accumulate, need_dx = previous_wants_dx_,
+                                    what = describe("backward", tag)]() mutable {
     try {
       math->backward(context, entry.params, *entry.saved, dy, need_dx ? &dx : nullptr, grads,
                      accumulate);
@@ -124,20 +139,40 @@ void layer_actor::backward(gradient_msg& message) {
       throw std::runtime_error(what + ": " + e.what());
     }
   });
-  if (need_dx) {
+  // Gradients go back at high priority: with 1F1B credits this makes backward first.
+  if (previous_wants_dx_) {
     dx.set_ready(done);
-    send(settings_->previous, gradient_msg{tag, std::move(dx)});
+    send<caf::message_priority::high>(previous_, gradient_msg{tag, std::move(dx)});
+  } else {
+    send<caf::message_priority::high>(previous_, release_msg{tag});
   }
   if (!has_params_)
     return;
   if (++backwards_done_ == settings_->microbatches) {
     for (auto& g : grads_)
       g.set_ready(done);
-    send(settings_->grad_sink,
+    send(grad_sink_,
          weight_grads_msg{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)});
     grads_.clear();
     grads_step_ = -1;
   }
 }
+
+}  // namespace troupe
+
+namespace troupe {
+
+TROUPE_REGISTER_ACTOR_KIND("layer", "one model layer of one replica (settings: the layer's)",
+                           [](const actor_plan& plan, spawn_context& context) {
+                             auto s = std::make_shared<layer_actor_settings>();
+                             s->name = plan.name;
+                             s->layer_index = plan.layer;
+                             s->replica = plan.replica;
+                             s->microbatches = static_cast<std::int32_t>(context.plan.microbatches);
+                             s->input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
+                             s->on = &context.devices.at(plan.device);
+                             s->math = create_layer(plan.math);
+                             return context.system.spawn<layer_actor>(std::move(s));
+                           });
 
 }  // namespace troupe

@@ -1,12 +1,15 @@
 // layer_actor.hpp: the actor that runs one layer of one replica on one device.
 //
 // It receives activations (forward) and gradients (backward) tagged with step and
-// micro-batch, submits the layer's math to its device's stream and sends the results on
-// at once, without waiting for them to be computed (the results carry ready events).
-// Per micro-batch it keeps what forward saved until that micro-batch's backward; per step
-// it accumulates weight gradients over the micro-batches and, when the last one is done,
-// sends them to its gradient sink (optimizer or averager). A forward of step k runs only
-// with parameter version k; earlier arrivals wait in order.
+// micro-batch, copies them to its device if they come from another one, submits the
+// layer's math to its device's stream and sends the results on at once, without waiting
+// for them to be computed (the results carry ready events). Per micro-batch it keeps what
+// forward saved until that micro-batch's backward; per step it accumulates weight
+// gradients over the micro-batches and, when the last one is done, sends them on its
+// grads wire (to an averager or the optimizer). A forward of step k runs only with
+// parameter version k; earlier arrivals wait in order. Its outgoing activations wire has
+// a capacity in credits (credit_outbox.hpp); it returns the credit of its incoming wire
+// with the gradient it sends back, or with a release_msg when it sends none.
 //
 // It does not own parameters (the optimizer does) and knows nothing of data or loss.
 #pragma once
@@ -18,6 +21,7 @@
 #include <memory>
 #include <tuple>
 
+#include "actors/credit_outbox.hpp"
 #include "runtime/device.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/messages.hpp"
@@ -25,17 +29,13 @@
 namespace troupe {
 
 struct layer_actor_settings {
-  std::string name;               // e.g. "layer_2" or "r0.layer_2"
+  std::string name;               // e.g. "layer_2" or "r1.layer_2"
   std::int32_t layer_index = 0;   // position in the model
   std::int32_t replica = 0;
   std::int32_t microbatches = 1;  // M: backward passes per step before grads go out
   shape_t input_shape;            // per sample
   device* on = nullptr;           // the device it runs on (outlives the actor)
   std::unique_ptr<layer> math;
-  caf::actor next;                // receives activations; the loss after the last layer
-  caf::actor previous;            // receives gradients; none for the first layer
-  caf::actor grad_sink;           // receives weight gradients; none for parameterless layers
-  caf::actor trainer;             // receives failure reports
 };
 
 class layer_actor : public caf::event_based_actor {
@@ -53,6 +53,7 @@ class layer_actor : public caf::event_based_actor {
     shape_t input_shape;                         // (b, input...)
   };
 
+  void connect(const wiring_msg& wiring);
   void forward(activation_msg& message);
   void backward(gradient_msg& message);
   void install(params_msg& message);
@@ -61,6 +62,13 @@ class layer_actor : public caf::event_based_actor {
   std::shared_ptr<layer_actor_settings> settings_;
   shape_t output_shape_;
   bool has_params_ = false;
+  // Wires.
+  credit_outbox next_;          // activations out
+  caf::actor previous_;         // where activations come from; gradients / releases go back
+  bool previous_wants_dx_ = false;  // false for the data loader
+  caf::actor grad_sink_;
+  caf::actor trainer_;
+  // State.
   std::vector<tensor> params_;
   std::int64_t version_ = -1;
   std::deque<activation_msg> waiting_;  // forwards that arrived before their version

@@ -1,7 +1,12 @@
 // loss_actor.cpp: pairing logits with labels, the loss job and its report.
 #include "actors/loss_actor.hpp"
 
+#include <algorithm>
+
+#include "actors/actor_kinds.hpp"
+#include "actors/failures.hpp"
 #include "runtime/error.hpp"
+#include "runtime/transfer.hpp"
 
 namespace troupe {
 
@@ -13,7 +18,14 @@ loss_actor::loss_actor(caf::actor_config& config, loss_actor_settings settings)
 }
 
 caf::behavior loss_actor::make_behavior() {
+  report_failures_to(this, settings_.name, &trainer_);
   return {
+      [this](const wiring_msg& wiring) {
+        trainer_ = wiring.trainer;
+        auto in = wiring.in("activations");
+        TROUPE_CHECK(in.size() == 1, settings_.name << " needs one activations wire in");
+        last_layer_ = in[0].peer;
+      },
       [this](activation_msg& message) {
         auto k = key_of(message.tag);
         auto it = labels_.find(k);
@@ -38,15 +50,15 @@ caf::behavior loss_actor::make_behavior() {
   };
 }
 
-void loss_actor::compute(const micro_tag& tag, const tensor& logits, const labels_msg& labels) {
+void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
+                         const labels_msg& labels) {
   auto& device = *settings_.on;
   auto& work = device.work();
-  work.wait_for(logits.ready());
-  work.wait_for(labels.labels.ready());
+  auto logits = arrive(arrived_logits, device);
+  auto y = arrive(labels.labels, device);
   const auto rows = logits.dim(0);
-  TROUPE_CHECK(labels.labels.numel() == rows, settings_.name << ": " << rows << " logits rows but "
-                                                              << labels.labels.numel()
-                                                              << " labels");
+  TROUPE_CHECK(y.numel() == rows,
+               settings_.name << ": " << rows << " logits rows but " << y.numel() << " labels");
   TROUPE_CHECK(logits.dim(1) == settings_.classes,
                settings_.name << ": logits have " << logits.dim(1) << " classes, expected "
                               << settings_.classes);
@@ -61,8 +73,8 @@ void loss_actor::compute(const micro_tag& tag, const tensor& logits, const label
   // The job captures everything by value: it may run after this actor has quit.
   auto done = work.submit([xent = softmax_xent_, accuracy = accuracy_,
                            context = device.context(), classes = static_cast<int>(settings_.classes),
-                           tag, logits, y = labels.labels, dlogits, loss_sum, correct, scale,
-                           rows, training, trainer = settings_.trainer] {
+                           tag, logits, y, dlogits, loss_sum, correct, scale, rows, training,
+                           trainer = trainer_] {
     const int n = static_cast<int>(rows);
     xent(context, n, classes, logits.f32(), y.i32(), scale, loss_sum.f32(),
          training ? dlogits.f32() : nullptr);
@@ -71,10 +83,45 @@ void loss_actor::compute(const micro_tag& tag, const tensor& logits, const label
     caf::anon_send(trainer, loss_report_msg{tag, static_cast<double>(*loss_sum.f32()),
                                             static_cast<std::int64_t>(*correct.i32()), rows});
   });
-  if (!training)
+  if (!training) {
+    send<caf::message_priority::high>(last_layer_, release_msg{tag});
     return;
+  }
   dlogits.set_ready(done);
-  send(settings_.last_layer, gradient_msg{tag, std::move(dlogits)});
+  send_back(gradient_msg{tag, std::move(dlogits)});
 }
+
+void loss_actor::send_back(gradient_msg message) {
+  if (!settings_.flush || settings_.microbatches == 1) {
+    send<caf::message_priority::high>(last_layer_, std::move(message));
+    return;
+  }
+  const auto step = message.tag.step;
+  auto& held = held_[step];
+  held.push_back(std::move(message));
+  if (static_cast<std::int32_t>(held.size()) < settings_.microbatches)
+    return;
+  std::sort(held.begin(), held.end(), [](const gradient_msg& a, const gradient_msg& b) {
+    return a.tag.microbatch < b.tag.microbatch;
+  });
+  for (auto& m : held)
+    send<caf::message_priority::high>(last_layer_, std::move(m));
+  held_.erase(step);
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+TROUPE_REGISTER_ACTOR_KIND("loss", "softmax cross-entropy after a replica's last layer",
+                           [](const actor_plan& plan, spawn_context& context) {
+                             loss_actor_settings s;
+                             s.name = plan.name;
+                             s.classes = context.data->train.classes;
+                             s.microbatches = static_cast<std::int32_t>(context.plan.microbatches);
+                             s.flush = context.graph.schedule == "gpipe";
+                             s.on = &context.devices.at(plan.device);
+                             return context.system.spawn<loss_actor>(std::move(s));
+                           });
 
 }  // namespace troupe

@@ -1,10 +1,12 @@
-// loss_actor.hpp: softmax cross-entropy at the end of the model.
+// loss_actor.hpp: softmax cross-entropy at the end of one replica's model.
 //
 // It pairs the logits of a micro-batch (from the last layer) with its labels (from the
 // data loader), in whichever order they arrive, computes loss and accuracy on its device
 // and, for training micro-batches, sends dlogits (scaled by 1 / global batch) back to the
-// last layer at once. When the loss job has run, it reports loss and accuracy to the
-// trainer. It keeps no state across micro-batches beyond unpaired halves.
+// last layer, which also returns that wire's credit. With `flush` (GPipe) it holds the
+// dlogits of a step until all M micro-batches of the step have their loss, then sends
+// them in micro-batch order: all forwards, then all backwards. When a loss job has run it
+// reports loss and accuracy to the trainer.
 #pragma once
 
 #include <caf/all.hpp>
@@ -22,9 +24,9 @@ namespace troupe {
 struct loss_actor_settings {
   std::string name = "loss";
   std::int64_t classes = 10;
+  std::int32_t microbatches = 1;  // M
+  bool flush = false;             // GPipe: backward only after all M forwards of a step
   device* on = nullptr;
-  caf::actor last_layer;  // receives dlogits
-  caf::actor trainer;     // receives loss reports and failures
 };
 
 class loss_actor : public caf::event_based_actor {
@@ -39,12 +41,16 @@ class loss_actor : public caf::event_based_actor {
   }
 
   void compute(const micro_tag& tag, const tensor& logits, const labels_msg& labels);
+  void send_back(gradient_msg message);
 
   loss_actor_settings settings_;
   kernels::ops::softmax_xent::function softmax_xent_;
   kernels::ops::accuracy::function accuracy_;
+  caf::actor last_layer_;
+  caf::actor trainer_;
   std::map<key, tensor> logits_;      // logits waiting for labels
   std::map<key, labels_msg> labels_;  // labels waiting for logits
+  std::map<std::int64_t, std::vector<gradient_msg>> held_;  // flush: per step
 };
 
 }  // namespace troupe

@@ -1,6 +1,12 @@
 // optimizer_actor.cpp: parameter init, gradient gathering and the update job.
 #include "actors/optimizer_actor.hpp"
 
+#include <algorithm>
+
+#include "actors/actor_kinds.hpp"
+#include "actors/failures.hpp"
+#include "runtime/transfer.hpp"
+
 namespace troupe {
 
 optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
@@ -25,18 +31,16 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
 }
 
 caf::behavior optimizer_actor::make_behavior() {
-  set_exception_handler([this](std::exception_ptr& error) -> caf::error {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send(settings_.trainer, failure_msg{settings_.name, what});
-    return caf::make_error(caf::sec::runtime_error, what);
-  });
+  report_failures_to(this, settings_.name, &trainer_);
   return {
+      [this](const wiring_msg& wiring) {
+        trainer_ = wiring.trainer;
+        for (const auto& end : wiring.out("params"))
+          subscribers_.push_back(end.peer);
+        grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
+        TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
+                     settings_.name << " needs grads wires in and params wires out");
+      },
       [this](start_atom) { publish(); },
       [this](weight_grads_msg& message) { receive_grads(message); },
       // The current parameters (tests and checkpoints); the caller waits for readiness.
@@ -46,7 +50,7 @@ caf::behavior optimizer_actor::make_behavior() {
 }
 
 void optimizer_actor::publish() {
-  for (const auto& subscriber : settings_.subscribers)
+  for (const auto& subscriber : subscribers_)
     send(subscriber, params_msg{version_, settings_.layer_index, params_});
 }
 
@@ -58,8 +62,7 @@ void optimizer_actor::receive_grads(weight_grads_msg& message) {
                settings_.name << " got " << message.grads.size() << " gradients for "
                               << params_.size() << " parameters");
   auto& work = settings_.on->work();
-  for (const auto& g : message.grads)
-    work.wait_for(g.ready());
+  message.grads = arrive(message.grads, *settings_.on);
   if (grads_received_ == 0) {
     grad_sum_ = std::move(message.grads);
   } else {
@@ -80,7 +83,7 @@ void optimizer_actor::receive_grads(weight_grads_msg& message) {
         axpy(context, sum[i].numel(), 1.0f, add[i].f32(), sum[i].f32());
     });
   }
-  if (++grads_received_ < settings_.replicas)
+  if (++grads_received_ < grads_expected_)
     return;
   grads_received_ = 0;
   update(message.step);
@@ -129,5 +132,27 @@ void optimizer_actor::update(std::int64_t step) {
   params_ = std::move(next);
   version_ = step + 1;
 }
+
+}  // namespace troupe
+
+namespace troupe {
+
+TROUPE_REGISTER_ACTOR_KIND(
+    "optimizer", "owns one layer's parameters and optimizer state ([optimizer])",
+    [](const actor_plan& plan, spawn_context& context) {
+      optimizer_actor_settings s;
+      s.name = plan.name;
+      s.layer_index = plan.layer;
+      const auto& model_layer = *std::find_if(
+          context.graph.actors.begin(), context.graph.actors.end(),
+          [&](const actor_plan& a) { return a.kind == "layer" && a.layer == plan.layer; });
+      s.params = create_layer(model_layer.math)
+                     ->parameters(context.graph.shapes.at(static_cast<std::size_t>(plan.layer)));
+      s.optimizer = context.config.optimizer;
+      s.schedule = context.schedule;
+      s.seed = context.config.run.seed;
+      s.on = &context.devices.at(plan.device);
+      return context.system.spawn<optimizer_actor>(std::move(s));
+    });
 
 }  // namespace troupe

@@ -1,11 +1,13 @@
 // optimizer_actor.hpp: owns one layer's parameters and optimizer state.
 //
 // At start it initialises the parameters from the seed (keyed by layer and parameter
-// index, so every wiring starts from the same numbers) and sends version 0 to every
-// replica of its layer. For each step it waits for the gradients of all replicas (their
-// sum is the full-batch mean gradient, DESIGN.md "loss scaling"), applies SGD, Adam or
-// AdamW on its device with the step's learning rate, and sends version step + 1.
-// A version is a fresh tensor: a version once sent is never written again.
+// index, so every wiring starts from the same numbers) and sends version 0 on each of its
+// params wires (every replica of its layer it serves). For each step it waits for one
+// gradient message per incoming grads wire (an averager's sum, or the layer's own
+// gradients; several are summed as they arrive, so the expander always puts an averager
+// before an optimizer that serves replicas), applies SGD, Adam or AdamW on its device
+// with the step's learning rate, and sends version step + 1. A version is a fresh
+// tensor: a version once sent is never written again.
 #pragma once
 
 #include <caf/all.hpp>
@@ -29,10 +31,7 @@ struct optimizer_actor_settings {
   optimizer_section optimizer;      // type and hyper-parameters
   lr_schedule schedule;
   std::uint64_t seed = 0;
-  std::int32_t replicas = 1;        // gradient messages per step
   device* on = nullptr;
-  std::vector<caf::actor> subscribers;  // every replica of the layer
-  caf::actor trainer;
 };
 
 class optimizer_actor : public caf::event_based_actor {
@@ -50,8 +49,11 @@ class optimizer_actor : public caf::event_based_actor {
   std::int64_t version_ = 0;
   std::vector<tensor> momentum_;    // sgd: momentum buffers; adam: first moments
   std::vector<tensor> second_;      // adam: second moments
-  std::vector<tensor> grad_sum_;    // the step's gradients, summed over replicas
+  std::vector<tensor> grad_sum_;    // the step's gradients, summed over grads wires
   std::int32_t grads_received_ = 0;
+  std::int32_t grads_expected_ = 1; // incoming grads wires
+  std::vector<caf::actor> subscribers_;
+  caf::actor trainer_;
   kernels::ops::sgd_update::function sgd_ = nullptr;
   kernels::ops::adam_update::function adam_ = nullptr;
   kernels::ops::copy::function copy_ = nullptr;

@@ -3,11 +3,11 @@
 
 #include <filesystem>
 
-#include "actors/data_loader_actor.hpp"
-#include "actors/layer_actor.hpp"
-#include "actors/loss_actor.hpp"
-#include "actors/optimizer_actor.hpp"
+#include "actors/actor_kinds.hpp"
+#include "actors/failures.hpp"
 #include "runtime/dataset.hpp"
+#include "runtime/layer.hpp"
+#include "runtime/topology.hpp"
 
 namespace troupe {
 
@@ -39,12 +39,12 @@ dataset_split load_data(const run_config& config) {
   return load_fashion_mnist(d.path);
 }
 
-run_plan make_plan(const run_config& config, const dataset_split& data) {
+run_plan make_plan(const run_config& config, const topology& graph, const dataset_split& data) {
   const auto& d = config.data;
   run_plan plan;
   plan.batch_size = d.batch_size;
-  plan.replicas = config.parallel.data;
-  plan.microbatches = config.parallel.microbatches;
+  plan.replicas = graph.replicas;
+  plan.microbatches = graph.microbatches;
   if (data.train.count < d.batch_size)
     throw config_error(d.where, "[data] batch_size " + std::to_string(d.batch_size) +
                                     " is larger than the training set (" +
@@ -78,46 +78,70 @@ lr_schedule make_schedule(const optimizer_section& o, std::int64_t total_steps) 
   return s;
 }
 
-std::vector<device_id> check_devices(const run_config& config) {
-  std::vector<device_id> ids;
-  for (const auto& d : config.parallel.devices) {
-    device_id id;
-    if (!device_id::parse(d.name, id))
-      throw config_error(d.where, "expected a device like 'cpu:0', found '" + d.name + "'");
-    if (id.type != device_type::cpu)
-      throw config_error(d.where, "device '" + d.name +
-                                      "': this build runs on CPU devices only (the CUDA "
-                                      "device layer is not built yet); use 'cpu:N'");
-    ids.push_back(id);
+// The final parameters of each model layer, from its first optimizer (the replicas'
+// optimizers are identical by construction).
+std::vector<std::vector<std::vector<float>>> collect_parameters(
+    caf::scoped_actor& self, const topology& graph, const std::map<std::string, caf::actor>& spawned) {
+  std::vector<std::vector<std::vector<float>>> parameters(graph.shapes.size() - 1);
+  std::vector<bool> done(parameters.size(), false);
+  for (const auto& a : graph.actors) {
+    if (a.kind != "optimizer" || done.at(static_cast<std::size_t>(a.layer)))
+      continue;
+    done[static_cast<std::size_t>(a.layer)] = true;
+    self->request(spawned.at(a.name), caf::infinite, caf::get_atom::value)
+        .receive(
+            [&](std::vector<tensor>& params) {
+              for (const auto& p : params)
+                parameters[static_cast<std::size_t>(a.layer)].push_back(p.to_vector());
+            },
+            [&](caf::error&) {});
   }
-  if (ids.empty())
-    ids.push_back(device_id{});
-  if (config.parallel.data != 1 || config.parallel.pipeline != 1)
-    throw config_error(config.parallel.where,
-                       "[parallel] data and pipeline other than 1 are not supported yet; this "
-                       "build trains on one device");
-  return ids;
+  return parameters;
 }
 
-std::string describe_exception(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
+}  // namespace
+
+session_prepared prepare_session(const run_config& config) {
+  session_prepared p;
+  p.data = std::make_shared<const dataset_split>(load_data(config));
+  if (config.is_explicit()) {
+    p.graph = topology_from_explicit(config, p.data->train.features);
+  } else {
+    auto shapes = check_model(config, p.data->train.features, p.data->train.classes);
+    p.graph = expand_shorthand(config, shapes);
   }
+  validate_topology(p.graph, config, p.data->train.classes);
+  p.plan = make_plan(config, p.graph, *p.data);
+  p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
+  return p;
+}
+
+namespace {
+
+// The wiring message of one actor: every wire that starts or ends at it.
+wiring_msg wiring_of(const actor_plan& a, const topology& graph,
+                     const std::map<std::string, caf::actor>& spawned, const caf::actor& trainer) {
+  wiring_msg w;
+  w.trainer = trainer;
+  for (const auto& wire : graph.wires) {
+    auto end_at = [&](const std::string& peer) {
+      const auto* p = graph.find(peer);
+      return wire_end{wire.kind, peer, p->kind, spawned.at(peer), p->replica, wire.capacity};
+    };
+    if (wire.from == a.name)
+      w.outgoing.push_back(end_at(wire.to));
+    if (wire.to == a.name)
+      w.incoming.push_back(end_at(wire.from));
+  }
+  return w;
 }
 
 }  // namespace
 
 session_result run_session(const run_config& config, const session_options& options) {
   // ---- everything that can fail on bad input, before any actor exists ----
-  auto devices_wanted = check_devices(config);
-  auto data = std::make_shared<const dataset_split>(load_data(config));
-  auto shapes = check_model(config, data->train.features, data->train.classes);
-  auto plan = make_plan(config, *data);
-  auto schedule = make_schedule(config.optimizer, plan.total_steps);
+  auto prepared = prepare_session(config);
+  const auto& graph = prepared.graph;
   std::string metrics_path = options.metrics_path.empty() ? config.run.metrics
                                                           : options.metrics_path;
   if (!metrics_path.empty()) {
@@ -128,8 +152,7 @@ session_result run_session(const run_config& config, const session_options& opti
 
   session_result result;
   auto outcome = std::make_shared<run_outcome>();
-  device_set devices{devices_wanted};
-  device& home = devices.at(devices_wanted.front());
+  device_set devices{graph.devices};
   {
     caf::actor_system_config system_config;
     add_message_types(system_config);
@@ -140,14 +163,15 @@ session_result run_session(const run_config& config, const session_options& opti
     caf::actor_system system{system_config};
 
     auto trainer_config = std::make_shared<trainer_settings>();
-    trainer_config->plan = plan;
-    trainer_config->schedule = schedule;
+    trainer_config->plan = prepared.plan;
+    trainer_config->schedule = prepared.schedule;
     trainer_config->metrics_path = metrics_path;
     trainer_config->log_every = config.run.log_every;
     trainer_config->progress_bar = options.progress_bar;
     trainer_config->quiet = options.quiet;
     trainer_config->title = std::filesystem::path(config.path).stem().string();
     trainer_config->outcome = outcome;
+    trainer_config->devices = &devices;
     auto trainer = system.spawn<trainer_actor>(trainer_config);
 
     for (auto& d : devices.all())
@@ -155,72 +179,24 @@ session_result run_session(const run_config& config, const session_options& opti
         caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
       });
 
-    // Layers first (their neighbours are filled in below, before any message flows).
-    const auto layer_count = config.model.layers.size();
-    std::vector<std::shared_ptr<layer_actor_settings>> layer_settings(layer_count);
-    std::vector<caf::actor> layers(layer_count);
-    for (std::size_t i = 0; i < layer_count; ++i) {
-      auto s = std::make_shared<layer_actor_settings>();
-      s->name = "layer_" + std::to_string(i);
-      s->layer_index = static_cast<std::int32_t>(i);
-      s->microbatches = static_cast<std::int32_t>(plan.microbatches);
-      s->input_shape = shapes[i];
-      s->on = &home;
-      s->math = create_layer(config.model.layers[i]);
-      s->trainer = trainer;
-      layer_settings[i] = s;
-      layers[i] = system.spawn<layer_actor>(s);
+    spawn_context context{system, devices, config, graph, prepared.plan, prepared.schedule,
+                          prepared.data};
+    std::map<std::string, caf::actor> spawned;
+    for (const auto& a : graph.actors)
+      spawned[a.name] = spawn_actor(a, context);
+    for (const auto& a : graph.actors) {
+      if (a.kind == "data_loader")
+        trainer_config->loader = spawned[a.name];
+      if (a.kind == "optimizer")
+        trainer_config->optimizers.push_back(spawned[a.name]);
     }
-    loss_actor_settings loss_config;
-    loss_config.classes = data->train.classes;
-    loss_config.on = &home;
-    loss_config.last_layer = layers.back();
-    loss_config.trainer = trainer;
-    auto loss = system.spawn<loss_actor>(loss_config);
-
-    std::vector<caf::actor> optimizers(layer_count);
-    std::vector<caf::actor> all{loss};
-    for (std::size_t i = 0; i < layer_count; ++i) {
-      auto& s = *layer_settings[i];
-      s.next = i + 1 < layer_count ? layers[i + 1] : loss;
-      s.previous = i > 0 ? layers[i - 1] : caf::actor{};
-      auto params = s.math->parameters(s.input_shape);
-      if (!params.empty()) {
-        optimizer_actor_settings o;
-        o.name = "optimizer_" + std::to_string(i);
-        o.layer_index = static_cast<std::int32_t>(i);
-        o.params = params;
-        o.optimizer = config.optimizer;
-        o.schedule = schedule;
-        o.seed = config.run.seed;
-        o.replicas = static_cast<std::int32_t>(plan.replicas);
-        o.on = &home;
-        o.subscribers = {layers[i]};
-        o.trainer = trainer;
-        optimizers[i] = system.spawn<optimizer_actor>(std::move(o));
-        s.grad_sink = optimizers[i];
-        trainer_config->optimizers.push_back(optimizers[i]);
-        all.push_back(optimizers[i]);
-      }
-      all.push_back(layers[i]);
-    }
-
-    data_loader_settings loader_config;
-    loader_config.data = data;
-    loader_config.plan = plan;
-    loader_config.shuffle = config.data.shuffle;
-    loader_config.seed = config.run.seed;
-    loader_config.prefetch = config.data.prefetch;
-    loader_config.on = home.id();
-    loader_config.first_layers = {layers.front()};
-    loader_config.losses = {loss};
-    auto loader = system.spawn<data_loader_actor>(loader_config);
-    trainer_config->loader = loader;
-    all.push_back(loader);
 
     // ---- run ----
     {
       caf::scoped_actor self{system};
+      // Wiring first: it is in every mailbox before anything the start sets off.
+      for (const auto& a : graph.actors)
+        self->send(spawned[a.name], wiring_of(a, graph, spawned, trainer));
       self->request(trainer, caf::infinite, start_atom::value)
           .receive([](int) {},
                    [&](caf::error& error) {
@@ -228,22 +204,10 @@ session_result run_session(const run_config& config, const session_options& opti
                      outcome->failure = system.render(error);
                    });
       devices.synchronize();
-      if (options.keep_parameters && outcome->exit_code == 0) {
-        result.parameters.resize(layer_count);
-        for (std::size_t i = 0; i < layer_count; ++i) {
-          if (!optimizers[i])
-            continue;
-          self->request(optimizers[i], caf::infinite, caf::get_atom::value)
-              .receive(
-                  [&](std::vector<tensor>& params) {
-                    for (const auto& p : params)
-                      result.parameters[i].push_back(p.to_vector());
-                  },
-                  [&](caf::error&) {});
-        }
-      }
-      for (const auto& a : all)
-        self->send(a, finish_atom::value);
+      if (options.keep_parameters && outcome->exit_code == 0)
+        result.parameters = collect_parameters(self, graph, spawned);
+      for (const auto& [name, handle] : spawned)
+        self->send(handle, finish_atom::value);
     }
     devices.synchronize();
   }

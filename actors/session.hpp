@@ -1,11 +1,11 @@
 // session.hpp: one training run, from a checked config to a finished outcome.
 //
 // run_session() checks everything that can be checked before anything is spawned (layer
-// types and settings, shapes along the model, batch and data sizes, devices), loads the
-// data, creates the devices, spawns and wires the actors (data loader, one layer actor
-// per layer, the loss, one optimizer per parameterised layer, the trainer), runs until
-// the trainer is done, and returns the outcome and the final parameters. Errors in the
-// input throw config_error / data_error before the first actor exists.
+// types and settings, shapes along the model, the actor graph, batch and data sizes,
+// devices), loads the data, creates the devices, spawns every actor the topology lists
+// (through the actor kind registry), sends each its wiring, runs until the trainer is
+// done, and returns the outcome and the final parameters. Errors in the input throw
+// config_error / data_error before the first actor exists.
 #pragma once
 
 #include <string>
@@ -13,6 +13,8 @@
 
 #include "actors/trainer_actor.hpp"
 #include "runtime/config.hpp"
+#include "runtime/dataset.hpp"
+#include "runtime/topology.hpp"
 
 namespace troupe {
 
@@ -34,6 +36,18 @@ struct session_result {
 /// output. Throws config_error at the layer that does not fit.
 std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
                                  std::int64_t classes);
+
+/// Everything a run needs that can be checked before spawning: data, the actor graph
+/// (expanded from the shorthand or read from an explicit config, then validated), how the
+/// run is cut into steps, and the learning-rate schedule. `troupe plan` stops here.
+struct session_prepared {
+  std::shared_ptr<const dataset_split> data;
+  topology graph;
+  run_plan plan;
+  lr_schedule schedule;
+};
+
+session_prepared prepare_session(const run_config& config);
 
 session_result run_session(const run_config& config, const session_options& options);
 

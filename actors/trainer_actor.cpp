@@ -192,12 +192,23 @@ void trainer_actor::end(int exit_code, const std::string& failure) {
   if (outcome.train_seconds > 0)
     outcome.samples_per_second = static_cast<double>(outcome.steps * settings_->plan.batch_size) /
                                  outcome.train_seconds;
+  nlohmann::json devices = nlohmann::json::object();
+  if (settings_->devices != nullptr && outcome.train_seconds > 0) {
+    auto elapsed = seconds_since_start();
+    for (const auto& d : settings_->devices->all()) {
+      auto busy = d->work().busy_seconds();
+      auto name = d->id().to_string();
+      outcome.device_utilisation.emplace_back(name, busy / elapsed);
+      devices[name] = {{"busy_s", busy}, {"utilisation", busy / elapsed}};
+    }
+  }
   if (metrics_.is_open()) {
     nlohmann::json record = {
         {"event", exit_code == 0 ? "done" : "failed"},
         {"steps", outcome.steps},
         {"train_seconds", outcome.train_seconds},
         {"samples_per_s", outcome.samples_per_second},
+        {"devices", devices},
     };
     if (outcome.test_accuracy >= 0)
       record["test_accuracy"] = outcome.test_accuracy;

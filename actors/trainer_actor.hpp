@@ -31,6 +31,8 @@ struct run_outcome {
   double test_accuracy = -1;       // fraction; -1 when no evaluation ran
   double train_seconds = 0;        // from start to the last training step's report
   double samples_per_second = 0;   // training samples / train_seconds
+  /// Per device: the share of train_seconds its stream spent computing (1 - idle share).
+  std::vector<std::pair<std::string, double>> device_utilisation;
 };
 
 struct trainer_settings {
@@ -42,6 +44,7 @@ struct trainer_settings {
   bool quiet = false;              // no progress output at all
   std::string title;               // shown in the progress lines
   std::shared_ptr<run_outcome> outcome;
+  const device_set* devices = nullptr;  // for utilisation; outlives the trainer
   caf::actor loader;               // filled before start
   std::vector<caf::actor> optimizers;
 };

@@ -105,11 +105,15 @@ stream::~stream() {
 }
 
 event stream::submit(job work) {
+  return enqueue(std::move(work), true);
+}
+
+event stream::enqueue(job work, bool busy) {
   bool wake;
   std::uint64_t sequence;
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    queue_.push_back(std::move(work));
+    queue_.push_back(entry{std::move(work), busy});
     sequence = ++submitted_;
     wake = worker_sleeping_;
   }
@@ -121,7 +125,7 @@ event stream::submit(job work) {
 void stream::wait_for(const event& e) {
   if (e.owner == nullptr || e.owner == this || e.reached())
     return;
-  submit([e] { e.wait(); });
+  enqueue([e] { e.wait(); }, false);
 }
 
 event stream::last() const {
@@ -151,7 +155,7 @@ void stream::wait_until(std::uint64_t sequence) {
 
 void stream::run() {
   for (;;) {
-    job work;
+    entry next;
     {
       std::unique_lock<std::mutex> lock{mutex_};
       if (queue_.empty() && !stopping_) {
@@ -172,12 +176,13 @@ void stream::run() {
       }
       if (queue_.empty())
         return;  // stopping, and everything submitted has run
-      work = std::move(queue_.front());
+      next = std::move(queue_.front());
       queue_.pop_front();
     }
     if (!failed()) {
+      auto started = std::chrono::steady_clock::now();
       try {
-        work();
+        next.work();
       } catch (...) {
         failed_.store(true, std::memory_order_release);
         error_handler handler;
@@ -188,8 +193,14 @@ void stream::run() {
         if (handler)
           handler(std::current_exception());
       }
+      if (next.busy)
+        busy_nanoseconds_.fetch_add(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 started)
+                .count(),
+            std::memory_order_relaxed);
     }
-    work = nullptr;  // release what the job captured before reporting it done
+    next.work = nullptr;  // release what the job captured before reporting it done
     completed_.fetch_add(1);
     if (host_waiters_.load() > 0) {
       std::lock_guard<std::mutex> guard{mutex_};

@@ -95,8 +95,15 @@ class stream {
   const device_id& device() const { return device_; }
   std::uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
 
+  /// Seconds this stream has spent running jobs (not waiting for other streams' events,
+  /// not idle) since it started: a device's utilisation is busy / elapsed.
+  double busy_seconds() const {
+    return static_cast<double>(busy_nanoseconds_.load(std::memory_order_relaxed)) * 1e-9;
+  }
+
  private:
   friend struct event;
+  event enqueue(job work, bool busy);
   void run();
   void wait_until(std::uint64_t sequence);
 
@@ -104,7 +111,12 @@ class stream {
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  std::deque<job> queue_;
+  struct entry {
+    job work;
+    bool busy;  // false: a wait for another stream, which is idle time
+  };
+  std::deque<entry> queue_;
+  std::atomic<std::int64_t> busy_nanoseconds_{0};
   std::uint64_t submitted_ = 0;                // guarded by mutex_
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<int> host_waiters_{0};

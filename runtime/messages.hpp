@@ -96,6 +96,30 @@ struct release_msg {
   micro_tag tag;
 };
 
+/// One end of a wire, as an actor sees it: the kind of wire, the actor at the other end,
+/// and the wire's capacity in credits (0 = unbounded).
+struct wire_end {
+  std::string kind;          // "activations" | "labels" | "grads" | "ring" | "params"
+  std::string peer_name;
+  std::string peer_kind;     // "data_loader" | "layer" | "loss" | "averager" | "optimizer" | ...
+  caf::actor peer;
+  std::int32_t peer_replica = -1;
+  std::int64_t capacity = 0;
+};
+
+/// Sent once to every actor before the run starts: its wires in both directions and the
+/// trainer (which receives failures). Actors take their neighbours from here, so any
+/// wiring of the same actors works without code changes.
+struct wiring_msg {
+  std::vector<wire_end> outgoing;
+  std::vector<wire_end> incoming;
+  caf::actor trainer;
+
+  /// The outgoing / incoming ends of one kind.
+  std::vector<wire_end> out(const std::string& kind) const;
+  std::vector<wire_end> in(const std::string& kind) const;
+};
+
 /// Loss and accuracy of one micro-batch, reported once its loss has been computed.
 struct loss_report_msg {
   micro_tag tag;
@@ -138,6 +162,15 @@ typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
   return f(caf::meta::type_name("release_msg"), x.tag);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_end& x) {
+  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica,
+           x.capacity);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
+  return f(caf::meta::type_name("wiring_msg"), x.outgoing, x.incoming, x.trainer);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {

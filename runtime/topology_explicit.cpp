@@ -1,5 +1,5 @@
 // topology_explicit.cpp: reads the explicit config form ([[actor]] and [[wire]] tables)
-// into a topology, and topology::find.
+// into a topology.
 //
 // The config loader has already checked that every value is a scalar and kept each key's
 // position; here each key gets its meaning, type and range, and errors point at the key.
@@ -229,13 +229,6 @@ std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features
 
 }  // namespace
 
-const actor_plan* topology::find(const std::string& name) const {
-  for (const auto& actor : actors)
-    if (actor.name == name)
-      return &actor;
-  return nullptr;
-}
-
 topology topology_from_explicit(const run_config& config, std::int64_t input_features) {
   TROUPE_CHECK(config.is_explicit(), "topology_from_explicit on a shorthand config");
   topology t;
@@ -243,6 +236,11 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
     device_id id;
     TROUPE_CHECK(device_id::parse(device.name, id), "the config loader let '" << device.name
                                                                               << "' through");
+    // The same rule as expand_shorthand(), while only CPU streams exist.
+    if (id.type != device_type::cpu)
+      throw config_error(device.where, "device '" + device.name +
+                                           "': this build runs on CPU devices only (the CUDA "
+                                           "device layer is not built yet); use 'cpu:N'");
     t.devices.push_back(id);
   }
   t.microbatches = config.parallel.microbatches;

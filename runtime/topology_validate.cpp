@@ -515,9 +515,10 @@ class validator {
     if (config_.data.batch_size % parts != 0)
       fail(config_.parallel.where,
            "[data] batch_size " + std::to_string(config_.data.batch_size) +
-               " must split evenly into R (" + std::to_string(t_.replicas) +
-               " replicas) x M (" + std::to_string(t_.microbatches) +
-               " microbatches) parts; use a batch size that is a multiple of " +
+               " must split evenly into " + (config_.is_explicit() ? "replicas" : "data") +
+               " (" + std::to_string(t_.replicas) + ") x microbatches (" +
+               std::to_string(t_.microbatches) +
+               ") parts; use a batch size that is a multiple of " +
                std::to_string(parts));
   }
 

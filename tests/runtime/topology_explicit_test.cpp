@@ -376,7 +376,7 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
   SUBCASE("a batch that does not split into replicas x micro-batches") {
     auto text = replaced(two_replicas, "batch_size = 8", "batch_size = 6");
     check_error(text, "[parallel]",
-                "[data] batch_size 6 must split evenly into R (2 replicas) x M (2 microbatches) "
-                "parts; use a batch size that is a multiple of 4");
+                "[data] batch_size 6 must split evenly into replicas (2) x microbatches (2) parts; "
+                "use a batch size that is a multiple of 4");
   }
 }

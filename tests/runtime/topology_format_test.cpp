@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/layer.hpp"
 #include "tests/runtime/topology_test_configs.hpp"
 
 using namespace topology_test;
@@ -245,5 +246,43 @@ min_lr = 1e-300
     CHECK(contains(text, "[[actor]]\nname = \"l0\"\nkind = \"layer\"\ndevice = \"cpu:0\"\n"
                          "replica = 0\nstage = 0\nlayer = 0\ntype = \"linear\"\nbias = false\nout = 4\n"));
     CHECK(contains(text, "[[wire]]\nfrom = \"l1\"\nto = \"l2\"\nkind = \"activations\"\ncapacity = 3\n"));
+  }
+}
+
+TEST_CASE("an expanded shorthand config passes validation and ejects into the same topology") {
+  const std::string model = header + R"(
+[model]
+[[model.layers]]
+type = "linear"
+out = 4
+[[model.layers]]
+type = "gelu"
+[[model.layers]]
+type = "linear"
+out = 3
+bias = false
+)";
+  const std::vector<std::pair<const char*, std::string>> wirings = {
+      {"one device", ""},
+      {"two replicas, central averaging",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"central\"\n"},
+      {"two replicas, ring averaging",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\nbucket_kib = 4\n"},
+      {"two stages, 1F1B", "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\n"
+                           "microbatches = 4\nschedule = \"1f1b\"\n"},
+      {"an explicit split", "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 0], [1, 2]]\n"
+                            "microbatches = 2\n"},
+      {"two replicas x two stages on shared devices",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nshare_devices = true\n"},
+  };
+  for (const auto& [name, parallel] : wirings) {
+    INFO(name);
+    auto config = parse_config(model + parallel, "shorthand.toml");
+    std::vector<troupe::shape_t> shapes{{features}};
+    for (const auto& layer : config.model.layers)
+      shapes.push_back(troupe::create_layer(layer)->output_shape(shapes.back()));
+    auto t = troupe::expand_shorthand(config, shapes);
+    CHECK_NOTHROW(troupe::validate_topology(t, config, classes));
+    round_trip(t, config);
   }
 }

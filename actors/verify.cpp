@@ -1,0 +1,73 @@
+// verify.cpp: running a wiring against the single-device run.
+#include "actors/verify.hpp"
+
+#include <cmath>
+
+#include "actors/session.hpp"
+
+namespace troupe {
+
+run_config single_device_form(const run_config& config) {
+  run_config single = config;
+  auto& p = single.parallel;
+  if (p.devices.size() > 1)
+    p.devices.resize(1);
+  p.data = 1;
+  p.pipeline = 1;
+  p.microbatches = 1;
+  p.stage_ranges.clear();
+  return single;
+}
+
+std::vector<parameter_difference> compare_parameters(
+    const std::vector<std::vector<std::vector<float>>>& reference,
+    const std::vector<std::vector<std::vector<float>>>& other) {
+  TROUPE_CHECK(reference.size() == other.size(), "parameters of " << reference.size() << " and "
+                                                                  << other.size() << " layers");
+  std::vector<parameter_difference> out;
+  for (std::size_t l = 0; l < reference.size(); ++l) {
+    TROUPE_CHECK(reference[l].size() == other[l].size(), "layer " << l << " parameter counts differ");
+    for (std::size_t p = 0; p < reference[l].size(); ++p) {
+      const auto& a = reference[l][p];
+      const auto& b = other[l][p];
+      TROUPE_CHECK(a.size() == b.size(), "layer " << l << " parameter " << p << " sizes differ");
+      double scale = 0, difference = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, std::abs(static_cast<double>(a[i])));
+        difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
+      }
+      double relative = difference == 0 ? 0 : difference / std::max(scale, 1e-30);
+      out.push_back({static_cast<std::int64_t>(l), static_cast<std::int64_t>(p), relative});
+    }
+  }
+  return out;
+}
+
+verify_result verify_against_single_device(const run_config& config, std::int64_t steps,
+                                           double tolerance) {
+  if (config.is_explicit())
+    throw user_error("troupe verify needs the shorthand form ([model] and [parallel]) to know "
+                     "the single-device model; verify the config you ejected this one from");
+  auto train = [&](run_config c, const char* which) {
+    c.run.steps = steps;
+    c.run.evaluate = false;
+    session_options options;
+    options.quiet = true;
+    options.keep_parameters = true;
+    options.metrics_path = "/dev/null";
+    auto result = run_session(c, options);
+    if (result.outcome.exit_code != 0)
+      throw user_error(std::string{"the "} + which + " run failed: " + result.outcome.failure, 1);
+    return result.parameters;
+  };
+  auto reference = train(single_device_form(config), "single-device");
+  auto parallel = train(config, "parallel");
+  verify_result result;
+  result.differences = compare_parameters(reference, parallel);
+  for (const auto& d : result.differences)
+    result.worst = std::max(result.worst, d.relative);
+  result.passed = result.worst <= tolerance;
+  return result;
+}
+
+}  // namespace troupe

@@ -1,0 +1,42 @@
+// verify.hpp: the equivalence check a user can run on their own config.
+//
+// Runs a config's wiring and the same model on one device with the same seed, data and
+// global batch for a few steps, and compares every parameter (DESIGN.md "Equivalence").
+// Used by `troupe verify` and by the equivalence tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/config.hpp"
+
+namespace troupe {
+
+struct parameter_difference {
+  std::int64_t layer = 0;
+  std::int64_t parameter = 0;  // index within the layer (0 weight, 1 bias for linear)
+  double relative = 0;         // ||a - b||_inf / ||a||_inf, a = the single-device run
+};
+
+struct verify_result {
+  std::vector<parameter_difference> differences;
+  double worst = 0;
+  bool passed = false;
+};
+
+/// The single-device form of a shorthand config: same everything, [parallel] reduced to
+/// its first device, one replica, one stage, one micro-batch.
+run_config single_device_form(const run_config& config);
+
+/// max over tensors of ||a - b||_inf / ||a||_inf (0 when both are empty).
+std::vector<parameter_difference> compare_parameters(
+    const std::vector<std::vector<std::vector<float>>>& reference,
+    const std::vector<std::vector<std::vector<float>>>& other);
+
+/// Trains `config` and its single-device form for `steps` steps (no evaluation, no
+/// output) and compares. Throws user_error for explicit configs (their model is not
+/// written as [model]) and if either run fails.
+verify_result verify_against_single_device(const run_config& config, std::int64_t steps,
+                                           double tolerance);
+
+}  // namespace troupe

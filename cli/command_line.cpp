@@ -1,0 +1,48 @@
+// command_line.cpp: option parsing shared by the commands that take a config.
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace troupe::cli {
+
+std::optional<int> parse_command_line(const std::vector<std::string>& args, const char* name,
+                                      const char* description, po::options_description options,
+                                      command_line& out) {
+  options.add_options()("help,h", "show this help");
+  po::options_description hidden;
+  hidden.add_options()("config", po::value<std::string>());
+  po::options_description all;
+  all.add(options).add(hidden);
+  po::positional_options_description positional;
+  positional.add("config", 1);
+  auto usage = [&](std::FILE* to) {
+    std::ostringstream text;
+    text << options;
+    std::fprintf(to, "usage: troupe %s CONFIG.toml [options]\n\n%s\n\n%s", name, description,
+                 text.str().c_str());
+  };
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), out.values);
+    po::notify(out.values);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "troupe %s: %s\n\n", name, e.what());
+    usage(stderr);
+    return exit_bad_input;
+  }
+  if (out.values.count("help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!out.values.count("config")) {
+    std::fprintf(stderr, "troupe %s: missing CONFIG.toml\n\n", name);
+    usage(stderr);
+    return exit_bad_input;
+  }
+  out.config = out.values["config"].as<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,38 @@
+// commands.hpp: the troupe subcommands and what they share.
+//
+// Each command is a function taking its arguments (after the command name) and returning
+// the process exit code: 0 success, 1 a run failed, 2 bad input (usage, config, data).
+// User errors thrown inside (config_error, data_error) are turned into messages by main.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+namespace troupe::cli {
+
+constexpr int exit_failure = 1;
+constexpr int exit_bad_input = 2;
+
+int run_command(const std::vector<std::string>& args);
+int plan_command(const std::vector<std::string>& args);
+int verify_command(const std::vector<std::string>& args);
+int layers_command(const std::vector<std::string>& args);
+
+/// A command line of the form `troupe NAME [options] CONFIG.toml`.
+struct command_line {
+  boost::program_options::variables_map values;
+  std::string config;  // the positional CONFIG.toml
+};
+
+/// Parses `args` with `options` plus --help and one positional CONFIG.toml. Prints the
+/// usage (`usage` line, then `description`, then the options) and returns an exit code
+/// when the command should stop here: 0 after --help, 2 for bad usage or no config.
+std::optional<int> parse_command_line(const std::vector<std::string>& args, const char* name,
+                                      const char* description,
+                                      boost::program_options::options_description options,
+                                      command_line& out);
+
+}  // namespace troupe::cli

@@ -1,0 +1,41 @@
+// plan_command.cpp: `troupe plan CONFIG.toml`: the actor graph a config expands into.
+#include <cstdio>
+#include <iostream>
+
+#include "actors/session.hpp"
+#include "cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace troupe::cli {
+
+int plan_command(const std::vector<std::string>& args) {
+  po::options_description options("options");
+  options.add_options()("dot", "print Graphviz DOT instead of tables")(
+      "eject", "print the explicit [[actor]]/[[wire]] config that runs identically");
+  command_line line;
+  if (auto stop = parse_command_line(
+          args, "plan",
+          "Checks CONFIG.toml and prints the actors (name, kind, device, replica, stage,\n"
+          "layer) and wires (from, to, kind, capacity) it expands into, without running\n"
+          "anything. --dot draws the graph (troupe plan --dot x.toml | dot -Tsvg > x.svg);\n"
+          "--eject writes an explicit config to edit: move a layer to another device,\n"
+          "change a capacity, insert an actor on a wire.",
+          options, line))
+    return *stop;
+  if (line.values.count("dot") && line.values.count("eject")) {
+    std::fprintf(stderr, "troupe plan: choose one of --dot and --eject\n");
+    return exit_bad_input;
+  }
+  auto config = load_config(line.config);
+  auto prepared = prepare_session(config);
+  if (line.values.count("dot"))
+    std::cout << format_dot(prepared.graph);
+  else if (line.values.count("eject"))
+    std::cout << format_explicit(prepared.graph, config);
+  else
+    std::cout << format_table(prepared.graph);
+  return 0;
+}
+
+}  // namespace troupe::cli

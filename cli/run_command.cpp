@@ -1,0 +1,64 @@
+// run_command.cpp: `troupe run CONFIG.toml`: train.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "actors/session.hpp"
+#include "cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace troupe::cli {
+
+int run_command(const std::vector<std::string>& args) {
+  po::options_description options("options");
+  options.add_options()("metrics", po::value<std::string>(),
+                        "write metrics (JSON lines) here instead of [run] metrics")(
+      "steps", po::value<std::int64_t>(), "train this many steps (overrides [run] epochs/steps)")(
+      "quiet,q", "print nothing but errors and the final result")(
+      "no-progress-bar", "print progress as plain lines even on a terminal");
+  command_line line;
+  if (auto stop = parse_command_line(
+          args, "run",
+          "Trains the model that CONFIG.toml describes ([run], [data], [model],\n"
+          "[optimizer], [parallel], or an explicit [[actor]]/[[wire]] graph); see\n"
+          "config/fashion_mlp.toml. Progress goes to stdout, metrics to a JSON-lines\n"
+          "file, errors to stderr.",
+          options, line))
+    return *stop;
+  auto config = load_config(line.config);
+  if (line.values.count("steps")) {
+    auto steps = line.values["steps"].as<std::int64_t>();
+    if (steps < 1) {
+      std::fprintf(stderr, "troupe run: --steps must be at least 1, got %lld\n",
+                   static_cast<long long>(steps));
+      return exit_bad_input;
+    }
+    config.run.steps = steps;
+  }
+  session_options session;
+  session.quiet = line.values.count("quiet") > 0;
+  session.progress_bar = !line.values.count("no-progress-bar") && isatty(fileno(stdout));
+  if (line.values.count("metrics"))
+    session.metrics_path = line.values["metrics"].as<std::string>();
+  auto result = run_session(config, session);
+  const auto& outcome = result.outcome;
+  if (outcome.exit_code != 0) {
+    std::fprintf(stderr, "troupe run: %s\n", outcome.failure.c_str());
+    return outcome.exit_code;
+  }
+  std::printf("done: %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(outcome.steps),
+              outcome.train_seconds, outcome.samples_per_second);
+  if (outcome.test_accuracy >= 0)
+    std::printf(", test accuracy %.2f%%", 100.0 * outcome.test_accuracy);
+  std::printf("\n");
+  if (outcome.device_utilisation.size() > 1) {
+    std::printf("device utilisation:");
+    for (const auto& [name, share] : outcome.device_utilisation)
+      std::printf(" %s %.0f%%", name.c_str(), 100.0 * share);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace troupe::cli

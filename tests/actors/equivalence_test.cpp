@@ -1,0 +1,117 @@
+// The central test (DESIGN.md "Equivalence"): every synchronous wiring computes what the
+// single-device run computes. Same seed, same global batch, 20 steps, then compare every
+// parameter with the single-device run.
+//
+// Tolerance: the wirings differ only in float summation order. A micro-batched or
+// replicated step sums per-part weight gradients (each a GEMM over b = B / (R M) rows)
+// instead of one GEMM over B rows, which changes a gradient by a few float ulps (relative
+// ~1e-7). Adam turns a gradient into an update of size ~lr scaled by m / sqrt(v), so a
+// relative gradient error e moves the update by ~e * lr; over 20 steps with lr = 0.01 the
+// parameters (|p| ~ 0.1..1) move apart by ~20 * 1e-7 * 0.01, far below 1e-5 relative. A
+// real wiring bug (a lost micro-batch, a stale version, a wrong scale) moves them by
+// 1e-3 or more, so 1e-5 separates the two cleanly.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "actors/session.hpp"
+#include "actors/verify.hpp"
+
+using namespace troupe;
+
+namespace {
+
+std::string equivalence_config(const std::string& parallel, const std::string& optimizer = "adam") {
+  return R"(
+[run]
+steps = 20
+seed = 11
+evaluate = false
+
+[data]
+source = "synthetic"
+batch_size = 24
+synthetic_train = 480
+synthetic_test = 10
+synthetic_features = 20
+synthetic_classes = 5
+
+[[model.layers]]
+type = "linear"
+out = 16
+[[model.layers]]
+type = "relu"
+[[model.layers]]
+type = "linear"
+out = 12
+[[model.layers]]
+type = "tanh"
+[[model.layers]]
+type = "linear"
+out = 5
+
+[optimizer]
+type = ")" + optimizer + R"("
+lr = 0.01
+momentum = 0.5
+
+)" + parallel;
+}
+
+std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
+  auto config = parse_config(text, "equivalence.toml");
+  session_options options;
+  options.quiet = true;
+  options.keep_parameters = true;
+  options.metrics_path = "/dev/null";
+  auto result = run_session(config, options);
+  INFO(result.outcome.failure);
+  REQUIRE(result.outcome.exit_code == 0);
+  REQUIRE(result.outcome.steps == 20);
+  return result.parameters;
+}
+
+}  // namespace
+
+TEST_CASE("every synchronous wiring matches the single-device run after 20 steps") {
+  struct wiring {
+    const char* name;
+    std::string parallel;
+  };
+  const std::vector<wiring> wirings = {
+      {"micro-batched single device (M = 4)", "[parallel]\nmicrobatches = 4\n"},
+      {"model parallel (P = 2)", "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\n"},
+      {"pipeline GPipe (P = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"gpipe\"\n"},
+      {"pipeline 1F1B (P = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n"},
+      {"pipeline 1F1B, uneven stages (P = 3 of 5 layers, M = 3)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\"]\npipeline = 3\nmicrobatches = 3\n"
+       "schedule = \"1f1b\"\n"},
+      {"pipeline with an explicit split (P = 2, M = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 4]]\nmicrobatches = 2\n"},
+  };
+  for (const char* optimizer : {"adam", "sgd"}) {
+    auto single = train(equivalence_config("", optimizer));
+    for (const auto& w : wirings) {
+      auto parallel = train(equivalence_config(w.parallel, optimizer));
+      double difference = 0;
+      for (const auto& d : compare_parameters(single, parallel))
+        difference = std::max(difference, d.relative);
+      auto what = std::string{optimizer} + ": " + w.name + ": relative difference " +
+                  std::to_string(difference);
+      INFO(what);
+      CHECK(difference <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a batch that does not split into replicas x micro-batches is refused before spawning") {
+  auto config = parse_config(equivalence_config("[parallel]\nmicrobatches = 5\n"), "uneven.toml");
+  session_options options;
+  options.quiet = true;
+  CHECK_THROWS_WITH_AS(run_session(config, options),
+                       doctest::Contains("batch_size 24 must split evenly into data (1) x "
+                                         "microbatches (5) parts"),
+                       config_error);
+}
