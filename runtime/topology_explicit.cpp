@@ -85,12 +85,13 @@ class table_reader {
   std::string text(const std::string& key, const std::string& example) const {
     const auto* value = find(key);
     if (!value)
-      throw config_error(where(), label_ + ": missing key '" + key + "' (e.g. " + key + " = " +
-                                      example + ")");
+      throw config_error(
+          where(), label_ + ": missing key '" + key + "' (e.g. " + key + " = " + example + ")");
     const auto* text = std::get_if<std::string>(&value->value);
     if (!text || text->empty())
-      fail(value->where, key, std::string("expected a non-empty string, found ") +
-                                  (text ? "an empty string" : value_type_name(*value)));
+      fail(value->where, key,
+           std::string("expected a non-empty string, found ") +
+               (text ? "an empty string" : value_type_name(*value)));
     return *text;
   }
 
@@ -99,9 +100,9 @@ class table_reader {
                      const std::vector<std::string>& valid) const {
     auto value = text(key, "\"" + valid.front() + "\"");
     if (std::find(valid.begin(), valid.end(), value) == valid.end())
-      fail(find(key)->where, key, "unknown " + what + " '" + value + "'" +
-                                      did_you_mean(value, valid) + " (expected one of " +
-                                      join(valid) + ")");
+      fail(find(key)->where, key,
+           "unknown " + what + " '" + value + "'" + did_you_mean(value, valid) +
+               " (expected one of " + join(valid) + ")");
     return value;
   }
 
@@ -113,8 +114,8 @@ class table_reader {
     if (!number)
       fail(value->where, key, std::string("expected an integer, found ") + value_type_name(*value));
     if (*number < min || *number > std::numeric_limits<std::int32_t>::max())
-      fail(value->where, key, "expected an integer >= " + std::to_string(min) + ", found " +
-                                  std::to_string(*number));
+      fail(value->where, key,
+           "expected an integer >= " + std::to_string(min) + ", found " + std::to_string(*number));
     return *number;
   }
 
@@ -125,8 +126,9 @@ class table_reader {
     for (const auto& [key, value] : table_.settings) {
       if (std::find(known.begin(), known.end(), key) != known.end())
         continue;
-      bool earlier = !first || value.where.line < first->where.line ||
-                     (value.where.line == first->where.line && value.where.column < first->where.column);
+      bool earlier =
+          !first || value.where.line < first->where.line ||
+          (value.where.line == first->where.line && value.where.column < first->where.column);
       if (earlier) {
         first = &value;
         first_key = key;
@@ -162,15 +164,15 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
 
   if (is_layer) {
     if (!r.find("layer"))
-      throw config_error(table.where, r.label() + ": missing key 'layer' (the model layer's "
-                                                  "index, 0 for the first)");
+      throw config_error(table.where, r.label() +
+                                          ": missing key 'layer' (the model layer's "
+                                          "index, 0 for the first)");
     actor.math.type = r.text("type", "\"linear\"");
     actor.math.type_where = r.find("type")->where;
     actor.math.where = table.where;
     for (const auto& [key, value] : table.settings)
-      if (key != "type" &&
-          std::find(common_actor_keys.begin(), common_actor_keys.end(), key) ==
-              common_actor_keys.end())
+      if (key != "type" && std::find(common_actor_keys.begin(), common_actor_keys.end(), key) ==
+                               common_actor_keys.end())
         actor.math.settings.emplace(key, value);
     return actor;
   }
@@ -218,8 +220,8 @@ std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features
     if (found == by_index.end()) {
       const auto& last = *by_index.rbegin()->second;
       throw config_error(last.where, "no layer actor holds model layer " + std::to_string(i) +
-                                         ", yet '" + last.name + "' has layer = " +
-                                         std::to_string(last.layer) +
+                                         ", yet '" + last.name +
+                                         "' has layer = " + std::to_string(last.layer) +
                                          "; number the model's layers 0, 1, 2, ... without gaps");
     }
     shapes.push_back(create_layer(found->second->math)->output_shape(shapes.back()));
@@ -234,8 +236,8 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
   topology t;
   for (const auto& device : config.parallel.devices) {
     device_id id;
-    TROUPE_CHECK(device_id::parse(device.name, id), "the config loader let '" << device.name
-                                                                              << "' through");
+    TROUPE_CHECK(device_id::parse(device.name, id),
+                 "the config loader let '" << device.name << "' through");
     // The same rule as expand_shorthand(), while only CPU streams exist.
     if (id.type != device_type::cpu)
       throw config_error(device.where, "device '" + device.name +

@@ -32,7 +32,8 @@ std::string aligned(const std::vector<std::vector<std::string>>& rows) {
   for (const auto& row : rows) {
     std::string line = " ";
     for (std::size_t c = 0; c < row.size(); ++c)
-      line += " " + row[c] + (c + 1 < row.size() ? std::string(widths[c] - row[c].size() + 1, ' ') : "");
+      line += " " + row[c] +
+              (c + 1 < row.size() ? std::string(widths[c] - row[c].size() + 1, ' ') : "");
     while (!line.empty() && line.back() == ' ')
       line.pop_back();
     out += line + "\n";
@@ -116,8 +117,9 @@ std::string toml_float(double value) {
 }
 
 std::string toml_key(const std::string& key) {
-  bool bare = !key.empty() && key.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
-                                                    "qrstuvwxyz0123456789_-") == std::string::npos;
+  bool bare = !key.empty() && key.find_first_not_of(
+                                  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+                                  "qrstuvwxyz0123456789_-") == std::string::npos;
   return bare ? key : toml_string(key);
 }
 
@@ -134,7 +136,9 @@ std::string toml_value(const setting_value& setting) {
 /// Writes `key = value` lines in the order given.
 class toml_writer {
  public:
-  void section(const std::string& header) { out_ << (out_.tellp() > 0 ? "\n" : "") << header << "\n"; }
+  void section(const std::string& header) {
+    out_ << (out_.tellp() > 0 ? "\n" : "") << header << "\n";
+  }
   void comment(const std::string& text) { out_ << "# " << text << "\n"; }
   void raw(const std::string& key, const std::string& value) {
     out_ << toml_key(key) << " = " << value << "\n";
@@ -172,10 +176,10 @@ void write_actor(toml_writer& w, const actor_plan& a) {
 }  // namespace
 
 std::string format_table(const topology& t) {
-  std::string out = "topology: R = " + std::to_string(t.replicas) + " replicas, P = " +
-                    std::to_string(t.stages) + " stages, M = " + std::to_string(t.microbatches) +
-                    " micro-batches, schedule " + t.schedule + ", averaging " + t.averaging +
-                    ", devices " + device_list(t) + "\n";
+  std::string out =
+      "topology: R = " + std::to_string(t.replicas) + " replicas, P = " + std::to_string(t.stages) +
+      " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " + t.schedule +
+      ", averaging " + t.averaging + ", devices " + device_list(t) + "\n";
   std::vector<std::vector<std::string>> actors{
       {"name", "kind", "device", "replica", "stage", "layer", "type"}};
   for (const auto& a : t.actors)
@@ -191,7 +195,8 @@ std::string format_table(const topology& t) {
 }
 
 std::string format_dot(const topology& t) {
-  std::string out = "digraph troupe {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n";
+  std::string out =
+      "digraph troupe {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n";
   // One cluster per device the run creates, then any device only an actor names.
   std::vector<device_id> devices = t.devices;
   for (const auto& a : t.actors)
@@ -203,8 +208,9 @@ std::string format_dot(const topology& t) {
     out += "  subgraph cluster_" + name + " {\n    label=" + dot_quote(device.to_string()) + ";\n";
     for (const auto& a : t.actors)
       if (a.device == device)
-        out += "    " + dot_quote(a.name) + " [label=" +
-               dot_quote(a.name + "\n" + (a.kind == "layer" ? a.math.type : a.kind)) + "];\n";
+        out += "    " + dot_quote(a.name) +
+               " [label=" + dot_quote(a.name + "\n" + (a.kind == "layer" ? a.math.type : a.kind)) +
+               "];\n";
     out += "  }\n";
   }
   for (const auto& w : t.wires) {

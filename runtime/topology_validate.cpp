@@ -33,7 +33,9 @@ std::string article(const std::string& kind) {
   return (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
 }
 
-std::string named(const std::string& name) { return "'" + name + "'"; }
+std::string named(const std::string& name) {
+  return "'" + name + "'";
+}
 
 std::string setting_to_string(const setting_value& value) {
   struct printer {
@@ -59,7 +61,8 @@ std::string math_difference(const layer_config& reference, const layer_config& o
     auto a = reference.settings.find(key);
     auto b = other.settings.find(key);
     auto show = [&](auto found, const layer_config& config) {
-      return found == config.settings.end() ? std::string("unset") : setting_to_string(found->second);
+      return found == config.settings.end() ? std::string("unset")
+                                            : setting_to_string(found->second);
     };
     bool same = a != reference.settings.end() && b != other.settings.end() &&
                 a->second.value == b->second.value;
@@ -139,13 +142,13 @@ class validator {
                     const std::string& what, const std::string& hint = "") const {
     if (wires.size() == count)
       return;
-    auto message = describe(a) + " has " + std::to_string(wires.size()) + " " + what +
-                   ", needs " + std::to_string(count);
+    auto message = describe(a) + " has " + std::to_string(wires.size()) + " " + what + ", needs " +
+                   std::to_string(count);
     if (wires.size() < count)
       fail(a.where, message + (hint.empty() ? "" : " (" + hint + ")"));
     const auto& extra = *wires[count];
-    fail(extra.where, message + "; this one, from " + named(extra.from) + " to " +
-                          named(extra.to) + ", is one too many");
+    fail(extra.where, message + "; this one, from " + named(extra.from) + " to " + named(extra.to) +
+                          ", is one too many");
   }
 
   void check_names() {
@@ -185,8 +188,8 @@ class validator {
                           "); " + w.kind + " wires go " + allowed);
       }
       if (w.capacity < 0)
-        fail(w.where, "wire capacity must be >= 0 (0: unbounded), found " +
-                          std::to_string(w.capacity));
+        fail(w.where,
+             "wire capacity must be >= 0 (0: unbounded), found " + std::to_string(w.capacity));
       outgoing_[w.from].push_back(&w);
       incoming_[w.to].push_back(&w);
     }
@@ -209,9 +212,9 @@ class validator {
            "no data_loader actor: a run has exactly one (add an [[actor]] with kind = "
            "\"data_loader\")");
     if (loaders.size() > 1)
-      fail(loaders[1]->where, "a second data_loader " + named(loaders[1]->name) + " (the first is " +
-                                  named(loaders[0]->name) + " at " + loaders[0]->where.to_string() +
-                                  "); a run has exactly one");
+      fail(loaders[1]->where, "a second data_loader " + named(loaders[1]->name) +
+                                  " (the first is " + named(loaders[0]->name) + " at " +
+                                  loaders[0]->where.to_string() + "); a run has exactly one");
   }
 
   void check_indices() {
@@ -250,11 +253,9 @@ class validator {
                             named(last->name) + " to it");
     }
     for (const auto* a : of_kind("layer")) {
-      expect_count(*a, incoming(*a, "activations"), 1,
-                   "incoming activations wires",
+      expect_count(*a, incoming(*a, "activations"), 1, "incoming activations wires",
                    "its input, from the data loader or the previous layer");
-      expect_count(*a, outgoing(*a, "activations"), 1,
-                   "outgoing activations wires",
+      expect_count(*a, outgoing(*a, "activations"), 1, "outgoing activations wires",
                    "to the next layer or the loss");
     }
   }
@@ -262,8 +263,7 @@ class validator {
   void check_loss_inputs() const {
     for (const auto* a : of_kind("loss")) {
       expect_count(*a, incoming(*a, "activations"), 1, "incoming activations wires");
-      expect_count(*a, incoming(*a, "labels"), 1, "incoming labels wires",
-                   "from the data loader");
+      expect_count(*a, incoming(*a, "labels"), 1, "incoming labels wires", "from the data loader");
     }
   }
 
@@ -320,13 +320,14 @@ class validator {
       const auto& to = actor(w.to);
       auto here = "activations wire from " + named(w.from) + " to " + named(w.to) + ": ";
       if (from.kind == "data_loader" && to.layer != 0)
-        fail(w.where, here + "the data loader feeds each replica's layer 0, and " +
-                          named(to.name) + " is layer " + std::to_string(to.layer));
+        fail(w.where, here + "the data loader feeds each replica's layer 0, and " + named(to.name) +
+                          " is layer " + std::to_string(to.layer));
       if (from.kind != "layer")
         continue;
       if (to.kind == "layer" && to.layer != from.layer + 1)
         fail(w.where, here + "layer " + std::to_string(from.layer) + " must feed layer " +
-                          std::to_string(from.layer + 1) + ", not layer " + std::to_string(to.layer));
+                          std::to_string(from.layer + 1) + ", not layer " +
+                          std::to_string(to.layer));
       if (to.kind == "loss" && from.layer != layers_ - 1)
         fail(w.where, here + "only the model's last layer (" + std::to_string(layers_ - 1) +
                           ") feeds a loss, and " + named(from.name) + " is layer " +
@@ -391,20 +392,20 @@ class validator {
                              ", which has no parameters: remove this " + w->kind + " wire");
         continue;
       }
-      expect_count(*a, params, 1, "params wires",
-                   "from the optimizer that owns its parameters");
-      expect_count(*a, grads, 1, "outgoing grads wires",
-                   "to an averager or an optimizer");
+      expect_count(*a, params, 1, "params wires", "from the optimizer that owns its parameters");
+      expect_count(*a, grads, 1, "outgoing grads wires", "to an averager or an optimizer");
       for (const auto* w : {params[0], grads[0]}) {
         const auto& other = actor(w == params[0] ? w->from : w->to);
         if (other.layer != a->layer)
-          fail(w->where, describe(*a) + " is wired to " + named(other.name) + ", which serves layer " +
-                             std::to_string(other.layer));
+          fail(w->where, describe(*a) + " is wired to " + named(other.name) +
+                             ", which serves layer " + std::to_string(other.layer));
       }
       if (t_.replicas > 1 && actor(grads[0]->to).kind != "averager")
-        fail(grads[0]->where, "with " + std::to_string(t_.replicas) + " replicas the gradients of " +
-                                  describe(*a) + " must be averaged: send them to an averager, "
-                                  "not straight to " + named(grads[0]->to));
+        fail(grads[0]->where, "with " + std::to_string(t_.replicas) +
+                                  " replicas the gradients of " + describe(*a) +
+                                  " must be averaged: send them to an averager, "
+                                  "not straight to " +
+                                  named(grads[0]->to));
     }
   }
 
@@ -412,7 +413,8 @@ class validator {
     std::map<std::int32_t, std::vector<const actor_plan*>> rings;  // layer -> ring averagers
     for (const auto* v : of_kind("averager")) {
       auto method_entry = v->settings.find("method");
-      const setting_value* method = method_entry == v->settings.end() ? nullptr : &method_entry->second;
+      const setting_value* method =
+          method_entry == v->settings.end() ? nullptr : &method_entry->second;
       const auto* name = method ? std::get_if<std::string>(&method->value) : nullptr;
       if (!name || *name != t_.averaging)
         fail(method ? method->where : v->where,
@@ -420,8 +422,7 @@ class validator {
                  ", but [parallel] averaging is " + named(t_.averaging) +
                  "; a run averages one way");
       auto from_layers = incoming(*v, "grads");
-      expect_count(*v, outgoing(*v, "grads"), 1, "outgoing grads wires",
-                   "to its optimizer");
+      expect_count(*v, outgoing(*v, "grads"), 1, "outgoing grads wires", "to its optimizer");
       const auto& sink = actor(outgoing(*v, "grads")[0]->to);
       if (sink.layer != v->layer)
         fail(outgoing(*v, "grads")[0]->where, "averager " + named(v->name) + " serves layer " +
@@ -433,18 +434,18 @@ class validator {
         for (const auto* w : outgoing(*v, "ring"))
           ring.push_back(w);
         for (const auto* w : ring)
-          fail(w->where, "averager " + named(v->name) + " averages centrally; ring wires are for "
-                                                         "ring averagers");
-        expect_count(*v, from_layers, static_cast<std::size_t>(t_.replicas),
-                     "incoming grads wires",
+          fail(w->where, "averager " + named(v->name) +
+                             " averages centrally; ring wires are for "
+                             "ring averagers");
+        expect_count(*v, from_layers, static_cast<std::size_t>(t_.replicas), "incoming grads wires",
                      "one from each replica's layer " + std::to_string(v->layer));
         continue;
       }
       if (v->replica < 0)
-        fail(v->where, "ring averager " + named(v->name) + " needs the replica it belongs to "
-                                                            "(replica = N)");
-      expect_count(*v, from_layers, 1, "incoming grads wires",
-                   "from its replica's layer");
+        fail(v->where, "ring averager " + named(v->name) +
+                           " needs the replica it belongs to "
+                           "(replica = N)");
+      expect_count(*v, from_layers, 1, "incoming grads wires", "from its replica's layer");
       if (actor(from_layers[0]->from).replica != v->replica)
         fail(from_layers[0]->where, "ring averager " + named(v->name) + " of replica " +
                                         std::to_string(v->replica) + " gets the gradients of " +
@@ -470,8 +471,10 @@ class validator {
       if (static_cast<std::int64_t>(seen.size()) != t_.replicas || seen.size() != ring.size())
         fail(ring.front()->where, "the ring of layer " + std::to_string(layer) + " through " +
                                       named(ring.front()->name) + " holds " +
-                                      std::to_string(seen.size()) + " averagers; it must hold one "
-                                      "per replica (" + std::to_string(t_.replicas) + ")");
+                                      std::to_string(seen.size()) +
+                                      " averagers; it must hold one "
+                                      "per replica (" +
+                                      std::to_string(t_.replicas) + ")");
     }
   }
 
@@ -479,8 +482,9 @@ class validator {
     for (const auto* o : of_kind("optimizer")) {
       expect_count(*o, incoming(*o, "grads"), 1, "incoming grads wires");
       if (outgoing(*o, "params").empty())
-        fail(o->where, "optimizer " + named(o->name) + " sends parameters to no layer: add a "
-                                                        "params wire to the layer it owns");
+        fail(o->where, "optimizer " + named(o->name) +
+                           " sends parameters to no layer: add a "
+                           "params wire to the layer it owns");
     }
   }
 
@@ -515,11 +519,10 @@ class validator {
     if (config_.data.batch_size % parts != 0)
       fail(config_.parallel.where,
            "[data] batch_size " + std::to_string(config_.data.batch_size) +
-               " must split evenly into " + (config_.is_explicit() ? "replicas" : "data") +
-               " (" + std::to_string(t_.replicas) + ") x microbatches (" +
+               " must split evenly into " + (config_.is_explicit() ? "replicas" : "data") + " (" +
+               std::to_string(t_.replicas) + ") x microbatches (" +
                std::to_string(t_.microbatches) +
-               ") parts; use a batch size that is a multiple of " +
-               std::to_string(parts));
+               ") parts; use a batch size that is a multiple of " + std::to_string(parts));
   }
 
   const topology& t_;

@@ -56,8 +56,12 @@ void check_error_at(const std::string& text, std::pair<int, int> position,
   FAIL("expected a config_error containing: " << expected);
 }
 
-std::int64_t integer(const setting_value& value) { return std::get<std::int64_t>(value.value); }
-std::string text(const setting_value& value) { return std::get<std::string>(value.value); }
+std::int64_t integer(const setting_value& value) {
+  return std::get<std::int64_t>(value.value);
+}
+std::string text(const setting_value& value) {
+  return std::get<std::string>(value.value);
+}
 
 }  // namespace
 
@@ -156,17 +160,19 @@ bucket_kib = 64
   CHECK(config.parallel.bucket_kib == 64);
   CHECK_FALSE(config.is_explicit());
 
-  auto defaults = parse_config("[data]\nsource = \"synthetic\"\n[model]\n[[model.layers]]\n"
-                               "type = \"relu\"\n",
-                               "t.toml");
+  auto defaults = parse_config(
+      "[data]\nsource = \"synthetic\"\n[model]\n[[model.layers]]\n"
+      "type = \"relu\"\n",
+      "t.toml");
   CHECK(defaults.parallel.stage_ranges.empty());
   CHECK_FALSE(defaults.parallel.share_devices);
   CHECK(defaults.parallel.bucket_kib == 1024);
 }
 
 TEST_CASE("the config loader rejects malformed stages and shorthand keys in an explicit config") {
-  const std::string shorthand = "[data]\nsource = \"synthetic\"\n[model]\n[[model.layers]]\n"
-                                "type = \"relu\"\n[parallel]\n";
+  const std::string shorthand =
+      "[data]\nsource = \"synthetic\"\n[model]\n[[model.layers]]\n"
+      "type = \"relu\"\n[parallel]\n";
   check_parse_error(shorthand + "stages = [[0, 1], [3, 2]]\n", "[3, 2]",
                     "expected layer indices 0 <= first <= last, found [3, 2]");
   check_parse_error(shorthand + "stages = [[0, 1], [2]]\n", "[2]",
@@ -175,7 +181,8 @@ TEST_CASE("the config loader rejects malformed stages and shorthand keys in an e
   check_parse_error(shorthand + "share_devices = 1\n", "1\n", "expected a boolean");
 
   SUBCASE("model layers together with actor tables") {
-    auto text = replaced(two_stages, "[parallel]", "[model]\n[[model.layers]]\ntype = \"relu\"\n\n[parallel]");
+    auto text = replaced(two_stages, "[parallel]",
+                         "[model]\n[[model.layers]]\ntype = \"relu\"\n\n[parallel]");
     check_parse_error(text, "[[model.layers]]",
                       "an explicit config lists its layers as [[actor]] tables; remove "
                       "[[model.layers]] or the [[actor]] tables");
@@ -214,8 +221,9 @@ TEST_CASE("topology_from_explicit names the key of a bad actor or wire table") {
   SUBCASE("a device that does not parse") {
     auto text = replaced(two_replicas, "name = \"r0.l1\"\nkind = \"layer\"\ndevice = \"cpu:0\"",
                          "name = \"r0.l1\"\nkind = \"layer\"\ndevice = \"gpu:0\"");
-    check_error(text, "device = \"gpu:0\"",
-                "[[actor]] 'r0.l1' device: expected a device like 'cpu:0' or 'cuda:1', found 'gpu:0'");
+    check_error(
+        text, "device = \"gpu:0\"",
+        "[[actor]] 'r0.l1' device: expected a device like 'cpu:0' or 'cuda:1', found 'gpu:0'");
   }
   SUBCASE("a second spelling of a device") {
     auto text = replaced(two_stages, "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"",
@@ -237,13 +245,16 @@ TEST_CASE("topology_from_explicit names the key of a bad actor or wire table") {
     check_error(text, "out = 44", "[[actor]] 'loader': unknown key 'out'");
   }
   SUBCASE("an unknown averaging method") {
-    auto text = replaced(two_replicas, "layer = 0\nmethod = \"central\"", "layer = 0\nmethod = \"mean\"");
+    auto text =
+        replaced(two_replicas, "layer = 0\nmethod = \"central\"", "layer = 0\nmethod = \"mean\"");
     check_error(text, "method = \"mean\"", "unknown averaging method 'mean'");
   }
   SUBCASE("unknown wire kind, with a suggestion") {
-    auto text = replaced(two_stages, "to = \"loss\"\nkind = \"labels\"", "to = \"loss\"\nkind = \"label\"");
-    check_error(text, "kind = \"label\"",
-                "[[wire]] 'loader' -> 'loss' kind: unknown wire kind 'label'; did you mean 'labels'?");
+    auto text =
+        replaced(two_stages, "to = \"loss\"\nkind = \"labels\"", "to = \"loss\"\nkind = \"label\"");
+    check_error(
+        text, "kind = \"label\"",
+        "[[wire]] 'loader' -> 'loss' kind: unknown wire kind 'label'; did you mean 'labels'?");
   }
   SUBCASE("a negative capacity") {
     auto text = replaced(two_stages, "capacity = 3", "capacity = -1");
@@ -268,8 +279,9 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
   SUBCASE("a device that [parallel] does not list") {
     auto text = replaced(two_stages, "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"",
                          "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:2\"");
-    check_error(text, actor_table("loss"),
-                "'loss' runs on cpu:2, which [parallel] devices does not list (it lists cpu:0, cpu:1)");
+    check_error(
+        text, actor_table("loss"),
+        "'loss' runs on cpu:2, which [parallel] devices does not list (it lists cpu:0, cpu:1)");
   }
   SUBCASE("a wire to an actor that does not exist") {
     auto text = replaced(two_replicas, wire_table("r0.l1", "r0.l2"), wire_table("r0.l1", "r0.l3"));
@@ -283,24 +295,30 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "wires go optimizer -> layer");
   }
   SUBCASE("two data loaders") {
-    auto text = replaced(two_stages, "[[wire]]\nfrom = \"loader\"\nto = \"l0\"",
-                         "[[actor]]\nname = \"loader2\"\nkind = \"data_loader\"\ndevice = \"cpu:1\"\n\n"
-                         "[[wire]]\nfrom = \"loader\"\nto = \"l0\"");
+    auto text =
+        replaced(two_stages, "[[wire]]\nfrom = \"loader\"\nto = \"l0\"",
+                 "[[actor]]\nname = \"loader2\"\nkind = \"data_loader\"\ndevice = \"cpu:1\"\n\n"
+                 "[[wire]]\nfrom = \"loader\"\nto = \"l0\"");
     check_error(text, actor_table("loader2"), "a second data_loader 'loader2'");
   }
   SUBCASE("a layer without incoming activations") {
     auto text = replaced(two_stages, wire_table("loader", "l0") + "\nkind = \"activations\"\n", "");
-    check_error(text, actor_table("l0"), "'l0' (layer 0 of replica 0) has 0 incoming activations wires");
+    check_error(text, actor_table("l0"),
+                "'l0' (layer 0 of replica 0) has 0 incoming activations wires");
   }
   SUBCASE("a layer without outgoing activations") {
-    auto text = replaced(two_stages, wire_table("l1", "l2") + "\nkind = \"activations\"\ncapacity = 3\n", "");
-    check_error(text, actor_table("l1"), "'l1' (layer 1 of replica 0) has 0 outgoing activations wires");
+    auto text = replaced(two_stages,
+                         wire_table("l1", "l2") + "\nkind = \"activations\"\ncapacity = 3\n", "");
+    check_error(text, actor_table("l1"),
+                "'l1' (layer 1 of replica 0) has 0 outgoing activations wires");
   }
   SUBCASE("a layer with two inputs") {
     auto text = two_stages + "\n[[wire]]\nfrom = \"l0\"\nto = \"l2\"\nkind = \"activations\"\n";
     auto at = position_of(text, "[[wire]]\nfrom = \"l0\"\nto = \"l2\"");
-    check_error_at(text, at, "'l0' (layer 0 of replica 0) has 2 outgoing activations wires, needs 1; this one, from "
-                   "'l0' to 'l2', is one too many");
+    check_error_at(
+        text, at,
+        "'l0' (layer 0 of replica 0) has 2 outgoing activations wires, needs 1; this one, from "
+        "'l0' to 'l2', is one too many");
   }
   SUBCASE("a cycle along activations") {
     auto text = replaced(two_stages, wire_table("loader", "l0") + "\nkind = \"activations\"\n", "");
@@ -309,7 +327,8 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "activations wires form a cycle: 'l0' -> 'l1' -> 'l2' -> 'l0'");
   }
   SUBCASE("no loss") {
-    auto text = replaced(two_stages, "[[actor]]\nname = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"\n", "");
+    auto text = replaced(two_stages,
+                         "[[actor]]\nname = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"\n", "");
     text = replaced(text, wire_table("l2", "loss") + "\nkind = \"activations\"\n", "");
     text = replaced(text, wire_table("loader", "loss") + "\nkind = \"labels\"\n", "");
     check_error(text, actor_table("l2"),
@@ -326,11 +345,15 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "takes (3), one logit per class");
   }
   SUBCASE("a replica missing a layer") {
-    auto text = replaced(two_replicas, actor_table("r1.l1") + "\nkind = \"layer\"\ndevice = \"cpu:1\"\n"
-                                       "replica = 1\nlayer = 1\ntype = \"relu\"\n", "");
+    auto text = replaced(two_replicas,
+                         actor_table("r1.l1") +
+                             "\nkind = \"layer\"\ndevice = \"cpu:1\"\n"
+                             "replica = 1\nlayer = 1\ntype = \"relu\"\n",
+                         "");
     text = replaced(text, wire_table("r1.l1", "r1.l2") + "\nkind = \"activations\"\n", "");
     text = replaced(text, wire_table("r1.l0", "r1.l1"), wire_table("r1.l0", "r1.l2"));
-    check_error(text, actor_table("r1.l0"), "replica 1 has no layer 1 ('r0.l1' is layer 1 of replica 0)");
+    check_error(text, actor_table("r1.l0"),
+                "replica 1 has no layer 1 ('r0.l1' is layer 1 of replica 0)");
   }
   SUBCASE("a replica whose layer differs from replica 0's") {
     auto text = replaced(two_replicas, "replica = 1\nlayer = 0\ntype = \"linear\"\nout = 4",
@@ -347,20 +370,23 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
   }
   SUBCASE("a parameterless layer with a params wire") {
     auto text = two_stages + "\n[[wire]]\nfrom = \"opt.l0\"\nto = \"l1\"\nkind = \"params\"\n";
-    check_error(text, wire_table("opt.l0", "l1"),
-                "'l1' (layer 1 of replica 0) is 'tanh', which has no parameters: remove this params wire");
+    check_error(
+        text, wire_table("opt.l0", "l1"),
+        "'l1' (layer 1 of replica 0) is 'tanh', which has no parameters: remove this params wire");
   }
   SUBCASE("a layer without an optimizer") {
     auto text = replaced(two_stages, wire_table("opt.l2", "l2") + "\nkind = \"params\"\n", "");
     check_error(text, actor_table("l2"), "'l2' (layer 2 of replica 0) has 0 params wires");
   }
   SUBCASE("replicas whose gradients are not averaged") {
-    auto text = replaced(two_replicas, wire_table("r0.l0", "avg.l0"), wire_table("r0.l0", "opt.l0"));
+    auto text =
+        replaced(two_replicas, wire_table("r0.l0", "avg.l0"), wire_table("r0.l0", "opt.l0"));
     check_error(text, wire_table("r0.l0", "opt.l0"),
                 "with 2 replicas the gradients of 'r0.l0' (layer 0 of replica 0) must be averaged");
   }
   SUBCASE("an averager whose method is not the run's") {
-    auto text = replaced(two_replicas, "layer = 2\nmethod = \"central\"", "layer = 2\nmethod = \"ring\"");
+    auto text =
+        replaced(two_replicas, "layer = 2\nmethod = \"central\"", "layer = 2\nmethod = \"ring\"");
     check_error(text, "method = \"ring\"",
                 "averager 'avg.l2' has method 'ring', but [parallel] averaging is 'central'");
   }
@@ -370,7 +396,8 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "'r1.l0' (layer 0 of replica 1), stage 0, shares cpu:0 with 'r0.l0' (layer 0 of "
                 "replica 0), stage 0: R * P = 2 x 1 = 2 replica-stages need 2 devices, and the "
                 "layers use 1");
-    auto shared = replaced(text, "averaging = \"central\"", "averaging = \"central\"\nshare_devices = true");
+    auto shared =
+        replaced(text, "averaging = \"central\"", "averaging = \"central\"\nshare_devices = true");
     CHECK_NOTHROW(load(shared));
   }
   SUBCASE("a batch that does not split into replicas x micro-batches") {

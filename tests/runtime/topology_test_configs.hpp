@@ -348,7 +348,8 @@ inline std::string replaced(const std::string& text, const std::string& from,
 inline std::pair<int, int> position_of(const std::string& text, const std::string& needle) {
   auto at = text.find(needle);
   REQUIRE_MESSAGE(at != std::string::npos, "not in the config: " << needle);
-  REQUIRE_MESSAGE(text.find(needle, at + 1) == std::string::npos, "twice in the config: " << needle);
+  REQUIRE_MESSAGE(text.find(needle, at + 1) == std::string::npos,
+                  "twice in the config: " << needle);
   int line = 1;
   std::size_t line_start = 0;
   for (std::size_t i = 0; i < at; ++i)
