@@ -1,4 +1,5 @@
-// config.cpp: reads the shorthand topology config (TOML) into run_config and checks it.
+// config.cpp: reads the topology config (TOML, shorthand or explicit) into run_config and
+// checks it.
 //
 // The work is split in two layers. section_reader knows how to read one key of one table
 // with its type and range checked, and how to reject keys a section does not have; the
@@ -6,6 +7,7 @@
 // is a config_error at the offending key or value (toml++ keeps source positions).
 //
 // Deliberately not here: layer types and their settings (the layer registry checks them),
+// what the keys of [[actor]] / [[wire]] tables mean (topology_from_explicit() reads them),
 // and cross-section checks such as "data * pipeline devices" (the planner checks them,
 // where it knows the whole graph).
 #include "runtime/config.hpp"
@@ -176,6 +178,12 @@ class section_reader {
   }
   source_position position(const toml::node& node) const {
     return position_in(file_, node.source());
+  }
+  /// Where a key present in the table is written (the key itself, not its value).
+  source_position key_position(const std::string& key) const {
+    auto found = table_->find(key);
+    TROUPE_CHECK(found != table_->end(), "key_position of absent key '" << key << "'");
+    return position_in(file_, found->first.source());
   }
 
   [[noreturn]] void fail(const toml::node& node, const std::string& key,
@@ -350,6 +358,26 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   return s;
 }
 
+/// A scalar TOML value as a setting; `what` names the key in the error for anything else.
+setting_value read_scalar(const toml::node& value, const source_position& key_where,
+                          const std::string& file, const std::string& what) {
+  setting_value setting;
+  setting.where = key_where;
+  if (value.is_integer())
+    setting.value = value.as_integer()->get();
+  else if (value.is_floating_point())
+    setting.value = value.as_floating_point()->get();
+  else if (value.is_boolean())
+    setting.value = value.as_boolean()->get();
+  else if (value.is_string())
+    setting.value = value.as_string()->get();
+  else
+    throw config_error(position_in(file, value.source()),
+                       what + ": expected a scalar (integer, float, boolean or string), found " +
+                           type_name(value.type()));
+  return setting;
+}
+
 layer_config read_layer(const section_reader& model, const toml::node& node, std::size_t index) {
   const std::string name = "[[model.layers]] #" + std::to_string(index + 1);
   if (!node.is_table())
@@ -370,27 +398,15 @@ layer_config read_layer(const section_reader& model, const toml::node& node, std
   for (const auto& [key, value] : entries_in_order(table)) {
     if (key->str() == "type")
       continue;
-    setting_value setting;
-    setting.where = position_in(model.file(), key->source());
-    if (value->is_integer())
-      setting.value = value->as_integer()->get();
-    else if (value->is_floating_point())
-      setting.value = value->as_floating_point()->get();
-    else if (value->is_boolean())
-      setting.value = value->as_boolean()->get();
-    else if (value->is_string())
-      setting.value = value->as_string()->get();
-    else
-      throw config_error(model.position(*value),
-                         name + " " + std::string(key->str()) +
-                             ": expected a scalar (integer, float, boolean or string), found " +
-                             type_name(value->type()));
-    layer.settings.emplace(std::string(key->str()), std::move(setting));
+    layer.settings.emplace(std::string(key->str()),
+                           read_scalar(*value, position_in(model.file(), key->source()),
+                                       model.file(), name + " " + std::string(key->str())));
   }
   return layer;
 }
 
-model_section read_model(const section_reader& r) {
+/// explicit_form: the config has [[actor]] tables, which list the layers instead.
+model_section read_model(const section_reader& r, bool explicit_form) {
   model_section s;
   s.where = r.where();
   r.read_choice("loss", s.loss, "loss", {"softmax_xent"});
@@ -398,10 +414,14 @@ model_section read_model(const section_reader& r) {
     if (!layers->is_array())
       r.fail_type(*layers, "layers", "an array of tables ([[model.layers]])");
     const auto& array = *layers->as_array();
+    if (explicit_form && !array.empty())
+      throw config_error(r.position(*array.get(0)),
+                         "an explicit config lists its layers as [[actor]] tables; remove "
+                         "[[model.layers]] or the [[actor]] tables");
     for (std::size_t i = 0; i < array.size(); ++i)
       s.layers.push_back(read_layer(r, *array.get(i), i));
   }
-  if (s.layers.empty())
+  if (s.layers.empty() && !explicit_form)
     throw config_error(s.where, "[model] has no layers; add at least one [[model.layers]] table "
                                 "with a type, e.g. type = \"linear\"");
   return s;
@@ -465,9 +485,47 @@ bool is_device_name(const std::string& name) {
                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
-parallel_section read_parallel(const section_reader& r) {
+/// `stages = [[0, 1], [2, 4]]`: each element a pair of layer indices, first <= last.
+void read_stage_ranges(const section_reader& r, parallel_section& s) {
+  const auto* stages = r.find("stages");
+  if (!stages)
+    return;
+  s.stages_where = r.position(*stages);
+  const auto* array = stages->as_array();
+  if (!array || array->empty())
+    r.fail(*stages, "stages", "expected a non-empty array of [first, last] layer ranges like "
+                              "[[0, 1], [2, 4]], found " +
+                                  (array ? std::string("an empty array") : type_name(stages->type())));
+  for (const auto& element : *array) {
+    const auto* pair = element.as_array();
+    bool well_formed = pair && pair->size() == 2 && pair->get(0)->is_integer() &&
+                       pair->get(1)->is_integer();
+    if (!well_formed)
+      r.fail(element, "stages", "expected a pair of layer indices [first, last], found " +
+                                    (pair ? "an array of " + std::to_string(pair->size()) +
+                                                " values" + (pair->size() == 2 ? " (not integers)" : "")
+                                          : type_name(element.type())));
+    auto first = pair->get(0)->as_integer()->get();
+    auto last = pair->get(1)->as_integer()->get();
+    if (first < 0 || last < first)
+      r.fail(element, "stages", "expected layer indices 0 <= first <= last, found [" +
+                                    std::to_string(first) + ", " + std::to_string(last) + "]");
+    s.stage_ranges.emplace_back(first, last);
+  }
+}
+
+/// explicit_form: the [[actor]] / [[wire]] graph says how many replicas and stages there
+/// are, so the shorthand keys for them would say it twice (and could disagree).
+parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   parallel_section s;
   s.where = r.where();
+  if (explicit_form)
+    for (const char* key : {"data", "pipeline", "stages"})
+      if (r.find(key))
+        throw config_error(r.key_position(key),
+                           std::string("[parallel] ") + key + ": is shorthand, and an explicit "
+                           "config's [[actor]] tables already say how many replicas and stages "
+                           "there are; remove it");
   if (const auto* devices = r.find("devices")) {
     const auto* array = devices->as_array();
     if (!array || array->empty())
@@ -493,12 +551,18 @@ parallel_section read_parallel(const section_reader& r) {
   r.read("microbatches", s.microbatches, at_least(1));
   r.read_choice("schedule", s.schedule, "pipeline schedule", {"gpipe", "1f1b"});
   r.read_choice("averaging", s.averaging, "gradient averaging", {"ring", "central"});
+  read_stage_ranges(r, s);
+  r.read("share_devices", s.share_devices);
+  r.read("bucket_kib", s.bucket_kib, at_least(1));
   return s;
 }
 
 // ---- the top level ----
 
-const std::vector<std::string> section_names = {"run", "data", "model", "optimizer", "parallel"};
+const std::vector<std::string> section_names = {"run",      "data",  "model", "optimizer",
+                                                 "parallel", "actor", "wire"};
+
+bool is_table_array(const std::string& name) { return name == "actor" || name == "wire"; }
 
 void reject_unknown_sections(const toml::table& root, const std::string& file) {
   for (const auto& [key, node] : entries_in_order(root)) {
@@ -509,10 +573,34 @@ void reject_unknown_sections(const toml::table& root, const std::string& file) {
       throw config_error(at, "unknown section '" + name + "'" +
                                  (hint.empty() ? "; valid sections: " + join(section_names) : hint));
     }
-    if (!node->is_table())
+    if (is_table_array(name) && !node->is_array_of_tables())
+      throw config_error(at, "'" + name + "' must be an array of tables [[" + name + "]], found " +
+                                 type_name(node->type()));
+    if (!is_table_array(name) && !node->is_table())
       throw config_error(at, "'" + name + "' must be a section [" + name + "], found " +
                                  type_name(node->type()));
   }
+}
+
+/// Every [[actor]] (or [[wire]]) table, each key with its scalar value and position.
+std::vector<table_config> read_tables(const toml::table& root, const std::string& name,
+                                      const std::string& file) {
+  std::vector<table_config> tables;
+  const auto* array = root.get_as<toml::array>(name);
+  if (!array)
+    return tables;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const auto& table = *array->get(i)->as_table();
+    table_config out;
+    out.where = position_in(file, table.source());
+    for (const auto& [key, value] : entries_in_order(table)) {
+      auto what = "[[" + name + "]] #" + std::to_string(i + 1) + " " + std::string(key->str());
+      out.settings.emplace(std::string(key->str()),
+                           read_scalar(*value, position_in(file, key->source()), file, what));
+    }
+    tables.push_back(std::move(out));
+  }
+  return tables;
 }
 
 }  // namespace
@@ -544,12 +632,26 @@ run_config parse_config(const std::string& text, const std::string& name,
                                            "synthetic_test", "synthetic_features",
                                            "synthetic_classes"}),
                           directory);
-  config.model = read_model(section("model", {"loss", "layers"}));
+  config.actors = read_tables(root, "actor", name);
+  config.wires = read_tables(root, "wire", name);
+  const bool explicit_form = config.is_explicit();
+  if (explicit_form && config.wires.empty())
+    throw config_error(config.actors.front().where,
+                       "an explicit config needs [[wire]] tables too: the [[actor]] tables say "
+                       "what runs, the wires how activations, labels, gradients and parameters "
+                       "flow between them");
+  if (!explicit_form && !config.wires.empty())
+    throw config_error(config.wires.front().where,
+                       "[[wire]] tables need [[actor]] tables to connect; a shorthand config "
+                       "has neither");
+  config.model = read_model(section("model", {"loss", "layers"}), explicit_form);
   config.optimizer = read_optimizer(section("optimizer", {"type", "lr", "momentum", "dampening",
                                                          "nesterov", "betas", "eps",
                                                          "weight_decay", "schedule"}));
-  config.parallel = read_parallel(section("parallel", {"devices", "data", "pipeline",
-                                                       "microbatches", "schedule", "averaging"}));
+  config.parallel = read_parallel(section("parallel", {"devices", "data", "pipeline", "stages",
+                                                       "microbatches", "schedule", "averaging",
+                                                       "share_devices", "bucket_kib"}),
+                                  explicit_form);
   return config;
 }
 

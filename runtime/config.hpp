@@ -1,19 +1,22 @@
 // config.hpp: the topology config a user writes (TOML), loaded and validated.
 //
 // load_config() reads the shorthand form ([run], [data], [model], [optimizer],
-// [parallel]) into run_config. Every value keeps where it came from, so that later
+// [parallel]) or the explicit form ([[actor]] and [[wire]] tables instead of
+// [[model.layers]] and [parallel] data/pipeline/stages) into run_config. Every value keeps where it came from, so that later
 // checks (shapes, devices, layer settings) can name file:line:col too. Unknown keys,
 // wrong types and out-of-range values throw config_error naming the position, what was
 // expected and, for names, the nearest valid one. Nothing here spawns anything.
 //
 // Layer settings are kept generic (a layer type is found by name in the layer registry,
-// which knows its own settings); everything else is checked here.
+// which knows its own settings); so are the [[actor]] / [[wire]] tables, which
+// topology_from_explicit() reads (runtime/topology.hpp). Everything else is checked here.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -104,17 +107,20 @@ struct parallel_section {
   std::int64_t microbatches = 1;       // M
   std::string schedule = "gpipe";      // "gpipe" | "1f1b"
   std::string averaging = "ring";      // "ring" | "central"
-  std::vector<std::pair<std::int64_t, std::int64_t>> stage_ranges;  // explicit split: [first, last]
+  /// Optional explicit pipeline split: stage s holds model layers [first, last] (inclusive).
+  /// Checked here only for first <= last; contiguity and coverage by the expander.
+  std::vector<std::pair<std::int64_t, std::int64_t>> stage_ranges;
   source_position stages_where;
   bool share_devices = false;          // allow R * P > number of devices
-  std::int64_t bucket_kib = 1024;      // ring all-reduce bucket size
+  std::int64_t bucket_kib = 1024;      // ring all-reduce bucket size, KiB
   source_position where;
 };
 
-/// One [[actor]] or [[wire]] table of an explicit config: every key with its position.
+/// One [[actor]] or [[wire]] table of an explicit config: every key with its position
+/// (the key's). Values are scalars; what the keys mean is topology_from_explicit()'s.
 struct table_config {
   std::map<std::string, setting_value> settings;
-  source_position where;
+  source_position where;  // the table's header
 };
 
 struct run_config {
@@ -125,8 +131,10 @@ struct run_config {
   model_section model;
   optimizer_section optimizer;
   parallel_section parallel;
-  std::vector<table_config> actors;  // [[actor]]
-  std::vector<table_config> wires;   // [[wire]]
+  std::vector<table_config> actors;  // [[actor]], in file order
+  std::vector<table_config> wires;   // [[wire]], in file order
+
+  /// An explicit config lists its actors and wires instead of [[model.layers]].
   bool is_explicit() const { return !actors.empty(); }
 };
 

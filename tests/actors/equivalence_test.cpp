@@ -101,8 +101,8 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
       {"pipeline 1F1B, uneven stages (P = 3 of 5 layers, M = 3)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\"]\npipeline = 3\nmicrobatches = 3\n"
        "schedule = \"1f1b\"\n"},
-      // TODO-merge {"pipeline with an explicit split (P = 2, M = 2)",
-      // "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 4]]\nmicrobatches = 2\n"},
+      {"pipeline with an explicit split (P = 2, M = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 4]]\nmicrobatches = 2\n"},
   };
   for (const char* optimizer : {"adam", "sgd"}) {
     auto single = train(equivalence_config("", optimizer));

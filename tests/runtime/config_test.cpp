@@ -296,7 +296,7 @@ TEST_CASE("an unknown section is rejected, with a suggestion or the list of sect
               "unknown section 'optimiser'; did you mean 'optimizer'?");
   check_error("[training]\n" + minimal_model, 1, 2,
               "unknown section 'training'; valid sections: 'run', 'data', 'model', 'optimizer', "
-              "'parallel'");
+              "'parallel', 'actor', 'wire'");
   check_error("epochs = 3\n" + minimal_model, 1, 1, "unknown section 'epochs'");
   check_error("run = 3\n" + minimal_model, 1, 1, "'run' must be a section [run], found an integer");
 }
@@ -311,7 +311,7 @@ TEST_CASE("an unknown key in a fixed section is rejected with the nearest valid 
               "unknown key 'gama' in [optimizer.schedule]; did you mean 'gamma'?");
   check_error("[parallel]\nfrobnicate = 1\n" + minimal_model, 2, 1,
               "unknown key 'frobnicate' in [parallel]; valid keys: devices, data, pipeline, "
-              "microbatches, schedule, averaging");
+              "stages, microbatches, schedule, averaging, share_devices, bucket_kib");
   // Two unknown keys: the first in the file is named (toml++ itself orders keys by name).
   check_error("[run]\nzzz = 1\naaa = 2\n" + minimal_model, 2, 1, "unknown key 'zzz' in [run]");
 }
