@@ -43,8 +43,16 @@ caf::behavior optimizer_actor::make_behavior() {
       },
       [this](start_atom) { publish(); },
       [this](weight_grads_msg& message) { receive_grads(message); },
-      // The current parameters (tests and checkpoints); the caller waits for readiness.
-      [this](caf::get_atom) { return params_; },
+      // The parameters once they have reached `version` (the end of a run, tests,
+      // checkpoints): answered at once, or as soon as that update has been submitted.
+      // The caller waits for readiness.
+      [this](caf::get_atom, std::int64_t version) -> caf::result<std::vector<tensor>> {
+        if (version_ >= version)
+          return params_;
+        auto promise = make_response_promise<std::vector<tensor>>();
+        waiting_for_version_.emplace_back(version, promise);
+        return promise;
+      },
       [this](finish_atom) { quit(); },
   };
 }
@@ -131,6 +139,14 @@ void optimizer_actor::update(std::int64_t step) {
     p.set_ready(done);
   params_ = std::move(next);
   version_ = step + 1;
+  for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
+    if (it->first <= version_) {
+      it->second.deliver(params_);
+      it = waiting_for_version_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace troupe

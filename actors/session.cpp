@@ -78,21 +78,25 @@ lr_schedule make_schedule(const optimizer_section& o, std::int64_t total_steps) 
   return s;
 }
 
-// The final parameters of each model layer, from its first optimizer (the replicas'
-// optimizers are identical by construction).
+// The parameters of each model layer at `version`, from its first optimizer (the
+// replicas' optimizers are identical by construction). Waits until every optimizer has
+// applied that step.
 std::vector<std::vector<std::vector<float>>> collect_parameters(
-    caf::scoped_actor& self, const topology& graph, const std::map<std::string, caf::actor>& spawned) {
+    caf::scoped_actor& self, const topology& graph, const std::map<std::string, caf::actor>& spawned,
+    std::int64_t version) {
   std::vector<std::vector<std::vector<float>>> parameters(graph.shapes.size() - 1);
   std::vector<bool> done(parameters.size(), false);
   for (const auto& a : graph.actors) {
-    if (a.kind != "optimizer" || done.at(static_cast<std::size_t>(a.layer)))
+    if (a.kind != "optimizer")
       continue;
+    bool first = !done.at(static_cast<std::size_t>(a.layer));
     done[static_cast<std::size_t>(a.layer)] = true;
-    self->request(spawned.at(a.name), caf::infinite, caf::get_atom::value)
+    self->request(spawned.at(a.name), caf::infinite, caf::get_atom::value, version)
         .receive(
             [&](std::vector<tensor>& params) {
-              for (const auto& p : params)
-                parameters[static_cast<std::size_t>(a.layer)].push_back(p.to_vector());
+              if (first)
+                for (const auto& p : params)
+                  parameters[static_cast<std::size_t>(a.layer)].push_back(p.to_vector());
             },
             [&](caf::error&) {});
   }
@@ -206,9 +210,14 @@ session_result run_session(const run_config& config, const session_options& opti
                      outcome->exit_code = 1;
                      outcome->failure = system.render(error);
                    });
+      // The run is over when every optimizer has applied the last step (the last loss
+      // report reaches the trainer before the last gradients reach the first layers).
+      if (outcome->exit_code == 0) {
+        auto parameters = collect_parameters(self, graph, spawned, outcome->steps);
+        if (options.keep_parameters)
+          result.parameters = std::move(parameters);
+      }
       devices.synchronize();
-      if (options.keep_parameters && outcome->exit_code == 0)
-        result.parameters = collect_parameters(self, graph, spawned);
       for (const auto& [name, handle] : spawned)
         self->send(handle, finish_atom::value);
     }

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Data-parallel scaling and the measured pipeline bubble, on this machine.
+
+1. DP2 vs one device: the default MLP (784-256-256-10, Adam) on Fashion-MNIST with the
+   same global batch, one device (cpu:0) against two replicas (cpu:0, cpu:1, ring
+   all-reduce). Runs alternate; medians of --repeats runs; the ratio of samples/s.
+2. Pipeline bubble: a model with two equal halves (6 x linear 512 + ReLU, then a 10-way
+   head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8 micro-batches,
+   GPipe and 1F1B. The measured bubble of a stage is its idle share of the training time,
+   1 - busy / elapsed, from the device utilisation troupe reports; theory is
+   (P - 1) / (M + P - 1) for equal stages with no communication.
+
+    /usr/bin/python3 bench/parallel_scaling.py [--repeats 3] [--steps 300]
+
+Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
+part of ctest.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MLP = """
+[run]
+steps = {steps}
+seed = 1
+evaluate = false
+[data]
+source = "fashion-mnist"
+batch_size = {batch}
+[[model.layers]]
+type = "linear"
+out = 256
+[[model.layers]]
+type = "relu"
+[[model.layers]]
+type = "linear"
+out = 256
+[[model.layers]]
+type = "relu"
+[[model.layers]]
+type = "linear"
+out = 10
+[optimizer]
+type = "adam"
+lr = 1e-3
+{parallel}
+"""
+
+DEEP = """
+[run]
+steps = {steps}
+seed = 1
+evaluate = false
+[data]
+source = "synthetic"
+batch_size = {batch}
+synthetic_train = 8192
+synthetic_test = 16
+synthetic_features = 512
+synthetic_classes = 10
+{layers}
+[[model.layers]]
+type = "linear"
+out = 10
+[optimizer]
+type = "sgd"
+lr = 0.01
+[parallel]
+devices = ["cpu:0", "cpu:1"]
+stages = [[0, 5], [6, 12]]
+microbatches = {m}
+schedule = "{schedule}"
+"""
+
+
+def run(binary, text, workdir, name):
+    config = os.path.join(workdir, name + ".toml")
+    metrics = os.path.join(workdir, name + ".jsonl")
+    with open(config, "w") as f:
+        f.write(text)
+    subprocess.run([binary, "run", config, "--quiet", "--metrics", metrics], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(metrics) as f:
+        return [json.loads(line) for line in f if '"event"' in line][-1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batches", default="128,256,512")
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    args = parser.parse_args()
+    if not os.path.exists(args.binary):
+        sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
+    single = '[parallel]\ndevices = ["cpu:0"]\n'
+    dp2 = '[parallel]\ndevices = ["cpu:0", "cpu:1"]\ndata = 2\naveraging = "ring"\n'
+    with tempfile.TemporaryDirectory() as workdir:
+        print("Data parallel: DP2 (cpu:0, cpu:1) vs one device (cpu:0), same global batch, "
+              f"{args.steps} steps, medians of {args.repeats}")
+        print(f"{'batch':>6} {'1 device samples/s':>19} {'DP2 samples/s':>14} {'speed-up':>9}")
+        for batch in [int(b) for b in args.batches.split(",")]:
+            one, two = [], []
+            for r in range(args.repeats):
+                one.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
+                                                       parallel=single), workdir, "one")["samples_per_s"])
+                two.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
+                                                       parallel=dp2), workdir, "dp2")["samples_per_s"])
+            a, b = statistics.median(one), statistics.median(two)
+            print(f"{batch:>6} {a:>19.0f} {b:>14.0f} {b / a:>8.2f}x")
+
+        layers = "".join('[[model.layers]]\ntype = "linear"\nout = 512\n'
+                         '[[model.layers]]\ntype = "relu"\n' for _ in range(6))
+        print(f"\nPipeline bubble, P = 2 (two equal halves of a 512-wide MLP), batch 256, "
+              f"{args.steps} steps, medians of {args.repeats}")
+        print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'stage 1':>8} "
+              f"{'samples/s':>10}")
+        for schedule in ["gpipe", "1f1b"]:
+            for m in [1, 2, 4, 8]:
+                bubbles0, bubbles1, rates = [], [], []
+                for r in range(args.repeats):
+                    done = run(args.binary, DEEP.format(steps=args.steps, batch=256, m=m,
+                                                        schedule=schedule, layers=layers),
+                               workdir, "pp")
+                    bubbles0.append(1 - done["devices"]["cpu:0"]["utilisation"])
+                    bubbles1.append(1 - done["devices"]["cpu:1"]["utilisation"])
+                    rates.append(done["samples_per_s"])
+                theory = 1 / (m + 1)
+                print(f"{schedule:>8} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
+                      f"{statistics.median(bubbles1):>8.3f} {statistics.median(rates):>10.0f}")
+
+
+if __name__ == "__main__":
+    main()
