@@ -121,16 +121,17 @@ void optimizer_actor::update(std::int64_t step) {
   auto& work = settings_.on->work();
   auto done = work.submit([=, context = settings_.on->context(), current = params_,
                            grads = std::move(grad_sum_), first = momentum_, second = second_,
-                           copy = copy_, sgd_update = sgd_, adam_update = adam_] {
+                           sgd_update = sgd_, adam_update = adam_] {
+    // Out of place: one pass reads version step (which subscribers may still be reading,
+    // so it is never written) and writes version step + 1 (kernels/ops.hpp,
+    // Note [out-of-place updates]).
     for (std::size_t i = 0; i < current.size(); ++i) {
       auto n = current[i].numel();
-      copy(context, static_cast<std::int64_t>(current[i].bytes()), current[i].raw(),
-           next[i].raw());
       if (adam)
-        adam_update(context, n, next[i].f32(), grads[i].f32(), first[i].f32(), second[i].f32(),
-                    adam_hyper);
+        adam_update(context, n, current[i].f32(), next[i].f32(), grads[i].f32(), first[i].f32(),
+                    second[i].f32(), adam_hyper);
       else
-        sgd_update(context, n, next[i].f32(), grads[i].f32(),
+        sgd_update(context, n, current[i].f32(), next[i].f32(), grads[i].f32(),
                    o.momentum != 0 ? first[i].f32() : nullptr, sgd);
     }
   });

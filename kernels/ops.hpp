@@ -110,19 +110,28 @@ struct accuracy {
                             const std::int32_t* labels, std::int32_t* correct);
 };
 
-/// One SGD step in place on n parameters. momentum_buffer may be null when momentum == 0.
+// Note [out-of-place updates]: an update reads the current parameters `param` and writes
+// the next version to `param_out`, in one pass. param_out may equal param (an update in
+// place) or be a buffer disjoint from it (the optimizer actor publishes every version as
+// a fresh tensor, and a version once sent is never written again); partial overlap is not
+// allowed. When they differ, param is never written. Either way the results are
+// bit-identical. The optimizer state (momentum buffer, m, v) is always updated in place.
+
+/// One SGD step on n parameters: param_out = param - lr * d (see sgd_hyper and
+/// Note [out-of-place updates]). momentum_buffer may be null when momentum == 0.
 struct sgd_update {
   static constexpr const char* name = "sgd_update";
-  using function = void (*)(const context&, std::int64_t n, float* param,
-                            const float* grad, float* momentum_buffer,
+  using function = void (*)(const context&, std::int64_t n, const float* param,
+                            float* param_out, const float* grad, float* momentum_buffer,
                             const sgd_hyper& hyper);
 };
 
-/// One Adam/AdamW step in place on n parameters with moments m and v.
+/// One Adam/AdamW step on n parameters with moments m and v, updated in place; the new
+/// parameters go to param_out (see adam_hyper and Note [out-of-place updates]).
 struct adam_update {
   static constexpr const char* name = "adam_update";
-  using function = void (*)(const context&, std::int64_t n, float* param,
-                            const float* grad, float* m, float* v,
+  using function = void (*)(const context&, std::int64_t n, const float* param,
+                            float* param_out, const float* grad, float* m, float* v,
                             const adam_hyper& hyper);
 };
 

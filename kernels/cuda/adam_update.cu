@@ -1,5 +1,5 @@
-// adam_update.cu: the CUDA backend of ops::adam_update, one torch.optim.Adam or AdamW step
-// in place.
+// adam_update.cu: the CUDA backend of ops::adam_update, one torch.optim.Adam or AdamW step,
+// in place or out of place (kernels/ops.hpp, Note [out-of-place updates]).
 //
 // Exactly the semantics of adam_hyper (kernels/ops.hpp). The bias corrections depend only
 // on the step, so the launcher computes them once in double on the host (as PyTorch does
@@ -17,9 +17,11 @@ namespace {
 
 // ---- kernels ----
 
-__global__ void adam_update_kernel(std::int64_t n, float* param, const float* grad, float* m,
-                                   float* v, adam_hyper hyper, float step_size,
-                                   float bias_correction2_sqrt, float decay) {
+// No __restrict__: param and param_out may be the same buffer. Each thread reads
+// param[i] once before it writes param_out[i], so either way is correct.
+__global__ void adam_update_kernel(std::int64_t n, const float* param, float* param_out,
+                                   const float* grad, float* m, float* v, adam_hyper hyper,
+                                   float step_size, float bias_correction2_sqrt, float decay) {
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
@@ -36,7 +38,7 @@ __global__ void adam_update_kernel(std::int64_t n, float* param, const float* gr
     m[i] = m_new;
     v[i] = v_new;
     const float denominator = sqrtf(v_new) / bias_correction2_sqrt + hyper.eps;
-    param[i] = p - step_size * (m_new / denominator);
+    param_out[i] = p - step_size * (m_new / denominator);
   }
 }
 
@@ -44,9 +46,11 @@ __global__ void adam_update_kernel(std::int64_t n, float* param, const float* gr
 
 // ---- launchers ----
 
-void adam_update(const context& ctx, std::int64_t n, float* param, const float* grad, float* m,
-                 float* v, const adam_hyper& hyper) {
+void adam_update(const context& ctx, std::int64_t n, const float* param, float* param_out,
+                 const float* grad, float* m, float* v, const adam_hyper& hyper) {
   TROUPE_CHECK(n >= 0, "adam_update size must not be negative: n=" << n);
+  TROUPE_CHECK(param == param_out || param + n <= param_out || param_out + n <= param,
+               "adam_update: param and param_out overlap partially (n=" << n << ")");
   TROUPE_CHECK(hyper.step >= 1, "adam_update step is 1-based, got " << hyper.step);
   if (n == 0)
     return;
@@ -58,7 +62,7 @@ void adam_update(const context& ctx, std::int64_t n, float* param, const float* 
   const auto decay =
       static_cast<float>(1.0 - static_cast<double>(hyper.lr) * hyper.weight_decay);
   adam_update_kernel<<<grid_stride_blocks(n), threads_per_block, 0, stream_of(ctx)>>>(
-      n, param, grad, m, v, hyper, step_size, bias_correction2_sqrt, decay);
+      n, param, param_out, grad, m, v, hyper, step_size, bias_correction2_sqrt, decay);
   TROUPE_CHECK_LAUNCH();
 }
 

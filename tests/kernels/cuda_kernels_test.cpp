@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/ops.hpp"
+#include "runtime/error.hpp"
 
 namespace troupe::kernels {
 namespace {
@@ -473,6 +474,55 @@ TEST_CASE("CUDA accuracy counts the same rows as the CPU, ties included") {
   }
 }
 
+/// True when two float vectors hold the same bits (== would call NaN unequal to itself).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The parameters an optimizer test updates on the device, in place or out of place (then
+/// ping-ponging between two buffers, as the optimizer actor writes each version to a
+/// fresh one). After an out-of-place step it checks that the input was not written.
+class device_params {
+ public:
+  device_params(const cuda_session& session, const std::vector<float>& initial, bool in_place)
+      : session_(session),
+        current_(session.upload(initial)),
+        spare_(session.upload(std::vector<float>(initial.size(), NAN))),
+        in_place_(in_place) {}
+
+  const float* param() const { return current_is_first_ ? current_.get() : spare_.get(); }
+  float* param_out() const {
+    if (in_place_)
+      return current_is_first_ ? current_.get() : spare_.get();
+    return current_is_first_ ? spare_.get() : current_.get();
+  }
+
+  /// Runs `update(param, param_out)` and, out of place, checks the input is unchanged.
+  template <class Update>
+  void step(Update&& update) {
+    std::vector<float> before;
+    if (!in_place_)
+      before = values();
+    update(param(), param_out());
+    if (in_place_)
+      return;
+    current_is_first_ = !current_is_first_;
+    const auto& input = current_is_first_ ? spare_ : current_;
+    CHECK_MESSAGE(same_bits(session_.download(input), before),
+                  "out of place wrote its input parameters");
+  }
+
+  std::vector<float> values() const {
+    return session_.download(current_is_first_ ? current_ : spare_);
+  }
+
+ private:
+  const cuda_session& session_;
+  device_buffer<float> current_, spare_;
+  bool in_place_;
+  bool current_is_first_ = true;
+};
+
 TEST_CASE("CUDA sgd_update matches the CPU over three steps of every variant") {
   TROUPE_SKIP_WITHOUT_CUDA();
   cuda_session session;
@@ -495,28 +545,38 @@ TEST_CASE("CUDA sgd_update matches the CPU over three steps of every variant") {
     CAPTURE(base.momentum);
     CAPTURE(base.nesterov);
     const bool has_buffer = base.momentum != 0.0f;
-    auto cpu_param = random_floats(n, -1.0f, 1.0f, 51);
-    std::vector<float> cpu_buffer(n, 0.0f);
-    const auto device_param = session.upload(cpu_param);
-    const auto device_momentum = session.upload(cpu_buffer);
-    for (int step = 1; step <= 3; ++step) {
-      sgd_hyper hyper = base;
-      hyper.first_step = step == 1;
-      const auto grad = random_floats(n, -1.0f, 1.0f, 52 + step);
-      cpu_sgd(context{}, std::int64_t(n), cpu_param.data(), grad.data(),
-              has_buffer ? cpu_buffer.data() : nullptr, hyper);
-      const auto device_grad = session.upload(grad);
-      cuda_sgd(session.ctx(), std::int64_t(n), device_param.get(), device_grad.get(),
-               has_buffer ? device_momentum.get() : nullptr, hyper);
+    std::vector<float> cuda_result[2];  // in place, out of place
+    for (const bool in_place : {true, false}) {
+      CAPTURE(in_place);
+      auto cpu_param = random_floats(n, -1.0f, 1.0f, 51);
+      std::vector<float> cpu_buffer(n, 0.0f);
+      device_params device_param{session, cpu_param, in_place};
+      const auto device_momentum = session.upload(cpu_buffer);
+      for (int step = 1; step <= 3; ++step) {
+        sgd_hyper hyper = base;
+        hyper.first_step = step == 1;
+        const auto grad = random_floats(n, -1.0f, 1.0f, 52 + step);
+        cpu_sgd(context{}, std::int64_t(n), cpu_param.data(), cpu_param.data(), grad.data(),
+                has_buffer ? cpu_buffer.data() : nullptr, hyper);
+        const auto device_grad = session.upload(grad);
+        device_param.step([&](const float* param, float* param_out) {
+          cuda_sgd(session.ctx(), std::int64_t(n), param, param_out, device_grad.get(),
+                   has_buffer ? device_momentum.get() : nullptr, hyper);
+        });
+      }
+      // Values stay below 4 in magnitude; each step is <= 6 roundings per side (FMA
+      // contraction on the GPU decides some differently), each <= u * 4 = 2.4e-7, and the
+      // momentum carries earlier differences forward: 3 steps * 6 * 2 sides * 2.4e-7
+      // = 8.6e-6 < 1e-5.
+      cuda_result[in_place ? 0 : 1] = device_param.values();
+      check_close("sgd param", cuda_result[in_place ? 0 : 1], cpu_param, 1e-5, 0.0);
+      if (has_buffer)
+        check_close("sgd momentum buffer", session.download(device_momentum), cpu_buffer, 1e-5,
+                    0.0);
     }
-    // Values stay below 4 in magnitude; each step is <= 6 roundings per side (FMA
-    // contraction on the GPU decides some differently), each <= u * 4 = 2.4e-7, and the
-    // momentum carries earlier differences forward: 3 steps * 6 * 2 sides * 2.4e-7
-    // = 8.6e-6 < 1e-5.
-    check_close("sgd param", session.download(device_param), cpu_param, 1e-5, 0.0);
-    if (has_buffer)
-      check_close("sgd momentum buffer", session.download(device_momentum), cpu_buffer, 1e-5,
-                  0.0);
+    // The same kernel with the same inputs: only where it stores differs.
+    CHECK_MESSAGE(same_bits(cuda_result[0], cuda_result[1]),
+                  "sgd out of place differs from in place");
   }
 }
 
@@ -528,34 +588,64 @@ TEST_CASE("CUDA adam_update matches the CPU over three steps of Adam and AdamW")
   const std::size_t n = 10007;
   for (const bool decoupled : {false, true}) {
     CAPTURE(decoupled);
-    adam_hyper hyper;
-    hyper.lr = 1e-2f;  // large enough that the update is far above the param's rounding
-    hyper.weight_decay = decoupled ? 0.1f : 0.01f;
-    hyper.decoupled = decoupled;
-    auto cpu_param = random_floats(n, -1.0f, 1.0f, 61);
-    std::vector<float> cpu_m(n, 0.0f), cpu_v(n, 0.0f);
-    const auto device_param = session.upload(cpu_param);
-    const auto device_m = session.upload(cpu_m);
-    const auto device_v = session.upload(cpu_v);
-    for (std::int64_t step = 1; step <= 3; ++step) {
-      hyper.step = step;
-      const auto grad = random_floats(n, -1.0f, 1.0f, 62 + std::uint32_t(step));
-      cpu_adam(context{}, std::int64_t(n), cpu_param.data(), grad.data(), cpu_m.data(),
-               cpu_v.data(), hyper);
-      const auto device_grad = session.upload(grad);
-      cuda_adam(session.ctx(), std::int64_t(n), device_param.get(), device_grad.get(),
-                device_m.get(), device_v.get(), hyper);
+    std::vector<float> cuda_result[2];  // in place, out of place
+    for (const bool in_place : {true, false}) {
+      CAPTURE(in_place);
+      adam_hyper hyper;
+      hyper.lr = 1e-2f;  // large enough that the update is far above the param's rounding
+      hyper.weight_decay = decoupled ? 0.1f : 0.01f;
+      hyper.decoupled = decoupled;
+      auto cpu_param = random_floats(n, -1.0f, 1.0f, 61);
+      std::vector<float> cpu_m(n, 0.0f), cpu_v(n, 0.0f);
+      device_params device_param{session, cpu_param, in_place};
+      const auto device_m = session.upload(cpu_m);
+      const auto device_v = session.upload(cpu_v);
+      for (std::int64_t step = 1; step <= 3; ++step) {
+        hyper.step = step;
+        const auto grad = random_floats(n, -1.0f, 1.0f, 62 + std::uint32_t(step));
+        cpu_adam(context{}, std::int64_t(n), cpu_param.data(), cpu_param.data(), grad.data(),
+                 cpu_m.data(), cpu_v.data(), hyper);
+        const auto device_grad = session.upload(grad);
+        device_param.step([&](const float* param, float* param_out) {
+          cuda_adam(session.ctx(), std::int64_t(n), param, param_out, device_grad.get(),
+                    device_m.get(), device_v.get(), hyper);
+        });
+      }
+      // m and v: a few roundings per step (<= ~10 ulp after 3 steps, 1e-5 relative is
+      // ~80); where m cancels towards 0 the error is absolute, u times terms <= 1.
+      // param: the update is lr * m_hat / (sqrt(v_hat) + eps) with |m_hat / sqrt(v_hat)|
+      // of order 1, carrying the relative error of m and v (and of a bias correction the
+      // CPU may compute in float rather than double, ~1e-7), i.e. <= 1e-2 * 1e-5 absolute,
+      // well inside the param's own 1e-6.
+      cuda_result[in_place ? 0 : 1] = device_param.values();
+      check_close("adam m", session.download(device_m), cpu_m, 1e-6, 1e-5);
+      check_close("adam v", session.download(device_v), cpu_v, 1e-6, 1e-5);
+      check_close("adam param", cuda_result[in_place ? 0 : 1], cpu_param, 1e-6, 1e-5);
     }
-    // m and v: a few roundings per step (<= ~10 ulp after 3 steps, 1e-5 relative is
-    // ~80); where m cancels towards 0 the error is absolute, u times terms <= 1.
-    // param: the update is lr * m_hat / (sqrt(v_hat) + eps) with |m_hat / sqrt(v_hat)|
-    // of order 1, carrying the relative error of m and v (and of a bias correction the
-    // CPU may compute in float rather than double, ~1e-7), i.e. <= 1e-2 * 1e-5 absolute,
-    // well inside the param's own 1e-6.
-    check_close("adam m", session.download(device_m), cpu_m, 1e-6, 1e-5);
-    check_close("adam v", session.download(device_v), cpu_v, 1e-6, 1e-5);
-    check_close("adam param", session.download(device_param), cpu_param, 1e-6, 1e-5);
+    // The same kernel with the same inputs: only where it stores differs.
+    CHECK_MESSAGE(same_bits(cuda_result[0], cuda_result[1]),
+                  "adam out of place differs from in place");
   }
+}
+
+TEST_CASE("CUDA sgd_update and adam_update reject an output partially overlapping the input") {
+  // The check runs on the host before any launch, but the kernels are only registered
+  // with a usable device in mind; skip like the rest.
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  const auto memory = session.upload(std::vector<float>(5, 1.0f));
+  const auto grad = session.upload(std::vector<float>(4, 1.0f));
+  const auto m = session.upload(std::vector<float>(4, 0.0f));
+  const auto v = session.upload(std::vector<float>(4, 0.0f));
+  // param = memory[0, 4), param_out = memory[1, 5): three floats shared.
+  CHECK_THROWS_AS(lookup<ops::sgd_update>(device_type::cuda)(session.ctx(), 4, memory.get(),
+                                                            memory.get() + 1, grad.get(),
+                                                            nullptr, sgd_hyper{}),
+                  check_failure);
+  CHECK_THROWS_AS(lookup<ops::adam_update>(device_type::cuda)(session.ctx(), 4, memory.get(),
+                                                             memory.get() + 1, grad.get(),
+                                                             m.get(), v.get(), adam_hyper{}),
+                  check_failure);
 }
 
 TEST_CASE("CUDA axpy, scale, fill and copy match the CPU kernels") {
