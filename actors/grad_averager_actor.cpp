@@ -10,6 +10,7 @@
 
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
+#include "actors/inputs.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -155,13 +156,19 @@ caf::behavior grad_averager_actor::make_behavior() {
   });
   return {
       [this](weight_grads_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), message.grads), message))
+          return;
         impl_->check_layout(message);
         if (settings_.method == "central")
           impl_->receive_central(message);
         else
           impl_->receive_local(message);
       },
-      [this](ring_msg& message) { impl_->receive_ring(message); },
+      [this](ring_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.data}), message))
+          return;
+        impl_->receive_ring(message);
+      },
       // The ring is circular, so `next`, the sink and the trainer come with the wiring,
       // once every actor is spawned.
       [this](const wiring_msg& wiring) {

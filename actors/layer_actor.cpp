@@ -1,11 +1,13 @@
 // layer_actor.cpp: forward, backward, parameter versions and credits of one layer.
 #include "actors/layer_actor.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
+#include "actors/inputs.hpp"
 #include "runtime/transfer.hpp"
 
 namespace troupe {
@@ -31,18 +33,33 @@ caf::behavior layer_actor::make_behavior() {
   return {
       [this](const wiring_msg& wiring) { connect(wiring); },
       [this](activation_msg& message) {
+        const auto& here = settings_->on->id();
+        if (come_back_when_ready(this, pending_input(here, {&message.x}), message))
+          return;
         if (message.tag.version > version_) {
           waiting_.push_back(std::move(message));
           return;
         }
-        forward(message);
+        admit(pass{std::move(message), {}, false});
       },
       [this](gradient_msg& message) {
+        const auto& here = settings_->on->id();
+        if (come_back_when_ready<caf::message_priority::high>(
+                this, pending_input(here, {&message.dx}), message))
+          return;
         next_.release(this);
-        backward(message);
+        admit(pass{{}, std::move(message), true});
+      },
+      [this](resume_atom) {
+        resume_requested_ = false;
+        drain();
       },
       [this](release_msg&) { next_.release(this); },
-      [this](params_msg& message) { install(message); },
+      [this](params_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_->on->id(), message.params), message))
+          return;
+        install(message);
+      },
       [this](finish_atom) { quit(); },
   };
 }
@@ -64,13 +81,46 @@ void layer_actor::connect(const wiring_msg& wiring) {
     grad_sink_ = grads[0].peer;
 }
 
+// Note [one job at a time]
+// A stream runs jobs in submission order, whoever submitted them. If this actor
+// submitted the forwards of all M micro-batches it has been sent at once, the next
+// layer's forward of micro-batch 0 would queue behind them, and the next pipeline stage
+// would get micro-batch 0 only when this stage had done all M: no pipelining. So each
+// layer keeps at most one of its jobs in its stream: the next waits here until the last
+// one has run (backward before forward, as 1F1B wants), and the stream interleaves the
+// layers of a stage micro-batch by micro-batch. A run without queueing pays nothing.
+void layer_actor::admit(pass work) {
+  queued_.push_back(std::move(work));
+  drain();
+}
+
+void layer_actor::drain() {
+  while (!queued_.empty() && last_job_.reached()) {
+    auto it = std::find_if(queued_.begin(), queued_.end(), [](const pass& p) { return p.backward; });
+    if (it == queued_.end())
+      it = queued_.begin();
+    auto work = std::move(*it);
+    queued_.erase(it);
+    if (work.backward)
+      backward(work.gradient);
+    else
+      forward(work.activation);
+  }
+  if (!queued_.empty() && !resume_requested_) {
+    resume_requested_ = true;
+    last_job_.then([me = caf::actor_cast<caf::actor>(this)] {
+      caf::anon_send<caf::message_priority::high>(me, resume_atom::value);
+    });
+  }
+}
+
 void layer_actor::install(params_msg& message) {
   params_ = arrive(message.params, *settings_->on);
   version_ = message.version;
   while (!waiting_.empty() && waiting_.front().tag.version <= version_) {
     auto next = std::move(waiting_.front());
     waiting_.pop_front();
-    forward(next);
+    admit(pass{std::move(next), {}, false});
   }
 }
 
@@ -98,6 +148,7 @@ void layer_actor::forward(activation_msg& message) {
     }
   });
   y.set_ready(done);
+  last_job_ = done;
   if (training)
     stash_.emplace(stash_key{tag.step, tag.microbatch},
                    stash_entry{std::move(saved), params_, x.shape()});
@@ -147,6 +198,7 @@ void layer_actor::backward(gradient_msg& message) {
       throw std::runtime_error(what + ": " + e.what());
     }
   });
+  last_job_ = done;
   // Gradients go back at high priority: with 1F1B credits this makes backward first.
   if (previous_wants_dx_) {
     dx.set_ready(done);

@@ -53,7 +53,16 @@ class layer_actor : public caf::event_based_actor {
     shape_t input_shape;                         // (b, input...)
   };
 
+  // A forward or a backward waiting for this actor's previous job to run.
+  struct pass {
+    activation_msg activation;
+    gradient_msg gradient;
+    bool backward = false;
+  };
+
   void connect(const wiring_msg& wiring);
+  void admit(pass work);
+  void drain();
   void forward(activation_msg& message);
   void backward(gradient_msg& message);
   void install(params_msg& message);
@@ -76,6 +85,9 @@ class layer_actor : public caf::event_based_actor {
   std::vector<tensor> grads_;           // being accumulated for grads_step_
   std::int64_t grads_step_ = -1;
   std::int32_t backwards_done_ = 0;     // micro-batches of grads_step_ done
+  std::deque<pass> queued_;             // Note [one job at a time] in layer_actor.cpp
+  event last_job_;                      // this actor's last job in its stream
+  bool resume_requested_ = false;
 };
 
 }  // namespace troupe

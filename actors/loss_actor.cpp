@@ -5,6 +5,7 @@
 
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
+#include "actors/inputs.hpp"
 #include "runtime/error.hpp"
 #include "runtime/transfer.hpp"
 
@@ -27,6 +28,8 @@ caf::behavior loss_actor::make_behavior() {
         last_layer_ = in[0].peer;
       },
       [this](activation_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.x}), message))
+          return;
         auto k = key_of(message.tag);
         auto it = labels_.find(k);
         if (it == labels_.end()) {
@@ -37,6 +40,9 @@ caf::behavior loss_actor::make_behavior() {
         labels_.erase(it);
       },
       [this](labels_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.labels}),
+                                 message))
+          return;
         auto k = key_of(message.tag);
         auto it = logits_.find(k);
         if (it == logits_.end()) {

@@ -5,6 +5,7 @@
 
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
+#include "actors/inputs.hpp"
 #include "runtime/transfer.hpp"
 
 namespace troupe {
@@ -42,7 +43,11 @@ caf::behavior optimizer_actor::make_behavior() {
                      settings_.name << " needs grads wires in and params wires out");
       },
       [this](start_atom) { publish(); },
-      [this](weight_grads_msg& message) { receive_grads(message); },
+      [this](weight_grads_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), message.grads), message))
+          return;
+        receive_grads(message);
+      },
       // The parameters once they have reached `version` (the end of a run, tests,
       // checkpoints): answered at once, or as soon as that update has been submitted.
       // The caller waits for readiness.

@@ -51,6 +51,13 @@ void event::wait() const {
     owner->wait_until(sequence);
 }
 
+void event::then(std::function<void()> callback) const {
+  if (owner == nullptr)
+    callback();
+  else
+    owner->notify_when_reached(sequence, std::move(callback));
+}
+
 int allowed_core_count() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -139,6 +146,38 @@ void stream::synchronize() {
   last().wait();
 }
 
+void stream::notify_when_reached(std::uint64_t sequence, std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    watchers_.emplace_back(sequence, std::move(callback));
+    watcher_count_.fetch_add(1);  // before reading completed_: see fire_due_watchers
+  }
+  if (completed() >= sequence)
+    fire_due_watchers();
+}
+
+// Either the worker (which counts a job, then reads watcher_count_) or the registering
+// thread (which counts a watcher, then reads completed_) sees the other's write: both are
+// sequentially consistent. Whoever takes a watcher out under the lock calls it, once.
+void stream::fire_due_watchers() {
+  std::vector<std::function<void()>> due;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto done = completed();
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      if (it->first <= done) {
+        due.push_back(std::move(it->second));
+        it = watchers_.erase(it);
+        watcher_count_.fetch_sub(1);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& callback : due)
+    callback();
+}
+
 void stream::set_error_handler(error_handler handler) {
   std::lock_guard<std::mutex> guard{mutex_};
   on_error_ = std::move(handler);
@@ -204,6 +243,8 @@ void stream::run() {
     }
     next.work = nullptr;  // release what the job captured before reporting it done
     completed_.fetch_add(1);
+    if (watcher_count_.load() > 0)
+      fire_due_watchers();
     if (host_waiters_.load() > 0) {
       std::lock_guard<std::mutex> guard{mutex_};
       work_done_.notify_all();

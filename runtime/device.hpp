@@ -58,6 +58,9 @@ struct event {
   bool reached() const;
   /// Blocks the calling thread until reached. Not for CAF scheduler threads.
   void wait() const;
+  /// Calls `callback` once reached: at once on this thread if it already is, else on the
+  /// stream's thread right after the job that reaches it (keep it short: send a message).
+  void then(std::function<void()> callback) const;
 };
 
 /// An in-order queue of jobs run by one worker thread.
@@ -77,8 +80,14 @@ class stream {
   event submit(job work);
 
   /// Makes later jobs of this stream wait until `e` is reached (no-op for this stream's
-  /// own events, which stream order already guarantees).
+  /// own events, which stream order already guarantees). This blocks the stream, so work
+  /// submitted after it waits too, even if it could run: actors avoid it by submitting
+  /// only once their inputs are ready (Note [no blocking waits] in actors/inputs.hpp).
   void wait_for(const event& e);
+
+  /// Calls `callback` on this stream's thread once `sequence` jobs have completed (at
+  /// once, on the calling thread, if they already have).
+  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback);
 
   /// The event of the last job submitted so far.
   event last() const;
@@ -104,6 +113,7 @@ class stream {
  private:
   friend struct event;
   event enqueue(job work, bool busy);
+  void fire_due_watchers();
   void run();
   void wait_until(std::uint64_t sequence);
 
@@ -124,6 +134,8 @@ class stream {
   bool stopping_ = false;                       // guarded by mutex_
   bool worker_sleeping_ = false;                // guarded by mutex_
   error_handler on_error_;                      // guarded by mutex_
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> watchers_;  // guarded by mutex_
+  std::atomic<std::size_t> watcher_count_{0};
   std::thread worker_;
 };
 

@@ -190,6 +190,7 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using connect_atom = caf::atom_constant<caf::atom("connect")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
 
 /// Registers every message type above with CAF (needed to cross nodes).
 void add_message_types(caf::actor_system_config& config);
