@@ -29,6 +29,7 @@ class credit_outbox {
   bool connected() const { return static_cast<bool>(peer_); }
   const caf::actor& peer() const { return peer_; }
   std::int64_t in_flight() const { return in_flight_; }
+  std::int64_t capacity() const { return capacity_; }
   std::size_t waiting() const { return waiting_.size(); }
 
   /// Sends now if a credit is free, else queues.

@@ -6,6 +6,7 @@
 
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
+#include "actors/traced.hpp"
 #include "runtime/random.hpp"
 
 namespace troupe {
@@ -32,7 +33,21 @@ caf::behavior data_loader_actor::make_behavior() {
   return {
       [this](const wiring_msg& wiring) { connect(wiring); },
       [this](const release_msg& release) {
-        first_layers_.at(static_cast<std::size_t>(release.tag.replica)).release(this);
+        auto span = handling(track_, "release", release.trace, release.tag, 0);
+        auto r = static_cast<std::size_t>(release.tag.replica);
+        first_layers_.at(r).release(this);
+        trace_counter("credits", track_, first_layer_tracks_.at(r), first_layers_[r].in_flight());
+      },
+      [this](status_atom) {
+        std::string s = "loader: next step " + std::to_string(next_step_) + " of " +
+                        std::to_string(settings_.plan.total_steps);
+        for (std::size_t r = 0; r < first_layers_.size(); ++r)
+          if (first_layers_[r].waiting() > 0)
+            s += "; " + std::to_string(first_layers_[r].waiting()) +
+                 " micro-batch(es) waiting for a credit on the wire to " + first_layer_names_[r] +
+                 " (capacity " + std::to_string(first_layers_[r].capacity()) + ", " +
+                 std::to_string(first_layers_[r].in_flight()) + " in flight)";
+        return s;
       },
       [this](start_atom) {
         for (std::int64_t i = 0; i < settings_.prefetch; ++i)
@@ -46,8 +61,12 @@ caf::behavior data_loader_actor::make_behavior() {
 
 void data_loader_actor::connect(const wiring_msg& wiring) {
   trainer_ = wiring.trainer;
+  track_ = wiring.track;
   const auto replicas = static_cast<std::size_t>(settings_.plan.replicas);
   first_layers_.resize(replicas);
+  first_layer_tracks_.assign(replicas, 0);
+  first_layer_names_.assign(replicas, "");
+  loss_tracks_.assign(replicas, 0);
   losses_.resize(replicas);
   replica_devices_.assign(replicas, settings_.on);
   for (const auto& end : wiring.out("activations")) {
@@ -55,11 +74,15 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
                  "data loader: activations wire to " << end.peer_name << " of replica "
                                                      << end.peer_replica);
     first_layers_[static_cast<std::size_t>(end.peer_replica)].connect(end);
+    first_layer_tracks_[static_cast<std::size_t>(end.peer_replica)] = end.peer_track;
+    first_layer_names_[static_cast<std::size_t>(end.peer_replica)] = end.peer_name;
     // Assembled straight into the first layer's device memory: no copy on arrival.
     device_id::parse(end.peer_device, replica_devices_[static_cast<std::size_t>(end.peer_replica)]);
   }
-  for (const auto& end : wiring.out("labels"))
+  for (const auto& end : wiring.out("labels")) {
     losses_.at(static_cast<std::size_t>(end.peer_replica)) = end.peer;
+    loss_tracks_.at(static_cast<std::size_t>(end.peer_replica)) = end.peer_track;
+  }
   for (std::size_t r = 0; r < replicas; ++r)
     TROUPE_CHECK(first_layers_[r].connected() && losses_[r],
                  "data loader: replica " << r << " lacks a first layer or a loss");
@@ -79,8 +102,13 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                 static_cast<std::size_t>(features) * sizeof(float));
     ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
   }
-  send(losses_.at(r), labels_msg{tag, std::move(y), global_batch});
-  first_layers_.at(r).send(this, activation_msg{tag, std::move(x)});
+  labels_msg labels{tag, std::move(y), global_batch};
+  stamp(labels, track_, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
+  send(losses_.at(r), std::move(labels));
+  activation_msg batch{tag, std::move(x)};
+  stamp(batch, track_, first_layer_tracks_.at(r), "forward", bytes_of(batch.x));
+  first_layers_.at(r).send(this, std::move(batch));
+  trace_counter("credits", track_, first_layer_tracks_[r], first_layers_[r].in_flight());
 }
 
 bool data_loader_actor::send_next() {

@@ -71,6 +71,10 @@ class data_loader_actor : public caf::event_based_actor {
   std::vector<credit_outbox> first_layers_;  // per replica
   std::vector<device_id> replica_devices_;   // where each replica's batches are placed
   std::vector<caf::actor> losses_;           // per replica
+  std::vector<std::uint32_t> first_layer_tracks_;  // trace tracks, per replica
+  std::vector<std::string> first_layer_names_;
+  std::vector<std::uint32_t> loss_tracks_;
+  std::uint32_t track_ = 0;
   caf::actor trainer_;
   std::int64_t next_step_ = 0;
   std::int64_t next_eval_ = -1;        // >= 0 while an evaluation is being sent

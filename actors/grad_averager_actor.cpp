@@ -11,6 +11,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
+#include "actors/traced.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -94,6 +95,24 @@ struct grad_averager_actor::impl {
 
   std::string describe(const weight_grads_msg& message) const;
   void check_layout(const weight_grads_msg& message);
+  // For the watchdog: which steps are unfinished, and what they wait for.
+  std::string steps_in_progress() const {
+    std::string out;
+    for (const auto& [step, state] : central_) {
+      std::int32_t arrived = 0;
+      for (bool a : state.arrived)
+        arrived += a ? 1 : 0;
+      out += (out.empty() ? "" : ", ") + std::string{"step "} + std::to_string(step) + " has " +
+             std::to_string(arrived) + " of " + std::to_string(settings_.replicas) +
+             " replicas' gradients";
+    }
+    for (const auto& [step, state] : ring_)
+      out += (out.empty() ? "" : ", ") + std::string{"step "} + std::to_string(step) + " has " +
+             std::to_string(state.buckets_left) + " bucket(s) waiting for ring messages";
+    if (!pending_.empty())
+      out += (out.empty() ? "" : ", ") + std::to_string(pending_.size()) + " early ring message(s)";
+    return out;
+  }
   // central
   void receive_central(weight_grads_msg& message);
   // ring
@@ -158,6 +177,10 @@ caf::behavior grad_averager_actor::make_behavior() {
       [this](weight_grads_msg& message) {
         if (come_back_when_ready(this, pending_input(settings_.on->id(), message.grads), message))
           return;
+        micro_tag tag;
+        tag.step = message.step;
+        tag.replica = message.replica;
+        auto span = handling(track_, "grads", message.trace, tag, bytes_of(message.grads));
         impl_->check_layout(message);
         if (settings_.method == "central")
           impl_->receive_central(message);
@@ -167,12 +190,24 @@ caf::behavior grad_averager_actor::make_behavior() {
       [this](ring_msg& message) {
         if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.data}), message))
           return;
+        micro_tag tag;
+        tag.step = message.step;
+        tag.microbatch = message.chunk;
+        auto span = handling(track_, "ring", message.trace, tag, bytes_of(message.data));
         impl_->receive_ring(message);
+      },
+      [this](status_atom) {
+        std::string s = settings_.name + " (" + settings_.method + " on " +
+                        settings_.on->id().to_string() + ")";
+        auto steps = impl_->steps_in_progress();
+        s += steps.empty() ? "; no step in progress" : "; steps in progress: " + steps;
+        return s;
       },
       // The ring is circular, so `next`, the sink and the trainer come with the wiring,
       // once every actor is spawned.
       [this](const wiring_msg& wiring) {
         settings_.trainer = wiring.trainer;
+        track_ = wiring.track;
         auto sinks = wiring.out("grads");
         TROUPE_CHECK(sinks.size() == 1, settings_.name << " needs one grads wire out");
         settings_.sink = sinks[0].peer;

@@ -53,6 +53,7 @@ class grad_averager_actor : public caf::event_based_actor {
  private:
   struct impl;
   std::shared_ptr<impl> impl_;
+  std::uint32_t track_ = 0;  // trace track
   grad_averager_settings settings_;
 };
 

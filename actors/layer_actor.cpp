@@ -8,6 +8,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
+#include "actors/traced.hpp"
 #include "runtime/transfer.hpp"
 
 namespace troupe {
@@ -36,6 +37,7 @@ caf::behavior layer_actor::make_behavior() {
         const auto& here = settings_->on->id();
         if (come_back_when_ready(this, pending_input(here, {&message.x}), message))
           return;
+        auto span = handling(track_, "forward", message.trace, message.tag, bytes_of(message.x));
         if (message.tag.version > version_) {
           waiting_.push_back(std::move(message));
           return;
@@ -47,21 +49,55 @@ caf::behavior layer_actor::make_behavior() {
         if (come_back_when_ready<caf::message_priority::high>(
                 this, pending_input(here, {&message.dx}), message))
           return;
+        auto span = handling(track_, "backward", message.trace, message.tag, bytes_of(message.dx));
         next_.release(this);
+        trace_counter("credits", track_, next_track_, next_.in_flight());
         admit(pass{{}, std::move(message), true});
       },
       [this](resume_atom) {
         resume_requested_ = false;
         drain();
       },
-      [this](release_msg&) { next_.release(this); },
+      [this](release_msg& message) {
+        auto span = handling(track_, "release", message.trace, message.tag, 0);
+        next_.release(this);
+        trace_counter("credits", track_, next_track_, next_.in_flight());
+      },
       [this](params_msg& message) {
         if (come_back_when_ready(this, pending_input(settings_->on->id(), message.params), message))
           return;
+        micro_tag tag;
+        tag.step = message.version;
+        auto span = handling(track_, "params", message.trace, tag, bytes_of(message.params));
         install(message);
       },
+      [this](status_atom) { return status(); },
       [this](finish_atom) { quit(); },
   };
+}
+
+std::string layer_actor::status() const {
+  std::string s = settings_->name + " (" + settings_->math->type() + " on " +
+                  settings_->on->id().to_string() + "): parameter version " +
+                  (has_params_ ? std::to_string(version_) : std::string{"-"});
+  if (!waiting_.empty())
+    s += "; " + std::to_string(waiting_.size()) + " forward(s) waiting for parameter version " +
+         std::to_string(waiting_.front().tag.version) + " from its optimizer";
+  if (next_.waiting() > 0)
+    s += "; " + std::to_string(next_.waiting()) + " activation(s) waiting for a credit on the wire to " +
+         next_name_ + " (capacity " + std::to_string(next_.capacity()) + ", " +
+         std::to_string(next_.in_flight()) + " in flight, released by gradients from " + next_name_ +
+         ")";
+  else if (next_.in_flight() > 0)
+    s += "; " + std::to_string(next_.in_flight()) + " micro-batch(es) sent to " + next_name_ +
+         " not released yet";
+  if (!stash_.empty())
+    s += "; holds " + std::to_string(stash_.size()) + " micro-batch(es) waiting for their gradient from " +
+         next_name_ + " (first: step " + std::to_string(std::get<0>(stash_.begin()->first)) +
+         ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
+  if (!queued_.empty())
+    s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
+  return s;
 }
 
 void layer_actor::connect(const wiring_msg& wiring) {
@@ -71,14 +107,20 @@ void layer_actor::connect(const wiring_msg& wiring) {
   TROUPE_CHECK(out.size() == 1 && in.size() == 1,
                settings_->name << " needs one activations wire in and one out");
   next_.connect(out[0]);
+  next_name_ = out[0].peer_name;
+  next_track_ = out[0].peer_track;
+  track_ = wiring.track;
   previous_ = in[0].peer;
   // Layers (and custom actors between layers) need dx; the data loader only the credit.
   previous_wants_dx_ = in[0].peer_kind != "data_loader";
   auto grads = wiring.out("grads");
   TROUPE_CHECK(grads.size() == (has_params_ ? 1u : 0u),
                settings_->name << " needs " << (has_params_ ? "one grads wire" : "no grads wire"));
-  if (has_params_)
+  if (has_params_) {
     grad_sink_ = grads[0].peer;
+    grad_sink_track_ = grads[0].peer_track;
+  }
+  previous_track_ = in[0].peer_track;
 }
 
 // Note [one job at a time]
@@ -114,6 +156,17 @@ void layer_actor::drain() {
   }
 }
 
+job_label layer_actor::label(const char* name, const micro_tag& tag) const {
+  return job_label{name, track_, tag.step, tag.microbatch, tag.replica,
+                   static_cast<std::uint8_t>(tag.stage), 0};
+}
+
+void layer_actor::send_release(const micro_tag& tag) {
+  release_msg release{tag};
+  stamp(release, track_, previous_track_, "release", 0);
+  send<caf::message_priority::high>(previous_, std::move(release));
+}
+
 void layer_actor::install(params_msg& message) {
   params_ = arrive(message.params, *settings_->on);
   version_ = message.version;
@@ -139,22 +192,28 @@ void layer_actor::forward(activation_msg& message) {
   const bool training = tag.stage == phase::train;
   layer_context context{device.id(), device.context(), training};
 
-  auto done = device.work().submit([math = settings_->math.get(), context, params = params_, x, y,
-                                    saved, what = describe("forward", tag)]() mutable {
-    try {
-      math->forward(context, params, x, y, *saved);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(what + ": " + e.what());
-    }
-  });
+  auto done = device.work().submit(
+      [math = settings_->math.get(), context, params = params_, x, y, saved,
+       what = describe("forward", tag)]() mutable {
+        try {
+          math->forward(context, params, x, y, *saved);
+        } catch (const std::exception& e) {
+          throw std::runtime_error(what + ": " + e.what());
+        }
+      },
+      label("forward", tag));
   y.set_ready(done);
   last_job_ = done;
   if (training)
     stash_.emplace(stash_key{tag.step, tag.microbatch},
                    stash_entry{std::move(saved), params_, x.shape()});
   else
-    send<caf::message_priority::high>(previous_, release_msg{tag});
-  next_.send(this, activation_msg{tag, std::move(y)});
+    send_release(tag);
+  trace_counter("stash", track_, 0, static_cast<std::int64_t>(stash_.size()));
+  activation_msg out{tag, std::move(y)};
+  stamp(out, track_, next_track_, "forward", bytes_of(out.x));
+  next_.send(this, std::move(out));
+  trace_counter("credits", track_, next_track_, next_.in_flight());
 }
 
 void layer_actor::backward(gradient_msg& message) {
@@ -164,6 +223,7 @@ void layer_actor::backward(gradient_msg& message) {
     throw std::logic_error(describe("backward", tag) + " has no stashed forward");
   auto entry = std::move(it->second);
   stash_.erase(it);
+  trace_counter("stash", track_, 0, static_cast<std::int64_t>(stash_.size()));
 
   auto& device = *settings_->on;
   auto dy = arrive(message.dx, device);
@@ -188,31 +248,35 @@ void layer_actor::backward(gradient_msg& message) {
     dx = tensor::empty(entry.input_shape, dtype::f32, device.id());
   layer_context context{device.id(), device.context(), true};
 
-  auto done = device.work().submit([math = settings_->math.get(), context, entry, dy, dx,
-                                    grads = grads_, accumulate, need_dx = previous_wants_dx_,
-                                    what = describe("backward", tag)]() mutable {
-    try {
-      math->backward(context, entry.params, *entry.saved, dy, need_dx ? &dx : nullptr, grads,
-                     accumulate);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(what + ": " + e.what());
-    }
-  });
+  auto done = device.work().submit(
+      [math = settings_->math.get(), context, entry, dy, dx, grads = grads_, accumulate,
+       need_dx = previous_wants_dx_, what = describe("backward", tag)]() mutable {
+        try {
+          math->backward(context, entry.params, *entry.saved, dy, need_dx ? &dx : nullptr, grads,
+                         accumulate);
+        } catch (const std::exception& e) {
+          throw std::runtime_error(what + ": " + e.what());
+        }
+      },
+      label("backward", tag));
   last_job_ = done;
   // Gradients go back at high priority: with 1F1B credits this makes backward first.
   if (previous_wants_dx_) {
     dx.set_ready(done);
-    send<caf::message_priority::high>(previous_, gradient_msg{tag, std::move(dx)});
+    gradient_msg back{tag, std::move(dx)};
+    stamp(back, track_, previous_track_, "backward", bytes_of(back.dx));
+    send<caf::message_priority::high>(previous_, std::move(back));
   } else {
-    send<caf::message_priority::high>(previous_, release_msg{tag});
+    send_release(tag);
   }
   if (!has_params_)
     return;
   if (++backwards_done_ == settings_->microbatches) {
     for (auto& g : grads_)
       g.set_ready(done);
-    send(grad_sink_,
-         weight_grads_msg{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)});
+    weight_grads_msg out{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)};
+    stamp(out, track_, grad_sink_track_, "grads", bytes_of(out.grads));
+    send(grad_sink_, std::move(out));
     grads_.clear();
     grads_step_ = -1;
   }

@@ -61,6 +61,9 @@ class layer_actor : public caf::event_based_actor {
   };
 
   void connect(const wiring_msg& wiring);
+  std::string status() const;  // what it waits for (the watchdog asks)
+  job_label label(const char* name, const micro_tag& tag) const;
+  void send_release(const micro_tag& tag);
   void admit(pass work);
   void drain();
   void forward(activation_msg& message);
@@ -77,6 +80,11 @@ class layer_actor : public caf::event_based_actor {
   bool previous_wants_dx_ = false;  // false for the data loader
   caf::actor grad_sink_;
   caf::actor trainer_;
+  std::string next_name_;
+  std::uint32_t track_ = 0;  // trace tracks: this actor and its peers
+  std::uint32_t next_track_ = 0;
+  std::uint32_t previous_track_ = 0;
+  std::uint32_t grad_sink_track_ = 0;
   // State.
   std::vector<tensor> params_;
   std::int64_t version_ = -1;

@@ -6,6 +6,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
+#include "actors/traced.hpp"
 #include "runtime/error.hpp"
 #include "runtime/transfer.hpp"
 
@@ -23,13 +24,31 @@ caf::behavior loss_actor::make_behavior() {
   return {
       [this](const wiring_msg& wiring) {
         trainer_ = wiring.trainer;
+        track_ = wiring.track;
         auto in = wiring.in("activations");
         TROUPE_CHECK(in.size() == 1, settings_.name << " needs one activations wire in");
         last_layer_ = in[0].peer;
+        last_layer_name_ = in[0].peer_name;
+        last_layer_track_ = in[0].peer_track;
+      },
+      [this](status_atom) {
+        std::string s = settings_.name + " (on " + settings_.on->id().to_string() + ")";
+        for (const auto& [step, held] : held_)
+          s += "; holds " + std::to_string(held.size()) + " of " +
+               std::to_string(settings_.microbatches) + " gradients of step " + std::to_string(step) +
+               " for the GPipe flush (waiting for the logits of the other micro-batches from " +
+               last_layer_name_ + ")";
+        if (!logits_.empty())
+          s += "; " + std::to_string(logits_.size()) + " logits waiting for their labels from the loader";
+        if (!labels_.empty())
+          s += "; " + std::to_string(labels_.size()) + " labels waiting for their logits from " +
+               last_layer_name_;
+        return s;
       },
       [this](activation_msg& message) {
         if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.x}), message))
           return;
+        auto span = handling(track_, "forward", message.trace, message.tag, bytes_of(message.x));
         auto k = key_of(message.tag);
         auto it = labels_.find(k);
         if (it == labels_.end()) {
@@ -43,6 +62,7 @@ caf::behavior loss_actor::make_behavior() {
         if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.labels}),
                                  message))
           return;
+        auto span = handling(track_, "labels", message.trace, message.tag, bytes_of(message.labels));
         auto k = key_of(message.tag);
         auto it = logits_.find(k);
         if (it == logits_.end()) {
@@ -80,17 +100,22 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   auto done = work.submit([xent = softmax_xent_, accuracy = accuracy_,
                            context = device.context(), classes = static_cast<int>(settings_.classes),
                            tag, logits, y, dlogits, loss_sum, correct, scale, rows, training,
-                           trainer = trainer_] {
+                           trainer = trainer_, track = track_] {
     const int n = static_cast<int>(rows);
     xent(context, n, classes, logits.f32(), y.i32(), scale, loss_sum.f32(),
          training ? dlogits.f32() : nullptr);
     accuracy(context, n, classes, logits.f32(), y.i32(), correct.i32());
     // On a CPU stream the values are final here; a GPU stream synchronises first.
-    caf::anon_send(trainer, loss_report_msg{tag, static_cast<double>(*loss_sum.f32()),
-                                            static_cast<std::int64_t>(*correct.i32()), rows});
-  });
+    loss_report_msg report{tag, static_cast<double>(*loss_sum.f32()),
+                           static_cast<std::int64_t>(*correct.i32()), rows};
+    stamp(report, track, 0, "report", 0);
+    caf::anon_send(trainer, std::move(report));
+  }, job_label{"loss", track_, tag.step, tag.microbatch, tag.replica,
+               static_cast<std::uint8_t>(tag.stage), 0});
   if (!training) {
-    send<caf::message_priority::high>(last_layer_, release_msg{tag});
+    release_msg release{tag};
+    stamp(release, track_, last_layer_track_, "release", 0);
+    send<caf::message_priority::high>(last_layer_, std::move(release));
     return;
   }
   dlogits.set_ready(done);
@@ -98,6 +123,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
 }
 
 void loss_actor::send_back(gradient_msg message) {
+  stamp(message, track_, last_layer_track_, "backward", bytes_of(message.dx));
   if (!settings_.flush || settings_.microbatches == 1) {
     send<caf::message_priority::high>(last_layer_, std::move(message));
     return;

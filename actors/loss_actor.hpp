@@ -48,6 +48,9 @@ class loss_actor : public caf::event_based_actor {
   kernels::ops::accuracy::function accuracy_;
   caf::actor last_layer_;
   caf::actor trainer_;
+  std::string last_layer_name_;
+  std::uint32_t track_ = 0;
+  std::uint32_t last_layer_track_ = 0;
   std::map<key, tensor> logits_;      // logits waiting for labels
   std::map<key, labels_msg> labels_;  // labels waiting for logits
   std::map<std::int64_t, std::vector<gradient_msg>> held_;  // flush: per step

@@ -6,6 +6,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
+#include "actors/traced.hpp"
 #include "runtime/transfer.hpp"
 
 namespace troupe {
@@ -36,8 +37,13 @@ caf::behavior optimizer_actor::make_behavior() {
   return {
       [this](const wiring_msg& wiring) {
         trainer_ = wiring.trainer;
-        for (const auto& end : wiring.out("params"))
+        track_ = wiring.track;
+        for (const auto& end : wiring.out("params")) {
           subscribers_.push_back(end.peer);
+          subscriber_tracks_.push_back(end.peer_track);
+        }
+        for (const auto& end : wiring.in("grads"))
+          sources_ += (sources_.empty() ? "" : ", ") + end.peer_name;
         grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
         TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
                      settings_.name << " needs grads wires in and params wires out");
@@ -46,7 +52,17 @@ caf::behavior optimizer_actor::make_behavior() {
       [this](weight_grads_msg& message) {
         if (come_back_when_ready(this, pending_input(settings_.on->id(), message.grads), message))
           return;
+        micro_tag tag;
+        tag.step = message.step;
+        tag.replica = message.replica;
+        auto span = handling(track_, "grads", message.trace, tag, bytes_of(message.grads));
         receive_grads(message);
+      },
+      [this](status_atom) {
+        return settings_.name + " (on " + settings_.on->id().to_string() + "): parameter version " +
+               std::to_string(version_) + "; has " + std::to_string(grads_received_) + " of " +
+               std::to_string(grads_expected_) + " gradient message(s) for step " +
+               std::to_string(version_) + " (from " + sources_ + ")";
       },
       // The parameters once they have reached `version` (the end of a run, tests,
       // checkpoints): answered at once, or as soon as that update has been submitted.
@@ -63,8 +79,11 @@ caf::behavior optimizer_actor::make_behavior() {
 }
 
 void optimizer_actor::publish() {
-  for (const auto& subscriber : subscribers_)
-    send(subscriber, params_msg{version_, settings_.layer_index, params_});
+  for (std::size_t i = 0; i < subscribers_.size(); ++i) {
+    params_msg out{version_, settings_.layer_index, params_};
+    stamp(out, track_, subscriber_tracks_[i], "params", bytes_of(out.params));
+    send(subscribers_[i], std::move(out));
+  }
 }
 
 void optimizer_actor::receive_grads(weight_grads_msg& message) {
@@ -139,7 +158,7 @@ void optimizer_actor::update(std::int64_t step) {
         sgd_update(context, n, current[i].f32(), next[i].f32(), grads[i].f32(),
                    o.momentum != 0 ? first[i].f32() : nullptr, sgd);
     }
-  });
+  }, job_label{"update", track_, step, -1, -1, 0, 0});
   grad_sum_.clear();
   for (auto& p : next)
     p.set_ready(done);

@@ -53,6 +53,9 @@ class optimizer_actor : public caf::event_based_actor {
   std::int32_t grads_received_ = 0;
   std::int32_t grads_expected_ = 1; // incoming grads wires
   std::vector<caf::actor> subscribers_;
+  std::vector<std::uint32_t> subscriber_tracks_;
+  std::string sources_;  // names of the grads wires' senders
+  std::uint32_t track_ = 0;
   std::vector<std::pair<std::int64_t, caf::typed_response_promise<std::vector<tensor>>>>
       waiting_for_version_;
   caf::actor trainer_;

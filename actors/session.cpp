@@ -5,6 +5,9 @@
 
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
+#include "runtime/trace.hpp"
+
+#include <nlohmann/json.hpp>
 #include "runtime/dataset.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/topology.hpp"
@@ -105,6 +108,27 @@ std::vector<std::vector<std::vector<float>>> collect_parameters(
 
 }  // namespace
 
+namespace {
+
+// What a trace needs to be read without the config: the wiring and how the run went.
+std::string trace_metadata(const run_config& config, const topology& graph, const run_plan& plan,
+                           const run_outcome& outcome) {
+  nlohmann::json meta = {
+      {"troupe_version", TROUPE_VERSION_STRING}, {"config", config.path},
+      {"replicas", graph.replicas},              {"stages", graph.stages},
+      {"microbatches", graph.microbatches},      {"schedule", graph.schedule},
+      {"averaging", graph.averaging},            {"batch_size", plan.batch_size},
+      {"steps", outcome.steps},                  {"train_seconds", outcome.train_seconds},
+  };
+  auto wires = nlohmann::json::array();
+  for (const auto& w : graph.wires)
+    wires.push_back({{"from", w.from}, {"to", w.to}, {"kind", w.kind}, {"capacity", w.capacity}});
+  meta["wires"] = wires;
+  return meta.dump();
+}
+
+}  // namespace
+
 session_prepared prepare_session(const run_config& config) {
   session_prepared p;
   p.data = std::make_shared<const dataset_split>(load_data(config));
@@ -124,16 +148,21 @@ namespace {
 
 // The wiring message of one actor: every wire that starts or ends at it.
 wiring_msg wiring_of(const actor_plan& a, const topology& graph,
-                     const std::map<std::string, caf::actor>& spawned, const caf::actor& trainer) {
+                     const std::map<std::string, caf::actor>& spawned,
+                     const std::map<std::string, std::uint32_t>& tracks, const caf::actor& trainer) {
   wiring_msg w;
   w.trainer = trainer;
+  auto track_of = [&](const std::string& name) {
+    auto it = tracks.find(name);
+    return it == tracks.end() ? 0u : it->second;
+  };
+  w.track = track_of(a.name);
   for (const auto& wire : graph.wires) {
     auto end_at = [&](const std::string& peer) {
       const auto* p = graph.find(peer);
-      return wire_end{wire.kind,        peer,
-                      p->kind,          spawned.at(peer),
-                      p->replica,       p->device.to_string(),
-                      wire.capacity};
+      return wire_end{wire.kind,       peer,          p->kind,
+                      spawned.at(peer), p->replica,   track_of(peer),
+                      p->device.to_string(), wire.capacity};
     };
     if (wire.from == a.name)
       w.outgoing.push_back(end_at(wire.to));
@@ -160,6 +189,25 @@ session_result run_session(const run_config& config, const session_options& opti
   session_result result;
   auto outcome = std::make_shared<run_outcome>();
   device_set devices{graph.devices};
+  // Tracing and the message log: tracks for every device stream and actor (and the
+  // trainer), registered before anything runs. See runtime/trace.hpp.
+  std::string trace_path = options.trace_path.empty() ? config.run.trace : options.trace_path;
+  trace::reset();
+  if (!trace_path.empty())
+    trace::start(static_cast<std::size_t>(config.run.trace_capacity));
+  if (options.log_messages)
+    trace::start_logging(options.log_filter);
+  std::map<std::string, std::uint32_t> tracks;
+  std::uint32_t trainer_track = 0;
+  if (trace::observing()) {
+    for (auto& d : devices.all())
+      d->work().set_trace_track(trace::register_track(
+          {d->id().to_string() + " stream", "stream", d->id().to_string(), -1, -1, -1}));
+    for (const auto& a : graph.actors)
+      tracks[a.name] = trace::register_track(
+          {a.name, a.kind, a.device.to_string(), a.replica, a.stage, a.layer});
+    trainer_track = trace::register_track({"trainer", "trainer", "host", -1, -1, -1});
+  }
   {
     caf::actor_system_config system_config;
     add_message_types(system_config);
@@ -179,6 +227,8 @@ session_result run_session(const run_config& config, const session_options& opti
     trainer_config->title = std::filesystem::path(config.path).stem().string();
     trainer_config->outcome = outcome;
     trainer_config->devices = &devices;
+    trainer_config->track = trainer_track;
+    trainer_config->watchdog_seconds = options.watchdog >= 0 ? options.watchdog : config.run.watchdog;
     auto trainer = system.spawn<trainer_actor>(trainer_config);
 
     for (auto& d : devices.all())
@@ -192,6 +242,7 @@ session_result run_session(const run_config& config, const session_options& opti
     for (const auto& a : graph.actors)
       spawned[a.name] = spawn_actor(a, context);
     for (const auto& a : graph.actors) {
+      trainer_config->actors.emplace_back(a.name, spawned[a.name]);
       if (a.kind == "data_loader")
         trainer_config->loader = spawned[a.name];
       if (a.kind == "optimizer")
@@ -203,7 +254,7 @@ session_result run_session(const run_config& config, const session_options& opti
       caf::scoped_actor self{system};
       // Wiring first: it is in every mailbox before anything the start sets off.
       for (const auto& a : graph.actors)
-        self->send(spawned[a.name], wiring_of(a, graph, spawned, trainer));
+        self->send(spawned[a.name], wiring_of(a, graph, spawned, tracks, trainer));
       self->request(trainer, caf::infinite, start_atom::value)
           .receive([](int) {},
                    [&](caf::error& error) {
@@ -225,6 +276,11 @@ session_result run_session(const run_config& config, const session_options& opti
   }
   // The actor system has shut down; the streams drain and stop when `devices` goes.
   result.outcome = *outcome;
+  if (!trace_path.empty()) {
+    devices.synchronize();
+    trace::write(trace_path, trace_metadata(config, graph, prepared.plan, result.outcome));
+  }
+  trace::reset();
   return result;
 }
 

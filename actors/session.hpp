@@ -23,6 +23,10 @@ struct session_options {
   bool progress_bar = false;    // redraw a bar (a terminal) instead of printing lines
   bool keep_parameters = false; // copy the final parameters into the result
   std::string metrics_path;     // overrides [run] metrics when not empty
+  std::string trace_path;       // overrides [run] trace when not empty
+  bool log_messages = false;    // print messages as they are handled...
+  std::string log_filter;       // ...those matching this (see trace::start_logging)
+  double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
 };
 
 struct session_result {

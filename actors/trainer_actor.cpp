@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/traced.hpp"
+
 namespace troupe {
 
 namespace {
@@ -48,14 +50,21 @@ caf::behavior trainer_actor::make_behavior() {
           if (!metrics_)
             return end(2, "cannot write the metrics file '" + settings_->metrics_path + "'");
         }
-        start_ = last_step_time_ = std::chrono::steady_clock::now();
+        start_ = last_step_time_ = last_progress_time_ = std::chrono::steady_clock::now();
+        if (settings_->watchdog_seconds > 0)
+          delayed_send(this, watchdog_interval(), tick_atom::value);
         for (const auto& optimizer : settings_->optimizers)
           send(optimizer, start_atom::value);
         send(settings_->loader, start_atom::value);
         if (items_left_ == 0)
           end(0, "");
       },
-      [this](loss_report_msg& report) { on_report(report); },
+      [this](loss_report_msg& report) {
+        auto span = handling(settings_->track, "report", report.trace, report.tag, 0);
+        ++reports_;
+        on_report(report);
+      },
+      [this](tick_atom) { watch(); },
       [this](failure_msg& failure) { end(1, failure.actor + ": " + failure.what); },
   };
 }
@@ -91,6 +100,64 @@ void trainer_actor::on_report(const loss_report_msg& report) {
     end(0, "");
 }
 
+std::chrono::milliseconds trainer_actor::watchdog_interval() const {
+  auto ms = static_cast<long>(settings_->watchdog_seconds * 1000 / 4);
+  return std::chrono::milliseconds(std::max(10L, std::min(1000L, ms)));
+}
+
+// Note [watchdog]
+// Progress is any job a device finishes or any loss report. When there has been none for
+// [run] watchdog seconds, the run is stuck (a miswired config, a capacity that can never
+// be met, a lost message): every actor is idle and still answers, so the trainer asks each
+// what it is waiting for, prints the answers, and ends the run with exit code 3 instead
+// of hanging.
+void trainer_actor::watch() {
+  if (ended_)
+    return;
+  std::uint64_t progress = reports_;
+  if (settings_->devices != nullptr)
+    for (const auto& d : settings_->devices->all())
+      progress += d->work().completed();
+  auto now = std::chrono::steady_clock::now();
+  if (progress != last_progress_) {
+    last_progress_ = progress;
+    last_progress_time_ = now;
+  }
+  double quiet = std::chrono::duration<double>(now - last_progress_time_).count();
+  if (quiet < settings_->watchdog_seconds) {
+    delayed_send(this, watchdog_interval(), tick_atom::value);
+    return;
+  }
+  auto answers = std::make_shared<std::vector<std::string>>(settings_->actors.size());
+  auto left = std::make_shared<std::size_t>(settings_->actors.size());
+  auto report = [this, answers, quiet] {
+    std::string text = "watchdog: nothing has moved for " + std::to_string(static_cast<int>(quiet)) +
+                       " s; what each actor is waiting for:\n";
+    for (const auto& line : *answers)
+      text += "  " + line + "\n";
+    std::fprintf(stderr, "%s", text.c_str());
+    end(3, "watchdog: no progress for " + std::to_string(static_cast<int>(quiet)) +
+               " s (the run is stuck; see what each actor waits for above)");
+  };
+  if (*left == 0)
+    return report();
+  for (std::size_t i = 0; i < settings_->actors.size(); ++i) {
+    const auto& [name, handle] = settings_->actors[i];
+    request(handle, std::chrono::seconds(2), status_atom::value)
+        .then(
+            [answers, left, report, i](const std::string& status) {
+              (*answers)[i] = status;
+              if (--*left == 0)
+                report();
+            },
+            [answers, left, report, i, name = name](caf::error&) {
+              (*answers)[i] = name + ": did not answer (busy or dead)";
+              if (--*left == 0)
+                report();
+            });
+  }
+}
+
 void trainer_actor::finish_step(std::int64_t step, const totals& t) {
   auto now = std::chrono::steady_clock::now();
   double interval = std::chrono::duration<double>(now - last_step_time_).count();
@@ -98,6 +165,21 @@ void trainer_actor::finish_step(std::int64_t step, const totals& t) {
   double rate = interval > 0 ? static_cast<double>(t.samples) / interval : 0;
   samples_per_second_ = steps_done_ == 0 ? rate : 0.9 * samples_per_second_ + 0.1 * rate;
   ++steps_done_;
+  const auto& step_plan = settings_->plan;
+  if (trace::enabled()) {
+    trace::event marker;
+    marker.type = trace::event_type::marker;
+    marker.start_ns = trace::now_ns();
+    marker.name = "step";
+    marker.step = step;
+    marker.value = step / step_plan.steps_per_epoch;
+    trace::record(marker);
+    if ((step + 1) % step_plan.steps_per_epoch == 0) {
+      marker.name = "epoch";
+      marker.step = step / step_plan.steps_per_epoch;
+      trace::record(marker);
+    }
+  }
   auto& outcome = *settings_->outcome;
   outcome.steps = steps_done_;
   outcome.last_loss = t.loss_sum / static_cast<double>(t.samples);

@@ -45,6 +45,9 @@ struct trainer_settings {
   std::string title;               // shown in the progress lines
   std::shared_ptr<run_outcome> outcome;
   const device_set* devices = nullptr;  // for utilisation; outlives the trainer
+  std::uint32_t track = 0;              // trace track
+  double watchdog_seconds = 60;         // no progress for this long ends the run; 0 = off
+  std::vector<std::pair<std::string, caf::actor>> actors;  // every actor, for the watchdog
   caf::actor loader;               // filled before start
   std::vector<caf::actor> optimizers;
 };
@@ -67,6 +70,8 @@ class trainer_actor : public caf::event_based_actor {
   void finish_evaluation(std::int64_t epoch, const totals& t);
   void print_progress(std::int64_t step, const totals& t, bool force);
   void end(int exit_code, const std::string& failure);
+  void watch();
+  std::chrono::milliseconds watchdog_interval() const;
   double seconds_since_start() const;
 
   std::shared_ptr<trainer_settings> settings_;
@@ -81,6 +86,9 @@ class trainer_actor : public caf::event_based_actor {
   std::int64_t steps_done_ = 0;
   std::int64_t items_left_ = 0;
   bool ended_ = false;
+  std::uint64_t reports_ = 0;
+  std::uint64_t last_progress_ = 0;
+  std::chrono::steady_clock::time_point last_progress_time_;
 };
 
 }  // namespace troupe

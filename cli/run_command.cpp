@@ -15,6 +15,15 @@ int run_command(const std::vector<std::string>& args) {
   options.add_options()("metrics", po::value<std::string>(),
                         "write metrics (JSON lines) here instead of [run] metrics")(
       "steps", po::value<std::int64_t>(), "train this many steps (overrides [run] epochs/steps)")(
+      "trace", po::value<std::string>(),
+      "record every message and job into this Chrome trace (overrides [run] trace); open it in "
+      "Perfetto or read it with troupe trace summary|timeline")(
+      "log-messages", po::value<std::string>()->implicit_value(""),
+      "print messages to stderr as they are handled; optional FILTER: actor=NAME,kind=KIND,step=N "
+      "or a word")(
+      "watchdog", po::value<double>(),
+      "stop a run that has made no progress for this many seconds, printing what each actor "
+      "waits for (overrides [run] watchdog; 0 = off)")(
       "quiet,q", "print nothing but errors and the final result")(
       "no-progress-bar", "print progress as plain lines even on a terminal");
   command_line line;
@@ -41,8 +50,25 @@ int run_command(const std::vector<std::string>& args) {
   session.progress_bar = !line.values.count("no-progress-bar") && isatty(fileno(stdout));
   if (line.values.count("metrics"))
     session.metrics_path = line.values["metrics"].as<std::string>();
+  if (line.values.count("trace"))
+    session.trace_path = line.values["trace"].as<std::string>();
+  if (line.values.count("log-messages")) {
+    session.log_messages = true;
+    session.log_filter = line.values["log-messages"].as<std::string>();
+  }
+  if (line.values.count("watchdog")) {
+    session.watchdog = line.values["watchdog"].as<double>();
+    if (!(session.watchdog >= 0)) {
+      std::fprintf(stderr, "troupe run: --watchdog must be 0 or more seconds\n");
+      return exit_bad_input;
+    }
+  }
   auto result = run_session(config, session);
   const auto& outcome = result.outcome;
+  auto trace_path = session.trace_path.empty() ? config.run.trace : session.trace_path;
+  if (!trace_path.empty() && outcome.exit_code == 0)
+    std::printf("trace written to %s (open it in Perfetto, or: troupe trace summary %s)\n",
+                trace_path.c_str(), trace_path.c_str());
   if (outcome.exit_code != 0) {
     std::fprintf(stderr, "troupe run: %s\n", outcome.failure.c_str());
     return outcome.exit_code;

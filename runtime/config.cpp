@@ -306,6 +306,9 @@ run_section read_run(const section_reader& r) {
   r.read("metrics", s.metrics);
   r.read("log_every", s.log_every, at_least(1));
   r.read("evaluate", s.evaluate);
+  r.read("trace", s.trace);
+  r.read("trace_capacity", s.trace_capacity, at_least(16));
+  r.read("watchdog", s.watchdog, number_range{0, false});
   return s;
 }
 
@@ -626,7 +629,7 @@ run_config parse_config(const std::string& text, const std::string& name,
     return section_reader(root.get_as<toml::table>(key), key, name, whole_file, std::move(keys));
   };
   config.run = read_run(section("run", {"epochs", "steps", "seed", "metrics", "log_every",
-                                        "evaluate"}));
+                                        "evaluate", "trace", "trace_capacity", "watchdog"}));
   config.data = read_data(section("data", {"source", "path", "batch_size", "eval_batch_size",
                                            "shuffle", "prefetch", "synthetic_train",
                                            "synthetic_test", "synthetic_features",

@@ -45,6 +45,9 @@ struct run_section {
   std::string metrics = "troupe-metrics.jsonl";  // relative to the working directory
   std::int64_t log_every = 50;      // steps between plain progress lines (no terminal)
   bool evaluate = true;             // run the test set after each epoch
+  std::string trace;                // write a Chrome trace here (relative to the working directory)
+  std::int64_t trace_capacity = 1 << 20;  // events kept per thread; more are dropped and counted
+  double watchdog = 60;             // seconds without progress before the run is stopped; 0 = off
   source_position where;
 };
 

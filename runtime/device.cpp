@@ -15,6 +15,7 @@
 #include <chrono>
 
 #include "runtime/error.hpp"
+#include "runtime/trace.hpp"
 
 namespace troupe {
 
@@ -113,16 +114,17 @@ stream::~stream() {
   worker_.join();
 }
 
-event stream::submit(job work) {
-  return enqueue(std::move(work), true);
+event stream::submit(job work, const job_label& label) {
+  return enqueue(std::move(work), true, label);
 }
 
-event stream::enqueue(job work, bool busy) {
+event stream::enqueue(job work, bool busy, const job_label& label) {
   bool wake;
   std::uint64_t sequence;
+  auto submitted = trace::enabled() ? trace::now_ns() : 0;
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    queue_.push_back(entry{std::move(work), busy});
+    queue_.push_back(entry{std::move(work), busy, label, submitted});
     sequence = ++submitted_;
     wake = worker_sleeping_;
   }
@@ -134,7 +136,7 @@ event stream::enqueue(job work, bool busy) {
 void stream::wait_for(const event& e) {
   if (e.owner == nullptr || e.owner == this || e.reached())
     return;
-  enqueue([e] { e.wait(); }, false);
+  enqueue([e] { e.wait(); }, false, job_label{"wait"});
 }
 
 event stream::last() const {
@@ -222,6 +224,7 @@ void stream::run() {
     }
     if (!failed()) {
       auto started = std::chrono::steady_clock::now();
+      auto traced_start = trace_track_ != 0 && trace::enabled() ? trace::now_ns() : 0;
       try {
         next.work();
       } catch (...) {
@@ -233,6 +236,22 @@ void stream::run() {
         }
         if (handler)
           handler(std::current_exception());
+      }
+      if (traced_start != 0) {
+        trace::event e;
+        e.type = trace::event_type::job;
+        e.start_ns = traced_start;
+        e.duration_ns = trace::now_ns() - traced_start;
+        e.value = next.submitted_ns > 0 ? traced_start - next.submitted_ns : 0;  // queued
+        e.track = trace_track_;
+        e.peer = next.label.actor;
+        e.name = next.label.name;
+        e.step = next.label.step;
+        e.microbatch = next.label.microbatch;
+        e.replica = next.label.replica;
+        e.phase = next.label.phase;
+        e.bytes = next.label.bytes;
+        trace::record(e);
       }
       if (next.busy)
         busy_nanoseconds_.fetch_add(

@@ -49,6 +49,18 @@ struct device_id {
 
 class stream;
 
+/// What a job is, for traces: which actor submitted it, doing what, for which micro-batch.
+/// `name` must have static storage ("forward", "backward", "copy", ...).
+struct job_label {
+  const char* name = "job";
+  std::uint32_t actor = 0;  // the submitting actor's trace track
+  std::int64_t step = -1;
+  std::int32_t microbatch = -1;
+  std::int32_t replica = -1;
+  std::uint8_t phase = 0;   // 0 train, 1 eval
+  std::int64_t bytes = 0;   // copies: bytes moved
+};
+
 /// A point in a stream: reached once the stream has completed `sequence` jobs.
 /// A default event (no stream) is always reached.
 struct event {
@@ -76,8 +88,12 @@ class stream {
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
 
-  /// Appends a job; returns the event that is reached when it has run.
-  event submit(job work);
+  /// Appends a job; returns the event that is reached when it has run. When tracing, the
+  /// job is recorded as a span on this stream's track with `label`.
+  event submit(job work, const job_label& label = {});
+
+  /// The trace track of this stream (0: not traced).
+  void set_trace_track(std::uint32_t track) { trace_track_ = track; }
 
   /// Makes later jobs of this stream wait until `e` is reached (no-op for this stream's
   /// own events, which stream order already guarantees). This blocks the stream, so work
@@ -112,7 +128,7 @@ class stream {
 
  private:
   friend struct event;
-  event enqueue(job work, bool busy);
+  event enqueue(job work, bool busy, const job_label& label);
   void fire_due_watchers();
   void run();
   void wait_until(std::uint64_t sequence);
@@ -124,6 +140,8 @@ class stream {
   struct entry {
     job work;
     bool busy;  // false: a wait for another stream, which is idle time
+    job_label label;
+    std::int64_t submitted_ns = 0;  // when tracing
   };
   std::deque<entry> queue_;
   std::atomic<std::int64_t> busy_nanoseconds_{0};
@@ -136,6 +154,7 @@ class stream {
   error_handler on_error_;                      // guarded by mutex_
   std::vector<std::pair<std::uint64_t, std::function<void()>>> watchers_;  // guarded by mutex_
   std::atomic<std::size_t> watcher_count_{0};
+  std::uint32_t trace_track_ = 0;
   std::thread worker_;
 };
 

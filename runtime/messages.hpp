@@ -39,16 +39,29 @@ typename Inspector::result_type inspect(Inspector& f, micro_tag& x) {
            x.version, x.epoch);
 }
 
+/// Who sent a message and which flow arrow of the trace it is (zeros when not tracing).
+struct trace_stamp {
+  std::uint64_t flow = 0;
+  std::uint32_t from = 0;  // the sender's trace track
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_stamp& x) {
+  return f(caf::meta::type_name("trace_stamp"), x.flow, x.from);
+}
+
 /// Activations going forward. x: (b, D) for a micro-batch of b samples.
 struct activation_msg {
   micro_tag tag;
   tensor x;
+  trace_stamp trace;
 };
 
 /// Gradients going backward. dx: same shape as the activation it belongs to.
 struct gradient_msg {
   micro_tag tag;
   tensor dx;
+  trace_stamp trace;
 };
 
 /// The labels of a micro-batch, for the loss. labels: (b) i32. The loss scales each
@@ -58,6 +71,7 @@ struct labels_msg {
   micro_tag tag;
   tensor labels;
   std::int64_t global_batch = 0;
+  trace_stamp trace;
 };
 
 /// A layer's weight gradients for one step (summed over its micro-batches). The sender
@@ -69,6 +83,7 @@ struct weight_grads_msg {
   std::int32_t layer = 0;
   std::int32_t replica = 0;
   std::vector<tensor> grads;
+  trace_stamp trace;
 };
 
 /// A new version of a layer's parameters: version k is what step k's forward uses.
@@ -76,6 +91,7 @@ struct params_msg {
   std::int64_t version = 0;
   std::int32_t layer = 0;
   std::vector<tensor> params;
+  trace_stamp trace;
 };
 
 /// One step of a ring all-reduce between the averagers of one layer: a chunk of a bucket
@@ -90,6 +106,7 @@ struct ring_msg {
   std::int32_t round = 0;   // 0 .. R-2 within the phase
   std::int32_t chunk = 0;   // which of the R chunks of the bucket
   tensor data;              // (chunk elements)
+  trace_stamp trace;
 };
 
 /// Returns one credit on an activations wire without a gradient: the receiver has
@@ -97,6 +114,7 @@ struct ring_msg {
 /// sends no dx).
 struct release_msg {
   micro_tag tag;
+  trace_stamp trace;
 };
 
 /// One end of a wire, as an actor sees it: the kind of wire, the actor at the other end,
@@ -107,6 +125,7 @@ struct wire_end {
   std::string peer_kind;     // "data_loader" | "layer" | "loss" | "averager" | "optimizer" | ...
   caf::actor peer;
   std::int32_t peer_replica = -1;
+  std::uint32_t peer_track = 0;  // its trace track (0 when not tracing)
   std::string peer_device;   // "cpu:1"
   std::int64_t capacity = 0;
 };
@@ -118,6 +137,7 @@ struct wiring_msg {
   std::vector<wire_end> outgoing;
   std::vector<wire_end> incoming;
   caf::actor trainer;
+  std::uint32_t track = 0;  // this actor's trace track (0 when not tracing)
 
   /// The outgoing / incoming ends of one kind.
   std::vector<wire_end> out(const std::string& kind) const;
@@ -130,6 +150,7 @@ struct loss_report_msg {
   double loss_sum = 0;        // sum over samples of the per-sample loss
   std::int64_t correct = 0;   // samples whose argmax is the label
   std::int64_t samples = 0;
+  trace_stamp trace;
 };
 
 /// An actor failed: who, doing what, and why. The trainer ends the run with it.
@@ -140,45 +161,45 @@ struct failure_msg {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
-  return f(caf::meta::type_name("activation_msg"), x.tag, x.x);
+  return f(caf::meta::type_name("activation_msg"), x.tag, x.x, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
-  return f(caf::meta::type_name("gradient_msg"), x.tag, x.dx);
+  return f(caf::meta::type_name("gradient_msg"), x.tag, x.dx, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, labels_msg& x) {
-  return f(caf::meta::type_name("labels_msg"), x.tag, x.labels, x.global_batch);
+  return f(caf::meta::type_name("labels_msg"), x.tag, x.labels, x.global_batch, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weight_grads_msg& x) {
-  return f(caf::meta::type_name("weight_grads_msg"), x.step, x.layer, x.replica, x.grads);
+  return f(caf::meta::type_name("weight_grads_msg"), x.step, x.layer, x.replica, x.grads, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
-  return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params);
+  return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
   return f(caf::meta::type_name("ring_msg"), x.step, x.layer, x.bucket, x.phase, x.round,
-           x.chunk, x.data);
+           x.chunk, x.data, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
-  return f(caf::meta::type_name("release_msg"), x.tag);
+  return f(caf::meta::type_name("release_msg"), x.tag, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_end& x) {
-  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica, x.peer_device,
+  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica, x.peer_track, x.peer_device,
            x.capacity);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
-  return f(caf::meta::type_name("wiring_msg"), x.outgoing, x.incoming, x.trainer);
+  return f(caf::meta::type_name("wiring_msg"), x.outgoing, x.incoming, x.trainer, x.track);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
-  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples);
+  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
@@ -191,6 +212,8 @@ using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using connect_atom = caf::atom_constant<caf::atom("connect")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
 /// Registers every message type above with CAF (needed to cross nodes).
 void add_message_types(caf::actor_system_config& config);

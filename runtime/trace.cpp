@@ -290,6 +290,7 @@ void write(const std::string& path, const std::string& metadata) {
         break;
       case event_type::job:
         args["actor"] = name_of(e.peer);
+        args["queued_us"] = us(e.value);
         list.push_back({{"ph", "X"}, {"cat", "job"}, {"name", e.name}, {"pid", pid_of(e.track)},
                         {"tid", e.track}, {"ts", us(e.start_ns)}, {"dur", us(e.duration_ns)},
                         {"args", args}});

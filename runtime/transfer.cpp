@@ -14,9 +14,11 @@ tensor arrive(const tensor& t, device& here) {
   auto copy = tensor::empty(t.shape(), t.type(), here.id());
   auto& work = here.work();
   work.wait_for(t.ready());
-  copy.set_ready(work.submit([from = t, to = copy] {
-    std::memcpy(to.raw(), from.raw(), from.bytes());
-  }));
+  job_label label;
+  label.name = "copy";
+  label.bytes = static_cast<std::int64_t>(t.bytes());
+  copy.set_ready(work.submit([from = t, to = copy] { std::memcpy(to.raw(), from.raw(), from.bytes()); },
+                             label));
   return copy;
 }
 

@@ -101,8 +101,8 @@ void connect_ring(caf::scoped_actor& self, const std::vector<caf::actor>& ring) 
     wiring_msg wiring;
     wiring.trainer = me;
     wiring.outgoing.push_back(wire_end{"ring", "next", "averager", ring[(r + 1) % ring.size()],
-                                       static_cast<std::int32_t>((r + 1) % ring.size()), "", 0});
-    wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, "", 0});
+                                       static_cast<std::int32_t>((r + 1) % ring.size()), 0, "", 0});
+    wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, 0, "", 0});
     self->send(ring[r], std::move(wiring));
   }
 }
