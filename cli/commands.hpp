@@ -20,6 +20,8 @@ int run_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int verify_command(const std::vector<std::string>& args);
 int layers_command(const std::vector<std::string>& args);
+/// `troupe trace summary|timeline FILE`: reads a trace written by `troupe run --trace`.
+int trace_command(const std::vector<std::string>& args);
 
 /// A command line of the form `troupe NAME [options] CONFIG.toml`.
 struct command_line {

@@ -19,6 +19,7 @@ const char* main_usage =
     "  plan CONFIG.toml     print the actors and wires a config expands into (--dot, --eject)\n"
     "  verify CONFIG.toml   check that a parallel config computes what one device computes\n"
     "  layers               list the layer types and actor kinds configs can use\n"
+    "  trace summary|timeline FILE  read a trace written by troupe run --trace\n"
     "\n"
     "options:\n"
     "  -h, --help           show this help (also: troupe <command> --help)\n"
@@ -50,8 +51,10 @@ int main(int argc, char** argv) {
       return verify_command(args);
     if (command == "layers")
       return layers_command(args);
+    if (command == "trace")
+      return trace_command(args);
     std::fprintf(stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
-                 troupe::did_you_mean(command, {"run", "plan", "verify", "layers"}).c_str(),
+                 troupe::did_you_mean(command, {"run", "plan", "verify", "layers", "trace"}).c_str(),
                  main_usage);
     return exit_bad_input;
   } catch (const troupe::user_error& e) {

@@ -1,0 +1,115 @@
+// `troupe trace summary|timeline FILE` end to end: the binary on a written trace file,
+// its outputs, and exit code 2 with a message for bad input.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/runtime/trace_test_trace.hpp"
+
+namespace {
+
+struct trace_run {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+trace_run run_trace(const std::string& arguments) {
+  trace_run result;
+  std::string command = std::string{TROUPE_BINARY} + " trace " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    result.output.append(buffer, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("troupe_trace_cli_" + name)).string();
+}
+
+std::string write_trace(const std::string& name, const std::string& text) {
+  auto path = temp_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("troupe trace summary prints the tables, and JSON with --json") {
+  auto trace = write_trace("gpipe.json", troupe::test::gpipe_trace().dump());
+  auto text = run_trace("summary " + trace);
+  CHECK(text.exit_code == 0);
+  CHECK(text.output.find("utilisation") != std::string::npos);
+  CHECK(text.output.find("bubble") != std::string::npos);
+  CHECK(text.output.find("slowest steps") != std::string::npos);
+
+  auto json = run_trace("summary " + trace + " --json");
+  REQUIRE(json.exit_code == 0);
+  auto parsed = nlohmann::json::parse(json.output);
+  CHECK(parsed["steps"].size() == 4);
+  CHECK(parsed["devices"][0]["utilisation"].get<double>() == doctest::Approx(5250.0 / 8000));
+}
+
+TEST_CASE("troupe trace timeline writes SVG or HTML by the output's extension") {
+  auto trace = write_trace("gpipe_timeline.json", troupe::test::gpipe_trace().dump());
+  auto svg_path = temp_path("schedule.svg");
+  auto html_path = temp_path("schedule.html");
+  std::filesystem::remove(svg_path);
+  std::filesystem::remove(html_path);
+  auto svg = run_trace("timeline " + trace + " -o " + svg_path + " --steps 0:1");
+  CHECK(svg.exit_code == 0);
+  CHECK(svg.output.find("steps 0 to 1") != std::string::npos);
+  auto picture = read(svg_path);
+  CHECK(picture.rfind("<svg", 0) == 0);
+  auto html = run_trace("timeline " + trace + " -o " + html_path);
+  CHECK(html.exit_code == 0);
+  CHECK(read(html_path).find("<svg") != std::string::npos);
+}
+
+TEST_CASE("troupe trace reports bad input with exit code 2") {
+  auto help = run_trace("--help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.output.find("usage: troupe trace summary FILE") != std::string::npos);
+
+  auto missing = run_trace("summary " + temp_path("missing.json"));
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("cannot open the trace file") != std::string::npos);
+
+  auto not_json = run_trace("summary " + write_trace("not.json", "hello"));
+  CHECK(not_json.exit_code == 2);
+  CHECK(not_json.output.find("not JSON") != std::string::npos);
+
+  auto not_trace = run_trace("summary " + write_trace("other.json", "{\"a\": 1}"));
+  CHECK(not_trace.exit_code == 2);
+  CHECK(not_trace.output.find("not a troupe trace") != std::string::npos);
+
+  auto trace = write_trace("gpipe_bad.json", troupe::test::gpipe_trace().dump());
+  auto no_output = run_trace("timeline " + trace);
+  CHECK(no_output.exit_code == 2);
+  CHECK(no_output.output.find("-o schedule.svg") != std::string::npos);
+  auto png = run_trace("timeline " + trace + " -o " + temp_path("x.png"));
+  CHECK(png.exit_code == 2);
+  CHECK(png.output.find(".svg or .html") != std::string::npos);
+  auto typo = run_trace("sumary " + trace);
+  CHECK(typo.exit_code == 2);
+  CHECK(typo.output.find("did you mean 'summary'") != std::string::npos);
+}
