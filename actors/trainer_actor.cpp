@@ -132,12 +132,10 @@ void trainer_actor::watch() {
   auto left = std::make_shared<std::size_t>(settings_->actors.size());
   auto report = [this, answers, quiet] {
     std::string text = "watchdog: nothing has moved for " + std::to_string(static_cast<int>(quiet)) +
-                       " s; what each actor is waiting for:\n";
+                       " s, so the run is stuck; what each actor is waiting for:";
     for (const auto& line : *answers)
-      text += "  " + line + "\n";
-    std::fprintf(stderr, "%s", text.c_str());
-    end(3, "watchdog: no progress for " + std::to_string(static_cast<int>(quiet)) +
-               " s (the run is stuck; see what each actor waits for above)");
+      text += "\n  " + line;
+    end(3, text);
   };
   if (*left == 0)
     return report();

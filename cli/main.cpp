@@ -1,5 +1,5 @@
 // main.cpp: the troupe command line: picks the command and turns user errors into
-// messages and exit codes (0 success, 1 a run failed, 2 bad input).
+// messages and exit codes (0 success, 1 a run failed, 2 bad input, 3 watchdog).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -25,7 +25,8 @@ const char* main_usage =
     "  -h, --help           show this help (also: troupe <command> --help)\n"
     "  --version            print the version\n"
     "\n"
-    "exit codes: 0 success, 1 the run failed, 2 bad input (usage, config, data)\n";
+    "exit codes: 0 success, 1 the run failed, 2 bad input (usage, config, data),\n"
+    "            3 stopped by the watchdog (no progress; it prints what each actor waits for)\n";
 
 }  // namespace
 

@@ -55,10 +55,17 @@ extern std::atomic<bool> enabled_flag;
 extern std::atomic<bool> logging_flag;
 }  // namespace detail
 
+#ifdef TROUPE_NO_TRACE_CALLS
+// A build without tracing (cmake -DTROUPE_TRACE_CALLS=OFF), to measure what tracing
+// costs when it is off: every check is a constant and the calls compile away.
+constexpr bool enabled() { return false; }
+constexpr bool logging() { return false; }
+#else
 /// True while a trace is being recorded.
 inline bool enabled() { return detail::enabled_flag.load(std::memory_order_relaxed); }
 /// True while messages are printed as they are handled (--log-messages).
 inline bool logging() { return detail::logging_flag.load(std::memory_order_relaxed); }
+#endif
 /// enabled() || logging(): whether handlers need to describe themselves at all.
 inline bool observing() { return enabled() || logging(); }
 
