@@ -113,3 +113,38 @@ TEST_CASE("troupe trace reports bad input with exit code 2") {
   CHECK(typo.exit_code == 2);
   CHECK(typo.output.find("did you mean 'summary'") != std::string::npos);
 }
+
+TEST_CASE("troupe trace summary and timeline read the shipped traces of docs/traces") {
+  for (const char* name : {"fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe"}) {
+    auto trace = std::string{TROUPE_SOURCE_DIR} + "/docs/traces/" + name + ".json";
+    auto summary = run_trace("summary " + trace);
+    INFO(name, summary.output);
+    CHECK(summary.exit_code == 0);
+    CHECK(summary.output.find("2 stages x 4 micro-batches") != std::string::npos);
+    CHECK(summary.output.find("bubble") != std::string::npos);
+    auto svg = temp_path(std::string{name} + ".svg");
+    auto timeline = run_trace("timeline " + trace + " -o " + svg);
+    CHECK(timeline.exit_code == 0);
+    auto text = read(svg);
+    CHECK(text.rfind("<svg", 0) != std::string::npos);
+    CHECK(text.find("</svg>") != std::string::npos);
+    // One box per forward and backward job of steps 1 to 3 (the default window).
+    std::ifstream in(trace);
+    auto json = nlohmann::json::parse(in);
+    int jobs = 0;
+    for (const auto& e : json["traceEvents"])
+      if (e["ph"] == "X" && e["cat"] == "job" && (e["name"] == "forward" || e["name"] == "backward") &&
+          e["args"].value("phase", "") == "train" && e["args"].value("step", -1) >= 1 &&
+          e["args"].value("step", -1) <= 3)
+        ++jobs;
+    int boxes = 0;
+    for (auto at = text.find("class=\"forward\""); at != std::string::npos;
+         at = text.find("class=\"forward\"", at + 1))
+      ++boxes;
+    for (auto at = text.find("class=\"backward\""); at != std::string::npos;
+         at = text.find("class=\"backward\"", at + 1))
+      ++boxes;
+    CHECK(jobs == 3 * 4 * 5 * 2);  // 3 steps x 4 micro-batches x 5 layers x (F + B)
+    CHECK(boxes >= jobs);
+  }
+}
