@@ -49,7 +49,11 @@ std::vector<std::pair<std::string, std::string>> registered_actor_kinds();
 struct actor_kind_registrar {
   actor_kind_registrar(const std::string& kind, const std::string& description,
                        actor_factory factory) {
-    register_actor_kind(kind, description, std::move(factory));
+    try {
+      register_actor_kind(kind, description, std::move(factory));
+    } catch (const std::exception& e) {
+      kernels::record_registration_error(e.what());  // reported by the plugin loader
+    }
   }
 };
 

@@ -195,11 +195,20 @@ void layer_actor::forward(activation_msg& message) {
   auto done = device.work().submit(
       [math = settings_->math.get(), context, params = params_, x, y, saved,
        what = describe("forward", tag)]() mutable {
+        const auto declared = y.shape();
+        const auto* given = y.raw();
         try {
           math->forward(context, params, x, y, *saved);
         } catch (const std::exception& e) {
           throw std::runtime_error(what + ": " + e.what());
         }
+        // The output was allocated from output_shape(); a layer that returns another
+        // tensor (or reshapes it) disagrees with its own declaration.
+        if (y.shape() != declared || y.raw() != given)
+          throw std::runtime_error(what + ": forward returned a tensor of shape " +
+                                   shape_to_string(y.shape()) + ", but output_shape() declared " +
+                                   shape_to_string(declared) +
+                                   "; forward must write into the output it is given");
       },
       label("forward", tag));
   y.set_ready(done);

@@ -4,6 +4,10 @@
 
 #include "cli/commands.hpp"
 
+#include <filesystem>
+
+#include "runtime/plugin.hpp"
+
 namespace po = boost::program_options;
 
 namespace troupe::cli {
@@ -11,7 +15,9 @@ namespace troupe::cli {
 std::optional<int> parse_command_line(const std::vector<std::string>& args, const char* name,
                                       const char* description, po::options_description options,
                                       command_line& out) {
-  options.add_options()("help,h", "show this help");
+  options.add_options()("plugin", po::value<std::vector<std::string>>()->composing(),
+                        "load a plugin (a shared library of layers, actors, kernels); repeatable")(
+      "help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>());
   po::options_description all;
@@ -43,6 +49,28 @@ std::optional<int> parse_command_line(const std::vector<std::string>& args, cons
   }
   out.config = out.values["config"].as<std::string>();
   return std::nullopt;
+}
+
+void load_command_line_plugins(const po::variables_map& values) {
+  if (values.count("plugin"))
+    for (const auto& path : values["plugin"].as<std::vector<std::string>>())
+      load_plugin(path);
+}
+
+run_config load_config_and_plugins(const command_line& line) {
+  load_command_line_plugins(line.values);
+  auto config = load_config(line.config);
+  for (const auto& plugin : config.run.plugins) {
+    auto path = std::filesystem::path(std::get<std::string>(plugin.value));
+    if (path.is_relative())
+      path = std::filesystem::path(config.directory) / path;
+    try {
+      load_plugin(path.string());
+    } catch (const user_error& e) {
+      throw config_error(plugin.where, e.what());
+    }
+  }
+  return config;
 }
 
 }  // namespace troupe::cli

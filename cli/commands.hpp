@@ -11,6 +11,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "runtime/config.hpp"
+
 namespace troupe::cli {
 
 constexpr int exit_failure = 1;
@@ -20,6 +22,7 @@ int run_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int verify_command(const std::vector<std::string>& args);
 int layers_command(const std::vector<std::string>& args);
+int check_layer_command(const std::vector<std::string>& args);
 /// `troupe trace summary|timeline FILE`: reads a trace written by `troupe run --trace`.
 int trace_command(const std::vector<std::string>& args);
 
@@ -36,5 +39,12 @@ std::optional<int> parse_command_line(const std::vector<std::string>& args, cons
                                       const char* description,
                                       boost::program_options::options_description options,
                                       command_line& out);
+
+/// Loads the plugins named with --plugin, then the config, then the plugins its [run]
+/// plugins lists (relative to the config file). Throws user_error.
+run_config load_config_and_plugins(const command_line& line);
+
+/// Loads the plugins named with --plugin (commands without a config).
+void load_command_line_plugins(const boost::program_options::variables_map& values);
 
 }  // namespace troupe::cli

@@ -4,19 +4,25 @@
 #include "actors/actor_kinds.hpp"
 #include "cli/commands.hpp"
 #include "runtime/layer.hpp"
+#include "runtime/plugin.hpp"
 
 namespace troupe::cli {
 
 int layers_command(const std::vector<std::string>& args) {
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::printf(
-        "usage: troupe layers\n\nLists the layer types a config's [[model.layers]] can use, and\n"
-        "the actor kinds an explicit config's [[actor]] tables can use.\n");
+        "usage: troupe layers [--plugin PATH]...\n\nLists the layer types a config's "
+        "[[model.layers]] can use, and\nthe actor kinds an explicit config's [[actor]] tables "
+        "can use, with those of\nthe plugins named.\n");
     return 0;
   }
-  if (!args.empty()) {
-    std::fprintf(stderr, "troupe layers: takes no arguments\n");
-    return exit_bad_input;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--plugin" || i + 1 == args.size()) {
+      std::fprintf(stderr, "troupe layers: unexpected '%s' (usage: troupe layers [--plugin PATH]...)\n",
+                   args[i].c_str());
+      return exit_bad_input;
+    }
+    load_plugin(args[++i]);
   }
   std::printf("layer types:\n");
   for (const auto& [name, description] : registered_layers())

@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/error.hpp"
+#include "runtime/plugin.hpp"
 
 namespace {
 
@@ -19,6 +20,7 @@ const char* main_usage =
     "  plan CONFIG.toml     print the actors and wires a config expands into (--dot, --eject)\n"
     "  verify CONFIG.toml   check that a parallel config computes what one device computes\n"
     "  layers               list the layer types and actor kinds configs can use\n"
+    "  check-layer NAME     check a layer's backward against finite differences\n"
     "  trace summary|timeline FILE  read a trace written by troupe run --trace\n"
     "\n"
     "options:\n"
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   auto command = args[0];
   args.erase(args.begin());
   try {
+    troupe::check_builtin_registrations();
     if (command == "run")
       return run_command(args);
     if (command == "plan")
@@ -52,10 +55,12 @@ int main(int argc, char** argv) {
       return verify_command(args);
     if (command == "layers")
       return layers_command(args);
+    if (command == "check-layer")
+      return check_layer_command(args);
     if (command == "trace")
       return trace_command(args);
     std::fprintf(stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
-                 troupe::did_you_mean(command, {"run", "plan", "verify", "layers", "trace"}).c_str(),
+                 troupe::did_you_mean(command, {"run", "plan", "verify", "trace", "layers", "check-layer"}).c_str(),
                  main_usage);
     return exit_bad_input;
   } catch (const troupe::user_error& e) {

@@ -27,7 +27,7 @@ int plan_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "troupe plan: choose one of --dot and --eject\n");
     return exit_bad_input;
   }
-  auto config = load_config(line.config);
+  auto config = load_config_and_plugins(line);
   auto prepared = prepare_session(config);
   if (line.values.count("dot"))
     std::cout << format_dot(prepared.graph);

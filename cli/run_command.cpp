@@ -35,7 +35,7 @@ int run_command(const std::vector<std::string>& args) {
           "file, errors to stderr.",
           options, line))
     return *stop;
-  auto config = load_config(line.config);
+  auto config = load_config_and_plugins(line);
   if (line.values.count("steps")) {
     auto steps = line.values["steps"].as<std::int64_t>();
     if (steps < 1) {

@@ -30,7 +30,7 @@ int verify_command(const std::vector<std::string>& args) {
     return exit_bad_input;
   }
   auto tolerance = line.values["tolerance"].as<double>();
-  auto config = load_config(line.config);
+  auto config = load_config_and_plugins(line);
   auto result = verify_against_single_device(config, steps, tolerance);
   std::printf("%-8s %-10s %s\n", "layer", "parameter", "relative difference");
   for (const auto& d : result.differences)

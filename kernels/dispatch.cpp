@@ -74,6 +74,34 @@ erased_function find_kernel(const char* op, device_type type,
   return it->second.fn;
 }
 
+namespace {
+
+struct error_list {
+  std::mutex mutex;
+  std::vector<std::string> errors;
+};
+
+error_list& registration_errors() {
+  static error_list list;
+  return list;
+}
+
+}  // namespace
+
+void record_registration_error(const std::string& message) {
+  auto& list = registration_errors();
+  std::lock_guard<std::mutex> guard{list.mutex};
+  list.errors.push_back(message);
+}
+
+std::vector<std::string> take_registration_errors() {
+  auto& list = registration_errors();
+  std::lock_guard<std::mutex> guard{list.mutex};
+  auto out = std::move(list.errors);
+  list.errors.clear();
+  return out;
+}
+
 bool has_kernel(const char* op, device_type type) {
   auto& t = the_table();
   std::lock_guard<std::mutex> guard{t.mutex};

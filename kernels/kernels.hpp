@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <typeinfo>
+#include <vector>
 
 namespace troupe::kernels {
 
@@ -62,11 +63,20 @@ typename Op::function lookup(device_type type) {
       find_kernel(Op::name, type, typeid(typename Op::function)));
 }
 
+/// Registration errors of static initialisers (a kernel registered twice by a plugin):
+/// they must not throw, so they are kept here until the plugin loader reports them.
+void record_registration_error(const std::string& message);
+std::vector<std::string> take_registration_errors();
+
 template <class Op>
 struct kernel_registrar {
   kernel_registrar(device_type type, typename Op::function fn) {
-    register_kernel(Op::name, type, reinterpret_cast<erased_function>(fn),
-                    typeid(typename Op::function));
+    try {
+      register_kernel(Op::name, type, reinterpret_cast<erased_function>(fn),
+                      typeid(typename Op::function));
+    } catch (const std::exception& e) {
+      record_registration_error(e.what());
+    }
   }
 };
 

@@ -309,6 +309,19 @@ run_section read_run(const section_reader& r) {
   r.read("trace", s.trace);
   r.read("trace_capacity", s.trace_capacity, at_least(16));
   r.read("watchdog", s.watchdog, number_range{0, false});
+  if (const auto* plugins = r.find("plugins")) {
+    const auto* array = plugins->as_array();
+    if (!array)
+      r.fail(*plugins, "plugins", "expected an array of plugin paths like [\"libmy_layers.so\"], "
+                                  "found " + type_name(plugins->type()));
+    for (const auto& element : *array) {
+      const auto* path = element.as_string();
+      if (!path || path->get().empty())
+        r.fail(element, "plugins", "expected a plugin path, found " +
+                                       (path ? std::string("an empty string") : type_name(element.type())));
+      s.plugins.push_back(setting_value{path->get(), r.position(element)});
+    }
+  }
   return s;
 }
 
@@ -629,7 +642,7 @@ run_config parse_config(const std::string& text, const std::string& name,
     return section_reader(root.get_as<toml::table>(key), key, name, whole_file, std::move(keys));
   };
   config.run = read_run(section("run", {"epochs", "steps", "seed", "metrics", "log_every",
-                                        "evaluate", "trace", "trace_capacity", "watchdog"}));
+                                        "evaluate", "trace", "trace_capacity", "watchdog", "plugins"}));
   config.data = read_data(section("data", {"source", "path", "batch_size", "eval_batch_size",
                                            "shuffle", "prefetch", "synthetic_train",
                                            "synthetic_test", "synthetic_features",

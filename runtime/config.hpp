@@ -48,6 +48,7 @@ struct run_section {
   std::string trace;                // write a Chrome trace here (relative to the working directory)
   std::int64_t trace_capacity = 1 << 20;  // events kept per thread; more are dropped and counted
   double watchdog = 60;             // seconds without progress before the run is stopped; 0 = off
+  std::vector<setting_value> plugins;  // shared libraries to load, relative to the config file
   source_position where;
 };
 

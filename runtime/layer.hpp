@@ -153,7 +153,11 @@ std::vector<std::pair<std::string, std::string>> registered_layers();
 struct layer_registrar {
   layer_registrar(const std::string& name, const std::string& description,
                   layer_factory factory) {
-    register_layer(name, description, std::move(factory));
+    try {
+      register_layer(name, description, std::move(factory));
+    } catch (const std::exception& e) {
+      kernels::record_registration_error(e.what());  // reported by the plugin loader
+    }
   }
 };
 

@@ -69,6 +69,15 @@ TEST_CASE("a missing kernel's error names the op and the device types that have 
 }
 
 TEST_CASE("registering the same op and device type twice is refused") {
-  CHECK_THROWS_AS(kernel_registrar<cpu_only_test_op>(device_type::cpu, &cpu_only_test_kernel),
+  CHECK_THROWS_AS(register_kernel(cpu_only_test_op::name, device_type::cpu,
+                                  reinterpret_cast<erased_function>(&cpu_only_test_kernel),
+                                  typeid(cpu_only_test_op::function)),
                   std::logic_error);
+  // A registration line (a static initialiser, e.g. in a plugin) must not throw: it
+  // records the clash for the plugin loader to report.
+  take_registration_errors();
+  CHECK_NOTHROW(kernel_registrar<cpu_only_test_op>(device_type::cpu, &cpu_only_test_kernel));
+  auto errors = take_registration_errors();
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].find("registered twice") != std::string::npos);
 }
