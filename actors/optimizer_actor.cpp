@@ -52,10 +52,7 @@ caf::behavior optimizer_actor::make_behavior() {
       [this](weight_grads_msg& message) {
         if (come_back_when_ready(this, pending_input(settings_.on->id(), message.grads), message))
           return;
-        micro_tag tag;
-        tag.step = message.step;
-        tag.replica = message.replica;
-        auto span = handling(track_, "grads", message.trace, tag, bytes_of(message.grads));
+        auto span = handling(track_, message);
         receive_grads(message);
       },
       [this](status_atom) {

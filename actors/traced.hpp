@@ -51,6 +51,14 @@ inline trace::handler_span handling(std::uint32_t track, const char* name, const
                              tag.replica, static_cast<std::uint8_t>(tag.stage), bytes};
 }
 
+/// The span of handling a layer's gradients (step and replica from the message).
+inline trace::handler_span handling(std::uint32_t track, const weight_grads_msg& message) {
+  micro_tag tag;
+  tag.step = message.step;
+  tag.replica = message.replica;
+  return handling(track, "grads", message.trace, tag, bytes_of(message.grads));
+}
+
 /// Records a counter (credits on a wire, micro-batches held) when tracing.
 inline void trace_counter(const char* name, std::uint32_t track, std::uint32_t peer, std::int64_t value) {
   if (!trace::enabled())

@@ -1,6 +1,8 @@
 // The troupe command line: usage, help, exit codes and error messages for bad input.
 #include <doctest/doctest.h>
 
+#include "tests/cli/run_troupe.hpp"
+
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -11,24 +13,7 @@
 
 namespace {
 
-struct command_result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-command_result run_troupe(const std::string& arguments) {
-  command_result result;
-  std::string command = std::string{TROUPE_BINARY} + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using troupe::testing::run_troupe;
 
 std::string write_config(const std::string& name, const std::string& text) {
   auto path = std::filesystem::temp_directory_path() / ("troupe_cli_" + name + ".toml");

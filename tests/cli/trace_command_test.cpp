@@ -12,27 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/run_troupe.hpp"
 #include "tests/runtime/trace_test_trace.hpp"
 
 namespace {
 
-struct trace_run {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-trace_run run_trace(const std::string& arguments) {
-  trace_run result;
-  std::string command = std::string{TROUPE_BINARY} + " trace " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+troupe::testing::command_result run_trace(const std::string& arguments) {
+  return troupe::testing::run_troupe("trace " + arguments);
 }
 
 std::string temp_path(const std::string& name) {
