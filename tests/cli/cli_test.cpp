@@ -119,3 +119,31 @@ TEST_CASE("troupe layers lists the built-in layers") {
   for (const char* name : {"linear", "relu", "gelu", "tanh"})
     CHECK(r.output.find(name) != std::string::npos);
 }
+
+TEST_CASE("--log-messages prints the messages that match its filter as they are handled") {
+  auto path = write_config("log", std::string{"[run]\nsteps = 2\nevaluate = false\n"} + small_model);
+  auto r = run_troupe("run " + path + " --quiet --metrics /dev/null --log-messages kind=backward,step=1");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("loss             -> layer_0          backward   step 1") != std::string::npos);
+  CHECK(r.output.find("step 0") == std::string::npos);
+  CHECK(r.output.find(" forward ") == std::string::npos);
+  auto bad = run_troupe("run " + path + " --log-messages colour=red");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("unknown filter term 'colour=red'") != std::string::npos);
+}
+
+TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer") {
+  auto path = write_config("verify", std::string{small_model} +
+                                         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n");
+  auto r = run_troupe("verify " + path + " --steps 5");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("PASS: worst relative difference") != std::string::npos);
+  auto layer = run_troupe("check-layer linear --set out=4 --input 6");
+  CHECK(layer.exit_code == 0);
+  CHECK(layer.output.find("linear: input (3, 6), output (3, 4)") != std::string::npos);
+  auto unknown = run_troupe("check-layer linaer");
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("did you mean 'linear'?") != std::string::npos);
+}
