@@ -3,14 +3,14 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
-#include "runtime/trace.hpp"
-
-#include <nlohmann/json.hpp>
 #include "runtime/dataset.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/trace.hpp"
 
 namespace troupe {
 
@@ -213,7 +213,7 @@ session_result run_session(const run_config& config, const session_options& opti
     add_message_types(system_config);
     // Bookkeeping only runs on CAF's threads (compute runs on device streams), so a
     // small scheduler that sleeps instead of spinning leaves the cores to the devices.
-    system_config.set("scheduler.max-threads", std::getenv("TROUPE_CAF_THREADS") ? std::atoi(std::getenv("TROUPE_CAF_THREADS")) : 2);
+    system_config.set("scheduler.max-threads", 2);
     system_config.set("scheduler.policy", caf::atom("sharing"));
     caf::actor_system system{system_config};
 
