@@ -193,8 +193,12 @@ session_result run_session(const run_config& config, const session_options& opti
   // trainer), registered before anything runs. See runtime/trace.hpp.
   std::string trace_path = options.trace_path.empty() ? config.run.trace : options.trace_path;
   trace::reset();
-  if (!trace_path.empty())
+  if (!trace_path.empty()) {
+    auto parent = std::filesystem::path(trace_path).parent_path();
+    if (!parent.empty())
+      std::filesystem::create_directories(parent);
     trace::start(static_cast<std::size_t>(config.run.trace_capacity));
+  }
   if (options.log_messages)
     trace::start_logging(options.log_filter);
   std::map<std::string, std::uint32_t> tracks;
