@@ -27,6 +27,24 @@ kind_registry& the_registry() {
 
 void register_actor_kind(const std::string& kind, const std::string& description,
                          actor_factory factory) {
+  {
+    auto& r = the_registry();
+    std::lock_guard<std::mutex> guard{r.mutex};
+    if (!r.entries.emplace(kind, kind_entry{description, std::move(factory)}).second)
+      throw std::logic_error("actor kind '" + kind + "' is registered twice");
+  }
+  if (!find_actor_signature(kind))
+    register_actor_signature(kind, {}, {});
+}
+
+void register_actor_kind(const std::string& kind, const std::string& description,
+                         const accepts& in, const emits& out, actor_factory factory) {
+  // The signature first: a bad wire kind must not leave a kind without one behind. A
+  // kind that exists already (a built-in one, or a plugin's loaded before) is refused
+  // here too, with the clearer of the two messages.
+  if (has_actor_kind(kind))
+    throw std::logic_error("actor kind '" + kind + "' is registered twice");
+  register_actor_signature(kind, in.wire_kinds, out.wire_kinds);
   auto& r = the_registry();
   std::lock_guard<std::mutex> guard{r.mutex};
   if (!r.entries.emplace(kind, kind_entry{description, std::move(factory)}).second)

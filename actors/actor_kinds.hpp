@@ -5,6 +5,19 @@
 // The actor then receives a wiring_msg with its wires before the run starts, so a kind
 // needs no knowledge of the others: the session spawns whatever the topology lists.
 // Built-in kinds register at the end of their actor's file, like layers do.
+//
+// A kind also says which wires it takes (runtime/actor_signature.hpp), so that explicit
+// configs can place it and validate_topology() can check its wires. The five built-in
+// kinds have their signatures in the runtime already; any other kind declares its own:
+//
+//     TROUPE_REGISTER_ACTOR_KIND("grad_clipper", "clips a layer's gradients (max_norm)",
+//                                troupe::accepts{"grads"}, troupe::emits{"grads"},
+//                                [](const troupe::actor_plan& plan, troupe::spawn_context& c) {
+//                                  return c.system.spawn<grad_clipper>(plan.name, ...);
+//                                });
+//
+// Its [[actor]] table's keys other than name, kind, device, replica, stage and layer
+// arrive in plan.settings (values with their positions, for the factory to check).
 #pragma once
 
 #include <caf/all.hpp>
@@ -15,6 +28,7 @@
 #include <vector>
 
 #include "actors/data_loader_actor.hpp"
+#include "runtime/actor_signature.hpp"
 #include "runtime/config.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/lr_schedule.hpp"
@@ -46,13 +60,42 @@ caf::actor spawn_actor(const actor_plan& plan, spawn_context& context);
 bool has_actor_kind(const std::string& kind);
 std::vector<std::pair<std::string, std::string>> registered_actor_kinds();
 
+/// The wire kinds a registered kind accepts (wires that end at it)...
+struct accepts {
+  accepts(std::initializer_list<std::string> kinds) : wire_kinds(kinds) {}
+  std::vector<std::string> wire_kinds;
+};
+
+/// ... and those it emits (wires that start at it).
+struct emits {
+  emits(std::initializer_list<std::string> kinds) : wire_kinds(kinds) {}
+  std::vector<std::string> wire_kinds;
+};
+
+/// Registers a kind with its signature. A kind registered twice, or a signature naming a
+/// wire kind that does not exist, throws.
+void register_actor_kind(const std::string& kind, const std::string& description,
+                         const accepts& in, const emits& out, actor_factory factory);
+
+/// Registration never throws out of a static initialiser: errors are kept for the plugin
+/// loader (or check_builtin_registrations) to report.
 struct actor_kind_registrar {
+  /// A built-in kind, whose signature the runtime has. Another kind registered this way
+  /// accepts and emits no wires (so any wire to it is refused, naming it).
   actor_kind_registrar(const std::string& kind, const std::string& description,
                        actor_factory factory) {
     try {
       register_actor_kind(kind, description, std::move(factory));
     } catch (const std::exception& e) {
       kernels::record_registration_error(e.what());  // reported by the plugin loader
+    }
+  }
+  actor_kind_registrar(const std::string& kind, const std::string& description, const accepts& in,
+                       const emits& out, actor_factory factory) {
+    try {
+      register_actor_kind(kind, description, in, out, std::move(factory));
+    } catch (const std::exception& e) {
+      kernels::record_registration_error(e.what());
     }
   }
 };
@@ -62,7 +105,9 @@ struct actor_kind_registrar {
 #define TROUPE_KIND_CONCAT_INNER(a, b) a##b
 #define TROUPE_KIND_CONCAT(a, b) TROUPE_KIND_CONCAT_INNER(a, b)
 
-/// Makes an actor kind available to topologies by name.
+/// Makes an actor kind available to topologies by name: (kind, description, factory) for
+/// the built-in kinds, (kind, description, troupe::accepts{...}, troupe::emits{...},
+/// factory) for any other.
 #define TROUPE_REGISTER_ACTOR_KIND(kind, description, ...)                               \
   static const ::troupe::actor_kind_registrar TROUPE_KIND_CONCAT(troupe_kind_registrar_,  \
                                                                  __LINE__) {              \

@@ -9,6 +9,7 @@
 #include "actors/failures.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/layer.hpp"
+#include "runtime/plugin.hpp"
 #include "runtime/topology.hpp"
 #include "runtime/trace.hpp"
 
@@ -130,6 +131,9 @@ std::string trace_metadata(const run_config& config, const topology& graph, cons
 }  // namespace
 
 session_prepared prepare_session(const run_config& config) {
+  // A no-op for those the command line loaded already; run_session() callers (tests,
+  // programs using the library) get the config's plugins too.
+  load_config_plugins(config);
   session_prepared p;
   p.data = std::make_shared<const dataset_split>(load_data(config));
   if (config.is_explicit()) {
@@ -243,8 +247,18 @@ session_result run_session(const run_config& config, const session_options& opti
     spawn_context context{system, devices, config, graph, prepared.plan, prepared.schedule,
                           prepared.data};
     std::map<std::string, caf::actor> spawned;
-    for (const auto& a : graph.actors)
-      spawned[a.name] = spawn_actor(a, context);
+    try {
+      for (const auto& a : graph.actors)
+        spawned[a.name] = spawn_actor(a, context);
+    } catch (...) {
+      // A factory refused its actor's settings (a plugin's kind reads them only here).
+      // Nothing has started; stop what exists, or the actor system would wait for it
+      // forever on the way out, then report.
+      for (const auto& [name, handle] : spawned)
+        caf::anon_send_exit(handle, caf::exit_reason::kill);
+      caf::anon_send_exit(trainer, caf::exit_reason::kill);
+      throw;
+    }
     for (const auto& a : graph.actors) {
       trainer_config->actors.emplace_back(a.name, spawned[a.name]);
       if (a.kind == "data_loader")

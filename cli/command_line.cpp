@@ -4,7 +4,6 @@
 
 #include "cli/commands.hpp"
 
-#include <filesystem>
 
 #include "runtime/plugin.hpp"
 
@@ -60,16 +59,7 @@ void load_command_line_plugins(const po::variables_map& values) {
 run_config load_config_and_plugins(const command_line& line) {
   load_command_line_plugins(line.values);
   auto config = load_config(line.config);
-  for (const auto& plugin : config.run.plugins) {
-    auto path = std::filesystem::path(std::get<std::string>(plugin.value));
-    if (path.is_relative())
-      path = std::filesystem::path(config.directory) / path;
-    try {
-      load_plugin(path.string());
-    } catch (const user_error& e) {
-      throw config_error(plugin.where, e.what());
-    }
-  }
+  load_config_plugins(config);
   return config;
 }
 

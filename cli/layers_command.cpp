@@ -3,6 +3,7 @@
 
 #include "actors/actor_kinds.hpp"
 #include "cli/commands.hpp"
+#include "runtime/actor_signature.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/plugin.hpp"
 
@@ -26,10 +27,13 @@ int layers_command(const std::vector<std::string>& args) {
   }
   std::printf("layer types:\n");
   for (const auto& [name, description] : registered_layers())
-    std::printf("  %-14s %s\n", name.c_str(), description.c_str());
+    std::printf("  %-18s %s\n", name.c_str(), description.c_str());
   std::printf("actor kinds:\n");
-  for (const auto& [name, description] : registered_actor_kinds())
-    std::printf("  %-14s %s\n", name.c_str(), description.c_str());
+  for (const auto& [name, description] : registered_actor_kinds()) {
+    std::printf("  %-18s %s\n", name.c_str(), description.c_str());
+    if (const auto* signature = find_actor_signature(name))
+      std::printf("  %-18s (%s)\n", "", describe_signature(*signature).c_str());
+  }
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 #include "kernels/kernels.hpp"
@@ -16,6 +17,7 @@ namespace {
 struct plugin_state {
   std::mutex mutex;
   std::vector<std::pair<std::string, std::string>> loaded;  // (name, canonical path)
+  std::map<std::string, std::string> failed;                // canonical path -> the error
 };
 
 plugin_state& state() {
@@ -41,6 +43,13 @@ std::vector<std::pair<std::string, std::string>> loaded_plugins() {
   return s.loaded;
 }
 
+namespace {
+
+/// dlopen and the checks, for a file not tried before.
+void open_plugin(const std::string& path, const std::string& canonical);
+
+}  // namespace
+
 void load_plugin(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -53,7 +62,36 @@ void load_plugin(const std::string& path) {
     for (const auto& [name, file] : s.loaded)
       if (file == canonical)
         return;
+    auto failed = s.failed.find(canonical);
+    if (failed != s.failed.end())
+      throw user_error(failed->second);
   }
+  try {
+    open_plugin(path, canonical);
+  } catch (const user_error& e) {
+    auto& s = state();
+    std::lock_guard<std::mutex> guard{s.mutex};
+    s.failed.emplace(canonical, e.what());
+    throw;
+  }
+}
+
+void load_config_plugins(const run_config& config) {
+  for (const auto& plugin : config.run.plugins) {
+    auto path = std::filesystem::path(std::get<std::string>(plugin.value));
+    if (path.is_relative())
+      path = std::filesystem::path(config.directory) / path;
+    try {
+      load_plugin(path.string());
+    } catch (const user_error& e) {
+      throw config_error(plugin.where, e.what());
+    }
+  }
+}
+
+namespace {
+
+void open_plugin(const std::string& path, const std::string& canonical) {
   kernels::take_registration_errors();  // only this library's from here on
   // RTLD_GLOBAL: a plugin's kernels and layers may be used by another plugin.
   void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL);
@@ -82,5 +120,7 @@ void load_plugin(const std::string& path) {
   std::lock_guard<std::mutex> guard{s.mutex};
   s.loaded.emplace_back(name(), canonical);
 }
+
+}  // namespace
 
 }  // namespace troupe

@@ -17,14 +17,22 @@
 #include <string>
 #include <vector>
 
+#include "runtime/config.hpp"
+
 /// Bumped whenever a change to troupe's headers breaks plugins built against older ones.
 #define TROUPE_ABI_VERSION 1
 
 namespace troupe {
 
 /// Loads one plugin; `path` as given (relative to the working directory). Loading the same
-/// file twice is a no-op. Throws user_error.
+/// file twice is a no-op; loading a file that failed before fails again with the same
+/// message (its library stays mapped, so its registrations cannot run a second time).
+/// Throws user_error.
 void load_plugin(const std::string& path);
+
+/// Loads the plugins a config's [run] plugins lists, relative to the config's directory.
+/// Throws config_error at the entry of a plugin that does not load.
+void load_config_plugins(const run_config& config);
 
 /// The plugins loaded so far (their TROUPE_PLUGIN names and paths).
 std::vector<std::pair<std::string, std::string>> loaded_plugins();

@@ -17,6 +17,10 @@
 //                averager per layer) or "ring" (one per replica, all-reduce among them).
 //   optimizer    owns one layer's parameters (one per layer with central averaging or no
 //                replicas; one per replica with ring averaging, kept identical).
+//   (custom)     a kind a plugin registered, known here by the wires it accepts and emits
+//                (runtime/actor_signature.hpp); explicit configs only. Its [[actor]] keys
+//                beyond the common ones are its settings. A grads-in, grads-out kind can
+//                sit between a layer and its optimizer (layer -> clipper -> optimizer).
 //
 // Kinds of wires (from -> to), with the messages they carry:
 //   activations  loader/layer -> layer/loss: activation_msg forward. Gradients go back
@@ -27,6 +31,7 @@
 //   grads        layer -> averager/optimizer, averager -> optimizer: weight_grads_msg.
 //   ring         averager -> next averager of the same layer: ring_msg.
 //   params       optimizer -> layer: params_msg.
+// A wire may also start or end at a custom actor whose signature emits / accepts its kind.
 #pragma once
 
 #include <cstdint>
@@ -42,13 +47,15 @@ namespace troupe {
 
 struct actor_plan {
   std::string name;              // unique, e.g. "r0.layer_2"
-  std::string kind;              // see above
+  std::string kind;              // see above; a custom kind has a signature
+                                 //   (runtime/actor_signature.hpp)
   device_id device;
   std::int32_t replica = -1;     // -1: serves every replica (loader, central averager)
   std::int32_t stage = -1;       // pipeline stage, -1 when not in a stage
   std::int32_t layer = -1;       // model layer index (layer, averager, optimizer)
   layer_config math;             // kind == "layer": the layer's type and settings
-  std::map<std::string, setting_value> settings;  // other settings of the kind
+  std::map<std::string, setting_value> settings;  // other settings of the kind (averager:
+                                                  //   method; custom: every other key)
   source_position where;
 };
 
@@ -93,12 +100,15 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
 /// topology. Throws config_error at the offending table.
 topology topology_from_explicit(const run_config& config, std::int64_t input_features);
 
-/// Checks a topology before anything is spawned: names unique, every wire's ends exist and
-/// are of kinds the wire kind allows, every layer has exactly one incoming and one outgoing
-/// activations wire, no cycle along activations wires, every replica has each model layer
-/// once and ends in a loss, shapes agree along every activations wire, every
-/// parameterised layer reaches an optimizer and gets params from one, every device is
-/// listed in [parallel] devices. Errors name the actor's or wire's position.
+/// Checks a topology before anything is spawned: names unique, every actor's kind has a
+/// signature, every wire's ends exist and are of kinds the wire kind allows (between
+/// built-in kinds by a fixed table; with a custom actor at one end by the signatures),
+/// every layer has exactly one incoming and one outgoing activations wire, no cycle along
+/// activations wires, every replica has each model layer once and ends in a loss, shapes
+/// agree along every activations wire between built-in actors, every parameterised layer
+/// reaches an optimizer and gets params from one (following grads and params wires
+/// through custom actors), every device is listed in [parallel] devices. Errors name the
+/// actor's or wire's position.
 void validate_topology(const topology& t, const run_config& config, std::int64_t classes);
 
 /// A table of actors (name, kind, device, replica, stage, layer) and one of wires.

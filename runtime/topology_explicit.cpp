@@ -12,7 +12,8 @@
 //
 //   [[actor]]
 //   name = "r0.layer_0"     # required, unique
-//   kind = "layer"          # data_loader | layer | loss | averager | optimizer
+//   kind = "layer"          # data_loader | layer | loss | averager | optimizer, or a
+//                           #   kind a plugin registered (runtime/actor_signature.hpp)
 //   device = "cpu:0"        # required, one of [parallel] devices
 //   replica = 0             # optional integers >= 0; for a layer, replica and stage
 //   stage = 0               #   default to 0 and `layer` (the model index) is required
@@ -21,6 +22,8 @@
 //   out = 4                 #   (every other key)
 //   method = "central"      # kind = "averager" only: "central" | "ring",
 //                           #   default [parallel] averaging
+//   factor = 0.5            # a plugin's kind: every other key is its setting, kept in
+//                           #   actor_plan::settings for its factory to check
 //
 //   [[wire]]
 //   from = "loader"
@@ -32,15 +35,13 @@
 #include <map>
 #include <set>
 
+#include "runtime/actor_signature.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/topology.hpp"
 
 namespace troupe {
 namespace {
 
-const std::vector<std::string> actor_kinds = {"data_loader", "layer", "loss", "averager",
-                                              "optimizer"};
-const std::vector<std::string> wire_kinds = {"activations", "labels", "grads", "ring", "params"};
 const std::vector<std::string> common_actor_keys = {"name",    "kind",  "device",
                                                     "replica", "stage", "layer"};
 
@@ -151,7 +152,17 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
   actor.where = table.where;
   actor.name = r.text("name", "\"r0.layer_0\"");
   r.rename("[[actor]] '" + actor.name + "'");
-  actor.kind = r.choice("kind", "actor kind", actor_kinds);
+  // Any kind with a signature: the built-in ones and those of the plugins loaded.
+  actor.kind = r.text("kind", "\"layer\"");
+  const auto* signature = find_actor_signature(actor.kind);
+  if (!signature) {
+    auto kinds = actor_signature_kinds();
+    r.fail(r.find("kind")->where, "kind",
+           "unknown actor kind '" + actor.kind + "'" + did_you_mean(actor.kind, kinds) +
+               " (expected one of " + join(kinds) +
+               "; a plugin's kind needs its plugin loaded: [run] plugins or --plugin)");
+  }
+  const bool built_in = signature->built_in;
   auto device = r.text("device", "\"cpu:0\"");
   // Round-tripping through to_string() rejects a second spelling of one device ("cpu:01").
   if (!device_id::parse(device, actor.device) || actor.device.to_string() != device)
@@ -176,6 +187,14 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
         actor.math.settings.emplace(key, value);
     return actor;
   }
+  if (!built_in) {
+    // A custom kind's settings are its factory's to read and check.
+    for (const auto& [key, value] : table.settings)
+      if (std::find(common_actor_keys.begin(), common_actor_keys.end(), key) ==
+          common_actor_keys.end())
+        actor.settings.emplace(key, value);
+    return actor;
+  }
   auto known = common_actor_keys;
   if (actor.kind == "averager") {
     known.push_back("method");
@@ -185,7 +204,7 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
                              r.find("method")->where};
     actor.settings.emplace("method", std::move(method));
   }
-  r.reject_unknown(known, "only a layer actor takes settings of its own");
+  r.reject_unknown(known, "of the built-in kinds, only a layer actor takes settings of its own");
   return actor;
 }
 
@@ -196,7 +215,7 @@ wire_plan read_wire(const table_config& table, std::size_t index) {
   wire.from = r.text("from", "\"loader\"");
   wire.to = r.text("to", "\"r0.layer_0\"");
   r.rename("[[wire]] '" + wire.from + "' -> '" + wire.to + "'");
-  wire.kind = r.choice("kind", "wire kind", wire_kinds);
+  wire.kind = r.choice("kind", "wire kind", wire_kinds());
   wire.capacity = r.integer("capacity", 0, 0);
   r.reject_unknown({"from", "to", "kind", "capacity"}, "a wire has only these");
   return wire;

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "runtime/actor_signature.hpp"
 #include "runtime/topology.hpp"
 
 namespace troupe {
@@ -40,6 +41,10 @@ std::string aligned(const std::vector<std::vector<std::string>>& rows) {
   }
   return out;
 }
+
+/// "factor=0.5, mode=\"x\"": a custom actor's settings (the built-in kinds' own columns
+/// say theirs).
+std::string custom_settings(const actor_plan& a);
 
 std::string device_list(const topology& t) {
   std::string out;
@@ -173,6 +178,16 @@ void write_actor(toml_writer& w, const actor_plan& a) {
     w.raw(key, toml_value(value));
 }
 
+std::string custom_settings(const actor_plan& a) {
+  const auto* signature = find_actor_signature(a.kind);
+  if (signature && signature->built_in)
+    return {};
+  std::string out;
+  for (const auto& [key, value] : a.settings)
+    out += (out.empty() ? "" : ", ") + key + "=" + toml_value(value);
+  return out;
+}
+
 }  // namespace
 
 std::string format_table(const topology& t) {
@@ -180,12 +195,20 @@ std::string format_table(const topology& t) {
       "topology: R = " + std::to_string(t.replicas) + " replicas, P = " + std::to_string(t.stages) +
       " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " + t.schedule +
       ", averaging " + t.averaging + ", devices " + device_list(t) + "\n";
+  // A settings column only when a custom actor has settings to show.
+  bool any_settings = std::any_of(t.actors.begin(), t.actors.end(),
+                                  [](const actor_plan& a) { return !custom_settings(a).empty(); });
   std::vector<std::vector<std::string>> actors{
       {"name", "kind", "device", "replica", "stage", "layer", "type"}};
-  for (const auto& a : t.actors)
+  if (any_settings)
+    actors[0].push_back("settings");
+  for (const auto& a : t.actors) {
     actors.push_back({a.name, a.kind, a.device.to_string(), index_or_dash(a.replica),
                       index_or_dash(a.stage), index_or_dash(a.layer),
                       a.kind == "layer" ? a.math.type : ""});
+    if (any_settings)
+      actors.back().push_back(custom_settings(a));
+  }
   std::vector<std::vector<std::string>> wires{{"from", "to", "kind", "capacity"}};
   for (const auto& w : t.wires)
     wires.push_back({w.from, w.to, w.kind, w.capacity > 0 ? std::to_string(w.capacity) : "-"});
@@ -207,10 +230,12 @@ std::string format_dot(const topology& t) {
     std::replace(name.begin(), name.end(), ':', '_');
     out += "  subgraph cluster_" + name + " {\n    label=" + dot_quote(device.to_string()) + ";\n";
     for (const auto& a : t.actors)
-      if (a.device == device)
-        out += "    " + dot_quote(a.name) +
-               " [label=" + dot_quote(a.name + "\n" + (a.kind == "layer" ? a.math.type : a.kind)) +
-               "];\n";
+      if (a.device == device) {
+        auto settings = custom_settings(a);
+        auto label = a.name + "\n" + (a.kind == "layer" ? a.math.type : a.kind) +
+                     (settings.empty() ? "" : "\n" + settings);
+        out += "    " + dot_quote(a.name) + " [label=" + dot_quote(label) + "];\n";
+      }
     out += "  }\n";
   }
   for (const auto& w : t.wires) {
@@ -237,6 +262,18 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("metrics", run.metrics);
   w.put("log_every", run.log_every);
   w.put("evaluate", run.evaluate);
+  if (!run.plugins.empty()) {
+    // Absolute, like [data] path: the custom layers and actor kinds below need them.
+    std::string plugins;
+    for (const auto& plugin : run.plugins) {
+      std::filesystem::path path = std::get<std::string>(plugin.value);
+      if (path.is_relative())
+        path = std::filesystem::path(config.directory) / path;
+      plugins += (plugins.empty() ? "" : ", ") +
+                 toml_string(std::filesystem::absolute(path).lexically_normal().string());
+    }
+    w.raw("plugins", "[" + plugins + "]");
+  }
 
   const auto& data = config.data;
   w.section("[data]");

@@ -7,10 +7,19 @@
 // and last the whole run (devices, batch size). So a broken config gets the error nearest
 // its cause, at the wire's or actor's table.
 // Nothing here creates an actor; layers are created only to ask for their parameters.
+//
+// Note [custom actors]
+// A kind a plugin registered is known here only by its signature (actor_signature.hpp):
+// a wire may touch it when the signature says so. Such an actor may sit on any path, so
+// the paths that matter (a layer's gradients to its averager or optimizer, parameters
+// back from the optimizer) are followed through custom actors to the built-in actors at
+// their ends, and those must be the right ones. What a custom actor does to the data is
+// its own business: shapes are not checked on activations wires that touch one.
 #include <algorithm>
 #include <functional>
 #include <set>
 
+#include "runtime/actor_signature.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/topology.hpp"
 
@@ -30,7 +39,14 @@ const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& a
 }
 
 std::string article(const std::string& kind) {
-  return (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
+  return (std::string{"aeiou"}.find(kind[0]) != std::string::npos ? "an " : "a ") + kind;
+}
+
+std::string word_list(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& word : words)
+    out += (out.empty() ? "" : ", ") + word;
+  return out.empty() ? "no" : out;  // "accepts no wires"
 }
 
 std::string named(const std::string& name) {
@@ -82,6 +98,7 @@ class validator {
 
   void run() {
     check_names();
+    check_kinds();
     check_wire_ends();
     check_devices();
     check_loader();
@@ -107,6 +124,9 @@ class validator {
   }
 
   const actor_plan& actor(const std::string& name) const { return t_.actors[index_.at(name)]; }
+
+  /// Not one of the five built-in kinds (check_kinds() made sure it has a signature).
+  static bool is_custom(const actor_plan& a) { return !find_actor_signature(a.kind)->built_in; }
   wire_list incoming(const actor_plan& a, const std::string& kind) const {
     return select(incoming_.at(a.name), kind);
   }
@@ -165,6 +185,41 @@ class validator {
     }
   }
 
+  void check_kinds() const {
+    for (const auto& a : t_.actors)
+      if (!find_actor_signature(a.kind)) {
+        auto kinds = actor_signature_kinds();
+        fail(a.where, named(a.name) + " is of unknown actor kind " + named(a.kind) +
+                          did_you_mean(a.kind, kinds) + " (registered: " + word_list(kinds) +
+                          "; load the plugin that defines it with [run] plugins or --plugin)");
+      }
+  }
+
+  /// Why a wire of its kind may not go from `from` to `to`; "" when it may: the built-in
+  /// table allows it, or (Note [custom actors]) one end is custom and both signatures agree.
+  static std::string wire_refusal(const wire_plan& w, const actor_plan& from, const actor_plan& to) {
+    auto ends = allowed_ends().find(w.kind);
+    TROUPE_CHECK(ends != allowed_ends().end(), "wire kind '" << w.kind << "'");
+    auto pair = std::make_pair(from.kind, to.kind);
+    if (std::find(ends->second.begin(), ends->second.end(), pair) != ends->second.end())
+      return {};
+    const auto& sender = *find_actor_signature(from.kind);
+    const auto& receiver = *find_actor_signature(to.kind);
+    if (sender.built_in && receiver.built_in) {
+      std::string allowed;
+      for (const auto& [a, b] : ends->second)
+        allowed += (allowed.empty() ? "" : ", ") + a + " -> " + b;
+      return w.kind + " wires go " + allowed;
+    }
+    std::string reasons;
+    if (!sender.emits_wire(w.kind))
+      reasons += article(from.kind) + " emits " + word_list(sender.emits) + " wires";
+    if (!receiver.accepts_wire(w.kind))
+      reasons += (reasons.empty() ? "" : ", and ") + article(to.kind) + " accepts " +
+                 word_list(receiver.accepts) + " wires";
+    return reasons;
+  }
+
   void check_wire_ends() {
     std::vector<std::string> names;
     for (const auto& a : t_.actors)
@@ -174,19 +229,13 @@ class validator {
         if (!index_.count(*end))
           fail(w.where, std::string("wire ") + (end == &w.from ? "from" : "to") + " " +
                             named(*end) + ": no actor has that name" + did_you_mean(*end, names));
-      auto ends = allowed_ends().find(w.kind);
-      TROUPE_CHECK(ends != allowed_ends().end(), "wire kind '" << w.kind << "'");
       const auto& from = actor(w.from);
       const auto& to = actor(w.to);
-      auto pair = std::make_pair(from.kind, to.kind);
-      if (std::find(ends->second.begin(), ends->second.end(), pair) == ends->second.end()) {
-        std::string allowed;
-        for (const auto& [a, b] : ends->second)
-          allowed += (allowed.empty() ? "" : ", ") + a + " -> " + b;
-        fail(w.where, "a " + w.kind + " wire cannot go from " + named(w.from) + " (" +
+      auto refusal = wire_refusal(w, from, to);
+      if (!refusal.empty())
+        fail(w.where, article(w.kind) + " wire cannot go from " + named(w.from) + " (" +
                           article(from.kind) + ") to " + named(w.to) + " (" + article(to.kind) +
-                          "); " + w.kind + " wires go " + allowed);
-      }
+                          "); " + refusal);
       if (w.capacity < 0)
         fail(w.where,
              "wire capacity must be >= 0 (0: unbounded), found " + std::to_string(w.capacity));
@@ -237,6 +286,20 @@ class validator {
       }
       if ((a.kind == "loss" || a.kind == "optimizer" || a.kind == "averager") && a.replica >= 0)
         in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
+      if (is_custom(a)) {
+        // Optional for a custom actor, but in range when given.
+        if (a.layer >= 0)
+          in_range(a, "layer", a.layer, layers_, "the model's layers are");
+        if (a.replica >= 0)
+          in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
+        // The data loader sends each replica its own micro-batches and labels, picking the
+        // receiver of replica r by its replica.
+        for (const auto* w : incoming_.at(a.name))
+          if (actor(w->from).kind == "data_loader" && a.replica < 0)
+            fail(w->where, "the data loader sends " + w->kind + " to " + named(a.name) +
+                               " by replica, and " + named(a.name) +
+                               " has none: give it replica = N");
+      }
     }
   }
 
@@ -299,6 +362,8 @@ class validator {
         continue;
       const auto& from = actor(w.from);
       const auto& to = actor(w.to);
+      if (is_custom(from) || is_custom(to))
+        continue;  // Note [custom actors]
       const auto& out = from.kind == "layer" ? t_.shapes[from.layer + 1] : t_.shapes.front();
       const auto& in = to.kind == "layer" ? t_.shapes[to.layer] : shape_t{classes_};
       if (out == in)
@@ -319,7 +384,7 @@ class validator {
       const auto& from = actor(w.from);
       const auto& to = actor(w.to);
       auto here = "activations wire from " + named(w.from) + " to " + named(w.to) + ": ";
-      if (from.kind == "data_loader" && to.layer != 0)
+      if (from.kind == "data_loader" && to.kind == "layer" && to.layer != 0)
         fail(w.where, here + "the data loader feeds each replica's layer 0, and " + named(to.name) +
                           " is layer " + std::to_string(to.layer));
       if (from.kind != "layer")
@@ -382,6 +447,46 @@ class validator {
       has_parameters_[i] = !create_layer(by_replica[0][i]->math)->parameters(t_.shapes[i]).empty();
   }
 
+  /// The built-in actors that what flows on `start` reaches through custom actors
+  /// (Note [custom actors]): downstream along the wires of its kind when `forward`, else
+  /// upstream. A custom actor with no onward wire of that kind fails at `start`, naming
+  /// `what` flows and `where_to` should go; so does a path that reaches no built-in actor.
+  std::vector<const actor_plan*> follow(const wire_plan& start, bool forward,
+                                        const std::string& what,
+                                        const std::string& where_to) const {
+    std::vector<const actor_plan*> reached;
+    std::set<std::string> seen;
+    std::function<void(const wire_plan&)> visit = [&](const wire_plan& w) {
+      const auto& next = actor(forward ? w.to : w.from);
+      if (!is_custom(next)) {
+        reached.push_back(&next);
+        return;
+      }
+      if (!seen.insert(next.name).second)
+        return;
+      auto onward = forward ? outgoing(next, start.kind) : incoming(next, start.kind);
+      if (onward.empty())
+        fail(start.where, what + (forward ? " go to " : " come from ") + named(next.name) + " (" +
+                              article(next.kind) + "), which " +
+                              (forward ? "sends them on to no one: add a " + start.kind +
+                                             " wire from " + named(next.name) + " to " + where_to
+                                       : "gets them from no one: add a " + start.kind +
+                                             " wire to " + named(next.name) + " from " + where_to));
+      for (const auto* w : onward)
+        visit(*w);
+    };
+    visit(start);
+    if (reached.empty())
+      fail(start.where, what + " go round a cycle of custom actors and never reach " + where_to);
+    return reached;
+  }
+
+  /// " (through 'scaler')" when `w`'s other end is a custom actor, else "".
+  std::string through(const wire_plan& w, bool forward) const {
+    const auto& next = actor(forward ? w.to : w.from);
+    return is_custom(next) ? " (through " + named(next.name) + ")" : "";
+  }
+
   void check_parameters() const {
     for (const auto* a : of_kind("layer")) {
       auto params = incoming(*a, "params");
@@ -394,18 +499,24 @@ class validator {
       }
       expect_count(*a, params, 1, "params wires", "from the optimizer that owns its parameters");
       expect_count(*a, grads, 1, "outgoing grads wires", "to an averager or an optimizer");
+      auto sinks = follow(*grads[0], true, "the gradients of " + describe(*a),
+                          "an averager or an optimizer");
+      auto sources = follow(*params[0], false, "the parameters of " + describe(*a),
+                            "an optimizer");
       for (const auto* w : {params[0], grads[0]}) {
-        const auto& other = actor(w == params[0] ? w->from : w->to);
-        if (other.layer != a->layer)
-          fail(w->where, describe(*a) + " is wired to " + named(other.name) +
-                             ", which serves layer " + std::to_string(other.layer));
+        bool forward = w == grads[0];
+        for (const auto* other : forward ? sinks : sources)
+          if (other->layer != a->layer)
+            fail(w->where, describe(*a) + " is wired to " + named(other->name) +
+                               through(*w, forward) + ", which serves layer " +
+                               std::to_string(other->layer));
       }
-      if (t_.replicas > 1 && actor(grads[0]->to).kind != "averager")
-        fail(grads[0]->where, "with " + std::to_string(t_.replicas) +
-                                  " replicas the gradients of " + describe(*a) +
-                                  " must be averaged: send them to an averager, "
-                                  "not straight to " +
-                                  named(grads[0]->to));
+      for (const auto* sink : sinks)
+        if (t_.replicas > 1 && sink->kind != "averager")
+          fail(grads[0]->where, "with " + std::to_string(t_.replicas) +
+                                    " replicas the gradients of " + describe(*a) +
+                                    " must be averaged: send them to an averager, not to " +
+                                    named(sink->name) + through(*grads[0], true));
     }
   }
 
@@ -423,12 +534,14 @@ class validator {
                  "; a run averages one way");
       auto from_layers = incoming(*v, "grads");
       expect_count(*v, outgoing(*v, "grads"), 1, "outgoing grads wires", "to its optimizer");
-      const auto& sink = actor(outgoing(*v, "grads")[0]->to);
-      if (sink.layer != v->layer)
-        fail(outgoing(*v, "grads")[0]->where, "averager " + named(v->name) + " serves layer " +
-                                                  std::to_string(v->layer) + " but feeds " +
-                                                  named(sink.name) + ", which serves layer " +
-                                                  std::to_string(sink.layer));
+      const auto& out = *outgoing(*v, "grads")[0];
+      for (const auto* sink : follow(out, true, "the sums of averager " + named(v->name),
+                                     "its optimizer"))
+        if (sink->layer != v->layer)
+          fail(out.where, "averager " + named(v->name) + " serves layer " +
+                              std::to_string(v->layer) + " but feeds " + named(sink->name) +
+                              through(out, true) + ", which serves layer " +
+                              std::to_string(sink->layer));
       if (*name == "central") {
         auto ring = incoming(*v, "ring");
         for (const auto* w : outgoing(*v, "ring"))
@@ -446,10 +559,13 @@ class validator {
                            " needs the replica it belongs to "
                            "(replica = N)");
       expect_count(*v, from_layers, 1, "incoming grads wires", "from its replica's layer");
-      if (actor(from_layers[0]->from).replica != v->replica)
-        fail(from_layers[0]->where, "ring averager " + named(v->name) + " of replica " +
-                                        std::to_string(v->replica) + " gets the gradients of " +
-                                        describe(actor(from_layers[0]->from)));
+      for (const auto* source : follow(*from_layers[0], false,
+                                       "the gradients ring averager " + named(v->name) + " sums",
+                                       "its replica's layer"))
+        if (source->replica != v->replica)
+          fail(from_layers[0]->where, "ring averager " + named(v->name) + " of replica " +
+                                          std::to_string(v->replica) + " gets the gradients of " +
+                                          describe(*source) + through(*from_layers[0], false));
       expect_count(*v, outgoing(*v, "ring"), 1, "outgoing ring wires",
                    "to the next averager of the ring");
       expect_count(*v, incoming(*v, "ring"), 1, "incoming ring wires",
@@ -481,6 +597,9 @@ class validator {
   void check_optimizers() const {
     for (const auto* o : of_kind("optimizer")) {
       expect_count(*o, incoming(*o, "grads"), 1, "incoming grads wires");
+      // Through custom actors, the gradients must come from somewhere.
+      follow(*incoming(*o, "grads")[0], false, "the gradients of optimizer " + named(o->name),
+             "a layer or an averager");
       if (outgoing(*o, "params").empty())
         fail(o->where, "optimizer " + named(o->name) +
                            " sends parameters to no layer: add a "

@@ -1,0 +1,150 @@
+// plugin_command_test.cpp: --plugin and [run] plugins on the command line, with the test
+// plugins CMake builds (tests/plugins/): listings, check-layer's verdicts, and the exit
+// codes and messages of plugins that do not load (2, bad input) and of a plugin layer
+// that breaks a run (1).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/plugins/test_plugins.hpp"
+
+namespace {
+
+struct command_result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+command_result run_troupe(const std::string& arguments) {
+  command_result result;
+  std::string command = std::string{TROUPE_BINARY} + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    result.output.append(buffer, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / ("troupe_plugin_cli_" + name + ".toml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+/// A two-step run of linear -> `layer` -> linear, loading `plugin` through [run] plugins.
+std::string run_config_with(const std::string& plugin, const std::string& layer) {
+  return R"(
+[run]
+steps = 2
+evaluate = false
+metrics = ""
+plugins = [")" + plugin + R"("]
+
+[data]
+source = "synthetic"
+batch_size = 8
+synthetic_train = 32
+synthetic_test = 8
+synthetic_features = 5
+synthetic_classes = 3
+
+[[model.layers]]
+type = "linear"
+out = 4
+[[model.layers]]
+type = ")" + layer + R"("
+[[model.layers]]
+type = "linear"
+out = 3
+)";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("troupe layers --plugin lists the plugin's layer and actor kind with its wires") {
+  auto r = run_troupe("layers --plugin " + test_plugins::good());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.output, "test_scale"));
+  CHECK(contains(r.output, "test_grad_scaler"));
+  CHECK(contains(r.output, "(accepts grads; emits grads)"));
+  CHECK(contains(r.output, "linear"));  // the built-in ones are still there
+}
+
+TEST_CASE("troupe check-layer passes a plugin's layer and fails its broken variant") {
+  auto good = run_troupe("check-layer test_scale --plugin " + test_plugins::good());
+  INFO(good.output);
+  CHECK(good.exit_code == 0);
+  CHECK(contains(good.output, "PASS"));
+  auto broken = run_troupe("check-layer test_wrong_gradient --plugin " + test_plugins::faulty());
+  INFO(broken.output);
+  CHECK(broken.exit_code == 1);
+  CHECK(contains(broken.output, "FAIL dx["));
+}
+
+TEST_CASE("a plugin that does not load is bad input: exit code 2 and what went wrong") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/no/such/plugin.so", "error: plugin '/no/such/plugin.so' does not exist"},
+      {test_plugins::not_a_plugin(), "is not a troupe plugin"},
+      {test_plugins::abi_mismatch(), "was built against troupe ABI version"},
+      {test_plugins::clashing(), "layer type 'linear' is registered twice"},
+  };
+  for (const auto& [path, message] : cases) {
+    for (const std::string command : {"layers", "check-layer linear --set out=2"}) {
+      auto r = run_troupe(command + " --plugin " + path);
+      INFO(command << " --plugin " << path << ": " << r.output);
+      CHECK(r.exit_code == 2);
+      CHECK(contains(r.output, message));
+    }
+  }
+}
+
+TEST_CASE("a [run] plugins entry that does not load is a config error at that entry") {
+  auto config = write_config("missing_plugin", run_config_with("no_such_plugin.so", "relu"));
+  auto r = run_troupe("run " + config);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, config + ":6:"));  // the entry's line in the file
+  CHECK(contains(r.output, "no_such_plugin.so' does not exist"));
+}
+
+TEST_CASE("an unknown layer type names the plugin's layers and the nearest one") {
+  auto r = run_troupe("check-layer test_scal --plugin " + test_plugins::good());
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, "unknown layer type 'test_scal'; did you mean 'test_scale'?"));
+  CHECK(contains(r.output, "registered: "));
+}
+
+TEST_CASE("troupe run of a plugin layer that returns another output exits 1 with both shapes") {
+  auto config = write_config("reassigned",
+                             run_config_with(test_plugins::faulty(), "test_reassigned_output"));
+  auto r = run_troupe("run " + config);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "forward returned a tensor of shape (8, 5), but output_shape() "
+                           "declared (8, 4)"));
+}
+
+TEST_CASE("troupe run of a plugin layer whose backward throws exits 1 naming where") {
+  auto config = write_config("throwing",
+                             run_config_with(test_plugins::faulty(), "test_throwing_backward"));
+  auto r = run_troupe("run " + config);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "(test_throwing_backward) backward of step 0, micro-batch 0"));
+  CHECK(contains(r.output, "fails on purpose"));
+}
