@@ -13,7 +13,12 @@ jobs=${JOBS:-$(nproc)}
 step() { printf '\n==== check-install: %s ====\n' "$*"; }
 prefix=$(mktemp -d -t troupe-prefix.XXXXXX)
 work=$(mktemp -d -t troupe-example.XXXXXX)
-trap 'status=$?; rm -rf "$prefix" "$work"; if [ $status -ne 0 ]; then printf "\n==== check-install: FAILED (exit %s) ====\n" "$status" >&2; fi' EXIT
+on_exit() {
+  local status=$?
+  rm -rf "$prefix" "$work"
+  [ "$status" -eq 0 ] || printf '\n==== check-install: FAILED (exit %s) ====\n' "$status" >&2
+}
+trap on_exit EXIT
 
 step "install into $prefix"
 cmake --install build --prefix "$prefix" > "$work/install.log"
@@ -73,7 +78,8 @@ int main(int argc, char** argv) {
     swish |= name == "swish";
     linear |= name == "linear";
   }
-  std::printf("layers: linear %s, swish %s\n", linear ? "found" : "MISSING", swish ? "found" : "MISSING");
+  std::printf("layers: linear %s, swish %s\n", linear ? "found" : "MISSING",
+              swish ? "found" : "MISSING");
   return swish && linear ? 0 : 1;
 }
 CPP

@@ -80,7 +80,8 @@ std::vector<tensor> receive_grads(caf::scoped_actor& self) {
   std::vector<tensor> grads;
   self->receive([&](weight_grads_msg& m) { grads = std::move(m.grads); },
                 [&](failure_msg& m) { FAIL(m.actor << ": " << m.what); },
-                caf::after(patience) >> [&] { FAIL("nothing after " << patience.count() << " s"); });
+                caf::after(patience) >>
+                    [&] { FAIL("nothing after " << patience.count() << " s"); });
   for (const auto& g : grads) g.wait_ready();
   return grads;
 }
@@ -145,7 +146,9 @@ TEST_CASE_FIXTURE(fixture, "gradients within max_norm pass on bit for bit") {
   self->send(clipper, finish_atom::value);
 }
 
-TEST_CASE_FIXTURE(fixture, "gradients from another device are clipped once written, leaving the sender's untouched") {
+TEST_CASE_FIXTURE(fixture,
+                  "gradients from another device are clipped once written, leaving the "
+                  "sender's untouched") {
   caf::actor_system system{config_};
   caf::scoped_actor self{system};
   harness h{system};
@@ -168,7 +171,8 @@ TEST_CASE_FIXTURE(fixture, "gradients from another device are clipped once writt
   self->send(clipper, finish_atom::value);
 }
 
-TEST_CASE_FIXTURE(fixture, "a message without tensors is reported to the trainer, naming the clipper") {
+TEST_CASE_FIXTURE(fixture,
+                  "a message without tensors is reported to the trainer, naming the clipper") {
   caf::actor_system system{config_};
   caf::scoped_actor self{system};
   harness h{system};
@@ -193,9 +197,10 @@ TEST_CASE_FIXTURE(fixture, "a missing or non-positive max_norm is a config error
   p.kind = "grad_clipper";
   p.device = {device_type::cpu, 0};
   p.where = source_position{"x.toml", 40, 1};
-  CHECK_THROWS_WITH_AS(spawn_actor(p, h.context),
-                       doctest::Contains("x.toml:40:1: [[actor]] 'clip_2' (a grad_clipper): missing key 'max_norm'"),
-                       config_error);
+  CHECK_THROWS_WITH_AS(
+      spawn_actor(p, h.context),
+      doctest::Contains("x.toml:40:1: [[actor]] 'clip_2' (a grad_clipper): missing key 'max_norm'"),
+      config_error);
   p.settings.emplace("max_norm", setting_value{-1.0, source_position{"x.toml", 44, 12}});
   CHECK_THROWS_WITH_AS(spawn_actor(p, h.context), doctest::Contains("x.toml:44:12"), config_error);
 }
