@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# check-install.sh: proves that plugins build out of tree against an installed troupe.
+#
+# Installs ./build into a temporary prefix, builds examples/custom_layer against it with
+# CMake (find_package) and runs the plugin's checks and example configs with the installed
+# binary, then builds a plugin and a program with pkg-config alone. Needs a built ./build
+# (scripts/build.sh); scripts/test.sh runs it after ctest. Everything it writes goes to
+# temporary directories, removed at the end; the checkout is left as it was.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-$(nproc)}
+
+step() { printf '\n==== check-install: %s ====\n' "$*"; }
+prefix=$(mktemp -d -t troupe-prefix.XXXXXX)
+work=$(mktemp -d -t troupe-example.XXXXXX)
+on_exit() {
+  local status=$?
+  rm -rf "$prefix" "$work"
+  [ "$status" -eq 0 ] || printf '\n==== check-install: FAILED (exit %s) ====\n' "$status" >&2
+}
+trap on_exit EXIT
+
+step "install into $prefix"
+cmake --install build --prefix "$prefix" > "$work/install.log"
+for f in bin/troupe lib/libtroupe.so lib/cmake/troupe/troupeConfig.cmake \
+         lib/cmake/troupe/troupeConfigVersion.cmake lib/cmake/troupe/FindCAF.cmake \
+         lib/pkgconfig/troupe.pc include/troupe/runtime/layer.hpp include/troupe/kernels/ops.hpp \
+         include/troupe/actors/actor_kinds.hpp; do
+  [ -e "$prefix/$f" ] || { echo "missing after install: $f" >&2; exit 1; }
+done
+"$prefix/bin/troupe" --help > /dev/null  # finds its libtroupe.so through its RPATH
+
+step "build examples/custom_layer with CMake (find_package(troupe))"
+# The configs find the plugin at build/libcustom_layers.so next to them, so they are
+# copied next to the build directory rather than built into the checkout.
+cp examples/custom_layer/*.toml "$work/"
+cmake -S examples/custom_layer -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCUSTOM_LAYERS_BUILD_TESTS=ON > "$work/configure.log"
+cmake --build "$work/build" -j "$jobs"
+plugin="$work/build/libcustom_layers.so"
+
+step "clipper_test (the grad_clipper actor with real messages)"
+"$work/build/clipper_test"
+
+step "troupe check-layer swish (learnable, then fixed beta)"
+"$prefix/bin/troupe" check-layer swish --plugin "$plugin" --input 9 --batch 4
+"$prefix/bin/troupe" check-layer swish --plugin "$plugin" --set learnable=false --set beta=1.7
+
+step "troupe run swish_mlp.toml --steps 20 ([run] plugins)"
+"$prefix/bin/troupe" run "$work/swish_mlp.toml" --steps 20
+
+step "troupe plan + run clipped_explicit.toml --steps 20 (a grad_clipper on a grads wire)"
+"$prefix/bin/troupe" plan "$work/clipped_explicit.toml" | grep -q "clip_2" \
+  || { echo "troupe plan does not list clip_2" >&2; exit 1; }
+"$prefix/bin/troupe" run "$work/clipped_explicit.toml" --steps 20
+
+step "pkg-config: a plugin and a program built with \`pkg-config --cflags --libs troupe\`"
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+flags=$(pkg-config --cflags --libs troupe)
+echo "pkg-config --cflags --libs troupe: $flags"
+# A second plugin from the same sources, minus the clipper.
+# shellcheck disable=SC2086
+g++ -O1 -shared -fPIC -o "$work/libswish_only.so" examples/custom_layer/swish.cpp \
+  examples/custom_layer/plugin.cpp $flags
+cat > "$work/consumer.cpp" <<'CPP'
+// A program linked against libtroupe: loads a plugin and finds its layer in the registry.
+#include <cstdio>
+#include <string>
+
+#include "runtime/layer.hpp"
+#include "runtime/plugin.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  troupe::load_plugin(argv[1]);
+  bool swish = false, linear = false;
+  for (const auto& [name, description] : troupe::registered_layers()) {
+    swish |= name == "swish";
+    linear |= name == "linear";
+  }
+  std::printf("layers: linear %s, swish %s\n", linear ? "found" : "MISSING",
+              swish ? "found" : "MISSING");
+  return swish && linear ? 0 : 1;
+}
+CPP
+# shellcheck disable=SC2086
+g++ -O1 -o "$work/consumer" "$work/consumer.cpp" $flags -Wl,-rpath,"$prefix/lib"
+"$work/consumer" "$work/libswish_only.so"
+
+step "all passed"
