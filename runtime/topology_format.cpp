@@ -262,6 +262,10 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("metrics", run.metrics);
   w.put("log_every", run.log_every);
   w.put("evaluate", run.evaluate);
+  if (!run.trace.empty())
+    w.put("trace", run.trace);
+  w.put("trace_capacity", run.trace_capacity);
+  w.put("watchdog", run.watchdog);
   if (!run.plugins.empty()) {
     // Absolute, like [data] path: the custom layers and actor kinds below need them.
     std::string plugins;

@@ -3,6 +3,7 @@
 // exactly the GPipe and 1F1B orders and their bubble; the watchdog names the stuck actor.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -167,10 +168,10 @@ synthetic_features = 4
 synthetic_classes = 4
 [[model.layers]]
 type = "test_fixed_cost"
-micros = 8000
+micros = 20000
 [[model.layers]]
 type = "test_fixed_cost"
-micros = 8000
+micros = 20000
 [optimizer]
 type = "sgd"
 lr = 0.01
@@ -244,7 +245,7 @@ TEST_CASE("the recorded schedule is exactly GPipe's and 1F1B's, with the theoret
     auto result = run(fixed_pipeline(c.schedule, 4), path);
     REQUIRE(result.outcome.exit_code == 0);
     auto trace = read_json(path);
-    double bubble = 0;
+    std::vector<double> bubbles;
     for (int step = 1; step < 4; ++step) {  // step 0 includes start-up
       auto jobs = stage_jobs(trace, step);
       REQUIRE(jobs.size() == 2);
@@ -252,15 +253,18 @@ TEST_CASE("the recorded schedule is exactly GPipe's and 1F1B's, with the theoret
       INFO(where);
       CHECK(order_of(jobs[0]) == c.stage0);
       CHECK(order_of(jobs[1]) == c.stage1);
-      bubble += measured_bubble(jobs) / 3;
+      bubbles.push_back(measured_bubble(jobs));
     }
+    // The median step: one step disturbed by another process on the machine does not count.
+    std::sort(bubbles.begin(), bubbles.end());
+    auto bubble = bubbles[1];
     auto what = std::string{c.schedule} + ": measured bubble " + std::to_string(bubble) +
                 ", theory " + std::to_string(theory);
     INFO(what);
-    // Jobs are 8 ms spins. Each hand-over between stages costs a message and a thread
+    // Jobs are 20 ms spins. Each hand-over between stages costs a message and a thread
     // wake-up, up to ~1 ms here when both cores are busy (the scheduler delays the
-    // waking thread); a step has about three such hand-overs on its critical path, so
-    // the measured bubble sits within a few percent of theory.
+    // waking thread); a step has about three such hand-overs on its critical path in
+    // ~200 ms, so the measured bubble sits within a few percent of theory.
     CHECK(std::abs(bubble - theory) <= 0.05);
   }
 }
