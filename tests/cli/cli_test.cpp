@@ -1,15 +1,12 @@
 // The troupe command line: usage, help, exit codes and error messages for bad input.
 #include <doctest/doctest.h>
 
-#include "tests/cli/run_troupe.hpp"
-
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "tests/cli/run_troupe.hpp"
 
 namespace {
 

@@ -4,35 +4,16 @@
 // that breaks a run (1).
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "tests/cli/run_troupe.hpp"
 #include "tests/plugins/test_plugins.hpp"
 
 namespace {
 
-struct command_result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-command_result run_troupe(const std::string& arguments) {
-  command_result result;
-  std::string command = std::string{TROUPE_BINARY} + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using troupe::testing::run_troupe;
 
 std::string write_config(const std::string& name, const std::string& text) {
   auto path = std::filesystem::temp_directory_path() / ("troupe_plugin_cli_" + name + ".toml");

@@ -2,9 +2,6 @@
 // its outputs, and exit code 2 with a message for bad input.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
