@@ -128,3 +128,17 @@ TEST_CASE("a batch that does not split into replicas x micro-batches is refused 
                                          "microbatches (5) parts"),
                        config_error);
 }
+
+TEST_CASE("an ejected config runs and gives exactly the parameters of the config it came from") {
+  for (const char* parallel :
+       {"[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n",
+        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"}) {
+    auto shorthand = parse_config(equivalence_config(parallel), "shorthand.toml");
+    auto ejected_text = format_explicit(prepare_session(shorthand).graph, shorthand);
+    auto ejected = parse_config(ejected_text, "ejected.toml");
+    REQUIRE(ejected.is_explicit());
+    // The same actors on the same devices run the same sums in the same order: the
+    // parameters agree bit for bit.
+    CHECK(train(ejected_text) == train(equivalence_config(parallel)));
+  }
+}
