@@ -55,6 +55,13 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return records;
 }
 
+std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("troupe_test_" + name)).string();
 }
@@ -154,7 +161,10 @@ TEST_CASE("an exception in a layer ends the run with the actor, layer, step and 
   session_options options;
   options.quiet = true;
   options.metrics_path = temp_path("failure.jsonl");
+  auto threads_before = thread_count();
   auto result = run_session(config, options);
+  // No orphan threads: the device streams and CAF's scheduler are gone with the session.
+  CHECK(thread_count() == threads_before);
   CHECK(result.outcome.exit_code == 1);
   CHECK(result.outcome.failure.find("layer_1 (test_failing) forward of step 3, micro-batch 0") !=
         std::string::npos);
