@@ -95,6 +95,10 @@ struct grad_averager_actor::impl {
 
   std::string describe(const weight_grads_msg& message) const;
   void check_layout(const weight_grads_msg& message);
+  // What the averaging jobs are, in traces (the summary counts "reduce" as communication).
+  job_label reduce_label(std::int64_t step) const {
+    return job_label{"reduce", self_->track_, step, -1, settings_.replica, 0, 0};
+  }
   // For the watchdog: which steps are unfinished, and what they wait for.
   std::string steps_in_progress() const {
     std::string out;
@@ -292,7 +296,7 @@ void grad_averager_actor::impl::receive_central(weight_grads_msg& message) {
                         add = std::move(add)] {
       for (std::size_t i = 0; i < sums.size(); ++i)
         axpy(context, add[i].numel(), 1.0f, add[i].f32(), sums[i].f32());
-    });
+    }, reduce_label(message.step));
     submitted = true;
     ++step.summed;
   }
@@ -342,7 +346,7 @@ void grad_averager_actor::impl::receive_local(weight_grads_msg& message) {
         copy(context, static_cast<std::int64_t>(g.bytes()), g.raw(), flat.f32() + offset);
         offset += g.numel();
       }
-    });
+    }, reduce_label(message.step));
   }
 
   const auto step_index = message.step;
@@ -439,7 +443,7 @@ void grad_averager_actor::impl::reduce_scatter(ring_step& step, const ring_msg& 
         axpy(context, where.size, 1.0f, received.f32(), sum.f32());
         if (last)  // the full sum is ours to keep, and the first to be gathered
           copy(context, where.size * float_bytes, sum.raw(), own);
-      }));
+      }, reduce_label(message.step)));
   if (last)
     send_ring(message.step, message.bucket, 1, 0, message.chunk, std::move(sum));
   else
@@ -456,7 +460,7 @@ void grad_averager_actor::impl::all_gather(ring_step& step, const ring_msg& mess
   settings_.on->work().submit(
       [copy = copy_, context = settings_.on->context(), flat = step.flat, received, where] {
         copy(context, where.size * float_bytes, received.raw(), flat.f32() + where.offset);
-      });
+      }, reduce_label(message.step));
   if (message.round < R - 2)  // a received tensor is never written, so it can go on as is
     send_ring(message.step, message.bucket, 1, message.round + 1, message.chunk, received);
 }
@@ -478,7 +482,7 @@ tensor grad_averager_actor::impl::copy_out(const ring_step& step, std::int32_t b
   out.set_ready(settings_.on->work().submit(
       [copy = copy_, context = settings_.on->context(), flat = step.flat, out, where] {
         copy(context, where.size * float_bytes, flat.f32() + where.offset, out.raw());
-      }));
+      }, reduce_label(-1)));
   return out;
 }
 
