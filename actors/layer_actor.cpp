@@ -22,8 +22,9 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
     version_ = std::numeric_limits<std::int64_t>::max();  // any version will do
 }
 
-std::string layer_actor::describe(const char* pass, const micro_tag& tag) const {
-  return settings_->name + " (" + settings_->math->type() + ") " + pass + " of " +
+std::string layer_actor::describe(const layer_actor_settings& settings, const char* pass,
+                                  const micro_tag& tag) {
+  return settings.name + " (" + settings.math->type() + ") " + pass + " of " +
          (tag.stage == phase::train ? "step " : "eval batch ") + std::to_string(tag.step) +
          ", micro-batch " + std::to_string(tag.microbatch) + ", replica " +
          std::to_string(tag.replica);
@@ -180,7 +181,7 @@ void layer_actor::install(params_msg& message) {
 void layer_actor::forward(activation_msg& message) {
   const auto& tag = message.tag;
   if (has_params_ && tag.version != version_)
-    throw std::logic_error(describe("forward", tag) + " needs parameter version " +
+    throw std::logic_error(describe(*settings_, "forward", tag) + " needs parameter version " +
                            std::to_string(tag.version) + " but holds " +
                            std::to_string(version_));
   auto& device = *settings_->on;
@@ -193,19 +194,21 @@ void layer_actor::forward(activation_msg& message) {
   layer_context context{device.id(), device.context(), training};
 
   auto done = device.work().submit(
-      [math = settings_->math.get(), context, params = params_, x, y, saved,
-       what = describe("forward", tag)]() mutable {
+      // Captures the settings (which own the layer) so the job outlives the actor safely;
+      // the description for an error is built only when there is one.
+      [settings = settings_, context, params = params_, x, y, saved, tag]() mutable {
         const auto declared = y.shape();
         const auto* given = y.raw();
         try {
-          math->forward(context, params, x, y, *saved);
+          settings->math->forward(context, params, x, y, *saved);
         } catch (const std::exception& e) {
-          throw std::runtime_error(what + ": " + e.what());
+          throw std::runtime_error(describe(*settings, "forward", tag) + ": " + e.what());
         }
         // The output was allocated from output_shape(); a layer that returns another
         // tensor (or reshapes it) disagrees with its own declaration.
         if (y.shape() != declared || y.raw() != given)
-          throw std::runtime_error(what + ": forward returned a tensor of shape " +
+          throw std::runtime_error(describe(*settings, "forward", tag) +
+                                   ": forward returned a tensor of shape " +
                                    shape_to_string(y.shape()) + ", but output_shape() declared " +
                                    shape_to_string(declared) +
                                    "; forward must write into the output it is given");
@@ -229,7 +232,7 @@ void layer_actor::backward(gradient_msg& message) {
   const auto& tag = message.tag;
   auto it = stash_.find(stash_key{tag.step, tag.microbatch});
   if (it == stash_.end())
-    throw std::logic_error(describe("backward", tag) + " has no stashed forward");
+    throw std::logic_error(describe(*settings_, "backward", tag) + " has no stashed forward");
   auto entry = std::move(it->second);
   stash_.erase(it);
   trace_counter("stash", track_, 0, static_cast<std::int64_t>(stash_.size()));
@@ -258,13 +261,13 @@ void layer_actor::backward(gradient_msg& message) {
   layer_context context{device.id(), device.context(), true};
 
   auto done = device.work().submit(
-      [math = settings_->math.get(), context, entry, dy, dx, grads = grads_, accumulate,
-       need_dx = previous_wants_dx_, what = describe("backward", tag)]() mutable {
+      [settings = settings_, context, entry, dy, dx, grads = grads_, accumulate,
+       need_dx = previous_wants_dx_, tag]() mutable {
         try {
-          math->backward(context, entry.params, *entry.saved, dy, need_dx ? &dx : nullptr, grads,
-                         accumulate);
+          settings->math->backward(context, entry.params, *entry.saved, dy,
+                                   need_dx ? &dx : nullptr, grads, accumulate);
         } catch (const std::exception& e) {
-          throw std::runtime_error(what + ": " + e.what());
+          throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
         }
       },
       label("backward", tag));

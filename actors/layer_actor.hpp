@@ -69,7 +69,9 @@ class layer_actor : public caf::event_based_actor {
   void forward(activation_msg& message);
   void backward(gradient_msg& message);
   void install(params_msg& message);
-  std::string describe(const char* pass, const micro_tag& tag) const;
+  /// "layer_2 (linear) forward of step 3, micro-batch 1, replica 0": for errors only.
+  static std::string describe(const layer_actor_settings& settings, const char* pass,
+                              const micro_tag& tag);
 
   std::shared_ptr<layer_actor_settings> settings_;
   shape_t output_shape_;

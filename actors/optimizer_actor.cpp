@@ -16,7 +16,6 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
   auto type = settings_.on->id().type;
   sgd_ = kernels::lookup<kernels::ops::sgd_update>(type);
   adam_ = kernels::lookup<kernels::ops::adam_update>(type);
-  copy_ = kernels::lookup<kernels::ops::copy>(type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(type);
   const auto& id = settings_.on->id();
   for (std::size_t i = 0; i < settings_.params.size(); ++i) {
@@ -93,19 +92,10 @@ void optimizer_actor::receive_grads(weight_grads_msg& message) {
   auto& work = settings_.on->work();
   message.grads = arrive(message.grads, *settings_.on);
   if (grads_received_ == 0) {
+    // Handed over by the sender (see weight_grads_msg), or copied here on arrival: the
+    // first message's buffers are ours to sum the others into.
     grad_sum_ = std::move(message.grads);
   } else {
-    // Sum replicas into a buffer of our own: received tensors are never written.
-    if (grads_received_ == 1) {
-      std::vector<tensor> owned;
-      for (const auto& g : grad_sum_)
-        owned.push_back(tensor::empty(g.shape(), dtype::f32, settings_.on->id()));
-      work.submit([copy = copy_, context = settings_.on->context(), from = grad_sum_, owned] {
-        for (std::size_t i = 0; i < from.size(); ++i)
-          copy(context, static_cast<std::int64_t>(from[i].bytes()), from[i].raw(), owned[i].raw());
-      });
-      grad_sum_ = std::move(owned);
-    }
     work.submit([axpy = axpy_, context = settings_.on->context(), sum = grad_sum_,
                  add = std::move(message.grads)] {
       for (std::size_t i = 0; i < sum.size(); ++i)

@@ -61,7 +61,6 @@ class optimizer_actor : public caf::event_based_actor {
   caf::actor trainer_;
   kernels::ops::sgd_update::function sgd_ = nullptr;
   kernels::ops::adam_update::function adam_ = nullptr;
-  kernels::ops::copy::function copy_ = nullptr;
   kernels::ops::axpy::function axpy_ = nullptr;
 };
 

@@ -194,7 +194,7 @@ void trainer_actor::finish_step(std::int64_t step, const totals& t) {
     };
     metrics_ << record.dump() << '\n';
   }
-  print_progress(step, t, false);
+  print_progress(step, t);
 }
 
 void trainer_actor::finish_evaluation(std::int64_t epoch, const totals& t) {
@@ -221,7 +221,7 @@ void trainer_actor::finish_evaluation(std::int64_t epoch, const totals& t) {
   std::fflush(stdout);
 }
 
-void trainer_actor::print_progress(std::int64_t step, const totals& t, bool force) {
+void trainer_actor::print_progress(std::int64_t step, const totals& t) {
   if (settings_->quiet)
     return;
   const auto& plan = settings_->plan;
@@ -237,7 +237,7 @@ void trainer_actor::print_progress(std::int64_t step, const totals& t, bool forc
   auto in_epoch = step % plan.steps_per_epoch + 1;
   if (settings_->progress_bar) {
     // One line redrawn in place, at most every few steps to keep the terminal cheap.
-    if (!force && !last && done % 5 != 0)
+    if (!last && done % 5 != 0)
       return;
     constexpr int width = 24;
     int filled = static_cast<int>(width * static_cast<double>(in_epoch) /
@@ -252,7 +252,7 @@ void trainer_actor::print_progress(std::int64_t step, const totals& t, bool forc
     std::fflush(stdout);
     return;
   }
-  if (!force && !last && done % settings_->log_every != 0)
+  if (!last && done % settings_->log_every != 0)
     return;
   std::printf("%s epoch %lld/%lld step %lld/%lld loss %.4f acc %.3f %.0f samples/s ETA %s\n",
               settings_->title.c_str(), static_cast<long long>(epoch),

@@ -68,7 +68,7 @@ class trainer_actor : public caf::event_based_actor {
   void on_report(const loss_report_msg& report);
   void finish_step(std::int64_t step, const totals& t);
   void finish_evaluation(std::int64_t epoch, const totals& t);
-  void print_progress(std::int64_t step, const totals& t, bool force);
+  void print_progress(std::int64_t step, const totals& t);
   void end(int exit_code, const std::string& failure);
   void watch();
   std::chrono::milliseconds watchdog_interval() const;

@@ -21,6 +21,7 @@
 #include <boost/iostreams/filtering_stream.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/random.hpp"
 
 namespace troupe {
 namespace {
@@ -292,68 +293,7 @@ dataset load_fashion_split(const std::filesystem::path& directory, const std::st
   return out;
 }
 
-// ---- synthetic data: a small, fully specified RNG so every platform draws the same ----
-
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/// xoshiro256** (Blackman and Vigna), seeded through splitmix64 as its authors advise.
-class xoshiro256 {
- public:
-  explicit xoshiro256(std::uint64_t seed) {
-    for (auto& word : state_)
-      word = splitmix64(seed);
-  }
-
-  std::uint64_t next() {
-    auto result = rotl(state_[1] * 5, 7) * 9;
-    auto t = state_[1] << 17;
-    state_[2] ^= state_[0];
-    state_[3] ^= state_[1];
-    state_[1] ^= state_[2];
-    state_[0] ^= state_[3];
-    state_[2] ^= t;
-    state_[3] = rotl(state_[3], 45);
-    return result;
-  }
-
-  /// Uniform in (0, 1]: never 0, so log() in Box-Muller is finite.
-  double uniform_open_closed() { return (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53; }
-
-  /// A standard normal by Box-Muller (both outputs used).
-  double normal() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    constexpr double two_pi = 6.283185307179586476925;
-    auto radius = std::sqrt(-2.0 * std::log(uniform_open_closed()));
-    auto angle = two_pi * uniform_open_closed();
-    spare_ = radius * std::sin(angle);
-    has_spare_ = true;
-    return radius * std::cos(angle);
-  }
-
-  /// Uniform in [0, n) without modulo bias (rejection of the short top range).
-  std::uint64_t below(std::uint64_t n) {
-    auto limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
-    for (;;) {
-      auto x = next();
-      if (x < limit)
-        return x % n;
-    }
-  }
-
- private:
-  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  std::array<std::uint64_t, 4> state_{};
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
+// ---- synthetic data, drawn from keyed_random (runtime/random.hpp): the same on every platform ----
 
 // Note [synthetic margin]
 // Centres are random unit vectors, made orthonormal (Gram-Schmidt) when classes <= features,
@@ -365,8 +305,7 @@ class xoshiro256 {
 constexpr double synthetic_noise = 0.1;
 
 dataset draw_synthetic(const std::vector<double>& centres, std::int64_t count,
-                       std::int64_t features, std::int64_t classes, std::uint64_t seed) {
-  xoshiro256 rng(seed);
+                       std::int64_t features, std::int64_t classes, keyed_random rng) {
   dataset out;
   out.count = count;
   out.features = features;
@@ -435,12 +374,8 @@ dataset_split make_synthetic(std::int64_t train_count, std::int64_t test_count,
                      ") and at least 1 class (got " + std::to_string(classes) + ")");
 
   // Three independent streams, so the test set does not change when train_count does.
-  std::uint64_t mix = seed;
-  auto centre_seed = splitmix64(mix);
-  auto train_seed = splitmix64(mix);
-  auto test_seed = splitmix64(mix);
-
-  xoshiro256 rng(centre_seed);
+  constexpr std::uint64_t synthetic_key = 0x5717;
+  keyed_random rng{seed, synthetic_key, 0};
   std::vector<double> centres(static_cast<std::size_t>(classes * features));  // (classes, D)
   for (std::int64_t c = 0; c < classes; ++c) {
     double* centre = centres.data() + c * features;
@@ -466,8 +401,10 @@ dataset_split make_synthetic(std::int64_t train_count, std::int64_t test_count,
   }
 
   dataset_split out;
-  out.train = draw_synthetic(centres, train_count, features, classes, train_seed);
-  out.test = draw_synthetic(centres, test_count, features, classes, test_seed);
+  out.train =
+      draw_synthetic(centres, train_count, features, classes, keyed_random{seed, synthetic_key, 1});
+  out.test =
+      draw_synthetic(centres, test_count, features, classes, keyed_random{seed, synthetic_key, 2});
   return out;
 }
 

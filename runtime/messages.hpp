@@ -210,7 +210,6 @@ typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
-using connect_atom = caf::atom_constant<caf::atom("connect")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;

@@ -126,14 +126,6 @@ tensor tensor::from(const std::vector<float>& values, shape_t shape, device_id d
   return t;
 }
 
-tensor tensor::from_int32(const std::vector<std::int32_t>& values, shape_t shape, device_id device) {
-  TROUPE_CHECK(static_cast<std::int64_t>(values.size()) == element_count(shape),
-               values.size() << " values for shape " << shape_to_string(shape));
-  auto t = empty(std::move(shape), dtype::i32, device);
-  std::memcpy(t.raw(), values.data(), t.bytes());
-  return t;
-}
-
 const device_id& tensor::device() const {
   TROUPE_CHECK(storage_ != nullptr, "device() of an undefined tensor");
   return storage_->device();

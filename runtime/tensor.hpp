@@ -62,8 +62,6 @@ class tensor {
   static tensor zeros(shape_t shape, dtype type = dtype::f32, device_id device = {});
   /// A CPU tensor holding a copy of `values`.
   static tensor from(const std::vector<float>& values, shape_t shape, device_id device = {});
-  static tensor from_int32(const std::vector<std::int32_t>& values, shape_t shape,
-                           device_id device = {});
 
   bool defined() const { return storage_ != nullptr; }
   const shape_t& shape() const { return shape_; }
