@@ -18,6 +18,10 @@
 //
 // Its [[actor]] table's keys other than name, kind, device, replica, stage and layer
 // arrive in plan.settings (values with their positions, for the factory to check).
+//
+// Every actor but the data loader is placed on its plan's device: its handlers run on
+// that device's stream thread, between jobs (actors/device_scheduler.hpp). A handler
+// submits work and returns; it must never block (and never wait for its own stream).
 #pragma once
 
 #include <caf/all.hpp>

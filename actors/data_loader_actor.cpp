@@ -93,15 +93,22 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                                    std::int64_t global_batch) {
   const auto features = source.features;
   auto r = static_cast<std::size_t>(tag.replica);
-  auto x = tensor::empty({count, features}, dtype::f32, replica_devices_.at(r));
   auto y = tensor::empty({count}, dtype::i32, settings_.on);
-  float* xs = x.f32();
   std::int32_t* ys = y.i32();
-  for (std::int64_t i = 0; i < count; ++i) {
-    std::memcpy(xs + i * features, source.images.data() + rows[i] * features,
-                static_cast<std::size_t>(features) * sizeof(float));
+  for (std::int64_t i = 0; i < count; ++i)
     ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
-  }
+  auto x = tensor::empty({count, features}, dtype::f32, replica_devices_.at(r));
+  auto gather = [data = settings_.data, images = source.images.data(), features, x,
+                 picked = std::vector<std::int64_t>(rows, rows + count)] {
+    float* xs = x.f32();
+    for (std::size_t i = 0; i < picked.size(); ++i)
+      std::memcpy(xs + static_cast<std::int64_t>(i) * features, images + picked[i] * features,
+                  static_cast<std::size_t>(features) * sizeof(float));
+  };
+  auto& work = settings_.devices->at(replica_devices_[r]).work();
+  x.set_ready(work.submit(std::move(gather), job_label{"load", track_, tag.step, tag.microbatch,
+                                                       tag.replica, tag.stage == phase::eval,
+                                                       bytes_of(x)}));
   labels_msg labels{tag, std::move(y), global_batch};
   stamp(labels, track_, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send(losses_.at(r), std::move(labels));
@@ -171,6 +178,7 @@ TROUPE_REGISTER_ACTOR_KIND("data_loader", "turns the data set into tagged micro-
                              s.seed = context.config.run.seed;
                              s.prefetch = context.config.data.prefetch;
                              s.on = plan.device;
+                             s.devices = &context.devices;
                              return context.system.spawn<data_loader_actor>(std::move(s));
                            });
 

@@ -9,6 +9,9 @@
 // trainer returns one when an item has been fully computed), so the next batches are
 // ready while the current one trains; and each replica's activations wire has its own
 // credits (credit_outbox.hpp), returned by the first layer when it releases a micro-batch.
+// A batch is assembled (its rows gathered) by a job on the stream of the device it goes
+// to: each replica's device gathers its own share, in stream order before the forward
+// that reads it, and the loader's thread only picks the rows.
 #pragma once
 
 #include <caf/all.hpp>
@@ -48,6 +51,7 @@ struct data_loader_settings {
   std::uint64_t seed = 0;
   std::int64_t prefetch = 2;
   device_id on;                      // its own device (batches go to each replica's)
+  device_set* devices = nullptr;     // whose streams assemble the batches
 };
 
 /// The sample indices of epoch `epoch`: a permutation keyed by (seed, epoch), or the

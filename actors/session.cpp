@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kinds.hpp"
+#include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/layer.hpp"
@@ -219,10 +220,9 @@ session_result run_session(const run_config& config, const session_options& opti
   {
     caf::actor_system_config system_config;
     add_message_types(system_config);
-    // Bookkeeping only runs on CAF's threads (compute runs on device streams), so a
-    // small scheduler that sleeps instead of spinning leaves the cores to the devices.
-    system_config.set("scheduler.max-threads", 2);
-    system_config.set("scheduler.policy", caf::atom("sharing"));
+    // Actors handle their messages on their devices' threads, the trainer and the loader
+    // on one host thread (Note [actors on device threads] in device_scheduler.cpp).
+    system_config.load<device_scheduler>();
     caf::actor_system system{system_config};
 
     auto trainer_config = std::make_shared<trainer_settings>();
@@ -260,6 +260,9 @@ session_result run_session(const run_config& config, const session_options& opti
       throw;
     }
     for (const auto& a : graph.actors) {
+      // The loader stays on the host: it assembles batches for every replica.
+      if (a.kind != "data_loader")
+        device_scheduler::place(system, spawned[a.name], devices.at(a.device).work());
       trainer_config->actors.emplace_back(a.name, spawned[a.name]);
       if (a.kind == "data_loader")
         trainer_config->loader = spawned[a.name];

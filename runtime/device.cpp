@@ -7,6 +7,10 @@
 // costs tens of microseconds (CAF-0.17-NOTES.md section 7), so the worker first spins
 // briefly (yielding, so that on a single core it lets the submitting thread run) before
 // it sleeps on a condition variable.
+//
+// Besides jobs, the thread runs posted tasks: short host work that is not part of the
+// stream's order, taken before the next job. The actors placed on a device handle their
+// messages this way (Note [actors on device threads] in actors/device_scheduler.cpp).
 #include "runtime/device.hpp"
 
 #include <pthread.h>
@@ -133,6 +137,30 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
   return event{this, sequence};
 }
 
+void stream::post(job task) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    posted_.push_back(std::move(task));
+    wake = worker_sleeping_;
+  }
+  if (wake)
+    work_ready_.notify_one();
+}
+
+void stream::drain_posted() {
+  std::mutex done_mutex;
+  std::condition_variable done_signal;
+  bool done = false;
+  post([&] {
+    std::lock_guard<std::mutex> guard{done_mutex};
+    done = true;
+    done_signal.notify_all();
+  });
+  std::unique_lock<std::mutex> lock{done_mutex};
+  done_signal.wait(lock, [&] { return done; });
+}
+
 void stream::wait_for(const event& e) {
   if (e.owner == nullptr || e.owner == this || e.reached())
     return;
@@ -197,30 +225,41 @@ void stream::wait_until(std::uint64_t sequence) {
 }
 
 void stream::run() {
+  auto idle = [this] { return queue_.empty() && posted_.empty(); };
   for (;;) {
     entry next;
+    job task;
     {
       std::unique_lock<std::mutex> lock{mutex_};
-      if (queue_.empty() && !stopping_) {
+      if (idle() && !stopping_) {
         lock.unlock();
         auto until = std::chrono::steady_clock::now() + spin_before_sleep;
         for (;;) {
           std::this_thread::yield();
           lock.lock();
-          if (!queue_.empty() || stopping_ || std::chrono::steady_clock::now() >= until)
+          if (!idle() || stopping_ || std::chrono::steady_clock::now() >= until)
             break;
           lock.unlock();
         }
-        while (queue_.empty() && !stopping_) {
+        while (idle() && !stopping_) {
           worker_sleeping_ = true;
           work_ready_.wait(lock);
           worker_sleeping_ = false;
         }
       }
-      if (queue_.empty())
+      if (!posted_.empty()) {
+        task = std::move(posted_.front());
+        posted_.pop_front();
+      } else if (queue_.empty()) {
         return;  // stopping, and everything submitted has run
-      next = std::move(queue_.front());
-      queue_.pop_front();
+      } else {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (task) {
+      task();
+      continue;
     }
     if (!failed()) {
       auto started = std::chrono::steady_clock::now();

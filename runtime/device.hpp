@@ -1,8 +1,9 @@
 // device.hpp: devices as in-order streams of work with their own memory.
 //
 // A device is `cpu:N` or `cuda:N`. Every device owns one stream: work submitted to it
-// runs in submission order, never on the caller's thread. Actors (on CAF's scheduler
-// threads) only submit; the stream's own thread (CPU) or the GPU (CUDA) computes. A
+// runs in submission order, never on the caller's thread. Actors only submit (from their
+// handlers, which for actors placed on a device run on its stream thread between jobs:
+// actors/device_scheduler.hpp); the stream's own thread (CPU) or the GPU (CUDA) computes. A
 // CPU stream is one worker thread bound to one core of the process's affinity set, so
 // two CPU devices never fight over a core (Note [CPU streams]).
 //
@@ -105,6 +106,18 @@ class stream {
   /// once, on the calling thread, if they already have).
   void notify_when_reached(std::uint64_t sequence, std::function<void()> callback);
 
+  /// Runs `task` on this stream's thread soon, between jobs: not part of the stream's
+  /// order (no event, no busy time). Tasks run in the order posted, before queued jobs.
+  /// This is how actors placed on a device handle their messages on its thread
+  /// (actors/device_scheduler.hpp); a task must be short and must never block.
+  void post(job task);
+
+  /// Blocks the calling thread (not this stream's) until every task posted so far has run.
+  void drain_posted();
+
+  /// True on this stream's own thread.
+  bool on_own_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
+
   /// The event of the last job submitted so far.
   event last() const;
 
@@ -144,6 +157,7 @@ class stream {
     std::int64_t submitted_ns = 0;  // when tracing
   };
   std::deque<entry> queue_;
+  std::deque<job> posted_;                      // guarded by mutex_
   std::atomic<std::int64_t> busy_nanoseconds_{0};
   std::uint64_t submitted_ = 0;                // guarded by mutex_
   std::atomic<std::uint64_t> completed_{0};

@@ -17,7 +17,10 @@ namespace {
 bool is_compute(const std::string& job) {
   return job == "forward" || job == "backward" || job == "loss" || job == "update";
 }
-bool is_communication(const std::string& job) { return job == "copy" || job == "reduce"; }
+// Data movement: copies between devices, averaging, batches loaded onto their device.
+bool is_communication(const std::string& job) {
+  return job == "copy" || job == "reduce" || job == "load";
+}
 
 // Per-step accumulation before the busiest device is known.
 struct step_accumulator {

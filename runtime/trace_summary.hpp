@@ -17,7 +17,7 @@
 //                 mean when a stage spans several devices); theory (P - 1) / (M + P - 1).
 //   step          train-phase jobs with args.step = N, from the first one's start to the
 //                 last one's end, on the busiest device of that step: compute (forward,
-//                 backward, loss, update), communication (copy, reduce), waiting (the rest).
+//                 backward, loss, update), communication (copy, reduce, load), waiting (the rest).
 // It does not look at flows or eval-phase steps, and trusts the trace's clock.
 #pragma once
 
@@ -69,7 +69,7 @@ struct step_time {
   double time_us = 0;           // first job's start to last job's end
   std::string device;           // the busiest device in the step
   double compute_us = 0;        // forward/backward/loss/update on that device
-  double communication_us = 0;  // copy/reduce on that device
+  double communication_us = 0;  // copy/reduce/load on that device
   double waiting_us = 0;        // time - compute - communication, floored at 0
   std::string slowest_actor;    // most job time in the step
   double slowest_actor_us = 0;

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -97,4 +98,43 @@ TEST_CASE("a device set binds cpu:N to distinct cores when there are enough") {
   else
     MESSAGE("only one core allowed: both devices share it");
   CHECK_THROWS_AS(devices.at(device_id{device_type::cpu, 7}), check_failure);
+}
+
+TEST_CASE("posted tasks run on the stream's thread before queued jobs, outside the stream's order") {
+  stream s{device_id{}, 0};
+  std::atomic<bool> release{false};
+  std::vector<std::string> order;  // written only on the stream's thread
+  std::thread::id worker, poster;
+  // The first job holds the thread until everything below is queued.
+  s.submit([&] {
+    worker = std::this_thread::get_id();
+    while (!release.load())
+      std::this_thread::yield();
+  });
+  auto second = s.submit([&] { order.push_back("job"); });
+  s.post([&] {
+    order.push_back("task 1");
+    poster = std::this_thread::get_id();
+  });
+  s.post([&] { order.push_back("task 2"); });
+  auto before = s.last();
+  release = true;
+  s.drain_posted();
+  second.wait();
+  CHECK(order == std::vector<std::string>{"task 1", "task 2", "job"});
+  bool same_thread = poster == worker;
+  CHECK(same_thread);
+  // Tasks are no jobs: the stream's last event is still the second job's.
+  CHECK(before.sequence == second.sequence);
+  CHECK(s.completed() == 2);
+}
+
+TEST_CASE("a stream runs what was posted before it stops") {
+  std::atomic<int> ran{0};
+  {
+    stream s{device_id{}, 0};
+    for (int i = 0; i < 100; ++i)
+      s.post([&] { ran.fetch_add(1); });
+  }
+  CHECK(ran.load() == 100);
 }

@@ -1,0 +1,157 @@
+// device_scheduler.cpp: routing actors to their devices' threads.
+//
+// Note [actors on device threads]
+// CAF calls the scheduler's enqueue(job) whenever an actor goes from waiting to having
+// messages (and an execution unit's exec_later(job) when that happens inside a handler;
+// ours forwards to enqueue). CAF guarantees that an actor is enqueued at most once at a
+// time, so whichever thread we pick, one thread resumes it. We pick:
+// - a placed actor's home stream: the resume is posted to the stream (stream::post) and
+//   runs on the device's thread before its next job. A message between two actors on
+//   the same device then costs no thread wake-up at all, and on a machine where every
+//   core runs a device no other thread has to preempt one to handle it;
+// - everything else (the trainer, the data loader, CAF's printer): one host thread.
+// A handler on a device thread only waits for the job that thread is running, which it
+// would wait for anyway: the work it submits goes into the same in-order stream. The
+// handler must never block on an event of its own stream (that would wait forever);
+// actors never block at all (Note [no blocking waits] in actors/inputs.hpp).
+//
+// Placement is looked up per enqueue in a small map under a mutex (uncontended: two
+// devices and a host thread); an actor leaves the map when it terminates, so a later
+// actor at the same address is not sent to a stale stream.
+#include "actors/device_scheduler.hpp"
+
+#include <pthread.h>
+
+namespace troupe {
+
+class device_scheduler::unit : public caf::execution_unit {
+ public:
+  unit(caf::actor_system& system, device_scheduler& owner, stream* home)
+      : caf::execution_unit(&system), owner_(owner), home(home) {}
+
+  void exec_later(caf::resumable* job) override { owner_.enqueue(job); }
+
+ private:
+  device_scheduler& owner_;
+
+ public:
+  stream* const home;  // nullptr: the host thread
+};
+
+device_scheduler::device_scheduler(caf::actor_system& system) : abstract_coordinator(system) {}
+
+device_scheduler::~device_scheduler() = default;
+
+bool device_scheduler::place(caf::actor_system& system, const caf::actor& actor, stream& home) {
+  auto* self = dynamic_cast<device_scheduler*>(&system.scheduler());
+  auto* pointer = caf::actor_cast<caf::abstract_actor*>(actor);
+  auto* job = dynamic_cast<caf::resumable*>(pointer);
+  if (self == nullptr || job == nullptr)
+    return false;
+  {
+    std::lock_guard<std::mutex> guard{self->homes_mutex_};
+    auto& u = self->units_[&home];
+    if (u == nullptr)
+      u = std::make_unique<unit>(system, *self, &home);
+    self->homes_[job] = u.get();
+  }
+  pointer->attach_functor([self, job] {
+    std::lock_guard<std::mutex> guard{self->homes_mutex_};
+    self->homes_.erase(job);
+  });
+  return true;
+}
+
+void device_scheduler::enqueue(caf::resumable* job) {
+  unit* home = nullptr;
+  {
+    std::lock_guard<std::mutex> guard{homes_mutex_};
+    auto found = homes_.find(job);
+    if (found != homes_.end())
+      home = found->second;
+  }
+  if (home != nullptr) {
+    home->home->post([this, job, home] { resume(job, home); });
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> guard{host_mutex_};
+    host_queue_.push_back(job);
+  }
+  host_ready_.notify_one();
+}
+
+// As CAF's own workers do (caf/scheduler/worker.hpp): the scheduler holds one reference
+// to a job from its enqueue until the job stops being runnable.
+void device_scheduler::resume(caf::resumable* job, caf::execution_unit* on) {
+  switch (job->resume(on, max_throughput())) {
+    case caf::resumable::resume_later:
+      enqueue(job);
+      break;
+    case caf::resumable::awaiting_message:
+    case caf::resumable::done:
+      caf::intrusive_ptr_release(job);
+      break;
+    case caf::resumable::shutdown_execution_unit:
+      break;  // only CAF's own shutdown helpers return this; we never enqueue them
+  }
+}
+
+void device_scheduler::run_host() {
+  system().thread_started();
+  for (;;) {
+    caf::resumable* job;
+    {
+      std::unique_lock<std::mutex> lock{host_mutex_};
+      host_ready_.wait(lock, [this] { return host_stopping_ || !host_queue_.empty(); });
+      if (host_queue_.empty())
+        break;
+      job = host_queue_.front();
+      host_queue_.pop_front();
+    }
+    resume(job, host_unit_.get());
+  }
+  system().thread_terminates();
+}
+
+void device_scheduler::start() {
+  host_unit_ = std::make_unique<unit>(system(), *this, nullptr);
+  host_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "troupe host");
+    run_host();
+  });
+  clock_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "troupe clock");
+    system().thread_started();
+    clock_.run_dispatch_loop();
+    system().thread_terminates();
+  });
+  abstract_coordinator::start();  // spawns CAF's utility actors
+}
+
+void device_scheduler::stop() {
+  stop_actors();  // CAF's utility actors, while the host thread still runs
+  {
+    std::lock_guard<std::mutex> guard{host_mutex_};
+    host_stopping_ = true;
+  }
+  host_ready_.notify_all();
+  host_thread_.join();
+  // Every actor has terminated by now; run what is still posted to the streams (they
+  // outlive the system), then release whatever is left.
+  std::vector<stream*> streams;
+  {
+    std::lock_guard<std::mutex> guard{homes_mutex_};
+    for (auto& [home, u] : units_)
+      streams.push_back(home);
+  }
+  for (auto* home : streams)
+    home->drain_posted();
+  for (auto* job : host_queue_)
+    cleanup_and_release(job);
+  host_queue_.clear();
+  clock_.cancel_dispatch_loop();
+  clock_thread_.join();
+}
+
+}  // namespace troupe

@@ -1,0 +1,79 @@
+// device_scheduler.hpp: a CAF scheduler that runs each actor on its device's thread.
+//
+// CAF's own schedulers run every actor on a pool of worker threads. On a machine whose
+// cores are all taken by device streams (two cpu:N devices on two cores), those workers
+// can only run by preempting a device, and every message between actors costs a thread
+// wake-up. This scheduler instead runs the message handling of an actor *placed* on a
+// device on that device's stream thread, between jobs (stream::post), as OneFlow binds
+// its actors to stream threads. Actors not placed (the trainer, the data loader, CAF's
+// own) run on one host thread. See Note [actors on device threads] in the .cpp.
+//
+//   caf::actor_system_config config;
+//   config.load<troupe::device_scheduler>();
+//   caf::actor_system system{config};
+//   auto a = system.spawn<my_actor>(...);
+//   troupe::device_scheduler::place(system, a, device.work());
+//
+// The streams must outlive the actor system. A placed actor's handlers must be short and
+// never block (they already must not: Note [no blocking waits] in actors/inputs.hpp).
+#pragma once
+
+#include <caf/all.hpp>
+#include <caf/detail/thread_safe_actor_clock.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/device.hpp"
+
+namespace troupe {
+
+class device_scheduler : public caf::scheduler::abstract_coordinator {
+ public:
+  explicit device_scheduler(caf::actor_system& system);
+  ~device_scheduler() override;
+
+  /// For actor_system_config::load<device_scheduler>().
+  static caf::actor_system::module* make(caf::actor_system& system, caf::detail::type_list<>) {
+    return new device_scheduler(system);
+  }
+
+  /// From now on, `actor` handles its messages on `home`'s thread (the next time it is
+  /// scheduled: if it already is, that turn still runs where it was queued; spawn it with
+  /// caf::lazy_init to place it before it runs at all). Returns false (and does nothing)
+  /// when `system` does not run this scheduler.
+  static bool place(caf::actor_system& system, const caf::actor& actor, stream& home);
+
+  void enqueue(caf::resumable* job) override;
+  caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
+
+ protected:
+  void start() override;
+  void stop() override;
+
+ private:
+  class unit;  // a caf::execution_unit for one thread
+
+  void resume(caf::resumable* job, caf::execution_unit* on);
+  void run_host();
+
+  caf::detail::thread_safe_actor_clock clock_;
+  std::thread clock_thread_;
+
+  std::mutex homes_mutex_;
+  std::unordered_map<caf::resumable*, unit*> homes_;          // placed actors
+  std::unordered_map<stream*, std::unique_ptr<unit>> units_;  // one per stream used
+
+  std::unique_ptr<unit> host_unit_;
+  std::mutex host_mutex_;
+  std::condition_variable host_ready_;
+  std::deque<caf::resumable*> host_queue_;  // guarded by host_mutex_
+  bool host_stopping_ = false;              // guarded by host_mutex_
+  std::thread host_thread_;
+};
+
+}  // namespace troupe
