@@ -2,8 +2,9 @@
 """Data-parallel scaling and the measured pipeline bubble, on this machine.
 
 1. DP2 vs one device: the default MLP (784-256-256-10, Adam) on Fashion-MNIST with the
-   same global batch, one device (cpu:0) against two replicas (cpu:0, cpu:1, ring
-   all-reduce). Runs alternate; medians of --repeats runs; the ratio of samples/s.
+   same global batch, one device on one core (cpu:0, the whole process pinned to core 0
+   with taskset) against two replicas (cpu:0, cpu:1, ring all-reduce). Runs alternate;
+   medians of --repeats runs; the ratio of samples/s.
 2. Pipeline bubble: a model with two equal halves (6 x linear 512 + ReLU, then a 10-way
    head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8 micro-batches,
    GPipe and 1F1B. The measured bubble of a stage is its idle share of the training time,
@@ -79,12 +80,14 @@ schedule = "{schedule}"
 """
 
 
-def run(binary, text, workdir, name):
+def run(binary, text, workdir, name, cores=None):
+    """Runs troupe on `text` (on the CPUs `cores`, e.g. "0", if given); its final record."""
     config = os.path.join(workdir, name + ".toml")
     metrics = os.path.join(workdir, name + ".jsonl")
     with open(config, "w") as f:
         f.write(text)
-    subprocess.run([binary, "run", config, "--quiet", "--metrics", metrics], check=True,
+    pin = ["taskset", "-c", cores] if cores else []
+    subprocess.run(pin + [binary, "run", config, "--quiet", "--metrics", metrics], check=True,
                    stdout=subprocess.DEVNULL)
     with open(metrics) as f:
         return [json.loads(line) for line in f if '"event"' in line][-1]
@@ -95,7 +98,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batches", default="128,256,512")
+    parser.add_argument("--batches", default="128,256,512,1024")
+    parser.add_argument("--only", choices=["dp", "pipeline"], help="run one part only")
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
     args = parser.parse_args()
     if not os.path.exists(args.binary):
@@ -103,18 +107,24 @@ def main():
     single = '[parallel]\ndevices = ["cpu:0"]\n'
     dp2 = '[parallel]\ndevices = ["cpu:0", "cpu:1"]\ndata = 2\naveraging = "ring"\n'
     with tempfile.TemporaryDirectory() as workdir:
-        print("Data parallel: DP2 (cpu:0, cpu:1) vs one device (cpu:0), same global batch, "
+        print("Data parallel: DP2 (cpu:0, cpu:1) vs one device on one core, same global batch, "
               f"{args.steps} steps, medians of {args.repeats}")
-        print(f"{'batch':>6} {'1 device samples/s':>19} {'DP2 samples/s':>14} {'speed-up':>9}")
-        for batch in [int(b) for b in args.batches.split(",")]:
+        print(f"{'batch':>6} {'1 device samples/s':>19} {'DP2 samples/s':>14} {'speed-up':>9} "
+              f"{'per-run speed-ups':>18}")
+        for batch in [int(b) for b in args.batches.split(",")] if args.only != "pipeline" else []:
             one, two = [], []
             for r in range(args.repeats):
                 one.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
-                                                       parallel=single), workdir, "one")["samples_per_s"])
+                                                       parallel=single), workdir, "one",
+                               cores="0")["samples_per_s"])
                 two.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
                                                        parallel=dp2), workdir, "dp2")["samples_per_s"])
             a, b = statistics.median(one), statistics.median(two)
-            print(f"{batch:>6} {a:>19.0f} {b:>14.0f} {b / a:>8.2f}x")
+            pairs = sorted(y / x for x, y in zip(one, two))
+            print(f"{batch:>6} {a:>19.0f} {b:>14.0f} {b / a:>8.2f}x "
+                  f"{f'{pairs[0]:.2f}-{pairs[-1]:.2f}':>18}", flush=True)
+        if args.only == "dp":
+            return
 
         layers = "".join('[[model.layers]]\ntype = "linear"\nout = 512\n'
                          '[[model.layers]]\ntype = "relu"\n' for _ in range(6))
