@@ -16,6 +16,7 @@
 #include "actors/session.hpp"
 #include "runtime/layer.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/trace_file.hpp"
 
 using namespace troupe;
 
@@ -115,6 +116,38 @@ TEST_CASE("a trace is valid JSON where every message appears once with its flow 
   CHECK(forward_jobs == 6 * 4 * 3);
   CHECK(backward_jobs == 6 * 4 * 3);
   CHECK(markers >= 6);
+}
+
+TEST_CASE("actors on a device handle their messages on its thread, between its jobs") {
+  // Note [actors on device threads]: a handler of an actor placed on cpu:N runs on cpu:N's
+  // stream thread, so no handler span of such an actor ever overlaps a job span of its
+  // device. (With CAF's worker threads they overlap all the time in a pipeline.)
+  auto path = temp_path("placed.json");
+  REQUIRE(run(small_pipeline, path).outcome.exit_code == 0);
+  auto trace = load_trace(path);
+  std::map<std::string, std::vector<const trace_span*>> jobs_on;  // by device, by start
+  for (const auto& j : trace.jobs)
+    jobs_on[j.device].push_back(&j);
+  int checked = 0;
+  for (const auto& h : trace.handlers) {
+    const auto* track = trace.find_track(h.actor);
+    REQUIRE(track != nullptr);
+    if (track->kind == "data_loader" || track->device == "host")
+      continue;  // on the host thread
+    const auto& jobs = jobs_on[track->device];
+    // The last job that started before the handler ended must have ended before it began.
+    auto after = std::upper_bound(jobs.begin(), jobs.end(), h.end_us(),
+                                  [](double t, const trace_span* j) { return t < j->start_us; });
+    if (after != jobs.begin()) {
+      const auto* before = *(after - 1);
+      INFO(h.actor << " handled " << h.name << " at " << h.start_us << " us while " << before->actor
+                   << "'s " << before->name << " ran on " << track->device << " from "
+                   << before->start_us << " to " << before->end_us());
+      CHECK((before->end_us() <= h.start_us + 0.002 || before->start_us >= h.end_us() - 0.002));
+    }
+    ++checked;
+  }
+  CHECK(checked > 100);
 }
 
 namespace {
