@@ -2,8 +2,8 @@
 //
 // Note [CPU streams]
 // A CPU device runs its jobs on one thread bound to one core. Actors submit jobs from
-// CAF's scheduler threads and return at once, so the scheduler never runs long compute
-// and the device thread is never idle while work is queued. Waking a sleeping thread
+// their handlers and return at once, so a handler never runs long compute and the device
+// thread is never idle while work is queued. Waking a sleeping thread
 // costs tens of microseconds (CAF-0.17-NOTES.md section 7), so the worker first spins
 // briefly (yielding, so that on a single core it lets the submitting thread run) before
 // it sleeps on a condition variable.

@@ -69,7 +69,8 @@ struct event {
   std::uint64_t sequence = 0;
 
   bool reached() const;
-  /// Blocks the calling thread until reached. Not for CAF scheduler threads.
+  /// Blocks the calling thread until reached. Not for actor handlers (they may run on
+  /// this stream's thread, which would then wait for itself).
   void wait() const;
   /// Calls `callback` once reached: at once on this thread if it already is, else on the
   /// stream's thread right after the job that reaches it (keep it short: send a message).

@@ -90,7 +90,8 @@ class tensor {
   /// The event at which the data is written.
   const event& ready() const { return ready_; }
   void set_ready(event e) { ready_ = e; }
-  /// Blocks until the data is written. Not for CAF scheduler threads on the hot path.
+  /// Blocks until the data is written. Not for actor handlers (they may run on a stream's
+  /// own thread, which would then wait for itself).
   void wait_ready() const { ready_.wait(); }
 
   /// A host copy of the values (waits first).

@@ -163,7 +163,7 @@ TEST_CASE("an exception in a layer ends the run with the actor, layer, step and 
   options.metrics_path = temp_path("failure.jsonl");
   auto threads_before = thread_count();
   auto result = run_session(config, options);
-  // No orphan threads: the device streams and CAF's scheduler are gone with the session.
+  // No orphan threads: the device streams and the scheduler's threads are gone with the session.
   CHECK(thread_count() == threads_before);
   CHECK(result.outcome.exit_code == 1);
   CHECK(result.outcome.failure.find("layer_1 (test_failing) forward of step 3, micro-batch 0") !=
