@@ -15,7 +15,6 @@ to the end of the last (PyTorch: after a barrier; data loading excluded in both)
 Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
 part of ctest.
 """
-import argparse
 import os
 import statistics
 import subprocess
@@ -23,27 +22,17 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parallel_scaling import MLP, ROOT, run  # noqa: E402
+from mlp_vs_pytorch import TORCH_PROLOGUE  # noqa: E402
+from parallel_scaling import dp_pair, main_arguments  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
-# argv: batch steps data world rank port. Prints samples/s (rank 0).
-TORCH = r"""
-import gzip, os, sys, time, numpy as np, torch
+# argv: batch steps data world rank port. Prints samples/s (rank 0). Seed 1 on every
+# rank: the same initial parameters and sample order everywhere.
+TORCH = TORCH_PROLOGUE + r"""
 import torch.distributed as dist
-torch.set_num_threads(1)
-batch, steps, data, world, rank, port = sys.argv[1:7]
+batch, steps, world, rank, port = sys.argv[1], sys.argv[2], sys.argv[4], sys.argv[5], sys.argv[6]
 batch, steps, world, rank = int(batch), int(steps), int(world), int(rank)
-with gzip.open(data + "/train-images-idx3-ubyte.gz") as f:
-    images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
-with gzip.open(data + "/train-labels-idx1-ubyte.gz") as f:
-    labels = np.frombuffer(f.read(), np.uint8, offset=8)
-x_all = torch.from_numpy(((images / 255.0 - 0.2860) / 0.3530).astype(np.float32))
-y_all = torch.from_numpy(labels.astype(np.int64))
-torch.manual_seed(1)  # the same initial parameters and sample order on every rank
-model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
-                            torch.nn.Linear(256, 256), torch.nn.ReLU(),
-                            torch.nn.Linear(256, 10))
 if world > 1:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -89,28 +78,16 @@ def run_torch(batch, steps, world, port):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batches", default="128,256,512")
-    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
-    args = parser.parse_args()
-    if not os.path.exists(args.binary):
-        sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
-    single = '[parallel]\ndevices = ["cpu:0"]\n'
-    dp2 = '[parallel]\ndevices = ["cpu:0", "cpu:1"]\ndata = 2\naveraging = "ring"\n'
+    args = main_arguments(__doc__, repeats=5, batches="128,256,512")
     rows = []
     port = 29500 + os.getpid() % 1000
     with tempfile.TemporaryDirectory() as workdir:
         for batch in [int(b) for b in args.batches.split(",")]:
             t1, t2, p1, p2 = [], [], [], []
             for r in range(args.repeats):
-                t1.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
-                                                      parallel=single), workdir, "one",
-                              cores="0")["samples_per_s"])
-                t2.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
-                                                      parallel=dp2), workdir, "dp2")["samples_per_s"])
+                a, b = dp_pair(args, batch, workdir)
+                t1.append(a)
+                t2.append(b)
                 p1.append(run_torch(batch, args.steps, 1, port))
                 port += 1
                 p2.append(run_torch(batch, args.steps, 2, port))

@@ -62,20 +62,27 @@ lr = 1e-3
 devices = ["cpu:0"]
 """
 
-PYTORCH = r"""
-import gzip, sys, time, numpy as np, torch
+# The PyTorch side's start, shared with bench/dp_vs_ddp.py: one thread, seed 1, the
+# normalised training set in x_all / y_all (read from `data`), and the MLP in `model`.
+TORCH_PROLOGUE = r"""
+import gzip, os, sys, time, numpy as np, torch
 torch.set_num_threads(1)
 torch.manual_seed(1)
-batch, steps, data = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-with gzip.open(data + "/train-images-idx3-ubyte.gz") as f:
-    images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
-with gzip.open(data + "/train-labels-idx1-ubyte.gz") as f:
-    labels = np.frombuffer(f.read(), np.uint8, offset=8)
-x_all = torch.from_numpy(((images / 255.0 - 0.2860) / 0.3530).astype(np.float32))
-y_all = torch.from_numpy(labels.astype(np.int64))
+def load(data):
+    with gzip.open(data + "/train-images-idx3-ubyte.gz") as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
+    with gzip.open(data + "/train-labels-idx1-ubyte.gz") as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+    return (torch.from_numpy(((images / 255.0 - 0.2860) / 0.3530).astype(np.float32)),
+            torch.from_numpy(labels.astype(np.int64)))
+x_all, y_all = load(sys.argv[3])
 model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
                             torch.nn.Linear(256, 256), torch.nn.ReLU(),
                             torch.nn.Linear(256, 10))
+"""
+
+PYTORCH = TORCH_PROLOGUE + r"""
+batch, steps = int(sys.argv[1]), int(sys.argv[2])
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 loss_fn = torch.nn.CrossEntropyLoss()
 per_epoch = x_all.shape[0] // batch

@@ -93,19 +93,39 @@ def run(binary, text, workdir, name, cores=None):
         return [json.loads(line) for line in f if '"event"' in line][-1]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
+# The [parallel] tables of the DP comparison: one device, and two ring replicas.
+SINGLE = '[parallel]\ndevices = ["cpu:0"]\n'
+DP2 = '[parallel]\ndevices = ["cpu:0", "cpu:1"]\ndata = 2\naveraging = "ring"\n'
+
+
+def main_arguments(doc, repeats, batches, extra=None):
+    """The options both DP benchmarks take; checks that the troupe binary exists."""
+    parser = argparse.ArgumentParser(description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batches", default="128,256,512,1024")
-    parser.add_argument("--only", choices=["dp", "pipeline"], help="run one part only")
+    parser.add_argument("--batches", default=batches)
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    if extra:
+        extra(parser)
     args = parser.parse_args()
     if not os.path.exists(args.binary):
         sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
-    single = '[parallel]\ndevices = ["cpu:0"]\n'
-    dp2 = '[parallel]\ndevices = ["cpu:0", "cpu:1"]\ndata = 2\naveraging = "ring"\n'
+    return args
+
+
+def dp_pair(args, batch, workdir):
+    """samples/s of the MLP on one device pinned to core 0, then of DP2."""
+    one = run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=SINGLE), workdir,
+              "one", cores="0")
+    two = run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=DP2), workdir, "dp2")
+    return one["samples_per_s"], two["samples_per_s"]
+
+
+def main():
+    args = main_arguments(__doc__, repeats=3, batches="128,256,512,1024",
+                          extra=lambda parser: parser.add_argument(
+                              "--only", choices=["dp", "pipeline"], help="run one part only"))
     with tempfile.TemporaryDirectory() as workdir:
         print("Data parallel: DP2 (cpu:0, cpu:1) vs one device on one core, same global batch, "
               f"{args.steps} steps, medians of {args.repeats}")
@@ -114,11 +134,9 @@ def main():
         for batch in [int(b) for b in args.batches.split(",")] if args.only != "pipeline" else []:
             one, two = [], []
             for r in range(args.repeats):
-                one.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
-                                                       parallel=single), workdir, "one",
-                               cores="0")["samples_per_s"])
-                two.append(run(args.binary, MLP.format(steps=args.steps, batch=batch,
-                                                       parallel=dp2), workdir, "dp2")["samples_per_s"])
+                a, b = dp_pair(args, batch, workdir)
+                one.append(a)
+                two.append(b)
             a, b = statistics.median(one), statistics.median(two)
             pairs = sorted(y / x for x, y in zip(one, two))
             print(f"{batch:>6} {a:>19.0f} {b:>14.0f} {b / a:>8.2f}x "
