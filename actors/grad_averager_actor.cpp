@@ -72,6 +72,9 @@ struct ring_step {
   tensor flat;                          // (n) this replica's copy, reduced in place
   std::vector<std::int32_t> processed;  // per bucket: ring messages taken, 0 .. 2(R-1)
   std::int32_t buckets_left = 0;
+  // Sharded optimizer only:
+  std::int32_t reduced_left = 0;        // buckets whose reduce-scatter is not done
+  bool gathering = false;               // `flat` is now the parameters to all-gather
 };
 
 using ring_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::int32_t>;
@@ -87,6 +90,20 @@ using ring_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::int32
 // bucket's ring messages strictly in (phase, round) order, whatever order they arrive
 // in: a message that comes early (before the step's local gradients, or before an
 // earlier round) waits in `pending` until its turn.
+
+// Note [sharded optimizer]
+// ZeRO-1 over the ring ([parallel] shard_optimizer). After reduce-scatter, replica r
+// holds the full sum of chunk (r + 1) mod R of every bucket, and only that. Instead of
+// all-gathering gradients so that every replica's optimizer can update everything, the
+// averager hands its optimizer the flat gradients with the spans it owns (shard_msg
+// reduced); the optimizer updates only those spans, into a new flat parameter buffer
+// (updated); the ring then all-gathers that buffer exactly as it would gradients, and the
+// averager hands it back (gathered), complete, as the next version. The update is
+// elementwise, so each parameter is computed once, by one replica, from the same sum as
+// without sharding: every replica ends with bit-identical parameters, equal to the
+// unsharded run's. Each replica runs 1/R of the optimizer; the messages between an
+// averager and its optimizer stay on one device. Optimizer state outside a replica's
+// spans stays allocated but unused (compute is sharded, memory is not).
 
 /// The averager's state and steps. It lives as long as the actor; jobs never capture it.
 struct grad_averager_actor::impl {
@@ -134,6 +151,11 @@ struct grad_averager_actor::impl {
                  std::int32_t chunk, tensor data);
   void connect(caf::actor next);
   void finish_if_done(std::int64_t step_index);
+  // sharded optimizer
+  bool sharded() const { return settings_.shard_optimizer && settings_.replicas > 1; }
+  std::int32_t owned_chunk() const { return modulo(settings_.replica + 1, settings_.replicas); }
+  void hand_reduced(std::int64_t step_index);
+  void start_gather(shard_msg& updated);
 
   grad_averager_actor* self_;
   grad_averager_settings& settings_;  // the actor's: `next` may be set after spawning
@@ -144,6 +166,7 @@ struct grad_averager_actor::impl {
   std::map<std::int64_t, ring_step> ring_;        // by step
   std::map<ring_key, ring_msg> pending_;          // ring messages not taken yet
   std::vector<ring_msg> outbox_;                  // ring messages waiting for `next`
+  std::uint32_t sink_track_ = 0;
 };
 
 grad_averager_actor::grad_averager_actor(caf::actor_config& config, grad_averager_settings settings)
@@ -197,6 +220,14 @@ caf::behavior grad_averager_actor::make_behavior() {
         auto span = handling(track_, "ring", message.trace, tag, bytes_of(message.data));
         impl_->receive_ring(message);
       },
+      [this](shard_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.flat}), message))
+          return;
+        micro_tag tag;
+        tag.step = message.step;
+        auto span = handling(track_, "updated", message.trace, tag, bytes_of(message.flat));
+        impl_->start_gather(message);
+      },
       [this](status_atom) {
         std::string s = settings_.name + " (" + settings_.method + " on " +
                         settings_.on->id().to_string() + ")";
@@ -212,6 +243,7 @@ caf::behavior grad_averager_actor::make_behavior() {
         auto sinks = wiring.out("grads");
         TROUPE_CHECK(sinks.size() == 1, settings_.name << " needs one grads wire out");
         settings_.sink = sinks[0].peer;
+        impl_->sink_track_ = sinks[0].peer_track;
         if (settings_.method == "ring") {
           auto ring = wiring.out("ring");
           TROUPE_CHECK(ring.size() == 1, settings_.name << " needs one ring wire out");
@@ -329,6 +361,7 @@ void grad_averager_actor::impl::receive_local(weight_grads_msg& message) {
   step.processed.assign(static_cast<std::size_t>(buckets), 0);
   // With one replica there is nothing to exchange: every bucket is complete at once.
   step.buckets_left = settings_.replicas > 1 ? buckets : 0;
+  step.reduced_left = sharded() ? buckets : 0;
 
   // Flatten: the layer hands its gradients over as views of one buffer (see
   // weight_grads_msg), which we then reduce in place; anything else is copied into a
@@ -391,6 +424,8 @@ void grad_averager_actor::impl::take_pending(std::int64_t step_index, std::int32
   const std::int32_t rounds = settings_.replicas - 1;
   auto& processed = step.processed[static_cast<std::size_t>(bucket)];
   while (processed < 2 * rounds) {
+    if (processed == rounds && sharded() && !step.gathering)
+      return;  // the all-gather waits for our optimizer's updated parameters
     auto it = pending_.find(ring_key{step_index, bucket, processed / rounds, processed % rounds});
     if (it == pending_.end()) return;
     auto message = std::move(it->second);
@@ -444,7 +479,10 @@ void grad_averager_actor::impl::reduce_scatter(ring_step& step, const ring_msg& 
         if (last)  // the full sum is ours to keep, and the first to be gathered
           copy(context, where.size * float_bytes, sum.raw(), own);
       }, reduce_label(message.step)));
-  if (last)
+  if (last && sharded()) {
+    if (--step.reduced_left == 0)
+      hand_reduced(message.step);
+  } else if (last)
     send_ring(message.step, message.bucket, 1, 0, message.chunk, std::move(sum));
   else
     send_ring(message.step, message.bucket, 0, message.round + 1, message.chunk, std::move(sum));
@@ -507,6 +545,14 @@ void grad_averager_actor::impl::finish_if_done(std::int64_t step_index) {
   if (it == ring_.end() || it->second.buckets_left > 0) return;
   auto step = std::move(it->second);
   ring_.erase(it);
+  if (sharded()) {
+    step.flat.set_ready(settings_.on->work().last());
+    shard_msg gathered{step_index, settings_.layer_index, shard_msg::gathered, std::move(step.flat),
+                       {}};
+    stamp(gathered, self_->track_, sink_track_, "gathered", bytes_of(gathered.flat));
+    self_->send(settings_.sink, std::move(gathered));
+    return;
+  }
   // Unflatten: one view per parameter, shaped like the local gradients, ready once
   // everything this step submitted has run.
   std::vector<tensor> sums;
@@ -519,6 +565,49 @@ void grad_averager_actor::impl::finish_if_done(std::int64_t step_index) {
   for (auto& s : sums) s.set_ready(done);
   self_->send(settings_.sink, weight_grads_msg{step_index, settings_.layer_index, settings_.replica,
                                                std::move(sums)});
+}
+
+void grad_averager_actor::impl::hand_reduced(std::int64_t step_index) {
+  auto& step = ring_.at(step_index);
+  std::vector<std::int64_t> spans;
+  for (std::int32_t b = 0; b < static_cast<std::int32_t>(step.processed.size()); ++b) {
+    auto where = chunk_span(step, b, owned_chunk());
+    spans.push_back(where.offset);
+    spans.push_back(where.size);
+  }
+  auto flat = step.flat;
+  flat.set_ready(settings_.on->work().last());
+  shard_msg reduced{step_index, settings_.layer_index, shard_msg::reduced, std::move(flat),
+                    std::move(spans)};
+  stamp(reduced, self_->track_, sink_track_, "reduced", bytes_of(reduced.flat));
+  self_->send(settings_.sink, std::move(reduced));
+}
+
+void grad_averager_actor::impl::start_gather(shard_msg& updated) {
+  auto it = ring_.find(updated.step);
+  if (!sharded() || updated.stage != shard_msg::updated || it == ring_.end() ||
+      it->second.reduced_left > 0 || it->second.gathering)
+    throw std::logic_error(settings_.name + ": unexpected shard message (step " +
+                           std::to_string(updated.step) + ", stage " +
+                           std::to_string(updated.stage) + ")");
+  auto& step = it->second;
+  if (updated.flat.numel() != step.flat.numel())
+    throw std::logic_error(settings_.name + ": updated parameters of " +
+                           std::to_string(updated.flat.numel()) + " floats, expected " +
+                           std::to_string(step.flat.numel()));
+  // The optimizer handed the buffer over: we write the chunks others own into it, and
+  // send views of ours, which nobody writes again.
+  step.flat = std::move(updated.flat);
+  step.gathering = true;
+  const auto buckets = static_cast<std::int32_t>(step.processed.size());
+  for (std::int32_t b = 0; b < buckets; ++b) {
+    auto where = chunk_span(step, b, owned_chunk());
+    auto mine = step.flat.view(where.offset, {where.size});
+    mine.set_ready(step.flat.ready());
+    send_ring(updated.step, b, 1, 0, owned_chunk(), std::move(mine));
+  }
+  for (std::int32_t b = 0; b < buckets; ++b) take_pending(updated.step, b);
+  finish_if_done(updated.step);
 }
 
 }  // namespace troupe
@@ -537,6 +626,7 @@ TROUPE_REGISTER_ACTOR_KIND(
       s.replica = s.method == "ring" ? plan.replica : -1;
       s.replicas = static_cast<std::int32_t>(context.graph.replicas);
       s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
+      s.shard_optimizer = s.method == "ring" && context.config.parallel.shard_optimizer;
       s.on = &context.devices.at(plan.device);
       return context.system.spawn<grad_averager_actor>(std::move(s));
     });

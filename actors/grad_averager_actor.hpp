@@ -38,6 +38,7 @@ struct grad_averager_settings {
   std::int32_t replica = -1;          // ring: this averager's replica; central: -1
   std::int32_t replicas = 1;          // R
   std::int64_t bucket_elements = 1 << 18;  // ring: floats per bucket
+  bool shard_optimizer = false;       // ring: Note [sharded optimizer] (the .cpp)
   device* on = nullptr;
   // From the wiring message (wiring_msg), not set at spawn:
   caf::actor next;                    // ring: the averager of replica (replica + 1) % R

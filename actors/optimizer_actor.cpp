@@ -17,17 +17,28 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
   sgd_ = kernels::lookup<kernels::ops::sgd_update>(type);
   adam_ = kernels::lookup<kernels::ops::adam_update>(type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(type);
+  // Parameters and optimizer state each live in one buffer, the parameters in order, so
+  // that the sharded update can address them by flat offsets.
   const auto& id = settings_.on->id();
+  std::int64_t n = 0;
+  for (const auto& spec : settings_.params)
+    n += element_count(spec.shape);
+  params_flat_ = tensor::empty({n}, dtype::f32, id);
+  momentum_flat_ = tensor::zeros({n}, dtype::f32, id);
+  if (settings_.optimizer.type != "sgd")
+    second_flat_ = tensor::zeros({n}, dtype::f32, id);
+  std::int64_t offset = 0;
   for (std::size_t i = 0; i < settings_.params.size(); ++i) {
     const auto& spec = settings_.params[i];
     // Initialised on the host, then owned by this actor's device.
-    auto p = tensor::empty(spec.shape, dtype::f32, id);
+    auto p = params_flat_.view(offset, spec.shape);
     initialise_parameter(spec, settings_.seed, settings_.layer_index, static_cast<std::int64_t>(i),
                          p.f32());
     params_.push_back(p);
-    momentum_.push_back(tensor::zeros(spec.shape, dtype::f32, id));
-    if (settings_.optimizer.type != "sgd")
-      second_.push_back(tensor::zeros(spec.shape, dtype::f32, id));
+    momentum_.push_back(momentum_flat_.view(offset, spec.shape));
+    if (second_flat_.defined())
+      second_.push_back(second_flat_.view(offset, spec.shape));
+    offset += element_count(spec.shape);
   }
 }
 
@@ -41,8 +52,11 @@ caf::behavior optimizer_actor::make_behavior() {
           subscribers_.push_back(end.peer);
           subscriber_tracks_.push_back(end.peer_track);
         }
-        for (const auto& end : wiring.in("grads"))
+        for (const auto& end : wiring.in("grads")) {
           sources_ += (sources_.empty() ? "" : ", ") + end.peer_name;
+          averager_ = end.peer;
+          averager_track_ = end.peer_track;
+        }
         grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
         TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
                      settings_.name << " needs grads wires in and params wires out");
@@ -53,6 +67,21 @@ caf::behavior optimizer_actor::make_behavior() {
           return;
         auto span = handling(track_, message);
         receive_grads(message);
+      },
+      [this](shard_msg& message) {
+        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.flat}), message))
+          return;
+        micro_tag tag;
+        tag.step = message.step;
+        auto span = handling(track_, message.stage == shard_msg::reduced ? "shard" : "gathered",
+                             message.trace, tag, bytes_of(message.flat));
+        if (message.stage == shard_msg::reduced)
+          update_shard(message);
+        else if (message.stage == shard_msg::gathered)
+          take_gathered(message);
+        else
+          throw std::logic_error(settings_.name + ": unexpected shard message (stage " +
+                                 std::to_string(message.stage) + ")");
       },
       [this](status_atom) {
         return settings_.name + " (on " + settings_.on->id().to_string() + "): parameter version " +
@@ -106,15 +135,94 @@ void optimizer_actor::receive_grads(weight_grads_msg& message) {
     return;
   grads_received_ = 0;
   update(message.step);
-  publish();
 }
 
 void optimizer_actor::update(std::int64_t step) {
+  std::vector<tensor> next;
+  std::vector<piece> pieces;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    next.push_back(tensor::empty(params_[i].shape(), dtype::f32, settings_.on->id()));
+    pieces.push_back(piece{params_[i].f32(), next[i].f32(), grad_sum_[i].f32(),
+                           momentum_[i].f32(), second_.empty() ? nullptr : second_[i].f32(),
+                           params_[i].numel()});
+  }
+  std::vector<tensor> keep = params_;
+  keep.insert(keep.end(), next.begin(), next.end());
+  keep.insert(keep.end(), grad_sum_.begin(), grad_sum_.end());
+  auto done = submit_update(step, std::move(pieces), std::move(keep));
+  grad_sum_.clear();
+  for (auto& p : next)
+    p.set_ready(done);
+  set_version(step + 1, std::move(next));
+}
+
+// Note [sharded optimizer] in actors/grad_averager_actor.cpp: we update only the spans
+// our averager owns, into a new buffer that the averager then all-gathers.
+void optimizer_actor::update_shard(shard_msg& reduced) {
+  TROUPE_CHECK(reduced.step == version_, settings_.name << " got reduced gradients of step "
+                                                        << reduced.step << " at version "
+                                                        << version_);
+  TROUPE_CHECK(params_flat_.defined() && reduced.flat.numel() == params_flat_.numel() &&
+                   reduced.spans.size() % 2 == 0,
+               settings_.name << ": reduced gradients of " << reduced.flat.numel()
+                              << " floats for " << params_flat_.numel() << " parameters");
+  auto next = tensor::empty({params_flat_.numel()}, dtype::f32, settings_.on->id());
+  auto grads = arrive(std::vector<tensor>{reduced.flat}, *settings_.on).front();
+  std::vector<piece> pieces;
+  for (std::size_t i = 0; i < reduced.spans.size(); i += 2) {
+    auto offset = reduced.spans[i], n = reduced.spans[i + 1];
+    TROUPE_CHECK(offset >= 0 && n >= 0 && offset + n <= params_flat_.numel(),
+                 settings_.name << ": span [" << offset << ", " << offset + n << ") outside "
+                                << params_flat_.numel() << " parameters");
+    pieces.push_back(piece{params_flat_.f32() + offset, next.f32() + offset,
+                           grads.f32() + offset, momentum_flat_.f32() + offset,
+                           second_flat_.defined() ? second_flat_.f32() + offset : nullptr, n});
+  }
+  next.set_ready(submit_update(reduced.step, std::move(pieces),
+                               {params_flat_, next, grads, momentum_flat_, second_flat_}));
+  shard_msg out{reduced.step, settings_.layer_index, shard_msg::updated, std::move(next),
+                std::move(reduced.spans)};
+  stamp(out, track_, averager_track_, "updated", bytes_of(out.flat));
+  send(averager_, std::move(out));
+}
+
+void optimizer_actor::take_gathered(shard_msg& gathered) {
+  TROUPE_CHECK(gathered.step == version_ && gathered.flat.numel() == params_flat_.numel(),
+               settings_.name << ": gathered parameters of step " << gathered.step
+                              << " at version " << version_);
+  params_flat_ = gathered.flat;
+  set_version(gathered.step + 1, unflatten(params_flat_, params_flat_.ready()));
+}
+
+std::vector<tensor> optimizer_actor::unflatten(const tensor& flat, const event& ready) const {
+  std::vector<tensor> views;
+  std::int64_t offset = 0;
+  for (const auto& p : params_) {
+    views.push_back(flat.view(offset, p.shape()));
+    views.back().set_ready(ready);
+    offset += p.numel();
+  }
+  return views;
+}
+
+void optimizer_actor::set_version(std::int64_t version, std::vector<tensor> params) {
+  params_ = std::move(params);
+  version_ = version;
+  for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
+    if (it->first <= version_) {
+      it->second.deliver(params_);
+      it = waiting_for_version_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  publish();
+}
+
+event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> pieces,
+                                     std::vector<tensor> keep) {
   const auto& o = settings_.optimizer;
   const auto lr = static_cast<float>(settings_.schedule.at(step));
-  std::vector<tensor> next;
-  for (const auto& p : params_)
-    next.push_back(tensor::empty(p.shape(), dtype::f32, settings_.on->id()));
   const bool adam = o.type != "sgd";
   kernels::sgd_hyper sgd{lr,
                          static_cast<float>(o.momentum),
@@ -129,36 +237,21 @@ void optimizer_actor::update(std::int64_t step) {
                                  static_cast<float>(o.weight_decay),
                                  o.type == "adamw",
                                  step + 1};
-  auto& work = settings_.on->work();
-  auto done = work.submit([=, context = settings_.on->context(), current = params_,
-                           grads = std::move(grad_sum_), first = momentum_, second = second_,
-                           sgd_update = sgd_, adam_update = adam_] {
-    // Out of place: one pass reads version step (which subscribers may still be reading,
-    // so it is never written) and writes version step + 1 (kernels/ops.hpp,
-    // Note [out-of-place updates]).
-    for (std::size_t i = 0; i < current.size(); ++i) {
-      auto n = current[i].numel();
-      if (adam)
-        adam_update(context, n, current[i].f32(), next[i].f32(), grads[i].f32(), first[i].f32(),
-                    second[i].f32(), adam_hyper);
-      else
-        sgd_update(context, n, current[i].f32(), next[i].f32(), grads[i].f32(),
-                   o.momentum != 0 ? first[i].f32() : nullptr, sgd);
-    }
-  }, job_label{"update", track_, step, -1, -1, 0, 0});
-  grad_sum_.clear();
-  for (auto& p : next)
-    p.set_ready(done);
-  params_ = std::move(next);
-  version_ = step + 1;
-  for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
-    if (it->first <= version_) {
-      it->second.deliver(params_);
-      it = waiting_for_version_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  const bool momentum = o.momentum != 0;
+  return settings_.on->work().submit(
+      [=, context = settings_.on->context(), pieces = std::move(pieces), keep = std::move(keep),
+       sgd_update = sgd_, adam_update = adam_] {
+        // Out of place: one pass reads version step (which subscribers may still be
+        // reading, so it is never written) and writes version step + 1 (kernels/ops.hpp,
+        // Note [out-of-place updates]).
+        for (const auto& p : pieces) {
+          if (adam)
+            adam_update(context, p.n, p.current, p.next, p.grad, p.first, p.second, adam_hyper);
+          else
+            sgd_update(context, p.n, p.current, p.next, p.grad, momentum ? p.first : nullptr, sgd);
+        }
+      },
+      job_label{"update", track_, step, -1, -1, 0, 0});
 }
 
 }  // namespace troupe

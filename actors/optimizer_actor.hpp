@@ -42,13 +42,36 @@ class optimizer_actor : public caf::event_based_actor {
  private:
   void receive_grads(weight_grads_msg& message);
   void update(std::int64_t step);
+  /// Sharded optimizer: updates the spans of `reduced` and hands them to the averager.
+  void update_shard(shard_msg& reduced);
+  /// Sharded optimizer: the all-gathered parameters become the next version.
+  void take_gathered(shard_msg& gathered);
+  /// A run of parameters one update job treats: `n` floats of each buffer.
+  struct piece {
+    const float* current;
+    float* next;
+    const float* grad;
+    float* first;   // momentum / first moments (nullptr: SGD without momentum)
+    float* second;  // Adam's second moments
+    std::int64_t n;
+  };
+  /// Submits step `step`'s update of `pieces` to the device; `keep` holds their buffers
+  /// until it has run. Returns the job's event.
+  event submit_update(std::int64_t step, std::vector<piece> pieces, std::vector<tensor> keep);
+  /// Views of `flat` shaped like the parameters, ready at `ready`.
+  std::vector<tensor> unflatten(const tensor& flat, const event& ready) const;
+  void set_version(std::int64_t version, std::vector<tensor> params);
   void publish();
 
   optimizer_actor_settings settings_;
   std::vector<tensor> params_;      // the current version
+  tensor params_flat_;              // params_ as one buffer, when they are views of one
   std::int64_t version_ = 0;
   std::vector<tensor> momentum_;    // sgd: momentum buffers; adam: first moments
   std::vector<tensor> second_;      // adam: second moments
+  tensor momentum_flat_, second_flat_;  // the two above are views of these
+  caf::actor averager_;             // the sender of our gradients (the sharded exchange)
+  std::uint32_t averager_track_ = 0;
   std::vector<tensor> grad_sum_;    // the step's gradients, summed over grads wires
   std::int32_t grads_received_ = 0;
   std::int32_t grads_expected_ = 1; // incoming grads wires

@@ -3,7 +3,8 @@
 
 The MLP of bench/parallel_scaling.py (784-256-256-10, ReLU, Adam lr 1e-3) on Fashion-MNIST,
 same global batch everywhere:
-  troupe   one device (cpu:0, pinned to core 0) vs  DP2 (cpu:0 + cpu:1, ring all-reduce)
+  troupe   one device (cpu:0, pinned to core 0) vs  DP2 (cpu:0 + cpu:1, ring all-reduce,
+           sharded optimizer: config/fashion_mlp_dp2.toml's wiring)
   PyTorch  one process (1 thread, core 0) vs  DDP, 2 processes (gloo, 1 thread each,
            pinned to core 0 and core 1), each rank training on its half of the batch.
 Each repetition runs all four, alternating, so they share the machine's noise; the table
@@ -23,7 +24,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mlp_vs_pytorch import TORCH_PROLOGUE  # noqa: E402
-from parallel_scaling import dp_pair, main_arguments  # noqa: E402
+from parallel_scaling import DP2_SHARDED, dp_runs, main_arguments  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -85,7 +86,7 @@ def main():
         for batch in [int(b) for b in args.batches.split(",")]:
             t1, t2, p1, p2 = [], [], [], []
             for r in range(args.repeats):
-                a, b = dp_pair(args, batch, workdir)
+                a, b = dp_runs(args, batch, workdir, [DP2_SHARDED])
                 t1.append(a)
                 t2.append(b)
                 p1.append(run_torch(batch, args.steps, 1, port))

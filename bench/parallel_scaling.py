@@ -3,8 +3,9 @@
 
 1. DP2 vs one device: the default MLP (784-256-256-10, Adam) on Fashion-MNIST with the
    same global batch, one device on one core (cpu:0, the whole process pinned to core 0
-   with taskset) against two replicas (cpu:0, cpu:1, ring all-reduce). Runs alternate;
-   medians of --repeats runs; the ratio of samples/s.
+   with taskset) against two replicas (cpu:0, cpu:1, ring all-reduce), without and with
+   the sharded optimizer. Runs alternate; medians of --repeats runs; the speed-up is the
+   median of each repetition's ratio of samples/s.
 2. Pipeline bubble: a model with two equal halves (6 x linear 512 + ReLU, then a 10-way
    head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8 micro-batches,
    GPipe and 1F1B. The measured bubble of a stage is its idle share of the training time,
@@ -93,9 +94,11 @@ def run(binary, text, workdir, name, cores=None):
         return [json.loads(line) for line in f if '"event"' in line][-1]
 
 
-# The [parallel] tables of the DP comparison: one device, and two ring replicas.
+# The [parallel] tables of the DP comparison: one device, two ring replicas, and two
+# ring replicas with the sharded optimizer (as config/fashion_mlp_dp2.toml).
 SINGLE = '[parallel]\ndevices = ["cpu:0"]\n'
 DP2 = '[parallel]\ndevices = ["cpu:0", "cpu:1"]\ndata = 2\naveraging = "ring"\n'
+DP2_SHARDED = DP2 + "shard_optimizer = true\n"
 
 
 def main_arguments(doc, repeats, batches, extra=None):
@@ -114,12 +117,15 @@ def main_arguments(doc, repeats, batches, extra=None):
     return args
 
 
-def dp_pair(args, batch, workdir):
-    """samples/s of the MLP on one device pinned to core 0, then of DP2."""
-    one = run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=SINGLE), workdir,
-              "one", cores="0")
-    two = run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=DP2), workdir, "dp2")
-    return one["samples_per_s"], two["samples_per_s"]
+def dp_runs(args, batch, workdir, wirings):
+    """samples/s of the MLP on one device pinned to core 0, then with each [parallel] table
+    of `wirings` (on both cores)."""
+    rates = [run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=SINGLE),
+                 workdir, "one", cores="0")["samples_per_s"]]
+    for i, parallel in enumerate(wirings):
+        rates.append(run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=parallel),
+                         workdir, f"dp{i}")["samples_per_s"])
+    return rates
 
 
 def main():
@@ -127,20 +133,22 @@ def main():
                           extra=lambda parser: parser.add_argument(
                               "--only", choices=["dp", "pipeline"], help="run one part only"))
     with tempfile.TemporaryDirectory() as workdir:
-        print("Data parallel: DP2 (cpu:0, cpu:1) vs one device on one core, same global batch, "
-              f"{args.steps} steps, medians of {args.repeats}")
-        print(f"{'batch':>6} {'1 device samples/s':>19} {'DP2 samples/s':>14} {'speed-up':>9} "
-              f"{'per-run speed-ups':>18}")
+        print("Data parallel: DP2 (cpu:0, cpu:1, ring) vs one device on one core, same global "
+              f"batch, {args.steps} steps, medians of {args.repeats} (samples/s; speed-ups are "
+              "medians of each run's ratio, with their range)")
+        print(f"{'batch':>6} {'1 device':>9} {'DP2':>8} {'speed-up':>16} "
+              f"{'DP2 sharded':>12} {'speed-up':>16}")
         for batch in [int(b) for b in args.batches.split(",")] if args.only != "pipeline" else []:
-            one, two = [], []
-            for r in range(args.repeats):
-                a, b = dp_pair(args, batch, workdir)
-                one.append(a)
-                two.append(b)
-            a, b = statistics.median(one), statistics.median(two)
-            pairs = sorted(y / x for x, y in zip(one, two))
-            print(f"{batch:>6} {a:>19.0f} {b:>14.0f} {b / a:>8.2f}x "
-                  f"{f'{pairs[0]:.2f}-{pairs[-1]:.2f}':>18}", flush=True)
+            runs = [dp_runs(args, batch, workdir, [DP2, DP2_SHARDED]) for _ in range(args.repeats)]
+            one, two, sharded = ([r[i] for r in runs] for i in range(3))
+
+            def speedup(rates):
+                ratios = sorted(b / a for a, b in zip(one, rates))
+                return (f"{statistics.median(ratios):.2f}x "
+                        f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
+            print(f"{batch:>6} {statistics.median(one):>9.0f} {statistics.median(two):>8.0f} "
+                  f"{speedup(two):>16} {statistics.median(sharded):>12.0f} "
+                  f"{speedup(sharded):>16}", flush=True)
         if args.only == "dp":
             return
 

@@ -570,6 +570,12 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   read_stage_ranges(r, s);
   r.read("share_devices", s.share_devices);
   r.read("bucket_kib", s.bucket_kib, at_least(1));
+  r.read("shard_optimizer", s.shard_optimizer);
+  s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
+  if (s.shard_optimizer && s.averaging != "ring")
+    throw config_error(s.shard_where, "[parallel] shard_optimizer: needs averaging = \"ring\" "
+                                      "(the optimizer shards are the ring's chunks), found "
+                                      "averaging = \"" + s.averaging + "\"");
   return s;
 }
 
@@ -666,7 +672,8 @@ run_config parse_config(const std::string& text, const std::string& name,
                                                          "weight_decay", "schedule"}));
   config.parallel = read_parallel(section("parallel", {"devices", "data", "pipeline", "stages",
                                                        "microbatches", "schedule", "averaging",
-                                                       "share_devices", "bucket_kib"}),
+                                                       "share_devices", "bucket_kib",
+                                                       "shard_optimizer"}),
                                   explicit_form);
   return config;
 }

@@ -117,6 +117,11 @@ struct parallel_section {
   source_position stages_where;
   bool share_devices = false;          // allow R * P > number of devices
   std::int64_t bucket_kib = 1024;      // ring all-reduce bucket size, KiB
+  /// ZeRO-1: with ring averaging, each replica's optimizer updates only the chunks its
+  /// averager owns after reduce-scatter, and the ring all-gathers parameters instead of
+  /// gradients (Note [sharded optimizer] in actors/grad_averager_actor.cpp).
+  bool shard_optimizer = false;
+  source_position shard_where;         // where shard_optimizer is written, if it is
   source_position where;
 };
 

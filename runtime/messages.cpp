@@ -33,6 +33,7 @@ void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<weight_grads_msg>("troupe::weight_grads_msg");
   config.add_message_type<params_msg>("troupe::params_msg");
   config.add_message_type<ring_msg>("troupe::ring_msg");
+  config.add_message_type<shard_msg>("troupe::shard_msg");
   config.add_message_type<release_msg>("troupe::release_msg");
   config.add_message_type<wire_end>("troupe::wire_end");
   config.add_message_type<wiring_msg>("troupe::wiring_msg");

@@ -323,6 +323,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("averaging", t.averaging);
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);
+  w.put("shard_optimizer", config.parallel.shard_optimizer);
 
   for (const auto& a : t.actors)
     write_actor(w, a);

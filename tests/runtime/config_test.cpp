@@ -256,6 +256,15 @@ TEST_CASE("absent sections and keys take the documented defaults, positioned at 
   CHECK(c.parallel.microbatches == 1);
   CHECK(c.parallel.schedule == "gpipe");
   CHECK(c.parallel.averaging == "ring");
+  CHECK_FALSE(c.parallel.shard_optimizer);
+}
+
+TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
+  auto c = parse_config(minimal_model + "[parallel]\ndata = 2\nshard_optimizer = true\n", "t.toml");
+  CHECK(c.parallel.shard_optimizer);
+  check_error(minimal_model + "[parallel]\naveraging = \"central\"\nshard_optimizer = true\n", 6, 1,
+              "[parallel] shard_optimizer: needs averaging = \"ring\" (the optimizer shards are "
+              "the ring's chunks), found averaging = \"central\"");
 }
 
 TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory") {
@@ -311,7 +320,8 @@ TEST_CASE("an unknown key in a fixed section is rejected with the nearest valid 
               "unknown key 'gama' in [optimizer.schedule]; did you mean 'gamma'?");
   check_error("[parallel]\nfrobnicate = 1\n" + minimal_model, 2, 1,
               "unknown key 'frobnicate' in [parallel]; valid keys: devices, data, pipeline, "
-              "stages, microbatches, schedule, averaging, share_devices, bucket_kib");
+              "stages, microbatches, schedule, averaging, share_devices, bucket_kib, "
+              "shard_optimizer");
   // Two unknown keys: the first in the file is named (toml++ itself orders keys by name).
   check_error("[run]\nzzz = 1\naaa = 2\n" + minimal_model, 2, 1, "unknown key 'zzz' in [run]");
 }
