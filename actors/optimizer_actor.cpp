@@ -73,7 +73,7 @@ caf::behavior optimizer_actor::make_behavior() {
           return;
         micro_tag tag;
         tag.step = message.step;
-        auto span = handling(track_, message.stage == shard_msg::reduced ? "shard" : "gathered",
+        auto span = handling(track_, message.stage == shard_msg::reduced ? "reduced" : "gathered",
                              message.trace, tag, bytes_of(message.flat));
         if (message.stage == shard_msg::reduced)
           update_shard(message);
