@@ -149,10 +149,13 @@ void optimizer_actor::update(std::int64_t step) {
   std::vector<tensor> keep = params_;
   keep.insert(keep.end(), next.begin(), next.end());
   keep.insert(keep.end(), grad_sum_.begin(), grad_sum_.end());
+  keep.push_back(momentum_flat_);  // the state too: the job may outlive this actor
+  keep.push_back(second_flat_);
   auto done = submit_update(step, std::move(pieces), std::move(keep));
   grad_sum_.clear();
   for (auto& p : next)
     p.set_ready(done);
+  params_flat_ = tensor{};  // the parameters are separate buffers from now on
   set_version(step + 1, std::move(next));
 }
 
