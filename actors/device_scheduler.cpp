@@ -71,7 +71,7 @@ void device_scheduler::enqueue(caf::resumable* job) {
       home = found->second;
   }
   if (home != nullptr) {
-    home->home->post([this, job, home] { resume(job, home); });
+    home->home->post([this, job, home] { resume(job, home, max_throughput()); });
     return;
   }
   {
@@ -83,8 +83,9 @@ void device_scheduler::enqueue(caf::resumable* job) {
 
 // As CAF's own workers do (caf/scheduler/worker.hpp): the scheduler holds one reference
 // to a job from its enqueue until the job stops being runnable.
-void device_scheduler::resume(caf::resumable* job, caf::execution_unit* on) {
-  switch (job->resume(on, max_throughput())) {
+void device_scheduler::resume(caf::resumable* job, caf::execution_unit* on,
+                              std::size_t throughput) {
+  switch (job->resume(on, throughput)) {
     case caf::resumable::resume_later:
       enqueue(job);
       break;
@@ -109,7 +110,11 @@ void device_scheduler::run_host() {
       job = host_queue_.front();
       host_queue_.pop_front();
     }
-    resume(job, host_unit_.get());
+    // One message per turn on the host: an actor that was placed while it still ran here
+    // (CAF schedules an actor once when it is spawned, before the session can place it)
+    // goes to its device after its next message instead of keeping the host thread for as
+    // long as its mailbox has messages.
+    resume(job, host_unit_.get(), 1);
   }
   system().thread_terminates();
 }

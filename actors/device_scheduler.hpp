@@ -58,7 +58,7 @@ class device_scheduler : public caf::scheduler::abstract_coordinator {
  private:
   class unit;  // a caf::execution_unit for one thread
 
-  void resume(caf::resumable* job, caf::execution_unit* on);
+  void resume(caf::resumable* job, caf::execution_unit* on, std::size_t throughput);
   void run_host();
 
   caf::detail::thread_safe_actor_clock clock_;
