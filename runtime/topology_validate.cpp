@@ -566,6 +566,14 @@ class validator {
           fail(from_layers[0]->where, "ring averager " + named(v->name) + " of replica " +
                                           std::to_string(v->replica) + " gets the gradients of " +
                                           describe(*source) + through(*from_layers[0], false));
+      // Note [sharded optimizer]: the averager and its optimizer pass the shard back and
+      // forth, so nothing may sit between them (a gradient clipper would see a shard).
+      if (config_.parallel.shard_optimizer && actor(out.to).kind != "optimizer")
+        fail(out.where, "ring averager " + named(v->name) + " sends its sums to " +
+                            named(out.to) + " (" + article(actor(out.to).kind) +
+                            "), but with [parallel] shard_optimizer = true it exchanges "
+                            "shards with its optimizer directly: wire it to the optimizer, or "
+                            "set shard_optimizer = false");
       expect_count(*v, outgoing(*v, "ring"), 1, "outgoing ring wires",
                    "to the next averager of the ring");
       expect_count(*v, incoming(*v, "ring"), 1, "incoming ring wires",

@@ -6,6 +6,7 @@
 // and read back; wired wrongly, it must be refused with the kinds named.
 #include <doctest/doctest.h>
 
+#include "actors/session.hpp"
 #include "runtime/topology.hpp"
 #include "tests/plugins/test_plugins.hpp"
 #include "tests/runtime/topology_test_configs.hpp"
@@ -137,4 +138,31 @@ TEST_CASE("an unknown actor kind lists the registered kinds, the plugin's too, w
   } catch (const config_error& e) {
     CHECK(contains(e.what(), "'test_grad_scaler'"));
   }
+}
+
+TEST_CASE("with a sharded optimizer nothing may sit between a ring averager and its optimizer") {
+  test_plugins::load();
+  // Note [sharded optimizer]: the averager and its optimizer pass shards back and forth.
+  auto shorthand = troupe::parse_config(header + R"(
+[[model.layers]]
+type = "linear"
+out = 3
+[parallel]
+devices = ["cpu:0", "cpu:1"]
+data = 2
+averaging = "ring"
+shard_optimizer = true
+)",
+                                        "s.toml");
+  auto text = troupe::format_explicit(troupe::prepare_session(shorthand).graph, shorthand);
+  CHECK_NOTHROW(load(text));
+  auto scaled = replaced(text, wire_table("r0.avg_0", "r0.optimizer_0"),
+                         wire_table("scaler", "r0.optimizer_0") + "\nkind = \"grads\"\n\n" +
+                             wire_table("r0.avg_0", "scaler")) +
+                scaler_actor;
+  check_error(scaled, wire_table("r0.avg_0", "scaler"),
+              "ring averager 'r0.avg_0' sends its sums to 'scaler' (a test_grad_scaler), but "
+              "with [parallel] shard_optimizer = true it exchanges shards with its optimizer "
+              "directly");
+  CHECK_NOTHROW(load(replaced(scaled, "shard_optimizer = true", "shard_optimizer = false")));
 }
