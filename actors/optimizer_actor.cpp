@@ -194,15 +194,15 @@ void optimizer_actor::take_gathered(shard_msg& gathered) {
                settings_.name << ": gathered parameters of step " << gathered.step
                               << " at version " << version_);
   params_flat_ = gathered.flat;
-  set_version(gathered.step + 1, unflatten(params_flat_, params_flat_.ready()));
+  set_version(gathered.step + 1, unflatten(params_flat_));
 }
 
-std::vector<tensor> optimizer_actor::unflatten(const tensor& flat, const event& ready) const {
+std::vector<tensor> optimizer_actor::unflatten(const tensor& flat) const {
   std::vector<tensor> views;
   std::int64_t offset = 0;
   for (const auto& p : params_) {
     views.push_back(flat.view(offset, p.shape()));
-    views.back().set_ready(ready);
+    views.back().set_ready(flat.ready());
     offset += p.numel();
   }
   return views;

@@ -58,8 +58,8 @@ class optimizer_actor : public caf::event_based_actor {
   /// Submits step `step`'s update of `pieces` to the device; `keep` holds their buffers
   /// until it has run. Returns the job's event.
   event submit_update(std::int64_t step, std::vector<piece> pieces, std::vector<tensor> keep);
-  /// Views of `flat` shaped like the parameters, ready at `ready`.
-  std::vector<tensor> unflatten(const tensor& flat, const event& ready) const;
+  /// Views of `flat` shaped like the parameters, ready when it is.
+  std::vector<tensor> unflatten(const tensor& flat) const;
   void set_version(std::int64_t version, std::vector<tensor> params);
   void publish();
 
