@@ -165,23 +165,25 @@ void finish(caf::scoped_actor& self, const std::vector<caf::actor>& actors) {
   for (const auto& a : actors) self->send(a, finish_atom::value);
 }
 
-device_set four_cpus() {
-  return device_set{
-      {{device_type::cpu, 0}, {device_type::cpu, 1}, {device_type::cpu, 2}, {device_type::cpu, 3}}};
-}
-
 caf::actor_system_config& with_messages(caf::actor_system_config& config) {
   add_message_types(config);
   return config;
 }
 
-}  // namespace
-
-TEST_CASE("the ring all-reduce sums correctly for 1 to 4 replicas, odd sizes and several buckets") {
-  auto devices = four_cpus();
+/// What every test here drives averagers with: cpu:0..3 and an actor system whose scoped
+/// actor plays the layers, the sink and the trainer. The devices outlive the system.
+struct averagers {
+  device_set devices{
+      {{device_type::cpu, 0}, {device_type::cpu, 1}, {device_type::cpu, 2}, {device_type::cpu, 3}}};
   caf::actor_system_config config;
   caf::actor_system system{with_messages(config)};
   caf::scoped_actor self{system};
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(averagers,
+                  "the ring all-reduce sums correctly for 1 to 4 replicas, odd sizes and several buckets") {
 
   const std::vector<std::vector<shape_t>> layers = {
       {{5, 3}, {5}},  // n = 20: a weight and a bias, neither a multiple of R
@@ -225,11 +227,8 @@ TEST_CASE("the ring all-reduce sums correctly for 1 to 4 replicas, odd sizes and
   devices.synchronize();
 }
 
-TEST_CASE("the ring reduces gradients handed over as views of one buffer in that buffer") {
-  auto devices = four_cpus();
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
+TEST_CASE_FIXTURE(averagers,
+                  "the ring reduces gradients handed over as views of one buffer in that buffer") {
   const std::int32_t R = 3;
   const std::vector<shape_t> shapes = {{5, 3}, {5}};
   auto ring = spawn_ring(system, devices, self, R, 7);
@@ -258,11 +257,8 @@ TEST_CASE("the ring reduces gradients handed over as views of one buffer in that
   devices.synchronize();
 }
 
-TEST_CASE("the ring keeps two consecutive steps apart when their messages interleave") {
-  auto devices = four_cpus();
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
+TEST_CASE_FIXTURE(averagers,
+                  "the ring keeps two consecutive steps apart when their messages interleave") {
 
   const std::vector<shape_t> shapes = {{5, 3}, {5}};
   const std::int32_t R = 3;
@@ -296,11 +292,8 @@ TEST_CASE("the ring keeps two consecutive steps apart when their messages interl
   devices.synchronize();
 }
 
-TEST_CASE("ring messages sent before the ring is connected wait for the connection") {
-  auto devices = four_cpus();
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
+TEST_CASE_FIXTURE(averagers,
+                  "ring messages sent before the ring is connected wait for the connection") {
 
   const std::vector<shape_t> shapes = {{5, 3}, {5}};
   const std::int32_t R = 3;
@@ -321,11 +314,8 @@ TEST_CASE("ring messages sent before the ring is connected wait for the connecti
   devices.synchronize();
 }
 
-TEST_CASE("the central averager sums 3 replicas in replica order whatever the arrival order") {
-  auto devices = four_cpus();
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
+TEST_CASE_FIXTURE(averagers,
+                  "the central averager sums 3 replicas in replica order whatever the arrival order") {
 
   const std::vector<shape_t> shapes = {{5, 3}, {5}};
   const std::int32_t R = 3;
@@ -371,11 +361,8 @@ TEST_CASE("the central averager sums 3 replicas in replica order whatever the ar
   devices.synchronize();
 }
 
-TEST_CASE("gradients with the wrong number of tensors or shapes are reported to the trainer") {
-  auto devices = four_cpus();
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
+TEST_CASE_FIXTURE(averagers,
+                  "gradients with the wrong number of tensors or shapes are reported to the trainer") {
   const std::vector<shape_t> shapes = {{5, 3}, {5}};
 
   auto expect_failure = [&](const std::string& actor, const std::string& fragment) {
