@@ -44,45 +44,19 @@ int check_layer_command(const std::vector<std::string>& args) {
       "batch", po::value<std::int64_t>()->default_value(3), "samples")(
       "seed", po::value<std::uint64_t>()->default_value(1), "seed for inputs and parameters")(
       "set", po::value<std::vector<std::string>>()->composing(),
-      "a layer setting KEY=VALUE, as in [[model.layers]] (repeatable), e.g. --set out=5")(
-      "plugin", po::value<std::vector<std::string>>()->composing(),
-      "load a plugin first (repeatable)")("help,h", "show this help");
-  po::options_description hidden;
-  hidden.add_options()("layer", po::value<std::string>());
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("layer", 1);
-  auto usage = [&](std::FILE* to) {
-    std::ostringstream text;
-    text << options;
-    std::fprintf(to,
-                 "usage: troupe check-layer NAME [options]\n\n"
-                 "Runs layer NAME's backward against central finite differences of its forward\n"
-                 "(dx and every parameter gradient), checks that accumulate adds, and prints\n"
-                 "the worst relative error. Exit code 0 when it passes, 1 when it does not.\n\n%s",
-                 text.str().c_str());
-  };
-  po::variables_map values;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "troupe check-layer: %s\n\n", e.what());
-    usage(stderr);
-    return exit_bad_input;
-  }
-  if (values.count("help")) {
-    usage(stdout);
-    return 0;
-  }
-  if (!values.count("layer")) {
-    std::fprintf(stderr, "troupe check-layer: missing the layer NAME\n\n");
-    usage(stderr);
-    return exit_bad_input;
-  }
+      "a layer setting KEY=VALUE, as in [[model.layers]] (repeatable), e.g. --set out=5");
+  command_line line;
+  if (auto stop = parse_command_line(
+          args, "check-layer",
+          "Runs layer NAME's backward against central finite differences of its forward\n"
+          "(dx and every parameter gradient), checks that accumulate adds, and prints\n"
+          "the worst relative error. Exit code 0 when it passes, 1 when it does not.",
+          options, line, "NAME"))
+    return *stop;
+  const auto& values = line.values;
   load_command_line_plugins(values);
   layer_config layer;
-  layer.type = values["layer"].as<std::string>();
+  layer.type = line.config;
   layer.where = layer.type_where = source_position{"the command line"};
   if (values.count("set"))
     for (const auto& text : values["set"].as<std::vector<std::string>>()) {

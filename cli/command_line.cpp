@@ -1,4 +1,4 @@
-// command_line.cpp: option parsing shared by the commands that take a config.
+// command_line.cpp: option parsing shared by the commands (one positional operand each).
 #include <cstdio>
 #include <sstream>
 
@@ -13,7 +13,7 @@ namespace troupe::cli {
 
 std::optional<int> parse_command_line(const std::vector<std::string>& args, const char* name,
                                       const char* description, po::options_description options,
-                                      command_line& out) {
+                                      command_line& out, const char* operand) {
   options.add_options()("plugin", po::value<std::vector<std::string>>()->composing(),
                         "load a plugin (a shared library of layers, actors, kernels); repeatable")(
       "help,h", "show this help");
@@ -26,7 +26,7 @@ std::optional<int> parse_command_line(const std::vector<std::string>& args, cons
   auto usage = [&](std::FILE* to) {
     std::ostringstream text;
     text << options;
-    std::fprintf(to, "usage: troupe %s CONFIG.toml [options]\n\n%s\n\n%s", name, description,
+    std::fprintf(to, "usage: troupe %s %s [options]\n\n%s\n\n%s", name, operand, description,
                  text.str().c_str());
   };
   try {
@@ -42,7 +42,7 @@ std::optional<int> parse_command_line(const std::vector<std::string>& args, cons
     return 0;
   }
   if (!out.values.count("config")) {
-    std::fprintf(stderr, "troupe %s: missing CONFIG.toml\n\n", name);
+    std::fprintf(stderr, "troupe %s: missing %s\n\n", name, operand);
     usage(stderr);
     return exit_bad_input;
   }

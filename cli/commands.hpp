@@ -26,19 +26,20 @@ int check_layer_command(const std::vector<std::string>& args);
 /// `troupe trace summary|timeline FILE`: reads a trace written by `troupe run --trace`.
 int trace_command(const std::vector<std::string>& args);
 
-/// A command line of the form `troupe NAME [options] CONFIG.toml`.
+/// A command line of the form `troupe NAME [options] OPERAND`.
 struct command_line {
   boost::program_options::variables_map values;
-  std::string config;  // the positional CONFIG.toml
+  std::string config;  // the positional operand: CONFIG.toml (check-layer: the layer NAME)
 };
 
-/// Parses `args` with `options` plus --help and one positional CONFIG.toml. Prints the
-/// usage (`usage` line, then `description`, then the options) and returns an exit code
-/// when the command should stop here: 0 after --help, 2 for bad usage or no config.
+/// Parses `args` with `options` plus --plugin, --help and one positional `operand`
+/// ("CONFIG.toml", or check-layer's "NAME"). Prints the usage (`usage` line, then
+/// `description`, then the options) and returns an exit code when the command should stop
+/// here: 0 after --help, 2 for bad usage or a missing operand.
 std::optional<int> parse_command_line(const std::vector<std::string>& args, const char* name,
                                       const char* description,
                                       boost::program_options::options_description options,
-                                      command_line& out);
+                                      command_line& out, const char* operand = "CONFIG.toml");
 
 /// Loads the plugins named with --plugin, then the config, then the plugins its [run]
 /// plugins lists (relative to the config file). Throws user_error.
