@@ -6,7 +6,7 @@
 // needs no knowledge of the others: the session spawns whatever the topology lists.
 // Built-in kinds register at the end of their actor's file, like layers do.
 //
-// A kind also says which wires it takes (runtime/actor_signature.hpp), so that explicit
+// A kind also says which wires it takes (runtime/graph/actor_signature.hpp), so that explicit
 // configs can place it and validate_topology() can check its wires. The five built-in
 // kinds have their signatures in the runtime already; any other kind declares its own:
 //
@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "actors/data_loader_actor.hpp"
-#include "runtime/actor_signature.hpp"
-#include "runtime/config.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/lr_schedule.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/graph/actor_signature.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/model/lr_schedule.hpp"
+#include "runtime/graph/topology.hpp"
 
 namespace troupe {
 

@@ -14,8 +14,8 @@
 
 #include <deque>
 
-#include "runtime/error.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/base/error.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

@@ -7,7 +7,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/failures.hpp"
 #include "actors/traced.hpp"
-#include "runtime/random.hpp"
+#include "runtime/base/random.hpp"
 
 namespace troupe {
 

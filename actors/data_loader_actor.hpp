@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "actors/credit_outbox.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/device.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/core/device.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

@@ -28,7 +28,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "runtime/device.hpp"
+#include "runtime/core/device.hpp"
 
 namespace troupe {
 

@@ -1,7 +1,7 @@
 // failures.cpp: the shared exception handler of troupe's actors.
 #include "actors/failures.hpp"
 
-#include "runtime/messages.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

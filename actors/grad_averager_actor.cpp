@@ -18,8 +18,8 @@
 #include <tuple>
 
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
-#include "runtime/transfer.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/core/transfer.hpp"
 
 namespace troupe {
 

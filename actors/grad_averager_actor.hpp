@@ -26,8 +26,8 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/core/device.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

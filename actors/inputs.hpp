@@ -16,8 +16,8 @@
 
 #include <initializer_list>
 
-#include "runtime/device.hpp"
-#include "runtime/tensor.hpp"
+#include "runtime/core/device.hpp"
+#include "runtime/core/tensor.hpp"
 
 namespace troupe {
 

@@ -9,7 +9,7 @@
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
 #include "actors/traced.hpp"
-#include "runtime/transfer.hpp"
+#include "runtime/core/transfer.hpp"
 
 namespace troupe {
 

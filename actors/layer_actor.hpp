@@ -22,9 +22,9 @@
 #include <tuple>
 
 #include "actors/credit_outbox.hpp"
-#include "runtime/device.hpp"
-#include "runtime/layer.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/core/device.hpp"
+#include "runtime/model/layer.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

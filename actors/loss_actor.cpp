@@ -7,8 +7,8 @@
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
 #include "actors/traced.hpp"
-#include "runtime/error.hpp"
-#include "runtime/transfer.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/core/transfer.hpp"
 
 namespace troupe {
 

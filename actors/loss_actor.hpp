@@ -16,8 +16,8 @@
 #include <tuple>
 
 #include "kernels/ops.hpp"
-#include "runtime/device.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/core/device.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
-#include "runtime/config.hpp"
-#include "runtime/device.hpp"
-#include "runtime/layer.hpp"
-#include "runtime/lr_schedule.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/core/device.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/model/lr_schedule.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

@@ -8,11 +8,11 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/layer.hpp"
-#include "runtime/plugin.hpp"
-#include "runtime/topology.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/plugin/plugin.hpp"
+#include "runtime/graph/topology.hpp"
+#include "runtime/trace/recorder.hpp"
 
 namespace troupe {
 
@@ -195,7 +195,7 @@ session_result run_session(const run_config& config, const session_options& opti
   auto outcome = std::make_shared<run_outcome>();
   device_set devices{graph.devices};
   // Tracing and the message log: tracks for every device stream and actor (and the
-  // trainer), registered before anything runs. See runtime/trace.hpp.
+  // trainer), registered before anything runs. See runtime/trace/recorder.hpp.
   std::string trace_path = options.trace_path.empty() ? config.run.trace : options.trace_path;
   trace::reset();
   if (!trace_path.empty()) {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "actors/trainer_actor.hpp"
-#include "runtime/config.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/graph/topology.hpp"
 
 namespace troupe {
 

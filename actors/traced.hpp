@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "runtime/messages.hpp"
-#include "runtime/trace.hpp"
+#include "actors/messages.hpp"
+#include "runtime/trace/recorder.hpp"
 
 namespace troupe {
 

@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "actors/data_loader_actor.hpp"
-#include "runtime/lr_schedule.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/model/lr_schedule.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
 

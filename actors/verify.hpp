@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace troupe {
 

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
-#include "runtime/layer_check.hpp"
+#include "runtime/model/layer_check.hpp"
 
 namespace po = boost::program_options;
 

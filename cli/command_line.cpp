@@ -5,7 +5,7 @@
 #include "cli/commands.hpp"
 
 
-#include "runtime/plugin.hpp"
+#include "runtime/plugin/plugin.hpp"
 
 namespace po = boost::program_options;
 

@@ -11,7 +11,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace troupe::cli {
 

@@ -3,9 +3,9 @@
 
 #include "actors/actor_kinds.hpp"
 #include "cli/commands.hpp"
-#include "runtime/actor_signature.hpp"
-#include "runtime/layer.hpp"
-#include "runtime/plugin.hpp"
+#include "runtime/graph/actor_signature.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/plugin/plugin.hpp"
 
 namespace troupe::cli {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "runtime/error.hpp"
-#include "runtime/plugin.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/plugin/plugin.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
-#include "runtime/error.hpp"
-#include "runtime/trace_summary.hpp"
-#include "runtime/trace_timeline.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/trace_tools/summary.hpp"
+#include "runtime/trace_tools/timeline.hpp"
 
 namespace po = boost::program_options;
 

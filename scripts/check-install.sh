@@ -24,7 +24,7 @@ step "install into $prefix"
 cmake --install build --prefix "$prefix" > "$work/install.log"
 for f in bin/troupe lib/libtroupe.so lib/cmake/troupe/troupeConfig.cmake \
          lib/cmake/troupe/troupeConfigVersion.cmake lib/cmake/troupe/FindCAF.cmake \
-         lib/pkgconfig/troupe.pc include/troupe/runtime/layer.hpp include/troupe/kernels/ops.hpp \
+         lib/pkgconfig/troupe.pc include/troupe/runtime/model/layer.hpp include/troupe/kernels/ops.hpp \
          include/troupe/actors/actor_kinds.hpp; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f" >&2; exit 1; }
 done
@@ -67,8 +67,8 @@ cat > "$work/consumer.cpp" <<'CPP'
 #include <cstdio>
 #include <string>
 
-#include "runtime/layer.hpp"
-#include "runtime/plugin.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/plugin/plugin.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kernels/ops.hpp"
-#include "runtime/layer.hpp"
+#include "runtime/model/layer.hpp"
 
 namespace troupe {
 

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "kernels/ops.hpp"
-#include "runtime/layer.hpp"
+#include "runtime/model/layer.hpp"
 
 namespace troupe {
 namespace {

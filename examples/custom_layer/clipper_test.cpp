@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "actors/actor_kinds.hpp"
-#include "runtime/error.hpp"
-#include "runtime/messages.hpp"
-#include "runtime/plugin.hpp"
+#include "runtime/base/error.hpp"
+#include "actors/messages.hpp"
+#include "runtime/plugin/plugin.hpp"
 
 using namespace troupe;
 

@@ -18,7 +18,7 @@
 // another device are taken only once written (come_back_when_ready) and copied over
 // (arrive), the math is a job on the device stream (the actor thread only books), and
 // sends and handling are traced. It writes the received tensors in place: weight_grads_msg
-// hands them over (runtime/messages.hpp), so they are ours. A NaN or infinite norm passes
+// hands them over (actors/messages.hpp), so they are ours. A NaN or infinite norm passes
 // the gradients on unscaled (min(1, NaN) is 1 here), as clip_grad_norm_ does by default.
 #include <caf/all.hpp>
 
@@ -32,9 +32,9 @@
 #include "actors/inputs.hpp"
 #include "actors/traced.hpp"
 #include "kernels/kernels.hpp"
-#include "runtime/error.hpp"
-#include "runtime/messages.hpp"
-#include "runtime/transfer.hpp"
+#include "runtime/base/error.hpp"
+#include "actors/messages.hpp"
+#include "runtime/core/transfer.hpp"
 
 namespace custom_layers {
 

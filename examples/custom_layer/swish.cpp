@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "kernels/kernels.hpp"
-#include "runtime/error.hpp"
-#include "runtime/layer.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/model/layer.hpp"
 
 namespace custom_layers {
 

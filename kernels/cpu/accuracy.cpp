@@ -5,7 +5,7 @@
 // is some in-range index (the loss is NaN then anyway). It counts only; dividing by the
 // number of rows is the caller's business.
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "kernels/cpu/vectorize.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 #if defined(__GNUC__)
 // See Note [sqrt and vectorisation]. Redeclares glibc's sqrtf with one more attribute.

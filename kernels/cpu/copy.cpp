@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -7,7 +7,7 @@
 #include <cblas.h>
 
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

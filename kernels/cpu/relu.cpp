@@ -6,7 +6,7 @@
 // (y == x, dx == dy); partially overlapping buffers are not supported.
 #include "kernels/cpu/vectorize.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -12,7 +12,7 @@
 // built; the config does it here). No `maximize`, no foreach grouping.
 #include "kernels/cpu/vectorize.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "kernels/cpu/vectorize.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

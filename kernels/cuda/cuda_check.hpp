@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "runtime/error.hpp"
+#include "kernels/check.hpp"
 
 namespace troupe::kernels::cuda_backend {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "actors/device_scheduler.hpp"
-#include "runtime/messages.hpp"
+#include "actors/messages.hpp"
 
 using namespace troupe;
 

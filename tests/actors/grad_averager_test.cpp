@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "actors/grad_averager_actor.hpp"
-#include "runtime/messages.hpp"
+#include "actors/messages.hpp"
 
 using namespace troupe;
 

@@ -2,8 +2,8 @@
 // registered layer can use), shapes, and settings errors.
 #include <doctest/doctest.h>
 
-#include "runtime/layer.hpp"
-#include "runtime/layer_check.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/model/layer_check.hpp"
 
 using namespace troupe;
 

@@ -11,9 +11,9 @@
 
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
-#include "runtime/layer.hpp"
-#include "runtime/plugin.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/plugin/plugin.hpp"
+#include "runtime/graph/topology.hpp"
 #include "tests/plugins/test_plugins.hpp"
 
 using namespace troupe;

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "actors/session.hpp"
-#include "runtime/layer.hpp"
+#include "runtime/model/layer.hpp"
 
 using namespace troupe;
 

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/session.hpp"
-#include "runtime/layer.hpp"
-#include "runtime/topology.hpp"
-#include "runtime/trace_file.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/graph/topology.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
 
 using namespace troupe;
 

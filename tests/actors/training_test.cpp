@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/session.hpp"
-#include "runtime/layer.hpp"
+#include "runtime/model/layer.hpp"
 
 using namespace troupe;
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/run_troupe.hpp"
-#include "tests/runtime/trace_test_trace.hpp"
+#include "tests/runtime/trace_tools/test_trace.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 
 #include "kernel_test_support.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 using namespace troupe;
 

@@ -26,7 +26,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace troupe::kernels {
 namespace {

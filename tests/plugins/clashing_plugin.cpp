@@ -1,6 +1,6 @@
 // clashing_plugin.cpp: a plugin that registers the built-in layer name "linear" again,
 // for load_plugin's "registers names that exist" error.
-#include "runtime/plugin.hpp"
+#include "runtime/plugin/plugin.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_clashing_plugin");

@@ -1,7 +1,7 @@
 // faulty_plugin.cpp: a plugin whose layers break the layer contract, each in one way
 // (tests/plugins/scale_layer.hpp): a wrong dx, a forward that puts another tensor into
 // its output, a backward that throws. The runtime must name each failure.
-#include "runtime/plugin.hpp"
+#include "runtime/plugin/plugin.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_faulty_plugin");

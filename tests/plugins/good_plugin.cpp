@@ -9,8 +9,8 @@
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/plugin.hpp"
-#include "runtime/transfer.hpp"
+#include "runtime/plugin/plugin.hpp"
+#include "runtime/core/transfer.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_plugin");
@@ -23,7 +23,7 @@ TROUPE_REGISTER_LAYER("test_scale", "y = a * x, a learnable per feature (test pl
                       });
 
 /// Scales each weight_grads_msg in place (the sender hands its tensors over, see
-/// runtime/messages.hpp) on its device's stream and passes it on to its one grads sink.
+/// actors/messages.hpp) on its device's stream and passes it on to its one grads sink.
 class grad_scaler final : public caf::event_based_actor {
  public:
   grad_scaler(caf::actor_config& config, std::string name, float factor, troupe::device* on)

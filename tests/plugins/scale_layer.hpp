@@ -8,11 +8,11 @@
 
 #include <stdexcept>
 
-#include "runtime/layer.hpp"
+#include "runtime/model/layer.hpp"
 
 namespace {
 
-/// How a variant breaks the layer contract (runtime/layer.hpp).
+/// How a variant breaks the layer contract (runtime/model/layer.hpp).
 enum class scale_fault {
   none,
   wrong_gradient,     // backward leaves a out of dx (dx = dy): check-layer must catch it

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "runtime/plugin.hpp"
+#include "runtime/plugin/plugin.hpp"
 
 namespace test_plugins {
 

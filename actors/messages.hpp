@@ -1,0 +1,243 @@
+// messages.hpp: the messages actors exchange, each tagged with step and micro-batch.
+//
+// Forward:  data_loader --activation_msg--> layer_0 --> ... --> loss <--labels_msg-- data_loader
+// Backward: loss --gradient_msg--> layer_n-1 --> ... --> layer_0
+// Weights:  layer --weight_grads_msg--> [averager(s) --ring_msg--> ...] --> optimizer
+//           optimizer --params_msg--> layer
+// Credits:  a gradient_msg or release_msg returns the credit of its activations wire
+// Reports:  loss --loss_report_msg--> trainer;  any actor --failure_msg--> trainer
+//
+// Tensors inside are shared, not copied (tensor.hpp). Every type is inspectable so the
+// same messages can cross nodes; add_message_types() registers them with CAF.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/tensor.hpp"
+
+namespace troupe {
+
+enum class phase : std::uint8_t { train, eval };
+
+/// Which micro-batch of which step a message belongs to.
+struct micro_tag {
+  std::int64_t step = 0;        // optimizer step (train), or evaluation batch index (eval)
+  std::int32_t microbatch = 0;  // 0 .. M-1 within the step
+  std::int32_t replica = 0;     // 0 .. R-1
+  phase stage = phase::train;
+  std::int64_t version = 0;     // the parameter version a forward must use
+  std::int64_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, micro_tag& x) {
+  return f(caf::meta::type_name("micro_tag"), x.step, x.microbatch, x.replica, x.stage,
+           x.version, x.epoch);
+}
+
+/// Who sent a message and which flow arrow of the trace it is (zeros when not tracing).
+struct trace_stamp {
+  std::uint64_t flow = 0;
+  std::uint32_t from = 0;  // the sender's trace track
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_stamp& x) {
+  return f(caf::meta::type_name("trace_stamp"), x.flow, x.from);
+}
+
+/// Activations going forward. x: (b, D) for a micro-batch of b samples.
+struct activation_msg {
+  micro_tag tag;
+  tensor x;
+  trace_stamp trace;
+};
+
+/// Gradients going backward. dx: same shape as the activation it belongs to.
+struct gradient_msg {
+  micro_tag tag;
+  tensor dx;
+  trace_stamp trace;
+};
+
+/// The labels of a micro-batch, for the loss. labels: (b) i32. The loss scales each
+/// micro-batch's gradient by 1 / global_batch, so that sums over micro-batches and
+/// replicas are exactly the full-batch mean gradient (DESIGN.md).
+struct labels_msg {
+  micro_tag tag;
+  tensor labels;
+  std::int64_t global_batch = 0;
+  trace_stamp trace;
+};
+
+/// A layer's weight gradients for one step (summed over its micro-batches). The sender
+/// hands them over: it keeps no reference and never reads or writes them again, so the
+/// receiver may sum into them in place. A layer sends them as views of one buffer, in
+/// parameter order, so an averager can all-reduce them without flattening.
+struct weight_grads_msg {
+  std::int64_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t replica = 0;
+  std::vector<tensor> grads;
+  trace_stamp trace;
+};
+
+/// A new version of a layer's parameters: version k is what step k's forward uses.
+struct params_msg {
+  std::int64_t version = 0;
+  std::int32_t layer = 0;
+  std::vector<tensor> params;
+  trace_stamp trace;
+};
+
+/// One step of a ring all-reduce between the averagers of one layer: a chunk of a bucket
+/// of the flattened gradients, sent to the next replica's averager. phase 0 is
+/// reduce-scatter (the receiver adds it to its own chunk), phase 1 all-gather (the
+/// receiver takes it as the final sum).
+struct ring_msg {
+  std::int64_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t bucket = 0;
+  std::int32_t phase = 0;   // 0 reduce-scatter, 1 all-gather
+  std::int32_t round = 0;   // 0 .. R-2 within the phase
+  std::int32_t chunk = 0;   // which of the R chunks of the bucket
+  tensor data;              // (chunk elements)
+  trace_stamp trace;
+};
+
+/// The sharded optimizer's exchange between a layer's ring averager and that replica's
+/// optimizer, on the grads wire and back (Note [sharded optimizer] in
+/// actors/grad_averager_actor.cpp). `flat` is one buffer in the layout of the layer's
+/// parameters, flattened in order; `spans` are (offset, size) pairs of floats in it.
+///   reduced   averager -> optimizer: the summed gradients, complete at `spans` (the
+///             chunks this replica owns after reduce-scatter), handed over;
+///   updated   optimizer -> averager: the next parameters, complete at `spans`, handed
+///             over for the all-gather;
+///   gathered  averager -> optimizer: the same buffer, now complete everywhere.
+struct shard_msg {
+  enum stage_t : std::int32_t { reduced = 0, updated = 1, gathered = 2 };
+  std::int64_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t stage = reduced;
+  tensor flat;
+  std::vector<std::int64_t> spans;
+  trace_stamp trace;
+};
+
+/// Returns one credit on an activations wire without a gradient: the receiver has
+/// released the micro-batch `tag` (a forward-only micro-batch, or a first layer that
+/// sends no dx).
+struct release_msg {
+  micro_tag tag;
+  trace_stamp trace;
+};
+
+/// One end of a wire, as an actor sees it: the kind of wire, the actor at the other end,
+/// and the wire's capacity in credits (0 = unbounded).
+struct wire_end {
+  std::string kind;          // "activations" | "labels" | "grads" | "ring" | "params"
+  std::string peer_name;
+  std::string peer_kind;     // "data_loader" | "layer" | "loss" | "averager" | "optimizer" | ...
+  caf::actor peer;
+  std::int32_t peer_replica = -1;
+  std::uint32_t peer_track = 0;  // its trace track (0 when not tracing)
+  std::string peer_device;   // "cpu:1"
+  std::int64_t capacity = 0;
+};
+
+/// Sent once to every actor before the run starts: its wires in both directions and the
+/// trainer (which receives failures). Actors take their neighbours from here, so any
+/// wiring of the same actors works without code changes.
+struct wiring_msg {
+  std::vector<wire_end> outgoing;
+  std::vector<wire_end> incoming;
+  caf::actor trainer;
+  std::uint32_t track = 0;  // this actor's trace track (0 when not tracing)
+
+  /// The outgoing / incoming ends of one kind.
+  std::vector<wire_end> out(const std::string& kind) const;
+  std::vector<wire_end> in(const std::string& kind) const;
+};
+
+/// Loss and accuracy of one micro-batch, reported once its loss has been computed.
+struct loss_report_msg {
+  micro_tag tag;
+  double loss_sum = 0;        // sum over samples of the per-sample loss
+  std::int64_t correct = 0;   // samples whose argmax is the label
+  std::int64_t samples = 0;
+  trace_stamp trace;
+};
+
+/// An actor failed: who, doing what, and why. The trainer ends the run with it.
+struct failure_msg {
+  std::string actor;
+  std::string what;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
+  return f(caf::meta::type_name("activation_msg"), x.tag, x.x, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
+  return f(caf::meta::type_name("gradient_msg"), x.tag, x.dx, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, labels_msg& x) {
+  return f(caf::meta::type_name("labels_msg"), x.tag, x.labels, x.global_batch, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, weight_grads_msg& x) {
+  return f(caf::meta::type_name("weight_grads_msg"), x.step, x.layer, x.replica, x.grads, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
+  return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
+  return f(caf::meta::type_name("ring_msg"), x.step, x.layer, x.bucket, x.phase, x.round,
+           x.chunk, x.data, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_msg& x) {
+  return f(caf::meta::type_name("shard_msg"), x.step, x.layer, x.stage, x.flat, x.spans, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
+  return f(caf::meta::type_name("release_msg"), x.tag, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_end& x) {
+  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica, x.peer_track, x.peer_device,
+           x.capacity);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
+  return f(caf::meta::type_name("wiring_msg"), x.outgoing, x.incoming, x.trainer, x.track);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
+  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples, x.trace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+}
+
+// Control atoms (at most 10 characters each).
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+/// Registers every message type above with CAF (needed to cross nodes).
+void add_message_types(caf::actor_system_config& config);
+
+}  // namespace troupe

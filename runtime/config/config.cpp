@@ -1,0 +1,696 @@
+// config.cpp: reads the topology config (TOML, shorthand or explicit) into run_config and
+// checks it.
+//
+// The work is split in two layers. section_reader knows how to read one key of one table
+// with its type and range checked, and how to reject keys a section does not have; the
+// read_*_section functions below are then a list of "this key, this range". Every error
+// is a config_error at the offending key or value (toml++ keeps source positions).
+//
+// Deliberately not here: layer types and their settings (the layer registry checks them),
+// what the keys of [[actor]] / [[wire]] tables mean (topology_from_explicit() reads them),
+// and cross-section checks such as "data * pipeline devices" (the planner checks them,
+// where it knows the whole graph).
+#include "runtime/config/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+// Debian also ships toml++ as a shared library (its pkg-config/CMake files set
+// TOML_HEADER_ONLY=0); troupe uses the header-only form, so nothing extra is linked and
+// the toml++ types never leave this file.
+#ifndef TOML_HEADER_ONLY
+#define TOML_HEADER_ONLY 1
+#endif
+#include <toml++/toml.h>
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- small formatting helpers ----
+
+std::string type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+std::string format_number(double value) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);  // shortest round-trip
+  return std::string(buffer, result.ptr);
+}
+
+std::string join(const std::vector<std::string>& words, const char* quote = "'") {
+  std::string out;
+  for (const auto& word : words)
+    out += (out.empty() ? "" : ", ") + std::string(quote) + word + quote;
+  return out;
+}
+
+std::vector<std::string> name_parts(const std::string& name) {
+  std::vector<std::string> parts;
+  std::string part;
+  for (char c : name + "_") {
+    if (c == '_' || c == '-') {
+      if (!part.empty())
+        parts.push_back(part);
+      part.clear();
+    } else {
+      part += c;
+    }
+  }
+  return parts;
+}
+
+// did_you_mean() catches typos by edit distance; a name that adds or drops a word
+// ("lr_rate" for "lr", "warmup" for "warmup_steps") is too far for it, so whole words of
+// the name are matched too.
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  auto hint = did_you_mean(word, candidates);
+  if (!hint.empty())
+    return hint;
+  auto word_parts = name_parts(word);
+  for (const auto& candidate : candidates) {
+    auto candidate_parts = name_parts(candidate);
+    bool shares = std::find(word_parts.begin(), word_parts.end(), candidate) != word_parts.end() ||
+                  std::find(candidate_parts.begin(), candidate_parts.end(), word) !=
+                      candidate_parts.end();
+    if (shares)
+      return "; did you mean '" + candidate + "'?";
+  }
+  return {};
+}
+
+// ---- ranges, with the words an error message uses for them ----
+
+struct integer_range {
+  std::int64_t low;
+  std::int64_t high = std::numeric_limits<std::int64_t>::max();
+
+  bool contains(std::int64_t value) const { return value >= low && value <= high; }
+  std::string describe() const {
+    if (high == std::numeric_limits<std::int64_t>::max())
+      return ">= " + std::to_string(low);
+    return "in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+  }
+};
+
+integer_range at_least(std::int64_t low) { return {low}; }
+
+struct number_range {
+  double low;
+  bool low_open;                                        // "> low" rather than ">= low"
+  double high = std::numeric_limits<double>::infinity();  // always open
+
+  bool contains(double value) const {
+    return std::isfinite(value) && (low_open ? value > low : value >= low) && value < high;
+  }
+  std::string describe() const {
+    if (std::isinf(high))
+      return (low_open ? "> " : ">= ") + format_number(low);
+    return "in " + std::string(low_open ? "(" : "[") + format_number(low) + ", " +
+           format_number(high) + ")";
+  }
+};
+
+number_range above(double low) { return {low, true}; }
+number_range not_below(double low) { return {low, false}; }
+number_range unit_interval() { return {0.0, false, 1.0}; }  // [0, 1)
+
+// ---- positions and table entries ----
+
+source_position position_in(const std::string& file, const toml::source_region& region) {
+  return {file, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
+}
+
+// toml::table is ordered by key name; errors should come in the order a user reads the file.
+std::vector<std::pair<const toml::key*, const toml::node*>> entries_in_order(
+    const toml::table& table) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (auto&& [key, node] : table)
+    entries.emplace_back(&key, &node);
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto& pa = a.first->source().begin;
+    const auto& pb = b.first->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return entries;
+}
+
+// ---- section_reader: one fixed table ([run], [optimizer.schedule], ...) ----
+
+class section_reader {
+ public:
+  /// `table` may be null (the section is absent): every read then keeps its default and
+  /// reports `fallback` as the position.
+  section_reader(const toml::table* table, std::string name, std::string file,
+                 source_position fallback, std::vector<std::string> keys)
+      : table_(table), name_(std::move(name)), file_(std::move(file)), keys_(std::move(keys)) {
+    where_ = table_ ? position_in(file_, table_->source()) : std::move(fallback);
+    if (table_)
+      reject_unknown_keys();
+  }
+
+  const source_position& where() const { return where_; }
+  const std::string& file() const { return file_; }
+  const toml::node* find(const std::string& key) const {
+    return table_ ? table_->get(key) : nullptr;
+  }
+  source_position position(const toml::node& node) const {
+    return position_in(file_, node.source());
+  }
+  /// Where a key present in the table is written (the key itself, not its value).
+  source_position key_position(const std::string& key) const {
+    auto found = table_->find(key);
+    TROUPE_CHECK(found != table_->end(), "key_position of absent key '" << key << "'");
+    return position_in(file_, found->first.source());
+  }
+
+  [[noreturn]] void fail(const toml::node& node, const std::string& key,
+                         const std::string& message) const {
+    throw config_error(position(node), "[" + name_ + "] " + key + ": " + message);
+  }
+  [[noreturn]] void fail_type(const toml::node& node, const std::string& key,
+                              const std::string& expected) const {
+    fail(node, key, "expected " + expected + ", found " + type_name(node.type()));
+  }
+
+  // Each read leaves `out` alone when the key is absent and returns where the value came
+  // from (the value, or the section when defaulted).
+  source_position read(const std::string& key, std::int64_t& out, integer_range range) const {
+    const auto* node = find(key);
+    if (!node)
+      return where_;
+    if (!node->is_integer())
+      fail_type(*node, key, "an integer");
+    auto value = node->as_integer()->get();
+    if (!range.contains(value))
+      fail(*node, key, "expected an integer " + range.describe() + ", found " + std::to_string(value));
+    out = value;
+    return position(*node);
+  }
+
+  source_position read(const std::string& key, double& out, number_range range) const {
+    const auto* node = find(key);
+    if (!node)
+      return where_;
+    out = number(*node, key, range);
+    return position(*node);
+  }
+
+  /// A number (integers accepted) checked against `range`; for array elements too.
+  double number(const toml::node& node, const std::string& key, number_range range) const {
+    double value = 0.0;
+    if (node.is_integer())
+      value = static_cast<double>(node.as_integer()->get());
+    else if (node.is_floating_point())
+      value = node.as_floating_point()->get();
+    else
+      fail_type(node, key, "a number");
+    if (!range.contains(value))
+      fail(node, key, "expected a number " + range.describe() + ", found " + format_number(value));
+    return value;
+  }
+
+  source_position read(const std::string& key, bool& out) const {
+    const auto* node = find(key);
+    if (!node)
+      return where_;
+    if (!node->is_boolean())
+      fail_type(*node, key, "a boolean (true or false)");
+    out = node->as_boolean()->get();
+    return position(*node);
+  }
+
+  source_position read(const std::string& key, std::string& out) const {
+    const auto* node = find(key);
+    if (!node)
+      return where_;
+    if (!node->is_string())
+      fail_type(*node, key, "a string");
+    out = node->as_string()->get();
+    return position(*node);
+  }
+
+  /// A string that must be one of `valid`; `what` names it in messages ("optimizer type").
+  source_position read_choice(const std::string& key, std::string& out, const std::string& what,
+                              const std::vector<std::string>& valid) const {
+    std::string value = out;
+    auto at = read(key, value);
+    if (std::find(valid.begin(), valid.end(), value) == valid.end())
+      throw config_error(at, "unknown " + what + " '" + value + "'" + suggestion(value, valid) +
+                                 " (expected one of " + join(valid) + ")");
+    out = value;
+    return at;
+  }
+
+  /// A sub-table such as [optimizer.schedule]; null when absent.
+  const toml::table* sub_table(const std::string& key) const {
+    const auto* node = find(key);
+    if (node && !node->is_table())
+      fail_type(*node, key, "a table");
+    return node ? node->as_table() : nullptr;
+  }
+
+ private:
+  void reject_unknown_keys() const {
+    for (const auto& [key, node] : entries_in_order(*table_)) {
+      const auto& name = key->str();
+      if (std::find(keys_.begin(), keys_.end(), name) != keys_.end())
+        continue;
+      auto hint = suggestion(std::string(name), keys_);
+      if (hint.empty())
+        hint = "; valid keys: " + join(keys_, "");
+      throw config_error(position_in(file_, key->source()),
+                         "unknown key '" + std::string(name) + "' in [" + name_ + "]" + hint);
+    }
+  }
+
+  const toml::table* table_;
+  std::string name_;
+  std::string file_;
+  std::vector<std::string> keys_;
+  source_position where_;
+};
+
+// ---- the sections ----
+
+run_section read_run(const section_reader& r) {
+  run_section s;
+  s.where = r.where();
+  r.read("epochs", s.epochs, at_least(1));
+  r.read("steps", s.steps, at_least(0));
+  std::int64_t seed = static_cast<std::int64_t>(s.seed);
+  r.read("seed", seed, at_least(0));
+  s.seed = static_cast<std::uint64_t>(seed);
+  r.read("metrics", s.metrics);
+  r.read("log_every", s.log_every, at_least(1));
+  r.read("evaluate", s.evaluate);
+  r.read("trace", s.trace);
+  r.read("trace_capacity", s.trace_capacity, at_least(16));
+  r.read("watchdog", s.watchdog, number_range{0, false});
+  if (const auto* plugins = r.find("plugins")) {
+    const auto* array = plugins->as_array();
+    if (!array)
+      r.fail(*plugins, "plugins", "expected an array of plugin paths like [\"libmy_layers.so\"], "
+                                  "found " + type_name(plugins->type()));
+    for (const auto& element : *array) {
+      const auto* path = element.as_string();
+      if (!path || path->get().empty())
+        r.fail(element, "plugins", "expected a plugin path, found " +
+                                       (path ? std::string("an empty string") : type_name(element.type())));
+      s.plugins.push_back(setting_value{path->get(), r.position(element)});
+    }
+  }
+  return s;
+}
+
+const char* const fashion_mnist_files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+// Checked here rather than when loading, so that a typo in a path fails before anything
+// is spawned, at the line that holds it.
+void check_fashion_mnist_directory(const data_section& s) {
+  const std::string hint =
+      "; install Debian's dataset-fashion-mnist (scripts/install-deps.sh does) or set [data] "
+      "source = \"synthetic\"";
+  std::error_code error;
+  if (!fs::is_directory(s.path, error))
+    throw config_error(s.path_where, "[data] path: '" + s.path + "' is not a directory holding "
+                                         "the Fashion-MNIST files" + hint);
+  std::vector<std::string> missing;
+  for (const char* name : fashion_mnist_files) {
+    auto base = fs::path(s.path) / name;
+    if (!fs::is_regular_file(base, error) && !fs::is_regular_file(base.string() + ".gz", error))
+      missing.push_back(std::string(name) + "(.gz)");
+  }
+  if (!missing.empty())
+    throw config_error(s.path_where, "[data] path: directory '" + s.path + "' has no " +
+                                         join(missing) + hint);
+}
+
+data_section read_data(const section_reader& r, const std::string& directory) {
+  data_section s;
+  s.where = r.where();
+  s.source_where = r.read_choice("source", s.source, "data source", {"fashion-mnist", "synthetic"});
+  s.path_where = r.read("path", s.path);
+  if (const auto* node = r.find("path")) {
+    if (s.path.empty())
+      r.fail(*node, "path", "expected a directory, found an empty string");
+    fs::path path(s.path);
+    if (path.is_relative())
+      s.path = (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+  }
+  r.read("batch_size", s.batch_size, at_least(1));
+  r.read("eval_batch_size", s.eval_batch_size, at_least(1));
+  r.read("shuffle", s.shuffle);
+  r.read("prefetch", s.prefetch, integer_range{1, 64});
+  r.read("synthetic_train", s.synthetic_train, at_least(1));
+  r.read("synthetic_test", s.synthetic_test, at_least(1));
+  r.read("synthetic_features", s.synthetic_features, at_least(1));
+  r.read("synthetic_classes", s.synthetic_classes, at_least(2));
+  if (s.source == "fashion-mnist")
+    check_fashion_mnist_directory(s);
+  return s;
+}
+
+/// A scalar TOML value as a setting; `what` names the key in the error for anything else.
+setting_value read_scalar(const toml::node& value, const source_position& key_where,
+                          const std::string& file, const std::string& what) {
+  setting_value setting;
+  setting.where = key_where;
+  if (value.is_integer())
+    setting.value = value.as_integer()->get();
+  else if (value.is_floating_point())
+    setting.value = value.as_floating_point()->get();
+  else if (value.is_boolean())
+    setting.value = value.as_boolean()->get();
+  else if (value.is_string())
+    setting.value = value.as_string()->get();
+  else
+    throw config_error(position_in(file, value.source()),
+                       what + ": expected a scalar (integer, float, boolean or string), found " +
+                           type_name(value.type()));
+  return setting;
+}
+
+layer_config read_layer(const section_reader& model, const toml::node& node, std::size_t index) {
+  const std::string name = "[[model.layers]] #" + std::to_string(index + 1);
+  if (!node.is_table())
+    model.fail_type(node, "layers #" + std::to_string(index + 1), "a table ([[model.layers]])");
+  const auto& table = *node.as_table();
+  layer_config layer;
+  layer.where = model.position(table);
+  const auto* type = table.get("type");
+  if (!type)
+    throw config_error(layer.where, name + ": missing key 'type' (the layer's name, e.g. "
+                                           "type = \"linear\")");
+  if (!type->is_string() || type->as_string()->get().empty())
+    throw config_error(model.position(*type),
+                       name + " type: expected a layer name (a string), found " +
+                           (type->is_string() ? "an empty string" : type_name(type->type())));
+  layer.type = type->as_string()->get();
+  layer.type_where = model.position(*type);
+  for (const auto& [key, value] : entries_in_order(table)) {
+    if (key->str() == "type")
+      continue;
+    layer.settings.emplace(std::string(key->str()),
+                           read_scalar(*value, position_in(model.file(), key->source()),
+                                       model.file(), name + " " + std::string(key->str())));
+  }
+  return layer;
+}
+
+/// explicit_form: the config has [[actor]] tables, which list the layers instead.
+model_section read_model(const section_reader& r, bool explicit_form) {
+  model_section s;
+  s.where = r.where();
+  r.read_choice("loss", s.loss, "loss", {"softmax_xent"});
+  if (const auto* layers = r.find("layers")) {
+    if (!layers->is_array())
+      r.fail_type(*layers, "layers", "an array of tables ([[model.layers]])");
+    const auto& array = *layers->as_array();
+    if (explicit_form && !array.empty())
+      throw config_error(r.position(*array.get(0)),
+                         "an explicit config lists its layers as [[actor]] tables; remove "
+                         "[[model.layers]] or the [[actor]] tables");
+    for (std::size_t i = 0; i < array.size(); ++i)
+      s.layers.push_back(read_layer(r, *array.get(i), i));
+  }
+  if (s.layers.empty() && !explicit_form)
+    throw config_error(s.where, "[model] has no layers; add at least one [[model.layers]] table "
+                                "with a type, e.g. type = \"linear\"");
+  return s;
+}
+
+schedule_section read_schedule(const section_reader& r) {
+  schedule_section s;
+  s.where = r.where();
+  r.read_choice("type", s.type, "schedule type", {"constant", "step", "cosine"});
+  r.read("warmup_steps", s.warmup_steps, at_least(0));
+  r.read("step_size", s.step_size, at_least(1));
+  r.read("gamma", s.gamma, above(0));
+  r.read("min_lr", s.min_lr, not_below(0));
+  return s;
+}
+
+optimizer_section read_optimizer(const section_reader& r) {
+  optimizer_section s;
+  s.where = r.where();
+  s.type_where = r.read_choice("type", s.type, "optimizer type", {"sgd", "adam", "adamw"});
+  r.read("lr", s.lr, above(0));
+  r.read("momentum", s.momentum, unit_interval());
+  r.read("dampening", s.dampening, unit_interval());
+  auto nesterov_where = r.read("nesterov", s.nesterov);
+  if (const auto* betas = r.find("betas")) {
+    const auto* array = betas->as_array();
+    if (!array || array->size() != 2)
+      r.fail(*betas, "betas", "expected an array of 2 numbers [beta1, beta2], found " +
+                                  (array ? "an array of " + std::to_string(array->size()) + " values"
+                                         : type_name(betas->type())));
+    s.beta1 = r.number(*array->get(0), "betas[0]", unit_interval());
+    s.beta2 = r.number(*array->get(1), "betas[1]", unit_interval());
+  }
+  r.read("eps", s.eps, above(0));
+  r.read("weight_decay", s.weight_decay, not_below(0));
+  // The same rule as PyTorch's SGD: Nesterov momentum needs momentum and no dampening.
+  if (s.nesterov && (s.momentum <= 0.0 || s.dampening != 0.0))
+    throw config_error(nesterov_where, "[optimizer] nesterov: needs momentum > 0 and "
+                                       "dampening = 0, found momentum = " +
+                                           format_number(s.momentum) + ", dampening = " +
+                                           format_number(s.dampening));
+  section_reader schedule(r.sub_table("schedule"), "optimizer.schedule", r.file(), s.where,
+                          {"type", "warmup_steps", "step_size", "gamma", "min_lr"});
+  s.schedule = read_schedule(schedule);
+  return s;
+}
+
+// "cpu:N" or "cuda:N", N a non-negative integer without leading zeros (so that two
+// spellings of one device cannot slip past the duplicate check).
+bool is_device_name(const std::string& name) {
+  auto colon = name.find(':');
+  if (colon == std::string::npos)
+    return false;
+  auto kind = name.substr(0, colon);
+  auto number = name.substr(colon + 1);
+  if (kind != "cpu" && kind != "cuda")
+    return false;
+  if (number.empty() || number.size() > 9 || (number.size() > 1 && number[0] == '0'))
+    return false;
+  return std::all_of(number.begin(), number.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+/// `stages = [[0, 1], [2, 4]]`: each element a pair of layer indices, first <= last.
+void read_stage_ranges(const section_reader& r, parallel_section& s) {
+  const auto* stages = r.find("stages");
+  if (!stages)
+    return;
+  s.stages_where = r.position(*stages);
+  const auto* array = stages->as_array();
+  if (!array || array->empty())
+    r.fail(*stages, "stages", "expected a non-empty array of [first, last] layer ranges like "
+                              "[[0, 1], [2, 4]], found " +
+                                  (array ? std::string("an empty array") : type_name(stages->type())));
+  for (const auto& element : *array) {
+    const auto* pair = element.as_array();
+    bool well_formed = pair && pair->size() == 2 && pair->get(0)->is_integer() &&
+                       pair->get(1)->is_integer();
+    if (!well_formed)
+      r.fail(element, "stages", "expected a pair of layer indices [first, last], found " +
+                                    (pair ? "an array of " + std::to_string(pair->size()) +
+                                                " values" + (pair->size() == 2 ? " (not integers)" : "")
+                                          : type_name(element.type())));
+    auto first = pair->get(0)->as_integer()->get();
+    auto last = pair->get(1)->as_integer()->get();
+    if (first < 0 || last < first)
+      r.fail(element, "stages", "expected layer indices 0 <= first <= last, found [" +
+                                    std::to_string(first) + ", " + std::to_string(last) + "]");
+    s.stage_ranges.emplace_back(first, last);
+  }
+}
+
+/// explicit_form: the [[actor]] / [[wire]] graph says how many replicas and stages there
+/// are, so the shorthand keys for them would say it twice (and could disagree).
+parallel_section read_parallel(const section_reader& r, bool explicit_form) {
+  parallel_section s;
+  s.where = r.where();
+  if (explicit_form)
+    for (const char* key : {"data", "pipeline", "stages"})
+      if (r.find(key))
+        throw config_error(r.key_position(key),
+                           std::string("[parallel] ") + key + ": is shorthand, and an explicit "
+                           "config's [[actor]] tables already say how many replicas and stages "
+                           "there are; remove it");
+  if (const auto* devices = r.find("devices")) {
+    const auto* array = devices->as_array();
+    if (!array || array->empty())
+      r.fail(*devices, "devices", "expected a non-empty array of devices like [\"cpu:0\"], found " +
+                                      (array ? std::string("an empty array")
+                                             : type_name(devices->type())));
+    for (const auto& element : *array) {
+      const auto* name = element.as_string();
+      if (!name || !is_device_name(name->get()))
+        r.fail(element, "devices", "expected a device like 'cpu:0' or 'cuda:0', found " +
+                                       (name ? "'" + name->get() + "'" : type_name(element.type())));
+      for (const auto& earlier : s.devices)
+        if (earlier.name == name->get())
+          r.fail(element, "devices", "device '" + earlier.name + "' is listed twice (first at " +
+                                         earlier.where.to_string() + ")");
+      s.devices.push_back({name->get(), r.position(element)});
+    }
+  } else {
+    s.devices.push_back({"cpu:0", s.where});
+  }
+  r.read("data", s.data, at_least(1));
+  r.read("pipeline", s.pipeline, at_least(1));
+  r.read("microbatches", s.microbatches, at_least(1));
+  r.read_choice("schedule", s.schedule, "pipeline schedule", {"gpipe", "1f1b"});
+  r.read_choice("averaging", s.averaging, "gradient averaging", {"ring", "central"});
+  read_stage_ranges(r, s);
+  r.read("share_devices", s.share_devices);
+  r.read("bucket_kib", s.bucket_kib, at_least(1));
+  r.read("shard_optimizer", s.shard_optimizer);
+  s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
+  if (s.shard_optimizer && s.averaging != "ring")
+    throw config_error(s.shard_where, "[parallel] shard_optimizer: needs averaging = \"ring\" "
+                                      "(the optimizer shards are the ring's chunks), found "
+                                      "averaging = \"" + s.averaging + "\"");
+  return s;
+}
+
+// ---- the top level ----
+
+const std::vector<std::string> section_names = {"run",      "data",  "model", "optimizer",
+                                                 "parallel", "actor", "wire"};
+
+bool is_table_array(const std::string& name) { return name == "actor" || name == "wire"; }
+
+void reject_unknown_sections(const toml::table& root, const std::string& file) {
+  for (const auto& [key, node] : entries_in_order(root)) {
+    std::string name(key->str());
+    auto at = position_in(file, key->source());
+    if (std::find(section_names.begin(), section_names.end(), name) == section_names.end()) {
+      auto hint = suggestion(name, section_names);
+      throw config_error(at, "unknown section '" + name + "'" +
+                                 (hint.empty() ? "; valid sections: " + join(section_names) : hint));
+    }
+    if (is_table_array(name) && !node->is_array_of_tables())
+      throw config_error(at, "'" + name + "' must be an array of tables [[" + name + "]], found " +
+                                 type_name(node->type()));
+    if (!is_table_array(name) && !node->is_table())
+      throw config_error(at, "'" + name + "' must be a section [" + name + "], found " +
+                                 type_name(node->type()));
+  }
+}
+
+/// Every [[actor]] (or [[wire]]) table, each key with its scalar value and position.
+std::vector<table_config> read_tables(const toml::table& root, const std::string& name,
+                                      const std::string& file) {
+  std::vector<table_config> tables;
+  const auto* array = root.get_as<toml::array>(name);
+  if (!array)
+    return tables;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const auto& table = *array->get(i)->as_table();
+    table_config out;
+    out.where = position_in(file, table.source());
+    for (const auto& [key, value] : entries_in_order(table)) {
+      auto what = "[[" + name + "]] #" + std::to_string(i + 1) + " " + std::string(key->str());
+      out.settings.emplace(std::string(key->str()),
+                           read_scalar(*value, position_in(file, key->source()), file, what));
+    }
+    tables.push_back(std::move(out));
+  }
+  return tables;
+}
+
+}  // namespace
+
+run_config parse_config(const std::string& text, const std::string& name,
+                        const std::string& directory) {
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view{text}, std::string_view{name});
+  } catch (const toml::parse_error& error) {
+    std::string description(error.description());
+    if (!description.empty())
+      description[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(description[0])));
+    throw config_error(position_in(name, error.source()), "invalid TOML: " + description);
+  }
+  reject_unknown_sections(root, name);
+
+  run_config config;
+  config.path = name;
+  config.directory = directory;
+  const source_position whole_file{name, 0, 0};
+  auto section = [&](const char* key, std::vector<std::string> keys) {
+    return section_reader(root.get_as<toml::table>(key), key, name, whole_file, std::move(keys));
+  };
+  config.run = read_run(section("run", {"epochs", "steps", "seed", "metrics", "log_every",
+                                        "evaluate", "trace", "trace_capacity", "watchdog", "plugins"}));
+  config.data = read_data(section("data", {"source", "path", "batch_size", "eval_batch_size",
+                                           "shuffle", "prefetch", "synthetic_train",
+                                           "synthetic_test", "synthetic_features",
+                                           "synthetic_classes"}),
+                          directory);
+  config.actors = read_tables(root, "actor", name);
+  config.wires = read_tables(root, "wire", name);
+  const bool explicit_form = config.is_explicit();
+  if (explicit_form && config.wires.empty())
+    throw config_error(config.actors.front().where,
+                       "an explicit config needs [[wire]] tables too: the [[actor]] tables say "
+                       "what runs, the wires how activations, labels, gradients and parameters "
+                       "flow between them");
+  if (!explicit_form && !config.wires.empty())
+    throw config_error(config.wires.front().where,
+                       "[[wire]] tables need [[actor]] tables to connect; a shorthand config "
+                       "has neither");
+  config.model = read_model(section("model", {"loss", "layers"}), explicit_form);
+  config.optimizer = read_optimizer(section("optimizer", {"type", "lr", "momentum", "dampening",
+                                                         "nesterov", "betas", "eps",
+                                                         "weight_decay", "schedule"}));
+  config.parallel = read_parallel(section("parallel", {"devices", "data", "pipeline", "stages",
+                                                       "microbatches", "schedule", "averaging",
+                                                       "share_devices", "bucket_kib",
+                                                       "shard_optimizer"}),
+                                  explicit_form);
+  return config;
+}
+
+run_config load_config(const std::string& path) {
+  std::error_code error;
+  if (fs::is_directory(path, error))
+    throw user_error("cannot open config file '" + path + "': it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw user_error("cannot open config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad())
+    throw user_error("cannot read config file '" + path + "': " + std::strerror(errno));
+  auto directory = fs::path(path).parent_path().string();
+  return parse_config(text.str(), path, directory.empty() ? "." : directory);
+}
+
+}  // namespace troupe

@@ -1,0 +1,158 @@
+// config.hpp: the topology config a user writes (TOML), loaded and validated.
+//
+// load_config() reads the shorthand form ([run], [data], [model], [optimizer],
+// [parallel]) or the explicit form ([[actor]] and [[wire]] tables instead of
+// [[model.layers]] and [parallel] data/pipeline/stages) into run_config. Every value keeps where it came from, so that later
+// checks (shapes, devices, layer settings) can name file:line:col too. Unknown keys,
+// wrong types and out-of-range values throw config_error naming the position, what was
+// expected and, for names, the nearest valid one. Nothing here spawns anything.
+//
+// Layer settings are kept generic (a layer type is found by name in the layer registry,
+// which knows its own settings); so are the [[actor]] / [[wire]] tables, which
+// topology_from_explicit() reads (runtime/graph/topology.hpp). Everything else is checked here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "runtime/base/error.hpp"
+
+namespace troupe {
+
+/// One scalar setting of a layer table, with its position.
+struct setting_value {
+  std::variant<std::int64_t, double, bool, std::string> value;
+  source_position where;
+};
+
+/// One entry of [[model.layers]].
+struct layer_config {
+  std::string type;                               // registry name, e.g. "linear"
+  std::map<std::string, setting_value> settings;  // every key but `type`
+  source_position where;                          // the table's position
+  source_position type_where;                     // the `type` value's position
+};
+
+struct run_section {
+  std::int64_t epochs = 1;          // used when steps == 0
+  std::int64_t steps = 0;           // > 0: stop after this many optimizer steps
+  std::uint64_t seed = 42;
+  std::string metrics = "troupe-metrics.jsonl";  // relative to the working directory
+  std::int64_t log_every = 50;      // steps between plain progress lines (no terminal)
+  bool evaluate = true;             // run the test set after each epoch
+  std::string trace;                // write a Chrome trace here (relative to the working directory)
+  std::int64_t trace_capacity = 1 << 20;  // events kept per thread; more are dropped and counted
+  double watchdog = 60;             // seconds without progress before the run is stopped; 0 = off
+  std::vector<setting_value> plugins;  // shared libraries to load, relative to the config file
+  source_position where;
+};
+
+struct data_section {
+  std::string source = "fashion-mnist";  // "fashion-mnist" | "synthetic"
+  std::string path = "/usr/share/datasets/fashion-mnist";  // relative to the config file
+  std::int64_t batch_size = 128;         // global batch B
+  std::int64_t eval_batch_size = 1000;
+  bool shuffle = true;
+  std::int64_t prefetch = 2;             // batches prepared ahead of the one training
+  // synthetic source only
+  std::int64_t synthetic_train = 4096;
+  std::int64_t synthetic_test = 1024;
+  std::int64_t synthetic_features = 784;
+  std::int64_t synthetic_classes = 10;
+  source_position where;
+  source_position source_where;
+  source_position path_where;
+};
+
+struct model_section {
+  std::vector<layer_config> layers;
+  std::string loss = "softmax_xent";
+  source_position where;
+};
+
+struct schedule_section {
+  std::string type = "constant";  // "constant" | "step" | "cosine"
+  std::int64_t warmup_steps = 0;  // linear warm-up from 0 (all types)
+  std::int64_t step_size = 1000;  // "step": multiply by gamma every step_size steps
+  double gamma = 0.1;
+  double min_lr = 0.0;            // "cosine": the floor at the last step
+  source_position where;
+};
+
+struct optimizer_section {
+  std::string type = "adam";  // "sgd" | "adam" | "adamw"
+  double lr = 1e-3;
+  double momentum = 0.0;      // sgd
+  double dampening = 0.0;     // sgd
+  bool nesterov = false;      // sgd
+  double beta1 = 0.9;         // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // L2 for sgd/adam, decoupled for adamw
+  schedule_section schedule;
+  source_position where;
+  source_position type_where;
+};
+
+struct device_config {
+  std::string name;  // as written, e.g. "cpu:0"
+  source_position where;
+};
+
+struct parallel_section {
+  std::vector<device_config> devices;  // default: one "cpu:0"
+  std::int64_t data = 1;               // R replicas
+  std::int64_t pipeline = 1;           // P stages
+  std::int64_t microbatches = 1;       // M
+  std::string schedule = "gpipe";      // "gpipe" | "1f1b"
+  std::string averaging = "ring";      // "ring" | "central"
+  /// Optional explicit pipeline split: stage s holds model layers [first, last] (inclusive).
+  /// Checked here only for first <= last; contiguity and coverage by the expander.
+  std::vector<std::pair<std::int64_t, std::int64_t>> stage_ranges;
+  source_position stages_where;
+  bool share_devices = false;          // allow R * P > number of devices
+  std::int64_t bucket_kib = 1024;      // ring all-reduce bucket size, KiB
+  /// ZeRO-1: with ring averaging, each replica's optimizer updates only the chunks its
+  /// averager owns after reduce-scatter, and the ring all-gathers parameters instead of
+  /// gradients (Note [sharded optimizer] in actors/grad_averager_actor.cpp).
+  bool shard_optimizer = false;
+  source_position shard_where;         // where shard_optimizer is written, if it is
+  source_position where;
+};
+
+/// One [[actor]] or [[wire]] table of an explicit config: every key with its position
+/// (the key's). Values are scalars; what the keys mean is topology_from_explicit()'s.
+struct table_config {
+  std::map<std::string, setting_value> settings;
+  source_position where;  // the table's header
+};
+
+struct run_config {
+  std::string path;  // the config file as given
+  std::string directory;  // its directory (relative paths in the config resolve here)
+  run_section run;
+  data_section data;
+  model_section model;
+  optimizer_section optimizer;
+  parallel_section parallel;
+  std::vector<table_config> actors;  // [[actor]], in file order
+  std::vector<table_config> wires;   // [[wire]], in file order
+
+  /// An explicit config lists its actors and wires instead of [[model.layers]].
+  bool is_explicit() const { return !actors.empty(); }
+};
+
+/// Loads and checks a config file. Throws config_error (or user_error for an unreadable
+/// file) with file:line:col.
+run_config load_config(const std::string& path);
+
+/// The same, from a string; `name` is used as the file name in errors.
+run_config parse_config(const std::string& text, const std::string& name,
+                        const std::string& directory = ".");
+
+}  // namespace troupe

@@ -1,0 +1,338 @@
+// device.cpp: CPU streams (a worker thread per device) and the device set.
+//
+// Note [CPU streams]
+// A CPU device runs its jobs on one thread bound to one core. Actors submit jobs from
+// their handlers and return at once, so a handler never runs long compute and the device
+// thread is never idle while work is queued. Waking a sleeping thread
+// costs tens of microseconds (CAF-0.17-NOTES.md section 7), so the worker first spins
+// briefly (yielding, so that on a single core it lets the submitting thread run) before
+// it sleeps on a condition variable.
+//
+// Besides jobs, the thread runs posted tasks: short host work that is not part of the
+// stream's order, taken before the next job. The actors placed on a device handle their
+// messages this way (Note [actors on device threads] in actors/device_scheduler.cpp).
+#include "runtime/core/device.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <chrono>
+
+#include "runtime/base/error.hpp"
+#include "runtime/trace/recorder.hpp"
+
+namespace troupe {
+
+std::string device_id::to_string() const {
+  return std::string{kernels::to_string(type)} + ":" + std::to_string(index);
+}
+
+bool device_id::parse(const std::string& text, device_id& out) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos || colon + 1 >= text.size())
+    return false;
+  auto kind = text.substr(0, colon);
+  auto number = text.substr(colon + 1);
+  if (number.size() > 6 || number.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  device_id result;
+  if (kind == "cpu")
+    result.type = device_type::cpu;
+  else if (kind == "cuda")
+    result.type = device_type::cuda;
+  else
+    return false;
+  result.index = std::stoi(number);
+  out = result;
+  return true;
+}
+
+bool event::reached() const {
+  return owner == nullptr || owner->completed() >= sequence;
+}
+
+void event::wait() const {
+  if (!reached())
+    owner->wait_until(sequence);
+}
+
+void event::then(std::function<void()> callback) const {
+  if (owner == nullptr)
+    callback();
+  else
+    owner->notify_when_reached(sequence, std::move(callback));
+}
+
+int allowed_core_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+namespace {
+
+// Binds the calling thread to the `core`-th CPU of the process's affinity set.
+void bind_to_core(int core) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (core < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    return;
+  int count = CPU_COUNT(&allowed);
+  if (count <= 0)
+    return;
+  int wanted = core % count;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed))
+      continue;
+    if (seen++ == wanted) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+      return;
+    }
+  }
+}
+
+constexpr auto spin_before_sleep = std::chrono::microseconds(200);
+
+}  // namespace
+
+stream::stream(device_id device, int core) : device_(device) {
+  worker_ = std::thread([this, core] {
+    bind_to_core(core);
+    // Named for profilers and debuggers: "troupe cpu:1" (15 characters at most).
+    pthread_setname_np(pthread_self(), ("troupe " + device_.to_string()).substr(0, 15).c_str());
+    run();
+  });
+}
+
+stream::~stream() {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  worker_.join();
+}
+
+event stream::submit(job work, const job_label& label) {
+  return enqueue(std::move(work), true, label);
+}
+
+event stream::enqueue(job work, bool busy, const job_label& label) {
+  bool wake;
+  std::uint64_t sequence;
+  auto submitted = trace::enabled() ? trace::now_ns() : 0;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    queue_.push_back(entry{std::move(work), busy, label, submitted});
+    sequence = ++submitted_;
+    wake = worker_sleeping_;
+  }
+  if (wake)
+    work_ready_.notify_one();
+  return event{this, sequence};
+}
+
+void stream::post(job task) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    posted_.push_back(std::move(task));
+    wake = worker_sleeping_;
+  }
+  if (wake)
+    work_ready_.notify_one();
+}
+
+void stream::drain_posted() {
+  std::mutex done_mutex;
+  std::condition_variable done_signal;
+  bool done = false;
+  post([&] {
+    std::lock_guard<std::mutex> guard{done_mutex};
+    done = true;
+    done_signal.notify_all();
+  });
+  std::unique_lock<std::mutex> lock{done_mutex};
+  done_signal.wait(lock, [&] { return done; });
+}
+
+void stream::wait_for(const event& e) {
+  if (e.owner == nullptr || e.owner == this || e.reached())
+    return;
+  enqueue([e] { e.wait(); }, false, job_label{"wait"});
+}
+
+event stream::last() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  return event{const_cast<stream*>(this), submitted_};
+}
+
+void stream::synchronize() {
+  last().wait();
+}
+
+void stream::notify_when_reached(std::uint64_t sequence, std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    watchers_.emplace_back(sequence, std::move(callback));
+    watcher_count_.fetch_add(1);  // before reading completed_: see fire_due_watchers
+  }
+  if (completed() >= sequence)
+    fire_due_watchers();
+}
+
+// Either the worker (which counts a job, then reads watcher_count_) or the registering
+// thread (which counts a watcher, then reads completed_) sees the other's write: both are
+// sequentially consistent. Whoever takes a watcher out under the lock calls it, once.
+void stream::fire_due_watchers() {
+  std::vector<std::function<void()>> due;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto done = completed();
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      if (it->first <= done) {
+        due.push_back(std::move(it->second));
+        it = watchers_.erase(it);
+        watcher_count_.fetch_sub(1);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& callback : due)
+    callback();
+}
+
+void stream::set_error_handler(error_handler handler) {
+  std::lock_guard<std::mutex> guard{mutex_};
+  on_error_ = std::move(handler);
+}
+
+void stream::wait_until(std::uint64_t sequence) {
+  if (completed() >= sequence)
+    return;
+  host_waiters_.fetch_add(1);
+  {
+    std::unique_lock<std::mutex> lock{mutex_};
+    work_done_.wait(lock, [&] { return completed() >= sequence; });
+  }
+  host_waiters_.fetch_sub(1);
+}
+
+void stream::run() {
+  auto idle = [this] { return queue_.empty() && posted_.empty(); };
+  for (;;) {
+    entry next;
+    job task;
+    {
+      std::unique_lock<std::mutex> lock{mutex_};
+      if (idle() && !stopping_) {
+        lock.unlock();
+        auto until = std::chrono::steady_clock::now() + spin_before_sleep;
+        for (;;) {
+          std::this_thread::yield();
+          lock.lock();
+          if (!idle() || stopping_ || std::chrono::steady_clock::now() >= until)
+            break;
+          lock.unlock();
+        }
+        while (idle() && !stopping_) {
+          worker_sleeping_ = true;
+          work_ready_.wait(lock);
+          worker_sleeping_ = false;
+        }
+      }
+      if (!posted_.empty()) {
+        task = std::move(posted_.front());
+        posted_.pop_front();
+      } else if (queue_.empty()) {
+        return;  // stopping, and everything submitted has run
+      } else {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (task) {
+      task();
+      continue;
+    }
+    if (!failed()) {
+      auto started = std::chrono::steady_clock::now();
+      auto traced_start = trace_track_ != 0 && trace::enabled() ? trace::now_ns() : 0;
+      try {
+        next.work();
+      } catch (...) {
+        failed_.store(true, std::memory_order_release);
+        error_handler handler;
+        {
+          std::lock_guard<std::mutex> guard{mutex_};
+          handler = on_error_;
+        }
+        if (handler)
+          handler(std::current_exception());
+      }
+      if (traced_start != 0) {
+        trace::event e;
+        e.type = trace::event_type::job;
+        e.start_ns = traced_start;
+        e.duration_ns = trace::now_ns() - traced_start;
+        e.value = next.submitted_ns > 0 ? traced_start - next.submitted_ns : 0;  // queued
+        e.track = trace_track_;
+        e.peer = next.label.actor;
+        e.name = next.label.name;
+        e.step = next.label.step;
+        e.microbatch = next.label.microbatch;
+        e.replica = next.label.replica;
+        e.phase = next.label.phase;
+        e.bytes = next.label.bytes;
+        trace::record(e);
+      }
+      if (next.busy)
+        busy_nanoseconds_.fetch_add(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 started)
+                .count(),
+            std::memory_order_relaxed);
+    }
+    next.work = nullptr;  // release what the job captured before reporting it done
+    completed_.fetch_add(1);
+    if (watcher_count_.load() > 0)
+      fire_due_watchers();
+    if (host_waiters_.load() > 0) {
+      std::lock_guard<std::mutex> guard{mutex_};
+      work_done_.notify_all();
+    }
+  }
+}
+
+device::device(device_id id, int core) : id_(id) {
+  TROUPE_CHECK(id.type == device_type::cpu,
+               "device " << id.to_string() << " needs the CUDA device layer, not built yet");
+  stream_ = std::make_unique<stream>(id, core);
+}
+
+device_set::device_set(const std::vector<device_id>& ids) {
+  kernels::set_cpu_kernel_threads(1);  // each CPU device is one core (Note [CPU streams])
+  for (const auto& id : ids)
+    devices_.push_back(std::make_unique<device>(id, id.type == device_type::cpu ? id.index : -1));
+}
+
+device& device_set::at(const device_id& id) {
+  for (auto& d : devices_)
+    if (d->id() == id)
+      return *d;
+  TROUPE_CHECK(false, "device " << id.to_string() << " is not part of this run");
+  throw;  // unreachable
+}
+
+void device_set::synchronize() {
+  for (auto& d : devices_)
+    d->work().synchronize();
+}
+
+}  // namespace troupe

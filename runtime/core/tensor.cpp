@@ -1,0 +1,200 @@
+// tensor.cpp: storage pools and tensor helpers.
+//
+// CPU storage comes from a process-wide pool of 64-byte aligned blocks, kept by size:
+// a training step allocates the same shapes every time, so after the first step no
+// allocation reaches malloc.
+#include "runtime/core/tensor.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
+namespace troupe {
+
+std::size_t size_of(dtype type) {
+  switch (type) {
+    case dtype::f32:
+    case dtype::i32:
+      return 4;
+  }
+  return 0;
+}
+
+const char* to_string(dtype type) {
+  switch (type) {
+    case dtype::f32:
+      return "f32";
+    case dtype::i32:
+      return "i32";
+  }
+  return "?";
+}
+
+std::string shape_to_string(const shape_t& shape) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0)
+      out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + ")";
+}
+
+std::int64_t element_count(const shape_t& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  return n;
+}
+
+namespace {
+
+class cpu_pool {
+ public:
+  void* allocate(std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
+    }
+    std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr)
+      throw std::bad_alloc();
+    return p;
+  }
+
+  void release(void* p, std::size_t bytes) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    free_[bytes].push_back(p);
+  }
+
+  ~cpu_pool() {
+    for (auto& [bytes, blocks] : free_)
+      for (void* p : blocks)
+        std::free(p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+};
+
+cpu_pool& the_cpu_pool() {
+  static cpu_pool pool;
+  return pool;
+}
+
+}  // namespace
+
+storage::storage(device_id device, std::size_t bytes) : device_(device), bytes_(bytes) {
+  TROUPE_CHECK(device.type == device_type::cpu,
+               "storage on " << device.to_string() << " needs the CUDA device layer");
+  data_ = the_cpu_pool().allocate(bytes);
+}
+
+storage::~storage() {
+  the_cpu_pool().release(data_, bytes_);
+}
+
+tensor tensor::empty(shape_t shape, dtype type, device_id device) {
+  for (auto d : shape)
+    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  tensor t;
+  t.type_ = type;
+  t.storage_ =
+      std::make_shared<storage>(device, static_cast<std::size_t>(element_count(shape)) * size_of(type));
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+tensor tensor::zeros(shape_t shape, dtype type, device_id device) {
+  auto t = empty(std::move(shape), type, device);
+  std::memset(t.raw(), 0, t.bytes());
+  return t;
+}
+
+tensor tensor::from(const std::vector<float>& values, shape_t shape, device_id device) {
+  TROUPE_CHECK(static_cast<std::int64_t>(values.size()) == element_count(shape),
+               values.size() << " values for shape " << shape_to_string(shape));
+  auto t = empty(std::move(shape), dtype::f32, device);
+  std::memcpy(t.raw(), values.data(), t.bytes());
+  return t;
+}
+
+const device_id& tensor::device() const {
+  TROUPE_CHECK(storage_ != nullptr, "device() of an undefined tensor");
+  return storage_->device();
+}
+
+float* tensor::f32() const {
+  TROUPE_CHECK(type_ == dtype::f32, "tensor " << shape_to_string(shape_) << " is "
+                                              << to_string(type_) << ", not f32");
+  return static_cast<float*>(raw());
+}
+
+std::int32_t* tensor::i32() const {
+  TROUPE_CHECK(type_ == dtype::i32, "tensor " << shape_to_string(shape_) << " is "
+                                              << to_string(type_) << ", not i32");
+  return static_cast<std::int32_t*>(raw());
+}
+
+std::vector<float> tensor::to_vector() const {
+  wait_ready();
+  const float* p = f32();
+  return std::vector<float>(p, p + numel());
+}
+
+std::vector<std::int32_t> tensor::to_int_vector() const {
+  wait_ready();
+  const std::int32_t* p = i32();
+  return std::vector<std::int32_t>(p, p + numel());
+}
+
+tensor tensor::view(std::int64_t element_offset, shape_t shape) const {
+  TROUPE_CHECK(storage_ != nullptr, "view of an undefined tensor");
+  auto begin = offset_ + static_cast<std::size_t>(element_offset) * size_of(type_);
+  auto length = static_cast<std::size_t>(element_count(shape)) * size_of(type_);
+  TROUPE_CHECK(element_offset >= 0 && begin + length <= storage_->bytes(),
+               "view of " << shape_to_string(shape) << " at element " << element_offset
+                          << " runs past a storage of " << storage_->bytes() << " bytes");
+  tensor t = *this;
+  t.offset_ = begin;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+tensor tensor::reshaped(shape_t shape) const {
+  TROUPE_CHECK(element_count(shape) == numel(), "cannot reshape " << shape_to_string(shape_)
+                                                                  << " to "
+                                                                  << shape_to_string(shape));
+  tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+namespace detail {
+
+caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type, std::uint64_t bytes) {
+  if (shape.size() > 8)
+    return caf::make_error(caf::sec::invalid_argument, "tensor rank above 8");
+  if (type > static_cast<std::uint8_t>(dtype::i32))
+    return caf::make_error(caf::sec::invalid_argument, "unknown tensor dtype");
+  std::uint64_t n = 1;
+  for (auto d : shape) {
+    if (d < 0 || d > (std::int64_t{1} << 40))
+      return caf::make_error(caf::sec::invalid_argument, "tensor dimension out of range");
+    n *= static_cast<std::uint64_t>(d);
+  }
+  if (n * size_of(static_cast<dtype>(type)) != bytes)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "tensor byte count does not match its shape");
+  return caf::error{};
+}
+
+}  // namespace detail
+}  // namespace troupe

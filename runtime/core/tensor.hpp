@@ -1,0 +1,157 @@
+// tensor.hpp: n-dimensional arrays with shared, reference-counted storage.
+//
+// Copying a tensor copies a pointer: a tensor in a message within one process is never
+// deep-copied, so a sender must not mutate a tensor after sending it (DESIGN.md). The
+// data of a tensor may not be computed yet: `ready()` is the event of the job that
+// writes it, and consumers on another stream wait for it; host code calls wait_ready()
+// before reading values. Crossing a node serialises shape, dtype and raw bytes in one
+// block (see inspect below), validated when loaded.
+//
+// Not here: views with strides, broadcasting, autograd. Kernels work on raw buffers.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.hpp"
+#include "runtime/base/error.hpp"
+
+namespace troupe {
+
+enum class dtype : std::uint8_t { f32, i32 };
+
+std::size_t size_of(dtype type);
+const char* to_string(dtype type);
+
+using shape_t = std::vector<std::int64_t>;
+
+/// "(32, 784)".
+std::string shape_to_string(const shape_t& shape);
+std::int64_t element_count(const shape_t& shape);
+
+/// A block of memory on one device, returned to its pool when the last owner lets go.
+class storage {
+ public:
+  storage(device_id device, std::size_t bytes);
+  ~storage();
+  storage(const storage&) = delete;
+  storage& operator=(const storage&) = delete;
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  const device_id& device() const { return device_; }
+
+ private:
+  device_id device_;
+  std::size_t bytes_;
+  void* data_;
+};
+
+class tensor {
+ public:
+  tensor() = default;
+
+  /// Uninitialised memory from the device's pool. Ready at once (nothing writes it yet).
+  static tensor empty(shape_t shape, dtype type = dtype::f32, device_id device = {});
+  /// Zero-filled host memory, written on the calling thread.
+  static tensor zeros(shape_t shape, dtype type = dtype::f32, device_id device = {});
+  /// A CPU tensor holding a copy of `values`.
+  static tensor from(const std::vector<float>& values, shape_t shape, device_id device = {});
+
+  bool defined() const { return storage_ != nullptr; }
+  const shape_t& shape() const { return shape_; }
+  std::int64_t dim(std::size_t axis) const { return shape_.at(axis); }
+  std::size_t rank() const { return shape_.size(); }
+  std::int64_t numel() const { return element_count(shape_); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * size_of(type_); }
+  dtype type() const { return type_; }
+  const device_id& device() const;
+
+  /// Raw data; checks the dtype. Writing is for the job that produces the tensor only.
+  float* f32() const;
+  std::int32_t* i32() const;
+  void* raw() const {
+    return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr;
+  }
+
+  /// A tensor of `shape` over this one's storage, starting `element_offset` elements in:
+  /// no copy. The view must lie inside the storage.
+  tensor view(std::int64_t element_offset, shape_t shape) const;
+  /// True if both views share one storage (one allocation).
+  bool shares_storage_with(const tensor& other) const {
+    return storage_ != nullptr && storage_ == other.storage_;
+  }
+
+  /// The event at which the data is written.
+  const event& ready() const { return ready_; }
+  void set_ready(event e) { ready_ = e; }
+  /// Blocks until the data is written. Not for actor handlers (they may run on a stream's
+  /// own thread, which would then wait for itself).
+  void wait_ready() const { ready_.wait(); }
+
+  /// A host copy of the values (waits first).
+  std::vector<float> to_vector() const;
+  std::vector<std::int32_t> to_int_vector() const;
+
+  /// A tensor of the same storage with another shape of the same element count.
+  tensor reshaped(shape_t shape) const;
+
+  /// How many tensors share this storage (tests use it to prove zero-copy).
+  long use_count() const { return storage_.use_count(); }
+
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, tensor& x);
+
+ private:
+  shape_t shape_;
+  dtype type_ = dtype::f32;
+  std::shared_ptr<storage> storage_;
+  std::size_t offset_ = 0;  // bytes into the storage (views)
+  event ready_;
+};
+
+namespace detail {
+/// Checks a deserialised tensor header: rank, non-negative sizes, bytes consistent.
+caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type,
+                                  std::uint64_t bytes);
+}  // namespace detail
+
+/// Crossing a node: shape, dtype and byte count first, then the raw bytes in one block
+/// (CAF-0.17-NOTES.md section 6: element-wise serialisation is 13x slower). The loader
+/// validates the header before it allocates. Host byte order on both ends.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor& x) {
+  if constexpr (std::is_same<Inspector, caf::serializer>::value) {
+    x.wait_ready();
+    auto type = static_cast<std::uint8_t>(x.type_);
+    auto bytes = static_cast<std::uint64_t>(x.defined() ? x.bytes() : 0);
+    if (auto err = f(x.shape_, type, bytes))
+      return err;
+    return bytes > 0 ? f.apply_raw(bytes, x.raw()) : caf::error{};
+  } else if constexpr (std::is_same<Inspector, caf::deserializer>::value) {
+    std::uint8_t type = 0;
+    std::uint64_t bytes = 0;
+    shape_t shape;
+    if (auto err = f(shape, type, bytes))
+      return err;
+    if (auto err = detail::validate_tensor_header(shape, type, bytes))
+      return err;
+    auto result = tensor::empty(shape, static_cast<dtype>(type));
+    if (bytes > 0)
+      if (auto err = f.apply_raw(bytes, result.raw()))
+        return err;
+    x = std::move(result);
+    return caf::error{};
+  } else {
+    // Printing (to_string): shape and dtype, never the values.
+    std::string summary = std::string{to_string(x.type_)} + shape_to_string(x.shape_);
+    return f(caf::meta::type_name("tensor"), summary);
+  }
+}
+
+}  // namespace troupe

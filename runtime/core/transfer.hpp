@@ -1,0 +1,21 @@
+// transfer.hpp: moving a tensor to the device of the actor that received it.
+//
+// When a message arrives at an actor on another device, the runtime copies each tensor
+// it will use onto the actor's device: explicitly, on the receiving device's stream,
+// after the producer's ready event (DESIGN.md "Tensors and devices"). On the same device
+// nothing is copied. Between CPU devices the copy is a memcpy into the receiver's pool.
+#pragma once
+
+#include "runtime/core/device.hpp"
+#include "runtime/core/tensor.hpp"
+
+namespace troupe {
+
+/// `t` itself if it already lives on `here`; else a copy on `here` whose ready event is
+/// the copy job on here's stream (which first waits for t's ready event).
+tensor arrive(const tensor& t, device& here);
+
+/// arrive() for each tensor.
+std::vector<tensor> arrive(const std::vector<tensor>& ts, device& here);
+
+}  // namespace troupe

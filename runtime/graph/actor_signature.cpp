@@ -1,0 +1,100 @@
+// actor_signature.cpp: the signature registry, with the five built-in kinds in it.
+#include "runtime/graph/actor_signature.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+namespace troupe {
+
+namespace {
+
+bool contains(const std::vector<std::string>& words, const std::string& word) {
+  return std::find(words.begin(), words.end(), word) != words.end();
+}
+
+struct signature_registry {
+  std::mutex mutex;
+  // std::map: find_actor_signature() hands out pointers, which later insertions keep valid.
+  std::map<std::string, actor_signature> entries;
+
+  signature_registry() {
+    // What topology.hpp says flows between the built-in kinds.
+    add({"data_loader", {}, {"activations", "labels"}, true});
+    add({"layer", {"activations", "params"}, {"activations", "grads"}, true});
+    add({"loss", {"activations", "labels"}, {}, true});
+    add({"averager", {"grads", "ring"}, {"grads", "ring"}, true});
+    add({"optimizer", {"grads"}, {"params"}, true});
+  }
+
+  void add(actor_signature signature) {
+    for (const auto* list : {&signature.accepts, &signature.emits})
+      for (const auto& wire : *list)
+        if (!contains(wire_kinds(), wire))
+          throw std::logic_error("actor kind '" + signature.kind + "' names wire kind '" + wire +
+                                 "', which does not exist (wire kinds: activations, labels, "
+                                 "grads, ring, params)");
+    auto kind = signature.kind;
+    if (!entries.emplace(kind, std::move(signature)).second)
+      throw std::logic_error("actor kind '" + kind + "' has its wires declared twice");
+  }
+};
+
+signature_registry& the_registry() {
+  static signature_registry registry;
+  return registry;
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& word : words)
+    out += (out.empty() ? "" : ", ") + word;
+  return out;
+}
+
+}  // namespace
+
+bool actor_signature::accepts_wire(const std::string& wire_kind) const {
+  return contains(accepts, wire_kind);
+}
+
+bool actor_signature::emits_wire(const std::string& wire_kind) const {
+  return contains(emits, wire_kind);
+}
+
+const std::vector<std::string>& wire_kinds() {
+  static const std::vector<std::string> kinds = {"activations", "labels", "grads", "ring",
+                                                 "params"};
+  return kinds;
+}
+
+void register_actor_signature(const std::string& kind, std::vector<std::string> accepts,
+                              std::vector<std::string> emits) {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  r.add({kind, std::move(accepts), std::move(emits), false});
+}
+
+const actor_signature* find_actor_signature(const std::string& kind) {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  auto found = r.entries.find(kind);
+  return found == r.entries.end() ? nullptr : &found->second;
+}
+
+std::vector<std::string> actor_signature_kinds() {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  std::vector<std::string> out;
+  for (const auto& entry : r.entries)
+    out.push_back(entry.first);
+  return out;
+}
+
+std::string describe_signature(const actor_signature& signature) {
+  return "accepts " + (signature.accepts.empty() ? "no wires" : joined(signature.accepts)) +
+         "; emits " + (signature.emits.empty() ? "no wires" : joined(signature.emits));
+}
+
+}  // namespace troupe

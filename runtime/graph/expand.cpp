@@ -1,0 +1,229 @@
+// expand.cpp: expanding the shorthand [model] + [parallel] into actors and wires, and
+// balancing pipeline stages by cost.
+//
+// Names: with one replica, "layer_3", "loss", "optimizer_3"; with R replicas, "r1.layer_3",
+// "r1.loss"; averagers are "avg_3" (central) or "r1.avg_3" (ring, one per replica), and
+// ring averaging gives each replica its own optimizer "r1.optimizer_3". The data loader is
+// "loader". Replica r's stage s runs on device (r * P + s) mod D of [parallel] devices.
+#include "runtime/graph/topology.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "runtime/model/layer.hpp"
+
+namespace troupe {
+
+const actor_plan* topology::find(const std::string& name) const {
+  for (const auto& a : actors)
+    if (a.name == name)
+      return &a;
+  return nullptr;
+}
+
+stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages) {
+  const auto n = static_cast<std::int64_t>(costs.size());
+  TROUPE_CHECK(stages >= 1 && stages <= n, stages << " stages for " << n << " layers");
+  // best[k][i]: the smallest possible maximum stage cost of splitting layers [0, i) into k
+  // stages; cut[k][i] the start of the last of them. O(P n^2), n is small.
+  std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0.0);
+  for (std::int64_t i = 0; i < n; ++i)
+    prefix[static_cast<std::size_t>(i) + 1] = prefix[static_cast<std::size_t>(i)] + costs[static_cast<std::size_t>(i)];
+  const double infinity = std::numeric_limits<double>::infinity();
+  auto at = [n](std::int64_t k, std::int64_t i) { return static_cast<std::size_t>(k * (n + 1) + i); };
+  std::vector<double> best(static_cast<std::size_t>((stages + 1) * (n + 1)), infinity);
+  std::vector<std::int64_t> cut(best.size(), 0);
+  best[at(0, 0)] = 0;
+  for (std::int64_t k = 1; k <= stages; ++k)
+    for (std::int64_t i = k; i <= n; ++i)
+      for (std::int64_t j = k - 1; j < i; ++j) {
+        double stage_cost = prefix[static_cast<std::size_t>(i)] - prefix[static_cast<std::size_t>(j)];
+        double value = std::max(best[at(k - 1, j)], stage_cost);
+        if (value < best[at(k, i)]) {
+          best[at(k, i)] = value;
+          cut[at(k, i)] = j;
+        }
+      }
+  stage_split split;
+  split.first.resize(static_cast<std::size_t>(stages));
+  split.last.resize(static_cast<std::size_t>(stages));
+  for (std::int64_t k = stages, i = n; k >= 1; --k) {
+    auto j = cut[at(k, i)];
+    split.first[static_cast<std::size_t>(k - 1)] = j;
+    split.last[static_cast<std::size_t>(k - 1)] = i - 1;
+    i = j;
+  }
+  return split;
+}
+
+namespace {
+
+stage_split split_stages(const run_config& config, const std::vector<shape_t>& shapes) {
+  const auto& p = config.parallel;
+  const auto layers = static_cast<std::int64_t>(config.model.layers.size());
+  if (!p.stage_ranges.empty()) {
+    stage_split split;
+    std::int64_t expected = 0;
+    for (const auto& [first, last] : p.stage_ranges) {
+      if (first != expected || last < first || last >= layers)
+        throw config_error(p.stages_where,
+                           "[parallel] stages must be contiguous [first, last] layer ranges "
+                           "covering layers 0.." + std::to_string(layers - 1) +
+                               " in order; stage " + std::to_string(split.first.size()) +
+                               " should start at layer " + std::to_string(expected));
+      split.first.push_back(first);
+      split.last.push_back(last);
+      expected = last + 1;
+    }
+    if (expected != layers)
+      throw config_error(p.stages_where, "[parallel] stages end at layer " +
+                                             std::to_string(expected - 1) + " but the model has " +
+                                             std::to_string(layers) + " layers");
+    if (p.pipeline != 1 && p.pipeline != static_cast<std::int64_t>(split.first.size()))
+      throw config_error(p.stages_where, "[parallel] stages lists " +
+                                             std::to_string(split.first.size()) +
+                                             " stages but pipeline = " + std::to_string(p.pipeline));
+    return split;
+  }
+  if (p.pipeline > layers)
+    throw config_error(p.where, "[parallel] pipeline = " + std::to_string(p.pipeline) +
+                                    " stages, but the model has only " + std::to_string(layers) +
+                                    " layers");
+  std::vector<double> costs;
+  for (std::size_t i = 0; i < config.model.layers.size(); ++i)
+    costs.push_back(create_layer(config.model.layers[i])->cost(shapes[i]));
+  return balance_stages(costs, p.pipeline);
+}
+
+std::vector<device_id> parse_devices(const run_config& config) {
+  std::vector<device_id> ids;
+  for (const auto& d : config.parallel.devices) {
+    device_id id;
+    if (!device_id::parse(d.name, id))
+      throw config_error(d.where, "expected a device like 'cpu:0', found '" + d.name + "'");
+    if (id.type != device_type::cpu)
+      throw config_error(d.where, "device '" + d.name +
+                                      "': this build runs on CPU devices only (the CUDA "
+                                      "device layer is not built yet); use 'cpu:N'");
+    ids.push_back(id);
+  }
+  if (ids.empty())
+    ids.push_back(device_id{});
+  return ids;
+}
+
+std::string replica_prefix(std::int64_t replicas, std::int64_t r) {
+  return replicas > 1 ? "r" + std::to_string(r) + "." : "";
+}
+
+}  // namespace
+
+topology expand_shorthand(const run_config& config, const std::vector<shape_t>& shapes) {
+  const auto& p = config.parallel;
+  topology t;
+  t.devices = parse_devices(config);
+  t.replicas = p.data;
+  t.microbatches = p.microbatches;
+  t.schedule = p.schedule;
+  t.averaging = p.averaging;
+  t.shapes = shapes;
+  auto split = split_stages(config, shapes);
+  t.stages = static_cast<std::int64_t>(split.first.size());
+  const auto R = t.replicas, P = t.stages, M = t.microbatches;
+  const auto D = static_cast<std::int64_t>(t.devices.size());
+  if (R * P > D && !p.share_devices)
+    throw config_error(p.where, "data = " + std::to_string(R) + " replicas x " + std::to_string(P) +
+                                    " pipeline stages need " + std::to_string(R * P) +
+                                    " devices, but [parallel] devices lists " + std::to_string(D) +
+                                    "; add devices or set share_devices = true");
+  const auto layers = static_cast<std::int64_t>(config.model.layers.size());
+  std::vector<std::int64_t> stage_of(static_cast<std::size_t>(layers));
+  for (std::int64_t s = 0; s < P; ++s)
+    for (auto i = split.first[static_cast<std::size_t>(s)]; i <= split.last[static_cast<std::size_t>(s)]; ++i)
+      stage_of[static_cast<std::size_t>(i)] = s;
+  auto device_of = [&](std::int64_t r, std::int64_t s) {
+    return t.devices[static_cast<std::size_t>((r * P + s) % D)];
+  };
+  // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
+  auto capacity_into = [&](std::int64_t s) { return t.schedule == "1f1b" ? P - s : M; };
+  auto add_actor = [&](std::string name, std::string kind, device_id device, std::int64_t replica,
+                       std::int64_t stage, std::int64_t layer) -> actor_plan& {
+    actor_plan a;
+    a.name = std::move(name);
+    a.kind = std::move(kind);
+    a.device = device;
+    a.replica = static_cast<std::int32_t>(replica);
+    a.stage = static_cast<std::int32_t>(stage);
+    a.layer = static_cast<std::int32_t>(layer);
+    a.where = p.where;
+    t.actors.push_back(std::move(a));
+    return t.actors.back();
+  };
+  auto add_wire = [&](const std::string& from, const std::string& to, const char* kind,
+                      std::int64_t capacity) {
+    t.wires.push_back(wire_plan{from, to, kind, capacity, p.where});
+  };
+
+  add_actor("loader", "data_loader", device_of(0, 0), -1, -1, -1);
+  for (std::int64_t r = 0; r < R; ++r) {
+    auto prefix = replica_prefix(R, r);
+    std::string previous = "loader";
+    for (std::int64_t i = 0; i < layers; ++i) {
+      auto s = stage_of[static_cast<std::size_t>(i)];
+      auto name = prefix + "layer_" + std::to_string(i);
+      auto& a = add_actor(name, "layer", device_of(r, s), r, s, i);
+      a.math = config.model.layers[static_cast<std::size_t>(i)];
+      bool stage_starts = i == 0 || stage_of[static_cast<std::size_t>(i) - 1] != s;
+      add_wire(previous, name, "activations", stage_starts ? capacity_into(s) : 0);
+      previous = name;
+    }
+    auto loss = prefix + "loss";
+    add_actor(loss, "loss", device_of(r, P - 1), r, P - 1, -1);
+    add_wire(previous, loss, "activations", 0);
+    add_wire("loader", loss, "labels", 0);
+  }
+
+  for (std::int64_t i = 0; i < layers; ++i) {
+    auto math = create_layer(config.model.layers[static_cast<std::size_t>(i)]);
+    if (math->parameters(shapes[static_cast<std::size_t>(i)]).empty())
+      continue;
+    auto s = stage_of[static_cast<std::size_t>(i)];
+    auto suffix = "_" + std::to_string(i);
+    auto layer_name = [&](std::int64_t r) { return replica_prefix(R, r) + "layer" + suffix; };
+    if (R == 1) {
+      add_actor("optimizer" + suffix, "optimizer", device_of(0, s), -1, s, i);
+      add_wire(layer_name(0), "optimizer" + suffix, "grads", 0);
+      add_wire("optimizer" + suffix, layer_name(0), "params", 0);
+    } else if (t.averaging == "central") {
+      auto& averager = add_actor("avg" + suffix, "averager", device_of(0, s), -1, s, i);
+      averager.settings["method"] = setting_value{std::string{"central"}, p.where};
+      add_actor("optimizer" + suffix, "optimizer", device_of(0, s), -1, s, i);
+      for (std::int64_t r = 0; r < R; ++r) {
+        add_wire(layer_name(r), "avg" + suffix, "grads", 0);
+        add_wire("optimizer" + suffix, layer_name(r), "params", 0);
+      }
+      add_wire("avg" + suffix, "optimizer" + suffix, "grads", 0);
+    } else {
+      for (std::int64_t r = 0; r < R; ++r) {
+        auto prefix = replica_prefix(R, r);
+        auto& averager = add_actor(prefix + "avg" + suffix, "averager", device_of(r, s), r, s, i);
+        averager.settings["method"] = setting_value{std::string{"ring"}, p.where};
+        add_actor(prefix + "optimizer" + suffix, "optimizer", device_of(r, s), r, s, i);
+        add_wire(layer_name(r), prefix + "avg" + suffix, "grads", 0);
+        add_wire(prefix + "avg" + suffix, replica_prefix(R, (r + 1) % R) + "avg" + suffix, "ring", 0);
+        add_wire(prefix + "avg" + suffix, prefix + "optimizer" + suffix, "grads", 0);
+        add_wire(prefix + "optimizer" + suffix, layer_name(r), "params", 0);
+      }
+    }
+  }
+  // Only the devices actors use are created.
+  std::vector<device_id> used;
+  for (const auto& a : t.actors)
+    if (std::find(used.begin(), used.end(), a.device) == used.end())
+      used.push_back(a.device);
+  std::sort(used.begin(), used.end());
+  t.devices = used;
+  return t;
+}
+
+}  // namespace troupe

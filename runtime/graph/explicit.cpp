@@ -1,0 +1,290 @@
+// explicit.cpp: reads the explicit config form ([[actor]] and [[wire]] tables)
+// into a topology.
+//
+// The config loader has already checked that every value is a scalar and kept each key's
+// position; here each key gets its meaning, type and range, and errors point at the key.
+// Whether the graph makes sense (wire ends exist, layers chain, shapes agree, replicas
+// match) is validate_topology()'s work (topology_validate.cpp), which checks shorthand
+// expansions the same way. Layer settings are the layer registry's: create_layer() checks
+// them when the shapes are computed here.
+//
+// Accepted tables (keys in any order):
+//
+//   [[actor]]
+//   name = "r0.layer_0"     # required, unique
+//   kind = "layer"          # data_loader | layer | loss | averager | optimizer, or a
+//                           #   kind a plugin registered (runtime/graph/actor_signature.hpp)
+//   device = "cpu:0"        # required, one of [parallel] devices
+//   replica = 0             # optional integers >= 0; for a layer, replica and stage
+//   stage = 0               #   default to 0 and `layer` (the model index) is required
+//   layer = 0
+//   type = "linear"         # kind = "layer" only: the layer type, then its settings
+//   out = 4                 #   (every other key)
+//   method = "central"      # kind = "averager" only: "central" | "ring",
+//                           #   default [parallel] averaging
+//   factor = 0.5            # a plugin's kind: every other key is its setting, kept in
+//                           #   actor_plan::settings for its factory to check
+//
+//   [[wire]]
+//   from = "loader"
+//   to = "r0.layer_0"
+//   kind = "activations"    # activations | labels | grads | ring | params
+//   capacity = 2            # optional credits, >= 0; 0 (the default) = unbounded
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "runtime/graph/actor_signature.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/graph/topology.hpp"
+
+namespace troupe {
+namespace {
+
+const std::vector<std::string> common_actor_keys = {"name",    "kind",  "device",
+                                                    "replica", "stage", "layer"};
+
+std::string join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& word : words)
+    out += (out.empty() ? "'" : ", '") + word + "'";
+  return out;
+}
+
+const char* value_type_name(const setting_value& value) {
+  switch (value.value.index()) {
+    case 0: return "an integer";
+    case 1: return "a float";
+    case 2: return "a boolean";
+    default: return "a string";
+  }
+}
+
+/// Reads the keys of one [[actor]] or [[wire]] table; `label` prefixes every error
+/// ("[[actor]] #3", then "[[actor]] 'r0.layer_1'" once the name is known).
+class table_reader {
+ public:
+  table_reader(const table_config& table, std::string label)
+      : table_(table), label_(std::move(label)) {}
+
+  void rename(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
+  const source_position& where() const { return table_.where; }
+
+  const setting_value* find(const std::string& key) const {
+    auto found = table_.settings.find(key);
+    return found == table_.settings.end() ? nullptr : &found->second;
+  }
+
+  [[noreturn]] void fail(const source_position& at, const std::string& key,
+                         const std::string& message) const {
+    throw config_error(at, label_ + " " + key + ": " + message);
+  }
+
+  /// A required, non-empty string; `example` completes the hint when it is missing.
+  std::string text(const std::string& key, const std::string& example) const {
+    const auto* value = find(key);
+    if (!value)
+      throw config_error(
+          where(), label_ + ": missing key '" + key + "' (e.g. " + key + " = " + example + ")");
+    const auto* text = std::get_if<std::string>(&value->value);
+    if (!text || text->empty())
+      fail(value->where, key,
+           std::string("expected a non-empty string, found ") +
+               (text ? "an empty string" : value_type_name(*value)));
+    return *text;
+  }
+
+  /// A required string that must be one of `valid`; `what` names it ("actor kind").
+  std::string choice(const std::string& key, const std::string& what,
+                     const std::vector<std::string>& valid) const {
+    auto value = text(key, "\"" + valid.front() + "\"");
+    if (std::find(valid.begin(), valid.end(), value) == valid.end())
+      fail(find(key)->where, key,
+           "unknown " + what + " '" + value + "'" + did_you_mean(value, valid) +
+               " (expected one of " + join(valid) + ")");
+    return value;
+  }
+
+  std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t min) const {
+    const auto* value = find(key);
+    if (!value)
+      return fallback;
+    const auto* number = std::get_if<std::int64_t>(&value->value);
+    if (!number)
+      fail(value->where, key, std::string("expected an integer, found ") + value_type_name(*value));
+    if (*number < min || *number > std::numeric_limits<std::int32_t>::max())
+      fail(value->where, key,
+           "expected an integer >= " + std::to_string(min) + ", found " + std::to_string(*number));
+    return *number;
+  }
+
+  /// Throws at the first key (in file order) that is not in `known`.
+  void reject_unknown(const std::vector<std::string>& known, const std::string& hint) const {
+    const setting_value* first = nullptr;
+    std::string first_key;
+    for (const auto& [key, value] : table_.settings) {
+      if (std::find(known.begin(), known.end(), key) != known.end())
+        continue;
+      bool earlier =
+          !first || value.where.line < first->where.line ||
+          (value.where.line == first->where.line && value.where.column < first->where.column);
+      if (earlier) {
+        first = &value;
+        first_key = key;
+      }
+    }
+    if (first)
+      throw config_error(first->where, label_ + ": unknown key '" + first_key + "'" +
+                                           did_you_mean(first_key, known) + " (" + hint +
+                                           "; valid keys: " + join(known) + ")");
+  }
+
+ private:
+  const table_config& table_;
+  std::string label_;
+};
+
+actor_plan read_actor(const table_config& table, std::size_t index, const run_config& config) {
+  table_reader r(table, "[[actor]] #" + std::to_string(index + 1));
+  actor_plan actor;
+  actor.where = table.where;
+  actor.name = r.text("name", "\"r0.layer_0\"");
+  r.rename("[[actor]] '" + actor.name + "'");
+  // Any kind with a signature: the built-in ones and those of the plugins loaded.
+  actor.kind = r.text("kind", "\"layer\"");
+  const auto* signature = find_actor_signature(actor.kind);
+  if (!signature) {
+    auto kinds = actor_signature_kinds();
+    r.fail(r.find("kind")->where, "kind",
+           "unknown actor kind '" + actor.kind + "'" + did_you_mean(actor.kind, kinds) +
+               " (expected one of " + join(kinds) +
+               "; a plugin's kind needs its plugin loaded: [run] plugins or --plugin)");
+  }
+  const bool built_in = signature->built_in;
+  auto device = r.text("device", "\"cpu:0\"");
+  // Round-tripping through to_string() rejects a second spelling of one device ("cpu:01").
+  if (!device_id::parse(device, actor.device) || actor.device.to_string() != device)
+    r.fail(r.find("device")->where, "device",
+           "expected a device like 'cpu:0' or 'cuda:1', found '" + device + "'");
+  const bool is_layer = actor.kind == "layer";
+  actor.replica = static_cast<std::int32_t>(r.integer("replica", is_layer ? 0 : -1, 0));
+  actor.stage = static_cast<std::int32_t>(r.integer("stage", is_layer ? 0 : -1, 0));
+  actor.layer = static_cast<std::int32_t>(r.integer("layer", -1, 0));
+
+  if (is_layer) {
+    if (!r.find("layer"))
+      throw config_error(table.where, r.label() +
+                                          ": missing key 'layer' (the model layer's "
+                                          "index, 0 for the first)");
+    actor.math.type = r.text("type", "\"linear\"");
+    actor.math.type_where = r.find("type")->where;
+    actor.math.where = table.where;
+    for (const auto& [key, value] : table.settings)
+      if (key != "type" && std::find(common_actor_keys.begin(), common_actor_keys.end(), key) ==
+                               common_actor_keys.end())
+        actor.math.settings.emplace(key, value);
+    return actor;
+  }
+  if (!built_in) {
+    // A custom kind's settings are its factory's to read and check.
+    for (const auto& [key, value] : table.settings)
+      if (std::find(common_actor_keys.begin(), common_actor_keys.end(), key) ==
+          common_actor_keys.end())
+        actor.settings.emplace(key, value);
+    return actor;
+  }
+  auto known = common_actor_keys;
+  if (actor.kind == "averager") {
+    known.push_back("method");
+    setting_value method{config.parallel.averaging, table.where};
+    if (r.find("method"))
+      method = setting_value{r.choice("method", "averaging method", {"central", "ring"}),
+                             r.find("method")->where};
+    actor.settings.emplace("method", std::move(method));
+  }
+  r.reject_unknown(known, "of the built-in kinds, only a layer actor takes settings of its own");
+  return actor;
+}
+
+wire_plan read_wire(const table_config& table, std::size_t index) {
+  table_reader r(table, "[[wire]] #" + std::to_string(index + 1));
+  wire_plan wire;
+  wire.where = table.where;
+  wire.from = r.text("from", "\"loader\"");
+  wire.to = r.text("to", "\"r0.layer_0\"");
+  r.rename("[[wire]] '" + wire.from + "' -> '" + wire.to + "'");
+  wire.kind = r.choice("kind", "wire kind", wire_kinds());
+  wire.capacity = r.integer("capacity", 0, 0);
+  r.reject_unknown({"from", "to", "kind", "capacity"}, "a wire has only these");
+  return wire;
+}
+
+/// shapes[i] is the per-sample input of model layer i, shapes.back() the model's output,
+/// following the layer actors of the lowest replica that has each index.
+std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features) {
+  std::map<std::int32_t, const actor_plan*> by_index;  // model index -> its lowest replica
+  for (const auto& actor : t.actors) {
+    if (actor.kind != "layer")
+      continue;
+    auto& slot = by_index[actor.layer];
+    if (!slot || actor.replica < slot->replica)
+      slot = &actor;
+  }
+  std::vector<shape_t> shapes{{input_features}};
+  const std::int32_t count = by_index.rbegin()->first + 1;
+  for (std::int32_t i = 0; i < count; ++i) {
+    auto found = by_index.find(i);
+    if (found == by_index.end()) {
+      const auto& last = *by_index.rbegin()->second;
+      throw config_error(last.where, "no layer actor holds model layer " + std::to_string(i) +
+                                         ", yet '" + last.name +
+                                         "' has layer = " + std::to_string(last.layer) +
+                                         "; number the model's layers 0, 1, 2, ... without gaps");
+    }
+    shapes.push_back(create_layer(found->second->math)->output_shape(shapes.back()));
+  }
+  return shapes;
+}
+
+}  // namespace
+
+topology topology_from_explicit(const run_config& config, std::int64_t input_features) {
+  TROUPE_CHECK(config.is_explicit(), "topology_from_explicit on a shorthand config");
+  topology t;
+  for (const auto& device : config.parallel.devices) {
+    device_id id;
+    TROUPE_CHECK(device_id::parse(device.name, id),
+                 "the config loader let '" << device.name << "' through");
+    // The same rule as expand_shorthand(), while only CPU streams exist.
+    if (id.type != device_type::cpu)
+      throw config_error(device.where, "device '" + device.name +
+                                           "': this build runs on CPU devices only (the CUDA "
+                                           "device layer is not built yet); use 'cpu:N'");
+    t.devices.push_back(id);
+  }
+  t.microbatches = config.parallel.microbatches;
+  t.schedule = config.parallel.schedule;
+  t.averaging = config.parallel.averaging;
+  for (std::size_t i = 0; i < config.actors.size(); ++i)
+    t.actors.push_back(read_actor(config.actors[i], i, config));
+  for (std::size_t i = 0; i < config.wires.size(); ++i)
+    t.wires.push_back(read_wire(config.wires[i], i));
+
+  std::set<std::int32_t> replicas, stages;
+  for (const auto& actor : t.actors)
+    if (actor.kind == "layer") {
+      replicas.insert(actor.replica);
+      stages.insert(actor.stage);
+    }
+  if (replicas.empty())
+    throw config_error(t.actors.front().where,
+                       "an explicit config needs at least one [[actor]] with kind = \"layer\"");
+  t.replicas = static_cast<std::int64_t>(replicas.size());
+  t.stages = static_cast<std::int64_t>(stages.size());
+  t.shapes = model_shapes(t, input_features);
+  return t;
+}
+
+}  // namespace troupe

@@ -1,0 +1,340 @@
+// format.cpp: prints a topology three ways, for `troupe plan`: an aligned table
+// for people, Graphviz DOT for pictures, and the explicit TOML config for editing
+// (`--eject`), which reads back into the same topology.
+//
+// Nothing here checks a topology (validate_topology() does) or reads anything back.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "runtime/graph/actor_signature.hpp"
+#include "runtime/graph/topology.hpp"
+
+namespace troupe {
+namespace {
+
+std::string index_or_dash(std::int32_t value) {
+  return value < 0 ? "-" : std::to_string(value);
+}
+
+/// Rows of cells printed with every column as wide as its widest cell, two spaces apart.
+std::string aligned(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> widths;
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      widths.resize(std::max(widths.size(), row.size()));
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (std::size_t c = 0; c < row.size(); ++c)
+      line += " " + row[c] +
+              (c + 1 < row.size() ? std::string(widths[c] - row[c].size() + 1, ' ') : "");
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+/// "factor=0.5, mode=\"x\"": a custom actor's settings (the built-in kinds' own columns
+/// say theirs).
+std::string custom_settings(const actor_plan& a);
+
+std::string device_list(const topology& t) {
+  std::string out;
+  for (const auto& device : t.devices)
+    out += (out.empty() ? "" : ", ") + device.to_string();
+  return out;
+}
+
+// ---- DOT ----
+
+/// A DOT quoted string; `\n` in the text stays DOT's own line break escape.
+std::string dot_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
+std::string dot_edge_style(const std::string& kind) {
+  if (kind == "params")
+    return "style=dashed";
+  if (kind == "grads")
+    return "style=dotted";
+  if (kind == "ring")
+    return "style=bold";
+  if (kind == "labels")
+    return "color=gray, fontcolor=gray";
+  return "style=solid";
+}
+
+// ---- TOML ----
+
+std::string toml_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\f': out += "\\f"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(c));
+          out += escape;
+        } else {
+          out += c;  // UTF-8 bytes pass through: TOML files are UTF-8
+        }
+    }
+  }
+  return out + "\"";
+}
+
+/// The shortest text that reads back as exactly `value`, and as a float, not an integer.
+std::string toml_float(double value) {
+  if (std::isnan(value))
+    return "nan";
+  if (std::isinf(value))
+    return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  std::string text(buffer, result.ptr);
+  if (text.find_first_of(".en") == std::string::npos)
+    text += ".0";
+  return text;
+}
+
+std::string toml_key(const std::string& key) {
+  bool bare = !key.empty() && key.find_first_not_of(
+                                  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+                                  "qrstuvwxyz0123456789_-") == std::string::npos;
+  return bare ? key : toml_string(key);
+}
+
+std::string toml_value(const setting_value& setting) {
+  struct writer {
+    std::string operator()(std::int64_t v) const { return std::to_string(v); }
+    std::string operator()(double v) const { return toml_float(v); }
+    std::string operator()(bool v) const { return v ? "true" : "false"; }
+    std::string operator()(const std::string& v) const { return toml_string(v); }
+  };
+  return std::visit(writer{}, setting.value);
+}
+
+/// Writes `key = value` lines in the order given.
+class toml_writer {
+ public:
+  void section(const std::string& header) {
+    out_ << (out_.tellp() > 0 ? "\n" : "") << header << "\n";
+  }
+  void comment(const std::string& text) { out_ << "# " << text << "\n"; }
+  void raw(const std::string& key, const std::string& value) {
+    out_ << toml_key(key) << " = " << value << "\n";
+  }
+  void put(const std::string& key, const std::string& value) { raw(key, toml_string(value)); }
+  void put(const std::string& key, const char* value) { raw(key, toml_string(value)); }
+  void put(const std::string& key, std::int64_t value) { raw(key, std::to_string(value)); }
+  void put(const std::string& key, double value) { raw(key, toml_float(value)); }
+  void put(const std::string& key, bool value) { raw(key, value ? "true" : "false"); }
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
+void write_actor(toml_writer& w, const actor_plan& a) {
+  w.section("[[actor]]");
+  w.put("name", a.name);
+  w.put("kind", a.kind);
+  w.put("device", a.device.to_string());
+  for (auto [key, value] : {std::pair<const char*, std::int32_t>{"replica", a.replica},
+                            {"stage", a.stage},
+                            {"layer", a.layer}})
+    if (value >= 0)
+      w.put(key, std::int64_t{value});
+  if (a.kind == "layer") {
+    w.put("type", a.math.type);
+    for (const auto& [key, value] : a.math.settings)
+      w.raw(key, toml_value(value));
+  }
+  for (const auto& [key, value] : a.settings)
+    w.raw(key, toml_value(value));
+}
+
+std::string custom_settings(const actor_plan& a) {
+  const auto* signature = find_actor_signature(a.kind);
+  if (signature && signature->built_in)
+    return {};
+  std::string out;
+  for (const auto& [key, value] : a.settings)
+    out += (out.empty() ? "" : ", ") + key + "=" + toml_value(value);
+  return out;
+}
+
+}  // namespace
+
+std::string format_table(const topology& t) {
+  std::string out =
+      "topology: R = " + std::to_string(t.replicas) + " replicas, P = " + std::to_string(t.stages) +
+      " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " + t.schedule +
+      ", averaging " + t.averaging + ", devices " + device_list(t) + "\n";
+  // A settings column only when a custom actor has settings to show.
+  bool any_settings = std::any_of(t.actors.begin(), t.actors.end(),
+                                  [](const actor_plan& a) { return !custom_settings(a).empty(); });
+  std::vector<std::vector<std::string>> actors{
+      {"name", "kind", "device", "replica", "stage", "layer", "type"}};
+  if (any_settings)
+    actors[0].push_back("settings");
+  for (const auto& a : t.actors) {
+    actors.push_back({a.name, a.kind, a.device.to_string(), index_or_dash(a.replica),
+                      index_or_dash(a.stage), index_or_dash(a.layer),
+                      a.kind == "layer" ? a.math.type : ""});
+    if (any_settings)
+      actors.back().push_back(custom_settings(a));
+  }
+  std::vector<std::vector<std::string>> wires{{"from", "to", "kind", "capacity"}};
+  for (const auto& w : t.wires)
+    wires.push_back({w.from, w.to, w.kind, w.capacity > 0 ? std::to_string(w.capacity) : "-"});
+  out += "\nactors (" + std::to_string(t.actors.size()) + ")\n" + aligned(actors);
+  out += "\nwires (" + std::to_string(t.wires.size()) + ")\n" + aligned(wires);
+  return out;
+}
+
+std::string format_dot(const topology& t) {
+  std::string out =
+      "digraph troupe {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n";
+  // One cluster per device the run creates, then any device only an actor names.
+  std::vector<device_id> devices = t.devices;
+  for (const auto& a : t.actors)
+    if (std::find(devices.begin(), devices.end(), a.device) == devices.end())
+      devices.push_back(a.device);
+  for (const auto& device : devices) {
+    auto name = device.to_string();
+    std::replace(name.begin(), name.end(), ':', '_');
+    out += "  subgraph cluster_" + name + " {\n    label=" + dot_quote(device.to_string()) + ";\n";
+    for (const auto& a : t.actors)
+      if (a.device == device) {
+        auto settings = custom_settings(a);
+        auto label = a.name + "\n" + (a.kind == "layer" ? a.math.type : a.kind) +
+                     (settings.empty() ? "" : "\n" + settings);
+        out += "    " + dot_quote(a.name) + " [label=" + dot_quote(label) + "];\n";
+      }
+    out += "  }\n";
+  }
+  for (const auto& w : t.wires) {
+    auto label = w.kind + (w.capacity > 0 ? " (" + std::to_string(w.capacity) + ")" : "");
+    out += "  " + dot_quote(w.from) + " -> " + dot_quote(w.to) + " [label=" + dot_quote(label) +
+           ", " + dot_edge_style(w.kind) + "];\n";
+  }
+  return out + "}\n";
+}
+
+std::string format_explicit(const topology& t, const run_config& config) {
+  toml_writer w;
+  auto source = config.path;
+  std::replace(source.begin(), source.end(), '\n', ' ');
+  w.comment("generated by troupe plan --eject from " + source + "; edit freely");
+  w.comment("R = " + std::to_string(t.replicas) + " replicas, P = " + std::to_string(t.stages) +
+            " stages; the [[actor]] and [[wire]] tables below are the whole graph");
+
+  const auto& run = config.run;
+  w.section("[run]");
+  w.put("epochs", run.epochs);
+  w.put("steps", run.steps);
+  w.put("seed", static_cast<std::int64_t>(run.seed));
+  w.put("metrics", run.metrics);
+  w.put("log_every", run.log_every);
+  w.put("evaluate", run.evaluate);
+  if (!run.trace.empty())
+    w.put("trace", run.trace);
+  w.put("trace_capacity", run.trace_capacity);
+  w.put("watchdog", run.watchdog);
+  if (!run.plugins.empty()) {
+    // Absolute, like [data] path: the custom layers and actor kinds below need them.
+    std::string plugins;
+    for (const auto& plugin : run.plugins) {
+      std::filesystem::path path = std::get<std::string>(plugin.value);
+      if (path.is_relative())
+        path = std::filesystem::path(config.directory) / path;
+      plugins += (plugins.empty() ? "" : ", ") +
+                 toml_string(std::filesystem::absolute(path).lexically_normal().string());
+    }
+    w.raw("plugins", "[" + plugins + "]");
+  }
+
+  const auto& data = config.data;
+  w.section("[data]");
+  w.put("source", data.source);
+  // Absolute, so that the ejected file works wherever it is saved.
+  w.put("path", std::filesystem::absolute(data.path).lexically_normal().string());
+  w.put("batch_size", data.batch_size);
+  w.put("eval_batch_size", data.eval_batch_size);
+  w.put("shuffle", data.shuffle);
+  w.put("prefetch", data.prefetch);
+  w.put("synthetic_train", data.synthetic_train);
+  w.put("synthetic_test", data.synthetic_test);
+  w.put("synthetic_features", data.synthetic_features);
+  w.put("synthetic_classes", data.synthetic_classes);
+
+  w.section("[model]");
+  w.put("loss", config.model.loss);
+
+  const auto& o = config.optimizer;
+  w.section("[optimizer]");
+  w.put("type", o.type);
+  w.put("lr", o.lr);
+  w.put("momentum", o.momentum);
+  w.put("dampening", o.dampening);
+  w.put("nesterov", o.nesterov);
+  w.raw("betas", "[" + toml_float(o.beta1) + ", " + toml_float(o.beta2) + "]");
+  w.put("eps", o.eps);
+  w.put("weight_decay", o.weight_decay);
+  w.section("[optimizer.schedule]");
+  w.put("type", o.schedule.type);
+  w.put("warmup_steps", o.schedule.warmup_steps);
+  w.put("step_size", o.schedule.step_size);
+  w.put("gamma", o.schedule.gamma);
+  w.put("min_lr", o.schedule.min_lr);
+
+  w.section("[parallel]");
+  std::string devices;
+  for (const auto& device : t.devices)
+    devices += (devices.empty() ? "" : ", ") + toml_string(device.to_string());
+  w.raw("devices", "[" + devices + "]");
+  w.put("microbatches", t.microbatches);
+  w.put("schedule", t.schedule);
+  w.put("averaging", t.averaging);
+  w.put("share_devices", config.parallel.share_devices);
+  w.put("bucket_kib", config.parallel.bucket_kib);
+  w.put("shard_optimizer", config.parallel.shard_optimizer);
+
+  for (const auto& a : t.actors)
+    write_actor(w, a);
+  for (const auto& wire : t.wires) {
+    w.section("[[wire]]");
+    w.put("from", wire.from);
+    w.put("to", wire.to);
+    w.put("kind", wire.kind);
+    w.put("capacity", wire.capacity);
+  }
+  return w.str();
+}
+
+}  // namespace troupe

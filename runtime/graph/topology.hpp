@@ -1,0 +1,122 @@
+// topology.hpp: the actor graph of a run: which actors exist, on which devices, and the
+// wires between them.
+//
+// Two ways in, one way out. The shorthand config ([model] + [parallel]) is expanded by
+// expand_shorthand(); an explicit config ([[actor]] + [[wire]] tables, as written by
+// `troupe plan --eject`) is read by topology_from_explicit(). Both give a `topology`,
+// which validate_topology() checks before anything is spawned, and from which the session
+// spawns the actors. format_table(), format_dot() and format_explicit() print it.
+//
+// Kinds of actors and what their settings hold:
+//   data_loader  one per run; sends micro-batches to each replica's first layer and labels
+//                to each replica's loss.
+//   layer        one model layer of one replica: `layer` (model index), `replica`, `stage`,
+//                and the layer's config (type + its own settings).
+//   loss         one per replica, after its last layer.
+//   averager     sums one layer's gradients over the replicas: `method` "central" (one
+//                averager per layer) or "ring" (one per replica, all-reduce among them).
+//   optimizer    owns one layer's parameters (one per layer with central averaging or no
+//                replicas; one per replica with ring averaging, kept identical).
+//   (custom)     a kind a plugin registered, known here by the wires it accepts and emits
+//                (runtime/graph/actor_signature.hpp); explicit configs only. Its [[actor]] keys
+//                beyond the common ones are its settings. A grads-in, grads-out kind can
+//                sit between a layer and its optimizer (layer -> clipper -> optimizer).
+//
+// Kinds of wires (from -> to), with the messages they carry:
+//   activations  loader/layer -> layer/loss: activation_msg forward. Gradients go back
+//                along the same wire (gradient_msg), and that is also how the receiver
+//                returns a credit; forward-only receivers return a release_msg instead.
+//                `capacity` = credits: at most that many unreleased micro-batches on it.
+//   labels       loader -> loss: labels_msg.
+//   grads        layer -> averager/optimizer, averager -> optimizer: weight_grads_msg.
+//   ring         averager -> next averager of the same layer: ring_msg.
+//   params       optimizer -> layer: params_msg.
+// A wire may also start or end at a custom actor whose signature emits / accepts its kind.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/config/config.hpp"
+#include "runtime/core/device.hpp"
+#include "runtime/core/tensor.hpp"
+
+namespace troupe {
+
+struct actor_plan {
+  std::string name;              // unique, e.g. "r0.layer_2"
+  std::string kind;              // see above; a custom kind has a signature
+                                 //   (runtime/graph/actor_signature.hpp)
+  device_id device;
+  std::int32_t replica = -1;     // -1: serves every replica (loader, central averager)
+  std::int32_t stage = -1;       // pipeline stage, -1 when not in a stage
+  std::int32_t layer = -1;       // model layer index (layer, averager, optimizer)
+  layer_config math;             // kind == "layer": the layer's type and settings
+  std::map<std::string, setting_value> settings;  // other settings of the kind (averager:
+                                                  //   method; custom: every other key)
+  source_position where;
+};
+
+struct wire_plan {
+  std::string from;
+  std::string to;
+  std::string kind;              // "activations" | "labels" | "grads" | "ring" | "params"
+  std::int64_t capacity = 0;     // credits; 0 = unbounded
+  source_position where;
+};
+
+struct topology {
+  std::vector<device_id> devices;     // every device the run creates
+  std::int64_t replicas = 1;          // R
+  std::int64_t stages = 1;            // P
+  std::int64_t microbatches = 1;      // M
+  std::string schedule = "gpipe";     // "gpipe" (the loss flushes) | "1f1b"
+  std::string averaging = "central";  // "central" | "ring" (R > 1)
+  std::vector<shape_t> shapes;        // shapes[i]: per-sample input of model layer i; back(): output
+  std::vector<actor_plan> actors;
+  std::vector<wire_plan> wires;
+
+  const actor_plan* find(const std::string& name) const;
+};
+
+/// Which model layers each pipeline stage holds: stage s holds [first[s], last[s]].
+struct stage_split {
+  std::vector<std::int64_t> first;
+  std::vector<std::int64_t> last;
+};
+
+/// Splits layers with the given per-sample costs into `stages` contiguous groups,
+/// minimising the most expensive group (ties: earlier cuts).
+stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages);
+
+/// Expands [model] and [parallel] into actors and wires. `shapes` from check_model.
+/// Throws config_error for impossible requests (more stages than layers, R * P devices
+/// needed but fewer given without share_devices, a bad explicit stage split).
+topology expand_shorthand(const run_config& config, const std::vector<shape_t>& shapes);
+
+/// Reads the explicit form ([[actor]] / [[wire]] in config.actors / config.wires) into a
+/// topology. Throws config_error at the offending table.
+topology topology_from_explicit(const run_config& config, std::int64_t input_features);
+
+/// Checks a topology before anything is spawned: names unique, every actor's kind has a
+/// signature, every wire's ends exist and are of kinds the wire kind allows (between
+/// built-in kinds by a fixed table; with a custom actor at one end by the signatures),
+/// every layer has exactly one incoming and one outgoing activations wire, no cycle along
+/// activations wires, every replica has each model layer once and ends in a loss, shapes
+/// agree along every activations wire between built-in actors, every parameterised layer
+/// reaches an optimizer and gets params from one (following grads and params wires
+/// through custom actors), every device is listed in [parallel] devices. Errors name the
+/// actor's or wire's position.
+void validate_topology(const topology& t, const run_config& config, std::int64_t classes);
+
+/// A table of actors (name, kind, device, replica, stage, layer) and one of wires.
+std::string format_table(const topology& t);
+/// Graphviz DOT: one cluster per device, one node per actor, one edge per wire.
+std::string format_dot(const topology& t);
+/// The explicit TOML config that runs identically: [run], [data], [optimizer] and
+/// [parallel] (without data/pipeline) copied from `config`, then [[actor]] and [[wire]].
+std::string format_explicit(const topology& t, const run_config& config);
+
+}  // namespace troupe

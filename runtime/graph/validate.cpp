@@ -1,0 +1,670 @@
+// validate.cpp: validate_topology(), the checks every topology passes before
+// anything is spawned, whether it came from the shorthand or from [[actor]] / [[wire]].
+//
+// The checks run from the local to the global: names, devices and wire ends first, then
+// each actor's wires, then cycles, the replicas (each has every layer, the same as replica
+// 0's), shapes and order along the activation chains, the gradient and parameter paths,
+// and last the whole run (devices, batch size). So a broken config gets the error nearest
+// its cause, at the wire's or actor's table.
+// Nothing here creates an actor; layers are created only to ask for their parameters.
+//
+// Note [custom actors]
+// A kind a plugin registered is known here only by its signature (actor_signature.hpp):
+// a wire may touch it when the signature says so. Such an actor may sit on any path, so
+// the paths that matter (a layer's gradients to its averager or optimizer, parameters
+// back from the optimizer) are followed through custom actors to the built-in actors at
+// their ends, and those must be the right ones. What a custom actor does to the data is
+// its own business: shapes are not checked on activations wires that touch one.
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "runtime/graph/actor_signature.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/graph/topology.hpp"
+
+namespace troupe {
+namespace {
+
+/// Which kinds of actors each kind of wire may connect (topology.hpp says what flows).
+const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& allowed_ends() {
+  static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> ends = {
+      {"activations", {{"data_loader", "layer"}, {"layer", "layer"}, {"layer", "loss"}}},
+      {"labels", {{"data_loader", "loss"}}},
+      {"grads", {{"layer", "averager"}, {"layer", "optimizer"}, {"averager", "optimizer"}}},
+      {"ring", {{"averager", "averager"}}},
+      {"params", {{"optimizer", "layer"}}},
+  };
+  return ends;
+}
+
+std::string article(const std::string& kind) {
+  return (std::string{"aeiou"}.find(kind[0]) != std::string::npos ? "an " : "a ") + kind;
+}
+
+std::string word_list(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& word : words)
+    out += (out.empty() ? "" : ", ") + word;
+  return out.empty() ? "no" : out;  // "accepts no wires"
+}
+
+std::string named(const std::string& name) {
+  return "'" + name + "'";
+}
+
+std::string setting_to_string(const setting_value& value) {
+  struct printer {
+    std::string operator()(std::int64_t v) const { return std::to_string(v); }
+    std::string operator()(double v) const { return std::to_string(v); }
+    std::string operator()(bool v) const { return v ? "true" : "false"; }
+    std::string operator()(const std::string& v) const { return "\"" + v + "\""; }
+  };
+  return std::visit(printer{}, value.value);
+}
+
+/// How `other`'s layer differs from `reference`'s ("" when it does not): type and
+/// setting values, positions aside.
+std::string math_difference(const layer_config& reference, const layer_config& other) {
+  if (reference.type != other.type)
+    return "it is " + named(other.type) + ", not " + named(reference.type);
+  std::set<std::string> keys;
+  for (const auto& entry : reference.settings)
+    keys.insert(entry.first);
+  for (const auto& entry : other.settings)
+    keys.insert(entry.first);
+  for (const auto& key : keys) {
+    auto a = reference.settings.find(key);
+    auto b = other.settings.find(key);
+    auto show = [&](auto found, const layer_config& config) {
+      return found == config.settings.end() ? std::string("unset")
+                                            : setting_to_string(found->second);
+    };
+    bool same = a != reference.settings.end() && b != other.settings.end() &&
+                a->second.value == b->second.value;
+    if (!same)
+      return "its " + key + " is " + show(b, other) + ", not " + show(a, reference);
+  }
+  return {};
+}
+
+class validator {
+ public:
+  validator(const topology& t, const run_config& config, std::int64_t classes)
+      : t_(t), config_(config), classes_(classes) {
+    TROUPE_CHECK(!t.shapes.empty(), "a topology without shapes");
+    layers_ = static_cast<std::int32_t>(t.shapes.size()) - 1;
+  }
+
+  void run() {
+    check_names();
+    check_kinds();
+    check_wire_ends();
+    check_devices();
+    check_loader();
+    check_indices();
+    check_layer_activations();
+    check_cycles();
+    check_loss_inputs();
+    check_replicas();
+    check_shapes();
+    check_chains();
+    check_parameters();
+    check_averagers();
+    check_optimizers();
+    check_device_sharing();
+    check_batch();
+  }
+
+ private:
+  using wire_list = std::vector<const wire_plan*>;
+
+  [[noreturn]] void fail(const source_position& at, const std::string& message) const {
+    throw config_error(at, message);
+  }
+
+  const actor_plan& actor(const std::string& name) const { return t_.actors[index_.at(name)]; }
+
+  /// Not one of the five built-in kinds (check_kinds() made sure it has a signature).
+  static bool is_custom(const actor_plan& a) { return !find_actor_signature(a.kind)->built_in; }
+  wire_list incoming(const actor_plan& a, const std::string& kind) const {
+    return select(incoming_.at(a.name), kind);
+  }
+  wire_list outgoing(const actor_plan& a, const std::string& kind) const {
+    return select(outgoing_.at(a.name), kind);
+  }
+  static wire_list select(const wire_list& wires, const std::string& kind) {
+    wire_list out;
+    for (const auto* wire : wires)
+      if (wire->kind == kind)
+        out.push_back(wire);
+    return out;
+  }
+  std::vector<const actor_plan*> of_kind(const std::string& kind) const {
+    std::vector<const actor_plan*> out;
+    for (const auto& a : t_.actors)
+      if (a.kind == kind)
+        out.push_back(&a);
+    return out;
+  }
+
+  /// "'r0.layer_1' (layer 1 of replica 0)"
+  static std::string describe(const actor_plan& a) {
+    if (a.kind != "layer")
+      return named(a.name);
+    return named(a.name) + " (layer " + std::to_string(a.layer) + " of replica " +
+           std::to_string(a.replica) + ")";
+  }
+
+  /// Exactly `count` wires: too few is an error at the actor, too many at the first wire
+  /// beyond `count`. `what` names the wires ("incoming grads wires"), `hint` what they are for.
+  void expect_count(const actor_plan& a, const wire_list& wires, std::size_t count,
+                    const std::string& what, const std::string& hint = "") const {
+    if (wires.size() == count)
+      return;
+    auto message = describe(a) + " has " + std::to_string(wires.size()) + " " + what + ", needs " +
+                   std::to_string(count);
+    if (wires.size() < count)
+      fail(a.where, message + (hint.empty() ? "" : " (" + hint + ")"));
+    const auto& extra = *wires[count];
+    fail(extra.where, message + "; this one, from " + named(extra.from) + " to " + named(extra.to) +
+                          ", is one too many");
+  }
+
+  void check_names() {
+    for (std::size_t i = 0; i < t_.actors.size(); ++i) {
+      const auto& a = t_.actors[i];
+      if (a.name.empty())
+        fail(a.where, "an actor without a name");
+      auto [found, fresh] = index_.emplace(a.name, i);
+      if (!fresh)
+        fail(a.where, "actor name " + named(a.name) + " is used twice (first at " +
+                          t_.actors[found->second].where.to_string() + "); names must be unique");
+      incoming_[a.name];
+      outgoing_[a.name];
+    }
+  }
+
+  void check_kinds() const {
+    for (const auto& a : t_.actors)
+      if (!find_actor_signature(a.kind)) {
+        auto kinds = actor_signature_kinds();
+        fail(a.where, named(a.name) + " is of unknown actor kind " + named(a.kind) +
+                          did_you_mean(a.kind, kinds) + " (registered: " + word_list(kinds) +
+                          "; load the plugin that defines it with [run] plugins or --plugin)");
+      }
+  }
+
+  /// Why a wire of its kind may not go from `from` to `to`; "" when it may: the built-in
+  /// table allows it, or (Note [custom actors]) one end is custom and both signatures agree.
+  static std::string wire_refusal(const wire_plan& w, const actor_plan& from, const actor_plan& to) {
+    auto ends = allowed_ends().find(w.kind);
+    TROUPE_CHECK(ends != allowed_ends().end(), "wire kind '" << w.kind << "'");
+    auto pair = std::make_pair(from.kind, to.kind);
+    if (std::find(ends->second.begin(), ends->second.end(), pair) != ends->second.end())
+      return {};
+    const auto& sender = *find_actor_signature(from.kind);
+    const auto& receiver = *find_actor_signature(to.kind);
+    if (sender.built_in && receiver.built_in) {
+      std::string allowed;
+      for (const auto& [a, b] : ends->second)
+        allowed += (allowed.empty() ? "" : ", ") + a + " -> " + b;
+      return w.kind + " wires go " + allowed;
+    }
+    std::string reasons;
+    if (!sender.emits_wire(w.kind))
+      reasons += article(from.kind) + " emits " + word_list(sender.emits) + " wires";
+    if (!receiver.accepts_wire(w.kind))
+      reasons += (reasons.empty() ? "" : ", and ") + article(to.kind) + " accepts " +
+                 word_list(receiver.accepts) + " wires";
+    return reasons;
+  }
+
+  void check_wire_ends() {
+    std::vector<std::string> names;
+    for (const auto& a : t_.actors)
+      names.push_back(a.name);
+    for (const auto& w : t_.wires) {
+      for (const auto* end : {&w.from, &w.to})
+        if (!index_.count(*end))
+          fail(w.where, std::string("wire ") + (end == &w.from ? "from" : "to") + " " +
+                            named(*end) + ": no actor has that name" + did_you_mean(*end, names));
+      const auto& from = actor(w.from);
+      const auto& to = actor(w.to);
+      auto refusal = wire_refusal(w, from, to);
+      if (!refusal.empty())
+        fail(w.where, article(w.kind) + " wire cannot go from " + named(w.from) + " (" +
+                          article(from.kind) + ") to " + named(w.to) + " (" + article(to.kind) +
+                          "); " + refusal);
+      if (w.capacity < 0)
+        fail(w.where,
+             "wire capacity must be >= 0 (0: unbounded), found " + std::to_string(w.capacity));
+      outgoing_[w.from].push_back(&w);
+      incoming_[w.to].push_back(&w);
+    }
+  }
+
+  void check_devices() {
+    std::string listed;
+    for (const auto& d : t_.devices)
+      listed += (listed.empty() ? "" : ", ") + d.to_string();
+    for (const auto& a : t_.actors)
+      if (std::find(t_.devices.begin(), t_.devices.end(), a.device) == t_.devices.end())
+        fail(a.where, named(a.name) + " runs on " + a.device.to_string() +
+                          ", which [parallel] devices does not list (it lists " + listed + ")");
+  }
+
+  void check_loader() {
+    auto loaders = of_kind("data_loader");
+    if (loaders.empty())
+      fail(t_.actors.empty() ? source_position{config_.path} : t_.actors.front().where,
+           "no data_loader actor: a run has exactly one (add an [[actor]] with kind = "
+           "\"data_loader\")");
+    if (loaders.size() > 1)
+      fail(loaders[1]->where, "a second data_loader " + named(loaders[1]->name) +
+                                  " (the first is " + named(loaders[0]->name) + " at " +
+                                  loaders[0]->where.to_string() + "); a run has exactly one");
+  }
+
+  void check_indices() {
+    auto in_range = [&](const actor_plan& a, const char* key, std::int32_t value,
+                        std::int64_t count, const std::string& counted) {
+      if (value < 0 || value >= count)
+        fail(a.where, named(a.name) + " has " + key + " = " + std::to_string(value) + ", but " +
+                          counted + " numbered 0.." + std::to_string(count - 1));
+    };
+    for (const auto& a : t_.actors) {
+      bool needs_layer = a.kind == "layer" || a.kind == "averager" || a.kind == "optimizer";
+      if (needs_layer && a.layer < 0)
+        fail(a.where, article(a.kind) + " needs the model layer it serves: " + named(a.name) +
+                          " has no layer = N");
+      if (needs_layer)
+        in_range(a, "layer", a.layer, layers_, "the model's layers are");
+      if (a.kind == "layer") {
+        in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
+        in_range(a, "stage", a.stage, t_.stages, "the stages are");
+      }
+      if ((a.kind == "loss" || a.kind == "optimizer" || a.kind == "averager") && a.replica >= 0)
+        in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
+      if (is_custom(a)) {
+        // Optional for a custom actor, but in range when given.
+        if (a.layer >= 0)
+          in_range(a, "layer", a.layer, layers_, "the model's layers are");
+        if (a.replica >= 0)
+          in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
+        // The data loader sends each replica its own micro-batches and labels, picking the
+        // receiver of replica r by its replica.
+        for (const auto* w : incoming_.at(a.name))
+          if (actor(w->from).kind == "data_loader" && a.replica < 0)
+            fail(w->where, "the data loader sends " + w->kind + " to " + named(a.name) +
+                               " by replica, and " + named(a.name) +
+                               " has none: give it replica = N");
+      }
+    }
+  }
+
+  void check_layer_activations() const {
+    if (of_kind("loss").empty()) {
+      const actor_plan* last = nullptr;
+      for (const auto* a : of_kind("layer"))
+        if (a->layer == layers_ - 1 && (!last || a->replica < last->replica))
+          last = a;
+      TROUPE_CHECK(last, "no actor for the last layer");
+      fail(last->where, "no loss actor: the model's last layer " + named(last->name) +
+                            " must send its activations to a loss; add an [[actor]] with "
+                            "kind = \"loss\" and an activations [[wire]] from " +
+                            named(last->name) + " to it");
+    }
+    for (const auto* a : of_kind("layer")) {
+      expect_count(*a, incoming(*a, "activations"), 1, "incoming activations wires",
+                   "its input, from the data loader or the previous layer");
+      expect_count(*a, outgoing(*a, "activations"), 1, "outgoing activations wires",
+                   "to the next layer or the loss");
+    }
+  }
+
+  void check_loss_inputs() const {
+    for (const auto* a : of_kind("loss")) {
+      expect_count(*a, incoming(*a, "activations"), 1, "incoming activations wires");
+      expect_count(*a, incoming(*a, "labels"), 1, "incoming labels wires", "from the data loader");
+    }
+  }
+
+  void check_cycles() const {
+    std::map<std::string, int> state;  // 0 unvisited, 1 on the path, 2 done
+    std::vector<std::string> path;
+    std::function<void(const std::string&)> visit = [&](const std::string& name) {
+      state[name] = 1;
+      path.push_back(name);
+      for (const auto* w : outgoing(actor(name), "activations")) {
+        if (state[w->to] == 1) {
+          std::string cycle;
+          auto start = std::find(path.begin(), path.end(), w->to);
+          for (auto it = start; it != path.end(); ++it)
+            cycle += named(*it) + " -> ";
+          fail(w->where, "activations wires form a cycle: " + cycle + named(w->to) +
+                             "; activations flow one way, from the data loader to the losses");
+        }
+        if (state[w->to] == 0)
+          visit(w->to);
+      }
+      path.pop_back();
+      state[name] = 2;
+    };
+    for (const auto& a : t_.actors)
+      if (state[a.name] == 0)
+        visit(a.name);
+  }
+
+  void check_shapes() const {
+    for (const auto& w : t_.wires) {
+      if (w.kind != "activations")
+        continue;
+      const auto& from = actor(w.from);
+      const auto& to = actor(w.to);
+      if (is_custom(from) || is_custom(to))
+        continue;  // Note [custom actors]
+      const auto& out = from.kind == "layer" ? t_.shapes[from.layer + 1] : t_.shapes.front();
+      const auto& in = to.kind == "layer" ? t_.shapes[to.layer] : shape_t{classes_};
+      if (out == in)
+        continue;
+      fail(w.where, "activations wire from " + named(w.from) + " to " + named(w.to) + ": " +
+                        named(w.from) + " puts out " + shape_to_string(out) + " per sample but " +
+                        named(w.to) + " takes " + shape_to_string(in) +
+                        (to.kind == "loss" ? ", one logit per class of the data set; change the "
+                                             "last layer's 'out'"
+                                           : ""));
+    }
+  }
+
+  void check_chains() const {
+    for (const auto& w : t_.wires) {
+      if (w.kind != "activations")
+        continue;
+      const auto& from = actor(w.from);
+      const auto& to = actor(w.to);
+      auto here = "activations wire from " + named(w.from) + " to " + named(w.to) + ": ";
+      if (from.kind == "data_loader" && to.kind == "layer" && to.layer != 0)
+        fail(w.where, here + "the data loader feeds each replica's layer 0, and " + named(to.name) +
+                          " is layer " + std::to_string(to.layer));
+      if (from.kind != "layer")
+        continue;
+      if (to.kind == "layer" && to.layer != from.layer + 1)
+        fail(w.where, here + "layer " + std::to_string(from.layer) + " must feed layer " +
+                          std::to_string(from.layer + 1) + ", not layer " +
+                          std::to_string(to.layer));
+      if (to.kind == "loss" && from.layer != layers_ - 1)
+        fail(w.where, here + "only the model's last layer (" + std::to_string(layers_ - 1) +
+                          ") feeds a loss, and " + named(from.name) + " is layer " +
+                          std::to_string(from.layer));
+      if (to.replica >= 0 && to.replica != from.replica)
+        fail(w.where, here + "it crosses from replica " + std::to_string(from.replica) +
+                          " to replica " + std::to_string(to.replica));
+      if (to.kind == "layer" && to.stage < from.stage)
+        fail(w.where, here + "it goes back from stage " + std::to_string(from.stage) +
+                          " to stage " + std::to_string(to.stage));
+    }
+  }
+
+  void check_replicas() {
+    // by_replica[r][i]: replica r's actor for model layer i
+    std::vector<std::vector<const actor_plan*>> by_replica(
+        t_.replicas, std::vector<const actor_plan*>(layers_, nullptr));
+    for (const auto* a : of_kind("layer")) {
+      auto& slot = by_replica[a->replica][a->layer];
+      if (slot)
+        fail(a->where, "replica " + std::to_string(a->replica) + " has layer " +
+                           std::to_string(a->layer) + " twice: " + named(slot->name) + " (at " +
+                           slot->where.to_string() + ") and " + named(a->name));
+      slot = a;
+    }
+    for (std::int64_t r = 0; r < t_.replicas; ++r)
+      for (std::int32_t i = 0; i < layers_; ++i) {
+        const auto* a = by_replica[r][i];
+        const actor_plan* reference = nullptr;
+        for (const auto& row : by_replica)
+          if (!reference)
+            reference = row[i];
+        TROUPE_CHECK(reference, "no replica holds layer " << i);
+        if (!a) {
+          // Point at the replica's layer before the gap, else at its first layer.
+          const actor_plan* near = nullptr;
+          for (const auto* b : by_replica[r])
+            if (b && (!near || b->layer < i))
+              near = b;
+          fail(near ? near->where : reference->where,
+               "replica " + std::to_string(r) + " has no layer " + std::to_string(i) + " (" +
+                   named(reference->name) + " is layer " + std::to_string(i) + " of replica " +
+                   std::to_string(reference->replica) + "); every replica runs the whole model");
+        }
+        auto difference = math_difference(by_replica[0][i]->math, a->math);
+        if (!difference.empty())
+          fail(a->where, describe(*a) + " differs from " + describe(*by_replica[0][i]) + ": " +
+                             difference + "; every replica runs the same model");
+      }
+    has_parameters_.resize(layers_);
+    for (std::int32_t i = 0; i < layers_; ++i)
+      has_parameters_[i] = !create_layer(by_replica[0][i]->math)->parameters(t_.shapes[i]).empty();
+  }
+
+  /// The built-in actors that what flows on `start` reaches through custom actors
+  /// (Note [custom actors]): downstream along the wires of its kind when `forward`, else
+  /// upstream. A custom actor with no onward wire of that kind fails at `start`, naming
+  /// `what` flows and `where_to` should go; so does a path that reaches no built-in actor.
+  std::vector<const actor_plan*> follow(const wire_plan& start, bool forward,
+                                        const std::string& what,
+                                        const std::string& where_to) const {
+    std::vector<const actor_plan*> reached;
+    std::set<std::string> seen;
+    std::function<void(const wire_plan&)> visit = [&](const wire_plan& w) {
+      const auto& next = actor(forward ? w.to : w.from);
+      if (!is_custom(next)) {
+        reached.push_back(&next);
+        return;
+      }
+      if (!seen.insert(next.name).second)
+        return;
+      auto onward = forward ? outgoing(next, start.kind) : incoming(next, start.kind);
+      if (onward.empty())
+        fail(start.where, what + (forward ? " go to " : " come from ") + named(next.name) + " (" +
+                              article(next.kind) + "), which " +
+                              (forward ? "sends them on to no one: add a " + start.kind +
+                                             " wire from " + named(next.name) + " to " + where_to
+                                       : "gets them from no one: add a " + start.kind +
+                                             " wire to " + named(next.name) + " from " + where_to));
+      for (const auto* w : onward)
+        visit(*w);
+    };
+    visit(start);
+    if (reached.empty())
+      fail(start.where, what + " go round a cycle of custom actors and never reach " + where_to);
+    return reached;
+  }
+
+  /// " (through 'scaler')" when `w`'s other end is a custom actor, else "".
+  std::string through(const wire_plan& w, bool forward) const {
+    const auto& next = actor(forward ? w.to : w.from);
+    return is_custom(next) ? " (through " + named(next.name) + ")" : "";
+  }
+
+  void check_parameters() const {
+    for (const auto* a : of_kind("layer")) {
+      auto params = incoming(*a, "params");
+      auto grads = outgoing(*a, "grads");
+      if (!has_parameters_[a->layer]) {
+        for (const auto* w : params.empty() ? grads : params)
+          fail(w->where, describe(*a) + " is " + named(a->math.type) +
+                             ", which has no parameters: remove this " + w->kind + " wire");
+        continue;
+      }
+      expect_count(*a, params, 1, "params wires", "from the optimizer that owns its parameters");
+      expect_count(*a, grads, 1, "outgoing grads wires", "to an averager or an optimizer");
+      auto sinks = follow(*grads[0], true, "the gradients of " + describe(*a),
+                          "an averager or an optimizer");
+      auto sources = follow(*params[0], false, "the parameters of " + describe(*a),
+                            "an optimizer");
+      for (const auto* w : {params[0], grads[0]}) {
+        bool forward = w == grads[0];
+        for (const auto* other : forward ? sinks : sources)
+          if (other->layer != a->layer)
+            fail(w->where, describe(*a) + " is wired to " + named(other->name) +
+                               through(*w, forward) + ", which serves layer " +
+                               std::to_string(other->layer));
+      }
+      for (const auto* sink : sinks)
+        if (t_.replicas > 1 && sink->kind != "averager")
+          fail(grads[0]->where, "with " + std::to_string(t_.replicas) +
+                                    " replicas the gradients of " + describe(*a) +
+                                    " must be averaged: send them to an averager, not to " +
+                                    named(sink->name) + through(*grads[0], true));
+    }
+  }
+
+  void check_averagers() const {
+    std::map<std::int32_t, std::vector<const actor_plan*>> rings;  // layer -> ring averagers
+    for (const auto* v : of_kind("averager")) {
+      auto method_entry = v->settings.find("method");
+      const setting_value* method =
+          method_entry == v->settings.end() ? nullptr : &method_entry->second;
+      const auto* name = method ? std::get_if<std::string>(&method->value) : nullptr;
+      if (!name || *name != t_.averaging)
+        fail(method ? method->where : v->where,
+             "averager " + named(v->name) + " has method " + (name ? named(*name) : "unset") +
+                 ", but [parallel] averaging is " + named(t_.averaging) +
+                 "; a run averages one way");
+      auto from_layers = incoming(*v, "grads");
+      expect_count(*v, outgoing(*v, "grads"), 1, "outgoing grads wires", "to its optimizer");
+      const auto& out = *outgoing(*v, "grads")[0];
+      for (const auto* sink : follow(out, true, "the sums of averager " + named(v->name),
+                                     "its optimizer"))
+        if (sink->layer != v->layer)
+          fail(out.where, "averager " + named(v->name) + " serves layer " +
+                              std::to_string(v->layer) + " but feeds " + named(sink->name) +
+                              through(out, true) + ", which serves layer " +
+                              std::to_string(sink->layer));
+      if (*name == "central") {
+        auto ring = incoming(*v, "ring");
+        for (const auto* w : outgoing(*v, "ring"))
+          ring.push_back(w);
+        for (const auto* w : ring)
+          fail(w->where, "averager " + named(v->name) +
+                             " averages centrally; ring wires are for "
+                             "ring averagers");
+        expect_count(*v, from_layers, static_cast<std::size_t>(t_.replicas), "incoming grads wires",
+                     "one from each replica's layer " + std::to_string(v->layer));
+        continue;
+      }
+      if (v->replica < 0)
+        fail(v->where, "ring averager " + named(v->name) +
+                           " needs the replica it belongs to "
+                           "(replica = N)");
+      expect_count(*v, from_layers, 1, "incoming grads wires", "from its replica's layer");
+      for (const auto* source : follow(*from_layers[0], false,
+                                       "the gradients ring averager " + named(v->name) + " sums",
+                                       "its replica's layer"))
+        if (source->replica != v->replica)
+          fail(from_layers[0]->where, "ring averager " + named(v->name) + " of replica " +
+                                          std::to_string(v->replica) + " gets the gradients of " +
+                                          describe(*source) + through(*from_layers[0], false));
+      // Note [sharded optimizer]: the averager and its optimizer pass the shard back and
+      // forth, so nothing may sit between them (a gradient clipper would see a shard).
+      if (config_.parallel.shard_optimizer && actor(out.to).kind != "optimizer")
+        fail(out.where, "ring averager " + named(v->name) + " sends its sums to " +
+                            named(out.to) + " (" + article(actor(out.to).kind) +
+                            "), but with [parallel] shard_optimizer = true it exchanges "
+                            "shards with its optimizer directly: wire it to the optimizer, or "
+                            "set shard_optimizer = false");
+      expect_count(*v, outgoing(*v, "ring"), 1, "outgoing ring wires",
+                   "to the next averager of the ring");
+      expect_count(*v, incoming(*v, "ring"), 1, "incoming ring wires",
+                   "from the previous averager of the ring");
+      rings[v->layer].push_back(v);
+    }
+    for (const auto& [layer, ring] : rings) {
+      // Follow the ring from its first averager: it must come back after visiting all R.
+      std::set<std::string> seen;
+      const actor_plan* at = ring.front();
+      while (seen.insert(at->name).second) {
+        const auto* next = outgoing(*at, "ring")[0];
+        at = &actor(next->to);
+        if (at->layer != layer)
+          fail(next->where, "ring wire from " + named(next->from) + " to " + named(next->to) +
+                                " joins the rings of layers " + std::to_string(layer) + " and " +
+                                std::to_string(at->layer));
+      }
+      if (static_cast<std::int64_t>(seen.size()) != t_.replicas || seen.size() != ring.size())
+        fail(ring.front()->where, "the ring of layer " + std::to_string(layer) + " through " +
+                                      named(ring.front()->name) + " holds " +
+                                      std::to_string(seen.size()) +
+                                      " averagers; it must hold one "
+                                      "per replica (" +
+                                      std::to_string(t_.replicas) + ")");
+    }
+  }
+
+  void check_optimizers() const {
+    for (const auto* o : of_kind("optimizer")) {
+      expect_count(*o, incoming(*o, "grads"), 1, "incoming grads wires");
+      // Through custom actors, the gradients must come from somewhere.
+      follow(*incoming(*o, "grads")[0], false, "the gradients of optimizer " + named(o->name),
+             "a layer or an averager");
+      if (outgoing(*o, "params").empty())
+        fail(o->where, "optimizer " + named(o->name) +
+                           " sends parameters to no layer: add a "
+                           "params wire to the layer it owns");
+    }
+  }
+
+  void check_device_sharing() const {
+    if (config_.parallel.share_devices)
+      return;
+    std::set<device_id> used;
+    for (const auto* a : of_kind("layer"))
+      used.insert(a->device);
+    auto groups = t_.replicas * t_.stages;
+    if (static_cast<std::int64_t>(used.size()) >= groups)
+      return;
+    auto message = "R * P = " + std::to_string(t_.replicas) + " x " + std::to_string(t_.stages) +
+                   " = " + std::to_string(groups) + " replica-stages need " +
+                   std::to_string(groups) + " devices, and the layers use " +
+                   std::to_string(used.size()) +
+                   "; list more devices or set [parallel] share_devices = true to let them share";
+    std::map<device_id, const actor_plan*> owner;  // the first layer on each device
+    for (const auto* a : of_kind("layer")) {
+      auto [found, fresh] = owner.emplace(a->device, a);
+      const auto& b = *found->second;
+      if (!fresh && (b.replica != a->replica || b.stage != a->stage))
+        fail(a->where, describe(*a) + ", stage " + std::to_string(a->stage) + ", shares " +
+                           a->device.to_string() + " with " + describe(b) + ", stage " +
+                           std::to_string(b.stage) + ": " + message);
+    }
+    fail(config_.parallel.where, message);
+  }
+
+  void check_batch() const {
+    auto parts = t_.replicas * t_.microbatches;
+    if (config_.data.batch_size % parts != 0)
+      fail(config_.parallel.where,
+           "[data] batch_size " + std::to_string(config_.data.batch_size) +
+               " must split evenly into " + (config_.is_explicit() ? "replicas" : "data") + " (" +
+               std::to_string(t_.replicas) + ") x microbatches (" +
+               std::to_string(t_.microbatches) +
+               ") parts; use a batch size that is a multiple of " + std::to_string(parts));
+  }
+
+  const topology& t_;
+  const run_config& config_;
+  std::int64_t classes_;
+  std::int32_t layers_ = 0;  // L, the model's layer count
+  std::map<std::string, std::size_t> index_;
+  std::map<std::string, wire_list> incoming_, outgoing_;
+  std::vector<bool> has_parameters_;  // by model layer index
+};
+
+}  // namespace
+
+void validate_topology(const topology& t, const run_config& config, std::int64_t classes) {
+  validator(t, config, classes).run();
+}
+
+}  // namespace troupe

@@ -1,0 +1,52 @@
+// plugin.hpp: loading shared libraries that add layers, actor kinds and kernels.
+//
+// A plugin is a shared library built against the installed troupe package. It registers
+// what it adds with the usual one-line registrations (TROUPE_REGISTER_LAYER,
+// TROUPE_REGISTER_ACTOR_KIND, TROUPE_REGISTER_KERNEL) and says once, anywhere in its
+// sources, that it is a troupe plugin:
+//
+//     TROUPE_PLUGIN("my_layers");
+//
+// which exports the name and the ABI version it was built against. load_plugin() opens
+// the library and checks, in order: that the file exists, that it is a troupe plugin
+// (exports the symbol), that its ABI version is this troupe's, and that nothing it
+// registered clashes with a name already registered; each failure is a user_error that
+// says which and what to do.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/config/config.hpp"
+
+/// Bumped whenever a change to troupe's headers breaks plugins built against older ones.
+#define TROUPE_ABI_VERSION 1
+
+namespace troupe {
+
+/// Loads one plugin; `path` as given (relative to the working directory). Loading the same
+/// file twice is a no-op; loading a file that failed before fails again with the same
+/// message (its library stays mapped, so its registrations cannot run a second time).
+/// Throws user_error.
+void load_plugin(const std::string& path);
+
+/// Loads the plugins a config's [run] plugins lists, relative to the config's directory.
+/// Throws config_error at the entry of a plugin that does not load.
+void load_config_plugins(const run_config& config);
+
+/// The plugins loaded so far (their TROUPE_PLUGIN names and paths).
+std::vector<std::pair<std::string, std::string>> loaded_plugins();
+
+/// Throws check_failure if a built-in registration failed at start-up (a name registered
+/// twice inside troupe itself).
+void check_builtin_registrations();
+
+}  // namespace troupe
+
+#define TROUPE_PLUGIN(name)                                                          \
+  extern "C" __attribute__((visibility("default"))) int troupe_plugin_abi_version() { \
+    return TROUPE_ABI_VERSION;                                                       \
+  }                                                                                  \
+  extern "C" __attribute__((visibility("default"))) const char* troupe_plugin_name() { \
+    return name;                                                                     \
+  }

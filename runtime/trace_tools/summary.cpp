@@ -1,0 +1,383 @@
+// summary.cpp: the analysis behind `troupe trace summary` and its two renderings.
+#include "runtime/trace_tools/summary.hpp"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+namespace troupe {
+
+namespace {
+
+bool is_compute(const std::string& job) {
+  return job == "forward" || job == "backward" || job == "loss" || job == "update";
+}
+// Data movement: copies between devices, averaging, batches loaded onto their device.
+bool is_communication(const std::string& job) {
+  return job == "copy" || job == "reduce" || job == "load";
+}
+
+// Per-step accumulation before the busiest device is known.
+struct step_accumulator {
+  double start = 0;
+  double end = 0;
+  bool seen = false;
+  std::map<std::string, double> device_busy, device_compute, device_communication, actor_busy;
+};
+
+std::size_t device_rank(const trace_file& trace, const std::string& device) {
+  auto it = std::find(trace.devices.begin(), trace.devices.end(), device);
+  return static_cast<std::size_t>(it - trace.devices.begin());
+}
+
+void summarize_actors(const trace_file& trace, trace_summary& out) {
+  std::map<std::string, actor_time> actors;
+  for (const auto& t : trace.tracks)
+    if (t.kind != "stream")
+      actors[t.name] = actor_time{t.name, t.kind, t.device};
+  for (const auto& job : trace.jobs) {
+    if (job.actor.empty())
+      continue;
+    auto& a = actors[job.actor];
+    a.name = job.actor;
+    a.compute_us += job.duration_us;
+    a.waiting_us += job.queued_us;
+    ++a.jobs;
+  }
+  for (const auto& h : trace.handlers) {
+    if (h.actor.empty())
+      continue;
+    auto& a = actors[h.actor];
+    if (a.name.empty()) {  // an actor the track list does not know: place it by its handler
+      a.name = h.actor;
+      a.device = h.device;
+    }
+    a.handling_us += h.duration_us;
+    ++a.messages;
+  }
+  for (auto& [name, a] : actors) {
+    a.idle_us = std::max(0.0, out.run_us - a.compute_us - a.handling_us - a.waiting_us);
+    out.actors.push_back(a);
+  }
+  std::sort(out.actors.begin(), out.actors.end(), [&](const actor_time& a, const actor_time& b) {
+    auto ra = device_rank(trace, a.device), rb = device_rank(trace, b.device);
+    return ra != rb ? ra < rb : natural_less(a.name, b.name);
+  });
+}
+
+void summarize_devices(const trace_file& trace, trace_summary& out) {
+  std::set<std::string> with_stream;
+  for (const auto& t : trace.tracks)
+    if (t.kind == "stream")
+      with_stream.insert(t.device);
+  std::map<std::string, device_time> devices;
+  for (const auto& job : trace.jobs) {
+    auto& d = devices[job.device];
+    d.busy_us += job.duration_us;
+    ++d.jobs;
+  }
+  std::vector<std::string> order = trace.devices;
+  for (const auto& [name, d] : devices)  // devices named only by jobs (no metadata): last
+    if (std::find(order.begin(), order.end(), name) == order.end())
+      order.push_back(name);
+  for (const auto& name : order) {
+    if (!devices.count(name) && !with_stream.count(name))
+      continue;
+    auto d = devices[name];
+    d.name = name;
+    d.utilisation = out.run_us > 0 ? d.busy_us / out.run_us : 0;
+    out.devices.push_back(d);
+  }
+}
+
+void summarize_pipeline(const trace_file& trace, trace_summary& out) {
+  const double p = static_cast<double>(trace.stages), m = static_cast<double>(trace.microbatches);
+  out.theory_bubble = (p - 1) / (m + p - 1);
+  if (trace.stages <= 1)
+    return;
+  for (std::int64_t s = 0; s < trace.stages; ++s) {
+    stage_time stage;
+    stage.stage = s;
+    for (const auto& t : trace.tracks)
+      if (t.kind == "layer" && t.stage == s && t.replica <= 0 &&
+          std::find(stage.devices.begin(), stage.devices.end(), t.device) == stage.devices.end())
+        stage.devices.push_back(t.device);
+    double sum = 0;
+    for (const auto& name : stage.devices)
+      for (const auto& d : out.devices)
+        if (d.name == name)
+          sum += d.utilisation;
+    stage.utilisation = stage.devices.empty() ? 0 : sum / static_cast<double>(stage.devices.size());
+    stage.bubble = 1 - stage.utilisation;
+    out.pipeline.push_back(stage);
+  }
+}
+
+void summarize_wires(const trace_file& trace, trace_summary& out) {
+  std::map<std::tuple<std::string, std::string, std::string>, wire_traffic> wires;
+  for (const auto& h : trace.handlers) {
+    auto& w = wires[{h.from, h.actor, h.name}];
+    w.from = h.from;
+    w.to = h.actor;
+    w.kind = h.name;
+    ++w.messages;
+    w.bytes += h.bytes;
+  }
+  for (const auto& [key, w] : wires)
+    out.wires.push_back(w);
+  std::sort(out.wires.begin(), out.wires.end(), [](const wire_traffic& a, const wire_traffic& b) {
+    if (a.from != b.from)
+      return natural_less(a.from, b.from);
+    if (a.to != b.to)
+      return natural_less(a.to, b.to);
+    return a.kind < b.kind;
+  });
+}
+
+void summarize_steps(const trace_file& trace, trace_summary& out) {
+  std::map<std::int64_t, step_accumulator> steps;
+  for (const auto& job : trace.jobs) {
+    if (job.eval || job.step < 0)
+      continue;
+    auto& s = steps[job.step];
+    s.start = s.seen ? std::min(s.start, job.start_us) : job.start_us;
+    s.end = s.seen ? std::max(s.end, job.end_us()) : job.end_us();
+    s.seen = true;
+    s.device_busy[job.device] += job.duration_us;
+    if (is_compute(job.name))
+      s.device_compute[job.device] += job.duration_us;
+    if (is_communication(job.name))
+      s.device_communication[job.device] += job.duration_us;
+    if (!job.actor.empty())
+      s.actor_busy[job.actor] += job.duration_us;
+  }
+  for (auto& [number, s] : steps) {
+    step_time step;
+    step.step = number;
+    step.start_us = s.start;
+    step.time_us = s.end - s.start;
+    // Ties go to the device (actor) first in trace order (in name order), so that the
+    // choice does not depend on how the maps happen to iterate.
+    for (const auto& [device, busy] : s.device_busy)
+      if (step.device.empty() || busy > s.device_busy[step.device] ||
+          (busy == s.device_busy[step.device] &&
+           device_rank(trace, device) < device_rank(trace, step.device)))
+        step.device = device;
+    step.compute_us = s.device_compute[step.device];
+    step.communication_us = s.device_communication[step.device];
+    step.waiting_us = std::max(0.0, step.time_us - step.compute_us - step.communication_us);
+    for (const auto& [actor, busy] : s.actor_busy)
+      if (step.slowest_actor.empty() || busy > step.slowest_actor_us ||
+          (busy == step.slowest_actor_us && natural_less(actor, step.slowest_actor))) {
+        step.slowest_actor = actor;
+        step.slowest_actor_us = busy;
+      }
+    out.steps.push_back(step);
+  }
+  out.average.step = -1;
+  if (out.steps.empty())
+    return;
+  for (const auto& s : out.steps) {
+    out.average.time_us += s.time_us;
+    out.average.compute_us += s.compute_us;
+    out.average.communication_us += s.communication_us;
+    out.average.waiting_us += s.waiting_us;
+  }
+  const double n = static_cast<double>(out.steps.size());
+  out.average.time_us /= n;
+  out.average.compute_us /= n;
+  out.average.communication_us /= n;
+  out.average.waiting_us /= n;
+}
+
+// printf into a std::string.
+std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* pattern, ...) {
+  char buffer[1024];
+  va_list args;
+  va_start(args, pattern);
+  std::vsnprintf(buffer, sizeof buffer, pattern, args);
+  va_end(args);
+  return buffer;
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024)
+    return format("%.2f GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024)
+    return format("%.2f MiB", b / (1024.0 * 1024));
+  if (b >= 1024.0)
+    return format("%.1f KiB", b / 1024.0);
+  return format("%lld B", static_cast<long long>(bytes));
+}
+
+int width_of(const std::vector<std::string>& names, int at_least) {
+  int width = at_least;
+  for (const auto& n : names)
+    width = std::max(width, static_cast<int>(n.size()));
+  return width;
+}
+
+}  // namespace
+
+trace_summary summarize_trace(const trace_file& trace) {
+  trace_summary out;
+  out.path = trace.path;
+  out.run_us = trace.run_us();
+  out.dropped_events = trace.dropped_events;
+  out.stages = trace.stages;
+  out.microbatches = trace.microbatches;
+  out.replicas = trace.replicas;
+  out.schedule = trace.schedule;
+  summarize_actors(trace, out);
+  summarize_devices(trace, out);
+  summarize_pipeline(trace, out);
+  summarize_wires(trace, out);
+  summarize_steps(trace, out);
+  return out;
+}
+
+std::string format_summary_text(const trace_summary& s, std::size_t slowest_steps) {
+  std::string text;
+  if (s.dropped_events > 0)
+    text += format("warning: the trace dropped %lld events (a thread's buffer filled up; raise "
+                   "[run] trace_capacity): the times below undercount what happened\n\n",
+                   static_cast<long long>(s.dropped_events));
+  text += format("trace %s: %.3f ms", s.path.c_str(), s.run_us / 1000);
+  if (s.stages > 1)
+    text += format(", %lld stages x %lld micro-batches%s%s", static_cast<long long>(s.stages),
+                   static_cast<long long>(s.microbatches), s.schedule.empty() ? "" : ", ",
+                   s.schedule.c_str());
+  if (s.replicas > 1)
+    text += format(", %lld replicas", static_cast<long long>(s.replicas));
+  text += "\n\n";
+
+  std::vector<std::string> names;
+  for (const auto& a : s.actors)
+    names.push_back(a.name);
+  const int name_width = width_of(names, 5);
+  text += format("%-*s %-8s %12s %12s %12s %12s\n", name_width, "actor", "device", "compute ms",
+                 "handling ms", "waiting ms", "idle ms");
+  for (const auto& a : s.actors)
+    text += format("%-*s %-8s %12.3f %12.3f %12.3f %12.3f\n", name_width, a.name.c_str(),
+                   a.device.c_str(), a.compute_us / 1000, a.handling_us / 1000, a.waiting_us / 1000,
+                   a.idle_us / 1000);
+
+  text += format("\n%-8s %12s %8s %12s\n", "device", "busy ms", "jobs", "utilisation");
+  for (const auto& d : s.devices)
+    text += format("%-8s %12.3f %8lld %11.1f%%\n", d.name.c_str(), d.busy_us / 1000,
+                   static_cast<long long>(d.jobs), 100 * d.utilisation);
+
+  if (!s.pipeline.empty()) {
+    text += format("\n%-6s %-16s %12s %8s %8s\n", "stage", "devices", "utilisation", "bubble",
+                   "theory");
+    for (const auto& st : s.pipeline) {
+      std::string devices;
+      for (const auto& d : st.devices)
+        devices += (devices.empty() ? "" : ",") + d;
+      text += format("%-6lld %-16s %11.1f%% %7.1f%% %7.1f%%\n", static_cast<long long>(st.stage),
+                     devices.c_str(), 100 * st.utilisation, 100 * st.bubble, 100 * s.theory_bubble);
+    }
+    text += format("(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld)\n",
+                   static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
+  }
+
+  if (!s.wires.empty()) {
+    std::vector<std::string> froms, tos;
+    for (const auto& w : s.wires) {
+      froms.push_back(w.from);
+      tos.push_back(w.to);
+    }
+    const int from_width = width_of(froms, 4), to_width = width_of(tos, 2);
+    text += format("\n%-*s %-*s %-10s %9s %12s\n", from_width, "from", to_width, "to", "message",
+                   "count", "bytes");
+    for (const auto& w : s.wires)
+      text += format("%-*s %-*s %-10s %9lld %12s\n", from_width, w.from.c_str(), to_width,
+                     w.to.c_str(), w.kind.c_str(), static_cast<long long>(w.messages),
+                     human_bytes(w.bytes).c_str());
+  }
+
+  if (s.steps.empty()) {
+    text += "\nno training steps in the trace\n";
+    return text;
+  }
+  const auto& avg = s.average;
+  text += format("\n%zu training steps; on the busiest device an average step takes %.3f ms = "
+                 "compute %.3f + communication %.3f + waiting %.3f\n",
+                 s.steps.size(), avg.time_us / 1000, avg.compute_us / 1000,
+                 avg.communication_us / 1000, avg.waiting_us / 1000);
+  auto slowest = s.steps;
+  std::stable_sort(slowest.begin(), slowest.end(),
+                   [](const step_time& a, const step_time& b) { return a.time_us > b.time_us; });
+  slowest.resize(std::min(slowest.size(), slowest_steps));
+  text += format("slowest steps:\n%8s %10s %-8s %10s %10s %10s  %s\n", "step", "time ms", "device",
+                 "compute", "comm", "waiting", "slowest actor");
+  for (const auto& st : slowest)
+    text += format("%8lld %10.3f %-8s %10.3f %10.3f %10.3f  %s (%.3f ms)\n",
+                   static_cast<long long>(st.step), st.time_us / 1000, st.device.c_str(),
+                   st.compute_us / 1000, st.communication_us / 1000, st.waiting_us / 1000,
+                   st.slowest_actor.c_str(), st.slowest_actor_us / 1000);
+  return text;
+}
+
+std::string format_summary_json(const trace_summary& s) {
+  using json = nlohmann::json;
+  json out;
+  out["path"] = s.path;
+  out["run_us"] = s.run_us;
+  out["dropped_events"] = s.dropped_events;
+  if (s.dropped_events > 0)
+    out["warning"] = "the trace dropped events (a thread's buffer filled up): times undercount";
+  out["replicas"] = s.replicas;
+  out["stages"] = s.stages;
+  out["microbatches"] = s.microbatches;
+  out["schedule"] = s.schedule;
+  auto& actors = out["actors"] = json::array();
+  for (const auto& a : s.actors)
+    actors.push_back({{"name", a.name}, {"kind", a.kind}, {"device", a.device},
+                      {"compute_us", a.compute_us}, {"handling_us", a.handling_us},
+                      {"waiting_us", a.waiting_us}, {"idle_us", a.idle_us}, {"jobs", a.jobs},
+                      {"messages", a.messages}});
+  auto& devices = out["devices"] = json::array();
+  for (const auto& d : s.devices)
+    devices.push_back({{"name", d.name}, {"busy_us", d.busy_us}, {"jobs", d.jobs},
+                       {"utilisation", d.utilisation}});
+  if (!s.pipeline.empty()) {
+    json stages = json::array();
+    for (const auto& st : s.pipeline)
+      stages.push_back({{"stage", st.stage}, {"devices", st.devices},
+                        {"utilisation", st.utilisation}, {"bubble", st.bubble}});
+    out["pipeline"] = {{"theory_bubble", s.theory_bubble}, {"stages", stages}};
+  } else {
+    out["pipeline"] = nullptr;
+  }
+  auto& wires = out["wires"] = json::array();
+  for (const auto& w : s.wires)
+    wires.push_back({{"from", w.from}, {"to", w.to}, {"kind", w.kind}, {"messages", w.messages},
+                     {"bytes", w.bytes}});
+  auto step_json = [](const step_time& st) {
+    json j = {{"time_us", st.time_us}, {"compute_us", st.compute_us},
+              {"communication_us", st.communication_us}, {"waiting_us", st.waiting_us}};
+    if (st.step >= 0) {
+      j["step"] = st.step;
+      j["start_us"] = st.start_us;
+      j["device"] = st.device;
+      j["slowest_actor"] = st.slowest_actor;
+      j["slowest_actor_us"] = st.slowest_actor_us;
+    }
+    return j;
+  };
+  auto& steps = out["steps"] = json::array();
+  for (const auto& st : s.steps)
+    steps.push_back(step_json(st));
+  out["step_average"] = s.steps.empty() ? json(nullptr) : step_json(s.average);
+  return out.dump(2) + "\n";
+}
+
+}  // namespace troupe

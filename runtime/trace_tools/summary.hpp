@@ -1,0 +1,105 @@
+// summary.hpp: where the time of a traced run went (`troupe trace summary`).
+//
+// summarize_trace() reduces a trace (trace_file.hpp) to a handful of tables: per actor
+// (compute, message handling, waiting for the device, idle), per device (utilisation),
+// per pipeline stage (the measured bubble next to the GPipe formula), per wire (messages
+// and bytes) and per training step (compute, communication, waiting, the slowest actor).
+// format_summary_text() prints them for people, format_summary_json() for scripts.
+//
+// Definitions (times in microseconds):
+//   run           first event to last event.
+//   compute       of an actor: its jobs' durations (args.actor); handling: its handler spans;
+//                 waiting: its jobs' args.queued_us (submitted, but the device was busy);
+//                 idle: run - compute - handling - waiting, floored at 0 (the three can
+//                 overlap, since jobs run on streams while the actor handles messages).
+//   utilisation   of a device: its stream's job time / run.
+//   bubble        of a stage: 1 - utilisation of the stage's device(s) (replica 0's; the
+//                 mean when a stage spans several devices); theory (P - 1) / (M + P - 1).
+//   step          train-phase jobs with args.step = N, from the first one's start to the
+//                 last one's end, on the busiest device of that step: compute (forward,
+//                 backward, loss, update), communication (copy, reduce, load), waiting (the rest).
+// It does not look at flows or eval-phase steps, and trusts the trace's clock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/trace_tools/trace_file.hpp"
+
+namespace troupe {
+
+struct actor_time {
+  std::string name;
+  std::string kind;
+  std::string device;
+  double compute_us = 0;
+  double handling_us = 0;
+  double waiting_us = 0;
+  double idle_us = 0;
+  std::int64_t jobs = 0;
+  std::int64_t messages = 0;  // handled
+};
+
+struct device_time {
+  std::string name;
+  double busy_us = 0;       // sum of its stream's job durations
+  double utilisation = 0;   // busy / run
+  std::int64_t jobs = 0;
+};
+
+struct stage_time {
+  std::int64_t stage = 0;
+  std::vector<std::string> devices;
+  double utilisation = 0;
+  double bubble = 0;        // measured: 1 - utilisation
+};
+
+struct wire_traffic {
+  std::string from;
+  std::string to;
+  std::string kind;         // the message kind (handler name)
+  std::int64_t messages = 0;
+  std::int64_t bytes = 0;
+};
+
+struct step_time {
+  std::int64_t step = 0;
+  double start_us = 0;
+  double time_us = 0;           // first job's start to last job's end
+  std::string device;           // the busiest device in the step
+  double compute_us = 0;        // forward/backward/loss/update on that device
+  double communication_us = 0;  // copy/reduce/load on that device
+  double waiting_us = 0;        // time - compute - communication, floored at 0
+  std::string slowest_actor;    // most job time in the step
+  double slowest_actor_us = 0;
+};
+
+struct trace_summary {
+  std::string path;
+  double run_us = 0;
+  std::int64_t dropped_events = 0;
+  std::int64_t stages = 1;          // P
+  std::int64_t microbatches = 1;    // M
+  std::int64_t replicas = 1;        // R
+  std::string schedule;
+  std::vector<actor_time> actors;    // by device (trace order), then name
+  std::vector<device_time> devices;  // trace order; only devices with a stream or jobs
+  std::vector<stage_time> pipeline;  // empty unless stages > 1
+  double theory_bubble = 0;          // (P - 1) / (M + P - 1)
+  std::vector<wire_traffic> wires;   // by from, to, kind
+  std::vector<step_time> steps;      // by step
+  step_time average;                 // mean over steps (step = -1, no actor)
+};
+
+/// Analyses a loaded trace (see the definitions above).
+trace_summary summarize_trace(const trace_file& trace);
+
+/// Tables for people: a dropped-events warning first if any, the averages and the
+/// `slowest_steps` slowest steps.
+std::string format_summary_text(const trace_summary& summary, std::size_t slowest_steps = 5);
+
+/// The whole summary as one JSON object (every step), indented.
+std::string format_summary_json(const trace_summary& summary);
+
+}  // namespace troupe

@@ -1,0 +1,368 @@
+// timeline.cpp: SVG and HTML schedule pictures of a trace.
+#include "runtime/trace_tools/timeline.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "runtime/base/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Layout, px.
+constexpr double label_width = 150;  // row labels on the left
+constexpr double right_margin = 20;
+constexpr double title_height = 36;
+constexpr double job_height = 28;
+constexpr double credit_height = 5;  // the credit-wait band under a row's jobs
+constexpr double row_gap = 10;
+constexpr double axis_height = 34;
+constexpr double row_height = job_height + credit_height + row_gap;
+constexpr double label_min_width = 14;  // narrowest job that gets its micro-batch number
+
+std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* pattern, ...) {
+  char buffer[2048];
+  va_list args;
+  va_start(args, pattern);
+  std::vsnprintf(buffer, sizeof buffer, pattern, args);
+  va_end(args);
+  return buffer;
+}
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A class name from a job name: letters, digits and '-' only, so CSS and tests can use it;
+// kinds this file has no colour for also get "other".
+std::string css_class(const std::string& job) {
+  std::string out;
+  for (char c : job)
+    out += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
+  for (const char* known : {"forward", "backward", "loss", "update", "reduce", "copy"})
+    if (out == known)
+      return out;
+  return (out.empty() ? "job" : out) + " other";
+}
+
+struct row {
+  std::string device;
+  std::string label;  // second line: "stage 1", "r0 stage 1"
+  double y = 0;
+};
+
+std::vector<row> make_rows(const trace_file& trace) {
+  std::set<std::string> used;
+  for (const auto& t : trace.tracks)
+    if (t.kind == "stream")
+      used.insert(t.device);
+  for (const auto& job : trace.jobs)
+    used.insert(job.device);
+  std::vector<std::string> order = trace.devices;
+  for (const auto& d : used)
+    if (std::find(order.begin(), order.end(), d) == order.end())
+      order.push_back(d);
+  std::vector<row> rows;
+  for (const auto& device : order) {
+    if (!used.count(device))
+      continue;
+    std::set<std::int32_t> stages, replicas;
+    for (const auto& t : trace.tracks)
+      if (t.kind == "layer" && t.device == device) {
+        if (t.stage >= 0)
+          stages.insert(t.stage);
+        if (t.replica >= 0)
+          replicas.insert(t.replica);
+      }
+    std::string label;
+    auto list = [](const std::set<std::int32_t>& values) {
+      std::string text;
+      for (auto v : values)
+        text += (text.empty() ? "" : ",") + std::to_string(v);
+      return text;
+    };
+    if (trace.replicas > 1 && !replicas.empty())
+      label += (replicas.size() > 1 ? "replicas " : "replica ") + list(replicas);
+    if (trace.stages > 1 && !stages.empty())
+      label += std::string{label.empty() ? "" : ", "} + (stages.size() > 1 ? "stages " : "stage ") +
+               list(stages);
+    rows.push_back({device, label, title_height + static_cast<double>(rows.size()) * row_height});
+  }
+  return rows;
+}
+
+// Intervals [start, end) in which counter `samples` is at least `capacity`.
+std::vector<std::pair<double, double>> saturated(const std::vector<trace_sample>& samples,
+                                                 double capacity, double trace_end) {
+  std::vector<std::pair<double, double>> out;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].value < capacity)
+      continue;
+    double end = i + 1 < samples.size() ? samples[i + 1].time_us : trace_end;
+    if (!out.empty() && out.back().second >= samples[i].time_us)
+      out.back().second = std::max(out.back().second, end);
+    else
+      out.emplace_back(samples[i].time_us, end);
+  }
+  return out;
+}
+
+// A tick spacing of 1, 2 or 5 times a power of ten giving about `ticks` ticks over `span`.
+double tick_spacing(double span, int ticks) {
+  double raw = span / ticks;
+  double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double nice : {1.0, 2.0, 5.0})
+    if (nice * magnitude >= raw)
+      return nice * magnitude;
+  return 10 * magnitude;
+}
+
+}  // namespace
+
+timeline_window choose_window(const trace_file& trace, const timeline_options& options) {
+  std::int64_t lowest = -1, highest = -1;
+  for (const auto& job : trace.jobs)
+    if (!job.eval && job.step >= 0) {
+      lowest = lowest < 0 ? job.step : std::min(lowest, job.step);
+      highest = std::max(highest, job.step);
+    }
+  timeline_window window;
+  std::int64_t first = options.first_step, last = options.last_step;
+  if (first < 0) {
+    // The default: steps 1 to 3 (step 0 warms up), if the run got that far.
+    if (lowest < 0 || highest < 1) {
+      window.start_us = trace.first_us;
+      window.end_us = trace.last_us;
+      return window;
+    }
+    first = std::max<std::int64_t>(1, lowest);
+    last = std::min<std::int64_t>(3, highest);
+  }
+  bool found = false;
+  for (const auto& job : trace.jobs)
+    if (!job.eval && job.step >= first && job.step <= last) {
+      window.start_us = found ? std::min(window.start_us, job.start_us) : job.start_us;
+      window.end_us = found ? std::max(window.end_us, job.end_us()) : job.end_us();
+      found = true;
+    }
+  if (!found)
+    throw user_error(trace.path + ": no training steps " + std::to_string(first) + " to " +
+                     std::to_string(last) + " in the trace" +
+                     (lowest < 0 ? std::string{" (it has no training steps)"}
+                                 : " (it has steps " + std::to_string(lowest) + " to " +
+                                       std::to_string(highest) + ")"));
+  window.first_step = first;
+  window.last_step = last;
+  return window;
+}
+
+void parse_step_range(const std::string& text, timeline_options& options) {
+  auto bad = [&] {
+    return user_error("--steps '" + text + "': expected A:B, two step numbers with A <= B (e.g. 1:3)");
+  };
+  auto colon = text.find(':');
+  auto first = text.substr(0, colon);
+  auto last = colon == std::string::npos ? first : text.substr(colon + 1);
+  auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 15 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw bad();
+    return std::stoll(s);
+  };
+  options.first_step = number(first);
+  options.last_step = number(last);
+  if (options.first_step > options.last_step)
+    throw bad();
+}
+
+std::string render_timeline_svg(const trace_file& trace, const timeline_options& options) {
+  auto window = choose_window(trace, options);
+  auto rows = make_rows(trace);
+  const double width = std::max(options.width, label_width + right_margin + 100);
+  const double plot_width = width - label_width - right_margin;
+  const double plot_bottom = title_height + static_cast<double>(rows.size()) * row_height;
+  const double height = plot_bottom + axis_height;
+  // A trace without timed events still gets a sensible (1 ms) axis.
+  const double span = window.end_us > window.start_us ? window.end_us - window.start_us : 1000;
+  auto x_of = [&](double us) { return label_width + (us - window.start_us) / span * plot_width; };
+  auto row_of = [&](const std::string& device) -> const row* {
+    for (const auto& r : rows)
+      if (r.device == device)
+        return &r;
+    return nullptr;
+  };
+
+  std::string svg = format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
+      width, height, width, height);
+  svg += "<defs><pattern id=\"credit-hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+         "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fbdada\"/>"
+         "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d62728\" stroke-width=\"3\"/>"
+         "</pattern></defs>\n";
+  svg += "<style>rect.forward{fill:#4e79a7}rect.backward{fill:#59a14f}rect.loss{fill:#8c8c8c}"
+         "rect.update{fill:#6b6b6b}rect.reduce{fill:#a5a5a5}rect.copy{fill:#c8c8c8}"
+         "rect.other{fill:#b4b4b4}rect.eval{opacity:0.4}rect.credit-wait{fill:url(#credit-hatch)}"
+         "g.jobs rect{stroke:#fff;stroke-width:0.5}text.mb{fill:#fff;font-size:10px;pointer-events:none}</style>\n";
+  std::string title = "troupe schedule";
+  if (window.first_step >= 0)
+    title += window.first_step == window.last_step
+                 ? ", step " + std::to_string(window.first_step)
+                 : ", steps " + std::to_string(window.first_step) + " to " +
+                       std::to_string(window.last_step);
+  if (trace.stages > 1)
+    title += format(" (P = %lld, M = %lld%s%s)", static_cast<long long>(trace.stages),
+                    static_cast<long long>(trace.microbatches), trace.schedule.empty() ? "" : ", ",
+                    trace.schedule.c_str());
+  svg += format("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
+                label_width, escape(title).c_str());
+
+  // Axis and grid first, so that jobs draw over the grid lines.
+  const double start_ms = window.start_us / 1000, end_ms = window.start_us / 1000 + span / 1000;
+  const double tick = tick_spacing(span / 1000, 10);
+  const int decimals = tick >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(tick) - 1e-9));
+  svg += "<g class=\"axis\">\n";
+  svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
+                label_width, plot_bottom, label_width + plot_width, plot_bottom);
+  for (double t = std::ceil(start_ms / tick - 1e-9) * tick; t <= end_ms + 1e-9 * tick; t += tick) {
+    if (std::abs(t) < 1e-6 * tick)
+      t = 0;  // not "-0.0"
+    double x = x_of(t * 1000);
+    svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n",
+                  x, title_height - 4, x, plot_bottom + 4, x, plot_bottom + 17, decimals, t);
+  }
+  svg += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ms since the trace began</text>\n",
+                label_width + plot_width, plot_bottom + 31);
+  svg += "</g>\n<g class=\"rows\">\n";
+  for (const auto& r : rows) {
+    svg += format("<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", r.y + 13,
+                  escape(r.device).c_str());
+    if (!r.label.empty())
+      svg += format("<text x=\"8\" y=\"%.1f\" fill=\"#555\">%s</text>\n", r.y + 27,
+                    escape(r.label).c_str());
+  }
+  svg += "</g>\n<g class=\"markers\">\n";
+  for (const auto& m : trace.markers)
+    if (m.time_us >= window.start_us && m.time_us <= window.end_us) {
+      double x = x_of(m.time_us);
+      svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
+                    "stroke-dasharray=\"3,3\"><title>%s at %.3f ms</title></line>\n",
+                    x, title_height - 4, x, plot_bottom, escape(m.name).c_str(), m.time_us / 1000);
+    }
+
+  svg += "</g>\n<g class=\"jobs\">\n";
+  for (const auto& job : trace.jobs) {
+    if (job.end_us() <= window.start_us || job.start_us >= window.end_us)
+      continue;
+    const row* r = row_of(job.device);
+    if (!r)
+      continue;
+    double x0 = x_of(std::max(job.start_us, window.start_us));
+    double x1 = x_of(std::min(job.end_us(), window.end_us));
+    double w = std::max(x1 - x0, 0.5);  // a very short job stays visible as a hairline
+    std::string kind = css_class(job.name);
+    std::string details = job.name + " by " + (job.actor.empty() ? "?" : job.actor);
+    if (job.step >= 0)
+      details += format(", %s %lld", job.eval ? "eval" : "step", static_cast<long long>(job.step));
+    if (job.microbatch >= 0)
+      details += format(", micro-batch %d", job.microbatch);
+    if (job.replica >= 0)
+      details += format(", replica %d", job.replica);
+    details += format(": %.3f ms from %.3f ms", job.duration_us / 1000, job.start_us / 1000);
+    if (job.queued_us > 0)
+      details += format(", waited %.3f ms for the device", job.queued_us / 1000);
+    if (job.bytes > 0)
+      details += format(", %lld bytes", static_cast<long long>(job.bytes));
+    svg += format("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
+                  "data-step=\"%lld\" data-microbatch=\"%d\" data-actor=\"%s\"><title>%s</title></rect>\n",
+                  kind.c_str(), job.eval ? " eval" : "", x0, r->y, w, job_height,
+                  static_cast<long long>(job.step), job.microbatch, escape(job.actor).c_str(),
+                  escape(details).c_str());
+    if ((job.name == "forward" || job.name == "backward") && job.microbatch >= 0 &&
+        w >= label_min_width)
+      svg += format("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+                    x0 + w / 2, r->y + job_height / 2 + 4, job.microbatch);
+  }
+
+  svg += "</g>\n<g class=\"credit-waits\">\n";
+  for (const auto& [name, samples] : trace.counters) {
+    const std::string prefix = "credits ";
+    auto arrow = name.find(" -> ");
+    if (name.compare(0, prefix.size(), prefix) != 0 || arrow == std::string::npos)
+      continue;
+    auto sender = name.substr(prefix.size(), arrow - prefix.size());
+    auto receiver = name.substr(arrow + 4);
+    std::int64_t capacity = 0;
+    for (const auto& w : trace.wires)
+      if (w.from == sender && w.to == receiver && w.capacity > 0 &&
+          (capacity == 0 || w.kind == "activations"))
+        capacity = w.capacity;
+    const auto* track = trace.find_track(sender);
+    const row* r = track ? row_of(track->device) : nullptr;
+    if (capacity <= 0 || !r)
+      continue;
+    for (auto [start, end] : saturated(samples, static_cast<double>(capacity), trace.last_us)) {
+      start = std::max(start, window.start_us);
+      end = std::min(end, window.end_us);
+      if (end <= start)
+        continue;
+      double x0 = x_of(start), x1 = x_of(end);
+      svg += format("<rect class=\"credit-wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+                    "height=\"%.1f\" data-wire=\"%s\"><title>%s -&gt; %s: all %lld credits in use "
+                    "for %.3f ms from %.3f ms (the sender could not send more)</title></rect>\n",
+                    x0, r->y + job_height, std::max(x1 - x0, 0.5), credit_height,
+                    escape(sender + " -> " + receiver).c_str(), escape(sender).c_str(),
+                    escape(receiver).c_str(), static_cast<long long>(capacity),
+                    (end - start) / 1000, start / 1000);
+    }
+  }
+  svg += "</g>\n</svg>\n";
+  return svg;
+}
+
+std::string render_timeline_html(const trace_file& trace, const timeline_options& options) {
+  auto svg = render_timeline_svg(trace, options);
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>troupe "
+      "schedule: " + escape(trace.path) + "</title>\n<style>\n"
+      "body{font-family:sans-serif;margin:16px;color:#222}\n"
+      ".legend span{display:inline-block;margin-right:16px}\n"
+      ".legend i{display:inline-block;width:14px;height:14px;margin-right:4px;vertical-align:-2px}\n"
+      "svg rect:hover{stroke:#000;stroke-width:1.5}\n"
+      ".figure{overflow-x:auto}\n"
+      "</style>\n</head>\n<body>\n<h1>troupe schedule</h1>\n<p>" + escape(trace.path);
+  if (!trace.config.empty())
+    html += " (config " + escape(trace.config) + ")";
+  html += ". Hover over a job for its actor, step, micro-batch and times.</p>\n<p class=\"legend\">";
+  const char* legend[][2] = {{"#4e79a7", "forward"},  {"#59a14f", "backward"}, {"#8c8c8c", "loss"},
+                             {"#6b6b6b", "update"},   {"#a5a5a5", "reduce"},   {"#c8c8c8", "copy"},
+                             {"#b4b4b4", "other job"}};
+  for (const auto& [colour, what] : legend)
+    html += std::string{"<span><i style=\"background:"} + colour + "\"></i>" + what + "</span>";
+  html += "<span><i style=\"background:repeating-linear-gradient(45deg,#d62728 0 2px,#fbdada 2px "
+          "5px)\"></i>credits exhausted (the sender had to wait)</span>";
+  html += "<span><i style=\"background:#4e79a7;opacity:0.4\"></i>eval phase</span></p>\n";
+  html += "<div class=\"figure\">\n" + svg + "</div>\n</body>\n</html>\n";
+  return html;
+}
+
+}  // namespace troupe

@@ -1,0 +1,255 @@
+// trace_file.cpp: Chrome Trace Event JSON (as docs/tracing.md describes it) into records.
+#include "runtime/trace_tools/trace_file.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Reading one event: errors name the file, the event's index and the field.
+struct event_reader {
+  const std::string& path;
+  std::size_t index;
+  const json& event;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw user_error(path + ": traceEvents[" + std::to_string(index) + "]: " + what);
+  }
+  const json* field(const json& object, const char* key) const {
+    auto it = object.find(key);
+    return it == object.end() || it->is_null() ? nullptr : &*it;
+  }
+  double number(const json& object, const char* key, double otherwise) const {
+    auto* value = field(object, key);
+    if (!value)
+      return otherwise;
+    if (!value->is_number())
+      fail(std::string{"\""} + key + "\" should be a number, found " + value->dump());
+    return value->get<double>();
+  }
+  std::string text(const json& object, const char* key) const {
+    auto* value = field(object, key);
+    if (!value)
+      return {};
+    if (!value->is_string())
+      fail(std::string{"\""} + key + "\" should be a string, found " + value->dump());
+    return value->get<std::string>();
+  }
+  const json& args() const {
+    static const json empty = json::object();
+    auto* value = field(event, "args");
+    if (!value)
+      return empty;
+    if (!value->is_object())
+      fail("\"args\" should be an object, found " + value->dump());
+    return *value;
+  }
+};
+
+std::int64_t to_int(double x) { return static_cast<std::int64_t>(x); }
+
+void read_other_data(const json& other, trace_file& out) {
+  auto integer = [&](const char* key, std::int64_t otherwise) {
+    auto it = other.find(key);
+    return it != other.end() && it->is_number() ? it->get<std::int64_t>() : otherwise;
+  };
+  auto text = [&](const json& object, const char* key) {
+    auto it = object.find(key);
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+  };
+  auto small = [&](const json& object, const char* key) {
+    auto it = object.find(key);
+    return it != object.end() && it->is_number() ? it->get<std::int32_t>() : -1;
+  };
+  out.replicas = std::max<std::int64_t>(1, integer("replicas", 1));
+  out.stages = std::max<std::int64_t>(1, integer("stages", 1));
+  out.microbatches = std::max<std::int64_t>(1, integer("microbatches", 1));
+  out.dropped_events = integer("dropped_events", 0);
+  out.schedule = text(other, "schedule");
+  out.config = text(other, "config");
+  for (const auto& t : other.at("tracks")) {
+    if (!t.is_object())
+      continue;
+    out.tracks.push_back({text(t, "name"), text(t, "kind"), text(t, "device"), small(t, "replica"),
+                          small(t, "stage"), small(t, "layer")});
+  }
+  auto wires = other.find("wires");
+  if (wires != other.end() && wires->is_array())
+    for (const auto& w : *wires) {
+      if (!w.is_object())
+        continue;
+      auto capacity = w.find("capacity");
+      out.wires.push_back({text(w, "from"), text(w, "to"), text(w, "kind"),
+                           capacity != w.end() && capacity->is_number() ? capacity->get<std::int64_t>()
+                                                                        : 0});
+    }
+}
+
+}  // namespace
+
+const trace_track* trace_file::find_track(const std::string& name) const {
+  for (const auto& t : tracks)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+trace_file parse_trace(const std::string& text, const std::string& path) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw user_error(path + ": not JSON (at byte " + std::to_string(e.byte) +
+                     "); expected a trace written by troupe run --trace");
+  }
+  auto events = root.is_object() ? root.find("traceEvents") : root.end();
+  auto other = root.is_object() ? root.find("otherData") : root.end();
+  if (!root.is_object() || events == root.end() || !events->is_array() || other == root.end() ||
+      !other->is_object() || !other->contains("tracks") || !other->at("tracks").is_array())
+    throw user_error(path +
+                     ": not a troupe trace: expected an object with a \"traceEvents\" array and an "
+                     "\"otherData\" object with \"tracks\" (written by troupe run --trace)");
+  trace_file out;
+  out.path = path;
+  read_other_data(*other, out);
+
+  // Metadata first: it names the processes (devices) and threads (tracks) events refer to.
+  std::map<std::int64_t, std::string> process_names;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names;
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    const auto& e = (*events)[i];
+    event_reader read{path, i, e};
+    if (!e.is_object())
+      read.fail("an event should be an object, found " + e.dump());
+    if (read.text(e, "ph") != "M")
+      continue;
+    auto pid = to_int(read.number(e, "pid", 0));
+    auto name = read.text(read.args(), "name");
+    if (read.text(e, "name") == "process_name")
+      process_names[pid] = name;
+    else if (read.text(e, "name") == "thread_name")
+      thread_names[{pid, to_int(read.number(e, "tid", 0))}] = name;
+  }
+  for (const auto& [pid, name] : process_names)
+    out.devices.push_back(name);
+
+  double first = std::numeric_limits<double>::infinity();
+  double last = -first;
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    const auto& e = (*events)[i];
+    event_reader read{path, i, e};
+    auto ph = read.text(e, "ph");
+    if (ph == "M")
+      continue;
+    double ts = read.number(e, "ts", std::numeric_limits<double>::quiet_NaN());
+    if (ts != ts)
+      read.fail("\"ts\" is missing (every event but metadata has a timestamp)");
+    auto pid = to_int(read.number(e, "pid", 0));
+    auto tid = to_int(read.number(e, "tid", 0));
+    const auto& args = read.args();
+    first = std::min(first, ts);
+    last = std::max(last, ts);
+    if (ph == "X") {
+      trace_span span;
+      span.name = read.text(e, "name");
+      span.start_us = ts;
+      span.duration_us = std::max(0.0, read.number(e, "dur", 0));
+      last = std::max(last, span.end_us());
+      auto device = process_names.find(pid);
+      span.device = device == process_names.end() ? std::to_string(pid) : device->second;
+      auto thread = thread_names.find({pid, tid});
+      span.track = thread == thread_names.end() ? std::string{} : thread->second;
+      span.step = to_int(read.number(args, "step", -1));
+      span.microbatch = static_cast<std::int32_t>(read.number(args, "microbatch", -1));
+      span.replica = static_cast<std::int32_t>(read.number(args, "replica", -1));
+      span.eval = read.text(args, "phase") == "eval";
+      span.bytes = to_int(read.number(args, "bytes", 0));
+      auto category = read.text(e, "cat");
+      if (category == "job") {
+        span.actor = read.text(args, "actor");
+        span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
+        out.jobs.push_back(std::move(span));
+      } else if (category == "handler") {
+        span.from = read.text(args, "from");
+        span.actor = read.text(args, "to");
+        if (span.actor.empty())
+          span.actor = span.track;
+        out.handlers.push_back(std::move(span));
+      }
+    } else if (ph == "C") {
+      out.counters[read.text(e, "name")].push_back({ts, read.number(args, "value", 0)});
+    } else if (ph == "i" && read.text(e, "cat") == "marker") {
+      out.markers.push_back({read.text(e, "name"), ts, to_int(read.number(args, "step", -1))});
+    }
+  }
+  if (first > last)
+    first = last = 0;
+  out.first_us = first;
+  out.last_us = last;
+  auto by_start = [](const trace_span& a, const trace_span& b) { return a.start_us < b.start_us; };
+  std::stable_sort(out.jobs.begin(), out.jobs.end(), by_start);
+  std::stable_sort(out.handlers.begin(), out.handlers.end(), by_start);
+  for (auto& [name, samples] : out.counters)
+    std::stable_sort(samples.begin(), samples.end(),
+                     [](const trace_sample& a, const trace_sample& b) { return a.time_us < b.time_us; });
+  return out;
+}
+
+trace_file load_trace(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored))
+    throw user_error("'" + path + "' is a directory, not a trace file");
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    throw user_error("cannot open the trace file '" + path +
+                     "'; write one with troupe run CONFIG.toml --trace " + path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (!file && !file.eof())
+    throw user_error("reading the trace file '" + path + "' failed");
+  return parse_trace(text.str(), path);
+}
+
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      auto i_end = i, j_end = j;
+      while (i_end < a.size() && digit(a[i_end]))
+        ++i_end;
+      while (j_end < b.size() && digit(b[j_end]))
+        ++j_end;
+      // Compare digit runs by value: shorter (without leading zeros) is smaller.
+      auto a_run = a.substr(i, i_end - i), b_run = b.substr(j, j_end - j);
+      a_run.erase(0, std::min(a_run.find_first_not_of('0'), a_run.size()));
+      b_run.erase(0, std::min(b_run.find_first_not_of('0'), b_run.size()));
+      if (a_run.size() != b_run.size())
+        return a_run.size() < b_run.size();
+      if (a_run != b_run)
+        return a_run < b_run;
+      i = i_end;
+      j = j_end;
+    } else {
+      if (a[i] != b[j])
+        return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+}  // namespace troupe

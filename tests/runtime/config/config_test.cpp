@@ -1,0 +1,487 @@
+// config_test.cpp: the topology config reader (runtime/config/config.hpp).
+//
+// Valid configs are read back key by key; every error class is checked for its message
+// and its exact file:line:column, since pointing at the right place is the point.
+// Configs are raw strings whose first line is line 1 (R"(... starts on it).
+#include "runtime/config/config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+using troupe::config_error;
+using troupe::parse_config;
+using troupe::run_config;
+
+namespace {
+
+/// A fresh directory under /tmp, removed with everything in it at scope exit.
+struct temp_directory {
+  fs::path path;
+  temp_directory() {
+    std::string pattern = (fs::temp_directory_path() / "troupe-config-test-XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_directory() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  void write(const std::string& name, const std::string& text) const {
+    fs::create_directories((path / name).parent_path());
+    std::ofstream(path / name) << text;
+  }
+};
+
+/// Parses `text` expecting a config_error; returns it for the caller to inspect.
+config_error parse_error_of(const std::string& text, const std::string& directory = ".") {
+  try {
+    parse_config(text, "t.toml", directory);
+  } catch (const config_error& error) {
+    return error;
+  }
+  FAIL("expected a config_error for:\n" << text);
+  return config_error({}, "");
+}
+
+/// Checks an error's position and that its message contains `expected`.
+void check_error(const std::string& text, int line, int column, const std::string& expected) {
+  auto error = parse_error_of(text);
+  INFO("message: " << std::string(error.what()));
+  CHECK(error.where().file == "t.toml");
+  CHECK(error.where().line == line);
+  CHECK(error.where().column == column);
+  CHECK(std::string(error.what()).find(expected) != std::string::npos);
+}
+
+// The smallest config that needs nothing on disk.
+const std::string minimal_model = R"([model]
+[[model.layers]]
+type = "linear"
+)";
+const std::string synthetic_data = "[data]\nsource = \"synthetic\"\n";
+
+}  // namespace
+
+TEST_CASE("a config with every key is read back exactly, with positions") {
+  temp_directory dir;
+  // Both spellings of the data files are accepted: gzip'd and raw.
+  dir.write("fmnist/train-images-idx3-ubyte.gz", "");
+  dir.write("fmnist/train-labels-idx1-ubyte", "");
+  dir.write("fmnist/t10k-images-idx3-ubyte.gz", "");
+  dir.write("fmnist/t10k-labels-idx1-ubyte.gz", "");
+  const std::string text = R"([run]
+epochs = 3
+steps = 1000
+seed = 7
+metrics = "out/metrics.jsonl"
+log_every = 10
+evaluate = false
+
+[data]
+source = "fashion-mnist"
+path = "fmnist"
+batch_size = 64
+eval_batch_size = 500
+shuffle = false
+prefetch = 4
+synthetic_train = 100
+synthetic_test = 50
+synthetic_features = 20
+synthetic_classes = 3
+
+[model]
+loss = "softmax_xent"
+[[model.layers]]
+type = "linear"
+out = 256
+init = "kaiming"
+[[model.layers]]
+type = "dropout"
+p = 0.5
+train_only = true
+
+[optimizer]
+type = "sgd"
+lr = 0.05
+momentum = 0.9
+dampening = 0.0
+nesterov = true
+betas = [0.8, 0.99]
+eps = 1e-6
+weight_decay = 5e-4
+[optimizer.schedule]
+type = "step"
+warmup_steps = 100
+step_size = 300
+gamma = 0.5
+min_lr = 1e-5
+
+[parallel]
+devices = ["cpu:0", "cuda:1"]
+data = 2
+pipeline = 1
+microbatches = 4
+schedule = "1f1b"
+averaging = "central"
+)";
+  auto c = parse_config(text, "full.toml", dir.path.string());
+  CHECK(c.path == "full.toml");
+  CHECK(c.directory == dir.path.string());
+
+  CHECK(c.run.epochs == 3);
+  CHECK(c.run.steps == 1000);
+  CHECK(c.run.seed == 7);
+  CHECK(c.run.metrics == "out/metrics.jsonl");  // kept as written: relative to the cwd
+  CHECK(c.run.log_every == 10);
+  CHECK(c.run.evaluate == false);
+  CHECK(c.run.where.to_string() == "full.toml:1:1");
+
+  CHECK(c.data.source == "fashion-mnist");
+  CHECK(c.data.path == (dir.path / "fmnist").string());  // relative to the config's directory
+  CHECK(c.data.batch_size == 64);
+  CHECK(c.data.eval_batch_size == 500);
+  CHECK(c.data.shuffle == false);
+  CHECK(c.data.prefetch == 4);
+  CHECK(c.data.synthetic_train == 100);
+  CHECK(c.data.synthetic_test == 50);
+  CHECK(c.data.synthetic_features == 20);
+  CHECK(c.data.synthetic_classes == 3);
+  CHECK(c.data.where.to_string() == "full.toml:9:1");
+  CHECK(c.data.source_where.to_string() == "full.toml:10:10");
+  CHECK(c.data.path_where.to_string() == "full.toml:11:8");
+
+  CHECK(c.model.loss == "softmax_xent");
+  CHECK(c.model.where.to_string() == "full.toml:21:1");
+  REQUIRE(c.model.layers.size() == 2);
+  const auto& linear = c.model.layers[0];
+  CHECK(linear.type == "linear");
+  CHECK(linear.where.to_string() == "full.toml:23:1");
+  CHECK(linear.type_where.to_string() == "full.toml:24:8");
+  REQUIRE(linear.settings.size() == 2);
+  CHECK(std::get<std::int64_t>(linear.settings.at("out").value) == 256);
+  CHECK(linear.settings.at("out").where.to_string() == "full.toml:25:1");
+  CHECK(std::get<std::string>(linear.settings.at("init").value) == "kaiming");
+  const auto& dropout = c.model.layers[1];
+  CHECK(dropout.type == "dropout");
+  CHECK(std::get<double>(dropout.settings.at("p").value) == 0.5);
+  CHECK(std::get<bool>(dropout.settings.at("train_only").value) == true);
+  CHECK(dropout.settings.at("train_only").where.to_string() == "full.toml:30:1");
+
+  CHECK(c.optimizer.type == "sgd");
+  CHECK(c.optimizer.type_where.to_string() == "full.toml:33:8");
+  CHECK(c.optimizer.where.to_string() == "full.toml:32:1");
+  // Exact comparisons: each literal is parsed to the nearest double, as the literal here is.
+  CHECK(c.optimizer.lr == 0.05);
+  CHECK(c.optimizer.momentum == 0.9);
+  CHECK(c.optimizer.dampening == 0.0);
+  CHECK(c.optimizer.nesterov == true);
+  CHECK(c.optimizer.beta1 == 0.8);
+  CHECK(c.optimizer.beta2 == 0.99);
+  CHECK(c.optimizer.eps == 1e-6);
+  CHECK(c.optimizer.weight_decay == 5e-4);
+  CHECK(c.optimizer.schedule.type == "step");
+  CHECK(c.optimizer.schedule.warmup_steps == 100);
+  CHECK(c.optimizer.schedule.step_size == 300);
+  CHECK(c.optimizer.schedule.gamma == 0.5);
+  CHECK(c.optimizer.schedule.min_lr == 1e-5);
+  CHECK(c.optimizer.schedule.where.to_string() == "full.toml:41:1");
+
+  REQUIRE(c.parallel.devices.size() == 2);
+  CHECK(c.parallel.devices[0].name == "cpu:0");
+  CHECK(c.parallel.devices[0].where.to_string() == "full.toml:49:12");
+  CHECK(c.parallel.devices[1].name == "cuda:1");
+  CHECK(c.parallel.devices[1].where.to_string() == "full.toml:49:21");
+  CHECK(c.parallel.data == 2);
+  CHECK(c.parallel.pipeline == 1);
+  CHECK(c.parallel.microbatches == 4);
+  CHECK(c.parallel.schedule == "1f1b");
+  CHECK(c.parallel.averaging == "central");
+  CHECK(c.parallel.where.to_string() == "full.toml:48:1");
+}
+
+TEST_CASE("absent sections and keys take the documented defaults, positioned at the file") {
+  auto c = parse_config(synthetic_data + minimal_model, "t.toml");
+  CHECK(c.run.epochs == 1);
+  CHECK(c.run.steps == 0);
+  CHECK(c.run.seed == 42);
+  CHECK(c.run.metrics == "troupe-metrics.jsonl");
+  CHECK(c.run.log_every == 50);
+  CHECK(c.run.evaluate == true);
+  CHECK(c.run.where.to_string() == "t.toml");  // line 0: the whole file
+
+  CHECK(c.data.source == "synthetic");
+  CHECK(c.data.path == "/usr/share/datasets/fashion-mnist");
+  CHECK(c.data.batch_size == 128);
+  CHECK(c.data.eval_batch_size == 1000);
+  CHECK(c.data.shuffle == true);
+  CHECK(c.data.prefetch == 2);
+  CHECK(c.data.synthetic_train == 4096);
+  CHECK(c.data.synthetic_test == 1024);
+  CHECK(c.data.synthetic_features == 784);
+  CHECK(c.data.synthetic_classes == 10);
+  CHECK(c.data.path_where.to_string() == "t.toml:1:1");  // defaulted: the [data] table
+
+  CHECK(c.model.loss == "softmax_xent");
+  REQUIRE(c.model.layers.size() == 1);
+  CHECK(c.model.layers[0].settings.empty());
+
+  CHECK(c.optimizer.type == "adam");
+  CHECK(c.optimizer.lr == 1e-3);
+  CHECK(c.optimizer.momentum == 0.0);
+  CHECK(c.optimizer.dampening == 0.0);
+  CHECK(c.optimizer.nesterov == false);
+  CHECK(c.optimizer.beta1 == 0.9);
+  CHECK(c.optimizer.beta2 == 0.999);
+  CHECK(c.optimizer.eps == 1e-8);
+  CHECK(c.optimizer.weight_decay == 0.0);
+  CHECK(c.optimizer.where.line == 0);
+  CHECK(c.optimizer.type_where.line == 0);
+  CHECK(c.optimizer.schedule.type == "constant");
+  CHECK(c.optimizer.schedule.warmup_steps == 0);
+  CHECK(c.optimizer.schedule.step_size == 1000);
+  CHECK(c.optimizer.schedule.gamma == 0.1);
+  CHECK(c.optimizer.schedule.min_lr == 0.0);
+  CHECK(c.optimizer.schedule.where.line == 0);
+
+  REQUIRE(c.parallel.devices.size() == 1);
+  CHECK(c.parallel.devices[0].name == "cpu:0");
+  CHECK(c.parallel.devices[0].where.to_string() == "t.toml");
+  CHECK(c.parallel.data == 1);
+  CHECK(c.parallel.pipeline == 1);
+  CHECK(c.parallel.microbatches == 1);
+  CHECK(c.parallel.schedule == "gpipe");
+  CHECK(c.parallel.averaging == "ring");
+  CHECK_FALSE(c.parallel.shard_optimizer);
+}
+
+TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
+  auto c = parse_config(minimal_model + "[parallel]\ndata = 2\nshard_optimizer = true\n", "t.toml");
+  CHECK(c.parallel.shard_optimizer);
+  check_error(minimal_model + "[parallel]\naveraging = \"central\"\nshard_optimizer = true\n", 6, 1,
+              "[parallel] shard_optimizer: needs averaging = \"ring\" (the optimizer shards are "
+              "the ring's chunks), found averaging = \"central\"");
+}
+
+TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory") {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist")) {
+    MESSAGE("skipped: Debian's dataset-fashion-mnist is not installed");
+    return;
+  }
+  auto c = parse_config(minimal_model, "t.toml");
+  CHECK(c.data.source == "fashion-mnist");
+  CHECK(c.data.path == "/usr/share/datasets/fashion-mnist");
+  CHECK(c.data.path_where.to_string() == "t.toml");
+}
+
+TEST_CASE("an inline schedule table and integer-valued numbers are accepted") {
+  auto c = parse_config(synthetic_data + minimal_model + R"([optimizer]
+lr = 1
+betas = [0, 0.5]
+schedule = { type = "cosine", min_lr = 0 }
+)",
+                        "t.toml");
+  CHECK(c.optimizer.lr == 1.0);
+  CHECK(c.optimizer.beta1 == 0.0);
+  CHECK(c.optimizer.schedule.type == "cosine");
+  CHECK(c.optimizer.schedule.min_lr == 0.0);
+  CHECK(c.optimizer.schedule.where.to_string() == "t.toml:9:12");
+}
+
+TEST_CASE("a TOML syntax error is reported at toml++'s position") {
+  check_error("[run]\nepochs = = 3\n", 2, 10, "invalid TOML: error while parsing value");
+  // toml++ places a redefinition at the second value.
+  check_error("[run]\nepochs = 1\nepochs = 2\n", 3, 10,
+              "invalid TOML: error while parsing key-value pair: cannot redefine existing integer "
+              "'epochs'");
+}
+
+TEST_CASE("an unknown section is rejected, with a suggestion or the list of sections") {
+  check_error(minimal_model + "[optimiser]\nlr = 0.1\n", 4, 2,
+              "unknown section 'optimiser'; did you mean 'optimizer'?");
+  check_error("[training]\n" + minimal_model, 1, 2,
+              "unknown section 'training'; valid sections: 'run', 'data', 'model', 'optimizer', "
+              "'parallel', 'actor', 'wire'");
+  check_error("epochs = 3\n" + minimal_model, 1, 1, "unknown section 'epochs'");
+  check_error("run = 3\n" + minimal_model, 1, 1, "'run' must be a section [run], found an integer");
+}
+
+TEST_CASE("an unknown key in a fixed section is rejected with the nearest valid key") {
+  check_error(minimal_model + "[optimizer]\ntype = \"adam\"\nlr_rate = 0.1\n", 6, 1,
+              "unknown key 'lr_rate' in [optimizer]; did you mean 'lr'?");
+  // A name with a word added or dropped is too far for edit distance but still suggested.
+  check_error(minimal_model + "[optimizer.schedule]\nwarmup = 5\n", 5, 1,
+              "unknown key 'warmup' in [optimizer.schedule]; did you mean 'warmup_steps'?");
+  check_error(minimal_model + "[optimizer.schedule]\ngama = 0.5\n", 5, 1,
+              "unknown key 'gama' in [optimizer.schedule]; did you mean 'gamma'?");
+  check_error("[parallel]\nfrobnicate = 1\n" + minimal_model, 2, 1,
+              "unknown key 'frobnicate' in [parallel]; valid keys: devices, data, pipeline, "
+              "stages, microbatches, schedule, averaging, share_devices, bucket_kib, "
+              "shard_optimizer");
+  // Two unknown keys: the first in the file is named (toml++ itself orders keys by name).
+  check_error("[run]\nzzz = 1\naaa = 2\n" + minimal_model, 2, 1, "unknown key 'zzz' in [run]");
+}
+
+TEST_CASE("a value of the wrong type names what was expected and what was found") {
+  check_error(minimal_model + "[data]\nbatch_size = \"64\"\n", 5, 14,
+              "[data] batch_size: expected an integer, found a string");
+  check_error(minimal_model + "[data]\nshuffle = 1\n", 5, 11,
+              "[data] shuffle: expected a boolean (true or false), found an integer");
+  check_error(minimal_model + "[optimizer]\nlr = \"fast\"\n", 5, 6,
+              "[optimizer] lr: expected a number, found a string");
+  check_error(minimal_model + "[run]\nepochs = 2.0\n", 5, 10,
+              "[run] epochs: expected an integer, found a float");
+  check_error(minimal_model + "[run]\nmetrics = 3\n", 5, 11,
+              "[run] metrics: expected a string, found an integer");
+  check_error(minimal_model + "[optimizer]\nschedule = \"cosine\"\n", 5, 12,
+              "[optimizer] schedule: expected a table, found a string");
+  check_error("[model]\nlayers = { type = \"linear\" }\n", 2, 10,
+              "[model] layers: expected an array of tables ([[model.layers]]), found a table");
+}
+
+TEST_CASE("a value out of its range names the range and the value") {
+  check_error(minimal_model + "[data]\nbatch_size = 0\n", 5, 14,
+              "[data] batch_size: expected an integer >= 1, found 0");
+  check_error(minimal_model + "[data]\nprefetch = 65\n", 5, 12,
+              "[data] prefetch: expected an integer in [1, 64], found 65");
+  check_error(minimal_model + "[data]\nsynthetic_classes = 1\n", 5, 21,
+              "[data] synthetic_classes: expected an integer >= 2, found 1");
+  check_error(minimal_model + "[run]\nseed = -1\n", 5, 8,
+              "[run] seed: expected an integer >= 0, found -1");
+  check_error(minimal_model + "[run]\nsteps = -5\n", 5, 9,
+              "[run] steps: expected an integer >= 0, found -5");
+  check_error(minimal_model + "[optimizer]\nlr = 0\n", 5, 6,
+              "[optimizer] lr: expected a number > 0, found 0");
+  check_error(minimal_model + "[optimizer]\nlr = inf\n", 5, 6,
+              "[optimizer] lr: expected a number > 0, found inf");
+  check_error(minimal_model + "[optimizer]\nmomentum = 1.0\n", 5, 12,
+              "[optimizer] momentum: expected a number in [0, 1), found 1");
+  check_error(minimal_model + "[optimizer]\nweight_decay = -0.1\n", 5, 16,
+              "[optimizer] weight_decay: expected a number >= 0, found -0.1");
+  check_error(minimal_model + "[optimizer.schedule]\nstep_size = 0\n", 5, 13,
+              "[optimizer.schedule] step_size: expected an integer >= 1, found 0");
+  check_error(minimal_model + "[parallel]\nmicrobatches = 0\n", 5, 16,
+              "[parallel] microbatches: expected an integer >= 1, found 0");
+  check_error(minimal_model + "[optimizer]\nbetas = [0.9, 1.5]\n", 5, 15,
+              "[optimizer] betas[1]: expected a number in [0, 1), found 1.5");
+  check_error(minimal_model + "[optimizer]\nbetas = [0.9]\n", 5, 9,
+              "[optimizer] betas: expected an array of 2 numbers [beta1, beta2], found an array "
+              "of 1 values");
+  check_error(minimal_model + "[optimizer]\nbetas = [0.9, \"x\"]\n", 5, 15,
+              "[optimizer] betas[1]: expected a number, found a string");
+  check_error(minimal_model + "[optimizer]\nnesterov = true\n", 5, 12,
+              "[optimizer] nesterov: needs momentum > 0 and dampening = 0, found momentum = 0");
+}
+
+TEST_CASE("an unknown name for an enumerated setting suggests the nearest and lists all") {
+  check_error(minimal_model + "[optimizer]\ntype = \"adma\"\n", 5, 8,
+              "unknown optimizer type 'adma'; did you mean 'adam'? (expected one of 'sgd', "
+              "'adam', 'adamw')");
+  check_error(minimal_model + "[optimizer.schedule]\ntype = \"cosin\"\n", 5, 8,
+              "unknown schedule type 'cosin'; did you mean 'cosine'?");
+  check_error("[data]\nsource = \"mnist\"\n" + minimal_model, 2, 10,
+              "unknown data source 'mnist'");
+  check_error(minimal_model + "[parallel]\nschedule = \"1f1f\"\n", 5, 12,
+              "unknown pipeline schedule '1f1f'; did you mean '1f1b'?");
+  check_error(minimal_model + "[parallel]\naveraging = \"allreduce\"\n", 5, 13,
+              "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central')");
+  check_error("[model]\nloss = \"mse\"\n[[model.layers]]\ntype = \"linear\"\n", 2, 8,
+              "unknown loss 'mse' (expected one of 'softmax_xent')");
+}
+
+TEST_CASE("a device that is not cpu:N or cuda:N is rejected at its array element") {
+  check_error(minimal_model + "[parallel]\ndevices = [\"cpu:0\", \"gpu0\"]\n", 5, 21,
+              "[parallel] devices: expected a device like 'cpu:0' or 'cuda:0', found 'gpu0'");
+  check_error(minimal_model + "[parallel]\ndevices = [\"cuda:-1\"]\n", 5, 12,
+              "found 'cuda:-1'");
+  check_error(minimal_model + "[parallel]\ndevices = [0]\n", 5, 12,
+              "expected a device like 'cpu:0' or 'cuda:0', found an integer");
+  check_error(minimal_model + "[parallel]\ndevices = []\n", 5, 11,
+              "[parallel] devices: expected a non-empty array of devices");
+}
+
+TEST_CASE("a device listed twice is rejected at its second mention") {
+  check_error(minimal_model + "[parallel]\ndevices = [\"cuda:0\", \"cpu:0\", \"cuda:0\"]\n", 5, 31,
+              "device 'cuda:0' is listed twice (first at t.toml:5:12)");
+}
+
+TEST_CASE("a model without layers is rejected at [model], or at the file when absent") {
+  check_error(synthetic_data + "[model]\nloss = \"softmax_xent\"\n", 3, 1,
+              "[model] has no layers; add at least one [[model.layers]] table");
+  check_error(synthetic_data + "[model]\nlayers = []\n", 3, 1, "[model] has no layers");
+  auto error = parse_error_of(synthetic_data);
+  CHECK(error.where().line == 0);
+  CHECK(std::string(error.what()) .find("t.toml: [model] has no layers") == 0);
+}
+
+TEST_CASE("a layer table needs a string type and only scalar settings") {
+  check_error("[model]\n[[model.layers]]\ntype = \"linear\"\n[[model.layers]]\nout = 3\n", 4, 1,
+              "[[model.layers]] #2: missing key 'type'");
+  check_error("[model]\n[[model.layers]]\ntype = 3\n", 3, 8,
+              "[[model.layers]] #1 type: expected a layer name (a string), found an integer");
+  check_error("[model]\n[[model.layers]]\ntype = \"linear\"\nshape = [2, 3]\n", 4, 9,
+              "[[model.layers]] #1 shape: expected a scalar (integer, float, boolean or string), "
+              "found an array");
+  check_error("[model]\n[[model.layers]]\ntype = \"linear\"\ninit = { kind = \"normal\" }\n", 4, 8,
+              "[[model.layers]] #1 init: expected a scalar (integer, float, boolean or string), "
+              "found a table");
+}
+
+TEST_CASE("a fashion-mnist data path must hold the four IDX files") {
+  temp_directory dir;
+  dir.write("partial/train-images-idx3-ubyte.gz", "");
+  dir.write("partial/train-labels-idx1-ubyte.gz", "");
+  dir.write("partial/t10k-images-idx3-ubyte", "");
+
+  auto error = parse_error_of("[data]\npath = \"partial\"\n" + minimal_model, dir.path.string());
+  INFO("message: " << std::string(error.what()));
+  CHECK(error.where().to_string() == "t.toml:2:8");
+  std::string message = error.what();
+  CHECK(message.find("[data] path: directory '" + (dir.path / "partial").string() +
+                     "' has no 't10k-labels-idx1-ubyte(.gz)'") != std::string::npos);
+  CHECK(message.find("install Debian's dataset-fashion-mnist (scripts/install-deps.sh does) or "
+                     "set [data] source = \"synthetic\"") != std::string::npos);
+
+  error = parse_error_of("[data]\npath = \"/nonexistent/fmnist\"\n" + minimal_model);
+  CHECK(error.where().to_string() == "t.toml:2:8");
+  CHECK(std::string(error.what()).find("'/nonexistent/fmnist' is not a directory holding the "
+                                       "Fashion-MNIST files") != std::string::npos);
+
+  // The synthetic source does not look at the path at all.
+  CHECK_NOTHROW(parse_config("[data]\nsource = \"synthetic\"\npath = \"/nonexistent\"\n" +
+                                 minimal_model,
+                             "t.toml"));
+}
+
+TEST_CASE("load_config reads a file and resolves the data path against its directory") {
+  temp_directory dir;
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
+    dir.write(std::string("configs/data/") + name, "");
+  dir.write("configs/mlp.toml", "[data]\npath = \"data\"\n" + minimal_model);
+
+  auto file = (dir.path / "configs/mlp.toml").string();
+  auto c = troupe::load_config(file);
+  CHECK(c.path == file);
+  CHECK(c.directory == (dir.path / "configs").string());
+  CHECK(c.data.path == (dir.path / "configs/data").string());
+  CHECK(c.data.path_where.to_string() == file + ":2:8");
+}
+
+TEST_CASE("load_config on a missing file is a user error with exit code 2, not a config error") {
+  const std::string file = "/nonexistent/troupe.toml";
+  try {
+    troupe::load_config(file);
+    FAIL("expected a user_error");
+  } catch (const config_error& error) {
+    FAIL("expected a plain user_error, got a config_error: " << error.what());
+  } catch (const troupe::user_error& error) {
+    CHECK(std::string(error.what()) ==
+          "cannot open config file '/nonexistent/troupe.toml': No such file or directory");
+    CHECK(error.exit_code() == 2);
+  }
+}

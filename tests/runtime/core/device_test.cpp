@@ -1,0 +1,140 @@
+// CPU streams: order, events across streams, failures, and binding to cores.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/core/device.hpp"
+#include "runtime/base/error.hpp"
+
+using namespace troupe;
+
+TEST_CASE("device names parse as cpu:N and cuda:N and nothing else") {
+  device_id id;
+  CHECK(device_id::parse("cpu:0", id));
+  CHECK(id.to_string() == "cpu:0");
+  CHECK(device_id::parse("cuda:3", id));
+  CHECK(id.type == device_type::cuda);
+  CHECK(id.index == 3);
+  for (const char* bad : {"cpu", "cpu:", "gpu:0", "cpu:-1", "cpu:x", ":0", "cpu:1234567"})
+    CHECK_FALSE(device_id::parse(bad, id));
+}
+
+TEST_CASE("a stream runs its jobs in submission order on one thread that is not the caller's") {
+  stream s{device_id{}, 0};
+  std::vector<int> order;
+  std::thread::id worker;
+  event last;
+  for (int i = 0; i < 1000; ++i)
+    last = s.submit([&order, &worker, i] {
+      order.push_back(i);
+      worker = std::this_thread::get_id();
+    });
+  last.wait();
+  CHECK(last.reached());
+  REQUIRE(order.size() == 1000);
+  for (int i = 0; i < 1000; ++i)
+    CHECK(order[static_cast<std::size_t>(i)] == i);
+  bool on_another_thread = worker != std::this_thread::get_id();
+  CHECK(on_another_thread);
+}
+
+TEST_CASE("a stream that waits for another stream's event runs after that event") {
+  stream producer{device_id{device_type::cpu, 0}, 0};
+  stream consumer{device_id{device_type::cpu, 1}, 1};
+  std::atomic<bool> gate{false};
+  std::atomic<int> value{0};
+  auto written = producer.submit([&] {
+    while (!gate.load())
+      std::this_thread::yield();
+    value = 42;
+  });
+  consumer.wait_for(written);
+  int seen = -1;
+  auto read = consumer.submit([&] { seen = value.load(); });
+  // The consumer cannot have run yet: the producer is held at the gate.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_FALSE(read.reached());
+  gate = true;
+  read.wait();
+  CHECK(seen == 42);
+}
+
+TEST_CASE("a failing job reports once, and later jobs are skipped but their events are reached") {
+  stream s{device_id{}, -1};
+  std::atomic<int> reports{0};
+  std::string message;
+  s.set_error_handler([&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      message = x.what();
+    }
+    ++reports;
+  });
+  bool ran_after = false;
+  s.submit([] { throw std::runtime_error("boom"); });
+  auto after = s.submit([&] { ran_after = true; });
+  after.wait();
+  CHECK(s.failed());
+  CHECK(reports == 1);
+  CHECK(message == "boom");
+  CHECK_FALSE(ran_after);
+}
+
+TEST_CASE("a device set binds cpu:N to distinct cores when there are enough") {
+  device_set devices{{device_id{device_type::cpu, 0}, device_id{device_type::cpu, 1}}};
+  std::vector<int> cores(2, -1);
+  for (int i = 0; i < 2; ++i)
+    devices.at(device_id{device_type::cpu, i}).work().submit([&cores, i] {
+      cores[static_cast<std::size_t>(i)] = sched_getcpu();
+    });
+  devices.synchronize();
+  CHECK(cores[0] >= 0);
+  if (allowed_core_count() >= 2)
+    CHECK(cores[0] != cores[1]);
+  else
+    MESSAGE("only one core allowed: both devices share it");
+  CHECK_THROWS_AS(devices.at(device_id{device_type::cpu, 7}), check_failure);
+}
+
+TEST_CASE("posted tasks run on the stream's thread before queued jobs, outside the stream's order") {
+  stream s{device_id{}, 0};
+  std::atomic<bool> release{false};
+  std::vector<std::string> order;  // written only on the stream's thread
+  std::thread::id worker, poster;
+  // The first job holds the thread until everything below is queued.
+  s.submit([&] {
+    worker = std::this_thread::get_id();
+    while (!release.load())
+      std::this_thread::yield();
+  });
+  auto second = s.submit([&] { order.push_back("job"); });
+  s.post([&] {
+    order.push_back("task 1");
+    poster = std::this_thread::get_id();
+  });
+  s.post([&] { order.push_back("task 2"); });
+  auto before = s.last();
+  release = true;
+  s.drain_posted();
+  second.wait();
+  CHECK(order == std::vector<std::string>{"task 1", "task 2", "job"});
+  bool same_thread = poster == worker;
+  CHECK(same_thread);
+  // Tasks are no jobs: the stream's last event is still the second job's.
+  CHECK(before.sequence == second.sequence);
+  CHECK(s.completed() == 2);
+}
+
+TEST_CASE("a stream runs what was posted before it stops") {
+  std::atomic<int> ran{0};
+  {
+    stream s{device_id{}, 0};
+    for (int i = 0; i < 100; ++i)
+      s.post([&] { ran.fetch_add(1); });
+  }
+  CHECK(ran.load() == 100);
+}

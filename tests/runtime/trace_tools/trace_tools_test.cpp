@@ -1,0 +1,394 @@
+// The trace readers: trace_file parsing, trace_summary numbers against hand computation on
+// the GPipe trace of trace_test_trace.hpp, and the timeline's SVG and HTML.
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/trace/recorder.hpp"
+#include "runtime/trace_tools/summary.hpp"
+#include "runtime/trace_tools/timeline.hpp"
+#include "tests/runtime/trace_tools/test_trace.hpp"
+
+using namespace troupe;
+
+namespace {
+
+trace_file gpipe(std::int64_t dropped = 0) {
+  return parse_trace(test::gpipe_trace(dropped).dump(), "gpipe.json");
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size()))
+    ++n;
+  return n;
+}
+
+// A small XML well-formedness check: tags balance, attribute values are quoted, '&' starts
+// an entity, and there is exactly one root element, named `root`. Returns "" or the problem.
+std::string check_xml(const std::string& text, const std::string& root) {
+  std::vector<std::string> open;
+  int roots = 0;
+  std::size_t i = 0;
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ':' || c == '.';
+  };
+  while (i < text.size()) {
+    if (text[i] != '<') {
+      if (text[i] == '&') {
+        auto semi = text.find(';', i);
+        if (semi == std::string::npos || semi - i > 8)
+          return "bare & at " + std::to_string(i);
+      } else if (open.empty() && !std::isspace(static_cast<unsigned char>(text[i]))) {
+        return "text outside the root at " + std::to_string(i);
+      }
+      ++i;
+      continue;
+    }
+    if (text.compare(i, 4, "<!--") == 0) {
+      auto end = text.find("-->", i);
+      if (end == std::string::npos)
+        return "unclosed comment";
+      i = end + 3;
+      continue;
+    }
+    bool closing = i + 1 < text.size() && text[i + 1] == '/';
+    std::size_t j = i + (closing ? 2 : 1);
+    std::size_t name_start = j;
+    while (j < text.size() && name_char(text[j]))
+      ++j;
+    std::string name = text.substr(name_start, j - name_start);
+    if (name.empty())
+      return "a tag without a name at " + std::to_string(i);
+    if (closing) {
+      while (j < text.size() && std::isspace(static_cast<unsigned char>(text[j])))
+        ++j;
+      if (j >= text.size() || text[j] != '>')
+        return "bad closing tag at " + std::to_string(i);
+      if (open.empty() || open.back() != name)
+        return "</" + name + "> does not close <" + (open.empty() ? "" : open.back()) + ">";
+      open.pop_back();
+      i = j + 1;
+      continue;
+    }
+    // Attributes: name="value" or name='value', then > or />.
+    bool self_closing = false;
+    while (true) {
+      while (j < text.size() && std::isspace(static_cast<unsigned char>(text[j])))
+        ++j;
+      if (j >= text.size())
+        return "unterminated tag <" + name + ">";
+      if (text[j] == '>')
+        break;
+      if (text.compare(j, 2, "/>") == 0) {
+        self_closing = true;
+        ++j;
+        break;
+      }
+      std::size_t attribute = j;
+      while (j < text.size() && name_char(text[j]))
+        ++j;
+      if (j == attribute || j >= text.size() || text[j] != '=')
+        return "bad attribute in <" + name + "> at " + std::to_string(attribute);
+      char quote = text[++j];
+      if (quote != '"' && quote != '\'')
+        return "unquoted attribute in <" + name + "> at " + std::to_string(attribute);
+      auto end = text.find(quote, j + 1);
+      if (end == std::string::npos)
+        return "unterminated attribute value in <" + name + ">";
+      auto value = text.substr(j + 1, end - j - 1);
+      if (value.find('<') != std::string::npos)
+        return "'<' inside an attribute of <" + name + ">";
+      j = end + 1;
+    }
+    if (open.empty()) {
+      ++roots;
+      if (name != root)
+        return "the root is <" + name + ">, expected <" + root + ">";
+    }
+    if (!self_closing)
+      open.push_back(name);
+    i = j + 1;
+  }
+  if (!open.empty())
+    return "<" + open.back() + "> is never closed";
+  return roots == 1 ? "" : std::to_string(roots) + " root elements";
+}
+
+}  // namespace
+
+TEST_CASE("a trace file is read into jobs, handlers, counters, markers and run metadata") {
+  auto t = gpipe();
+  CHECK(t.devices == std::vector<std::string>{"cpu:0", "cpu:1", "host"});
+  CHECK(t.tracks.size() == 9);
+  CHECK(t.wires.size() == 3);
+  CHECK(t.stages == 2);
+  CHECK(t.microbatches == 4);
+  CHECK(t.jobs.size() == 4 * (9 + 10) + 1);
+  CHECK(t.handlers.size() == 4 * 8);
+  CHECK(t.markers.size() == 4);
+  CHECK(t.counters.at("credits layer_0 -> layer_1").size() == 16);
+  CHECK(t.first_us == 0);
+  CHECK(t.last_us == 8000);
+  // Jobs get their device from the process and their track from the thread metadata.
+  CHECK(t.jobs.front().name == "copy");  // at 0 with cpu:0's first forward, recorded first
+  CHECK(t.jobs.front().device == "cpu:1");
+  CHECK(t.jobs.front().track == "cpu:1 stream");
+  CHECK(t.jobs.front().bytes == 4096);
+  CHECK(t.handlers.front().actor == "layer_1");
+  CHECK(t.handlers.front().from == "layer_0");
+}
+
+TEST_CASE("natural order puts layer_2 before layer_10") {
+  CHECK(natural_less("layer_2", "layer_10"));
+  CHECK_FALSE(natural_less("layer_10", "layer_2"));
+  CHECK(natural_less("cpu:1", "cpu:2"));
+  CHECK(natural_less("loader", "loss"));
+  CHECK_FALSE(natural_less("opt_0", "opt_0"));
+}
+
+TEST_CASE("the summary's utilisation and pipeline bubble match the hand-made GPipe schedule") {
+  auto s = summarize_trace(gpipe());
+  // The schedule's times are integers in microseconds, exactly representable: the sums are
+  // exact, and the ratios are compared with doctest's default Approx (1e-5 relative).
+  CHECK(s.run_us == 8000);
+  REQUIRE(s.devices.size() == 2);
+  CHECK(s.devices[0].name == "cpu:0");
+  CHECK(s.devices[0].busy_us == 4 * 1300 + 50);  // + the eval forward
+  CHECK(s.devices[0].jobs == 37);
+  CHECK(s.devices[0].utilisation == doctest::Approx(5250.0 / 8000));
+  CHECK(s.devices[1].utilisation == doctest::Approx(5400.0 / 8000));
+  REQUIRE(s.pipeline.size() == 2);
+  CHECK(s.pipeline[0].devices == std::vector<std::string>{"cpu:0"});
+  CHECK(s.pipeline[0].bubble == doctest::Approx(1 - 5250.0 / 8000));
+  CHECK(s.pipeline[1].bubble == doctest::Approx(1 - 5400.0 / 8000));
+  CHECK(s.theory_bubble == doctest::Approx(1.0 / 5));  // (P - 1) / (M + P - 1), P = 2, M = 4
+}
+
+TEST_CASE("the summary splits each actor's time into compute, handling, waiting and idle") {
+  auto s = summarize_trace(gpipe());
+  std::vector<std::string> order;
+  for (const auto& a : s.actors)
+    order.push_back(a.name);
+  // By device in trace order, then by name.
+  CHECK(order == std::vector<std::string>{"layer_0", "loader", "opt_0", "layer_1", "loss", "opt_1",
+                                          "trainer"});
+  const auto& layer_0 = s.actors[0];
+  CHECK(layer_0.compute_us == 4 * 1200 + 50);
+  CHECK(layer_0.handling_us == 16 * 10);
+  CHECK(layer_0.waiting_us == 16 * 5);
+  CHECK(layer_0.idle_us == 8000 - 4850 - 160 - 80);
+  const auto& layer_1 = s.actors[3];
+  CHECK(layer_1.compute_us == 4 * 1250);
+  CHECK(layer_1.waiting_us == 0);
+  CHECK(s.actors[1].idle_us == 8000);  // the loader did nothing recorded
+}
+
+TEST_CASE("the summary counts messages and bytes per wire") {
+  auto s = summarize_trace(gpipe());
+  REQUIRE(s.wires.size() == 2);
+  CHECK(s.wires[0].from == "layer_0");
+  CHECK(s.wires[0].to == "layer_1");
+  CHECK(s.wires[0].kind == "forward");
+  CHECK(s.wires[0].messages == 16);
+  CHECK(s.wires[0].bytes == 16 * 1024);
+  CHECK(s.wires[1].kind == "backward");
+  CHECK(s.wires[1].messages == 16);
+}
+
+TEST_CASE("each step splits into compute, communication and waiting on its busiest device") {
+  auto s = summarize_trace(gpipe());
+  REQUIRE(s.steps.size() == 4);  // the eval job makes no step of its own
+  for (const auto& step : s.steps) {
+    INFO("step " << step.step);
+    CHECK(step.device == "cpu:1");  // 1350 us of jobs against cpu:0's 1300
+    CHECK(step.compute_us == 1300);
+    CHECK(step.communication_us == 50);
+    CHECK(step.slowest_actor == "layer_1");
+    CHECK(step.slowest_actor_us == 1250);
+  }
+  CHECK(s.steps[0].time_us == 1600);
+  CHECK(s.steps[0].waiting_us == 250);
+  CHECK(s.steps[3].time_us == 1900);  // cpu:0's update started 300 us late
+  CHECK(s.steps[3].waiting_us == 550);
+  CHECK(s.average.time_us == doctest::Approx((3 * 1600 + 1900) / 4.0));
+  CHECK(s.average.waiting_us == doctest::Approx((3 * 250 + 550) / 4.0));
+
+  auto text = format_summary_text(s);
+  CHECK(text.find("warning") == std::string::npos);
+  CHECK(text.find("slowest steps") != std::string::npos);
+  // The slowest step is listed first.
+  auto slowest = text.substr(text.find("slowest steps"));
+  CHECK(slowest.find("       3 ") < slowest.find("       0 "));
+}
+
+TEST_CASE("the summary's JSON parses and carries every table") {
+  auto json = nlohmann::json::parse(format_summary_json(summarize_trace(gpipe())));
+  CHECK(json["run_us"] == 8000);
+  CHECK(json["actors"].size() == 7);
+  CHECK(json["devices"][1]["utilisation"].get<double>() == doctest::Approx(0.675));
+  CHECK(json["pipeline"]["theory_bubble"].get<double>() == doctest::Approx(0.2));
+  CHECK(json["pipeline"]["stages"][0]["bubble"].get<double>() == doctest::Approx(1 - 0.65625));
+  CHECK(json["wires"][0]["bytes"] == 16384);
+  CHECK(json["steps"].size() == 4);
+  CHECK(json["steps"][3]["slowest_actor"] == "layer_1");
+  CHECK(json["steps"][3]["waiting_us"] == 550);
+  CHECK(json["step_average"]["time_us"].get<double>() == doctest::Approx(1675));
+  CHECK(json["dropped_events"] == 0);
+  CHECK_FALSE(json.contains("warning"));
+}
+
+TEST_CASE("a trace that dropped events makes the summary warn first") {
+  auto s = summarize_trace(gpipe(7));
+  auto text = format_summary_text(s);
+  CHECK(text.rfind("warning: the trace dropped 7 events", 0) == 0);
+  CHECK(nlohmann::json::parse(format_summary_json(s)).contains("warning"));
+}
+
+TEST_CASE("a one-stage trace has no pipeline table") {
+  auto json = test::gpipe_trace();
+  json["otherData"]["stages"] = 1;
+  auto s = summarize_trace(parse_trace(json.dump(), "one_stage.json"));
+  CHECK(s.pipeline.empty());
+  CHECK(format_summary_text(s).find("bubble") == std::string::npos);
+}
+
+TEST_CASE("the timeline SVG is well-formed with one rect per forward and backward job in the window") {
+  auto t = gpipe();
+  auto svg = render_timeline_svg(t, timeline_options{});
+  CHECK(check_xml(svg, "svg") == "");
+  // Default window: steps 1 to 3 = 3 steps x 2 stages x 4 micro-batches of each.
+  CHECK(count(svg, "class=\"forward\"") == 24);
+  CHECK(count(svg, "class=\"backward\"") == 24);
+  CHECK(count(svg, "class=\"forward eval\"") == 1);  // at 3700 us, inside step 1's window
+  CHECK(count(svg, "class=\"update\"") == 6);
+  CHECK(count(svg, "data-step=\"0\"") == 1);  // only the eval forward (eval step 0)
+  // Credits layer_0 -> layer_1 are all in use from S+200 to S+700 in each step.
+  CHECK(count(svg, "class=\"credit-wait\"") == 3);
+  CHECK(svg.find("stage 1") != std::string::npos);
+
+  timeline_options first;
+  parse_step_range("0:0", first);
+  auto step_0 = render_timeline_svg(t, first);
+  CHECK(check_xml(step_0, "svg") == "");
+  CHECK(count(step_0, "class=\"forward\"") == 8);
+  CHECK(count(step_0, "class=\"backward\"") == 8);
+  CHECK(count(step_0, "class=\"forward\" x=") == 8);
+  CHECK(count(step_0, "data-step=\"0\" data-microbatch=\"3\"") == 4);  // F and B on each stage
+  CHECK(count(step_0, "class=\"credit-wait\"") == 1);
+}
+
+TEST_CASE("the XML checker rejects what a browser would") {
+  CHECK(check_xml("<svg><g></g></svg>", "svg") == "");
+  CHECK(check_xml("<svg><g></svg>", "svg") != "");
+  CHECK(check_xml("<svg a=1></svg>", "svg") != "");
+  CHECK(check_xml("<svg>a & b</svg>", "svg") != "");
+  CHECK(check_xml("<svg/><svg/>", "svg") != "");
+  CHECK(check_xml("<html></html>", "svg") != "");
+}
+
+TEST_CASE("the timeline HTML embeds the SVG with a legend and loads nothing from elsewhere") {
+  auto t = gpipe();
+  auto html = render_timeline_html(t, timeline_options{});
+  auto svg = render_timeline_svg(t, timeline_options{});
+  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(html.find(svg) != std::string::npos);
+  CHECK(html.find("legend") != std::string::npos);
+  CHECK(html.find("<title>") != std::string::npos);
+  CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));  // only the namespace
+  CHECK(html.find("https://") == std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
+}
+
+TEST_CASE("a step window the trace does not have is an error naming the steps it has") {
+  timeline_options options;
+  parse_step_range("7:9", options);
+  CHECK_THROWS_WITH_AS(render_timeline_svg(gpipe(), options),
+                       "gpipe.json: no training steps 7 to 9 in the trace (it has steps 0 to 3)",
+                       user_error);
+  for (const char* bad : {"", "a:b", "3:1", "1:", "-1:2"})
+    CHECK_THROWS_AS(parse_step_range(bad, options), user_error);
+}
+
+TEST_CASE("a missing file, text that is not JSON and JSON that is not a troupe trace are user errors") {
+  auto missing = (std::filesystem::temp_directory_path() / "troupe_no_such_trace.json").string();
+  CHECK_THROWS_WITH_AS(load_trace(missing), doctest::Contains("cannot open the trace file"), user_error);
+  CHECK_THROWS_WITH_AS(parse_trace("{\"traceEvents\": [", "cut.json"),
+                       doctest::Contains("cut.json: not JSON (at byte"), user_error);
+  CHECK_THROWS_WITH_AS(parse_trace("{\"traceEvents\": []}", "chrome.json"),
+                       doctest::Contains("chrome.json: not a troupe trace"), user_error);
+  CHECK_THROWS_WITH_AS(parse_trace("[1, 2]", "list.json"), doctest::Contains("not a troupe trace"),
+                       user_error);
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [{"ph": "X", "ts": "soon"}], "otherData": {"tracks": []}})",
+                  "odd.json"),
+      "odd.json: traceEvents[0]: \"ts\" should be a number, found \"soon\"", user_error);
+}
+
+TEST_CASE("a trace written by the recorder reads back") {
+  // The recorder (runtime/trace/recorder.hpp) and the readers meet only in the file format; this
+  // checks that they agree on it: processes, track names, job actors, counters, markers.
+  trace::reset();
+  trace::start();
+  auto stream = trace::register_track({"cpu:0 stream", "stream", "cpu:0"});
+  auto layer_0 = trace::register_track({"layer_0", "layer", "cpu:0", 0, 0, 0});
+  auto layer_1 = trace::register_track({"layer_1", "layer", "cpu:0", 0, 1, 1});
+  trace::event job;
+  job.type = trace::event_type::job;
+  job.name = "forward";
+  job.track = stream;
+  job.peer = layer_0;
+  job.start_ns = 1000;
+  job.duration_ns = 4000;
+  job.step = 1;
+  job.microbatch = 2;
+  trace::record(job);
+  trace::event credits;
+  credits.type = trace::event_type::counter;
+  credits.name = "credits";
+  credits.track = layer_0;
+  credits.peer = layer_1;
+  credits.start_ns = 2000;
+  credits.value = 1;
+  trace::record(credits);
+  trace::event marker;
+  marker.type = trace::event_type::marker;
+  marker.name = "step";
+  marker.step = 1;
+  marker.start_ns = 9000;
+  trace::record(marker);
+  { trace::handler_span span(layer_1, "forward", layer_0, 0, 1, 2, 0, 0, 512); }
+  auto path = (std::filesystem::temp_directory_path() / "troupe_recorder_roundtrip.json").string();
+  trace::write(path, R"({"stages": 2, "microbatches": 4,
+                         "wires": [{"from": "layer_0", "to": "layer_1", "kind": "activations", "capacity": 1}]})");
+  trace::reset();
+
+  auto t = load_trace(path);
+  CHECK(t.devices == std::vector<std::string>{"cpu:0", "host"});
+  CHECK(t.stages == 2);
+  REQUIRE(t.jobs.size() == 1);
+  CHECK(t.jobs[0].actor == "layer_0");
+  CHECK(t.jobs[0].device == "cpu:0");
+  CHECK(t.jobs[0].track == "cpu:0 stream");
+  CHECK(t.jobs[0].start_us == 1);
+  CHECK(t.jobs[0].duration_us == 4);
+  CHECK(t.jobs[0].microbatch == 2);
+  REQUIRE(t.handlers.size() == 1);
+  CHECK(t.handlers[0].from == "layer_0");
+  CHECK(t.handlers[0].actor == "layer_1");
+  CHECK(t.handlers[0].bytes == 512);
+  CHECK(t.counters.count("credits layer_0 -> layer_1") == 1);
+  REQUIRE(t.markers.size() == 1);
+  CHECK(t.markers[0].name == "step 1");
+  auto svg = render_timeline_svg(t, timeline_options{});
+  CHECK(check_xml(svg, "svg") == "");
+  CHECK(count(svg, "class=\"forward\"") == 1);
+  CHECK(count(svg, "class=\"credit-wait\"") == 1);  // 1 of 1 credit in use from 2 us on
+}
