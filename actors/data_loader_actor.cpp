@@ -5,8 +5,6 @@
 #include <numeric>
 
 #include "actors/actor_kinds.hpp"
-#include "actors/failures.hpp"
-#include "actors/traced.hpp"
 #include "runtime/base/random.hpp"
 
 namespace troupe {
@@ -26,28 +24,15 @@ std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, st
 }
 
 data_loader_actor::data_loader_actor(caf::actor_config& config, data_loader_settings settings)
-    : caf::event_based_actor(config), settings_(std::move(settings)) {}
+    : device_actor(config, "data_loader", nullptr), settings_(std::move(settings)) {}
 
-caf::behavior data_loader_actor::make_behavior() {
-  report_failures_to(this, "data_loader", &trainer_);
+caf::message_handler data_loader_actor::handlers() {
   return {
-      [this](const wiring_msg& wiring) { connect(wiring); },
       [this](const release_msg& release) {
-        auto span = handling(track_, "release", release.trace, release.tag, 0);
+        auto span = handling_span("release", release.trace, release.tag, 0);
         auto r = static_cast<std::size_t>(release.tag.replica);
         first_layers_.at(r).release(this);
-        trace_counter("credits", track_, first_layer_tracks_.at(r), first_layers_[r].in_flight());
-      },
-      [this](status_atom) {
-        std::string s = "loader: next step " + std::to_string(next_step_) + " of " +
-                        std::to_string(settings_.plan.total_steps);
-        for (std::size_t r = 0; r < first_layers_.size(); ++r)
-          if (first_layers_[r].waiting() > 0)
-            s += "; " + std::to_string(first_layers_[r].waiting()) +
-                 " micro-batch(es) waiting for a credit on the wire to " + first_layer_names_[r] +
-                 " (capacity " + std::to_string(first_layers_[r].capacity()) + ", " +
-                 std::to_string(first_layers_[r].in_flight()) + " in flight)";
-        return s;
+        record_counter("credits", first_layer_tracks_.at(r), first_layers_[r].in_flight());
       },
       [this](start_atom) {
         for (std::int64_t i = 0; i < settings_.prefetch; ++i)
@@ -55,13 +40,26 @@ caf::behavior data_loader_actor::make_behavior() {
             break;
       },
       [this](credit_atom) { send_next(); },
-      [this](finish_atom) { quit(); },
   };
 }
 
+std::string data_loader_actor::status() const {
+  std::string s = "loader: next step " + std::to_string(next_step_) + " of " +
+                  std::to_string(settings_.plan.total_steps);
+  for (std::size_t r = 0; r < first_layers_.size(); ++r)
+    if (first_layers_[r].waiting() > 0)
+      s += "; " + std::to_string(first_layers_[r].waiting()) +
+           " micro-batch(es) waiting for a credit on the wire to " + first_layer_names_[r] +
+           " (capacity " + std::to_string(first_layers_[r].capacity()) + ", " +
+           std::to_string(first_layers_[r].in_flight()) + " in flight)";
+  return s;
+}
+
+void data_loader_actor::release_peers() {
+  losses_.clear();
+}
+
 void data_loader_actor::connect(const wiring_msg& wiring) {
-  trainer_ = wiring.trainer;
-  track_ = wiring.track;
   const auto replicas = static_cast<std::size_t>(settings_.plan.replicas);
   first_layers_.resize(replicas);
   first_layer_tracks_.assign(replicas, 0);
@@ -106,16 +104,14 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                   static_cast<std::size_t>(features) * sizeof(float));
   };
   auto& work = settings_.devices->at(replica_devices_[r]).work();
-  x.set_ready(work.submit(std::move(gather), job_label{"load", track_, tag.step, tag.microbatch,
-                                                       tag.replica, tag.stage == phase::eval,
-                                                       bytes_of(x)}));
-  labels_msg labels{tag, std::move(y), global_batch};
-  stamp(labels, track_, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
+  x.set_ready(work.submit(std::move(gather), job_for("load", tag, bytes_of(x))));
+  labels_msg labels{tag, std::move(y), global_batch, trace_stamp{}};
+  stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send(losses_.at(r), std::move(labels));
-  activation_msg batch{tag, std::move(x)};
-  stamp(batch, track_, first_layer_tracks_.at(r), "forward", bytes_of(batch.x));
+  activation_msg batch{tag, std::move(x), trace_stamp{}};
+  stamp_send(batch, first_layer_tracks_.at(r), "forward", bytes_of(batch.x));
   first_layers_.at(r).send(this, std::move(batch));
-  trace_counter("credits", track_, first_layer_tracks_[r], first_layers_[r].in_flight());
+  record_counter("credits", first_layer_tracks_[r], first_layers_[r].in_flight());
 }
 
 bool data_loader_actor::send_next() {

@@ -11,15 +11,16 @@
 // credits (credit_outbox.hpp), returned by the first layer when it releases a micro-batch.
 // A batch is assembled (its rows gathered) by a job on the stream of the device it goes
 // to: each replica's device gathers its own share, in stream order before the forward
-// that reads it, and the loader's thread only picks the rows.
+// that reads it, and the loader's thread only picks the rows. It runs on the host, not on
+// a device, but speaks the same protocol as the device actors (device_actor: wiring,
+// failures, status, finish, tracing).
 #pragma once
-
-#include <caf/all.hpp>
 
 #include <memory>
 #include <vector>
 
 #include "actors/credit_outbox.hpp"
+#include "actors/device_actor.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/core/device.hpp"
 #include "actors/messages.hpp"
@@ -59,15 +60,19 @@ struct data_loader_settings {
 std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, std::int64_t epoch,
                                       bool shuffle);
 
-class data_loader_actor : public caf::event_based_actor {
+class data_loader_actor : public device_actor {
  public:
   data_loader_actor(caf::actor_config& config, data_loader_settings settings);
-  caf::behavior make_behavior() override;
+
+ protected:
+  caf::message_handler handlers() override;
+  void connect(const wiring_msg& wiring) override;
+  void release_peers() override;
+  std::string status() const override;
 
  private:
   /// Sends the next item; false when there is none left.
   bool send_next();
-  void connect(const wiring_msg& wiring);
   void send_batch(const dataset& source, const std::int64_t* rows, std::int64_t count,
                   const micro_tag& tag, std::int64_t global_batch);
 
@@ -78,8 +83,6 @@ class data_loader_actor : public caf::event_based_actor {
   std::vector<std::uint32_t> first_layer_tracks_;  // trace tracks, per replica
   std::vector<std::string> first_layer_names_;
   std::vector<std::uint32_t> loss_tracks_;
-  std::uint32_t track_ = 0;
-  caf::actor trainer_;
   std::int64_t next_step_ = 0;
   std::int64_t next_eval_ = -1;        // >= 0 while an evaluation is being sent
   std::int64_t eval_counter_ = 0;      // eval batches sent so far (their tag.step)

@@ -6,15 +6,12 @@
 #include <stdexcept>
 
 #include "actors/actor_kinds.hpp"
-#include "actors/failures.hpp"
-#include "actors/inputs.hpp"
-#include "actors/traced.hpp"
 #include "runtime/core/transfer.hpp"
 
 namespace troupe {
 
 layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_settings> settings)
-    : caf::event_based_actor(config), settings_(std::move(settings)) {
+    : device_actor(config, settings->name, settings->on), settings_(std::move(settings)) {
   output_shape_ = settings_->math->output_shape(settings_->input_shape);
   has_params_ = !settings_->math->parameters(settings_->input_shape).empty();
   settings_->math->bind(settings_->on->id().type);
@@ -30,15 +27,12 @@ std::string layer_actor::describe(const layer_actor_settings& settings, const ch
          std::to_string(tag.replica);
 }
 
-caf::behavior layer_actor::make_behavior() {
-  report_failures_to(this, settings_->name, &trainer_);
+caf::message_handler layer_actor::handlers() {
   return {
-      [this](const wiring_msg& wiring) { connect(wiring); },
       [this](activation_msg& message) {
-        const auto& here = settings_->on->id();
-        if (come_back_when_ready(this, pending_input(here, {&message.x}), message))
+        if (deferred_until_ready(message, {&message.x}))
           return;
-        auto span = handling(track_, "forward", message.trace, message.tag, bytes_of(message.x));
+        auto span = handling_span("forward", message.trace, message.tag, bytes_of(message.x));
         if (message.tag.version > version_) {
           waiting_.push_back(std::move(message));
           return;
@@ -46,13 +40,11 @@ caf::behavior layer_actor::make_behavior() {
         admit(pass{std::move(message), {}, false});
       },
       [this](gradient_msg& message) {
-        const auto& here = settings_->on->id();
-        if (come_back_when_ready<caf::message_priority::high>(
-                this, pending_input(here, {&message.dx}), message))
+        if (deferred_until_ready<caf::message_priority::high>(message, {&message.dx}))
           return;
-        auto span = handling(track_, "backward", message.trace, message.tag, bytes_of(message.dx));
+        auto span = handling_span("backward", message.trace, message.tag, bytes_of(message.dx));
         next_.release(this);
-        trace_counter("credits", track_, next_track_, next_.in_flight());
+        record_counter("credits", next_track_, next_.in_flight());
         admit(pass{{}, std::move(message), true});
       },
       [this](resume_atom) {
@@ -60,26 +52,26 @@ caf::behavior layer_actor::make_behavior() {
         drain();
       },
       [this](release_msg& message) {
-        auto span = handling(track_, "release", message.trace, message.tag, 0);
+        auto span = handling_span("release", message.trace, message.tag, 0);
         next_.release(this);
-        trace_counter("credits", track_, next_track_, next_.in_flight());
+        record_counter("credits", next_track_, next_.in_flight());
       },
       [this](params_msg& message) {
-        if (come_back_when_ready(this, pending_input(settings_->on->id(), message.params), message))
+        if (deferred_until_ready(message, message.params))
           return;
-        micro_tag tag;
-        tag.step = message.version;
-        auto span = handling(track_, "params", message.trace, tag, bytes_of(message.params));
+        auto span = handling_span("params", message.trace, message.version, 0,
+                                  bytes_of(message.params));
         install(message);
       },
-      [this](status_atom) { return status(); },
-      [this](finish_atom) { quit(); },
   };
 }
 
-std::string layer_actor::status() const {
-  std::string s = settings_->name + " (" + settings_->math->type() + " on " +
-                  settings_->on->id().to_string() + "): parameter version " +
+std::string layer_actor::role() const {
+  return settings_->math->type();
+}
+
+std::string layer_actor::waiting_for() const {
+  std::string s = ": parameter version " +
                   (has_params_ ? std::to_string(version_) : std::string{"-"});
   if (!waiting_.empty())
     s += "; " + std::to_string(waiting_.size()) + " forward(s) waiting for parameter version " +
@@ -102,7 +94,6 @@ std::string layer_actor::status() const {
 }
 
 void layer_actor::connect(const wiring_msg& wiring) {
-  trainer_ = wiring.trainer;
   auto out = wiring.out("activations");
   auto in = wiring.in("activations");
   TROUPE_CHECK(out.size() == 1 && in.size() == 1,
@@ -110,7 +101,6 @@ void layer_actor::connect(const wiring_msg& wiring) {
   next_.connect(out[0]);
   next_name_ = out[0].peer_name;
   next_track_ = out[0].peer_track;
-  track_ = wiring.track;
   previous_ = in[0].peer;
   // Layers (and custom actors between layers) need dx; the data loader only the credit.
   previous_wants_dx_ = in[0].peer_kind != "data_loader";
@@ -122,6 +112,11 @@ void layer_actor::connect(const wiring_msg& wiring) {
     grad_sink_track_ = grads[0].peer_track;
   }
   previous_track_ = in[0].peer_track;
+}
+
+void layer_actor::release_peers() {
+  previous_ = nullptr;
+  grad_sink_ = nullptr;
 }
 
 // Note [one job at a time]
@@ -157,14 +152,9 @@ void layer_actor::drain() {
   }
 }
 
-job_label layer_actor::label(const char* name, const micro_tag& tag) const {
-  return job_label{name, track_, tag.step, tag.microbatch, tag.replica,
-                   static_cast<std::uint8_t>(tag.stage), 0};
-}
-
 void layer_actor::send_release(const micro_tag& tag) {
   release_msg release{tag};
-  stamp(release, track_, previous_track_, "release", 0);
+  stamp_send(release, previous_track_, "release", 0);
   send<caf::message_priority::high>(previous_, std::move(release));
 }
 
@@ -213,7 +203,7 @@ void layer_actor::forward(activation_msg& message) {
                                    shape_to_string(declared) +
                                    "; forward must write into the output it is given");
       },
-      label("forward", tag));
+      job_for("forward", tag));
   y.set_ready(done);
   last_job_ = done;
   if (training)
@@ -221,11 +211,11 @@ void layer_actor::forward(activation_msg& message) {
                    stash_entry{std::move(saved), params_, x.shape()});
   else
     send_release(tag);
-  trace_counter("stash", track_, 0, static_cast<std::int64_t>(stash_.size()));
+  record_counter("stash", 0, static_cast<std::int64_t>(stash_.size()));
   activation_msg out{tag, std::move(y)};
-  stamp(out, track_, next_track_, "forward", bytes_of(out.x));
+  stamp_send(out, next_track_, "forward", bytes_of(out.x));
   next_.send(this, std::move(out));
-  trace_counter("credits", track_, next_track_, next_.in_flight());
+  record_counter("credits", next_track_, next_.in_flight());
 }
 
 void layer_actor::backward(gradient_msg& message) {
@@ -235,7 +225,7 @@ void layer_actor::backward(gradient_msg& message) {
     throw std::logic_error(describe(*settings_, "backward", tag) + " has no stashed forward");
   auto entry = std::move(it->second);
   stash_.erase(it);
-  trace_counter("stash", track_, 0, static_cast<std::int64_t>(stash_.size()));
+  record_counter("stash", 0, static_cast<std::int64_t>(stash_.size()));
 
   auto& device = *settings_->on;
   auto dy = arrive(message.dx, device);
@@ -270,13 +260,13 @@ void layer_actor::backward(gradient_msg& message) {
           throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
         }
       },
-      label("backward", tag));
+      job_for("backward", tag));
   last_job_ = done;
   // Gradients go back at high priority: with 1F1B credits this makes backward first.
   if (previous_wants_dx_) {
     dx.set_ready(done);
     gradient_msg back{tag, std::move(dx)};
-    stamp(back, track_, previous_track_, "backward", bytes_of(back.dx));
+    stamp_send(back, previous_track_, "backward", bytes_of(back.dx));
     send<caf::message_priority::high>(previous_, std::move(back));
   } else {
     send_release(tag);
@@ -287,7 +277,7 @@ void layer_actor::backward(gradient_msg& message) {
     for (auto& g : grads_)
       g.set_ready(done);
     weight_grads_msg out{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)};
-    stamp(out, track_, grad_sink_track_, "grads", bytes_of(out.grads));
+    stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
     send(grad_sink_, std::move(out));
     grads_.clear();
     grads_step_ = -1;

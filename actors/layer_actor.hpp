@@ -11,10 +11,10 @@
 // a capacity in credits (credit_outbox.hpp); it returns the credit of its incoming wire
 // with the gradient it sends back, or with a release_msg when it sends none.
 //
-// It does not own parameters (the optimizer does) and knows nothing of data or loss.
+// It does not own parameters (the optimizer does) and knows nothing of data or loss. The
+// protocol around its math (wiring, failures, status, finish, readiness, tracing) is
+// device_actor's.
 #pragma once
-
-#include <caf/all.hpp>
 
 #include <deque>
 #include <map>
@@ -22,9 +22,10 @@
 #include <tuple>
 
 #include "actors/credit_outbox.hpp"
+#include "actors/device_actor.hpp"
+#include "actors/messages.hpp"
 #include "runtime/core/device.hpp"
 #include "runtime/model/layer.hpp"
-#include "actors/messages.hpp"
 
 namespace troupe {
 
@@ -38,11 +39,16 @@ struct layer_actor_settings {
   std::unique_ptr<layer> math;
 };
 
-class layer_actor : public caf::event_based_actor {
+class layer_actor : public device_actor {
  public:
   layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_settings> settings);
 
-  caf::behavior make_behavior() override;
+ protected:
+  caf::message_handler handlers() override;
+  void connect(const wiring_msg& wiring) override;
+  void release_peers() override;
+  std::string role() const override;         // the layer's type
+  std::string waiting_for() const override;  // what it waits for (the watchdog asks)
 
  private:
   using stash_key = std::tuple<std::int64_t, std::int32_t>;  // (step, micro-batch)
@@ -60,9 +66,6 @@ class layer_actor : public caf::event_based_actor {
     bool backward = false;
   };
 
-  void connect(const wiring_msg& wiring);
-  std::string status() const;  // what it waits for (the watchdog asks)
-  job_label label(const char* name, const micro_tag& tag) const;
   void send_release(const micro_tag& tag);
   void admit(pass work);
   void drain();
@@ -81,10 +84,8 @@ class layer_actor : public caf::event_based_actor {
   caf::actor previous_;         // where activations come from; gradients / releases go back
   bool previous_wants_dx_ = false;  // false for the data loader
   caf::actor grad_sink_;
-  caf::actor trainer_;
   std::string next_name_;
-  std::uint32_t track_ = 0;  // trace tracks: this actor and its peers
-  std::uint32_t next_track_ = 0;
+  std::uint32_t next_track_ = 0;  // trace tracks of its peers
   std::uint32_t previous_track_ = 0;
   std::uint32_t grad_sink_track_ = 0;
   // State.

@@ -4,51 +4,24 @@
 #include <algorithm>
 
 #include "actors/actor_kinds.hpp"
-#include "actors/failures.hpp"
-#include "actors/inputs.hpp"
-#include "actors/traced.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/core/transfer.hpp"
 
 namespace troupe {
 
 loss_actor::loss_actor(caf::actor_config& config, loss_actor_settings settings)
-    : caf::event_based_actor(config), settings_(std::move(settings)) {
+    : device_actor(config, settings.name, settings.on), settings_(std::move(settings)) {
   auto type = settings_.on->id().type;
   softmax_xent_ = kernels::lookup<kernels::ops::softmax_xent>(type);
   accuracy_ = kernels::lookup<kernels::ops::accuracy>(type);
 }
 
-caf::behavior loss_actor::make_behavior() {
-  report_failures_to(this, settings_.name, &trainer_);
+caf::message_handler loss_actor::handlers() {
   return {
-      [this](const wiring_msg& wiring) {
-        trainer_ = wiring.trainer;
-        track_ = wiring.track;
-        auto in = wiring.in("activations");
-        TROUPE_CHECK(in.size() == 1, settings_.name << " needs one activations wire in");
-        last_layer_ = in[0].peer;
-        last_layer_name_ = in[0].peer_name;
-        last_layer_track_ = in[0].peer_track;
-      },
-      [this](status_atom) {
-        std::string s = settings_.name + " (on " + settings_.on->id().to_string() + ")";
-        for (const auto& [step, held] : held_)
-          s += "; holds " + std::to_string(held.size()) + " of " +
-               std::to_string(settings_.microbatches) + " gradients of step " + std::to_string(step) +
-               " for the GPipe flush (waiting for the logits of the other micro-batches from " +
-               last_layer_name_ + ")";
-        if (!logits_.empty())
-          s += "; " + std::to_string(logits_.size()) + " logits waiting for their labels from the loader";
-        if (!labels_.empty())
-          s += "; " + std::to_string(labels_.size()) + " labels waiting for their logits from " +
-               last_layer_name_;
-        return s;
-      },
       [this](activation_msg& message) {
-        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.x}), message))
+        if (deferred_until_ready(message, {&message.x}))
           return;
-        auto span = handling(track_, "forward", message.trace, message.tag, bytes_of(message.x));
+        auto span = handling_span("forward", message.trace, message.tag, bytes_of(message.x));
         auto k = key_of(message.tag);
         auto it = labels_.find(k);
         if (it == labels_.end()) {
@@ -59,10 +32,9 @@ caf::behavior loss_actor::make_behavior() {
         labels_.erase(it);
       },
       [this](labels_msg& message) {
-        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.labels}),
-                                 message))
+        if (deferred_until_ready(message, {&message.labels}))
           return;
-        auto span = handling(track_, "labels", message.trace, message.tag, bytes_of(message.labels));
+        auto span = handling_span("labels", message.trace, message.tag, bytes_of(message.labels));
         auto k = key_of(message.tag);
         auto it = logits_.find(k);
         if (it == logits_.end()) {
@@ -72,8 +44,34 @@ caf::behavior loss_actor::make_behavior() {
         compute(message.tag, it->second, message);
         logits_.erase(it);
       },
-      [this](finish_atom) { quit(); },
   };
+}
+
+void loss_actor::connect(const wiring_msg& wiring) {
+  auto in = wiring.in("activations");
+  TROUPE_CHECK(in.size() == 1, settings_.name << " needs one activations wire in");
+  last_layer_ = in[0].peer;
+  last_layer_name_ = in[0].peer_name;
+  last_layer_track_ = in[0].peer_track;
+}
+
+void loss_actor::release_peers() {
+  last_layer_ = nullptr;
+}
+
+std::string loss_actor::waiting_for() const {
+  std::string s;
+  for (const auto& [step, held] : held_)
+    s += "; holds " + std::to_string(held.size()) + " of " +
+         std::to_string(settings_.microbatches) + " gradients of step " + std::to_string(step) +
+         " for the GPipe flush (waiting for the logits of the other micro-batches from " +
+         last_layer_name_ + ")";
+  if (!logits_.empty())
+    s += "; " + std::to_string(logits_.size()) + " logits waiting for their labels from the loader";
+  if (!labels_.empty())
+    s += "; " + std::to_string(labels_.size()) + " labels waiting for their logits from " +
+         last_layer_name_;
+  return s;
 }
 
 void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
@@ -100,7 +98,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   auto done = work.submit([xent = softmax_xent_, accuracy = accuracy_,
                            context = device.context(), classes = static_cast<int>(settings_.classes),
                            tag, logits, y, dlogits, loss_sum, correct, scale, rows, training,
-                           trainer = trainer_, track = track_] {
+                           report_to = trainer(), track = track()] {
     const int n = static_cast<int>(rows);
     xent(context, n, classes, logits.f32(), y.i32(), scale, loss_sum.f32(),
          training ? dlogits.f32() : nullptr);
@@ -109,12 +107,11 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
     loss_report_msg report{tag, static_cast<double>(*loss_sum.f32()),
                            static_cast<std::int64_t>(*correct.i32()), rows};
     stamp(report, track, 0, "report", 0);
-    caf::anon_send(trainer, std::move(report));
-  }, job_label{"loss", track_, tag.step, tag.microbatch, tag.replica,
-               static_cast<std::uint8_t>(tag.stage), 0});
+    caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
+  }, job_for("loss", tag));
   if (!training) {
     release_msg release{tag};
-    stamp(release, track_, last_layer_track_, "release", 0);
+    stamp_send(release, last_layer_track_, "release", 0);
     send<caf::message_priority::high>(last_layer_, std::move(release));
     return;
   }
@@ -123,7 +120,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
 }
 
 void loss_actor::send_back(gradient_msg message) {
-  stamp(message, track_, last_layer_track_, "backward", bytes_of(message.dx));
+  stamp_send(message, last_layer_track_, "backward", bytes_of(message.dx));
   if (!settings_.flush || settings_.microbatches == 1) {
     send<caf::message_priority::high>(last_layer_, std::move(message));
     return;

@@ -6,18 +6,18 @@
 // last layer, which also returns that wire's credit. With `flush` (GPipe) it holds the
 // dlogits of a step until all M micro-batches of the step have their loss, then sends
 // them in micro-batch order: all forwards, then all backwards. When a loss job has run it
-// reports loss and accuracy to the trainer.
+// reports loss and accuracy to the trainer. The protocol around that (wiring, failures,
+// status, finish, readiness, tracing) is device_actor's.
 #pragma once
-
-#include <caf/all.hpp>
 
 #include <map>
 #include <memory>
 #include <tuple>
 
+#include "actors/device_actor.hpp"
+#include "actors/messages.hpp"
 #include "kernels/ops.hpp"
 #include "runtime/core/device.hpp"
-#include "actors/messages.hpp"
 
 namespace troupe {
 
@@ -29,10 +29,15 @@ struct loss_actor_settings {
   device* on = nullptr;
 };
 
-class loss_actor : public caf::event_based_actor {
+class loss_actor : public device_actor {
  public:
   loss_actor(caf::actor_config& config, loss_actor_settings settings);
-  caf::behavior make_behavior() override;
+
+ protected:
+  caf::message_handler handlers() override;
+  void connect(const wiring_msg& wiring) override;
+  void release_peers() override;
+  std::string waiting_for() const override;
 
  private:
   using key = std::tuple<std::uint8_t, std::int64_t, std::int32_t, std::int32_t>;
@@ -47,9 +52,7 @@ class loss_actor : public caf::event_based_actor {
   kernels::ops::softmax_xent::function softmax_xent_;
   kernels::ops::accuracy::function accuracy_;
   caf::actor last_layer_;
-  caf::actor trainer_;
   std::string last_layer_name_;
-  std::uint32_t track_ = 0;
   std::uint32_t last_layer_track_ = 0;
   std::map<key, tensor> logits_;      // logits waiting for labels
   std::map<key, labels_msg> labels_;  // labels waiting for logits

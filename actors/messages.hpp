@@ -155,7 +155,7 @@ struct wire_end {
 struct wiring_msg {
   std::vector<wire_end> outgoing;
   std::vector<wire_end> incoming;
-  caf::actor trainer;
+  caf::actor trainer;  // held by actors as a trainer_handle (Note [typed handles])
   std::uint32_t track = 0;  // this actor's trace track (0 when not tracing)
 
   /// The outgoing / incoming ends of one kind.
@@ -228,6 +228,27 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
   return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
 }
+
+// Note [typed handles]
+// Where a peer is always of one kind, its handle says what it accepts, so that a wrong
+// send does not compile (CAF's typed_actor). The trainer is such a peer: every actor
+// sends it failures, the loss sends it loss reports, and nothing else goes to it from an
+// actor. So actors hold it as a trainer_handle (device_actor converts the wiring's handle
+// once; the trainer itself also handles control messages, which a typed handle of just
+// these two does not need to name). Wires are different: a wire connects any two kinds
+// that its kind allows, built-in or from a plugin (a grad_clipper between a layer and its
+// optimizer, a scaler before an averager), and the receiving kind is chosen by the
+// config, not by the code. A typed handle per wire end would force every plugin kind to
+// declare the built-in kinds' full interfaces and the session to know each pairing; so
+// wire_end::peer stays a dynamically typed caf::actor, checked by validate_topology()
+// against the actor signatures (runtime/graph/actor_signature.hpp) before the run. The
+// hot path is the same either way: a typed send is a plain send after the compile-time
+// check. wiring_msg::trainer stays a caf::actor too, so that whoever builds a wiring
+// (the session, tests) needs no cast.
+
+/// The trainer, as actors see it: it takes failures and loss reports.
+using trainer_handle =
+    caf::typed_actor<caf::reacts_to<failure_msg>, caf::reacts_to<loss_report_msg>>;
 
 // Control atoms (at most 10 characters each).
 using start_atom = caf::atom_constant<caf::atom("start")>;

@@ -4,15 +4,12 @@
 #include <algorithm>
 
 #include "actors/actor_kinds.hpp"
-#include "actors/failures.hpp"
-#include "actors/inputs.hpp"
-#include "actors/traced.hpp"
 #include "runtime/core/transfer.hpp"
 
 namespace troupe {
 
 optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
-    : caf::event_based_actor(config), settings_(std::move(settings)) {
+    : device_actor(config, settings.name, settings.on), settings_(std::move(settings)) {
   auto type = settings_.on->id().type;
   sgd_ = kernels::lookup<kernels::ops::sgd_update>(type);
   adam_ = kernels::lookup<kernels::ops::adam_update>(type);
@@ -42,39 +39,46 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
   }
 }
 
-caf::behavior optimizer_actor::make_behavior() {
-  report_failures_to(this, settings_.name, &trainer_);
+void optimizer_actor::connect(const wiring_msg& wiring) {
+  for (const auto& end : wiring.out("params")) {
+    subscribers_.push_back(end.peer);
+    subscriber_tracks_.push_back(end.peer_track);
+  }
+  for (const auto& end : wiring.in("grads")) {
+    sources_ += (sources_.empty() ? "" : ", ") + end.peer_name;
+    averager_ = end.peer;
+    averager_track_ = end.peer_track;
+  }
+  grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
+  TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
+               settings_.name << " needs grads wires in and params wires out");
+}
+
+void optimizer_actor::release_peers() {
+  subscribers_.clear();
+  averager_ = nullptr;
+}
+
+std::string optimizer_actor::waiting_for() const {
+  return ": parameter version " + std::to_string(version_) + "; has " +
+         std::to_string(grads_received_) + " of " + std::to_string(grads_expected_) +
+         " gradient message(s) for step " + std::to_string(version_) + " (from " + sources_ + ")";
+}
+
+caf::message_handler optimizer_actor::handlers() {
   return {
-      [this](const wiring_msg& wiring) {
-        trainer_ = wiring.trainer;
-        track_ = wiring.track;
-        for (const auto& end : wiring.out("params")) {
-          subscribers_.push_back(end.peer);
-          subscriber_tracks_.push_back(end.peer_track);
-        }
-        for (const auto& end : wiring.in("grads")) {
-          sources_ += (sources_.empty() ? "" : ", ") + end.peer_name;
-          averager_ = end.peer;
-          averager_track_ = end.peer_track;
-        }
-        grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
-        TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
-                     settings_.name << " needs grads wires in and params wires out");
-      },
       [this](start_atom) { publish(); },
       [this](weight_grads_msg& message) {
-        if (come_back_when_ready(this, pending_input(settings_.on->id(), message.grads), message))
+        if (deferred_until_ready(message, message.grads))
           return;
-        auto span = handling(track_, message);
+        auto span = handling_span(message);
         receive_grads(message);
       },
       [this](shard_msg& message) {
-        if (come_back_when_ready(this, pending_input(settings_.on->id(), {&message.flat}), message))
+        if (deferred_until_ready(message, {&message.flat}))
           return;
-        micro_tag tag;
-        tag.step = message.step;
-        auto span = handling(track_, message.stage == shard_msg::reduced ? "reduced" : "gathered",
-                             message.trace, tag, bytes_of(message.flat));
+        auto span = handling_span(message.stage == shard_msg::reduced ? "reduced" : "gathered",
+                                  message.trace, message.step, 0, bytes_of(message.flat));
         if (message.stage == shard_msg::reduced)
           update_shard(message);
         else if (message.stage == shard_msg::gathered)
@@ -82,12 +86,6 @@ caf::behavior optimizer_actor::make_behavior() {
         else
           throw std::logic_error(settings_.name + ": unexpected shard message (stage " +
                                  std::to_string(message.stage) + ")");
-      },
-      [this](status_atom) {
-        return settings_.name + " (on " + settings_.on->id().to_string() + "): parameter version " +
-               std::to_string(version_) + "; has " + std::to_string(grads_received_) + " of " +
-               std::to_string(grads_expected_) + " gradient message(s) for step " +
-               std::to_string(version_) + " (from " + sources_ + ")";
       },
       // The parameters once they have reached `version` (the end of a run, tests,
       // checkpoints): answered at once, or as soon as that update has been submitted.
@@ -99,14 +97,13 @@ caf::behavior optimizer_actor::make_behavior() {
         waiting_for_version_.emplace_back(version, promise);
         return promise;
       },
-      [this](finish_atom) { quit(); },
   };
 }
 
 void optimizer_actor::publish() {
   for (std::size_t i = 0; i < subscribers_.size(); ++i) {
     params_msg out{version_, settings_.layer_index, params_};
-    stamp(out, track_, subscriber_tracks_[i], "params", bytes_of(out.params));
+    stamp_send(out, subscriber_tracks_[i], "params", bytes_of(out.params));
     send(subscribers_[i], std::move(out));
   }
 }
@@ -185,7 +182,7 @@ void optimizer_actor::update_shard(shard_msg& reduced) {
                                {params_flat_, next, grads, momentum_flat_, second_flat_}));
   shard_msg out{reduced.step, settings_.layer_index, shard_msg::updated, std::move(next),
                 std::move(reduced.spans)};
-  stamp(out, track_, averager_track_, "updated", bytes_of(out.flat));
+  stamp_send(out, averager_track_, "updated", bytes_of(out.flat));
   send(averager_, std::move(out));
 }
 
@@ -254,7 +251,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
             sgd_update(context, p.n, p.current, p.next, p.grad, momentum ? p.first : nullptr, sgd);
         }
       },
-      job_label{"update", track_, step, -1, -1, 0, 0});
+      job_for_step("update", step));
 }
 
 }  // namespace troupe

@@ -7,14 +7,14 @@
 // gradients; several are summed as they arrive, so the expander always puts an averager
 // before an optimizer that serves replicas), applies SGD, Adam or AdamW on its device
 // with the step's learning rate, and sends version step + 1. A version is a fresh
-// tensor: a version once sent is never written again.
+// tensor: a version once sent is never written again. The protocol around that (wiring,
+// failures, status, finish, readiness, tracing) is device_actor's.
 #pragma once
-
-#include <caf/all.hpp>
 
 #include <memory>
 #include <vector>
 
+#include "actors/device_actor.hpp"
 #include "kernels/ops.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/core/device.hpp"
@@ -34,10 +34,15 @@ struct optimizer_actor_settings {
   device* on = nullptr;
 };
 
-class optimizer_actor : public caf::event_based_actor {
+class optimizer_actor : public device_actor {
  public:
   optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings);
-  caf::behavior make_behavior() override;
+
+ protected:
+  caf::message_handler handlers() override;
+  void connect(const wiring_msg& wiring) override;
+  void release_peers() override;
+  std::string waiting_for() const override;
 
  private:
   void receive_grads(weight_grads_msg& message);
@@ -78,10 +83,8 @@ class optimizer_actor : public caf::event_based_actor {
   std::vector<caf::actor> subscribers_;
   std::vector<std::uint32_t> subscriber_tracks_;
   std::string sources_;  // names of the grads wires' senders
-  std::uint32_t track_ = 0;
   std::vector<std::pair<std::int64_t, caf::typed_response_promise<std::vector<tensor>>>>
       waiting_for_version_;
-  caf::actor trainer_;
   kernels::ops::sgd_update::function sgd_ = nullptr;
   kernels::ops::adam_update::function adam_ = nullptr;
   kernels::ops::axpy::function axpy_ = nullptr;

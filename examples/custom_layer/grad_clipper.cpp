@@ -13,28 +13,21 @@
 // the whole model's norm would need one clipper seeing every layer, which is a different
 // wiring, not a different actor.
 //
-// It follows the conventions of troupe's built-in actors (actors/grad_averager_actor.cpp):
-// an exception in a handler reaches the trainer (report_failures_to), gradients from
-// another device are taken only once written (come_back_when_ready) and copied over
-// (arrive), the math is a job on the device stream (the actor thread only books), and
-// sends and handling are traced. It writes the received tensors in place: weight_grads_msg
-// hands them over (actors/messages.hpp), so they are ours. A NaN or infinite norm passes
-// the gradients on unscaled (min(1, NaN) is 1 here), as clip_grad_norm_ does by default.
-#include <caf/all.hpp>
-
+// Its base, troupe::grads_filter (actors/grads_filter.hpp, on troupe's device_actor like the
+// built-in actors), owns the protocol: wiring (one grads wire in, one out), failures to the
+// trainer, status, finish, gradients from another device taken once written, tracing.
+// What is left here is the math: two kernels and the job that calls them, which scales
+// the gradients in place (they are handed over, actors/messages.hpp). A NaN or infinite
+// norm passes the gradients on unscaled (min(1, NaN) is 1 here), as clip_grad_norm_ does.
 #include <cmath>
 #include <limits>
 #include <string>
 #include <variant>
 
 #include "actors/actor_kinds.hpp"
-#include "actors/failures.hpp"
-#include "actors/inputs.hpp"
-#include "actors/traced.hpp"
+#include "actors/grads_filter.hpp"
 #include "kernels/kernels.hpp"
 #include "runtime/base/error.hpp"
-#include "actors/messages.hpp"
-#include "runtime/core/transfer.hpp"
 
 namespace custom_layers {
 
@@ -84,104 +77,39 @@ void clip_by_norm_cpu(const context&, std::int64_t n, float max_norm, const floa
 TROUPE_REGISTER_KERNEL(sum_of_squares, troupe::kernels::device_type::cpu, sum_of_squares_cpu);
 TROUPE_REGISTER_KERNEL(clip_by_norm, troupe::kernels::device_type::cpu, clip_by_norm_cpu);
 
-// ---- the actor ------------------------------------------------------------------------
+// ---- the actor: its math; the protocol is troupe::grads_filter's ----------------------
 
 namespace {
 
-struct grad_clipper_settings {
-  std::string name;        // its [[actor]] name, e.g. "clip_2"
-  float max_norm = 1.0f;   // > 0
-  troupe::device* on = nullptr;
-};
-
-class grad_clipper_actor : public caf::event_based_actor {
+class grad_clipper_actor final : public troupe::grads_filter {
  public:
-  grad_clipper_actor(caf::actor_config& config, grad_clipper_settings settings)
-      : caf::event_based_actor(config), settings_(std::move(settings)) {
-    TROUPE_CHECK(settings_.on != nullptr, settings_.name << " has no device");
-    // Resolved once; a device type without these kernels fails at spawn, naming the op.
-    const auto type = settings_.on->id().type;
-    sum_of_squares_ = troupe::kernels::lookup<sum_of_squares>(type);
-    clip_ = troupe::kernels::lookup<clip_by_norm>(type);
-  }
+  grad_clipper_actor(caf::actor_config& config, std::string name, float max_norm,
+                     troupe::device* on)
+      : grads_filter(config, std::move(name), on, "clipped"),
+        max_norm_(max_norm),
+        // Resolved once; a device type without these kernels fails at spawn, naming the op.
+        sum_of_squares_(troupe::kernels::lookup<sum_of_squares>(this->on().id().type)),
+        clip_(troupe::kernels::lookup<clip_by_norm>(this->on().id().type)) {}
 
-  caf::behavior make_behavior() override {
-    troupe::report_failures_to(this, settings_.name, &trainer_);
-    attach_functor([this] {  // let go of the neighbours on exit
-      sink_ = nullptr;
-      trainer_ = nullptr;
-    });
-    return {
-        [this](const troupe::wiring_msg& wiring) {
-          trainer_ = wiring.trainer;
-          track_ = wiring.track;
-          auto in = wiring.in("grads");
-          auto out = wiring.out("grads");
-          TROUPE_CHECK(in.size() == 1 && out.size() == 1,
-                       settings_.name << " needs one grads wire in and one out, has "
-                                      << in.size() << " in and " << out.size() << " out");
-          sink_ = out[0].peer;
-          sink_track_ = out[0].peer_track;
-          source_ = in[0].peer_name;
-        },
-        [this](troupe::weight_grads_msg& message) {
-          if (troupe::come_back_when_ready(
-                  this, troupe::pending_input(settings_.on->id(), message.grads), message))
-            return;
-          troupe::micro_tag tag;
-          tag.step = message.step;
-          tag.replica = message.replica;
-          auto span = troupe::handling(track_, "grads", message.trace, tag,
-                                       troupe::bytes_of(message.grads));
-          clip(message);
-        },
-        [this](troupe::status_atom) {
-          return settings_.name + " (grad_clipper to norm " + std::to_string(settings_.max_norm) +
-                 " on " + settings_.on->id().to_string() + "): clipped " +
-                 std::to_string(steps_) + " step(s) of gradients from " + source_;
-        },
-        [this](troupe::finish_atom) { quit(); },
-    };
-  }
-
- private:
-  void clip(troupe::weight_grads_msg& message) {
-    if (message.grads.empty())
-      throw std::logic_error(settings_.name + ": gradients of step " +
-                             std::to_string(message.step) + " hold no tensors");
-    for (const auto& g : message.grads)
-      if (!g.defined() || g.type() != troupe::dtype::f32)
-        throw std::logic_error(settings_.name + ": every gradient must be a defined f32 tensor");
-    // Same device: the tensors themselves (handed over, ours to write). Another device:
-    // copies on ours, ready after the copy job.
-    auto grads = troupe::arrive(message.grads, *settings_.on);
-    auto squares = troupe::tensor::empty({1}, troupe::dtype::f32, settings_.on->id());
-    auto& work = settings_.on->work();
-    auto done = work.submit(
-        [sum_of_squares = sum_of_squares_, clip = clip_, context = settings_.on->context(),
-         max_norm = settings_.max_norm, grads, squares] {
+ protected:
+  troupe::event transform(std::vector<troupe::tensor>& grads,
+                          const troupe::weight_grads_msg& message) override {
+    auto squares = troupe::tensor::empty({1}, troupe::dtype::f32, on().id());
+    return on().work().submit(
+        [sum_of_squares = sum_of_squares_, clip = clip_, context = on().context(),
+         max_norm = max_norm_, grads, squares] {
           for (std::size_t i = 0; i < grads.size(); ++i)
             sum_of_squares(context, grads[i].numel(), grads[i].f32(), i > 0, squares.f32());
           for (const auto& g : grads) clip(context, g.numel(), max_norm, squares.f32(), g.f32());
         },
-        troupe::job_label{"clip", track_, message.step, -1, message.replica, 0, 0});
-    for (auto& g : grads) g.set_ready(done);
-    troupe::weight_grads_msg out{message.step, message.layer, message.replica, std::move(grads),
-                                 troupe::trace_stamp{}};
-    troupe::stamp(out, track_, sink_track_, "grads", troupe::bytes_of(out.grads));
-    send(sink_, std::move(out));
-    ++steps_;
+        job_for_step("clip", message.step, message.replica));
   }
+  std::string role() const override { return "grad_clipper to norm " + std::to_string(max_norm_); }
 
-  grad_clipper_settings settings_;
-  sum_of_squares::function sum_of_squares_ = nullptr;
-  clip_by_norm::function clip_ = nullptr;
-  caf::actor sink_;          // the optimizer (or averager) the clipped gradients go to
-  caf::actor trainer_;       // receives failure_msg
-  std::uint32_t track_ = 0;  // trace tracks (0 when not tracing)
-  std::uint32_t sink_track_ = 0;
-  std::string source_;       // the grads wire's sender, for the watchdog
-  std::int64_t steps_ = 0;
+ private:
+  float max_norm_;  // > 0
+  sum_of_squares::function sum_of_squares_;
+  clip_by_norm::function clip_;
 };
 
 /// max_norm from the [[actor]] table: a positive number (an integer is fine).
@@ -210,11 +138,8 @@ TROUPE_REGISTER_ACTOR_KIND(
     "scales one layer's gradients to a global L2 norm of at most max_norm, on a grads wire",
     troupe::accepts{"grads"}, troupe::emits{"grads"},
     [](const troupe::actor_plan& plan, troupe::spawn_context& context) {
-      grad_clipper_settings s;
-      s.name = plan.name;
-      s.max_norm = read_max_norm(plan);
-      s.on = &context.devices.at(plan.device);
-      return context.system.spawn<grad_clipper_actor>(std::move(s));
+      return context.system.spawn<grad_clipper_actor>(plan.name, read_max_norm(plan),
+                                                      &context.devices.at(plan.device));
     });
 
 }  // namespace custom_layers

@@ -109,7 +109,7 @@ void connect_ring(caf::scoped_actor& self, const std::vector<caf::actor>& ring) 
 
 /// The averagers of one layer in a ring, replica r on cpu:r, connected after spawning
 /// (the ring is circular) unless `connect` is false. The scoped actor is their sink and
-/// trainer.
+/// trainer (from the wiring).
 std::vector<caf::actor> spawn_ring(caf::actor_system& system, device_set& devices,
                                    caf::scoped_actor& self, std::int32_t R,
                                    std::int64_t bucket_elements, bool connect = true) {
@@ -123,9 +123,7 @@ std::vector<caf::actor> spawn_ring(caf::actor_system& system, device_set& device
     s.replicas = R;
     s.bucket_elements = bucket_elements;
     s.on = &devices.at({device_type::cpu, r});
-    s.sink = caf::actor_cast<caf::actor>(self);
-    s.trainer = caf::actor_cast<caf::actor>(self);
-    ring.push_back(system.spawn<grad_averager_actor>(std::move(s)));
+    ring.push_back(spawn_grad_averager(system, std::move(s)));
   }
   if (connect)
     connect_ring(self, ring);
@@ -140,9 +138,14 @@ caf::actor spawn_central(caf::actor_system& system, device_set& devices, caf::sc
   s.layer_index = 0;
   s.replicas = R;
   s.on = &devices.at({device_type::cpu, 0});
-  s.sink = caf::actor_cast<caf::actor>(self);
-  s.trainer = caf::actor_cast<caf::actor>(self);
-  return system.spawn<grad_averager_actor>(std::move(s));
+  auto central = spawn_grad_averager(system, std::move(s));
+  // Its sink and trainer come with the wiring, as in a run: the scoped actor plays both.
+  auto me = caf::actor_cast<caf::actor>(self);
+  wiring_msg wiring;
+  wiring.trainer = me;
+  wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, 0, "", 0});
+  self->send(central, std::move(wiring));
+  return central;
 }
 
 /// Receives `count` weight_grads_msg, keyed by (step, replica); fails on a failure_msg.
