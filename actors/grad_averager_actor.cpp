@@ -619,9 +619,7 @@ TROUPE_REGISTER_ACTOR_KIND(
     [](const actor_plan& plan, spawn_context& context) {
       grad_averager_settings s;
       s.name = plan.name;
-      auto method = plan.settings.find("method");
-      s.method = method == plan.settings.end() ? context.graph.averaging
-                                               : std::get<std::string>(method->second.value);
+      s.method = to_string(plan.method);
       s.layer_index = plan.layer;
       s.replica = s.method == "ring" ? plan.replica : -1;
       s.replicas = static_cast<std::int32_t>(context.graph.replicas);
