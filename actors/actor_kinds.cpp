@@ -72,7 +72,7 @@ caf::actor spawn_actor(const actor_plan& plan, spawn_context& context) {
   {
     auto& r = the_registry();
     std::lock_guard<std::mutex> guard{r.mutex};
-    auto it = r.entries.find(plan.kind);
+    auto it = r.entries.find(plan.kind_name());
     if (it != r.entries.end())
       factory = it->second.factory;
     for (const auto& entry : r.entries)
@@ -82,8 +82,8 @@ caf::actor spawn_actor(const actor_plan& plan, spawn_context& context) {
     std::string list;
     for (const auto& k : kinds)
       list += (list.empty() ? "" : ", ") + k;
-    throw config_error(plan.where, "unknown actor kind '" + plan.kind + "' for actor '" +
-                                       plan.name + "'" + did_you_mean(plan.kind, kinds) +
+    throw config_error(plan.where, "unknown actor kind '" + plan.kind_name() + "' for actor '" +
+                                       plan.name + "'" + did_you_mean(plan.kind_name(), kinds) +
                                        " (registered: " + list + ")");
   }
   return factory(plan, context);

@@ -16,8 +16,8 @@ central_averager_actor::central_averager_actor(caf::actor_config& config,
       settings_(std::move(settings)),
       layout_(settings_.name, settings_.layer_index) {
   TROUPE_CHECK(settings_.on != nullptr, settings_.name << " has no device");
-  TROUPE_CHECK(settings_.method == "central",
-               settings_.name << ": a central averager with method '" << settings_.method << "'");
+  TROUPE_CHECK(settings_.method == averaging_method::central,
+               settings_.name << ": a central averager with method '" << to_string(settings_.method) << "'");
   TROUPE_CHECK(settings_.replicas >= 1,
                settings_.name << ": " << settings_.replicas << " replicas");
   axpy_ = kernels::lookup<kernels::ops::axpy>(settings_.on->id().type);
@@ -43,7 +43,7 @@ void central_averager_actor::connect(const wiring_msg& wiring) {
 
 void central_averager_actor::release_peers() { sink_ = nullptr; }
 
-std::string central_averager_actor::role() const { return settings_.method; }
+std::string central_averager_actor::role() const { return to_string(settings_.method); }
 
 std::string central_averager_actor::waiting_for() const {
   std::string out;

@@ -29,9 +29,7 @@ namespace troupe {
 // ring_schedule::owned_spans, the optimizer's side is optimizer_actor::update_shard.
 
 caf::actor spawn_grad_averager(caf::actor_system& system, grad_averager_settings settings) {
-  TROUPE_CHECK(settings.method == "central" || settings.method == "ring",
-               settings.name << ": unknown averaging method '" << settings.method << "'");
-  if (settings.method == "ring")
+  if (settings.method == averaging_method::ring)
     return system.spawn<ring_averager_actor>(std::move(settings));
   return system.spawn<central_averager_actor>(std::move(settings));
 }
@@ -84,16 +82,13 @@ TROUPE_REGISTER_ACTOR_KIND("averager",
                            [](const actor_plan& plan, spawn_context& context) {
                              grad_averager_settings s;
                              s.name = plan.name;
-                             auto method = plan.settings.find("method");
-                             s.method = method == plan.settings.end()
-                                            ? context.graph.averaging
-                                            : std::get<std::string>(method->second.value);
+                             s.method = plan.method;
                              s.layer_index = plan.layer;
-                             s.replica = s.method == "ring" ? plan.replica : -1;
+                             s.replica = s.method == averaging_method::ring ? plan.replica : -1;
                              s.replicas = static_cast<std::int32_t>(context.graph.replicas);
                              s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
                              s.shard_optimizer =
-                                 s.method == "ring" && context.config.parallel.shard_optimizer;
+                                 s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
                              s.on = &context.devices.at(plan.device);
                              return spawn_grad_averager(context.system, std::move(s));
                            });

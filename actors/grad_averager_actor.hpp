@@ -23,13 +23,14 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/core/device.hpp"
 
 namespace troupe {
 
 struct grad_averager_settings {
   std::string name;                // e.g. "avg.layer_2" or "r1.avg.layer_2"
-  std::string method = "central";  // "central" | "ring"
+  averaging_method method = averaging_method::central;
   std::int32_t layer_index = 0;
   std::int32_t replica = -1;               // ring: this averager's replica; central: -1
   std::int32_t replicas = 1;               // R

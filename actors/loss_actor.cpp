@@ -148,7 +148,7 @@ TROUPE_REGISTER_ACTOR_KIND("loss", "softmax cross-entropy after a replica's last
                              s.name = plan.name;
                              s.classes = context.data->train.classes;
                              s.microbatches = static_cast<std::int32_t>(context.plan.microbatches);
-                             s.flush = context.graph.schedule == "gpipe";
+                             s.flush = context.graph.schedule == pipeline_schedule::gpipe;
                              s.on = &context.devices.at(plan.device);
                              return context.system.spawn<loss_actor>(std::move(s));
                            });

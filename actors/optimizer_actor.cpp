@@ -7,6 +7,24 @@
 #include "runtime/core/transfer.hpp"
 
 namespace troupe {
+namespace {
+
+// Adam and AdamW keep a second moment and run the Adam kernel; SGD runs its own. A switch
+// without default: a new optimizer_type is a -Wswitch warning here, not a silent Adam.
+bool is_adam_family(optimizer_type type) {
+  switch (type) {
+    case optimizer_type::sgd:
+      return false;
+    case optimizer_type::adam:
+      return true;
+    case optimizer_type::adamw:
+      return true;
+  }
+  TROUPE_CHECK(false, "optimizer type " << static_cast<int>(type));
+  return false;
+}
+
+}  // namespace
 
 optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
     : device_actor(config, settings.name, settings.on), settings_(std::move(settings)) {
@@ -22,7 +40,7 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
     n += element_count(spec.shape);
   params_flat_ = tensor::empty({n}, dtype::f32, id);
   momentum_flat_ = tensor::zeros({n}, dtype::f32, id);
-  if (settings_.optimizer.type != "sgd")
+  if (is_adam_family(settings_.optimizer.type))
     second_flat_ = tensor::zeros({n}, dtype::f32, id);
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < settings_.params.size(); ++i) {
@@ -223,7 +241,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
                                      std::vector<tensor> keep) {
   const auto& o = settings_.optimizer;
   const auto lr = static_cast<float>(settings_.schedule.at(step));
-  const bool adam = o.type != "sgd";
+  const bool adam = is_adam_family(o.type);
   kernels::sgd_hyper sgd{lr,
                          static_cast<float>(o.momentum),
                          static_cast<float>(o.dampening),
@@ -235,7 +253,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
                                  static_cast<float>(o.beta2),
                                  static_cast<float>(o.eps),
                                  static_cast<float>(o.weight_decay),
-                                 o.type == "adamw",
+                                 o.type == optimizer_type::adamw,
                                  step + 1};
   const bool momentum = o.momentum != 0;
   return settings_.on->work().submit(
@@ -265,8 +283,9 @@ TROUPE_REGISTER_ACTOR_KIND(
       s.name = plan.name;
       s.layer_index = plan.layer;
       const auto& model_layer = *std::find_if(
-          context.graph.actors.begin(), context.graph.actors.end(),
-          [&](const actor_plan& a) { return a.kind == "layer" && a.layer == plan.layer; });
+          context.graph.actors.begin(), context.graph.actors.end(), [&](const actor_plan& a) {
+            return a.kind == actor_kind::layer && a.layer == plan.layer;
+          });
       s.params = create_layer(model_layer.math)
                      ->parameters(context.graph.shapes.at(static_cast<std::size_t>(plan.layer)));
       s.optimizer = context.config.optimizer;

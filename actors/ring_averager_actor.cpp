@@ -45,8 +45,8 @@ ring_averager_actor::ring_averager_actor(caf::actor_config& config, grad_average
       settings_(std::move(settings)),
       layout_(settings_.name, settings_.layer_index) {
   TROUPE_CHECK(settings_.on != nullptr, settings_.name << " has no device");
-  TROUPE_CHECK(settings_.method == "ring",
-               settings_.name << ": a ring averager with method '" << settings_.method << "'");
+  TROUPE_CHECK(settings_.method == averaging_method::ring,
+               settings_.name << ": a ring averager with method '" << to_string(settings_.method) << "'");
   TROUPE_CHECK(settings_.replicas >= 1,
                settings_.name << ": " << settings_.replicas << " replicas");
   TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas,
@@ -110,7 +110,7 @@ void ring_averager_actor::release_peers() {
   pending_.clear();
 }
 
-std::string ring_averager_actor::role() const { return settings_.method; }
+std::string ring_averager_actor::role() const { return to_string(settings_.method); }
 
 std::string ring_averager_actor::waiting_for() const {
   std::string out;

@@ -73,7 +73,7 @@ run_plan make_plan(const run_config& config, const topology& graph, const datase
 
 lr_schedule make_schedule(const optimizer_section& o, std::int64_t total_steps) {
   lr_schedule s;
-  parse_lr_schedule_kind(o.schedule.type, s.type);
+  s.type = o.schedule.type;
   s.base_lr = o.lr;
   s.warmup_steps = o.schedule.warmup_steps;
   s.step_size = o.schedule.step_size;
@@ -92,7 +92,7 @@ std::vector<std::vector<std::vector<float>>> collect_parameters(
   std::vector<std::vector<std::vector<float>>> parameters(graph.shapes.size() - 1);
   std::vector<bool> done(parameters.size(), false);
   for (const auto& a : graph.actors) {
-    if (a.kind != "optimizer")
+    if (a.kind != actor_kind::optimizer)
       continue;
     bool first = !done.at(static_cast<std::size_t>(a.layer));
     done[static_cast<std::size_t>(a.layer)] = true;
@@ -116,15 +116,21 @@ namespace {
 std::string trace_metadata(const run_config& config, const topology& graph, const run_plan& plan,
                            const run_outcome& outcome) {
   nlohmann::json meta = {
-      {"troupe_version", TROUPE_VERSION_STRING}, {"config", config.path},
-      {"replicas", graph.replicas},              {"stages", graph.stages},
-      {"microbatches", graph.microbatches},      {"schedule", graph.schedule},
-      {"averaging", graph.averaging},            {"batch_size", plan.batch_size},
-      {"steps", outcome.steps},                  {"train_seconds", outcome.train_seconds},
+      {"troupe_version", TROUPE_VERSION_STRING},
+      {"config", config.path},
+      {"replicas", graph.replicas},
+      {"stages", graph.stages},
+      {"microbatches", graph.microbatches},
+      {"schedule", to_string(graph.schedule)},
+      {"averaging", to_string(graph.averaging)},
+      {"batch_size", plan.batch_size},
+      {"steps", outcome.steps},
+      {"train_seconds", outcome.train_seconds},
   };
   auto wires = nlohmann::json::array();
   for (const auto& w : graph.wires)
-    wires.push_back({{"from", w.from}, {"to", w.to}, {"kind", w.kind}, {"capacity", w.capacity}});
+    wires.push_back(
+        {{"from", w.from}, {"to", w.to}, {"kind", to_string(w.kind)}, {"capacity", w.capacity}});
   meta["wires"] = wires;
   return meta.dump();
 }
@@ -165,9 +171,8 @@ wiring_msg wiring_of(const actor_plan& a, const topology& graph,
   for (const auto& wire : graph.wires) {
     auto end_at = [&](const std::string& peer) {
       const auto* p = graph.find(peer);
-      return wire_end{wire.kind,       peer,          p->kind,
-                      spawned.at(peer), p->replica,   track_of(peer),
-                      p->device.to_string(), wire.capacity};
+      return wire_end{to_string(wire.kind), peer,           p->kind_name(),        spawned.at(peer),
+                      p->replica,           track_of(peer), p->device.to_string(), wire.capacity};
     };
     if (wire.from == a.name)
       w.outgoing.push_back(end_at(wire.to));
@@ -214,7 +219,7 @@ session_result run_session(const run_config& config, const session_options& opti
           {d->id().to_string() + " stream", "stream", d->id().to_string(), -1, -1, -1}));
     for (const auto& a : graph.actors)
       tracks[a.name] = trace::register_track(
-          {a.name, a.kind, a.device.to_string(), a.replica, a.stage, a.layer});
+          {a.name, a.kind_name(), a.device.to_string(), a.replica, a.stage, a.layer});
     trainer_track = trace::register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
   {
@@ -261,12 +266,12 @@ session_result run_session(const run_config& config, const session_options& opti
     }
     for (const auto& a : graph.actors) {
       // The loader stays on the host: it assembles batches for every replica.
-      if (a.kind != "data_loader")
+      if (a.kind != actor_kind::data_loader)
         device_scheduler::place(system, spawned[a.name], devices.at(a.device).work());
       trainer_config->actors.emplace_back(a.name, spawned[a.name]);
-      if (a.kind == "data_loader")
+      if (a.kind == actor_kind::data_loader)
         trainer_config->loader = spawned[a.name];
-      if (a.kind == "optimizer")
+      if (a.kind == actor_kind::optimizer)
         trainer_config->optimizers.push_back(spawned[a.name]);
     }
 

@@ -31,6 +31,8 @@
 #endif
 #include <toml++/toml.h>
 
+#include "runtime/core/device_name.hpp"
+
 namespace troupe {
 namespace {
 
@@ -54,11 +56,7 @@ std::string type_name(toml::node_type type) {
   return "nothing";
 }
 
-std::string format_number(double value) {
-  char buffer[64];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);  // shortest round-trip
-  return std::string(buffer, result.ptr);
-}
+std::string format_number(double value) { return shortest_text(value); }
 
 std::string join(const std::vector<std::string>& words, const char* quote = "'") {
   std::string out;
@@ -264,6 +262,22 @@ class section_reader {
     return at;
   }
 
+  /// A name that must be one of an enum's (runtime/config/choices.hpp), parsed here once;
+  /// `what` names it in messages ("optimizer type").
+  template <class Enum>
+  source_position read_enum(const std::string& key, Enum& out, const std::string& what) const {
+    std::string value = to_string(out);
+    auto at = read(key, value);
+    auto parsed = parse_enum<Enum>(value);
+    if (!parsed) {
+      auto valid = enum_names<Enum>();
+      throw config_error(at, "unknown " + what + " '" + value + "'" + suggestion(value, valid) +
+                                 " (expected one of " + join(valid) + ")");
+    }
+    out = *parsed;
+    return at;
+  }
+
   /// A sub-table such as [optimizer.schedule]; null when absent.
   const toml::table* sub_table(const std::string& key) const {
     const auto* node = find(key);
@@ -446,7 +460,7 @@ model_section read_model(const section_reader& r, bool explicit_form) {
 schedule_section read_schedule(const section_reader& r) {
   schedule_section s;
   s.where = r.where();
-  r.read_choice("type", s.type, "schedule type", {"constant", "step", "cosine"});
+  r.read_enum("type", s.type, "schedule type");
   r.read("warmup_steps", s.warmup_steps, at_least(0));
   r.read("step_size", s.step_size, at_least(1));
   r.read("gamma", s.gamma, above(0));
@@ -457,7 +471,7 @@ schedule_section read_schedule(const section_reader& r) {
 optimizer_section read_optimizer(const section_reader& r) {
   optimizer_section s;
   s.where = r.where();
-  s.type_where = r.read_choice("type", s.type, "optimizer type", {"sgd", "adam", "adamw"});
+  s.type_where = r.read_enum("type", s.type, "optimizer type");
   r.read("lr", s.lr, above(0));
   r.read("momentum", s.momentum, unit_interval());
   r.read("dampening", s.dampening, unit_interval());
@@ -483,22 +497,6 @@ optimizer_section read_optimizer(const section_reader& r) {
                           {"type", "warmup_steps", "step_size", "gamma", "min_lr"});
   s.schedule = read_schedule(schedule);
   return s;
-}
-
-// "cpu:N" or "cuda:N", N a non-negative integer without leading zeros (so that two
-// spellings of one device cannot slip past the duplicate check).
-bool is_device_name(const std::string& name) {
-  auto colon = name.find(':');
-  if (colon == std::string::npos)
-    return false;
-  auto kind = name.substr(0, colon);
-  auto number = name.substr(colon + 1);
-  if (kind != "cpu" && kind != "cuda")
-    return false;
-  if (number.empty() || number.size() > 9 || (number.size() > 1 && number[0] == '0'))
-    return false;
-  return std::all_of(number.begin(), number.end(),
-                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 /// `stages = [[0, 1], [2, 4]]`: each element a pair of layer indices, first <= last.
@@ -550,32 +548,37 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
                                              : type_name(devices->type())));
     for (const auto& element : *array) {
       const auto* name = element.as_string();
-      if (!name || !is_device_name(name->get()))
-        r.fail(element, "devices", "expected a device like 'cpu:0' or 'cuda:0', found " +
-                                       (name ? "'" + name->get() + "'" : type_name(element.type())));
+      if (!name)
+        r.fail(element, "devices",
+               "expected a device like 'cpu:0' or 'cuda:0', found " + type_name(element.type()));
+      auto parsed = parse_device_name(name->get());
+      if (!parsed.ok())
+        r.fail(element, "devices", parsed.error);
       for (const auto& earlier : s.devices)
         if (earlier.name == name->get())
           r.fail(element, "devices", "device '" + earlier.name + "' is listed twice (first at " +
                                          earlier.where.to_string() + ")");
-      s.devices.push_back({name->get(), r.position(element)});
+      s.devices.push_back({name->get(), parsed.id, r.position(element)});
     }
   } else {
-    s.devices.push_back({"cpu:0", s.where});
+    s.devices.push_back({"cpu:0", device_id{}, s.where});
   }
   r.read("data", s.data, at_least(1));
   r.read("pipeline", s.pipeline, at_least(1));
   r.read("microbatches", s.microbatches, at_least(1));
-  r.read_choice("schedule", s.schedule, "pipeline schedule", {"gpipe", "1f1b"});
-  r.read_choice("averaging", s.averaging, "gradient averaging", {"ring", "central"});
+  r.read_enum("schedule", s.schedule, "pipeline schedule");
+  r.read_enum("averaging", s.averaging, "gradient averaging");
   read_stage_ranges(r, s);
   r.read("share_devices", s.share_devices);
   r.read("bucket_kib", s.bucket_kib, at_least(1));
   r.read("shard_optimizer", s.shard_optimizer);
   s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
-  if (s.shard_optimizer && s.averaging != "ring")
-    throw config_error(s.shard_where, "[parallel] shard_optimizer: needs averaging = \"ring\" "
-                                      "(the optimizer shards are the ring's chunks), found "
-                                      "averaging = \"" + s.averaging + "\"");
+  if (s.shard_optimizer && s.averaging != averaging_method::ring)
+    throw config_error(s.shard_where,
+                       "[parallel] shard_optimizer: needs averaging = \"ring\" "
+                       "(the optimizer shards are the ring's chunks), found "
+                       "averaging = \"" +
+                           std::string(to_string(s.averaging)) + "\"");
   return s;
 }
 
@@ -626,6 +629,17 @@ std::vector<table_config> read_tables(const toml::table& root, const std::string
 }
 
 }  // namespace
+
+std::string shortest_text(double value) {
+  // std::to_chars needs a buffer: a string as long as any double's shortest form can be
+  // ("-2.2250738585072014e-308" is 24 characters), checked rather than truncated.
+  std::string text(32, '\0');
+  auto result = std::to_chars(text.data(), text.data() + text.size(), value);
+  TROUPE_CHECK(result.ec == std::errc{},
+               "to_chars needs more than " << text.size() << " characters for " << value);
+  text.resize(static_cast<std::size_t>(result.ptr - text.data()));
+  return text;
+}
 
 run_config parse_config(const std::string& text, const std::string& name,
                         const std::string& directory) {

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "runtime/base/error.hpp"
+#include "runtime/config/choices.hpp"
+#include "runtime/core/device.hpp"
 
 namespace troupe {
 
@@ -76,7 +78,7 @@ struct model_section {
 };
 
 struct schedule_section {
-  std::string type = "constant";  // "constant" | "step" | "cosine"
+  lr_schedule_type type = lr_schedule_type::constant;
   std::int64_t warmup_steps = 0;  // linear warm-up from 0 (all types)
   std::int64_t step_size = 1000;  // "step": multiply by gamma every step_size steps
   double gamma = 0.1;
@@ -85,7 +87,7 @@ struct schedule_section {
 };
 
 struct optimizer_section {
-  std::string type = "adam";  // "sgd" | "adam" | "adamw"
+  optimizer_type type = optimizer_type::adam;
   double lr = 1e-3;
   double momentum = 0.0;      // sgd
   double dampening = 0.0;     // sgd
@@ -101,6 +103,7 @@ struct optimizer_section {
 
 struct device_config {
   std::string name;  // as written, e.g. "cpu:0"
+  device_id id;      // the name parsed (runtime/core/device_name.hpp)
   source_position where;
 };
 
@@ -109,8 +112,8 @@ struct parallel_section {
   std::int64_t data = 1;               // R replicas
   std::int64_t pipeline = 1;           // P stages
   std::int64_t microbatches = 1;       // M
-  std::string schedule = "gpipe";      // "gpipe" | "1f1b"
-  std::string averaging = "ring";      // "ring" | "central"
+  pipeline_schedule schedule = pipeline_schedule::gpipe;
+  averaging_method averaging = averaging_method::ring;
   /// Optional explicit pipeline split: stage s holds model layers [first, last] (inclusive).
   /// Checked here only for first <= last; contiguity and coverage by the expander.
   std::vector<std::pair<std::int64_t, std::int64_t>> stage_ranges;
@@ -146,6 +149,10 @@ struct run_config {
   /// An explicit config lists its actors and wires instead of [[model.layers]].
   bool is_explicit() const { return !actors.empty(); }
 };
+
+/// The shortest text that reads back as exactly `value` ("0.1", "1e-08"), as error
+/// messages and `troupe plan --eject` write numbers.
+std::string shortest_text(double value);
 
 /// Loads and checks a config file. Throws config_error (or user_error for an unreadable
 /// file) with file:line:col.

@@ -19,6 +19,7 @@
 #include <chrono>
 
 #include "runtime/base/error.hpp"
+#include "runtime/core/device_name.hpp"
 #include "runtime/trace/recorder.hpp"
 
 namespace troupe {
@@ -28,23 +29,10 @@ std::string device_id::to_string() const {
 }
 
 bool device_id::parse(const std::string& text, device_id& out) {
-  auto colon = text.find(':');
-  if (colon == std::string::npos || colon + 1 >= text.size())
-    return false;
-  auto kind = text.substr(0, colon);
-  auto number = text.substr(colon + 1);
-  if (number.size() > 6 || number.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  device_id result;
-  if (kind == "cpu")
-    result.type = device_type::cpu;
-  else if (kind == "cuda")
-    result.type = device_type::cuda;
-  else
-    return false;
-  result.index = std::stoi(number);
-  out = result;
-  return true;
+  auto parsed = parse_device_name(text);  // the one parser (device_name.hpp)
+  if (parsed.ok())
+    out = parsed.id;
+  return parsed.ok();
 }
 
 bool event::reached() const {

@@ -1,6 +1,8 @@
 // actor_signature.cpp: the signature registry, with the five built-in kinds in it.
 #include "runtime/graph/actor_signature.hpp"
 
+#include "runtime/graph/kinds.hpp"
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -21,11 +23,17 @@ struct signature_registry {
 
   signature_registry() {
     // What topology.hpp says flows between the built-in kinds.
-    add({"data_loader", {}, {"activations", "labels"}, true});
-    add({"layer", {"activations", "params"}, {"activations", "grads"}, true});
-    add({"loss", {"activations", "labels"}, {}, true});
-    add({"averager", {"grads", "ring"}, {"grads", "ring"}, true});
-    add({"optimizer", {"grads"}, {"params"}, true});
+    // One per value of actor_kind but custom (kinds.hpp), under the same names.
+    using a = actor_kind;
+    auto w = [](wire_kind kind) { return std::string(to_string(kind)); };
+    const auto activations = w(wire_kind::activations), labels = w(wire_kind::labels),
+               grads = w(wire_kind::grads), ring = w(wire_kind::ring),
+               params = w(wire_kind::params);
+    add({to_string(a::data_loader), {}, {activations, labels}, true});
+    add({to_string(a::layer), {activations, params}, {activations, grads}, true});
+    add({to_string(a::loss), {activations, labels}, {}, true});
+    add({to_string(a::averager), {grads, ring}, {grads, ring}, true});
+    add({to_string(a::optimizer), {grads}, {params}, true});
   }
 
   void add(actor_signature signature) {
@@ -64,8 +72,7 @@ bool actor_signature::emits_wire(const std::string& wire_kind) const {
 }
 
 const std::vector<std::string>& wire_kinds() {
-  static const std::vector<std::string> kinds = {"activations", "labels", "grads", "ring",
-                                                 "params"};
+  static const std::vector<std::string> kinds = enum_names<wire_kind>();
   return kinds;
 }
 

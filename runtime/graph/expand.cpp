@@ -21,6 +21,10 @@ const actor_plan* topology::find(const std::string& name) const {
   return nullptr;
 }
 
+std::string actor_plan::kind_name() const {
+  return kind == actor_kind::custom ? custom_kind : to_string(kind);
+}
+
 stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages) {
   const auto n = static_cast<std::int64_t>(costs.size());
   TROUPE_CHECK(stages >= 1 && stages <= n, stages << " stages for " << n << " layers");
@@ -54,6 +58,21 @@ stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages
     i = j;
   }
   return split;
+}
+
+// The one place that says which devices this build can run.
+std::vector<device_id> runnable_devices(const run_config& config) {
+  std::vector<device_id> ids;
+  for (const auto& device : config.parallel.devices) {
+    if (device.id.type != device_type::cpu)
+      throw config_error(device.where, "device '" + device.name +
+                                           "': this build runs on CPU devices only (the CUDA "
+                                           "device layer is not built yet); use 'cpu:N'");
+    ids.push_back(device.id);
+  }
+  if (ids.empty())
+    ids.push_back(device_id{});
+  return ids;
 }
 
 namespace {
@@ -95,23 +114,6 @@ stage_split split_stages(const run_config& config, const std::vector<shape_t>& s
   return balance_stages(costs, p.pipeline);
 }
 
-std::vector<device_id> parse_devices(const run_config& config) {
-  std::vector<device_id> ids;
-  for (const auto& d : config.parallel.devices) {
-    device_id id;
-    if (!device_id::parse(d.name, id))
-      throw config_error(d.where, "expected a device like 'cpu:0', found '" + d.name + "'");
-    if (id.type != device_type::cpu)
-      throw config_error(d.where, "device '" + d.name +
-                                      "': this build runs on CPU devices only (the CUDA "
-                                      "device layer is not built yet); use 'cpu:N'");
-    ids.push_back(id);
-  }
-  if (ids.empty())
-    ids.push_back(device_id{});
-  return ids;
-}
-
 std::string replica_prefix(std::int64_t replicas, std::int64_t r) {
   return replicas > 1 ? "r" + std::to_string(r) + "." : "";
 }
@@ -121,7 +123,7 @@ std::string replica_prefix(std::int64_t replicas, std::int64_t r) {
 topology expand_shorthand(const run_config& config, const std::vector<shape_t>& shapes) {
   const auto& p = config.parallel;
   topology t;
-  t.devices = parse_devices(config);
+  t.devices = runnable_devices(config);
   t.replicas = p.data;
   t.microbatches = p.microbatches;
   t.schedule = p.schedule;
@@ -145,12 +147,14 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     return t.devices[static_cast<std::size_t>((r * P + s) % D)];
   };
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
-  auto capacity_into = [&](std::int64_t s) { return t.schedule == "1f1b" ? P - s : M; };
-  auto add_actor = [&](std::string name, std::string kind, device_id device, std::int64_t replica,
+  auto capacity_into = [&](std::int64_t s) {
+    return t.schedule == pipeline_schedule::one_f_one_b ? P - s : M;
+  };
+  auto add_actor = [&](std::string name, actor_kind kind, device_id device, std::int64_t replica,
                        std::int64_t stage, std::int64_t layer) -> actor_plan& {
     actor_plan a;
     a.name = std::move(name);
-    a.kind = std::move(kind);
+    a.kind = kind;
     a.device = device;
     a.replica = static_cast<std::int32_t>(replica);
     a.stage = static_cast<std::int32_t>(stage);
@@ -159,28 +163,28 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     t.actors.push_back(std::move(a));
     return t.actors.back();
   };
-  auto add_wire = [&](const std::string& from, const std::string& to, const char* kind,
+  auto add_wire = [&](const std::string& from, const std::string& to, wire_kind kind,
                       std::int64_t capacity) {
     t.wires.push_back(wire_plan{from, to, kind, capacity, p.where});
   };
 
-  add_actor("loader", "data_loader", device_of(0, 0), -1, -1, -1);
+  add_actor("loader", actor_kind::data_loader, device_of(0, 0), -1, -1, -1);
   for (std::int64_t r = 0; r < R; ++r) {
     auto prefix = replica_prefix(R, r);
     std::string previous = "loader";
     for (std::int64_t i = 0; i < layers; ++i) {
       auto s = stage_of[static_cast<std::size_t>(i)];
       auto name = prefix + "layer_" + std::to_string(i);
-      auto& a = add_actor(name, "layer", device_of(r, s), r, s, i);
+      auto& a = add_actor(name, actor_kind::layer, device_of(r, s), r, s, i);
       a.math = config.model.layers[static_cast<std::size_t>(i)];
       bool stage_starts = i == 0 || stage_of[static_cast<std::size_t>(i) - 1] != s;
-      add_wire(previous, name, "activations", stage_starts ? capacity_into(s) : 0);
+      add_wire(previous, name, wire_kind::activations, stage_starts ? capacity_into(s) : 0);
       previous = name;
     }
     auto loss = prefix + "loss";
-    add_actor(loss, "loss", device_of(r, P - 1), r, P - 1, -1);
-    add_wire(previous, loss, "activations", 0);
-    add_wire("loader", loss, "labels", 0);
+    add_actor(loss, actor_kind::loss, device_of(r, P - 1), r, P - 1, -1);
+    add_wire(previous, loss, wire_kind::activations, 0);
+    add_wire("loader", loss, wire_kind::labels, 0);
   }
 
   for (std::int64_t i = 0; i < layers; ++i) {
@@ -191,28 +195,32 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     auto suffix = "_" + std::to_string(i);
     auto layer_name = [&](std::int64_t r) { return replica_prefix(R, r) + "layer" + suffix; };
     if (R == 1) {
-      add_actor("optimizer" + suffix, "optimizer", device_of(0, s), -1, s, i);
-      add_wire(layer_name(0), "optimizer" + suffix, "grads", 0);
-      add_wire("optimizer" + suffix, layer_name(0), "params", 0);
-    } else if (t.averaging == "central") {
-      auto& averager = add_actor("avg" + suffix, "averager", device_of(0, s), -1, s, i);
-      averager.settings["method"] = setting_value{std::string{"central"}, p.where};
-      add_actor("optimizer" + suffix, "optimizer", device_of(0, s), -1, s, i);
+      add_actor("optimizer" + suffix, actor_kind::optimizer, device_of(0, s), -1, s, i);
+      add_wire(layer_name(0), "optimizer" + suffix, wire_kind::grads, 0);
+      add_wire("optimizer" + suffix, layer_name(0), wire_kind::params, 0);
+    } else if (t.averaging == averaging_method::central) {
+      auto& averager = add_actor("avg" + suffix, actor_kind::averager, device_of(0, s), -1, s, i);
+      averager.method = averaging_method::central;
+      averager.method_where = p.where;
+      add_actor("optimizer" + suffix, actor_kind::optimizer, device_of(0, s), -1, s, i);
       for (std::int64_t r = 0; r < R; ++r) {
-        add_wire(layer_name(r), "avg" + suffix, "grads", 0);
-        add_wire("optimizer" + suffix, layer_name(r), "params", 0);
+        add_wire(layer_name(r), "avg" + suffix, wire_kind::grads, 0);
+        add_wire("optimizer" + suffix, layer_name(r), wire_kind::params, 0);
       }
-      add_wire("avg" + suffix, "optimizer" + suffix, "grads", 0);
+      add_wire("avg" + suffix, "optimizer" + suffix, wire_kind::grads, 0);
     } else {
       for (std::int64_t r = 0; r < R; ++r) {
         auto prefix = replica_prefix(R, r);
-        auto& averager = add_actor(prefix + "avg" + suffix, "averager", device_of(r, s), r, s, i);
-        averager.settings["method"] = setting_value{std::string{"ring"}, p.where};
-        add_actor(prefix + "optimizer" + suffix, "optimizer", device_of(r, s), r, s, i);
-        add_wire(layer_name(r), prefix + "avg" + suffix, "grads", 0);
-        add_wire(prefix + "avg" + suffix, replica_prefix(R, (r + 1) % R) + "avg" + suffix, "ring", 0);
-        add_wire(prefix + "avg" + suffix, prefix + "optimizer" + suffix, "grads", 0);
-        add_wire(prefix + "optimizer" + suffix, layer_name(r), "params", 0);
+        auto& averager =
+            add_actor(prefix + "avg" + suffix, actor_kind::averager, device_of(r, s), r, s, i);
+        averager.method = averaging_method::ring;
+        averager.method_where = p.where;
+        add_actor(prefix + "optimizer" + suffix, actor_kind::optimizer, device_of(r, s), r, s, i);
+        add_wire(layer_name(r), prefix + "avg" + suffix, wire_kind::grads, 0);
+        add_wire(prefix + "avg" + suffix, replica_prefix(R, (r + 1) % R) + "avg" + suffix,
+                 wire_kind::ring, 0);
+        add_wire(prefix + "avg" + suffix, prefix + "optimizer" + suffix, wire_kind::grads, 0);
+        add_wire(prefix + "optimizer" + suffix, layer_name(r), wire_kind::params, 0);
       }
     }
   }

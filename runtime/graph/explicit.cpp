@@ -35,9 +35,10 @@
 #include <map>
 #include <set>
 
+#include "runtime/core/device_name.hpp"
 #include "runtime/graph/actor_signature.hpp"
-#include "runtime/model/layer.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/model/layer.hpp"
 
 namespace troupe {
 namespace {
@@ -96,15 +97,18 @@ class table_reader {
     return *text;
   }
 
-  /// A required string that must be one of `valid`; `what` names it ("actor kind").
-  std::string choice(const std::string& key, const std::string& what,
-                     const std::vector<std::string>& valid) const {
+  /// A required name of one of Enum's values (kinds.hpp, choices.hpp), parsed here once;
+  /// `what` names it in messages ("wire kind").
+  template <class Enum>
+  Enum choice(const std::string& key, const std::string& what) const {
+    auto valid = enum_names<Enum>();
     auto value = text(key, "\"" + valid.front() + "\"");
-    if (std::find(valid.begin(), valid.end(), value) == valid.end())
+    auto parsed = parse_enum<Enum>(value);
+    if (!parsed)
       fail(find(key)->where, key,
            "unknown " + what + " '" + value + "'" + did_you_mean(value, valid) +
                " (expected one of " + join(valid) + ")");
-    return value;
+    return *parsed;
   }
 
   std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t min) const {
@@ -153,22 +157,30 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
   actor.name = r.text("name", "\"r0.layer_0\"");
   r.rename("[[actor]] '" + actor.name + "'");
   // Any kind with a signature: the built-in ones and those of the plugins loaded.
-  actor.kind = r.text("kind", "\"layer\"");
-  const auto* signature = find_actor_signature(actor.kind);
+  auto kind = r.text("kind", "\"layer\"");
+  const auto* signature = find_actor_signature(kind);
   if (!signature) {
     auto kinds = actor_signature_kinds();
     r.fail(r.find("kind")->where, "kind",
-           "unknown actor kind '" + actor.kind + "'" + did_you_mean(actor.kind, kinds) +
-               " (expected one of " + join(kinds) +
+           "unknown actor kind '" + kind + "'" + did_you_mean(kind, kinds) + " (expected one of " +
+               join(kinds) +
                "; a plugin's kind needs its plugin loaded: [run] plugins or --plugin)");
   }
   const bool built_in = signature->built_in;
-  auto device = r.text("device", "\"cpu:0\"");
-  // Round-tripping through to_string() rejects a second spelling of one device ("cpu:01").
-  if (!device_id::parse(device, actor.device) || actor.device.to_string() != device)
-    r.fail(r.find("device")->where, "device",
-           "expected a device like 'cpu:0' or 'cuda:1', found '" + device + "'");
-  const bool is_layer = actor.kind == "layer";
+  // The signature registry knows the built-in kinds by the names kinds.hpp gives them.
+  auto parsed_kind = parse_enum<actor_kind>(kind);
+  TROUPE_CHECK(parsed_kind.has_value() == built_in,
+               "actor kind '" << kind << "' is " << (built_in ? "" : "not ")
+                              << "built in, yet kinds.hpp " << (built_in ? "lacks" : "has")
+                              << " it");
+  actor.kind = parsed_kind.value_or(actor_kind::custom);
+  if (!built_in)
+    actor.custom_kind = kind;
+  auto device = parse_device_name(r.text("device", "\"cpu:0\""));
+  if (!device.ok())
+    r.fail(r.find("device")->where, "device", device.error);
+  actor.device = device.id;
+  const bool is_layer = actor.kind == actor_kind::layer;
   actor.replica = static_cast<std::int32_t>(r.integer("replica", is_layer ? 0 : -1, 0));
   actor.stage = static_cast<std::int32_t>(r.integer("stage", is_layer ? 0 : -1, 0));
   actor.layer = static_cast<std::int32_t>(r.integer("layer", -1, 0));
@@ -196,13 +208,14 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
     return actor;
   }
   auto known = common_actor_keys;
-  if (actor.kind == "averager") {
+  if (actor.kind == actor_kind::averager) {
     known.push_back("method");
-    setting_value method{config.parallel.averaging, table.where};
-    if (r.find("method"))
-      method = setting_value{r.choice("method", "averaging method", {"central", "ring"}),
-                             r.find("method")->where};
-    actor.settings.emplace("method", std::move(method));
+    actor.method = config.parallel.averaging;
+    actor.method_where = table.where;
+    if (const auto* method = r.find("method")) {
+      actor.method = r.choice<averaging_method>("method", "averaging method");
+      actor.method_where = method->where;
+    }
   }
   r.reject_unknown(known, "of the built-in kinds, only a layer actor takes settings of its own");
   return actor;
@@ -215,7 +228,7 @@ wire_plan read_wire(const table_config& table, std::size_t index) {
   wire.from = r.text("from", "\"loader\"");
   wire.to = r.text("to", "\"r0.layer_0\"");
   r.rename("[[wire]] '" + wire.from + "' -> '" + wire.to + "'");
-  wire.kind = r.choice("kind", "wire kind", wire_kinds());
+  wire.kind = r.choice<wire_kind>("kind", "wire kind");
   wire.capacity = r.integer("capacity", 0, 0);
   r.reject_unknown({"from", "to", "kind", "capacity"}, "a wire has only these");
   return wire;
@@ -226,7 +239,7 @@ wire_plan read_wire(const table_config& table, std::size_t index) {
 std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features) {
   std::map<std::int32_t, const actor_plan*> by_index;  // model index -> its lowest replica
   for (const auto& actor : t.actors) {
-    if (actor.kind != "layer")
+    if (actor.kind != actor_kind::layer)
       continue;
     auto& slot = by_index[actor.layer];
     if (!slot || actor.replica < slot->replica)
@@ -253,17 +266,7 @@ std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features
 topology topology_from_explicit(const run_config& config, std::int64_t input_features) {
   TROUPE_CHECK(config.is_explicit(), "topology_from_explicit on a shorthand config");
   topology t;
-  for (const auto& device : config.parallel.devices) {
-    device_id id;
-    TROUPE_CHECK(device_id::parse(device.name, id),
-                 "the config loader let '" << device.name << "' through");
-    // The same rule as expand_shorthand(), while only CPU streams exist.
-    if (id.type != device_type::cpu)
-      throw config_error(device.where, "device '" + device.name +
-                                           "': this build runs on CPU devices only (the CUDA "
-                                           "device layer is not built yet); use 'cpu:N'");
-    t.devices.push_back(id);
-  }
+  t.devices = runnable_devices(config);
   t.microbatches = config.parallel.microbatches;
   t.schedule = config.parallel.schedule;
   t.averaging = config.parallel.averaging;
@@ -274,7 +277,7 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
 
   std::set<std::int32_t> replicas, stages;
   for (const auto& actor : t.actors)
-    if (actor.kind == "layer") {
+    if (actor.kind == actor_kind::layer) {
       replicas.insert(actor.replica);
       stages.insert(actor.stage);
     }

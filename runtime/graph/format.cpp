@@ -4,10 +4,9 @@
 //
 // Nothing here checks a topology (validate_topology() does) or reads anything back.
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
+#include <iomanip>
 #include <set>
 #include <sstream>
 
@@ -69,16 +68,21 @@ std::string dot_quote(const std::string& text) {
   return out + "\"";
 }
 
-std::string dot_edge_style(const std::string& kind) {
-  if (kind == "params")
-    return "style=dashed";
-  if (kind == "grads")
-    return "style=dotted";
-  if (kind == "ring")
-    return "style=bold";
-  if (kind == "labels")
-    return "color=gray, fontcolor=gray";
-  return "style=solid";
+std::string dot_edge_style(wire_kind kind) {
+  switch (kind) {
+    case wire_kind::params:
+      return "style=dashed";
+    case wire_kind::grads:
+      return "style=dotted";
+    case wire_kind::ring:
+      return "style=bold";
+    case wire_kind::labels:
+      return "color=gray, fontcolor=gray";
+    case wire_kind::activations:
+      return "style=solid";
+  }
+  TROUPE_CHECK(false, "wire kind " << static_cast<int>(kind));
+  return {};
 }
 
 // ---- TOML ----
@@ -96,9 +100,10 @@ std::string toml_string(const std::string& text) {
       case '\r': out += "\\r"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          char escape[8];
-          std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(c));
-          out += escape;
+          std::ostringstream escape;
+          escape << "\\u" << std::hex << std::setw(4) << std::setfill('0')
+                 << static_cast<unsigned>(c);
+          out += escape.str();
         } else {
           out += c;  // UTF-8 bytes pass through: TOML files are UTF-8
         }
@@ -113,9 +118,7 @@ std::string toml_float(double value) {
     return "nan";
   if (std::isinf(value))
     return value > 0 ? "inf" : "-inf";
-  char buffer[64];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  std::string text(buffer, result.ptr);
+  std::string text = shortest_text(value);
   if (text.find_first_of(".en") == std::string::npos)
     text += ".0";
   return text;
@@ -162,25 +165,26 @@ class toml_writer {
 void write_actor(toml_writer& w, const actor_plan& a) {
   w.section("[[actor]]");
   w.put("name", a.name);
-  w.put("kind", a.kind);
+  w.put("kind", a.kind_name());
   w.put("device", a.device.to_string());
   for (auto [key, value] : {std::pair<const char*, std::int32_t>{"replica", a.replica},
                             {"stage", a.stage},
                             {"layer", a.layer}})
     if (value >= 0)
       w.put(key, std::int64_t{value});
-  if (a.kind == "layer") {
+  if (a.kind == actor_kind::layer) {
     w.put("type", a.math.type);
     for (const auto& [key, value] : a.math.settings)
       w.raw(key, toml_value(value));
   }
+  if (a.kind == actor_kind::averager)
+    w.put("method", to_string(a.method));
   for (const auto& [key, value] : a.settings)
     w.raw(key, toml_value(value));
 }
 
 std::string custom_settings(const actor_plan& a) {
-  const auto* signature = find_actor_signature(a.kind);
-  if (signature && signature->built_in)
+  if (a.kind != actor_kind::custom)
     return {};
   std::string out;
   for (const auto& [key, value] : a.settings)
@@ -191,10 +195,11 @@ std::string custom_settings(const actor_plan& a) {
 }  // namespace
 
 std::string format_table(const topology& t) {
-  std::string out =
-      "topology: R = " + std::to_string(t.replicas) + " replicas, P = " + std::to_string(t.stages) +
-      " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " + t.schedule +
-      ", averaging " + t.averaging + ", devices " + device_list(t) + "\n";
+  std::string out = "topology: R = " + std::to_string(t.replicas) +
+                    " replicas, P = " + std::to_string(t.stages) +
+                    " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " +
+                    to_string(t.schedule) + ", averaging " + to_string(t.averaging) + ", devices " +
+                    device_list(t) + "\n";
   // A settings column only when a custom actor has settings to show.
   bool any_settings = std::any_of(t.actors.begin(), t.actors.end(),
                                   [](const actor_plan& a) { return !custom_settings(a).empty(); });
@@ -203,15 +208,16 @@ std::string format_table(const topology& t) {
   if (any_settings)
     actors[0].push_back("settings");
   for (const auto& a : t.actors) {
-    actors.push_back({a.name, a.kind, a.device.to_string(), index_or_dash(a.replica),
+    actors.push_back({a.name, a.kind_name(), a.device.to_string(), index_or_dash(a.replica),
                       index_or_dash(a.stage), index_or_dash(a.layer),
-                      a.kind == "layer" ? a.math.type : ""});
+                      a.kind == actor_kind::layer ? a.math.type : ""});
     if (any_settings)
       actors.back().push_back(custom_settings(a));
   }
   std::vector<std::vector<std::string>> wires{{"from", "to", "kind", "capacity"}};
   for (const auto& w : t.wires)
-    wires.push_back({w.from, w.to, w.kind, w.capacity > 0 ? std::to_string(w.capacity) : "-"});
+    wires.push_back(
+        {w.from, w.to, to_string(w.kind), w.capacity > 0 ? std::to_string(w.capacity) : "-"});
   out += "\nactors (" + std::to_string(t.actors.size()) + ")\n" + aligned(actors);
   out += "\nwires (" + std::to_string(t.wires.size()) + ")\n" + aligned(wires);
   return out;
@@ -232,14 +238,15 @@ std::string format_dot(const topology& t) {
     for (const auto& a : t.actors)
       if (a.device == device) {
         auto settings = custom_settings(a);
-        auto label = a.name + "\n" + (a.kind == "layer" ? a.math.type : a.kind) +
+        auto label = a.name + "\n" + (a.kind == actor_kind::layer ? a.math.type : a.kind_name()) +
                      (settings.empty() ? "" : "\n" + settings);
         out += "    " + dot_quote(a.name) + " [label=" + dot_quote(label) + "];\n";
       }
     out += "  }\n";
   }
   for (const auto& w : t.wires) {
-    auto label = w.kind + (w.capacity > 0 ? " (" + std::to_string(w.capacity) + ")" : "");
+    auto label =
+        to_string(w.kind) + (w.capacity > 0 ? " (" + std::to_string(w.capacity) + ")" : "");
     out += "  " + dot_quote(w.from) + " -> " + dot_quote(w.to) + " [label=" + dot_quote(label) +
            ", " + dot_edge_style(w.kind) + "];\n";
   }
@@ -298,7 +305,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
 
   const auto& o = config.optimizer;
   w.section("[optimizer]");
-  w.put("type", o.type);
+  w.put("type", to_string(o.type));
   w.put("lr", o.lr);
   w.put("momentum", o.momentum);
   w.put("dampening", o.dampening);
@@ -307,7 +314,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("eps", o.eps);
   w.put("weight_decay", o.weight_decay);
   w.section("[optimizer.schedule]");
-  w.put("type", o.schedule.type);
+  w.put("type", to_string(o.schedule.type));
   w.put("warmup_steps", o.schedule.warmup_steps);
   w.put("step_size", o.schedule.step_size);
   w.put("gamma", o.schedule.gamma);
@@ -319,8 +326,8 @@ std::string format_explicit(const topology& t, const run_config& config) {
     devices += (devices.empty() ? "" : ", ") + toml_string(device.to_string());
   w.raw("devices", "[" + devices + "]");
   w.put("microbatches", t.microbatches);
-  w.put("schedule", t.schedule);
-  w.put("averaging", t.averaging);
+  w.put("schedule", to_string(t.schedule));
+  w.put("averaging", to_string(t.averaging));
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);
   w.put("shard_optimizer", config.parallel.shard_optimizer);
@@ -331,7 +338,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
     w.section("[[wire]]");
     w.put("from", wire.from);
     w.put("to", wire.to);
-    w.put("kind", wire.kind);
+    w.put("kind", to_string(wire.kind));
     w.put("capacity", wire.capacity);
   }
   return w.str();

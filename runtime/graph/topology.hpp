@@ -42,27 +42,34 @@
 #include "runtime/config/config.hpp"
 #include "runtime/core/device.hpp"
 #include "runtime/core/tensor.hpp"
+#include "runtime/graph/kinds.hpp"
 
 namespace troupe {
 
 struct actor_plan {
   std::string name;              // unique, e.g. "r0.layer_2"
-  std::string kind;              // see above; a custom kind has a signature
-                                 //   (runtime/graph/actor_signature.hpp)
+  actor_kind kind = actor_kind::layer;  // see above
+  std::string custom_kind;              // kind == custom: the plugin's kind name, which has a
+                                        //   signature (runtime/graph/actor_signature.hpp)
   device_id device;
   std::int32_t replica = -1;     // -1: serves every replica (loader, central averager)
   std::int32_t stage = -1;       // pipeline stage, -1 when not in a stage
   std::int32_t layer = -1;       // model layer index (layer, averager, optimizer)
-  layer_config math;             // kind == "layer": the layer's type and settings
-  std::map<std::string, setting_value> settings;  // other settings of the kind (averager:
-                                                  //   method; custom: every other key)
+  layer_config math;             // kind == layer: the layer's type and settings
+  averaging_method method = averaging_method::central;  // kind == averager
+  source_position method_where;  // kind == averager: where its method is written (or
+                                 //   the [[actor]] / [parallel] table when defaulted)
+  std::map<std::string, setting_value> settings;  // kind == custom: every other key
   source_position where;
+
+  /// The kind as a config names it: the built-in kind's name, or custom_kind.
+  std::string kind_name() const;
 };
 
 struct wire_plan {
   std::string from;
   std::string to;
-  std::string kind;              // "activations" | "labels" | "grads" | "ring" | "params"
+  wire_kind kind = wire_kind::activations;
   std::int64_t capacity = 0;     // credits; 0 = unbounded
   source_position where;
 };
@@ -72,14 +79,18 @@ struct topology {
   std::int64_t replicas = 1;          // R
   std::int64_t stages = 1;            // P
   std::int64_t microbatches = 1;      // M
-  std::string schedule = "gpipe";     // "gpipe" (the loss flushes) | "1f1b"
-  std::string averaging = "central";  // "central" | "ring" (R > 1)
+  pipeline_schedule schedule = pipeline_schedule::gpipe;   // gpipe: the loss flushes
+  averaging_method averaging = averaging_method::central;  // matters with R > 1
   std::vector<shape_t> shapes;        // shapes[i]: per-sample input of model layer i; back(): output
   std::vector<actor_plan> actors;
   std::vector<wire_plan> wires;
 
   const actor_plan* find(const std::string& name) const;
 };
+
+/// [parallel] devices as ids, each one this build can run: a config_error at the first it
+/// cannot (only CPU streams exist). The one place for that check; both forms use it.
+std::vector<device_id> runnable_devices(const run_config& config);
 
 /// Which model layers each pipeline stage holds: stage s holds [first[s], last[s]].
 struct stage_split {

@@ -27,15 +27,22 @@ namespace troupe {
 namespace {
 
 /// Which kinds of actors each kind of wire may connect (topology.hpp says what flows).
-const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& allowed_ends() {
-  static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> ends = {
-      {"activations", {{"data_loader", "layer"}, {"layer", "layer"}, {"layer", "loss"}}},
-      {"labels", {{"data_loader", "loss"}}},
-      {"grads", {{"layer", "averager"}, {"layer", "optimizer"}, {"averager", "optimizer"}}},
-      {"ring", {{"averager", "averager"}}},
-      {"params", {{"optimizer", "layer"}}},
-  };
-  return ends;
+std::vector<std::pair<actor_kind, actor_kind>> allowed_ends(wire_kind kind) {
+  using k = actor_kind;
+  switch (kind) {
+    case wire_kind::activations:
+      return {{k::data_loader, k::layer}, {k::layer, k::layer}, {k::layer, k::loss}};
+    case wire_kind::labels:
+      return {{k::data_loader, k::loss}};
+    case wire_kind::grads:
+      return {{k::layer, k::averager}, {k::layer, k::optimizer}, {k::averager, k::optimizer}};
+    case wire_kind::ring:
+      return {{k::averager, k::averager}};
+    case wire_kind::params:
+      return {{k::optimizer, k::layer}};
+  }
+  TROUPE_CHECK(false, "wire kind " << static_cast<int>(kind));
+  return {};
 }
 
 std::string article(const std::string& kind) {
@@ -126,21 +133,21 @@ class validator {
   const actor_plan& actor(const std::string& name) const { return t_.actors[index_.at(name)]; }
 
   /// Not one of the five built-in kinds (check_kinds() made sure it has a signature).
-  static bool is_custom(const actor_plan& a) { return !find_actor_signature(a.kind)->built_in; }
-  wire_list incoming(const actor_plan& a, const std::string& kind) const {
+  static bool is_custom(const actor_plan& a) { return a.kind == actor_kind::custom; }
+  wire_list incoming(const actor_plan& a, wire_kind kind) const {
     return select(incoming_.at(a.name), kind);
   }
-  wire_list outgoing(const actor_plan& a, const std::string& kind) const {
+  wire_list outgoing(const actor_plan& a, wire_kind kind) const {
     return select(outgoing_.at(a.name), kind);
   }
-  static wire_list select(const wire_list& wires, const std::string& kind) {
+  static wire_list select(const wire_list& wires, wire_kind kind) {
     wire_list out;
     for (const auto* wire : wires)
       if (wire->kind == kind)
         out.push_back(wire);
     return out;
   }
-  std::vector<const actor_plan*> of_kind(const std::string& kind) const {
+  std::vector<const actor_plan*> of_kind(actor_kind kind) const {
     std::vector<const actor_plan*> out;
     for (const auto& a : t_.actors)
       if (a.kind == kind)
@@ -150,7 +157,7 @@ class validator {
 
   /// "'r0.layer_1' (layer 1 of replica 0)"
   static std::string describe(const actor_plan& a) {
-    if (a.kind != "layer")
+    if (a.kind != actor_kind::layer)
       return named(a.name);
     return named(a.name) + " (layer " + std::to_string(a.layer) + " of replica " +
            std::to_string(a.replica) + ")";
@@ -187,10 +194,10 @@ class validator {
 
   void check_kinds() const {
     for (const auto& a : t_.actors)
-      if (!find_actor_signature(a.kind)) {
+      if (!find_actor_signature(a.kind_name())) {
         auto kinds = actor_signature_kinds();
-        fail(a.where, named(a.name) + " is of unknown actor kind " + named(a.kind) +
-                          did_you_mean(a.kind, kinds) + " (registered: " + word_list(kinds) +
+        fail(a.where, named(a.name) + " is of unknown actor kind " + named(a.kind_name()) +
+                          did_you_mean(a.kind_name(), kinds) + " (registered: " + word_list(kinds) +
                           "; load the plugin that defines it with [run] plugins or --plugin)");
       }
   }
@@ -198,24 +205,24 @@ class validator {
   /// Why a wire of its kind may not go from `from` to `to`; "" when it may: the built-in
   /// table allows it, or (Note [custom actors]) one end is custom and both signatures agree.
   static std::string wire_refusal(const wire_plan& w, const actor_plan& from, const actor_plan& to) {
-    auto ends = allowed_ends().find(w.kind);
-    TROUPE_CHECK(ends != allowed_ends().end(), "wire kind '" << w.kind << "'");
+    auto ends = allowed_ends(w.kind);
     auto pair = std::make_pair(from.kind, to.kind);
-    if (std::find(ends->second.begin(), ends->second.end(), pair) != ends->second.end())
+    if (std::find(ends.begin(), ends.end(), pair) != ends.end())
       return {};
-    const auto& sender = *find_actor_signature(from.kind);
-    const auto& receiver = *find_actor_signature(to.kind);
+    const auto& sender = *find_actor_signature(from.kind_name());
+    const auto& receiver = *find_actor_signature(to.kind_name());
     if (sender.built_in && receiver.built_in) {
       std::string allowed;
-      for (const auto& [a, b] : ends->second)
-        allowed += (allowed.empty() ? "" : ", ") + a + " -> " + b;
-      return w.kind + " wires go " + allowed;
+      for (const auto& [a, b] : ends)
+        allowed +=
+            (allowed.empty() ? "" : ", ") + std::string(to_string(a)) + " -> " + to_string(b);
+      return to_string(w.kind) + std::string(" wires go ") + allowed;
     }
     std::string reasons;
-    if (!sender.emits_wire(w.kind))
-      reasons += article(from.kind) + " emits " + word_list(sender.emits) + " wires";
-    if (!receiver.accepts_wire(w.kind))
-      reasons += (reasons.empty() ? "" : ", and ") + article(to.kind) + " accepts " +
+    if (!sender.emits_wire(to_string(w.kind)))
+      reasons += article(from.kind_name()) + " emits " + word_list(sender.emits) + " wires";
+    if (!receiver.accepts_wire(to_string(w.kind)))
+      reasons += (reasons.empty() ? "" : ", and ") + article(to.kind_name()) + " accepts " +
                  word_list(receiver.accepts) + " wires";
     return reasons;
   }
@@ -233,9 +240,9 @@ class validator {
       const auto& to = actor(w.to);
       auto refusal = wire_refusal(w, from, to);
       if (!refusal.empty())
-        fail(w.where, article(w.kind) + " wire cannot go from " + named(w.from) + " (" +
-                          article(from.kind) + ") to " + named(w.to) + " (" + article(to.kind) +
-                          "); " + refusal);
+        fail(w.where, article(to_string(w.kind)) + " wire cannot go from " + named(w.from) + " (" +
+                          article(from.kind_name()) + ") to " + named(w.to) + " (" +
+                          article(to.kind_name()) + "); " + refusal);
       if (w.capacity < 0)
         fail(w.where,
              "wire capacity must be >= 0 (0: unbounded), found " + std::to_string(w.capacity));
@@ -255,7 +262,7 @@ class validator {
   }
 
   void check_loader() {
-    auto loaders = of_kind("data_loader");
+    auto loaders = of_kind(actor_kind::data_loader);
     if (loaders.empty())
       fail(t_.actors.empty() ? source_position{config_.path} : t_.actors.front().where,
            "no data_loader actor: a run has exactly one (add an [[actor]] with kind = "
@@ -274,17 +281,20 @@ class validator {
                           counted + " numbered 0.." + std::to_string(count - 1));
     };
     for (const auto& a : t_.actors) {
-      bool needs_layer = a.kind == "layer" || a.kind == "averager" || a.kind == "optimizer";
+      bool needs_layer = a.kind == actor_kind::layer || a.kind == actor_kind::averager ||
+                         a.kind == actor_kind::optimizer;
       if (needs_layer && a.layer < 0)
-        fail(a.where, article(a.kind) + " needs the model layer it serves: " + named(a.name) +
-                          " has no layer = N");
+        fail(a.where, article(a.kind_name()) + " needs the model layer it serves: " +
+                          named(a.name) + " has no layer = N");
       if (needs_layer)
         in_range(a, "layer", a.layer, layers_, "the model's layers are");
-      if (a.kind == "layer") {
+      if (a.kind == actor_kind::layer) {
         in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
         in_range(a, "stage", a.stage, t_.stages, "the stages are");
       }
-      if ((a.kind == "loss" || a.kind == "optimizer" || a.kind == "averager") && a.replica >= 0)
+      if ((a.kind == actor_kind::loss || a.kind == actor_kind::optimizer ||
+           a.kind == actor_kind::averager) &&
+          a.replica >= 0)
         in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
       if (is_custom(a)) {
         // Optional for a custom actor, but in range when given.
@@ -295,18 +305,18 @@ class validator {
         // The data loader sends each replica its own micro-batches and labels, picking the
         // receiver of replica r by its replica.
         for (const auto* w : incoming_.at(a.name))
-          if (actor(w->from).kind == "data_loader" && a.replica < 0)
-            fail(w->where, "the data loader sends " + w->kind + " to " + named(a.name) +
-                               " by replica, and " + named(a.name) +
+          if (actor(w->from).kind == actor_kind::data_loader && a.replica < 0)
+            fail(w->where, "the data loader sends " + std::string(to_string(w->kind)) + " to " +
+                               named(a.name) + " by replica, and " + named(a.name) +
                                " has none: give it replica = N");
       }
     }
   }
 
   void check_layer_activations() const {
-    if (of_kind("loss").empty()) {
+    if (of_kind(actor_kind::loss).empty()) {
       const actor_plan* last = nullptr;
-      for (const auto* a : of_kind("layer"))
+      for (const auto* a : of_kind(actor_kind::layer))
         if (a->layer == layers_ - 1 && (!last || a->replica < last->replica))
           last = a;
       TROUPE_CHECK(last, "no actor for the last layer");
@@ -315,18 +325,19 @@ class validator {
                             "kind = \"loss\" and an activations [[wire]] from " +
                             named(last->name) + " to it");
     }
-    for (const auto* a : of_kind("layer")) {
-      expect_count(*a, incoming(*a, "activations"), 1, "incoming activations wires",
+    for (const auto* a : of_kind(actor_kind::layer)) {
+      expect_count(*a, incoming(*a, wire_kind::activations), 1, "incoming activations wires",
                    "its input, from the data loader or the previous layer");
-      expect_count(*a, outgoing(*a, "activations"), 1, "outgoing activations wires",
+      expect_count(*a, outgoing(*a, wire_kind::activations), 1, "outgoing activations wires",
                    "to the next layer or the loss");
     }
   }
 
   void check_loss_inputs() const {
-    for (const auto* a : of_kind("loss")) {
-      expect_count(*a, incoming(*a, "activations"), 1, "incoming activations wires");
-      expect_count(*a, incoming(*a, "labels"), 1, "incoming labels wires", "from the data loader");
+    for (const auto* a : of_kind(actor_kind::loss)) {
+      expect_count(*a, incoming(*a, wire_kind::activations), 1, "incoming activations wires");
+      expect_count(*a, incoming(*a, wire_kind::labels), 1, "incoming labels wires",
+                   "from the data loader");
     }
   }
 
@@ -336,7 +347,7 @@ class validator {
     std::function<void(const std::string&)> visit = [&](const std::string& name) {
       state[name] = 1;
       path.push_back(name);
-      for (const auto* w : outgoing(actor(name), "activations")) {
+      for (const auto* w : outgoing(actor(name), wire_kind::activations)) {
         if (state[w->to] == 1) {
           std::string cycle;
           auto start = std::find(path.begin(), path.end(), w->to);
@@ -358,49 +369,51 @@ class validator {
 
   void check_shapes() const {
     for (const auto& w : t_.wires) {
-      if (w.kind != "activations")
+      if (w.kind != wire_kind::activations)
         continue;
       const auto& from = actor(w.from);
       const auto& to = actor(w.to);
       if (is_custom(from) || is_custom(to))
         continue;  // Note [custom actors]
-      const auto& out = from.kind == "layer" ? t_.shapes[from.layer + 1] : t_.shapes.front();
-      const auto& in = to.kind == "layer" ? t_.shapes[to.layer] : shape_t{classes_};
+      const auto& out =
+          from.kind == actor_kind::layer ? t_.shapes[from.layer + 1] : t_.shapes.front();
+      const auto& in = to.kind == actor_kind::layer ? t_.shapes[to.layer] : shape_t{classes_};
       if (out == in)
         continue;
-      fail(w.where, "activations wire from " + named(w.from) + " to " + named(w.to) + ": " +
-                        named(w.from) + " puts out " + shape_to_string(out) + " per sample but " +
-                        named(w.to) + " takes " + shape_to_string(in) +
-                        (to.kind == "loss" ? ", one logit per class of the data set; change the "
-                                             "last layer's 'out'"
-                                           : ""));
+      fail(w.where,
+           "activations wire from " + named(w.from) + " to " + named(w.to) + ": " + named(w.from) +
+               " puts out " + shape_to_string(out) + " per sample but " + named(w.to) + " takes " +
+               shape_to_string(in) +
+               (to.kind == actor_kind::loss ? ", one logit per class of the data set; change the "
+                                              "last layer's 'out'"
+                                            : ""));
     }
   }
 
   void check_chains() const {
     for (const auto& w : t_.wires) {
-      if (w.kind != "activations")
+      if (w.kind != wire_kind::activations)
         continue;
       const auto& from = actor(w.from);
       const auto& to = actor(w.to);
       auto here = "activations wire from " + named(w.from) + " to " + named(w.to) + ": ";
-      if (from.kind == "data_loader" && to.kind == "layer" && to.layer != 0)
+      if (from.kind == actor_kind::data_loader && to.kind == actor_kind::layer && to.layer != 0)
         fail(w.where, here + "the data loader feeds each replica's layer 0, and " + named(to.name) +
                           " is layer " + std::to_string(to.layer));
-      if (from.kind != "layer")
+      if (from.kind != actor_kind::layer)
         continue;
-      if (to.kind == "layer" && to.layer != from.layer + 1)
+      if (to.kind == actor_kind::layer && to.layer != from.layer + 1)
         fail(w.where, here + "layer " + std::to_string(from.layer) + " must feed layer " +
                           std::to_string(from.layer + 1) + ", not layer " +
                           std::to_string(to.layer));
-      if (to.kind == "loss" && from.layer != layers_ - 1)
+      if (to.kind == actor_kind::loss && from.layer != layers_ - 1)
         fail(w.where, here + "only the model's last layer (" + std::to_string(layers_ - 1) +
                           ") feeds a loss, and " + named(from.name) + " is layer " +
                           std::to_string(from.layer));
       if (to.replica >= 0 && to.replica != from.replica)
         fail(w.where, here + "it crosses from replica " + std::to_string(from.replica) +
                           " to replica " + std::to_string(to.replica));
-      if (to.kind == "layer" && to.stage < from.stage)
+      if (to.kind == actor_kind::layer && to.stage < from.stage)
         fail(w.where, here + "it goes back from stage " + std::to_string(from.stage) +
                           " to stage " + std::to_string(to.stage));
     }
@@ -410,7 +423,7 @@ class validator {
     // by_replica[r][i]: replica r's actor for model layer i
     std::vector<std::vector<const actor_plan*>> by_replica(
         t_.replicas, std::vector<const actor_plan*>(layers_, nullptr));
-    for (const auto* a : of_kind("layer")) {
+    for (const auto* a : of_kind(actor_kind::layer)) {
       auto& slot = by_replica[a->replica][a->layer];
       if (slot)
         fail(a->where, "replica " + std::to_string(a->replica) + " has layer " +
@@ -466,12 +479,13 @@ class validator {
         return;
       auto onward = forward ? outgoing(next, start.kind) : incoming(next, start.kind);
       if (onward.empty())
-        fail(start.where, what + (forward ? " go to " : " come from ") + named(next.name) + " (" +
-                              article(next.kind) + "), which " +
-                              (forward ? "sends them on to no one: add a " + start.kind +
-                                             " wire from " + named(next.name) + " to " + where_to
-                                       : "gets them from no one: add a " + start.kind +
-                                             " wire to " + named(next.name) + " from " + where_to));
+        fail(start.where,
+             what + (forward ? " go to " : " come from ") + named(next.name) + " (" +
+                 article(next.kind_name()) + "), which " +
+                 (forward ? "sends them on to no one: add a " + std::string(to_string(start.kind)) +
+                                " wire from " + named(next.name) + " to " + where_to
+                          : "gets them from no one: add a " + std::string(to_string(start.kind)) +
+                                " wire to " + named(next.name) + " from " + where_to));
       for (const auto* w : onward)
         visit(*w);
     };
@@ -488,13 +502,14 @@ class validator {
   }
 
   void check_parameters() const {
-    for (const auto* a : of_kind("layer")) {
-      auto params = incoming(*a, "params");
-      auto grads = outgoing(*a, "grads");
+    for (const auto* a : of_kind(actor_kind::layer)) {
+      auto params = incoming(*a, wire_kind::params);
+      auto grads = outgoing(*a, wire_kind::grads);
       if (!has_parameters_[a->layer]) {
         for (const auto* w : params.empty() ? grads : params)
           fail(w->where, describe(*a) + " is " + named(a->math.type) +
-                             ", which has no parameters: remove this " + w->kind + " wire");
+                             ", which has no parameters: remove this " +
+                             std::string(to_string(w->kind)) + " wire");
         continue;
       }
       expect_count(*a, params, 1, "params wires", "from the optimizer that owns its parameters");
@@ -512,7 +527,7 @@ class validator {
                                std::to_string(other->layer));
       }
       for (const auto* sink : sinks)
-        if (t_.replicas > 1 && sink->kind != "averager")
+        if (t_.replicas > 1 && sink->kind != actor_kind::averager)
           fail(grads[0]->where, "with " + std::to_string(t_.replicas) +
                                     " replicas the gradients of " + describe(*a) +
                                     " must be averaged: send them to an averager, not to " +
@@ -522,19 +537,15 @@ class validator {
 
   void check_averagers() const {
     std::map<std::int32_t, std::vector<const actor_plan*>> rings;  // layer -> ring averagers
-    for (const auto* v : of_kind("averager")) {
-      auto method_entry = v->settings.find("method");
-      const setting_value* method =
-          method_entry == v->settings.end() ? nullptr : &method_entry->second;
-      const auto* name = method ? std::get_if<std::string>(&method->value) : nullptr;
-      if (!name || *name != t_.averaging)
-        fail(method ? method->where : v->where,
-             "averager " + named(v->name) + " has method " + (name ? named(*name) : "unset") +
-                 ", but [parallel] averaging is " + named(t_.averaging) +
-                 "; a run averages one way");
-      auto from_layers = incoming(*v, "grads");
-      expect_count(*v, outgoing(*v, "grads"), 1, "outgoing grads wires", "to its optimizer");
-      const auto& out = *outgoing(*v, "grads")[0];
+    for (const auto* v : of_kind(actor_kind::averager)) {
+      if (v->method != t_.averaging)
+        fail(v->method_where, "averager " + named(v->name) + " has method " +
+                                  named(to_string(v->method)) + ", but [parallel] averaging is " +
+                                  named(to_string(t_.averaging)) + "; a run averages one way");
+      auto from_layers = incoming(*v, wire_kind::grads);
+      expect_count(*v, outgoing(*v, wire_kind::grads), 1, "outgoing grads wires",
+                   "to its optimizer");
+      const auto& out = *outgoing(*v, wire_kind::grads)[0];
       for (const auto* sink : follow(out, true, "the sums of averager " + named(v->name),
                                      "its optimizer"))
         if (sink->layer != v->layer)
@@ -542,9 +553,9 @@ class validator {
                               std::to_string(v->layer) + " but feeds " + named(sink->name) +
                               through(out, true) + ", which serves layer " +
                               std::to_string(sink->layer));
-      if (*name == "central") {
-        auto ring = incoming(*v, "ring");
-        for (const auto* w : outgoing(*v, "ring"))
+      if (v->method == averaging_method::central) {
+        auto ring = incoming(*v, wire_kind::ring);
+        for (const auto* w : outgoing(*v, wire_kind::ring))
           ring.push_back(w);
         for (const auto* w : ring)
           fail(w->where, "averager " + named(v->name) +
@@ -568,15 +579,15 @@ class validator {
                                           describe(*source) + through(*from_layers[0], false));
       // Note [sharded optimizer]: the averager and its optimizer pass the shard back and
       // forth, so nothing may sit between them (a gradient clipper would see a shard).
-      if (config_.parallel.shard_optimizer && actor(out.to).kind != "optimizer")
-        fail(out.where, "ring averager " + named(v->name) + " sends its sums to " +
-                            named(out.to) + " (" + article(actor(out.to).kind) +
+      if (config_.parallel.shard_optimizer && actor(out.to).kind != actor_kind::optimizer)
+        fail(out.where, "ring averager " + named(v->name) + " sends its sums to " + named(out.to) +
+                            " (" + article(actor(out.to).kind_name()) +
                             "), but with [parallel] shard_optimizer = true it exchanges "
                             "shards with its optimizer directly: wire it to the optimizer, or "
                             "set shard_optimizer = false");
-      expect_count(*v, outgoing(*v, "ring"), 1, "outgoing ring wires",
+      expect_count(*v, outgoing(*v, wire_kind::ring), 1, "outgoing ring wires",
                    "to the next averager of the ring");
-      expect_count(*v, incoming(*v, "ring"), 1, "incoming ring wires",
+      expect_count(*v, incoming(*v, wire_kind::ring), 1, "incoming ring wires",
                    "from the previous averager of the ring");
       rings[v->layer].push_back(v);
     }
@@ -585,7 +596,7 @@ class validator {
       std::set<std::string> seen;
       const actor_plan* at = ring.front();
       while (seen.insert(at->name).second) {
-        const auto* next = outgoing(*at, "ring")[0];
+        const auto* next = outgoing(*at, wire_kind::ring)[0];
         at = &actor(next->to);
         if (at->layer != layer)
           fail(next->where, "ring wire from " + named(next->from) + " to " + named(next->to) +
@@ -603,12 +614,12 @@ class validator {
   }
 
   void check_optimizers() const {
-    for (const auto* o : of_kind("optimizer")) {
-      expect_count(*o, incoming(*o, "grads"), 1, "incoming grads wires");
+    for (const auto* o : of_kind(actor_kind::optimizer)) {
+      expect_count(*o, incoming(*o, wire_kind::grads), 1, "incoming grads wires");
       // Through custom actors, the gradients must come from somewhere.
-      follow(*incoming(*o, "grads")[0], false, "the gradients of optimizer " + named(o->name),
-             "a layer or an averager");
-      if (outgoing(*o, "params").empty())
+      follow(*incoming(*o, wire_kind::grads)[0], false,
+             "the gradients of optimizer " + named(o->name), "a layer or an averager");
+      if (outgoing(*o, wire_kind::params).empty())
         fail(o->where, "optimizer " + named(o->name) +
                            " sends parameters to no layer: add a "
                            "params wire to the layer it owns");
@@ -619,7 +630,7 @@ class validator {
     if (config_.parallel.share_devices)
       return;
     std::set<device_id> used;
-    for (const auto* a : of_kind("layer"))
+    for (const auto* a : of_kind(actor_kind::layer))
       used.insert(a->device);
     auto groups = t_.replicas * t_.stages;
     if (static_cast<std::int64_t>(used.size()) >= groups)
@@ -630,7 +641,7 @@ class validator {
                    std::to_string(used.size()) +
                    "; list more devices or set [parallel] share_devices = true to let them share";
     std::map<device_id, const actor_plan*> owner;  // the first layer on each device
-    for (const auto* a : of_kind("layer")) {
+    for (const auto* a : of_kind(actor_kind::layer)) {
       auto [found, fresh] = owner.emplace(a->device, a);
       const auto& b = *found->second;
       if (!fresh && (b.replica != a->replica || b.stage != a->stage))

@@ -38,16 +38,4 @@ double lr_schedule::at(std::int64_t step) const {
   return base_lr;
 }
 
-bool parse_lr_schedule_kind(const std::string& name, lr_schedule::kind& out) {
-  if (name == "constant")
-    out = lr_schedule::kind::constant;
-  else if (name == "step")
-    out = lr_schedule::kind::step;
-  else if (name == "cosine")
-    out = lr_schedule::kind::cosine;
-  else
-    return false;
-  return true;
-}
-
 }  // namespace troupe

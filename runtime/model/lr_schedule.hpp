@@ -3,7 +3,8 @@
 //
 // A pure function of the step number (no state), so every optimizer replica and a
 // resumed run agree on the rate without talking. It does not parse configs (the
-// [optimizer] loader fills it in) and does not know about epochs: steps are optimizer
+// [optimizer] loader parses the type, runtime/config/choices.hpp, and the session fills
+// this in) and does not know about epochs: steps are optimizer
 // steps.
 //
 //     lr_schedule s;                      // cosine from 0.1 to 0 over 1000 steps,
@@ -19,11 +20,13 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/config/choices.hpp"
+
 namespace troupe {
 
 /// The learning rate at each optimizer step (0-based) of a run of total_steps steps.
 struct lr_schedule {
-  enum class kind { constant, step, cosine };
+  using kind = lr_schedule_type;  // runtime/config/choices.hpp: to_string, parse_enum
   kind type = kind::constant;
   double base_lr = 1e-3;
   std::int64_t warmup_steps = 0;   // linear warm-up: lr = base * (step + 1) / warmup for step < warmup
@@ -36,8 +39,5 @@ struct lr_schedule {
   /// last rate of the cosine (min_lr); step decay keeps decaying.
   double at(std::int64_t step) const;
 };
-
-/// Parses "constant" | "step" | "cosine"; returns false for anything else.
-bool parse_lr_schedule_kind(const std::string& name, lr_schedule::kind& out);
 
 }  // namespace troupe

@@ -117,7 +117,7 @@ std::vector<caf::actor> spawn_ring(caf::actor_system& system, device_set& device
   for (std::int32_t r = 0; r < R; ++r) {
     grad_averager_settings s;
     s.name = "r" + std::to_string(r) + ".avg.layer_0";
-    s.method = "ring";
+    s.method = averaging_method::ring;
     s.layer_index = 0;
     s.replica = r;
     s.replicas = R;
@@ -134,7 +134,7 @@ caf::actor spawn_central(caf::actor_system& system, device_set& devices, caf::sc
                          std::int32_t R) {
   grad_averager_settings s;
   s.name = "avg.layer_0";
-  s.method = "central";
+  s.method = averaging_method::central;
   s.layer_index = 0;
   s.replicas = R;
   s.on = &devices.at({device_type::cpu, 0});

@@ -86,15 +86,16 @@ std::string ejected_with_scaler(const run_config& shorthand, std::int32_t layer,
   auto graph = expand_shorthand(shorthand, check_model(shorthand, features, classes));
   auto grads = std::find_if(graph.wires.begin(), graph.wires.end(), [&](const wire_plan& w) {
     const auto* from = graph.find(w.from);
-    return w.kind == "grads" && from->kind == "layer" && from->layer == layer;
+    return w.kind == wire_kind::grads && from->kind == actor_kind::layer && from->layer == layer;
   });
   REQUIRE(grads != graph.wires.end());
-  wire_plan onward{"scaler", grads->to, "grads", 0, {}};
+  wire_plan onward{"scaler", grads->to, wire_kind::grads, 0, {}};
   grads->to = "scaler";
   graph.wires.push_back(onward);
   actor_plan scaler;
   scaler.name = "scaler";
-  scaler.kind = "test_grad_scaler";
+  scaler.kind = actor_kind::custom;
+  scaler.custom_kind = "test_grad_scaler";
   scaler.device = graph.devices.front();
   scaler.settings["factor"] = setting_value{factor, {}};
   graph.actors.push_back(scaler);

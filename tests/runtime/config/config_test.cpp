@@ -172,7 +172,7 @@ averaging = "central"
   CHECK(std::get<bool>(dropout.settings.at("train_only").value) == true);
   CHECK(dropout.settings.at("train_only").where.to_string() == "full.toml:30:1");
 
-  CHECK(c.optimizer.type == "sgd");
+  CHECK(c.optimizer.type == troupe::optimizer_type::sgd);
   CHECK(c.optimizer.type_where.to_string() == "full.toml:33:8");
   CHECK(c.optimizer.where.to_string() == "full.toml:32:1");
   // Exact comparisons: each literal is parsed to the nearest double, as the literal here is.
@@ -184,7 +184,7 @@ averaging = "central"
   CHECK(c.optimizer.beta2 == 0.99);
   CHECK(c.optimizer.eps == 1e-6);
   CHECK(c.optimizer.weight_decay == 5e-4);
-  CHECK(c.optimizer.schedule.type == "step");
+  CHECK(c.optimizer.schedule.type == troupe::lr_schedule_type::step);
   CHECK(c.optimizer.schedule.warmup_steps == 100);
   CHECK(c.optimizer.schedule.step_size == 300);
   CHECK(c.optimizer.schedule.gamma == 0.5);
@@ -199,8 +199,8 @@ averaging = "central"
   CHECK(c.parallel.data == 2);
   CHECK(c.parallel.pipeline == 1);
   CHECK(c.parallel.microbatches == 4);
-  CHECK(c.parallel.schedule == "1f1b");
-  CHECK(c.parallel.averaging == "central");
+  CHECK(c.parallel.schedule == troupe::pipeline_schedule::one_f_one_b);
+  CHECK(c.parallel.averaging == troupe::averaging_method::central);
   CHECK(c.parallel.where.to_string() == "full.toml:48:1");
 }
 
@@ -230,7 +230,7 @@ TEST_CASE("absent sections and keys take the documented defaults, positioned at 
   REQUIRE(c.model.layers.size() == 1);
   CHECK(c.model.layers[0].settings.empty());
 
-  CHECK(c.optimizer.type == "adam");
+  CHECK(c.optimizer.type == troupe::optimizer_type::adam);
   CHECK(c.optimizer.lr == 1e-3);
   CHECK(c.optimizer.momentum == 0.0);
   CHECK(c.optimizer.dampening == 0.0);
@@ -241,7 +241,7 @@ TEST_CASE("absent sections and keys take the documented defaults, positioned at 
   CHECK(c.optimizer.weight_decay == 0.0);
   CHECK(c.optimizer.where.line == 0);
   CHECK(c.optimizer.type_where.line == 0);
-  CHECK(c.optimizer.schedule.type == "constant");
+  CHECK(c.optimizer.schedule.type == troupe::lr_schedule_type::constant);
   CHECK(c.optimizer.schedule.warmup_steps == 0);
   CHECK(c.optimizer.schedule.step_size == 1000);
   CHECK(c.optimizer.schedule.gamma == 0.1);
@@ -254,8 +254,8 @@ TEST_CASE("absent sections and keys take the documented defaults, positioned at 
   CHECK(c.parallel.data == 1);
   CHECK(c.parallel.pipeline == 1);
   CHECK(c.parallel.microbatches == 1);
-  CHECK(c.parallel.schedule == "gpipe");
-  CHECK(c.parallel.averaging == "ring");
+  CHECK(c.parallel.schedule == troupe::pipeline_schedule::gpipe);
+  CHECK(c.parallel.averaging == troupe::averaging_method::ring);
   CHECK_FALSE(c.parallel.shard_optimizer);
 }
 
@@ -287,7 +287,7 @@ schedule = { type = "cosine", min_lr = 0 }
                         "t.toml");
   CHECK(c.optimizer.lr == 1.0);
   CHECK(c.optimizer.beta1 == 0.0);
-  CHECK(c.optimizer.schedule.type == "cosine");
+  CHECK(c.optimizer.schedule.type == troupe::lr_schedule_type::cosine);
   CHECK(c.optimizer.schedule.min_lr == 0.0);
   CHECK(c.optimizer.schedule.where.to_string() == "t.toml:9:12");
 }

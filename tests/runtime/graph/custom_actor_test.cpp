@@ -45,7 +45,9 @@ TEST_CASE("a custom actor on a grads wire is read with its settings and validate
   auto t = load(with_scaler());
   const auto* scaler = t.find("scaler");
   REQUIRE(scaler != nullptr);
-  CHECK(scaler->kind == "test_grad_scaler");
+  CHECK(scaler->kind == troupe::actor_kind::custom);
+  CHECK(scaler->custom_kind == "test_grad_scaler");
+  CHECK(scaler->kind_name() == "test_grad_scaler");
   CHECK(scaler->replica == -1);
   CHECK(scaler->layer == -1);
   REQUIRE(scaler->settings.count("factor") == 1);

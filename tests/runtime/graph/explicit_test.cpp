@@ -72,22 +72,23 @@ TEST_CASE("an explicit config of two replicas reads into the expected topology")
   CHECK(t.replicas == 2);
   CHECK(t.stages == 1);
   CHECK(t.microbatches == 2);
-  CHECK(t.schedule == "gpipe");
-  CHECK(t.averaging == "central");
+  CHECK(t.schedule == troupe::pipeline_schedule::gpipe);
+  CHECK(t.averaging == troupe::averaging_method::central);
   CHECK(t.shapes == std::vector<shape_t>{{8}, {4}, {4}, {3}});
   CHECK(t.actors.size() == 13);
   CHECK(t.wires.size() == 20);
 
   const auto* loader = t.find("loader");
   REQUIRE(loader != nullptr);
-  CHECK(loader->kind == "data_loader");
+  CHECK(loader->kind == troupe::actor_kind::data_loader);
+  CHECK(loader->kind_name() == "data_loader");
   CHECK(loader->replica == -1);
   CHECK(loader->layer == -1);
   CHECK(loader->where.line == position_of(two_replicas, actor_table("loader")).first);
 
   const auto* layer = t.find("r1.l2");
   REQUIRE(layer != nullptr);
-  CHECK(layer->kind == "layer");
+  CHECK(layer->kind == troupe::actor_kind::layer);
   CHECK(layer->device.to_string() == "cpu:1");
   CHECK(layer->replica == 1);
   CHECK(layer->stage == 0);  // a layer's stage defaults to 0
@@ -105,17 +106,18 @@ TEST_CASE("an explicit config of two replicas reads into the expected topology")
   REQUIRE(averager != nullptr);
   CHECK(averager->layer == 2);
   CHECK(averager->replica == -1);
-  CHECK(text(averager->settings.at("method")) == "central");
+  CHECK(averager->method == troupe::averaging_method::central);
+  CHECK(averager->settings.empty());
   CHECK(t.find("nobody") == nullptr);
 
   const auto& first = t.wires.front();
   CHECK(first.from == "loader");
   CHECK(first.to == "r0.l0");
-  CHECK(first.kind == "activations");
+  CHECK(first.kind == troupe::wire_kind::activations);
   CHECK(first.capacity == 2);
   CHECK(first.where.line == position_of(two_replicas, wire_table("loader", "r0.l0")).first);
   CHECK(first.where.column == 1);
-  CHECK(t.wires.back().kind == "params");
+  CHECK(t.wires.back().kind == troupe::wire_kind::params);
   CHECK(t.wires.back().capacity == 0);  // unbounded by default
 }
 
@@ -124,8 +126,10 @@ TEST_CASE("an explicit config of two pipeline stages reads into the expected top
   CHECK(t.replicas == 1);
   CHECK(t.stages == 2);
   CHECK(t.microbatches == 4);
-  CHECK(t.schedule == "1f1b");
-  CHECK(t.averaging == "ring");  // [parallel] default; no averager uses it with one replica
+  CHECK(t.schedule == troupe::pipeline_schedule::one_f_one_b);
+  CHECK(
+      t.averaging ==
+      troupe::averaging_method::ring);  // [parallel] default; no averager uses it with one replica
   CHECK(t.find("l2")->stage == 1);
   CHECK(t.find("l2")->device.to_string() == "cpu:1");
   CHECK(t.find("loss")->stage == -1);
@@ -136,7 +140,8 @@ TEST_CASE("an explicit config of two pipeline stages reads into the expected top
 TEST_CASE("an averager's method defaults to the parallel section's averaging") {
   auto text = replaced(two_replicas, "layer = 0\nmethod = \"central\"\n", "layer = 0\n");
   auto t = load(text);
-  CHECK(std::get<std::string>(t.find("avg.l0")->settings.at("method").value) == "central");
+  CHECK(t.find("avg.l0")->method == troupe::averaging_method::central);
+  CHECK(t.find("avg.l0")->method_where.line == position_of(text, actor_table("avg.l0")).first);
 }
 
 TEST_CASE("the parallel section reads stages, share_devices and bucket_kib") {
@@ -223,7 +228,7 @@ TEST_CASE("topology_from_explicit names the key of a bad actor or wire table") {
                          "name = \"r0.l1\"\nkind = \"layer\"\ndevice = \"gpu:0\"");
     check_error(
         text, "device = \"gpu:0\"",
-        "[[actor]] 'r0.l1' device: expected a device like 'cpu:0' or 'cuda:1', found 'gpu:0'");
+        "[[actor]] 'r0.l1' device: expected a device like 'cpu:0' or 'cuda:0', found 'gpu:0'");
   }
   SUBCASE("a second spelling of a device") {
     auto text = replaced(two_stages, "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"",

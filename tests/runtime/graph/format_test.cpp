@@ -52,6 +52,8 @@ void check_same_topology(const topology& a, const topology& b) {
     INFO("actor " << x.name);
     CHECK(x.name == y.name);
     CHECK(x.kind == y.kind);
+    CHECK(x.custom_kind == y.custom_kind);
+    CHECK(x.method == y.method);
     CHECK(x.device == y.device);
     CHECK(x.replica == y.replica);
     CHECK(x.stage == y.stage);
@@ -148,7 +150,8 @@ TEST_CASE("format_table lists every actor and every wire in aligned columns") {
     const auto& line = lines[20 + i];
     CHECK(line.rfind("  " + w.from + " ", 0) == 0);
     CHECK(line.substr(10, w.to.size() + 1) == w.to + " ");  // the "to" column starts at 10
-    CHECK(line.substr(19, w.kind.size()) == w.kind);
+    const std::string kind = troupe::to_string(w.kind);
+    CHECK(line.substr(19, kind.size()) == kind);
   }
 }
 
@@ -164,7 +167,8 @@ TEST_CASE("format_dot has every node and edge, one cluster per device, and balan
   CHECK(contains(dot, "\"l1\" [label=\"l1\\ntanh\"]"));
   CHECK(contains(dot, "\"opt.l2\" [label=\"opt.l2\\noptimizer\"]"));
   for (const auto& w : t.wires)
-    CHECK(contains(dot, "  \"" + w.from + "\" -> \"" + w.to + "\" [label=\"" + w.kind));
+    CHECK(contains(
+        dot, "  \"" + w.from + "\" -> \"" + w.to + "\" [label=\"" + troupe::to_string(w.kind)));
   CHECK(contains(dot, "\"l1\" -> \"l2\" [label=\"activations (3)\", style=solid];"));
   CHECK(contains(dot, "\"l0\" -> \"opt.l0\" [label=\"grads\", style=dotted];"));
   CHECK(contains(dot, "\"opt.l0\" -> \"l0\" [label=\"params\", style=dashed];"));

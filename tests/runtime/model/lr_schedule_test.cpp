@@ -106,17 +106,15 @@ TEST_CASE("a cosine run no longer than its warm-up does not divide by zero") {
 }
 
 TEST_CASE("schedule kinds parse from their names and nothing else") {
-  lr_schedule::kind kind = lr_schedule::kind::constant;
-  CHECK(troupe::parse_lr_schedule_kind("cosine", kind));
-  CHECK(kind == lr_schedule::kind::cosine);
-  CHECK(troupe::parse_lr_schedule_kind("step", kind));
-  CHECK(kind == lr_schedule::kind::step);
-  CHECK(troupe::parse_lr_schedule_kind("constant", kind));
-  CHECK(kind == lr_schedule::kind::constant);
-  CHECK_FALSE(troupe::parse_lr_schedule_kind("Cosine", kind));
-  CHECK_FALSE(troupe::parse_lr_schedule_kind("linear", kind));
-  CHECK_FALSE(troupe::parse_lr_schedule_kind("", kind));
-  CHECK(kind == lr_schedule::kind::constant);  // untouched on failure
+  using troupe::parse_enum;
+  CHECK(parse_enum<lr_schedule::kind>("cosine") == lr_schedule::kind::cosine);
+  CHECK(parse_enum<lr_schedule::kind>("step") == lr_schedule::kind::step);
+  CHECK(parse_enum<lr_schedule::kind>("constant") == lr_schedule::kind::constant);
+  CHECK_FALSE(parse_enum<lr_schedule::kind>("Cosine").has_value());
+  CHECK_FALSE(parse_enum<lr_schedule::kind>("linear").has_value());
+  CHECK_FALSE(parse_enum<lr_schedule::kind>("").has_value());
+  for (auto kind : troupe::enum_values<lr_schedule::kind>::all)
+    CHECK(parse_enum<lr_schedule::kind>(troupe::to_string(kind)) == kind);
 }
 
 TEST_CASE("a negative step is a programmer error") {

@@ -1,0 +1,57 @@
+// choices.cpp: the names of the config's enums (choices.hpp). Switches without a default:
+// a value added to an enum and not named here is a -Wswitch warning.
+#include "runtime/config/choices.hpp"
+
+#include "runtime/base/error.hpp"
+
+namespace troupe {
+
+const char* to_string(optimizer_type value) {
+  switch (value) {
+    case optimizer_type::sgd:
+      return "sgd";
+    case optimizer_type::adam:
+      return "adam";
+    case optimizer_type::adamw:
+      return "adamw";
+  }
+  TROUPE_CHECK(false, "optimizer_type " << static_cast<int>(value));
+  return "";
+}
+
+const char* to_string(lr_schedule_type value) {
+  switch (value) {
+    case lr_schedule_type::constant:
+      return "constant";
+    case lr_schedule_type::step:
+      return "step";
+    case lr_schedule_type::cosine:
+      return "cosine";
+  }
+  TROUPE_CHECK(false, "lr_schedule_type " << static_cast<int>(value));
+  return "";
+}
+
+const char* to_string(pipeline_schedule value) {
+  switch (value) {
+    case pipeline_schedule::gpipe:
+      return "gpipe";
+    case pipeline_schedule::one_f_one_b:
+      return "1f1b";
+  }
+  TROUPE_CHECK(false, "pipeline_schedule " << static_cast<int>(value));
+  return "";
+}
+
+const char* to_string(averaging_method value) {
+  switch (value) {
+    case averaging_method::ring:
+      return "ring";
+    case averaging_method::central:
+      return "central";
+  }
+  TROUPE_CHECK(false, "averaging_method " << static_cast<int>(value));
+  return "";
+}
+
+}  // namespace troupe

@@ -1,0 +1,82 @@
+// choices.hpp: the closed sets of names a config chooses from (optimizer type, learning-rate
+// schedule, pipeline schedule, gradient averaging), as enums with one to_string / parse pair
+// each.
+//
+// A config names these as strings; the loader parses each once, where it reads the key, so
+// an unknown name is a config_error with did-you-mean at its position and everything after
+// the loader holds an enum. Code that acts on a choice switches on it without a default, so
+// a new value that some switch forgets is a compiler warning (-Wswitch), not a silent
+// fallback to another branch. The strings live only here (and in messages to users).
+//
+// Graph kinds (actor and wire kinds) are runtime/graph/kinds.hpp, built on the same pattern.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe {
+
+/// [optimizer] type.
+enum class optimizer_type { sgd, adam, adamw };
+/// [optimizer.schedule] type: the learning-rate schedule (runtime/model/lr_schedule.hpp).
+enum class lr_schedule_type { constant, step, cosine };
+/// [parallel] schedule: GPipe (the loss flushes after M forwards) or 1F1B.
+enum class pipeline_schedule { gpipe, one_f_one_b };
+/// [parallel] averaging and an averager's method: one central averager per layer, or a
+/// ring all-reduce among one averager per replica.
+enum class averaging_method { ring, central };
+
+/// The name a config writes for each value.
+const char* to_string(optimizer_type value);
+const char* to_string(lr_schedule_type value);
+const char* to_string(pipeline_schedule value);
+const char* to_string(averaging_method value);
+
+/// Every value a config may name, in the order messages list them. Specialised for each
+/// enum of this file and of runtime/graph/kinds.hpp.
+template <class Enum>
+struct enum_values;
+
+template <>
+struct enum_values<optimizer_type> {
+  static constexpr std::array<optimizer_type, 3> all = {optimizer_type::sgd, optimizer_type::adam,
+                                                        optimizer_type::adamw};
+};
+template <>
+struct enum_values<lr_schedule_type> {
+  static constexpr std::array<lr_schedule_type, 3> all = {
+      lr_schedule_type::constant, lr_schedule_type::step, lr_schedule_type::cosine};
+};
+template <>
+struct enum_values<pipeline_schedule> {
+  static constexpr std::array<pipeline_schedule, 2> all = {pipeline_schedule::gpipe,
+                                                           pipeline_schedule::one_f_one_b};
+};
+template <>
+struct enum_values<averaging_method> {
+  static constexpr std::array<averaging_method, 2> all = {averaging_method::ring,
+                                                          averaging_method::central};
+};
+
+/// The value whose to_string() is `text`, or nothing.
+template <class Enum>
+std::optional<Enum> parse_enum(std::string_view text) {
+  for (auto value : enum_values<Enum>::all)
+    if (text == to_string(value))
+      return value;
+  return std::nullopt;
+}
+
+/// The names of every value, in enum_values order (for did-you-mean and "expected one of").
+template <class Enum>
+std::vector<std::string> enum_names() {
+  std::vector<std::string> names;
+  for (auto value : enum_values<Enum>::all)
+    names.emplace_back(to_string(value));
+  return names;
+}
+
+}  // namespace troupe

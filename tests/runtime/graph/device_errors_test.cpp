@@ -1,0 +1,97 @@
+// device_errors_test.cpp: a device name the parser refuses is a config error (exit 2, at
+// file:line:col) through the troupe binary, in both config forms and wherever a device is
+// named: [parallel] devices and an [[actor]]'s device.
+//
+// The regression: "cpu:1234567" used to pass the config loader of an explicit config and
+// end in an internal error (exit 1) when the planner parsed it again with other rules.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/cli/run_troupe.hpp"
+#include "tests/runtime/graph/test_configs.hpp"
+
+namespace fs = std::filesystem;
+using namespace topology_test;
+using troupe::testing::run_troupe;
+
+namespace {
+
+/// A fresh directory under the temporary directory, removed at scope exit.
+struct temp_directory {
+  fs::path path;
+  temp_directory() {
+    std::string pattern = (fs::temp_directory_path() / "troupe-device-test-XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_directory() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+/// Runs `troupe COMMAND path` on `text` and checks exit code 2 and the error at the
+/// position of `needle` (its first occurrence).
+void check_config_error(const std::string& command, const std::string& text,
+                        const std::string& needle, const std::string& expected) {
+  temp_directory directory;
+  auto path = directory.write("config.toml", text);
+  auto [line, column] = position_of(text, needle);
+  auto result = run_troupe(command + " " + path);
+  INFO("output: " << result.output);
+  CHECK(result.exit_code == 2);
+  auto where = path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": ";
+  CHECK(result.output.find(where) != std::string::npos);
+  CHECK(result.output.find(expected) != std::string::npos);
+  CHECK(result.output.find("internal error") == std::string::npos);
+}
+
+const std::string out_of_range =
+    "expected a device like 'cpu:0' or 'cuda:0' with an index in [0, 1023], found "
+    "'cpu:1234567'";
+
+const std::string shorthand = header + R"(
+[parallel]
+devices = ["cpu:0", "cpu:1234567"]
+
+[[model.layers]]
+type = "linear"
+out = 3
+)";
+
+}  // namespace
+
+TEST_CASE("cpu:1234567 in an explicit config's devices exits 2 naming file:line:col") {
+  auto text = replaced(two_stages, "devices = [\"cpu:0\", \"cpu:1\"]",
+                       "devices = [\"cpu:0\", \"cpu:1234567\"]");
+  check_config_error("plan", text, "\"cpu:1234567\"", "[parallel] devices: " + out_of_range);
+  check_config_error("run", text, "\"cpu:1234567\"", "[parallel] devices: " + out_of_range);
+}
+
+TEST_CASE("cpu:1234567 as an explicit actor's device exits 2 naming file:line:col") {
+  auto text = replaced(two_stages, "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"",
+                       "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1234567\"");
+  check_config_error("plan", text, "device = \"cpu:1234567\"",
+                     "[[actor]] 'loss' device: " + out_of_range);
+}
+
+TEST_CASE("cpu:1234567 in a shorthand config's devices exits 2 naming file:line:col") {
+  check_config_error("plan", shorthand, "\"cpu:1234567\"", "[parallel] devices: " + out_of_range);
+  check_config_error("run", shorthand, "\"cpu:1234567\"", "[parallel] devices: " + out_of_range);
+}
+
+TEST_CASE("a CUDA device in a CPU-only build is a config error in either form") {
+  auto text =
+      replaced(two_stages, "devices = [\"cpu:0\", \"cpu:1\"]", "devices = [\"cpu:0\", \"cuda:1\"]");
+  const std::string cpu_only = "device 'cuda:1': this build runs on CPU devices only";
+  check_config_error("plan", text, "\"cuda:1\"", cpu_only);
+  check_config_error("plan", replaced(shorthand, "cpu:1234567", "cuda:1"), "\"cuda:1\"", cpu_only);
+}
