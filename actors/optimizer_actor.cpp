@@ -13,12 +13,9 @@ namespace {
 // without default: a new optimizer_type is a -Wswitch warning here, not a silent Adam.
 bool is_adam_family(optimizer_type type) {
   switch (type) {
-    case optimizer_type::sgd:
-      return false;
-    case optimizer_type::adam:
-      return true;
-    case optimizer_type::adamw:
-      return true;
+    case optimizer_type::sgd: return false;
+    case optimizer_type::adam: return true;
+    case optimizer_type::adamw: return true;
   }
   TROUPE_CHECK(false, "optimizer type " << static_cast<int>(type));
   return false;
@@ -283,9 +280,8 @@ TROUPE_REGISTER_ACTOR_KIND(
       s.name = plan.name;
       s.layer_index = plan.layer;
       const auto& model_layer = *std::find_if(
-          context.graph.actors.begin(), context.graph.actors.end(), [&](const actor_plan& a) {
-            return a.kind == actor_kind::layer && a.layer == plan.layer;
-          });
+          context.graph.actors.begin(), context.graph.actors.end(),
+          [&](const actor_plan& a) { return a.kind == actor_kind::layer && a.layer == plan.layer; });
       s.params = create_layer(model_layer.math)
                      ->parameters(context.graph.shapes.at(static_cast<std::size_t>(plan.layer)));
       s.optimizer = context.config.optimizer;

@@ -116,21 +116,16 @@ namespace {
 std::string trace_metadata(const run_config& config, const topology& graph, const run_plan& plan,
                            const run_outcome& outcome) {
   nlohmann::json meta = {
-      {"troupe_version", TROUPE_VERSION_STRING},
-      {"config", config.path},
-      {"replicas", graph.replicas},
-      {"stages", graph.stages},
-      {"microbatches", graph.microbatches},
-      {"schedule", to_string(graph.schedule)},
-      {"averaging", to_string(graph.averaging)},
-      {"batch_size", plan.batch_size},
-      {"steps", outcome.steps},
-      {"train_seconds", outcome.train_seconds},
+      {"troupe_version", TROUPE_VERSION_STRING}, {"config", config.path},
+      {"replicas", graph.replicas},              {"stages", graph.stages},
+      {"microbatches", graph.microbatches},      {"schedule", to_string(graph.schedule)},
+      {"averaging", to_string(graph.averaging)}, {"batch_size", plan.batch_size},
+      {"steps", outcome.steps},                  {"train_seconds", outcome.train_seconds},
   };
   auto wires = nlohmann::json::array();
   for (const auto& w : graph.wires)
-    wires.push_back(
-        {{"from", w.from}, {"to", w.to}, {"kind", to_string(w.kind)}, {"capacity", w.capacity}});
+    wires.push_back({{"from", w.from}, {"to", w.to}, {"kind", to_string(w.kind)},
+                     {"capacity", w.capacity}});
   meta["wires"] = wires;
   return meta.dump();
 }
@@ -171,8 +166,9 @@ wiring_msg wiring_of(const actor_plan& a, const topology& graph,
   for (const auto& wire : graph.wires) {
     auto end_at = [&](const std::string& peer) {
       const auto* p = graph.find(peer);
-      return wire_end{to_string(wire.kind), peer,           p->kind_name(),        spawned.at(peer),
-                      p->replica,           track_of(peer), p->device.to_string(), wire.capacity};
+      return wire_end{to_string(wire.kind), peer,          p->kind_name(),
+                      spawned.at(peer),     p->replica,    track_of(peer),
+                      p->device.to_string(), wire.capacity};
     };
     if (wire.from == a.name)
       w.outgoing.push_back(end_at(wire.to));

@@ -2,9 +2,18 @@
 // checks it.
 //
 // The work is split in two layers. section_reader knows how to read one key of one table
-// with its type and range checked, and how to reject keys a section does not have; the
-// read_*_section functions below are then a list of "this key, this range". Every error
-// is a config_error at the offending key or value (toml++ keeps source positions).
+// with its type and range checked, and records each key it is asked for; the read_*
+// functions below are then a list of "this key, this range", ending in finish(), which
+// rejects every key nobody read (Note [keys as read]). Every error is a config_error at the
+// offending key or value (toml++ keeps source positions).
+//
+// Note [keys as read]
+// The keys a section has are the keys its read_* function reads: listed once, where they
+// are read, as layer_settings does for a layer's settings (runtime/model/layer.hpp). A key
+// added to a read_* function is accepted without a second list to update, and a key only
+// listed cannot exist. The price: finish() must come after the last read of the section,
+// so an unknown key is reported after the errors of the keys read before it; each read_*
+// function ends in finish(), and a test gives every section an unknown key.
 //
 // Deliberately not here: layer types and their settings (the layer registry checks them),
 // what the keys of [[actor]] / [[wire]] tables mean (topology_from_explicit() reads them),
@@ -162,17 +171,35 @@ class section_reader {
   /// `table` may be null (the section is absent): every read then keeps its default and
   /// reports `fallback` as the position.
   section_reader(const toml::table* table, std::string name, std::string file,
-                 source_position fallback, std::vector<std::string> keys)
-      : table_(table), name_(std::move(name)), file_(std::move(file)), keys_(std::move(keys)) {
+                 source_position fallback)
+      : table_(table), name_(std::move(name)), file_(std::move(file)) {
     where_ = table_ ? position_in(file_, table_->source()) : std::move(fallback);
-    if (table_)
-      reject_unknown_keys();
   }
 
   const source_position& where() const { return where_; }
   const std::string& file() const { return file_; }
+  /// Every lookup records its key as one the section has (Note [keys as read]).
   const toml::node* find(const std::string& key) const {
+    if (std::find(keys_.begin(), keys_.end(), key) == keys_.end())
+      keys_.push_back(key);
     return table_ ? table_->get(key) : nullptr;
+  }
+
+  /// Rejects the first key, in file order, that no read asked for, naming the nearest of
+  /// those that were. Call once every key of the section has been read.
+  void finish() const {
+    if (!table_)
+      return;
+    for (const auto& [key, node] : entries_in_order(*table_)) {
+      const auto& name = key->str();
+      if (std::find(keys_.begin(), keys_.end(), name) != keys_.end())
+        continue;
+      auto hint = suggestion(std::string(name), keys_);
+      if (hint.empty())
+        hint = "; valid keys: " + join(keys_, "");
+      throw config_error(position_in(file_, key->source()),
+                         "unknown key '" + std::string(name) + "' in [" + name_ + "]" + hint);
+    }
   }
   source_position position(const toml::node& node) const {
     return position_in(file_, node.source());
@@ -287,23 +314,10 @@ class section_reader {
   }
 
  private:
-  void reject_unknown_keys() const {
-    for (const auto& [key, node] : entries_in_order(*table_)) {
-      const auto& name = key->str();
-      if (std::find(keys_.begin(), keys_.end(), name) != keys_.end())
-        continue;
-      auto hint = suggestion(std::string(name), keys_);
-      if (hint.empty())
-        hint = "; valid keys: " + join(keys_, "");
-      throw config_error(position_in(file_, key->source()),
-                         "unknown key '" + std::string(name) + "' in [" + name_ + "]" + hint);
-    }
-  }
-
   const toml::table* table_;
   std::string name_;
   std::string file_;
-  std::vector<std::string> keys_;
+  mutable std::vector<std::string> keys_;  // every key looked up, in the order first read
   source_position where_;
 };
 
@@ -336,11 +350,9 @@ run_section read_run(const section_reader& r) {
       s.plugins.push_back(setting_value{path->get(), r.position(element)});
     }
   }
+  r.finish();
   return s;
 }
-
-const char* const fashion_mnist_files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
 // Checked here rather than when loading, so that a typo in a path fails before anything
 // is spawned, at the line that holds it.
@@ -353,11 +365,9 @@ void check_fashion_mnist_directory(const data_section& s) {
     throw config_error(s.path_where, "[data] path: '" + s.path + "' is not a directory holding "
                                          "the Fashion-MNIST files" + hint);
   std::vector<std::string> missing;
-  for (const char* name : fashion_mnist_files) {
-    auto base = fs::path(s.path) / name;
-    if (!fs::is_regular_file(base, error) && !fs::is_regular_file(base.string() + ".gz", error))
-      missing.push_back(std::string(name) + "(.gz)");
-  }
+  for (const auto& name : fashion_mnist_file_names())
+    if (find_data_file(s.path, name).empty())
+      missing.push_back(name + "(.gz)");
   if (!missing.empty())
     throw config_error(s.path_where, "[data] path: directory '" + s.path + "' has no " +
                                          join(missing) + hint);
@@ -383,6 +393,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("synthetic_test", s.synthetic_test, at_least(1));
   r.read("synthetic_features", s.synthetic_features, at_least(1));
   r.read("synthetic_classes", s.synthetic_classes, at_least(2));
+  r.finish();
   if (s.source == "fashion-mnist")
     check_fashion_mnist_directory(s);
   return s;
@@ -451,6 +462,7 @@ model_section read_model(const section_reader& r, bool explicit_form) {
     for (std::size_t i = 0; i < array.size(); ++i)
       s.layers.push_back(read_layer(r, *array.get(i), i));
   }
+  r.finish();
   if (s.layers.empty() && !explicit_form)
     throw config_error(s.where, "[model] has no layers; add at least one [[model.layers]] table "
                                 "with a type, e.g. type = \"linear\"");
@@ -465,6 +477,7 @@ schedule_section read_schedule(const section_reader& r) {
   r.read("step_size", s.step_size, at_least(1));
   r.read("gamma", s.gamma, above(0));
   r.read("min_lr", s.min_lr, not_below(0));
+  r.finish();
   return s;
 }
 
@@ -487,14 +500,15 @@ optimizer_section read_optimizer(const section_reader& r) {
   }
   r.read("eps", s.eps, above(0));
   r.read("weight_decay", s.weight_decay, not_below(0));
+  section_reader schedule(r.sub_table("schedule"), "optimizer.schedule", r.file(), s.where);
+  r.finish();
   // The same rule as PyTorch's SGD: Nesterov momentum needs momentum and no dampening.
   if (s.nesterov && (s.momentum <= 0.0 || s.dampening != 0.0))
-    throw config_error(nesterov_where, "[optimizer] nesterov: needs momentum > 0 and "
-                                       "dampening = 0, found momentum = " +
-                                           format_number(s.momentum) + ", dampening = " +
-                                           format_number(s.dampening));
-  section_reader schedule(r.sub_table("schedule"), "optimizer.schedule", r.file(), s.where,
-                          {"type", "warmup_steps", "step_size", "gamma", "min_lr"});
+    throw config_error(nesterov_where,
+                       "[optimizer] nesterov: needs momentum > 0 and "
+                       "dampening = 0, found momentum = " +
+                           format_number(s.momentum) +
+                           ", dampening = " + format_number(s.dampening));
   s.schedule = read_schedule(schedule);
   return s;
 }
@@ -533,13 +547,6 @@ void read_stage_ranges(const section_reader& r, parallel_section& s) {
 parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   parallel_section s;
   s.where = r.where();
-  if (explicit_form)
-    for (const char* key : {"data", "pipeline", "stages"})
-      if (r.find(key))
-        throw config_error(r.key_position(key),
-                           std::string("[parallel] ") + key + ": is shorthand, and an explicit "
-                           "config's [[actor]] tables already say how many replicas and stages "
-                           "there are; remove it");
   if (const auto* devices = r.find("devices")) {
     const auto* array = devices->as_array();
     if (!array || array->empty())
@@ -563,16 +570,25 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   } else {
     s.devices.push_back({"cpu:0", device_id{}, s.where});
   }
+  if (explicit_form)
+    for (const char* key : {"data", "pipeline", "stages"})
+      if (r.find(key))
+        throw config_error(r.key_position(key),
+                           std::string("[parallel] ") + key +
+                               ": is shorthand, and an explicit "
+                               "config's [[actor]] tables already say how many replicas and stages "
+                               "there are; remove it");
   r.read("data", s.data, at_least(1));
   r.read("pipeline", s.pipeline, at_least(1));
+  read_stage_ranges(r, s);
   r.read("microbatches", s.microbatches, at_least(1));
   r.read_enum("schedule", s.schedule, "pipeline schedule");
   r.read_enum("averaging", s.averaging, "gradient averaging");
-  read_stage_ranges(r, s);
   r.read("share_devices", s.share_devices);
   r.read("bucket_kib", s.bucket_kib, at_least(1));
   r.read("shard_optimizer", s.shard_optimizer);
   s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
+  r.finish();
   if (s.shard_optimizer && s.averaging != averaging_method::ring)
     throw config_error(s.shard_where,
                        "[parallel] shard_optimizer: needs averaging = \"ring\" "
@@ -630,6 +646,21 @@ std::vector<table_config> read_tables(const toml::table& root, const std::string
 
 }  // namespace
 
+const std::vector<std::string>& fashion_mnist_file_names() {
+  static const std::vector<std::string> names = {
+      "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+      "t10k-labels-idx1-ubyte"};
+  return names;
+}
+
+std::string find_data_file(const std::string& directory, const std::string& name) {
+  std::error_code error;
+  for (auto path : {fs::path(directory) / (name + ".gz"), fs::path(directory) / name})
+    if (fs::is_regular_file(path, error))
+      return path.string();
+  return {};
+}
+
 std::string shortest_text(double value) {
   // std::to_chars needs a buffer: a string as long as any double's shortest form can be
   // ("-2.2250738585072014e-308" is 24 characters), checked rather than truncated.
@@ -658,16 +689,11 @@ run_config parse_config(const std::string& text, const std::string& name,
   config.path = name;
   config.directory = directory;
   const source_position whole_file{name, 0, 0};
-  auto section = [&](const char* key, std::vector<std::string> keys) {
-    return section_reader(root.get_as<toml::table>(key), key, name, whole_file, std::move(keys));
+  auto section = [&](const char* key) {
+    return section_reader(root.get_as<toml::table>(key), key, name, whole_file);
   };
-  config.run = read_run(section("run", {"epochs", "steps", "seed", "metrics", "log_every",
-                                        "evaluate", "trace", "trace_capacity", "watchdog", "plugins"}));
-  config.data = read_data(section("data", {"source", "path", "batch_size", "eval_batch_size",
-                                           "shuffle", "prefetch", "synthetic_train",
-                                           "synthetic_test", "synthetic_features",
-                                           "synthetic_classes"}),
-                          directory);
+  config.run = read_run(section("run"));
+  config.data = read_data(section("data"), directory);
   config.actors = read_tables(root, "actor", name);
   config.wires = read_tables(root, "wire", name);
   const bool explicit_form = config.is_explicit();
@@ -680,15 +706,9 @@ run_config parse_config(const std::string& text, const std::string& name,
     throw config_error(config.wires.front().where,
                        "[[wire]] tables need [[actor]] tables to connect; a shorthand config "
                        "has neither");
-  config.model = read_model(section("model", {"loss", "layers"}), explicit_form);
-  config.optimizer = read_optimizer(section("optimizer", {"type", "lr", "momentum", "dampening",
-                                                         "nesterov", "betas", "eps",
-                                                         "weight_decay", "schedule"}));
-  config.parallel = read_parallel(section("parallel", {"devices", "data", "pipeline", "stages",
-                                                       "microbatches", "schedule", "averaging",
-                                                       "share_devices", "bucket_kib",
-                                                       "shard_optimizer"}),
-                                  explicit_form);
+  config.model = read_model(section("model"), explicit_form);
+  config.optimizer = read_optimizer(section("optimizer"));
+  config.parallel = read_parallel(section("parallel"), explicit_form);
   return config;
 }
 

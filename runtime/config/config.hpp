@@ -150,6 +150,16 @@ struct run_config {
   bool is_explicit() const { return !actors.empty(); }
 };
 
+/// The four files of a Fashion-MNIST directory, by their release names
+/// ("train-images-idx3-ubyte", ...), each stored raw or as NAME.gz.
+const std::vector<std::string>& fashion_mnist_file_names();
+
+/// Where data file `name` is in `directory`: NAME.gz if that is a regular file, else NAME,
+/// else "" (neither). The one probe of the data files on disk: the loader checks that
+/// [data] path holds them all (so a typo fails at its line), load_fashion_mnist
+/// (runtime/data/dataset.hpp) opens what this finds.
+std::string find_data_file(const std::string& directory, const std::string& name);
+
 /// The shortest text that reads back as exactly `value` ("0.1", "1e-08"), as error
 /// messages and `troupe plan --eject` write numbers.
 std::string shortest_text(double value);

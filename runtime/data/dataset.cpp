@@ -22,6 +22,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/base/random.hpp"
+#include "runtime/config/config.hpp"
 
 namespace troupe {
 namespace {
@@ -238,13 +239,12 @@ std::int64_t check_dimension(const idx_stream& in, std::uint32_t value, std::int
 }
 
 std::string find_idx_file(const std::filesystem::path& directory, const std::string& name) {
+  auto found = find_data_file(directory.string(), name);  // the loader's probe too
+  if (!found.empty())
+    return found;
   auto gz = directory / (name + ".gz");
   auto raw = directory / name;
   std::error_code ec;
-  if (std::filesystem::exists(gz, ec))
-    return gz.string();
-  if (std::filesystem::exists(raw, ec))
-    return raw.string();
   std::string where = std::filesystem::is_directory(directory, ec)
                           ? std::string{}
                           : " (the directory '" + directory.string() + "' does not exist)";

@@ -299,3 +299,13 @@ bias = false
     round_trip(t, config);
   }
 }
+
+TEST_CASE("format_explicit writes control characters as \\u escapes that read back") {
+  auto text = "[run]\nmetrics = \"m\\u0001\\u001f\\u007f.jsonl\"\n" + two_stages;
+  auto config = parse_config(text, "t.toml");
+  REQUIRE(config.run.metrics == "m\x01\x1f\x7f.jsonl");
+  auto t = topology_from_explicit(config, features);
+  auto ejected = format_explicit(t, config);
+  CHECK(contains(ejected, "metrics = \"m\\u0001\\u001f\\u007f.jsonl\"\n"));
+  CHECK(parse_config(ejected, "ejected.toml").run.metrics == config.run.metrics);
+}
