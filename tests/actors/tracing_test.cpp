@@ -17,13 +17,14 @@
 #include "runtime/model/layer.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("troupe_tracing_" + name)).string();
+  return troupe::test::temp_file("troupe_tracing_" + name);
 }
 
 nlohmann::json read_json(const std::string& path) {

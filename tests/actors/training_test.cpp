@@ -9,6 +9,7 @@
 
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 
@@ -63,7 +64,7 @@ std::size_t thread_count() {
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("troupe_test_" + name)).string();
+  return troupe::test::temp_file("troupe_test_" + name);
 }
 
 }  // namespace

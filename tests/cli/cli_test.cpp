@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "tests/cli/run_troupe.hpp"
+#include "tests/temp_files.hpp"
 
 namespace {
 
 using troupe::testing::run_troupe;
 
 std::string write_config(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::temp_directory_path() / ("troupe_cli_" + name + ".toml");
+  auto path = std::filesystem::path{troupe::test::temp_file("troupe_cli_" + name + ".toml")};
   std::ofstream(path) << text;
   return path.string();
 }
@@ -101,7 +102,7 @@ TEST_CASE("bad configs fail with file:line:col, the nearest name and exit code 2
 
 TEST_CASE("troupe run trains a small config and reports test accuracy") {
   auto path = write_config("good", std::string{"[run]\nepochs = 2\nlog_every = 4\n"} + small_model);
-  auto metrics = std::filesystem::temp_directory_path() / "troupe_cli_good.jsonl";
+  auto metrics = std::filesystem::path{troupe::test::temp_file("troupe_cli_good.jsonl")};
   auto r = run_troupe("run " + path + " --metrics " + metrics.string());
   INFO(r.output);
   CHECK(r.exit_code == 0);

@@ -10,13 +10,14 @@
 
 #include "tests/cli/run_troupe.hpp"
 #include "tests/plugins/test_plugins.hpp"
+#include "tests/temp_files.hpp"
 
 namespace {
 
 using troupe::testing::run_troupe;
 
 std::string write_config(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::temp_directory_path() / ("troupe_plugin_cli_" + name + ".toml");
+  auto path = std::filesystem::path{troupe::test::temp_file("troupe_plugin_cli_" + name + ".toml")};
   std::ofstream(path) << text;
   return path.string();
 }

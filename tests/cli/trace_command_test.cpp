@@ -11,6 +11,7 @@
 
 #include "tests/cli/run_troupe.hpp"
 #include "tests/runtime/trace_tools/test_trace.hpp"
+#include "tests/temp_files.hpp"
 
 namespace {
 
@@ -19,7 +20,7 @@ troupe::testing::command_result run_trace(const std::string& arguments) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("troupe_trace_cli_" + name)).string();
+  return troupe::test::temp_file("troupe_trace_cli_" + name);
 }
 
 std::string write_trace(const std::string& name, const std::string& text) {

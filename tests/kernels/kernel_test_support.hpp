@@ -7,7 +7,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <random>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -80,6 +84,42 @@ comparison compare(const Got& got, const Want& want, double atol, double rtol) {
 inline const kernels::context& cpu_context() {
   static const kernels::context context{};
   return context;
+}
+
+/// The whole text of a file of the source tree (`relative` to its root).
+inline std::string source_text(const std::string& relative) {
+  std::ifstream file{std::string{TROUPE_SOURCE_DIR} + "/" + relative};
+  if (!file)
+    throw std::runtime_error("cannot read " + relative + " under " TROUPE_SOURCE_DIR);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+/// Every op kernels/ops.hpp declares, by name, in declaration order: the one list of ops
+/// that the dispatch table, the kernels and the tests all go by. Tests that enumerate ops
+/// iterate this, so a new op cannot slip past them. (The dispatch table itself cannot be
+/// listed: it has no enumeration call, only lookups by name. ops_coverage_test.cpp checks
+/// this list against the table and against every registration line.)
+/// An op is a struct with `static constexpr const char* name = "...";`, or a pair
+/// X_forward / X_backward from TROUPE_ACTIVATION_OP(X);.
+inline std::vector<std::string> declared_ops() {
+  static const std::vector<std::string> ops = [] {
+    const auto text = source_text("kernels/ops.hpp");
+    const std::regex declaration{
+        R"re(static constexpr const char\* name = "([a-z0-9_]+)";|\bTROUPE_ACTIVATION_OP\(([a-z0-9_]+)\);)re"};
+    std::vector<std::string> out;
+    for (std::sregex_iterator it{text.begin(), text.end(), declaration}, end; it != end; ++it) {
+      if ((*it)[1].matched) {
+        out.push_back((*it)[1].str());
+      } else {
+        out.push_back((*it)[2].str() + "_forward");
+        out.push_back((*it)[2].str() + "_backward");
+      }
+    }
+    return out;
+  }();
+  return ops;
 }
 
 }  // namespace troupe::test

@@ -16,6 +16,7 @@
 
 #include "runtime/model/layer.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace topology_test;
 using troupe::parse_config;
@@ -194,7 +195,7 @@ TEST_CASE("format_dot has every node and edge, one cluster per device, and balan
     MESSAGE("graphviz 'dot' is not installed: the DOT output was not checked by Graphviz");
     return;
   }
-  auto path = std::filesystem::temp_directory_path() / "troupe-topology-format-test.dot";
+  auto path = std::filesystem::path{troupe::test::temp_file("troupe-topology-format-test.dot")};
   std::ofstream(path) << dot;
   auto command = "dot -Tsvg '" + path.string() + "' -o /dev/null";
   CHECK(std::system(command.c_str()) == 0);

@@ -15,6 +15,7 @@
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
 #include "tests/runtime/trace_tools/test_trace.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 
@@ -318,7 +319,7 @@ TEST_CASE("a step window the trace does not have is an error naming the steps it
 }
 
 TEST_CASE("a missing file, text that is not JSON and JSON that is not a troupe trace are user errors") {
-  auto missing = (std::filesystem::temp_directory_path() / "troupe_no_such_trace.json").string();
+  auto missing = troupe::test::temp_file("troupe_no_such_trace.json");
   CHECK_THROWS_WITH_AS(load_trace(missing), doctest::Contains("cannot open the trace file"), user_error);
   CHECK_THROWS_WITH_AS(parse_trace("{\"traceEvents\": [", "cut.json"),
                        doctest::Contains("cut.json: not JSON (at byte"), user_error);
@@ -365,7 +366,7 @@ TEST_CASE("a trace written by the recorder reads back") {
   marker.start_ns = 9000;
   trace::record(marker);
   { trace::handler_span span(layer_1, "forward", layer_0, 0, 1, 2, 0, 0, 512); }
-  auto path = (std::filesystem::temp_directory_path() / "troupe_recorder_roundtrip.json").string();
+  auto path = troupe::test::temp_file("troupe_recorder_roundtrip.json");
   trace::write(path, R"({"stages": 2, "microbatches": 4,
                          "wires": [{"from": "layer_0", "to": "layer_1", "kind": "activations", "capacity": 1}]})");
   trace::reset();

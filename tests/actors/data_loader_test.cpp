@@ -1,0 +1,228 @@
+// The data loader actor, driven with real messages from a scoped actor that plays every
+// replica's first layer (activations), every replica's loss (labels) and the trainer
+// (start, item credits): the epoch order, the split of a step over replicas and
+// micro-batches, the prefetch bound and the credits of the activations wires.
+//
+// Each sample's features are its own index, so the rows a message carries say exactly which
+// samples the loader picked; all values are small integers and compare exactly.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "actors/data_loader_actor.hpp"
+#include "tests/actors/actor_test_support.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+constexpr std::int64_t train_count = 24;
+constexpr std::int64_t features = 2;
+constexpr std::int64_t classes = 3;
+
+/// Sample i has features (i, -i) and label i % classes.
+std::shared_ptr<const dataset_split> indexed_data() {
+  auto data = std::make_shared<dataset_split>();
+  for (auto* part : {&data->train, &data->test}) {
+    part->count = part == &data->train ? train_count : 5;
+    part->features = features;
+    part->classes = classes;
+    for (std::int64_t i = 0; i < part->count; ++i) {
+      part->images.push_back(static_cast<float>(i));
+      part->images.push_back(static_cast<float>(-i));
+      part->labels.push_back(static_cast<std::int32_t>(i % classes));
+    }
+  }
+  return data;
+}
+
+/// B = 8 over R replicas x M micro-batches, 3 steps per epoch, 2 epochs, no evaluation.
+run_plan plan_of(std::int64_t replicas, std::int64_t microbatches) {
+  run_plan p;
+  p.batch_size = 8;
+  p.replicas = replicas;
+  p.microbatches = microbatches;
+  p.steps_per_epoch = train_count / p.batch_size;
+  p.total_steps = 2 * p.steps_per_epoch;
+  p.epochs = 2;
+  p.evaluate = false;
+  return p;
+}
+
+/// Which samples a message carries (its rows' first feature), checking the second.
+std::vector<std::int64_t> samples_of(const tensor& x) {
+  REQUIRE(x.rank() == 2);
+  REQUIRE(x.dim(1) == features);
+  auto v = values(x);
+  std::vector<std::int64_t> out;
+  for (std::int64_t r = 0; r < x.dim(0); ++r) {
+    CHECK(v[static_cast<std::size_t>(r * features + 1)] ==
+          -v[static_cast<std::size_t>(r * features)]);
+    out.push_back(static_cast<std::int64_t>(v[static_cast<std::size_t>(r * features)]));
+  }
+  return out;
+}
+
+using item_key =
+    std::tuple<std::int64_t, std::int32_t, std::int32_t>;  // step, replica, micro-batch
+
+struct loader_fixture : actor_fixture {
+  /// A loader whose every replica's first layer and loss is the scoped actor; replica r's
+  /// first layer is on cpu:r. Not placed on a device: runs keep it on the host.
+  caf::actor spawn(const run_plan& plan, std::uint64_t seed, bool shuffle, std::int64_t prefetch,
+                   std::int64_t capacity = 0) {
+    data_loader_settings s;
+    s.data = indexed_data();
+    s.plan = plan;
+    s.shuffle = shuffle;
+    s.seed = seed;
+    s.prefetch = prefetch;
+    s.on = {device_type::cpu, 0};
+    s.devices = &devices;
+    auto actor = system.spawn<data_loader_actor>(std::move(s));
+    std::vector<wire_end> out;
+    for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan.replicas); ++r) {
+      out.push_back(wire("activations", me(), "layer", capacity, r, "cpu:" + std::to_string(r)));
+      out.push_back(wire("labels", me(), "loss", 0, r));
+    }
+    self->send(actor, wiring(std::move(out), {}));
+    return actor;
+  }
+
+  /// Runs a whole loader (all items at once) and returns each epoch's samples in the
+  /// order of the global batch: step by step, replica by replica, micro-batch by
+  /// micro-batch. Checks every message's tag, device, labels and global batch on the way.
+  std::vector<std::vector<std::int64_t>> epochs_of(const run_plan& plan, std::uint64_t seed,
+                                                   bool shuffle) {
+    auto actor = spawn(plan, seed, shuffle, plan.total_steps);
+    self->send(actor, start_atom::value);
+    const auto messages = plan.total_steps * plan.replicas * plan.microbatches;
+    std::map<item_key, std::vector<std::int64_t>> batches;
+    for (std::int64_t i = 0; i < messages; ++i) {
+      auto m = next<activation_msg>("a micro-batch");
+      const auto& t = m.tag;
+      CHECK(t.stage == phase::train);
+      CHECK(t.version == t.step);
+      CHECK(t.epoch == t.step / plan.steps_per_epoch);
+      CHECK(m.x.device() == device_id{device_type::cpu, t.replica});
+      CHECK(batches.count({t.step, t.replica, t.microbatch}) == 0);
+      batches[{t.step, t.replica, t.microbatch}] = samples_of(m.x);
+    }
+    for (std::int64_t i = 0; i < messages; ++i) {
+      auto m = next<labels_msg>("a micro-batch's labels");
+      CHECK(m.global_batch == plan.batch_size);
+      const auto& rows = batches.at({m.tag.step, m.tag.replica, m.tag.microbatch});
+      std::vector<std::int32_t> want;
+      for (auto sample : rows)
+        want.push_back(static_cast<std::int32_t>(sample % classes));
+      CHECK(m.labels.to_int_vector() == want);
+    }
+    expect_quiet("nothing after the last step");
+    finish({actor});
+    std::vector<std::vector<std::int64_t>> epochs(static_cast<std::size_t>(plan.epochs));
+    for (const auto& [key, rows] : batches) {
+      CHECK(static_cast<std::int64_t>(rows.size()) ==
+            plan.batch_size / (plan.replicas * plan.microbatches));
+      auto& epoch = epochs[static_cast<std::size_t>(std::get<0>(key) / plan.steps_per_epoch)];
+      epoch.insert(epoch.end(), rows.begin(), rows.end());
+    }
+    return epochs;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "each epoch the data loader sends every sample once, in a permutation keyed by "
+                  "seed and epoch") {
+  const auto plan = plan_of(2, 2);
+  const auto epochs = epochs_of(plan, 5, true);
+  std::vector<std::int64_t> all(train_count);
+  std::iota(all.begin(), all.end(), 0);
+  for (const auto& epoch : epochs) {
+    auto sorted = epoch;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == all);  // each sample exactly once per epoch
+    CHECK(epoch != all);   // and shuffled
+  }
+  CHECK(epochs[0] != epochs[1]);
+  // The order is the documented permutation of (seed, epoch), split over replicas and
+  // micro-batches in order.
+  for (std::int64_t e = 0; e < 2; ++e)
+    CHECK(epochs[static_cast<std::size_t>(e)] == epoch_order(train_count, 5, e, true));
+  // The same seed gives the same order with another split; another seed another order.
+  CHECK(epochs_of(plan_of(1, 1), 5, true) == epochs);
+  CHECK(epochs_of(plan, 6, true) != epochs);
+  // Without shuffling: the samples in order, every epoch.
+  const auto plain = epochs_of(plan, 5, false);
+  CHECK(plain[0] == all);
+  CHECK(plain[1] == all);
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "the data loader keeps at most `prefetch` steps ahead until the trainer "
+                  "returns a credit") {
+  const auto plan = plan_of(1, 1);
+  auto actor = spawn(plan, 1, true, /*prefetch=*/2);
+  self->send(actor, start_atom::value);
+  std::int64_t expected_step = 0;
+  auto take_step = [&] {
+    auto m = next<activation_msg>("a step");
+    CHECK(m.tag.step == expected_step++);
+    next<labels_msg>("its labels");
+  };
+  take_step();
+  take_step();
+  expect_quiet("two steps in flight with prefetch = 2");
+  for (std::int64_t credit = 0; credit < plan.total_steps - 2; ++credit) {
+    self->send(actor, credit_atom::value);
+    take_step();
+    expect_quiet("one credit, one step");
+  }
+  CHECK(expected_step == plan.total_steps);
+  self->send(actor, credit_atom::value);
+  expect_quiet("no step after the last one");
+  finish({actor});
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "the data loader sends a replica at most its wire's capacity of micro-batches "
+                  "until the first layer releases one") {
+  const auto plan = plan_of(2, 2);
+  auto actor = spawn(plan, 1, true, /*prefetch=*/1, /*capacity=*/1);
+  self->send(actor, start_atom::value);
+  // Step 0's micro-batch 0 for each replica; micro-batch 1 waits for a credit. Labels have
+  // no credits: all four arrive.
+  std::map<std::int32_t, std::int32_t> first;
+  for (int i = 0; i < 2; ++i) {
+    auto m = next<activation_msg>("a replica's first micro-batch");
+    first[m.tag.replica] = m.tag.microbatch;
+  }
+  CHECK(first == std::map<std::int32_t, std::int32_t>{{0, 0}, {1, 0}});
+  for (int i = 0; i < 4; ++i)
+    next<labels_msg>("labels");
+  expect_quiet("capacity 1: micro-batch 1 waits");
+
+  release_msg release;
+  release.tag.step = 0;
+  release.tag.replica = 1;
+  self->send(actor, release);
+  auto m = next<activation_msg>("replica 1's second micro-batch");
+  CHECK(m.tag.replica == 1);
+  CHECK(m.tag.microbatch == 1);
+  expect_quiet("replica 0 has not released anything");
+  release.tag.replica = 0;
+  self->send(actor, release);
+  m = next<activation_msg>("replica 0's second micro-batch");
+  CHECK(m.tag.replica == 0);
+  CHECK(m.tag.microbatch == 1);
+  finish({actor});
+}

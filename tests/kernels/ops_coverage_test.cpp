@@ -1,0 +1,97 @@
+// ops_coverage_test.cpp: no op goes untested. The list of ops is the one kernels/ops.hpp
+// declares (declared_ops() in kernel_test_support.hpp); this file holds that list to the
+// dispatch table and to every registration line of every backend, and requires each op to
+// have its own CPU test and a CUDA-against-CPU comparison. A new op that lacks either fails
+// here by name.
+//
+// The tests look for `ops::NAME` in the test sources: that is how a kernel test resolves
+// the kernel it tests (kernels::lookup<ops::NAME>), so a file that never names the op
+// cannot be testing it.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernel_test_support.hpp"
+#include "kernels/kernels.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// The files under `folder` (relative to the source root) whose names end in `suffix`,
+/// relative to the root, sorted.
+std::vector<std::string> files_in(const std::string& folder, const std::string& suffix) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator{fs::path{TROUPE_SOURCE_DIR} / folder}) {
+    const auto name = entry.path().filename().string();
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(folder + "/" + name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool names_op(const std::string& text, const std::string& op) {
+  return std::regex_search(text, std::regex{"\\bops::" + op + "\\b"});
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the ops of kernels/ops.hpp are exactly those the backends register, each with a "
+    "CPU kernel") {
+  const auto ops = declared_ops();
+  // The parse found the ops (a change of ops.hpp's layout must not empty the list).
+  REQUIRE(ops.size() >= 17);
+  CHECK(std::count(ops.begin(), ops.end(), "gemm") == 1);
+  CHECK(std::count(ops.begin(), ops.end(), "relu_backward") == 1);
+  CHECK(std::set<std::string>(ops.begin(), ops.end()).size() == ops.size());
+  for (const auto& op : ops) {
+    CAPTURE(op);
+    CHECK(kernels::has_kernel(op.c_str(), kernels::device_type::cpu));
+  }
+  // Every registration line of every backend names a declared op (by its struct, whose
+  // name is the op's name).
+  const std::regex registration{R"(TROUPE_REGISTER_KERNEL\(\s*ops::([a-z0-9_]+)\s*,)"};
+  std::size_t registrations = 0;
+  for (const auto& folder : {std::string{"kernels/cpu"}, std::string{"kernels/cuda"}})
+    for (const auto& file : files_in(folder, folder == "kernels/cpu" ? ".cpp" : ".cu")) {
+      const auto text = source_text(file);
+      for (std::sregex_iterator it{text.begin(), text.end(), registration}, end; it != end; ++it) {
+        const auto op = (*it)[1].str();
+        INFO(file << " registers ops::" << op);
+        CHECK(std::count(ops.begin(), ops.end(), op) == 1);
+        ++registrations;
+      }
+    }
+  CHECK(registrations >= ops.size());
+}
+
+TEST_CASE("every op has a test of its CPU kernel and a comparison of its CUDA kernel with it") {
+  std::vector<std::pair<std::string, std::string>> cpu_tests;  // file, text
+  for (const auto& file : files_in("tests/kernels", "_test.cpp"))
+    if (file != "tests/kernels/dispatch_test.cpp" &&
+        file != "tests/kernels/cuda_kernels_test.cpp" &&
+        file != "tests/kernels/ops_coverage_test.cpp")
+      cpu_tests.emplace_back(file, source_text(file));
+  const auto cuda_test = source_text("tests/kernels/cuda_kernels_test.cpp");
+  for (const auto& op : declared_ops()) {
+    CAPTURE(op);
+    const bool tested = std::any_of(cpu_tests.begin(), cpu_tests.end(),
+                                    [&](const auto& t) { return names_op(t.second, op); });
+    INFO("add tests/kernels/" << op << "_test.cpp (or a test naming ops::" << op << ")");
+    CHECK(tested);
+    INFO("add a CUDA-against-CPU case for ops::" << op
+                                                 << " to tests/kernels/cuda_kernels_test.cpp");
+    CHECK(names_op(cuda_test, op));
+  }
+}
