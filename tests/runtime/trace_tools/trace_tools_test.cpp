@@ -392,3 +392,38 @@ TEST_CASE("a trace written by the recorder reads back") {
   CHECK(count(svg, "class=\"forward\"") == 1);
   CHECK(count(svg, "class=\"credit-wait\"") == 1);  // 1 of 1 credit in use from 2 us on
 }
+
+TEST_CASE("the timeline escapes every name a user chose, however long, in the SVG and the HTML") {
+  auto t = gpipe();
+  // Names arrive from the trace file: an actor, a schedule, a marker, a config path may hold
+  // markup, quotes, an ampersand, a control character, and be longer than any buffer.
+  const std::string hostile = "<script>alert(\"x\")</script> & 'q'\x01";
+  const std::string long_tail(5000, 'y');
+  for (auto& job : t.jobs)
+    if (job.actor == "layer_1")
+      job.actor = hostile + long_tail;
+  t.schedule = "<1f1b>&";
+  for (auto& m : t.markers)
+    m.name = "step <" + m.name + ">";
+  t.config = "runs/a&b<c>.toml";
+  auto svg = render_timeline_svg(t, timeline_options{});
+  CHECK(check_xml(svg, "svg") == "");
+  CHECK(svg.find("<script>") == std::string::npos);
+  CHECK(svg.find('\x01') == std::string::npos);
+  CHECK(svg.find("&lt;1f1b&gt;&amp;") != std::string::npos);
+  CHECK(svg.find("step &lt;") != std::string::npos);
+  const std::string escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &apos;q&apos;"
+                              "\xEF\xBF\xBD" + long_tail;
+  // Every job of that actor in the window names it whole, in data-actor and in its title.
+  auto window = choose_window(t, timeline_options{});
+  std::size_t in_window = 0;
+  for (const auto& job : t.jobs)
+    if (job.actor == hostile + long_tail && job.end_us() > window.start_us &&
+        job.start_us < window.end_us)
+      ++in_window;
+  CHECK(in_window >= 24);  // steps 1 to 3: 12 forward, 12 backward, and copies
+  CHECK(count(svg, "data-actor=\"" + escaped + "\"") == in_window);
+  CHECK(count(svg, "<title>forward by " + escaped + ", step ") == 12);
+  auto html = render_timeline_html(t, timeline_options{});
+  CHECK(html.find("(config runs/a&amp;b&lt;c&gt;.toml)") != std::string::npos);
+}
