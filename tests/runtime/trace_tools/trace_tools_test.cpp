@@ -335,11 +335,13 @@ TEST_CASE("a missing file, text that is not JSON and JSON that is not a troupe t
 TEST_CASE("a trace written by the recorder reads back") {
   // The recorder (runtime/trace/recorder.hpp) and the readers meet only in the file format; this
   // checks that they agree on it: processes, track names, job actors, counters, markers.
-  trace::reset();
-  trace::start();
-  auto stream = trace::register_track({"cpu:0 stream", "stream", "cpu:0"});
-  auto layer_0 = trace::register_track({"layer_0", "layer", "cpu:0", 0, 0, 0});
-  auto layer_1 = trace::register_track({"layer_1", "layer", "cpu:0", 0, 1, 1});
+  trace::recorder_settings settings;
+  settings.record = true;
+  auto recorder = std::make_shared<trace::recorder>(settings);
+  trace::thread_binding bound{recorder};
+  auto stream = recorder->register_track({"cpu:0 stream", "stream", "cpu:0"});
+  auto layer_0 = recorder->register_track({"layer_0", "layer", "cpu:0", 0, 0, 0});
+  auto layer_1 = recorder->register_track({"layer_1", "layer", "cpu:0", 0, 1, 1});
   trace::event job;
   job.type = trace::event_type::job;
   job.name = "forward";
@@ -366,9 +368,9 @@ TEST_CASE("a trace written by the recorder reads back") {
   trace::record(marker);
   { trace::handler_span span(layer_1, "forward", layer_0, 0, 1, 2, 0, 0, 512); }
   auto path = (std::filesystem::temp_directory_path() / "troupe_recorder_roundtrip.json").string();
-  trace::write(path, R"({"stages": 2, "microbatches": 4,
+  recorder->freeze();
+  recorder->write(path, R"({"stages": 2, "microbatches": 4,
                          "wires": [{"from": "layer_0", "to": "layer_1", "kind": "activations", "capacity": 1}]})");
-  trace::reset();
 
   auto t = load_trace(path);
   CHECK(t.devices == std::vector<std::string>{"cpu:0", "host"});
