@@ -152,6 +152,49 @@ session_prepared prepare_session(const run_config& config) {
 
 namespace {
 
+// Binds every thread of an actor system to the session's recorder as the thread starts.
+class bind_recorder_hook : public caf::thread_hook {
+ public:
+  explicit bind_recorder_hook(std::shared_ptr<trace::recorder> recorder)
+      : recorder_(std::move(recorder)) {}
+  void init(caf::actor_system&) override {}
+  void thread_started() override { trace::bind_this_thread(recorder_); }
+  void thread_terminates() override { trace::bind_this_thread(nullptr); }
+
+ private:
+  std::shared_ptr<trace::recorder> recorder_;
+};
+
+// Binds each device stream's thread to the session's recorder for the session's life: a
+// task posted now runs before any job (stream::post), so every job and every handler on
+// that thread records into this session's trace.
+class stream_bindings {
+ public:
+  stream_bindings(device_set& devices, const std::shared_ptr<trace::recorder>& recorder)
+      : devices_(devices) {
+    for (auto& d : devices_.all())
+      d->work().post([recorder] { trace::bind_this_thread(recorder); });
+  }
+  ~stream_bindings() { release(); }
+  stream_bindings(const stream_bindings&) = delete;
+  stream_bindings& operator=(const stream_bindings&) = delete;
+
+  /// Unbinds the streams' threads and waits until they are.
+  void release() {
+    if (released_)
+      return;
+    released_ = true;
+    for (auto& d : devices_.all())
+      d->work().post([] { trace::bind_this_thread(nullptr); });
+    for (auto& d : devices_.all())
+      d->work().drain_posted();
+  }
+
+ private:
+  device_set& devices_;
+  bool released_ = false;
+};
+
 // The wiring message of one actor: every wire that starts or ends at it.
 wiring_msg wiring_of(const actor_plan& a, const topology& graph,
                      const std::map<std::string, caf::actor>& spawned,
@@ -194,33 +237,39 @@ session_result run_session(const run_config& config, const session_options& opti
 
   session_result result;
   auto outcome = std::make_shared<run_outcome>();
-  device_set devices{graph.devices};
-  // Tracing and the message log: tracks for every device stream and actor (and the
-  // trainer), registered before anything runs. See runtime/trace/recorder.hpp.
+  // Tracing and the message log: this session's recorder, bound to every thread that runs
+  // its code (Note [recorders and threads] in runtime/trace/recorder.cpp), with tracks for
+  // every device stream and actor (and the trainer), registered before anything runs.
   std::string trace_path = options.trace_path.empty() ? config.run.trace : options.trace_path;
-  trace::reset();
   if (!trace_path.empty()) {
     auto parent = std::filesystem::path(trace_path).parent_path();
     if (!parent.empty())
       std::filesystem::create_directories(parent);
-    trace::start(static_cast<std::size_t>(config.run.trace_capacity));
   }
-  if (options.log_messages)
-    trace::start_logging(options.log_filter);
+  trace::recorder_settings trace_settings;
+  trace_settings.record = !trace_path.empty();
+  trace_settings.capacity = static_cast<std::size_t>(config.run.trace_capacity);
+  trace_settings.log_messages = options.log_messages;
+  trace_settings.log_filter = options.log_filter;
+  auto recorder = std::make_shared<trace::recorder>(trace_settings);
+  trace::thread_binding bound_here{recorder};
+  device_set devices{graph.devices};
+  stream_bindings bound_streams{devices, recorder};
   std::map<std::string, std::uint32_t> tracks;
   std::uint32_t trainer_track = 0;
-  if (trace::observing()) {
+  if (recorder->recording() || recorder->logging()) {
     for (auto& d : devices.all())
-      d->work().set_trace_track(trace::register_track(
+      d->work().set_trace_track(recorder->register_track(
           {d->id().to_string() + " stream", "stream", d->id().to_string(), -1, -1, -1}));
     for (const auto& a : graph.actors)
-      tracks[a.name] = trace::register_track(
+      tracks[a.name] = recorder->register_track(
           {a.name, a.kind_name(), a.device.to_string(), a.replica, a.stage, a.layer});
-    trainer_track = trace::register_track({"trainer", "trainer", "host", -1, -1, -1});
+    trainer_track = recorder->register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
   {
     caf::actor_system_config system_config;
     add_message_types(system_config);
+    system_config.add_thread_hook<bind_recorder_hook>(recorder);
     // Actors handle their messages on their devices' threads, the trainer and the loader
     // on one host thread (Note [actors on device threads] in device_scheduler.cpp).
     system_config.load<device_scheduler>();
@@ -280,12 +329,12 @@ session_result run_session(const run_config& config, const session_options& opti
       self->request(trainer, caf::infinite, start_atom::value)
           .receive([](int) {},
                    [&](caf::error& error) {
-                     outcome->exit_code = 1;
+                     outcome->exit_code = exit_code::run_failed;
                      outcome->failure = system.render(error);
                    });
       // The run is over when every optimizer has applied the last step (the last loss
       // report reaches the trainer before the last gradients reach the first layers).
-      if (outcome->exit_code == 0) {
+      if (outcome->exit_code == exit_code::ok) {
         auto parameters = collect_parameters(self, graph, spawned, outcome->steps);
         if (options.keep_parameters)
           result.parameters = std::move(parameters);
@@ -298,11 +347,11 @@ session_result run_session(const run_config& config, const session_options& opti
   }
   // The actor system has shut down; the streams drain and stop when `devices` goes.
   result.outcome = *outcome;
-  if (!trace_path.empty()) {
-    devices.synchronize();
-    trace::write(trace_path, trace_metadata(config, graph, prepared.plan, result.outcome));
-  }
-  trace::reset();
+  devices.synchronize();
+  bound_streams.release();
+  recorder->freeze();
+  if (!trace_path.empty())
+    recorder->write(trace_path, trace_metadata(config, graph, prepared.plan, result.outcome));
   return result;
 }
 

@@ -2,35 +2,39 @@
 //
 // It starts the optimizers (which publish parameter version 0) and the data loader,
 // collects the loss reports of every micro-batch, returns one credit to the loader per
-// completed item (a training step, or an evaluation batch), prints progress (a bar on a
-// terminal, plain lines otherwise), writes metrics as JSON lines, and answers the
-// `start` request when the last item is done or when any actor reports a failure.
-// It computes nothing itself.
+// completed item (a training step, or an evaluation batch), and answers the `start`
+// request when the last item is done or when any actor reports a failure. It computes
+// nothing itself and composes pieces that each do one job: run_control (counting reports
+// into steps, evaluations and the end), watchdog (a run that stopped moving), progress
+// (the lines on stdout), metrics_writer (the JSONL file) and the trace's step markers.
 #pragma once
 
 #include <caf/all.hpp>
 
 #include <chrono>
-#include <fstream>
-#include <map>
 #include <memory>
 
 #include "actors/data_loader_actor.hpp"
-#include "runtime/model/lr_schedule.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics_writer.hpp"
+#include "actors/progress.hpp"
+#include "actors/run_control.hpp"
+#include "actors/watchdog.hpp"
+#include "runtime/base/exit_code.hpp"
+#include "runtime/model/lr_schedule.hpp"
 
 namespace troupe {
 
 /// What a finished run reports back to whoever started it.
 struct run_outcome {
-  int exit_code = 0;
-  std::string failure;             // why it failed, when exit_code != 0
-  std::int64_t steps = 0;          // optimizer steps completed
-  double last_loss = 0;            // mean training loss of the last step
-  double test_loss = 0;            // of the last evaluation
-  double test_accuracy = -1;       // fraction; -1 when no evaluation ran
-  double train_seconds = 0;        // from start to the last training step's report
-  double samples_per_second = 0;   // training samples / train_seconds
+  troupe::exit_code exit_code = troupe::exit_code::ok;
+  std::string failure;            // why it failed, when exit_code != ok
+  std::int64_t steps = 0;         // optimizer steps completed
+  double last_loss = 0;           // mean training loss of the last step
+  double test_loss = 0;           // of the last evaluation
+  double test_accuracy = -1;      // fraction; -1 when no evaluation ran
+  double train_seconds = 0;       // from start to the last training step's report
+  double samples_per_second = 0;  // training samples / train_seconds
   /// Per device: the share of train_seconds its stream spent computing (1 - idle share).
   std::vector<std::pair<std::string, double>> device_utilisation;
 };
@@ -38,17 +42,17 @@ struct run_outcome {
 struct trainer_settings {
   run_plan plan;
   lr_schedule schedule;
-  std::string metrics_path;        // empty: none
+  std::string metrics_path;  // empty: none
   std::int64_t log_every = 50;
-  bool progress_bar = false;       // a terminal: redraw one line
-  bool quiet = false;              // no progress output at all
-  std::string title;               // shown in the progress lines
+  bool progress_bar = false;  // a terminal: redraw one line
+  bool quiet = false;         // no progress output at all
+  std::string title;          // shown in the progress lines
   std::shared_ptr<run_outcome> outcome;
   const device_set* devices = nullptr;  // for utilisation; outlives the trainer
   std::uint32_t track = 0;              // trace track
   double watchdog_seconds = 60;         // no progress for this long ends the run; 0 = off
   std::vector<std::pair<std::string, caf::actor>> actors;  // every actor, for the watchdog
-  caf::actor loader;               // filled before start
+  caf::actor loader;                                       // filled before start
   std::vector<caf::actor> optimizers;
 };
 
@@ -58,37 +62,25 @@ class trainer_actor : public caf::event_based_actor {
   caf::behavior make_behavior() override;
 
  private:
-  struct totals {
-    double loss_sum = 0;
-    std::int64_t correct = 0;
-    std::int64_t samples = 0;
-    std::int64_t reports = 0;
-  };
-
+  void start();
   void on_report(const loss_report_msg& report);
-  void finish_step(std::int64_t step, const totals& t);
-  void finish_evaluation(std::int64_t epoch, const totals& t);
-  void print_progress(std::int64_t step, const totals& t);
-  void end(int exit_code, const std::string& failure);
+  void finish_step(std::int64_t step, const report_totals& t);
+  void finish_evaluation(std::int64_t epoch, const report_totals& t);
+  void end(troupe::exit_code code, const std::string& failure);
   void watch();
-  std::chrono::milliseconds watchdog_interval() const;
   double seconds_since_start() const;
 
   std::shared_ptr<trainer_settings> settings_;
+  run_control control_;
+  troupe::watchdog watchdog_;
+  progress progress_;
+  metrics_writer metrics_;
   caf::response_promise done_;
-  std::ofstream metrics_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_step_time_;
   double samples_per_second_ = 0;  // smoothed
-  std::map<std::int64_t, totals> steps_;  // training steps in progress
-  totals eval_;                           // the evaluation in progress
-  std::int64_t evals_done_ = 0;           // evaluation batches reported so far
-  std::int64_t steps_done_ = 0;
-  std::int64_t items_left_ = 0;
   bool ended_ = false;
   std::uint64_t reports_ = 0;
-  std::uint64_t last_progress_ = 0;
-  std::chrono::steady_clock::time_point last_progress_time_;
 };
 
 }  // namespace troupe

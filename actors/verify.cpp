@@ -56,8 +56,9 @@ verify_result verify_against_single_device(const run_config& config, std::int64_
     options.keep_parameters = true;
     options.metrics_path = "/dev/null";
     auto result = run_session(c, options);
-    if (result.outcome.exit_code != 0)
-      throw user_error(std::string{"the "} + which + " run failed: " + result.outcome.failure, 1);
+    if (result.outcome.exit_code != exit_code::ok)
+      throw user_error(std::string{"the "} + which + " run failed: " + result.outcome.failure,
+                       exit_code::run_failed);
     return result.parameters;
   };
   auto reference = train(single_device_form(config), "single-device");

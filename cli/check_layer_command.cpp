@@ -37,7 +37,7 @@ setting_value parse_setting(const std::string& text, std::string& key) {
 
 }  // namespace
 
-int check_layer_command(const std::vector<std::string>& args) {
+exit_code check_layer_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("input", po::value<std::int64_t>()->default_value(7),
                         "input features per sample")(
@@ -70,14 +70,14 @@ int check_layer_command(const std::vector<std::string>& args) {
   check.seed = values["seed"].as<std::uint64_t>();
   if (check.input_shape[0] < 1 || check.batch < 1) {
     std::fprintf(stderr, "troupe check-layer: --input and --batch must be at least 1\n");
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   auto result = check_layer_gradients(layer, check);
   std::printf("%s\n", result.summary.c_str());
   for (const auto& failure : result.failures)
     std::printf("  FAIL %s\n", failure.c_str());
   std::printf("%s\n", result.passed ? "PASS" : "FAIL");
-  return result.passed ? 0 : exit_failure;
+  return result.passed ? exit_code::ok : exit_code::run_failed;
 }
 
 }  // namespace troupe::cli

@@ -11,7 +11,7 @@ namespace po = boost::program_options;
 
 namespace troupe::cli {
 
-std::optional<int> parse_command_line(const std::vector<std::string>& args, const char* name,
+std::optional<exit_code> parse_command_line(const std::vector<std::string>& args, const char* name,
                                       const char* description, po::options_description options,
                                       command_line& out, const char* operand) {
   options.add_options()("plugin", po::value<std::vector<std::string>>()->composing(),
@@ -35,16 +35,16 @@ std::optional<int> parse_command_line(const std::vector<std::string>& args, cons
   } catch (const po::error& e) {
     std::fprintf(stderr, "troupe %s: %s\n\n", name, e.what());
     usage(stderr);
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   if (out.values.count("help")) {
     usage(stdout);
-    return 0;
+    return exit_code::ok;
   }
   if (!out.values.count("config")) {
     std::fprintf(stderr, "troupe %s: missing %s\n\n", name, operand);
     usage(stderr);
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   out.config = out.values["config"].as<std::string>();
   return std::nullopt;

@@ -9,19 +9,19 @@
 
 namespace troupe::cli {
 
-int layers_command(const std::vector<std::string>& args) {
+exit_code layers_command(const std::vector<std::string>& args) {
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::printf(
         "usage: troupe layers [--plugin PATH]...\n\nLists the layer types a config's "
         "[[model.layers]] can use, and\nthe actor kinds an explicit config's [[actor]] tables "
         "can use, with those of\nthe plugins named.\n");
-    return 0;
+    return exit_code::ok;
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] != "--plugin" || i + 1 == args.size()) {
       std::fprintf(stderr, "troupe layers: unexpected '%s' (usage: troupe layers [--plugin PATH]...)\n",
                    args[i].c_str());
-      return exit_bad_input;
+      return exit_code::bad_input;
     }
     load_plugin(args[++i]);
   }
@@ -34,7 +34,7 @@ int layers_command(const std::vector<std::string>& args) {
     if (const auto* signature = find_actor_signature(name))
       std::printf("  %-18s (%s)\n", "", describe_signature(*signature).c_str());
   }
-  return 0;
+  return exit_code::ok;
 }
 
 }  // namespace troupe::cli

@@ -1,5 +1,5 @@
 // main.cpp: the troupe command line: picks the command and turns user errors into
-// messages and exit codes (0 success, 1 a run failed, 2 bad input, 3 watchdog).
+// messages and exit codes (runtime/base/exit_code.hpp).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,21 +30,14 @@ const char* main_usage =
     "exit codes: 0 success, 1 the run failed, 2 bad input (usage, config, data),\n"
     "            3 stopped by the watchdog (no progress; it prints what each actor waits for)\n";
 
-}  // namespace
+// The usage lists the codes by number.
+static_assert(troupe::exit_status(troupe::exit_code::run_failed) == 1 &&
+              troupe::exit_status(troupe::exit_code::bad_input) == 2 &&
+              troupe::exit_status(troupe::exit_code::watchdog) == 3);
 
-int main(int argc, char** argv) {
+troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {
   using namespace troupe::cli;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(main_usage, args.empty() ? stderr : stdout);
-    return args.empty() ? exit_bad_input : 0;
-  }
-  if (args[0] == "--version") {
-    std::printf("troupe %s\n", TROUPE_VERSION_STRING);
-    return 0;
-  }
-  auto command = args[0];
-  args.erase(args.begin());
+  using troupe::exit_code;
   try {
     troupe::check_builtin_registrations();
     if (command == "run")
@@ -59,15 +52,36 @@ int main(int argc, char** argv) {
       return check_layer_command(args);
     if (command == "trace")
       return trace_command(args);
-    std::fprintf(stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
-                 troupe::did_you_mean(command, {"run", "plan", "verify", "trace", "layers", "check-layer"}).c_str(),
-                 main_usage);
-    return exit_bad_input;
+    std::fprintf(
+        stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
+        troupe::did_you_mean(command, {"run", "plan", "verify", "trace", "layers", "check-layer"})
+            .c_str(),
+        main_usage);
+    return exit_code::bad_input;
   } catch (const troupe::user_error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe %s: internal error: %s\n", command.c_str(), e.what());
-    return exit_failure;
+    return exit_code::run_failed;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using troupe::exit_code;
+  using troupe::exit_status;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(main_usage, args.empty() ? stderr : stdout);
+    return exit_status(args.empty() ? exit_code::bad_input : exit_code::ok);
+  }
+  if (args[0] == "--version") {
+    std::printf("troupe %s\n", TROUPE_VERSION_STRING);
+    return exit_status(exit_code::ok);
+  }
+  auto command = args[0];
+  args.erase(args.begin());
+  return exit_status(run(command, args));
 }

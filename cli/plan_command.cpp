@@ -9,7 +9,7 @@ namespace po = boost::program_options;
 
 namespace troupe::cli {
 
-int plan_command(const std::vector<std::string>& args) {
+exit_code plan_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("dot", "print Graphviz DOT instead of tables")(
       "eject", "print the explicit [[actor]]/[[wire]] config that runs identically");
@@ -25,7 +25,7 @@ int plan_command(const std::vector<std::string>& args) {
     return *stop;
   if (line.values.count("dot") && line.values.count("eject")) {
     std::fprintf(stderr, "troupe plan: choose one of --dot and --eject\n");
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   auto config = load_config_and_plugins(line);
   auto prepared = prepare_session(config);
@@ -35,7 +35,7 @@ int plan_command(const std::vector<std::string>& args) {
     std::cout << format_explicit(prepared.graph, config);
   else
     std::cout << format_table(prepared.graph);
-  return 0;
+  return exit_code::ok;
 }
 
 }  // namespace troupe::cli

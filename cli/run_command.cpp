@@ -10,7 +10,7 @@ namespace po = boost::program_options;
 
 namespace troupe::cli {
 
-int run_command(const std::vector<std::string>& args) {
+exit_code run_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("metrics", po::value<std::string>(),
                         "write metrics (JSON lines) here instead of [run] metrics")(
@@ -41,7 +41,7 @@ int run_command(const std::vector<std::string>& args) {
     if (steps < 1) {
       std::fprintf(stderr, "troupe run: --steps must be at least 1, got %lld\n",
                    static_cast<long long>(steps));
-      return exit_bad_input;
+      return exit_code::bad_input;
     }
     config.run.steps = steps;
   }
@@ -60,16 +60,16 @@ int run_command(const std::vector<std::string>& args) {
     session.watchdog = line.values["watchdog"].as<double>();
     if (!(session.watchdog >= 0)) {
       std::fprintf(stderr, "troupe run: --watchdog must be 0 or more seconds\n");
-      return exit_bad_input;
+      return exit_code::bad_input;
     }
   }
   auto result = run_session(config, session);
   const auto& outcome = result.outcome;
   auto trace_path = session.trace_path.empty() ? config.run.trace : session.trace_path;
-  if (!trace_path.empty() && outcome.exit_code == 0)
+  if (!trace_path.empty() && outcome.exit_code == exit_code::ok)
     std::printf("trace written to %s (open it in Perfetto, or: troupe trace summary %s)\n",
                 trace_path.c_str(), trace_path.c_str());
-  if (outcome.exit_code != 0) {
+  if (outcome.exit_code != exit_code::ok) {
     std::fprintf(stderr, "troupe run: %s\n", outcome.failure.c_str());
     return outcome.exit_code;
   }
@@ -84,7 +84,7 @@ int run_command(const std::vector<std::string>& args) {
       std::printf(" %s %.0f%%", name.c_str(), 100.0 * share);
     std::printf("\n");
   }
-  return 0;
+  return exit_code::ok;
 }
 
 }  // namespace troupe::cli

@@ -50,7 +50,7 @@ void write_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-int trace_command(const std::vector<std::string>& args) {
+exit_code trace_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("json", "summary: print JSON (every step) instead of tables")(
       "output,o", po::value<std::string>(), "timeline: write here; .svg or .html")(
@@ -76,11 +76,11 @@ int trace_command(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     std::fprintf(stderr, "troupe trace: %s\n\n", e.what());
     usage(stderr);
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   if (values.count("help")) {
     usage(stdout);
-    return 0;
+    return exit_code::ok;
   }
   auto what = values.count("what") ? values["what"].as<std::string>() : std::string{};
   if (what != "summary" && what != "timeline") {
@@ -90,13 +90,13 @@ int trace_command(const std::vector<std::string>& args) {
       std::fprintf(stderr, "troupe trace: unknown '%s'%s\n\n", what.c_str(),
                    did_you_mean(what, {"summary", "timeline"}).c_str());
     usage(stderr);
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   if (!values.count("file")) {
     std::fprintf(stderr, "troupe trace %s: missing FILE (a trace from troupe run --trace)\n\n",
                  what.c_str());
     usage(stderr);
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   auto path = values["file"].as<std::string>();
 
@@ -107,7 +107,7 @@ int trace_command(const std::vector<std::string>& args) {
     std::fputs((values.count("json") ? format_summary_json(summary) : format_summary_text(summary))
                    .c_str(),
                stdout);
-    return 0;
+    return exit_code::ok;
   }
 
   if (values.count("json"))
@@ -135,7 +135,7 @@ int trace_command(const std::vector<std::string>& args) {
   else
     std::printf("wrote %s: the whole trace, %.3f ms\n", output.c_str(),
                 (window.end_us - window.start_us) / 1000);
-  return 0;
+  return exit_code::ok;
 }
 
 }  // namespace troupe::cli

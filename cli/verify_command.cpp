@@ -9,7 +9,7 @@ namespace po = boost::program_options;
 
 namespace troupe::cli {
 
-int verify_command(const std::vector<std::string>& args) {
+exit_code verify_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("steps", po::value<std::int64_t>()->default_value(20),
                         "optimizer steps to train both runs")(
@@ -27,7 +27,7 @@ int verify_command(const std::vector<std::string>& args) {
   auto steps = line.values["steps"].as<std::int64_t>();
   if (steps < 1) {
     std::fprintf(stderr, "troupe verify: --steps must be at least 1\n");
-    return exit_bad_input;
+    return exit_code::bad_input;
   }
   auto tolerance = line.values["tolerance"].as<double>();
   auto config = load_config_and_plugins(line);
@@ -39,7 +39,7 @@ int verify_command(const std::vector<std::string>& args) {
   std::printf("%s: worst relative difference %.3g after %lld steps (tolerance %.3g)\n",
               result.passed ? "PASS" : "FAIL", result.worst, static_cast<long long>(steps),
               tolerance);
-  return result.passed ? 0 : exit_failure;
+  return result.passed ? exit_code::ok : exit_code::run_failed;
 }
 
 }  // namespace troupe::cli

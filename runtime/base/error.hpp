@@ -2,7 +2,7 @@
 //
 // - Expected failures a user can act on (a bad config, a bad data file, a lost node)
 //   are exceptions derived from troupe::user_error; the CLI prints what() and exits
-//   with the error's exit code (2 for bad input).
+//   with the error's exit code (exit_code::bad_input unless it says otherwise).
 // - Programmer errors go through TROUPE_CHECK, which throws troupe::check_failure with
 //   file, line, the failed condition and a message.
 #pragma once
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/check.hpp"  // TROUPE_CHECK, check_failure
+#include "runtime/base/exit_code.hpp"
 
 namespace troupe {
 
@@ -29,12 +30,13 @@ struct source_position {
 /// An error in the user's input; what() is the whole message a user sees.
 class user_error : public std::runtime_error {
  public:
-  explicit user_error(const std::string& message, int exit_code = 2)
-      : std::runtime_error(message), exit_code_(exit_code) {}
-  int exit_code() const noexcept { return exit_code_; }
+  explicit user_error(const std::string& message,
+                      troupe::exit_code code = troupe::exit_code::bad_input)
+      : std::runtime_error(message), exit_code_(code) {}
+  troupe::exit_code exit_code() const noexcept { return exit_code_; }
 
  private:
-  int exit_code_;
+  troupe::exit_code exit_code_;
 };
 
 /// A config error: "file:line:col: message".

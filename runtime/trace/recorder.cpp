@@ -1,14 +1,33 @@
 // recorder.cpp: per-thread event buffers, the live message log, and the Chrome Trace writer.
+//
+// Note [recorders and threads]
+// A session owns its recorder and binds it to every thread that runs its code: the
+// session's own thread, each device stream's thread (a task posted before any job), and
+// every thread of its actor system (a CAF thread hook). The binding is a thread-local
+// shared_ptr, so the free functions that actors and streams call (record, now_ns, ...)
+// find the right recorder without a lookup, two sessions in one process (one after the
+// other, or at once on separate threads) never see each other's recorder, and a thread
+// that outlives its session keeps the recorder alive instead of writing into freed memory.
+//
+// Each (thread, recorder) pair gets its own buffer, made on the thread's first event and
+// owned by the recorder; only that thread appends to it. freeze() has to know that no
+// thread is still appending when it returns, without putting a lock on that path. A
+// writer announces itself (buffer::writing = true) and only then checks whether the
+// recorder still records; freeze() first stops recording and then waits until no buffer
+// is being written. Both sides use sequentially consistent operations, so at least one
+// of them sees the other: either the writer sees "stopped" and appends nothing, or
+// freeze() sees "writing" and waits for the append to finish (whose release store
+// publishes the event to collect()).
 #include "runtime/trace/recorder.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -17,100 +36,40 @@
 namespace troupe::trace {
 
 namespace detail {
-std::atomic<bool> enabled_flag{false};
-std::atomic<bool> logging_flag{false};
+std::atomic<int> observing_recorders{0};
 }  // namespace detail
+
+struct recorder::buffer {
+  std::vector<event> events;         // appended by the owning thread only
+  std::uint64_t dropped = 0;         // likewise
+  std::atomic<bool> writing{false};  // Note [recorders and threads]
+};
 
 namespace {
 
-using clock = std::chrono::steady_clock;
-
-struct buffer {
-  std::vector<event> events;
-  std::uint64_t dropped = 0;
-};
-
-struct log_filter {
-  std::string actor;  // substring of the receiver's or sender's name
-  std::string kind;   // message name, exactly
-  std::int64_t step = -1;
-  std::string any;    // substring of actor names or kind
-};
-
-struct state {
-  std::mutex mutex;
-  clock::time_point origin = clock::now();
-  std::size_t capacity = 1 << 20;
-  std::uint64_t generation = 1;
-  std::vector<std::shared_ptr<buffer>> buffers;
-  std::vector<track_info> tracks;
-  std::atomic<std::uint64_t> flows{0};
-  log_filter filter;
-  std::mutex print_mutex;
-};
-
-state& the_state() {
-  static state s;
-  return s;
-}
-
-thread_local std::shared_ptr<buffer> local_buffer;
-thread_local std::uint64_t local_generation = 0;
-
-buffer& this_thread_buffer() {
-  auto& s = the_state();
-  if (!local_buffer || local_generation != s.generation) {
-    std::lock_guard<std::mutex> guard{s.mutex};
-    local_buffer = std::make_shared<buffer>();
-    local_buffer->events.reserve(std::min<std::size_t>(s.capacity, 4096));
-    s.buffers.push_back(local_buffer);
-    local_generation = s.generation;
-  }
-  return *local_buffer;
-}
-
-const std::string& track_name(std::uint32_t id) {
-  static const std::string nobody = "-";
-  auto& s = the_state();
-  return id == 0 || id > s.tracks.size() ? nobody : s.tracks[id - 1].name;
-}
-
-bool matches(const log_filter& f, const event& e) {
-  const auto& receiver = track_name(e.track);
-  const auto& sender = track_name(e.peer);
-  if (!f.actor.empty() && receiver.find(f.actor) == std::string::npos &&
-      sender.find(f.actor) == std::string::npos)
-    return false;
-  if (!f.kind.empty() && f.kind != e.name)
-    return false;
-  if (f.step >= 0 && f.step != e.step)
-    return false;
-  if (!f.any.empty() && receiver.find(f.any) == std::string::npos &&
-      sender.find(f.any) == std::string::npos && std::string{e.name}.find(f.any) == std::string::npos)
-    return false;
-  return true;
-}
-
-}  // namespace
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - the_state().origin)
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-void start(std::size_t capacity) {
-  auto& s = the_state();
-  {
-    std::lock_guard<std::mutex> guard{s.mutex};
-    s.capacity = std::max<std::size_t>(capacity, 16);
-  }
-  detail::enabled_flag.store(true);
-}
+const std::int64_t process_origin_ns = steady_ns();
 
-void start_logging(const std::string& filter) {
-  auto& s = the_state();
+// The calling thread's recorder, and its buffer there once it has recorded an event.
+struct thread_state {
+  std::shared_ptr<recorder> owner;
+  recorder::buffer* events = nullptr;
+};
+
+thread_local thread_state this_thread;
+
+}  // namespace
+
+// ---- the recorder ----
+
+recorder::log_filter recorder::parse_filter(const std::string& text) {
   log_filter f;
-  std::stringstream terms{filter};
+  std::stringstream terms{text};
   std::string term;
   while (std::getline(terms, term, ',')) {
     if (term.empty())
@@ -126,90 +85,77 @@ void start_logging(const std::string& filter) {
       f.actor = value;
     else if (key == "kind")
       f.kind = value;
-    else if (key == "step" && !value.empty() &&
+    else if (key == "step" && !value.empty() && value.size() <= 18 &&
              value.find_first_not_of("0123456789") == std::string::npos)
       f.step = std::stoll(value);
     else
       throw user_error("--log-messages: unknown filter term '" + term +
                        "'; use actor=NAME, kind=KIND, step=N or a plain word, separated by commas");
   }
-  {
-    std::lock_guard<std::mutex> guard{s.mutex};
-    s.filter = f;
+  return f;
+}
+
+recorder::recorder(const recorder_settings& settings)
+    : origin_ns_(steady_ns()),
+      capacity_(std::max<std::size_t>(settings.capacity, 16)),
+      filter_(settings.log_messages ? parse_filter(settings.log_filter) : log_filter{}),
+      recording_(settings.record),
+      logging_(settings.log_messages) {
+  if (settings.record || settings.log_messages) {
+    counted_ = true;
+    detail::observing_recorders.fetch_add(1);
   }
-  detail::logging_flag.store(true);
 }
 
-void reset() {
-  detail::enabled_flag.store(false);
-  detail::logging_flag.store(false);
-  auto& s = the_state();
-  std::lock_guard<std::mutex> guard{s.mutex};
-  s.buffers.clear();
-  s.tracks.clear();
-  ++s.generation;
-  s.origin = clock::now();
+recorder::~recorder() {
+  if (counted_)
+    detail::observing_recorders.fetch_sub(1);
 }
 
-std::uint32_t register_track(const track_info& info) {
-  auto& s = the_state();
-  std::lock_guard<std::mutex> guard{s.mutex};
-  s.tracks.push_back(info);
-  return static_cast<std::uint32_t>(s.tracks.size());
+std::int64_t recorder::now_ns() const { return steady_ns() - origin_ns_; }
+
+std::uint32_t recorder::register_track(const track_info& info) {
+  std::lock_guard<std::mutex> guard{mutex_};
+  tracks_.push_back(info);
+  return static_cast<std::uint32_t>(tracks_.size());
 }
 
-std::uint64_t next_flow() {
-  return the_state().flows.fetch_add(1, std::memory_order_relaxed) + 1;
+recorder::buffer* recorder::add_buffer() {
+  std::lock_guard<std::mutex> guard{mutex_};
+  if (frozen_ || !recording())
+    return nullptr;
+  buffers_.push_back(std::make_unique<buffer>());
+  buffers_.back()->events.reserve(std::min<std::size_t>(capacity_, 4096));
+  return buffers_.back().get();
 }
 
-void record(const event& e) {
-  auto& b = this_thread_buffer();
-  if (b.events.size() < the_state().capacity)
-    b.events.push_back(e);
-  else
-    ++b.dropped;
-}
-
-void log_message(const event& handled) {
-  auto& s = the_state();
-  if (!matches(s.filter, handled))
+void recorder::freeze() {
+  std::lock_guard<std::mutex> guard{mutex_};
+  if (frozen_)
     return;
-  char line[512];
-  std::snprintf(line, sizeof line, "[%10.3f ms] %-16s -> %-16s %-10s", handled.start_ns / 1e6,
-                track_name(handled.peer).c_str(), track_name(handled.track).c_str(), handled.name);
-  std::string text = line;
-  if (handled.step >= 0) {
-    std::snprintf(line, sizeof line, " %s %lld", handled.phase == 1 ? "eval" : "step",
-                  static_cast<long long>(handled.step));
-    text += line;
+  frozen_ = true;
+  recording_.store(false);  // sequentially consistent: Note [recorders and threads]
+  logging_.store(false);
+  for (const auto& b : buffers_)
+    while (b->writing.load())
+      std::this_thread::yield();
+  if (counted_) {
+    counted_ = false;
+    detail::observing_recorders.fetch_sub(1);
   }
-  if (handled.microbatch >= 0)
-    text += " mb " + std::to_string(handled.microbatch);
-  if (handled.replica >= 0)
-    text += " r" + std::to_string(handled.replica);
-  if (handled.bytes > 0) {
-    std::snprintf(line, sizeof line, " (%.1f KiB)", static_cast<double>(handled.bytes) / 1024.0);
-    text += line;
-  }
-  std::lock_guard<std::mutex> guard{s.print_mutex};
-  std::fprintf(stderr, "%s\n", text.c_str());
 }
 
-std::uint64_t dropped() {
-  auto& s = the_state();
-  std::lock_guard<std::mutex> guard{s.mutex};
-  std::uint64_t total = 0;
-  for (const auto& b : s.buffers)
-    total += b->dropped;
-  return total;
+bool recorder::frozen() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  return frozen_;
 }
 
-std::vector<event> collect() {
-  auto& s = the_state();
+std::vector<event> recorder::collect() const {
   std::vector<event> all;
   {
-    std::lock_guard<std::mutex> guard{s.mutex};
-    for (const auto& b : s.buffers)
+    std::lock_guard<std::mutex> guard{mutex_};
+    TROUPE_CHECK(frozen_, "collect() reads frozen buffers: call freeze() first");
+    for (const auto& b : buffers_)
       all.insert(all.end(), b->events.begin(), b->events.end());
   }
   std::stable_sort(all.begin(), all.end(),
@@ -217,13 +163,74 @@ std::vector<event> collect() {
   return all;
 }
 
-std::vector<track_info> tracks() {
-  auto& s = the_state();
-  std::lock_guard<std::mutex> guard{s.mutex};
-  return s.tracks;
+std::vector<track_info> recorder::tracks() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  return tracks_;
 }
 
-void write(const std::string& path, const std::string& metadata) {
+std::uint64_t recorder::dropped() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  TROUPE_CHECK(frozen_, "dropped() reads frozen buffers: call freeze() first");
+  std::uint64_t total = 0;
+  for (const auto& b : buffers_)
+    total += b->dropped;
+  return total;
+}
+
+// ---- the message log ----
+
+std::string recorder::track_name(std::uint32_t id) const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  return id == 0 || id > tracks_.size() ? std::string{"-"} : tracks_[id - 1].name;
+}
+
+bool recorder::matches(const event& e) const {
+  const auto& f = filter_;
+  const auto receiver = track_name(e.track);
+  const auto sender = track_name(e.peer);
+  if (!f.actor.empty() && receiver.find(f.actor) == std::string::npos &&
+      sender.find(f.actor) == std::string::npos)
+    return false;
+  if (!f.kind.empty() && f.kind != e.name)
+    return false;
+  if (f.step >= 0 && f.step != e.step)
+    return false;
+  if (!f.any.empty() && receiver.find(f.any) == std::string::npos &&
+      sender.find(f.any) == std::string::npos &&
+      std::string{e.name}.find(f.any) == std::string::npos)
+    return false;
+  return true;
+}
+
+std::string recorder::describe(const event& handled) const {
+  // "[%10.3f ms] %-16s -> %-16s %-10s", then the tags; names are never cut short.
+  std::ostringstream line;
+  line << '[' << std::fixed << std::setprecision(3) << std::setw(10)
+       << static_cast<double>(handled.start_ns) / 1e6 << " ms] " << std::left << std::setw(16)
+       << track_name(handled.peer) << " -> " << std::setw(16) << track_name(handled.track) << ' '
+       << std::setw(10) << handled.name << std::setw(0);
+  if (handled.step >= 0)
+    line << ' ' << (handled.phase == 1 ? "eval" : "step") << ' ' << handled.step;
+  if (handled.microbatch >= 0)
+    line << " mb " << handled.microbatch;
+  if (handled.replica >= 0)
+    line << " r" << handled.replica;
+  if (handled.bytes > 0)
+    line << " (" << std::setprecision(1) << static_cast<double>(handled.bytes) / 1024.0 << " KiB)";
+  return line.str();
+}
+
+void recorder::log_message(const event& handled) const {
+  if (!logging() || !matches(handled))
+    return;
+  // One call, so lines of several threads never interleave (stdio locks the stream).
+  std::fputs((describe(handled) + '\n').c_str(), stderr);
+}
+
+// ---- the Chrome Trace writer ----
+
+void recorder::write(const std::string& path, const std::string& metadata) const {
+  TROUPE_CHECK(frozen(), "write() reads frozen buffers: call freeze() first");
   auto events = collect();
   auto all_tracks = tracks();
   // One process per device (in order of first registration), "host" last.
@@ -237,7 +244,8 @@ void write(const std::string& path, const std::string& metadata) {
   pids["host"] = static_cast<int>(devices.size());
   devices.push_back("host");
   auto pid_of = [&](std::uint32_t track) {
-    return track == 0 || track > all_tracks.size() ? pids["host"] : pids[all_tracks[track - 1].device];
+    return track == 0 || track > all_tracks.size() ? pids["host"]
+                                                   : pids[all_tracks[track - 1].device];
   };
   auto name_of = [&](std::uint32_t track) -> std::string {
     return track == 0 || track > all_tracks.size() ? "-" : all_tracks[track - 1].name;
@@ -246,15 +254,23 @@ void write(const std::string& path, const std::string& metadata) {
   nlohmann::json out;
   auto& list = out["traceEvents"] = nlohmann::json::array();
   for (std::size_t p = 0; p < devices.size(); ++p) {
-    list.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"args", {{"name", devices[p]}}}});
-    list.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"args", {{"sort_index", p}}}});
+    list.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"args", {{"name", devices[p]}}}});
+    list.push_back(
+        {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"args", {{"sort_index", p}}}});
   }
   for (std::size_t i = 0; i < all_tracks.size(); ++i) {
     auto id = static_cast<std::uint32_t>(i + 1);
-    list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_of(id)}, {"tid", id},
+    list.push_back({{"ph", "M"},
+                    {"name", "thread_name"},
+                    {"pid", pid_of(id)},
+                    {"tid", id},
                     {"args", {{"name", all_tracks[i].name}}}});
     // Streams first in each process, then actors in registration order.
-    list.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid_of(id)}, {"tid", id},
+    list.push_back({{"ph", "M"},
+                    {"name", "thread_sort_index"},
+                    {"pid", pid_of(id)},
+                    {"tid", id},
                     {"args", {{"sort_index", all_tracks[i].kind == "stream" ? 0 : id}}}});
   }
   auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
@@ -275,38 +291,65 @@ void write(const std::string& path, const std::string& metadata) {
         args["to"] = name_of(e.track);
         if (e.flow != 0)
           args["flow"] = e.flow;
-        list.push_back({{"ph", "X"}, {"cat", "handler"}, {"name", e.name}, {"pid", pid_of(e.track)},
-                        {"tid", e.track}, {"ts", us(e.start_ns)}, {"dur", us(e.duration_ns)},
+        list.push_back({{"ph", "X"},
+                        {"cat", "handler"},
+                        {"name", e.name},
+                        {"pid", pid_of(e.track)},
+                        {"tid", e.track},
+                        {"ts", us(e.start_ns)},
+                        {"dur", us(e.duration_ns)},
                         {"args", args}});
         if (e.flow != 0)
-          list.push_back({{"ph", "f"}, {"bp", "e"}, {"cat", "message"}, {"name", e.name},
-                          {"id", e.flow}, {"pid", pid_of(e.track)}, {"tid", e.track},
+          list.push_back({{"ph", "f"},
+                          {"bp", "e"},
+                          {"cat", "message"},
+                          {"name", e.name},
+                          {"id", e.flow},
+                          {"pid", pid_of(e.track)},
+                          {"tid", e.track},
                           {"ts", us(e.start_ns)}});
         break;
       case event_type::send:
-        list.push_back({{"ph", "s"}, {"cat", "message"}, {"name", e.name}, {"id", e.flow},
-                        {"pid", pid_of(e.track)}, {"tid", e.track}, {"ts", us(e.start_ns)},
+        list.push_back({{"ph", "s"},
+                        {"cat", "message"},
+                        {"name", e.name},
+                        {"id", e.flow},
+                        {"pid", pid_of(e.track)},
+                        {"tid", e.track},
+                        {"ts", us(e.start_ns)},
                         {"args", {{"to", name_of(e.peer)}, {"bytes", e.bytes}}}});
         break;
       case event_type::job:
         args["actor"] = name_of(e.peer);
         args["queued_us"] = us(e.value);
-        list.push_back({{"ph", "X"}, {"cat", "job"}, {"name", e.name}, {"pid", pid_of(e.track)},
-                        {"tid", e.track}, {"ts", us(e.start_ns)}, {"dur", us(e.duration_ns)},
+        list.push_back({{"ph", "X"},
+                        {"cat", "job"},
+                        {"name", e.name},
+                        {"pid", pid_of(e.track)},
+                        {"tid", e.track},
+                        {"ts", us(e.start_ns)},
+                        {"dur", us(e.duration_ns)},
                         {"args", args}});
         break;
       case event_type::counter: {
         std::string counter = std::string{e.name} + " " + name_of(e.track);
         if (e.peer != 0)
           counter += " -> " + name_of(e.peer);
-        list.push_back({{"ph", "C"}, {"name", counter}, {"pid", pid_of(e.track)},
-                        {"ts", us(e.start_ns)}, {"args", {{"value", e.value}}}});
+        list.push_back({{"ph", "C"},
+                        {"name", counter},
+                        {"pid", pid_of(e.track)},
+                        {"ts", us(e.start_ns)},
+                        {"args", {{"value", e.value}}}});
         break;
       }
       case event_type::marker:
-        list.push_back({{"ph", "i"}, {"s", "g"}, {"cat", "marker"},
+        list.push_back({{"ph", "i"},
+                        {"s", "g"},
+                        {"cat", "marker"},
                         {"name", std::string{e.name} + " " + std::to_string(e.step)},
-                        {"pid", pids["host"]}, {"tid", 0}, {"ts", us(e.start_ns)},
+                        {"pid", pids["host"]},
+                        {"tid", 0},
+                        {"ts", us(e.start_ns)},
                         {"args", {{"step", e.step}, {"epoch", e.value}}}});
         break;
     }
@@ -316,8 +359,12 @@ void write(const std::string& path, const std::string& metadata) {
   other["dropped_events"] = dropped();
   nlohmann::json track_list = nlohmann::json::array();
   for (const auto& t : all_tracks)
-    track_list.push_back({{"name", t.name}, {"kind", t.kind}, {"device", t.device},
-                          {"replica", t.replica}, {"stage", t.stage}, {"layer", t.layer}});
+    track_list.push_back({{"name", t.name},
+                          {"kind", t.kind},
+                          {"device", t.device},
+                          {"replica", t.replica},
+                          {"stage", t.stage},
+                          {"layer", t.layer}});
   other["tracks"] = track_list;
   out["otherData"] = other;
   std::ofstream file(path, std::ios::trunc);
@@ -326,6 +373,74 @@ void write(const std::string& path, const std::string& metadata) {
   file << out.dump() << '\n';
   if (!file)
     throw user_error("writing the trace file '" + path + "' failed");
+}
+
+// ---- binding threads, and the calls actors and streams make ----
+
+std::shared_ptr<recorder> bind_this_thread(std::shared_ptr<recorder> r) {
+  auto& state = this_thread;
+  if (state.owner != r)
+    state.events = nullptr;
+  std::swap(state.owner, r);
+  return r;
+}
+
+recorder* this_thread_recorder() { return this_thread.owner.get(); }
+
+thread_binding::thread_binding(std::shared_ptr<recorder> r)
+    : previous_(bind_this_thread(std::move(r))) {}
+
+thread_binding::~thread_binding() { bind_this_thread(std::move(previous_)); }
+
+namespace detail {
+
+bool bound_recording() noexcept {
+  const auto* r = this_thread.owner.get();
+  return r != nullptr && r->recording();
+}
+
+bool bound_logging() noexcept {
+  const auto* r = this_thread.owner.get();
+  return r != nullptr && r->logging();
+}
+
+}  // namespace detail
+
+std::int64_t now_ns() {
+  const auto* r = this_thread.owner.get();
+  return r != nullptr ? r->now_ns() : steady_ns() - process_origin_ns;
+}
+
+std::uint64_t next_flow() {
+  auto* r = this_thread.owner.get();
+  return r != nullptr ? r->next_flow() : 0;
+}
+
+void record(const event& e) {
+  auto& state = this_thread;
+  auto* r = state.owner.get();
+  if (r == nullptr || !r->recording())
+    return;
+  if (state.events == nullptr) {
+    state.events = r->add_buffer();
+    if (state.events == nullptr)
+      return;  // frozen meanwhile
+  }
+  auto& b = *state.events;
+  // Note [recorders and threads]: announce, then check, then append.
+  b.writing.store(true);
+  if (r->recording_.load()) {
+    if (b.events.size() < r->capacity_)
+      b.events.push_back(e);
+    else
+      ++b.dropped;
+  }
+  b.writing.store(false, std::memory_order_release);
+}
+
+void log_message(const event& handled) {
+  if (const auto* r = this_thread.owner.get())
+    r->log_message(handled);
 }
 
 handler_span::handler_span(std::uint32_t track, const char* name, std::uint32_t sender,

@@ -2,13 +2,14 @@
 #include "runtime/trace_tools/summary.hpp"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
+
+#include "runtime/base/text_format.hpp"
 
 namespace troupe {
 
@@ -195,26 +196,15 @@ void summarize_steps(const trace_file& trace, trace_summary& out) {
   out.average.waiting_us /= n;
 }
 
-// printf into a std::string.
-std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* pattern, ...) {
-  char buffer[1024];
-  va_list args;
-  va_start(args, pattern);
-  std::vsnprintf(buffer, sizeof buffer, pattern, args);
-  va_end(args);
-  return buffer;
-}
-
 std::string human_bytes(std::int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (b >= 1024.0 * 1024 * 1024)
-    return format("%.2f GiB", b / (1024.0 * 1024 * 1024));
+    return string_printf("%.2f GiB", b / (1024.0 * 1024 * 1024));
   if (b >= 1024.0 * 1024)
-    return format("%.2f MiB", b / (1024.0 * 1024));
+    return string_printf("%.2f MiB", b / (1024.0 * 1024));
   if (b >= 1024.0)
-    return format("%.1f KiB", b / 1024.0);
-  return format("%lld B", static_cast<long long>(bytes));
+    return string_printf("%.1f KiB", b / 1024.0);
+  return string_printf("%lld B", static_cast<long long>(bytes));
 }
 
 int width_of(const std::vector<std::string>& names, int at_least) {
@@ -246,45 +236,45 @@ trace_summary summarize_trace(const trace_file& trace) {
 std::string format_summary_text(const trace_summary& s, std::size_t slowest_steps) {
   std::string text;
   if (s.dropped_events > 0)
-    text += format("warning: the trace dropped %lld events (a thread's buffer filled up; raise "
+    text += string_printf("warning: the trace dropped %lld events (a thread's buffer filled up; raise "
                    "[run] trace_capacity): the times below undercount what happened\n\n",
                    static_cast<long long>(s.dropped_events));
-  text += format("trace %s: %.3f ms", s.path.c_str(), s.run_us / 1000);
+  text += string_printf("trace %s: %.3f ms", s.path.c_str(), s.run_us / 1000);
   if (s.stages > 1)
-    text += format(", %lld stages x %lld micro-batches%s%s", static_cast<long long>(s.stages),
+    text += string_printf(", %lld stages x %lld micro-batches%s%s", static_cast<long long>(s.stages),
                    static_cast<long long>(s.microbatches), s.schedule.empty() ? "" : ", ",
                    s.schedule.c_str());
   if (s.replicas > 1)
-    text += format(", %lld replicas", static_cast<long long>(s.replicas));
+    text += string_printf(", %lld replicas", static_cast<long long>(s.replicas));
   text += "\n\n";
 
   std::vector<std::string> names;
   for (const auto& a : s.actors)
     names.push_back(a.name);
   const int name_width = width_of(names, 5);
-  text += format("%-*s %-8s %12s %12s %12s %12s\n", name_width, "actor", "device", "compute ms",
+  text += string_printf("%-*s %-8s %12s %12s %12s %12s\n", name_width, "actor", "device", "compute ms",
                  "handling ms", "waiting ms", "idle ms");
   for (const auto& a : s.actors)
-    text += format("%-*s %-8s %12.3f %12.3f %12.3f %12.3f\n", name_width, a.name.c_str(),
+    text += string_printf("%-*s %-8s %12.3f %12.3f %12.3f %12.3f\n", name_width, a.name.c_str(),
                    a.device.c_str(), a.compute_us / 1000, a.handling_us / 1000, a.waiting_us / 1000,
                    a.idle_us / 1000);
 
-  text += format("\n%-8s %12s %8s %12s\n", "device", "busy ms", "jobs", "utilisation");
+  text += string_printf("\n%-8s %12s %8s %12s\n", "device", "busy ms", "jobs", "utilisation");
   for (const auto& d : s.devices)
-    text += format("%-8s %12.3f %8lld %11.1f%%\n", d.name.c_str(), d.busy_us / 1000,
+    text += string_printf("%-8s %12.3f %8lld %11.1f%%\n", d.name.c_str(), d.busy_us / 1000,
                    static_cast<long long>(d.jobs), 100 * d.utilisation);
 
   if (!s.pipeline.empty()) {
-    text += format("\n%-6s %-16s %12s %8s %8s\n", "stage", "devices", "utilisation", "bubble",
+    text += string_printf("\n%-6s %-16s %12s %8s %8s\n", "stage", "devices", "utilisation", "bubble",
                    "theory");
     for (const auto& st : s.pipeline) {
       std::string devices;
       for (const auto& d : st.devices)
         devices += (devices.empty() ? "" : ",") + d;
-      text += format("%-6lld %-16s %11.1f%% %7.1f%% %7.1f%%\n", static_cast<long long>(st.stage),
+      text += string_printf("%-6lld %-16s %11.1f%% %7.1f%% %7.1f%%\n", static_cast<long long>(st.stage),
                      devices.c_str(), 100 * st.utilisation, 100 * st.bubble, 100 * s.theory_bubble);
     }
-    text += format("(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld)\n",
+    text += string_printf("(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld)\n",
                    static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
   }
 
@@ -295,10 +285,10 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
       tos.push_back(w.to);
     }
     const int from_width = width_of(froms, 4), to_width = width_of(tos, 2);
-    text += format("\n%-*s %-*s %-10s %9s %12s\n", from_width, "from", to_width, "to", "message",
+    text += string_printf("\n%-*s %-*s %-10s %9s %12s\n", from_width, "from", to_width, "to", "message",
                    "count", "bytes");
     for (const auto& w : s.wires)
-      text += format("%-*s %-*s %-10s %9lld %12s\n", from_width, w.from.c_str(), to_width,
+      text += string_printf("%-*s %-*s %-10s %9lld %12s\n", from_width, w.from.c_str(), to_width,
                      w.to.c_str(), w.kind.c_str(), static_cast<long long>(w.messages),
                      human_bytes(w.bytes).c_str());
   }
@@ -308,7 +298,7 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
     return text;
   }
   const auto& avg = s.average;
-  text += format("\n%zu training steps; on the busiest device an average step takes %.3f ms = "
+  text += string_printf("\n%zu training steps; on the busiest device an average step takes %.3f ms = "
                  "compute %.3f + communication %.3f + waiting %.3f\n",
                  s.steps.size(), avg.time_us / 1000, avg.compute_us / 1000,
                  avg.communication_us / 1000, avg.waiting_us / 1000);
@@ -316,10 +306,10 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
   std::stable_sort(slowest.begin(), slowest.end(),
                    [](const step_time& a, const step_time& b) { return a.time_us > b.time_us; });
   slowest.resize(std::min(slowest.size(), slowest_steps));
-  text += format("slowest steps:\n%8s %10s %-8s %10s %10s %10s  %s\n", "step", "time ms", "device",
+  text += string_printf("slowest steps:\n%8s %10s %-8s %10s %10s %10s  %s\n", "step", "time ms", "device",
                  "compute", "comm", "waiting", "slowest actor");
   for (const auto& st : slowest)
-    text += format("%8lld %10.3f %-8s %10.3f %10.3f %10.3f  %s (%.3f ms)\n",
+    text += string_printf("%8lld %10.3f %-8s %10.3f %10.3f %10.3f  %s (%.3f ms)\n",
                    static_cast<long long>(st.step), st.time_us / 1000, st.device.c_str(),
                    st.compute_us / 1000, st.communication_us / 1000, st.waiting_us / 1000,
                    st.slowest_actor.c_str(), st.slowest_actor_us / 1000);

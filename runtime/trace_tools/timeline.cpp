@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <vector>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/text_format.hpp"
 
 namespace troupe {
 
@@ -27,18 +27,13 @@ constexpr double axis_height = 34;
 constexpr double row_height = job_height + credit_height + row_gap;
 constexpr double label_min_width = 14;  // narrowest job that gets its micro-batch number
 
-std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* pattern, ...) {
-  char buffer[2048];
-  va_list args;
-  va_start(args, pattern);
-  std::vsnprintf(buffer, sizeof buffer, pattern, args);
-  va_end(args);
-  return buffer;
-}
-
+// Text from the trace (actor, device, wire, marker and config names are the user's
+// choice) as XML character data or an attribute value: the five special characters as
+// entities, and the control characters XML 1.0 cannot carry at all (not even as
+// references) as U+FFFD, so that no name can break or inject markup.
 std::string escape(const std::string& text) {
   std::string out;
+  out.reserve(text.size());
   for (char c : text) {
     switch (c) {
       case '&': out += "&amp;"; break;
@@ -46,7 +41,14 @@ std::string escape(const std::string& text) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '\t':
+      case '\n':
+      case '\r': out += c; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += "\xEF\xBF\xBD";
+        else
+          out += c;
     }
   }
   return out;
@@ -210,7 +212,7 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     return nullptr;
   };
 
-  std::string svg = format(
+  std::string svg = string_printf(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
       "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
       width, height, width, height);
@@ -229,10 +231,10 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                  : ", steps " + std::to_string(window.first_step) + " to " +
                        std::to_string(window.last_step);
   if (trace.stages > 1)
-    title += format(" (P = %lld, M = %lld%s%s)", static_cast<long long>(trace.stages),
+    title += string_printf(" (P = %lld, M = %lld%s%s)", static_cast<long long>(trace.stages),
                     static_cast<long long>(trace.microbatches), trace.schedule.empty() ? "" : ", ",
                     trace.schedule.c_str());
-  svg += format("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
+  svg += string_printf("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
                 label_width, escape(title).c_str());
 
   // Axis and grid first, so that jobs draw over the grid lines.
@@ -240,31 +242,31 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
   const double tick = tick_spacing(span / 1000, 10);
   const int decimals = tick >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(tick) - 1e-9));
   svg += "<g class=\"axis\">\n";
-  svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
+  svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
                 label_width, plot_bottom, label_width + plot_width, plot_bottom);
   for (double t = std::ceil(start_ms / tick - 1e-9) * tick; t <= end_ms + 1e-9 * tick; t += tick) {
     if (std::abs(t) < 1e-6 * tick)
       t = 0;  // not "-0.0"
     double x = x_of(t * 1000);
-    svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
+    svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n",
                   x, title_height - 4, x, plot_bottom + 4, x, plot_bottom + 17, decimals, t);
   }
-  svg += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ms since the trace began</text>\n",
+  svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ms since the trace began</text>\n",
                 label_width + plot_width, plot_bottom + 31);
   svg += "</g>\n<g class=\"rows\">\n";
   for (const auto& r : rows) {
-    svg += format("<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", r.y + 13,
+    svg += string_printf("<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", r.y + 13,
                   escape(r.device).c_str());
     if (!r.label.empty())
-      svg += format("<text x=\"8\" y=\"%.1f\" fill=\"#555\">%s</text>\n", r.y + 27,
+      svg += string_printf("<text x=\"8\" y=\"%.1f\" fill=\"#555\">%s</text>\n", r.y + 27,
                     escape(r.label).c_str());
   }
   svg += "</g>\n<g class=\"markers\">\n";
   for (const auto& m : trace.markers)
     if (m.time_us >= window.start_us && m.time_us <= window.end_us) {
       double x = x_of(m.time_us);
-      svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
+      svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
                     "stroke-dasharray=\"3,3\"><title>%s at %.3f ms</title></line>\n",
                     x, title_height - 4, x, plot_bottom, escape(m.name).c_str(), m.time_us / 1000);
     }
@@ -282,24 +284,24 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     std::string kind = css_class(job.name);
     std::string details = job.name + " by " + (job.actor.empty() ? "?" : job.actor);
     if (job.step >= 0)
-      details += format(", %s %lld", job.eval ? "eval" : "step", static_cast<long long>(job.step));
+      details += string_printf(", %s %lld", job.eval ? "eval" : "step", static_cast<long long>(job.step));
     if (job.microbatch >= 0)
-      details += format(", micro-batch %d", job.microbatch);
+      details += string_printf(", micro-batch %d", job.microbatch);
     if (job.replica >= 0)
-      details += format(", replica %d", job.replica);
-    details += format(": %.3f ms from %.3f ms", job.duration_us / 1000, job.start_us / 1000);
+      details += string_printf(", replica %d", job.replica);
+    details += string_printf(": %.3f ms from %.3f ms", job.duration_us / 1000, job.start_us / 1000);
     if (job.queued_us > 0)
-      details += format(", waited %.3f ms for the device", job.queued_us / 1000);
+      details += string_printf(", waited %.3f ms for the device", job.queued_us / 1000);
     if (job.bytes > 0)
-      details += format(", %lld bytes", static_cast<long long>(job.bytes));
-    svg += format("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
+      details += string_printf(", %lld bytes", static_cast<long long>(job.bytes));
+    svg += string_printf("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
                   "data-step=\"%lld\" data-microbatch=\"%d\" data-actor=\"%s\"><title>%s</title></rect>\n",
                   kind.c_str(), job.eval ? " eval" : "", x0, r->y, w, job_height,
                   static_cast<long long>(job.step), job.microbatch, escape(job.actor).c_str(),
                   escape(details).c_str());
     if ((job.name == "forward" || job.name == "backward") && job.microbatch >= 0 &&
         w >= label_min_width)
-      svg += format("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+      svg += string_printf("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
                     x0 + w / 2, r->y + job_height / 2 + 4, job.microbatch);
   }
 
@@ -326,7 +328,7 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       if (end <= start)
         continue;
       double x0 = x_of(start), x1 = x_of(end);
-      svg += format("<rect class=\"credit-wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+      svg += string_printf("<rect class=\"credit-wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
                     "height=\"%.1f\" data-wire=\"%s\"><title>%s -&gt; %s: all %lld credits in use "
                     "for %.3f ms from %.3f ms (the sender could not send more)</title></rect>\n",
                     x0, r->y + job_height, std::max(x1 - x0, 0.5), credit_height,

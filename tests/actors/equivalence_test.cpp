@@ -66,7 +66,7 @@ std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
   options.metrics_path = "/dev/null";
   auto result = run_session(config, options);
   INFO(result.outcome.failure);
-  REQUIRE(result.outcome.exit_code == 0);
+  REQUIRE(result.outcome.exit_code == exit_code::ok);
   REQUIRE(result.outcome.steps == 20);
   return result.parameters;
 }

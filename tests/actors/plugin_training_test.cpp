@@ -75,7 +75,7 @@ session_result train(const run_config& config) {
 session_result train_ok(const run_config& config) {
   auto result = train(config);
   INFO(result.outcome.failure);
-  REQUIRE(result.outcome.exit_code == 0);
+  REQUIRE(result.outcome.exit_code == exit_code::ok);
   return result;
 }
 
@@ -195,7 +195,7 @@ out = 4
 )";
   auto result = train(parse_config(config_text(test_plugins::faulty(), layers), "r.toml"));
   INFO(result.outcome.failure);
-  CHECK(result.outcome.exit_code == 1);
+  CHECK(result.outcome.exit_code == exit_code::run_failed);
   CHECK(result.outcome.steps == 0);
   CHECK(contains(result.outcome.failure, "(test_reassigned_output) forward of step 0"));
   CHECK(contains(result.outcome.failure,
@@ -217,7 +217,7 @@ out = 4
       parse_config(config_text(test_plugins::faulty(), layers, "[parallel]\nmicrobatches = 2\n"),
                    "t.toml"));
   INFO(result.outcome.failure);
-  CHECK(result.outcome.exit_code == 1);
+  CHECK(result.outcome.exit_code == exit_code::run_failed);
   CHECK(contains(result.outcome.failure, "layer_1 (test_throwing_backward) backward of step 0, "
                                          "micro-batch "));
   CHECK(contains(result.outcome.failure, "the test plugin's backward fails on purpose"));

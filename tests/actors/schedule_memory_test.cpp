@@ -91,7 +91,7 @@ schedule = ")" + schedule + "\"\n";
   options.metrics_path = "/dev/null";
   auto result = run_session(config, options);
   INFO(result.outcome.failure);
-  REQUIRE(result.outcome.exit_code == 0);
+  REQUIRE(result.outcome.exit_code == exit_code::ok);
   std::lock_guard<std::mutex> guard{probes_mutex};
   return probes;
 }

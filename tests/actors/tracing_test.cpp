@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "tests/temp_files.hpp"
 
@@ -74,7 +76,7 @@ schedule = "1f1b"
 TEST_CASE("a trace is valid JSON where every message appears once with its flow arrow") {
   auto path = temp_path("small.json");
   auto result = run(small_pipeline, path);
-  REQUIRE(result.outcome.exit_code == 0);
+  REQUIRE(result.outcome.exit_code == exit_code::ok);
   auto trace = read_json(path);
   REQUIRE(trace["traceEvents"].is_array());
   CHECK(trace["otherData"]["dropped_events"] == 0);
@@ -124,7 +126,7 @@ TEST_CASE("actors on a device handle their messages on its thread, between its j
   // stream thread, so no handler span of such an actor ever overlaps a job span of its
   // device. (With CAF's worker threads they overlap all the time in a pipeline.)
   auto path = temp_path("placed.json");
-  REQUIRE(run(small_pipeline, path).outcome.exit_code == 0);
+  REQUIRE(run(small_pipeline, path).outcome.exit_code == exit_code::ok);
   auto trace = load_trace(path);
   std::map<std::string, std::vector<const trace_span*>> jobs_on;  // by device, by start
   for (const auto& j : trace.jobs)
@@ -277,7 +279,7 @@ TEST_CASE("the recorded schedule is exactly GPipe's and 1F1B's, with the theoret
   for (const auto& c : cases) {
     auto path = temp_path(std::string{c.schedule} + ".json");
     auto result = run(fixed_pipeline(c.schedule, 4), path);
-    REQUIRE(result.outcome.exit_code == 0);
+    REQUIRE(result.outcome.exit_code == exit_code::ok);
     auto trace = read_json(path);
     std::vector<double> bubbles;
     for (int step = 1; step < 4; ++step) {  // step 0 includes start-up
@@ -322,7 +324,7 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   auto result = run_session(stuck, options);
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   INFO(result.outcome.failure);
-  CHECK(result.outcome.exit_code == 3);
+  CHECK(result.outcome.exit_code == exit_code::watchdog);
   CHECK(seconds < 20);
   const auto& why = result.outcome.failure;
   CHECK(why.find("watchdog: nothing has moved") != std::string::npos);
@@ -330,4 +332,103 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   CHECK(why.find("waiting for a credit on the wire to layer_1 (capacity 1, 1 in flight") !=
         std::string::npos);
   CHECK(why.find("for the GPipe flush") != std::string::npos);
+}
+
+namespace {
+
+// One device, one layer, 3 steps: a trace nothing like small_pipeline's.
+const char* small_single = R"(
+[run]
+steps = 3
+[data]
+source = "synthetic"
+batch_size = 16
+eval_batch_size = 64
+synthetic_train = 128
+synthetic_test = 64
+synthetic_features = 6
+synthetic_classes = 2
+[[model.layers]]
+type = "linear"
+out = 2
+[parallel]
+devices = ["cpu:0"]
+)";
+
+// What tells two sessions' traces apart, and whether every message in one is whole.
+struct trace_counts {
+  int train_forward_jobs = 0;
+  int step_markers = 0;
+  std::set<std::string> processes;
+  std::size_t tracks = 0;
+  bool flows_pair = true;  // every send has its one handling in the same file, and back
+};
+
+trace_counts count_trace(const std::string& path) {
+  auto trace = read_json(path);
+  trace_counts c;
+  std::map<std::uint64_t, int> starts, ends;
+  for (const auto& e : trace["traceEvents"]) {
+    auto ph = e["ph"].get<std::string>();
+    if (ph == "M" && e["name"] == "process_name")
+      c.processes.insert(e["args"]["name"].get<std::string>());
+    if (ph == "X" && e["cat"] == "job" && e["name"] == "forward" && e["args"]["phase"] == "train")
+      ++c.train_forward_jobs;
+    if (ph == "i" && e["name"].get<std::string>().rfind("step ", 0) == 0)
+      ++c.step_markers;
+    if (ph == "s")
+      ++starts[e["id"].get<std::uint64_t>()];
+    if (ph == "f")
+      ++ends[e["id"].get<std::uint64_t>()];
+  }
+  c.flows_pair = !starts.empty() && starts.size() == ends.size();
+  for (const auto& [id, n] : starts)
+    c.flows_pair = c.flows_pair && n == 1 && ends.count(id) == 1 && ends[id] == 1;
+  c.tracks = trace["otherData"]["tracks"].size();
+  return c;
+}
+
+void check_apart(const trace_counts& pipeline, const trace_counts& single) {
+  // small_pipeline: 6 steps x 4 micro-batches x 3 layers on cpu:0 and cpu:1. small_single:
+  // 3 steps of one layer on cpu:0, and its own tracks only: 1 stream and 5 actors (loader,
+  // layer, loss, optimizer, trainer). One event of the other session would show in a count
+  // or as a flow without its other end.
+  CHECK(pipeline.train_forward_jobs == 6 * 4 * 3);
+  CHECK(pipeline.step_markers == 6);
+  CHECK(pipeline.processes == std::set<std::string>{"cpu:0", "cpu:1", "host"});
+  CHECK(pipeline.flows_pair);
+  CHECK(single.train_forward_jobs == 3);
+  CHECK(single.step_markers == 3);
+  CHECK(single.processes == std::set<std::string>{"cpu:0", "host"});
+  CHECK(single.tracks == 6);
+  CHECK(single.flows_pair);
+}
+
+}  // namespace
+
+TEST_CASE("two sessions one after the other write traces of their own events only") {
+  auto pipeline_path = temp_path("first_of_two.json");
+  auto single_path = temp_path("second_of_two.json");
+  REQUIRE(run(small_pipeline, pipeline_path).outcome.exit_code == exit_code::ok);
+  REQUIRE(run(small_single, single_path).outcome.exit_code == exit_code::ok);
+  check_apart(count_trace(pipeline_path), count_trace(single_path));
+}
+
+TEST_CASE("two sessions at once on two threads keep their traces apart") {
+  auto pipeline_path = temp_path("concurrent_pipeline.json");
+  auto single_path = temp_path("concurrent_single.json");
+  session_result single;
+  std::thread other([&] { single = run(small_single, single_path); });
+  auto pipeline = run(small_pipeline, pipeline_path);
+  other.join();
+  REQUIRE(pipeline.outcome.exit_code == exit_code::ok);
+  REQUIRE(single.outcome.exit_code == exit_code::ok);
+  check_apart(count_trace(pipeline_path), count_trace(single_path));
+}
+
+TEST_CASE("a session leaves its threads bound to no recorder") {
+  auto path = temp_path("unbound_after.json");
+  REQUIRE(run(small_single, path).outcome.exit_code == exit_code::ok);
+  CHECK(trace::this_thread_recorder() == nullptr);
+  CHECK_FALSE(trace::enabled());
 }

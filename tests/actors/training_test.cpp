@@ -77,7 +77,7 @@ TEST_CASE("an MLP trained through actors separates synthetic data with over 95% 
   auto result = run_session(config, options);
   const auto& outcome = result.outcome;
   INFO(outcome.failure);
-  REQUIRE(outcome.exit_code == 0);
+  REQUIRE(outcome.exit_code == exit_code::ok);
   CHECK(outcome.steps == 2 * (2048 / 64));
   CHECK(outcome.test_accuracy > 0.95);
 
@@ -117,7 +117,7 @@ TEST_CASE("two runs with the same seed end with the same parameters") {
   options.metrics_path = temp_path("determinism.jsonl");
   auto a = run_session(config, options);
   auto b = run_session(config, options);
-  REQUIRE(a.outcome.exit_code == 0);
+  REQUIRE(a.outcome.exit_code == exit_code::ok);
   REQUIRE(a.parameters.size() == 3);
   CHECK(a.parameters[0].size() == 2);  // weight and bias
   CHECK(a.parameters[1].empty());      // relu has none
@@ -166,7 +166,7 @@ TEST_CASE("an exception in a layer ends the run with the actor, layer, step and 
   auto result = run_session(config, options);
   // No orphan threads: the device streams and the scheduler's threads are gone with the session.
   CHECK(thread_count() == threads_before);
-  CHECK(result.outcome.exit_code == 1);
+  CHECK(result.outcome.exit_code == exit_code::run_failed);
   CHECK(result.outcome.failure.find("layer_1 (test_failing) forward of step 3, micro-batch 0") !=
         std::string::npos);
   CHECK(result.outcome.failure.find("deliberate failure") != std::string::npos);

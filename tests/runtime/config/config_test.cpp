@@ -482,7 +482,7 @@ TEST_CASE("load_config on a missing file is a user error with exit code 2, not a
   } catch (const troupe::user_error& error) {
     CHECK(std::string(error.what()) ==
           "cannot open config file '/nonexistent/troupe.toml': No such file or directory");
-    CHECK(error.exit_code() == 2);
+    CHECK(error.exit_code() == troupe::exit_code::bad_input);
   }
 }
 

@@ -33,7 +33,7 @@ std::string load_error(const std::string& path) {
   try {
     load_plugin(path);
   } catch (const user_error& e) {
-    CHECK(e.exit_code() == 2);  // bad input, like a bad config
+    CHECK(e.exit_code() == exit_code::bad_input);  // bad input, like a bad config
     return e.what();
   }
   FAIL("load_plugin('" << path << "') did not throw");

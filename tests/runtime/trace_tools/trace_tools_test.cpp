@@ -336,11 +336,13 @@ TEST_CASE("a missing file, text that is not JSON and JSON that is not a troupe t
 TEST_CASE("a trace written by the recorder reads back") {
   // The recorder (runtime/trace/recorder.hpp) and the readers meet only in the file format; this
   // checks that they agree on it: processes, track names, job actors, counters, markers.
-  trace::reset();
-  trace::start();
-  auto stream = trace::register_track({"cpu:0 stream", "stream", "cpu:0"});
-  auto layer_0 = trace::register_track({"layer_0", "layer", "cpu:0", 0, 0, 0});
-  auto layer_1 = trace::register_track({"layer_1", "layer", "cpu:0", 0, 1, 1});
+  trace::recorder_settings settings;
+  settings.record = true;
+  auto recorder = std::make_shared<trace::recorder>(settings);
+  trace::thread_binding bound{recorder};
+  auto stream = recorder->register_track({"cpu:0 stream", "stream", "cpu:0"});
+  auto layer_0 = recorder->register_track({"layer_0", "layer", "cpu:0", 0, 0, 0});
+  auto layer_1 = recorder->register_track({"layer_1", "layer", "cpu:0", 0, 1, 1});
   trace::event job;
   job.type = trace::event_type::job;
   job.name = "forward";
@@ -367,9 +369,9 @@ TEST_CASE("a trace written by the recorder reads back") {
   trace::record(marker);
   { trace::handler_span span(layer_1, "forward", layer_0, 0, 1, 2, 0, 0, 512); }
   auto path = troupe::test::temp_file("troupe_recorder_roundtrip.json");
-  trace::write(path, R"({"stages": 2, "microbatches": 4,
+  recorder->freeze();
+  recorder->write(path, R"({"stages": 2, "microbatches": 4,
                          "wires": [{"from": "layer_0", "to": "layer_1", "kind": "activations", "capacity": 1}]})");
-  trace::reset();
 
   auto t = load_trace(path);
   CHECK(t.devices == std::vector<std::string>{"cpu:0", "host"});
@@ -392,4 +394,39 @@ TEST_CASE("a trace written by the recorder reads back") {
   CHECK(check_xml(svg, "svg") == "");
   CHECK(count(svg, "class=\"forward\"") == 1);
   CHECK(count(svg, "class=\"credit-wait\"") == 1);  // 1 of 1 credit in use from 2 us on
+}
+
+TEST_CASE("the timeline escapes every name a user chose, however long, in the SVG and the HTML") {
+  auto t = gpipe();
+  // Names arrive from the trace file: an actor, a schedule, a marker, a config path may hold
+  // markup, quotes, an ampersand, a control character, and be longer than any buffer.
+  const std::string hostile = "<script>alert(\"x\")</script> & 'q'\x01";
+  const std::string long_tail(5000, 'y');
+  for (auto& job : t.jobs)
+    if (job.actor == "layer_1")
+      job.actor = hostile + long_tail;
+  t.schedule = "<1f1b>&";
+  for (auto& m : t.markers)
+    m.name = "step <" + m.name + ">";
+  t.config = "runs/a&b<c>.toml";
+  auto svg = render_timeline_svg(t, timeline_options{});
+  CHECK(check_xml(svg, "svg") == "");
+  CHECK(svg.find("<script>") == std::string::npos);
+  CHECK(svg.find('\x01') == std::string::npos);
+  CHECK(svg.find("&lt;1f1b&gt;&amp;") != std::string::npos);
+  CHECK(svg.find("step &lt;") != std::string::npos);
+  const std::string escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &apos;q&apos;"
+                              "\xEF\xBF\xBD" + long_tail;
+  // Every job of that actor in the window names it whole, in data-actor and in its title.
+  auto window = choose_window(t, timeline_options{});
+  std::size_t in_window = 0;
+  for (const auto& job : t.jobs)
+    if (job.actor == hostile + long_tail && job.end_us() > window.start_us &&
+        job.start_us < window.end_us)
+      ++in_window;
+  CHECK(in_window >= 24);  // steps 1 to 3: 12 forward, 12 backward, and copies
+  CHECK(count(svg, "data-actor=\"" + escaped + "\"") == in_window);
+  CHECK(count(svg, "<title>forward by " + escaped + ", step ") == 12);
+  auto html = render_timeline_html(t, timeline_options{});
+  CHECK(html.find("(config runs/a&amp;b&lt;c&gt;.toml)") != std::string::npos);
 }

@@ -1,0 +1,37 @@
+// exit_code.hpp: what a troupe process (or a session inside one) reports when it ends.
+//
+// One list for the whole code base: user_error carries one, a session's outcome carries
+// one, every CLI command returns one, and the README's list of exit codes is this list.
+// It does not decide which failure gets which code; the code that detects a failure does.
+#pragma once
+
+namespace troupe {
+
+/// The process exit status of troupe, and of a session's outcome.
+enum class exit_code : int {
+  ok = 0,          // success (a passed verify or check-layer too)
+  run_failed = 1,  // the run failed: an actor reported an error, a check failed, verify found
+                   // a difference, or an internal error
+  bad_input = 2,   // bad input: usage, config, data file, plugin
+  watchdog = 3,    // stopped by the watchdog: nothing moved for [run] watchdog seconds
+};
+
+/// The number a process returns from main() for `code`.
+constexpr int exit_status(exit_code code) { return static_cast<int>(code); }
+
+/// "ok", "run failed", "bad input", "watchdog": for messages and metrics.
+constexpr const char* describe(exit_code code) {
+  switch (code) {
+    case exit_code::ok:
+      return "ok";
+    case exit_code::run_failed:
+      return "run failed";
+    case exit_code::bad_input:
+      return "bad input";
+    case exit_code::watchdog:
+      return "watchdog";
+  }
+  return "unknown";
+}
+
+}  // namespace troupe

@@ -1,0 +1,30 @@
+// text_format.cpp: measure, then write.
+#include "runtime/base/text_format.hpp"
+
+#include <cstdio>
+
+#include "kernels/check.hpp"
+
+namespace troupe {
+
+std::string string_vprintf(const char* pattern, va_list args) {
+  va_list measure;
+  va_copy(measure, args);
+  const int size = std::vsnprintf(nullptr, 0, pattern, measure);
+  va_end(measure);
+  TROUPE_CHECK(size >= 0, "bad printf pattern '" << pattern << "'");
+  std::string out(static_cast<std::size_t>(size) + 1, '\0');
+  std::vsnprintf(out.data(), out.size(), pattern, args);
+  out.resize(static_cast<std::size_t>(size));
+  return out;
+}
+
+std::string string_printf(const char* pattern, ...) {
+  va_list args;
+  va_start(args, pattern);
+  auto out = string_vprintf(pattern, args);
+  va_end(args);
+  return out;
+}
+
+}  // namespace troupe

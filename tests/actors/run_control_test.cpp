@@ -1,0 +1,101 @@
+// Run control (actors/run_control.hpp), without actors: reports add up into steps and
+// evaluations, each completed item returns one credit, and the run ends after the last.
+#include <doctest/doctest.h>
+
+#include "actors/run_control.hpp"
+
+using namespace troupe;
+
+namespace {
+
+run_plan plan_of(std::int64_t steps, std::int64_t steps_per_epoch, bool evaluate) {
+  run_plan p;
+  p.batch_size = 8;
+  p.replicas = 2;
+  p.microbatches = 2;
+  p.steps_per_epoch = steps_per_epoch;
+  p.total_steps = steps;
+  p.epochs = (steps + steps_per_epoch - 1) / steps_per_epoch;
+  p.evaluate = evaluate;
+  p.eval_batch_size = 4;
+  p.eval_batches = 3;
+  return p;
+}
+
+micro_tag train(std::int64_t step) {
+  micro_tag t;
+  t.step = step;
+  return t;
+}
+
+micro_tag eval(std::int64_t epoch) {
+  micro_tag t;
+  t.stage = phase::eval;
+  t.epoch = epoch;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a step is complete after R x M reports, in any order of steps") {
+  run_control control{plan_of(3, 10, false)};
+  CHECK(control.items_left() == 3);
+  // Step 1's reports may arrive before step 0 is complete.
+  for (int i = 0; i < 3; ++i) {
+    auto e = control.on_report(train(i < 2 ? 0 : 1), 1.0, 1, 2);
+    CHECK_FALSE(e.item_done);
+  }
+  auto done_0 = control.on_report(train(0), 3.0, 2, 2);
+  CHECK_FALSE(done_0.item_done);  // step 0 has 3 of 4
+  done_0 = control.on_report(train(0), 4.0, 2, 2);
+  REQUIRE(done_0.item_done);
+  REQUIRE(done_0.step);
+  CHECK(*done_0.step == 0);
+  CHECK_FALSE(done_0.epoch);
+  CHECK(done_0.totals.samples == 8);
+  CHECK(done_0.totals.mean_loss() == doctest::Approx(9.0 / 8));
+  CHECK(done_0.totals.accuracy() == doctest::Approx(6.0 / 8));
+  CHECK(control.steps_done() == 1);
+  CHECK(control.items_left() == 2);
+  CHECK_FALSE(done_0.run_done);
+}
+
+TEST_CASE("evaluation batches are items, and the evaluation completes after the last batch") {
+  // 2 epochs of 2 steps, an evaluation of 3 batches after each: 2 x (2 + 3) items.
+  run_control control{plan_of(4, 2, true)};
+  CHECK(control.items_left() == 10);
+  std::int64_t credits = 0;
+  std::vector<std::int64_t> evaluations;
+  bool ended = false;
+  for (std::int64_t step = 0; step < 4; ++step) {
+    for (int r = 0; r < 4; ++r) {
+      auto e = control.on_report(train(step), 1, 1, 2);
+      credits += e.item_done;
+      ended = e.run_done;
+    }
+    if ((step + 1) % 2 == 0)
+      for (int b = 0; b < 3; ++b) {
+        auto e = control.on_report(eval(step / 2), 1, b, 4);
+        credits += e.item_done;
+        ended = e.run_done;
+        if (e.epoch) {
+          evaluations.push_back(*e.epoch);
+          CHECK(e.totals.samples == 12);
+          CHECK(e.totals.correct == 0 + 1 + 2);
+        }
+      }
+  }
+  CHECK(credits == 10);
+  CHECK(evaluations == std::vector<std::int64_t>{0, 1});
+  CHECK(ended);
+  CHECK(control.done());
+  // Reports after the end change nothing.
+  auto late = control.on_report(train(4), 1, 1, 2);
+  CHECK_FALSE(late.item_done);
+  CHECK_FALSE(late.run_done);
+}
+
+TEST_CASE("a run of no items is done before it starts") {
+  run_control control{plan_of(0, 2, false)};
+  CHECK(control.done());
+}
