@@ -38,7 +38,7 @@ namespace {
 
 dataset_split load_data(const run_config& config) {
   const auto& d = config.data;
-  if (d.source == "synthetic")
+  if (d.source == data_source::synthetic)
     return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
                           d.synthetic_classes, config.run.seed);
   return load_fashion_mnist(d.path);

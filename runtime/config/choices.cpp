@@ -6,6 +6,17 @@
 
 namespace troupe {
 
+const char* to_string(data_source value) {
+  switch (value) {
+    case data_source::fashion_mnist:
+      return "fashion-mnist";
+    case data_source::synthetic:
+      return "synthetic";
+  }
+  TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
+  return "";
+}
+
 const char* to_string(optimizer_type value) {
   switch (value) {
     case optimizer_type::sgd:

@@ -1,6 +1,6 @@
-// choices.hpp: the closed sets of names a config chooses from (optimizer type, learning-rate
-// schedule, pipeline schedule, gradient averaging), as enums with one to_string / parse pair
-// each.
+// choices.hpp: the closed sets of names a config chooses from (data source, optimizer type,
+// learning-rate schedule, pipeline schedule, gradient averaging), as enums with one to_string /
+// parse pair each.
 //
 // A config names these as strings; the loader parses each once, where it reads the key, so
 // an unknown name is a config_error with did-you-mean at its position and everything after
@@ -19,6 +19,8 @@
 
 namespace troupe {
 
+/// [data] source: the Fashion-MNIST files, or a generated, linearly separable problem.
+enum class data_source { fashion_mnist, synthetic };
 /// [optimizer] type.
 enum class optimizer_type { sgd, adam, adamw };
 /// [optimizer.schedule] type: the learning-rate schedule (runtime/model/lr_schedule.hpp).
@@ -30,6 +32,7 @@ enum class pipeline_schedule { gpipe, one_f_one_b };
 enum class averaging_method { ring, central };
 
 /// The name a config writes for each value.
+const char* to_string(data_source value);
 const char* to_string(optimizer_type value);
 const char* to_string(lr_schedule_type value);
 const char* to_string(pipeline_schedule value);
@@ -40,6 +43,11 @@ const char* to_string(averaging_method value);
 template <class Enum>
 struct enum_values;
 
+template <>
+struct enum_values<data_source> {
+  static constexpr std::array<data_source, 2> all = {data_source::fashion_mnist,
+                                                     data_source::synthetic};
+};
 template <>
 struct enum_values<optimizer_type> {
   static constexpr std::array<optimizer_type, 3> all = {optimizer_type::sgd, optimizer_type::adam,

@@ -376,7 +376,7 @@ void check_fashion_mnist_directory(const data_section& s) {
 data_section read_data(const section_reader& r, const std::string& directory) {
   data_section s;
   s.where = r.where();
-  s.source_where = r.read_choice("source", s.source, "data source", {"fashion-mnist", "synthetic"});
+  s.source_where = r.read_enum("source", s.source, "data source");
   s.path_where = r.read("path", s.path);
   if (const auto* node = r.find("path")) {
     if (s.path.empty())
@@ -394,7 +394,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("synthetic_features", s.synthetic_features, at_least(1));
   r.read("synthetic_classes", s.synthetic_classes, at_least(2));
   r.finish();
-  if (s.source == "fashion-mnist")
+  if (s.source == data_source::fashion_mnist)
     check_fashion_mnist_directory(s);
   return s;
 }

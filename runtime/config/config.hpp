@@ -55,7 +55,7 @@ struct run_section {
 };
 
 struct data_section {
-  std::string source = "fashion-mnist";  // "fashion-mnist" | "synthetic"
+  data_source source = data_source::fashion_mnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // relative to the config file
   std::int64_t batch_size = 128;         // global batch B
   std::int64_t eval_batch_size = 1000;

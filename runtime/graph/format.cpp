@@ -288,7 +288,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
 
   const auto& data = config.data;
   w.section("[data]");
-  w.put("source", data.source);
+  w.put("source", to_string(data.source));
   // Absolute, so that the ejected file works wherever it is saved.
   w.put("path", std::filesystem::absolute(data.path).lexically_normal().string());
   w.put("batch_size", data.batch_size);

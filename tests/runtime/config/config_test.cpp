@@ -141,7 +141,7 @@ averaging = "central"
   CHECK(c.run.evaluate == false);
   CHECK(c.run.where.to_string() == "full.toml:1:1");
 
-  CHECK(c.data.source == "fashion-mnist");
+  CHECK(c.data.source == troupe::data_source::fashion_mnist);
   CHECK(c.data.path == (dir.path / "fmnist").string());  // relative to the config's directory
   CHECK(c.data.batch_size == 64);
   CHECK(c.data.eval_batch_size == 500);
@@ -214,7 +214,7 @@ TEST_CASE("absent sections and keys take the documented defaults, positioned at 
   CHECK(c.run.evaluate == true);
   CHECK(c.run.where.to_string() == "t.toml");  // line 0: the whole file
 
-  CHECK(c.data.source == "synthetic");
+  CHECK(c.data.source == troupe::data_source::synthetic);
   CHECK(c.data.path == "/usr/share/datasets/fashion-mnist");
   CHECK(c.data.batch_size == 128);
   CHECK(c.data.eval_batch_size == 1000);
@@ -273,7 +273,7 @@ TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory")
     return;
   }
   auto c = parse_config(minimal_model, "t.toml");
-  CHECK(c.data.source == "fashion-mnist");
+  CHECK(c.data.source == troupe::data_source::fashion_mnist);
   CHECK(c.data.path == "/usr/share/datasets/fashion-mnist");
   CHECK(c.data.path_where.to_string() == "t.toml");
 }
