@@ -62,7 +62,7 @@ inline wire_end wire(std::string kind, const caf::actor& peer, std::string peer_
 
 /// A receive handler that fails the test with `why` when a `Message` arrives.
 template <class Message>
-auto unexpected(const char* why) {
+auto unexpected(std::string why) {
   return [why](const Message& m) { FAIL_CHECK(why << ": got " << caf::deep_to_string(m)); };
 }
 
@@ -111,7 +111,7 @@ struct actor_fixture {
   /// The next `Message`; fails on a failure_msg (shown with its text) and on silence for
   /// `patience`. Other messages stay in the mailbox (expect_quiet reports them).
   template <class Message>
-  Message next(const char* what) {
+  Message next(const std::string& what) {
     Message out;
     bool got = false;
     self->receive(
@@ -134,7 +134,7 @@ struct actor_fixture {
   /// Checks that no message of the protocol arrives within the quiet window (and
   /// consumes and names those that do). A blocking receive has no catch-all in CAF 0.17,
   /// hence the list of types.
-  void expect_quiet(const char* why) {
+  void expect_quiet(const std::string& why) {
     bool quiet = false;
     while (!quiet)
       self->receive(
@@ -146,9 +146,9 @@ struct actor_fixture {
   }
 
   /// Ends the actors (they would otherwise keep the actor system waiting on the way out).
-  void finish(const std::vector<caf::actor>& actors) {
-    for (const auto& a : actors)
-      self->send(a, finish_atom::value);
+  template <class... Actors>
+  void finish(const Actors&... actors) {
+    (self->send(actors, finish_atom::value), ...);
   }
 };
 

@@ -107,7 +107,7 @@ TEST_CASE_FIXTURE(outbox_fixture,
   CHECK(status(holder) == std::vector<std::int64_t>{0, 0, 2});
   self->send(holder, numbered(5));
   CHECK(next_microbatch() == 5);
-  finish({holder});
+  finish(holder);
 }
 
 TEST_CASE_FIXTURE(outbox_fixture, "a credit outbox of capacity 0 sends everything at once") {
@@ -117,7 +117,7 @@ TEST_CASE_FIXTURE(outbox_fixture, "a credit outbox of capacity 0 sends everythin
   for (std::int32_t m = 0; m < 5; ++m)
     CHECK(next_microbatch() == m);
   CHECK(status(holder) == std::vector<std::int64_t>{5, 0, 0});
-  finish({holder});
+  finish(holder);
 }
 
 TEST_CASE_FIXTURE(outbox_fixture,

@@ -126,7 +126,7 @@ struct loader_fixture : actor_fixture {
       CHECK(m.labels.to_int_vector() == want);
     }
     expect_quiet("nothing after the last step");
-    finish({actor});
+    finish(actor);
     std::vector<std::vector<std::int64_t>> epochs(static_cast<std::size_t>(plan.epochs));
     for (const auto& [key, rows] : batches) {
       CHECK(static_cast<std::int64_t>(rows.size()) ==
@@ -190,7 +190,7 @@ TEST_CASE_FIXTURE(loader_fixture,
   CHECK(expected_step == plan.total_steps);
   self->send(actor, credit_atom::value);
   expect_quiet("no step after the last one");
-  finish({actor});
+  finish(actor);
 }
 
 TEST_CASE_FIXTURE(loader_fixture,
@@ -224,5 +224,5 @@ TEST_CASE_FIXTURE(loader_fixture,
   m = next<activation_msg>("replica 0's second micro-batch");
   CHECK(m.tag.replica == 0);
   CHECK(m.tag.microbatch == 1);
-  finish({actor});
+  finish(actor);
 }

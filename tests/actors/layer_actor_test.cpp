@@ -284,7 +284,7 @@ TEST_CASE_FIXTURE(layer_fixture,
   check_equal(second.x, linear_forward(x2, v1, 1), "y of step 1, micro-batch 1, version 1");
   // Version 1 differs from version 0 where it matters, so the checks above have teeth.
   CHECK(linear_forward(x1, v0, 2) != linear_forward(x1, v1, 2));
-  finish({actor});
+  finish(actor);
 }
 
 TEST_CASE_FIXTURE(layer_fixture,
@@ -379,7 +379,7 @@ TEST_CASE_FIXTURE(layer_fixture,
   cpu(0).work().synchronize();
   // Submitting at once would have run forward 1 before backward 10.
   CHECK(log->snapshot() == std::vector<std::string>{"forward 0", "backward 10", "forward 1"});
-  finish({actor});
+  finish(actor);
 }
 
 TEST_CASE_FIXTURE(layer_fixture,
@@ -416,7 +416,7 @@ TEST_CASE_FIXTURE(layer_fixture,
     check_equal(grads.grads[1], want.bias, "db summed over the micro-batches");
     expect_quiet("one gradient message per step");
   }
-  finish({actor});
+  finish(actor);
 }
 
 TEST_CASE_FIXTURE(layer_fixture,
@@ -434,7 +434,7 @@ TEST_CASE_FIXTURE(layer_fixture,
     CHECK(back.tag.step == 0);
     CHECK(values(back.dx) == dy);
     expect_quiet("dx alone returns the credit");
-    finish({actor});
+    finish(actor);
   }
   SUBCASE("after the data loader: no dx, a release_msg") {
     auto actor = spawn(std::make_unique<probe_layer>(log), 1, "data_loader");
@@ -445,7 +445,7 @@ TEST_CASE_FIXTURE(layer_fixture,
     auto release = next<release_msg>("the release");
     CHECK(release.tag.step == 4);
     expect_quiet("no dx for the data loader");
-    finish({actor});
+    finish(actor);
   }
   SUBCASE("an evaluation forward is released at once and stashes nothing") {
     auto actor = spawn(std::make_unique<probe_layer>(log), 1, "layer");
@@ -453,7 +453,7 @@ TEST_CASE_FIXTURE(layer_fixture,
     auto release = next<release_msg>("the release of an evaluation batch");
     CHECK(release.tag.stage == phase::eval);
     CHECK(next<activation_msg>("the evaluation output").tag.stage == phase::eval);
-    finish({actor});
+    finish(actor);
   }
 }
 
@@ -470,5 +470,5 @@ TEST_CASE_FIXTURE(layer_fixture,
   self->send(actor, backward_of(tag_of(0, 0, 0), dy, in_features));
   CHECK(next<activation_msg>("micro-batch 1, sent on the returned credit").tag.microbatch == 1);
   next<gradient_msg>("micro-batch 0's dx");
-  finish({actor});
+  finish(actor);
 }

@@ -164,7 +164,7 @@ TEST_CASE_FIXTURE(loss_fixture,
   // Some rows right and some wrong, so the accuracy check above has teeth.
   CHECK(want.correct > 0);
   CHECK(want.correct < rows);
-  finish({actor});
+  finish(actor);
 }
 
 TEST_CASE_FIXTURE(loss_fixture,
@@ -179,7 +179,7 @@ TEST_CASE_FIXTURE(loss_fixture,
   CHECK(release.tag.step == 5);
   check_report(next<loss_report_msg>("the evaluation report"), reference(z, y));
   expect_quiet("no dlogits for an evaluation batch");
-  finish({actor});
+  finish(actor);
 }
 
 TEST_CASE_FIXTURE(loss_fixture,
@@ -217,7 +217,7 @@ TEST_CASE_FIXTURE(loss_fixture,
       check_dlogits(back.dx, want[static_cast<std::size_t>(m)]);
     }
     check_report(next<loss_report_msg>("the last report"), want.back());
-    finish({actor});
+    finish(actor);
   }
   SUBCASE("no flush (1F1B): each micro-batch's dlogits go back at once") {
     auto actor = spawn(M, false);
@@ -228,6 +228,6 @@ TEST_CASE_FIXTURE(loss_fixture,
       check_dlogits(back.dx, want.back());
       next<loss_report_msg>("a report");
     }
-    finish({actor});
+    finish(actor);
   }
 }

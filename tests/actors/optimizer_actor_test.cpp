@@ -181,7 +181,7 @@ struct optimizer_fixture : actor_fixture {
       self->send(actor, std::move(grads));
       receive_version(step + 1);
     }
-    finish({actor});
+    finish(actor);
   }
 };
 
