@@ -6,6 +6,10 @@
 // (through the actor kind registry), sends each its wiring, runs until the trainer is
 // done, and returns the outcome and the final parameters. Errors in the input throw
 // config_error / data_error before the first actor exists.
+//
+// Sessions share nothing: each has its own actor system, devices and trace recorder (with
+// its own message log), so several may run in one process, one after the other or at once
+// on separate threads, and their traces never mix.
 #pragma once
 
 #include <string>
@@ -25,7 +29,7 @@ struct session_options {
   std::string metrics_path;     // overrides [run] metrics when not empty
   std::string trace_path;       // overrides [run] trace when not empty
   bool log_messages = false;    // print messages as they are handled...
-  std::string log_filter;       // ...those matching this (see trace::start_logging)
+  std::string log_filter;       // ...those matching this (trace::recorder_settings)
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/exit_code.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/temp_files.hpp"
 
@@ -144,4 +145,26 @@ TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer
   auto unknown = run_troupe("check-layer linaer");
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.output.find("did you mean 'linear'?") != std::string::npos);
+}
+
+TEST_CASE("the README and troupe --help list the exit codes of the exit_code enum") {
+  using troupe::exit_code;
+  std::ifstream in(std::string{TROUPE_SOURCE_DIR} + "/README.md");
+  REQUIRE(in);
+  std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto at = readme.find("Exit codes (`runtime/base/exit_code.hpp`):");
+  REQUIRE(at != std::string::npos);
+  auto line = readme.substr(at, readme.find("\n\n", at) - at);
+  auto help = run_troupe("--help").output;
+  const std::pair<exit_code, const char*> meanings[] = {
+      {exit_code::ok, "success"},
+      {exit_code::run_failed, "the run failed"},
+      {exit_code::bad_input, "bad input"},
+      {exit_code::watchdog, "stopped by the watchdog"}};
+  for (const auto& [code, meaning] : meanings) {
+    auto entry = std::to_string(troupe::exit_status(code)) + " " + meaning;
+    INFO(entry);
+    CHECK(line.find(entry) != std::string::npos);
+    CHECK(help.find(entry) != std::string::npos);
+  }
 }
