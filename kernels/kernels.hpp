@@ -94,6 +94,10 @@ struct kernel_registrar {
 
 namespace troupe::kernels {
 /// Threads each CPU kernel call may use (OpenBLAS's pool). A CPU device is one core, so
-/// the runtime sets 1; without it OpenBLAS would spread every GEMM over all cores.
+/// the runtime sets 1 while devices live; without it OpenBLAS would spread every GEMM over
+/// all cores. Process-wide: this OpenBLAS has no per-thread setting (Note [OpenBLAS
+/// threads] in runtime/core/device.cpp).
 void set_cpu_kernel_threads(int threads);
+/// The current setting.
+int cpu_kernel_threads();
 }  // namespace troupe::kernels

@@ -2,6 +2,8 @@
 // registered layer can use), shapes, and settings errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "runtime/model/layer.hpp"
 #include "runtime/model/layer_check.hpp"
 
