@@ -26,6 +26,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -81,26 +82,44 @@ struct emits {
 void register_actor_kind(const std::string& kind, const std::string& description,
                          const accepts& in, const emits& out, actor_factory factory);
 
-/// Registration never throws out of a static initialiser: errors are kept for the plugin
-/// loader (or check_builtin_registrations) to report.
-struct actor_kind_registrar {
+/// "actor kind 'x' is registered twice": the clash message.
+inline std::string actor_kind_registered_twice(const std::string& kind) {
+  return "actor kind '" + kind + "' is registered twice";
+}
+
+/// What TROUPE_REGISTER_ACTOR_KIND makes: registers at construction, or inside a plugin
+/// records the registration for the loader (Note [plugin registrations] in
+/// kernels/registration.hpp); never throws.
+struct TROUPE_LOCAL actor_kind_registrar {
   /// A built-in kind, whose signature the runtime has. Another kind registered this way
   /// accepts and emits no wires (so any wire to it is refused, naming it).
   actor_kind_registrar(const std::string& kind, const std::string& description,
                        actor_factory factory) {
-    try {
-      register_actor_kind(kind, description, std::move(factory));
-    } catch (const std::exception& e) {
-      kernels::record_registration_error(e.what());  // reported by the plugin loader
-    }
+    detail::register_or_defer(
+        "actor kind '" + kind + "'",
+        [kind] { return has_actor_kind(kind) ? actor_kind_registered_twice(kind) : std::string{}; },
+        [kind, description, factory = std::move(factory)] {
+          register_actor_kind(kind, description, factory);
+        });
   }
   actor_kind_registrar(const std::string& kind, const std::string& description, const accepts& in,
                        const emits& out, actor_factory factory) {
-    try {
-      register_actor_kind(kind, description, in, out, std::move(factory));
-    } catch (const std::exception& e) {
-      kernels::record_registration_error(e.what());
-    }
+    detail::register_or_defer(
+        "actor kind '" + kind + "'",
+        [kind, in, out]() -> std::string {
+          if (has_actor_kind(kind) || find_actor_signature(kind) != nullptr)
+            return actor_kind_registered_twice(kind);
+          const auto& known = wire_kinds();
+          for (const auto* list : {&in.wire_kinds, &out.wire_kinds})
+            for (const auto& wire : *list)
+              if (std::find(known.begin(), known.end(), wire) == known.end())
+                return "actor kind '" + kind + "' names wire kind '" + wire +
+                       "', which does not exist";
+          return {};
+        },
+        [kind, description, in, out, factory = std::move(factory)] {
+          register_actor_kind(kind, description, in, out, factory);
+        });
   }
 };
 

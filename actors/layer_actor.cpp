@@ -186,22 +186,14 @@ void layer_actor::forward(activation_msg& message) {
   auto done = device.work().submit(
       // Captures the settings (which own the layer) so the job outlives the actor safely;
       // the description for an error is built only when there is one.
-      [settings = settings_, context, params = params_, x, y, saved, tag]() mutable {
-        const auto declared = y.shape();
-        const auto* given = y.raw();
+      // The output is allocated from output_shape() and passed as a const tensor&: a
+      // layer writes its values but cannot replace or reshape it (no check needed here).
+      [settings = settings_, context, params = params_, x, y, saved, tag]() {
         try {
           settings->math->forward(context, params, x, y, *saved);
         } catch (const std::exception& e) {
           throw std::runtime_error(describe(*settings, "forward", tag) + ": " + e.what());
         }
-        // The output was allocated from output_shape(); a layer that returns another
-        // tensor (or reshapes it) disagrees with its own declaration.
-        if (y.shape() != declared || y.raw() != given)
-          throw std::runtime_error(describe(*settings, "forward", tag) +
-                                   ": forward returned a tensor of shape " +
-                                   shape_to_string(y.shape()) + ", but output_shape() declared " +
-                                   shape_to_string(declared) +
-                                   "; forward must write into the output it is given");
       },
       job_for("forward", tag));
   y.set_ready(done);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/core/tensor.hpp"
+#include "runtime/core/tensor_inspect.hpp"  // tensors in messages cross nodes
 
 namespace troupe {
 

@@ -8,16 +8,6 @@
 
 namespace troupe::kernels {
 
-const char* to_string(device_type type) {
-  switch (type) {
-    case device_type::cpu:
-      return "cpu";
-    case device_type::cuda:
-      return "cuda";
-  }
-  return "unknown";
-}
-
 namespace {
 
 struct entry {
@@ -46,8 +36,7 @@ void register_kernel(const char* op, device_type type, erased_function fn,
   auto [it, inserted] =
       t.entries.emplace(std::make_pair(std::string{op}, type), entry{fn, signature});
   if (!inserted)
-    throw std::logic_error(std::string{"kernel '"} + op + "' for device type '" +
-                           to_string(type) + "' is registered twice");
+    throw std::logic_error(kernel_registered_twice(op, type));
 }
 
 erased_function find_kernel(const char* op, device_type type,
@@ -73,6 +62,16 @@ erased_function find_kernel(const char* op, device_type type,
                            "' was registered with a different signature");
   return it->second.fn;
 }
+
+bool has_kernel(const char* op, device_type type) {
+  auto& t = the_table();
+  std::lock_guard<std::mutex> guard{t.mutex};
+  return t.entries.count(std::make_pair(std::string{op}, type)) > 0;
+}
+
+}  // namespace troupe::kernels
+
+namespace troupe::detail {
 
 namespace {
 
@@ -102,10 +101,4 @@ std::vector<std::string> take_registration_errors() {
   return out;
 }
 
-bool has_kernel(const char* op, device_type type) {
-  auto& t = the_table();
-  std::lock_guard<std::mutex> guard{t.mutex};
-  return t.entries.count(std::make_pair(std::string{op}, type)) > 0;
-}
-
-}  // namespace troupe::kernels
+}  // namespace troupe::detail

@@ -21,12 +21,24 @@
 #include <typeinfo>
 #include <vector>
 
+#include "kernels/registration.hpp"  // Note [plugin registrations]
+
 namespace troupe::kernels {
 
 /// The kind of a device. A device is an in-order stream of work with its own memory.
 enum class device_type : std::uint8_t { cpu, cuda };
 
-const char* to_string(device_type type);
+/// "cpu", "cuda". Inline: a plugin's registration lines use it before the plugin is
+/// accepted, when they must not call into troupe.
+inline const char* to_string(device_type type) {
+  switch (type) {
+    case device_type::cpu:
+      return "cpu";
+    case device_type::cuda:
+      return "cuda";
+  }
+  return "unknown";
+}
 
 /// Where a kernel runs. CPU kernels ignore it; CUDA kernels read their stream
 /// (cudaStream_t) and cuBLAS handle (cublasHandle_t) from it.
@@ -63,20 +75,32 @@ typename Op::function lookup(device_type type) {
       find_kernel(Op::name, type, typeid(typename Op::function)));
 }
 
-/// Registration errors of static initialisers (a kernel registered twice by a plugin):
-/// they must not throw, so they are kept here until the plugin loader reports them.
-void record_registration_error(const std::string& message);
-std::vector<std::string> take_registration_errors();
+/// "kernel 'gemm' for device type 'cpu' is registered twice": the clash message.
+inline std::string kernel_registered_twice(const char* op, device_type type) {
+  return std::string{"kernel '"} + op + "' for device type '" + to_string(type) +
+         "' is registered twice";
+}
 
+/// Registration errors of static initialisers in troupe (a kernel registered twice): they
+/// must not throw, so they are kept until check_builtin_registrations() reports them.
+using detail::record_registration_error;
+using detail::take_registration_errors;
+
+/// What TROUPE_REGISTER_KERNEL makes: registers at construction, or inside a plugin
+/// records the registration for the loader (Note [plugin registrations]); never throws.
 template <class Op>
-struct kernel_registrar {
+struct TROUPE_LOCAL kernel_registrar {
   kernel_registrar(device_type type, typename Op::function fn) {
-    try {
-      register_kernel(Op::name, type, reinterpret_cast<erased_function>(fn),
-                      typeid(typename Op::function));
-    } catch (const std::exception& e) {
-      record_registration_error(e.what());
-    }
+    const char* op = Op::name;
+    detail::register_or_defer(
+        std::string{"kernel '"} + op + "' for device type '" + to_string(type) + "'",
+        [op, type] {
+          return has_kernel(op, type) ? kernel_registered_twice(op, type) : std::string{};
+        },
+        [op, type, fn] {
+          register_kernel(op, type, reinterpret_cast<erased_function>(fn),
+                          typeid(typename Op::function));
+        });
   }
 };
 
@@ -94,6 +118,10 @@ struct kernel_registrar {
 
 namespace troupe::kernels {
 /// Threads each CPU kernel call may use (OpenBLAS's pool). A CPU device is one core, so
-/// the runtime sets 1; without it OpenBLAS would spread every GEMM over all cores.
+/// the runtime sets 1 while devices live; without it OpenBLAS would spread every GEMM over
+/// all cores. Process-wide: this OpenBLAS has no per-thread setting (Note [OpenBLAS
+/// threads] in runtime/core/device.cpp).
 void set_cpu_kernel_threads(int threads);
+/// The current setting.
+int cpu_kernel_threads();
 }  // namespace troupe::kernels

@@ -27,7 +27,7 @@ class activation_layer final : public layer {
   }
 
   void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x,
-               tensor& y, std::vector<tensor>& saved) const override {
+               const tensor& y, std::vector<tensor>& saved) const override {
     forward_(context.kernels, x.numel(), x.f32(), y.f32());
     if (context.training) {
       saved.push_back(x);

@@ -46,7 +46,7 @@ class linear final : public layer {
   }
 
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
-               tensor& y, std::vector<tensor>& saved) const override {
+               const tensor& y, std::vector<tensor>& saved) const override {
     const auto batch = static_cast<int>(x.dim(0));
     const auto in = static_cast<int>(x.dim(1));
     const auto out = static_cast<int>(out_);

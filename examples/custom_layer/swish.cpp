@@ -108,7 +108,7 @@ class swish final : public troupe::layer {
   }
 
   void forward(const troupe::layer_context& context, const std::vector<troupe::tensor>& params,
-               const troupe::tensor& x, troupe::tensor& y,
+               const troupe::tensor& x, const troupe::tensor& y,
                std::vector<troupe::tensor>& saved) const override {
     const auto rows = x.dim(0);
     forward_(context.kernels, rows, x.numel() / rows, x.f32(), scale(params), beta_, y.f32());

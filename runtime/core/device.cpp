@@ -11,6 +11,30 @@
 // Besides jobs, the thread runs posted tasks: short host work that is not part of the
 // stream's order, taken before the next job. The actors placed on a device handle their
 // messages this way (Note [actors on device threads] in actors/device_scheduler.cpp).
+//
+// Note [one failure path]
+// Whatever a stream's thread runs on the stream's behalf, a job, a posted task (an actor's
+// handler) or an event callback (come back when ready), may throw. Each goes through
+// run_guarded()/fail(): the stream is marked failed and its error handler (the session's,
+// which ends the run with exit 1 and the message) hears of the first failure. Nothing a
+// stream runs can terminate the process by throwing.
+//
+// Note [events outlive their stream]
+// An event is copied into every tensor, and tensors outlive the device_set that made them
+// (a test keeps its results; a session returns parameters). So an event does not point to
+// its stream but shares the stream's progress (completed count, host waiters, callbacks),
+// which lives as long as any event of it. A stream drains its queue before it goes, so
+// every event of a gone stream is reached: reached() is true, then() runs at once, wait()
+// returns. A copy costs one reference-count increment, as a tensor's storage already does.
+//
+// Note [OpenBLAS threads]
+// A CPU device is one core, so its GEMMs must not spread over the other cores (OpenBLAS's
+// default). The right setting would be per stream thread, but this OpenBLAS (0.3.21,
+// Debian 12) has only the process-wide openblas_set_num_threads (set_num_threads_local
+// arrived in 0.3.27). So the setting is scoped instead: the first live device_set sets one
+// thread and remembers the value it found; the last one to go restores it, unless someone
+// changed it meanwhile (then theirs stands). The limitation: while a device_set lives, a
+// library user's own BLAS calls on other threads run on one thread too.
 #include "runtime/core/device.hpp"
 
 #include <pthread.h>
@@ -49,6 +73,68 @@ void event::then(std::function<void()> callback) const {
     callback();
   else
     owner->notify_when_reached(sequence, std::move(callback));
+}
+
+void stream_progress::wait_until(std::uint64_t sequence) {
+  if (completed() >= sequence)
+    return;
+  host_waiters_.fetch_add(1);
+  {
+    std::unique_lock<std::mutex> lock{mutex_};
+    done_.wait(lock, [&] { return completed() >= sequence; });
+  }
+  host_waiters_.fetch_sub(1);
+}
+
+void stream_progress::notify_when_reached(std::uint64_t sequence,
+                                          std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    watchers_.emplace_back(sequence, std::move(callback));
+    watcher_count_.fetch_add(1);  // before reading completed_: see fire_due
+  }
+  if (completed_.load() >= sequence)  // sequentially consistent, like advance()
+    fire_due();
+}
+
+void stream_progress::advance() {
+  completed_.fetch_add(1);
+  if (host_waiters_.load() > 0) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    done_.notify_all();
+  }
+}
+
+// Either the worker (which counts a job, then reads watcher_count_) or the registering
+// thread (which counts a watcher, then reads completed_) sees the other's write: both are
+// sequentially consistent. Whoever takes a watcher out under the lock calls it, once.
+void stream_progress::fire_due() {
+  std::vector<std::function<void()>> due;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto done = completed();
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      if (it->first <= done) {
+        due.push_back(std::move(it->second));
+        it = watchers_.erase(it);
+        watcher_count_.fetch_sub(1);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Taken out, a callback is never called again: the others must run even if one throws.
+  std::exception_ptr first;
+  for (auto& callback : due) {
+    try {
+      callback();
+    } catch (...) {
+      if (!first)
+        first = std::current_exception();
+    }
+  }
+  if (first)
+    std::rethrow_exception(first);
 }
 
 int allowed_core_count() {
@@ -122,7 +208,7 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
   }
   if (wake)
     work_ready_.notify_one();
-  return event{this, sequence};
+  return event{progress_, sequence};
 }
 
 void stream::post(job task) {
@@ -150,50 +236,18 @@ void stream::drain_posted() {
 }
 
 void stream::wait_for(const event& e) {
-  if (e.owner == nullptr || e.owner == this || e.reached())
+  if (e.owner == nullptr || e.owner == progress_ || e.reached())
     return;
   enqueue([e] { e.wait(); }, false, job_label{"wait"});
 }
 
 event stream::last() const {
   std::lock_guard<std::mutex> guard{mutex_};
-  return event{const_cast<stream*>(this), submitted_};
+  return event{progress_, submitted_};
 }
 
 void stream::synchronize() {
   last().wait();
-}
-
-void stream::notify_when_reached(std::uint64_t sequence, std::function<void()> callback) {
-  {
-    std::lock_guard<std::mutex> guard{mutex_};
-    watchers_.emplace_back(sequence, std::move(callback));
-    watcher_count_.fetch_add(1);  // before reading completed_: see fire_due_watchers
-  }
-  if (completed() >= sequence)
-    fire_due_watchers();
-}
-
-// Either the worker (which counts a job, then reads watcher_count_) or the registering
-// thread (which counts a watcher, then reads completed_) sees the other's write: both are
-// sequentially consistent. Whoever takes a watcher out under the lock calls it, once.
-void stream::fire_due_watchers() {
-  std::vector<std::function<void()>> due;
-  {
-    std::lock_guard<std::mutex> guard{mutex_};
-    auto done = completed();
-    for (auto it = watchers_.begin(); it != watchers_.end();) {
-      if (it->first <= done) {
-        due.push_back(std::move(it->second));
-        it = watchers_.erase(it);
-        watcher_count_.fetch_sub(1);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& callback : due)
-    callback();
 }
 
 void stream::set_error_handler(error_handler handler) {
@@ -201,15 +255,26 @@ void stream::set_error_handler(error_handler handler) {
   on_error_ = std::move(handler);
 }
 
-void stream::wait_until(std::uint64_t sequence) {
-  if (completed() >= sequence)
+void stream::fail(std::exception_ptr error) {
+  // Only the first failure is reported: after it the run is ending anyway.
+  if (failed_.exchange(true, std::memory_order_acq_rel))
     return;
-  host_waiters_.fetch_add(1);
+  error_handler handler;
   {
-    std::unique_lock<std::mutex> lock{mutex_};
-    work_done_.wait(lock, [&] { return completed() >= sequence; });
+    std::lock_guard<std::mutex> guard{mutex_};
+    handler = on_error_;
   }
-  host_waiters_.fetch_sub(1);
+  if (handler)
+    handler(std::move(error));
+}
+
+template <class Work>
+void stream::run_guarded(Work&& work) {
+  try {
+    work();
+  } catch (...) {
+    fail(std::current_exception());
+  }
 }
 
 void stream::run() {
@@ -246,24 +311,13 @@ void stream::run() {
       }
     }
     if (task) {
-      task();
+      run_guarded(task);  // Note [one failure path]
       continue;
     }
     if (!failed()) {
       auto started = std::chrono::steady_clock::now();
       auto traced_start = trace_track_ != 0 && trace::enabled() ? trace::now_ns() : 0;
-      try {
-        next.work();
-      } catch (...) {
-        failed_.store(true, std::memory_order_release);
-        error_handler handler;
-        {
-          std::lock_guard<std::mutex> guard{mutex_};
-          handler = on_error_;
-        }
-        if (handler)
-          handler(std::current_exception());
-      }
+      run_guarded(next.work);
       if (traced_start != 0) {
         trace::event e;
         e.type = trace::event_type::job;
@@ -288,13 +342,9 @@ void stream::run() {
             std::memory_order_relaxed);
     }
     next.work = nullptr;  // release what the job captured before reporting it done
-    completed_.fetch_add(1);
-    if (watcher_count_.load() > 0)
-      fire_due_watchers();
-    if (host_waiters_.load() > 0) {
-      std::lock_guard<std::mutex> guard{mutex_};
-      work_done_.notify_all();
-    }
+    progress_->advance();
+    if (progress_->has_watchers())
+      run_guarded([this] { progress_->fire_due(); });
   }
 }
 
@@ -304,10 +354,41 @@ device::device(device_id id, int core) : id_(id) {
   stream_ = std::make_unique<stream>(id, core);
 }
 
+namespace {
+
+// Note [OpenBLAS threads]: the live device_sets and the thread count they found.
+struct blas_threads_scope {
+  std::mutex mutex;
+  int live = 0;
+  int found = 1;
+};
+
+blas_threads_scope& the_blas_threads_scope() {
+  static blas_threads_scope scope;
+  return scope;
+}
+
+}  // namespace
+
 device_set::device_set(const std::vector<device_id>& ids) {
-  kernels::set_cpu_kernel_threads(1);  // each CPU device is one core (Note [CPU streams])
+  {
+    auto& scope = the_blas_threads_scope();
+    std::lock_guard<std::mutex> guard{scope.mutex};
+    if (scope.live++ == 0) {
+      scope.found = kernels::cpu_kernel_threads();
+      kernels::set_cpu_kernel_threads(1);  // each CPU device is one core (Note [CPU streams])
+    }
+  }
   for (const auto& id : ids)
     devices_.push_back(std::make_unique<device>(id, id.type == device_type::cpu ? id.index : -1));
+}
+
+device_set::~device_set() {
+  devices_.clear();  // the streams run what is queued first: still one thread per call
+  auto& scope = the_blas_threads_scope();
+  std::lock_guard<std::mutex> guard{scope.mutex};
+  if (--scope.live == 0 && kernels::cpu_kernel_threads() == 1)
+    kernels::set_cpu_kernel_threads(scope.found);
 }
 
 device& device_set::at(const device_id& id) {

@@ -62,11 +62,55 @@ struct job_label {
   std::int64_t bytes = 0;   // copies: bytes moved
 };
 
+/// How far one stream has got: how many of its jobs have completed, the host threads
+/// waiting for a count, and the callbacks due at a count. The stream and every event of it
+/// share it, so an event stays answerable after its stream (and device_set) is gone
+/// (Note [events outlive their stream] in device.cpp). Only the stream advances it.
+class stream_progress {
+ public:
+  std::uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+
+  /// Blocks the calling thread until `sequence` jobs have completed.
+  void wait_until(std::uint64_t sequence);
+
+  /// Calls `callback` once `sequence` jobs have completed: at once, on the calling thread,
+  /// if they have; else on the stream's thread right after the job that completes them.
+  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback);
+
+  /// The stream's side: one more job completed (wakes host waiters).
+  void advance();
+  /// True when some callback is registered (the stream then calls fire_due()).
+  bool has_watchers() const { return watcher_count_.load() > 0; }
+  /// Calls, on this thread, every callback that is due, each once. If some throw, the
+  /// others still run and the first exception is rethrown after them.
+  void fire_due();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable done_;
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<int> host_waiters_{0};
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> watchers_;  // guarded by mutex_
+  std::atomic<std::size_t> watcher_count_{0};
+};
+
 /// A point in a stream: reached once the stream has completed `sequence` jobs.
-/// A default event (no stream) is always reached.
+/// A default event (no stream) is always reached. Copying one bumps one reference count;
+/// it keeps the stream's progress (not the stream) alive, so it never dangles.
 struct event {
-  stream* owner = nullptr;
+  std::shared_ptr<stream_progress> owner;
   std::uint64_t sequence = 0;
+
+  event() = default;
+  event(std::shared_ptr<stream_progress> progress, std::uint64_t at)
+      : owner(std::move(progress)), sequence(at) {}
+  event(const event&) = default;
+  event& operator=(const event&) = default;
+  // Moving copies: a moved-from event still names the same point, as when an event was a
+  // plain pointer. Callers rely on it (come_back_when_ready reads a tensor's event while
+  // the message holding that tensor is moved into the callback).
+  event(event&& other) noexcept : event(static_cast<const event&>(other)) {}
+  event& operator=(event&& other) noexcept { return *this = static_cast<const event&>(other); }
 
   bool reached() const;
   /// Blocks the calling thread until reached. Not for actor handlers (they may run on
@@ -74,6 +118,7 @@ struct event {
   void wait() const;
   /// Calls `callback` once reached: at once on this thread if it already is, else on the
   /// stream's thread right after the job that reaches it (keep it short: send a message).
+  /// A callback that throws there fails the stream like a job that throws.
   void then(std::function<void()> callback) const;
 };
 
@@ -104,13 +149,18 @@ class stream {
   void wait_for(const event& e);
 
   /// Calls `callback` on this stream's thread once `sequence` jobs have completed (at
-  /// once, on the calling thread, if they already have).
-  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback);
+  /// once, on the calling thread, if they already have). A callback that throws on the
+  /// stream's thread fails the stream like a job that throws.
+  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback) {
+    progress_->notify_when_reached(sequence, std::move(callback));
+  }
 
   /// Runs `task` on this stream's thread soon, between jobs: not part of the stream's
   /// order (no event, no busy time). Tasks run in the order posted, before queued jobs.
   /// This is how actors placed on a device handle their messages on its thread
-  /// (actors/device_scheduler.hpp); a task must be short and must never block.
+  /// (actors/device_scheduler.hpp); a task must be short and must never block. A task
+  /// that throws fails the stream like a job that throws (the error handler is told);
+  /// later tasks still run, so actors can still be told to finish.
   void post(job task);
 
   /// Blocks the calling thread (not this stream's) until every task posted so far has run.
@@ -125,14 +175,14 @@ class stream {
   /// Blocks the calling thread until every job submitted so far has run.
   void synchronize();
 
-  /// Called (on the stream's thread) with the first exception a job throws. After that
-  /// the stream is failed: later jobs are skipped (their events are still reached, so
-  /// nothing waits forever).
+  /// Called (on the stream's thread) with the first exception a job, a posted task or an
+  /// event callback throws. After that the stream is failed: later jobs are skipped (their
+  /// events are still reached, so nothing waits forever).
   void set_error_handler(error_handler handler);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   const device_id& device() const { return device_; }
-  std::uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  std::uint64_t completed() const { return progress_->completed(); }
 
   /// Seconds this stream has spent running jobs (not waiting for other streams' events,
   /// not idle) since it started: a device's utilisation is busy / elapsed.
@@ -141,16 +191,17 @@ class stream {
   }
 
  private:
-  friend struct event;
   event enqueue(job work, bool busy, const job_label& label);
-  void fire_due_watchers();
   void run();
-  void wait_until(std::uint64_t sequence);
+  /// Runs `work` (a posted task, event callbacks) on the stream's thread; an exception
+  /// fails the stream, as one from a job does.
+  template <class Work>
+  void run_guarded(Work&& work);
+  void fail(std::exception_ptr error);
 
   device_id device_;
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
-  std::condition_variable work_done_;
   struct entry {
     job work;
     bool busy;  // false: a wait for another stream, which is idle time
@@ -161,14 +212,11 @@ class stream {
   std::deque<job> posted_;                      // guarded by mutex_
   std::atomic<std::int64_t> busy_nanoseconds_{0};
   std::uint64_t submitted_ = 0;                // guarded by mutex_
-  std::atomic<std::uint64_t> completed_{0};
-  std::atomic<int> host_waiters_{0};
+  std::shared_ptr<stream_progress> progress_ = std::make_shared<stream_progress>();
   std::atomic<bool> failed_{false};
   bool stopping_ = false;                       // guarded by mutex_
   bool worker_sleeping_ = false;                // guarded by mutex_
   error_handler on_error_;                      // guarded by mutex_
-  std::vector<std::pair<std::uint64_t, std::function<void()>>> watchers_;  // guarded by mutex_
-  std::atomic<std::size_t> watcher_count_{0};
   std::uint32_t trace_track_ = 0;
   std::thread worker_;
 };
@@ -188,10 +236,15 @@ class device {
 };
 
 /// The devices of one run, created from their names. CPU device cpu:N is bound to the
-/// N-th allowed core (modulo the core count).
+/// N-th allowed core (modulo the core count). While any device_set lives, CPU kernels use
+/// one thread per call, process-wide: OpenBLAS 0.3.21 has no per-thread setting; the
+/// value from before is restored when the last one goes (Note [OpenBLAS threads]).
 class device_set {
  public:
   explicit device_set(const std::vector<device_id>& ids);
+  ~device_set();
+  device_set(const device_set&) = delete;
+  device_set& operator=(const device_set&) = delete;
   /// The device named `id`; TROUPE_CHECK fails if it is not in the set.
   device& at(const device_id& id);
   const std::vector<std::unique_ptr<device>>& all() const { return devices_; }

@@ -177,24 +177,27 @@ tensor tensor::reshaped(shape_t shape) const {
   return t;
 }
 
-namespace detail {
-
-caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type, std::uint64_t bytes) {
+std::string tensor_header_problem(const shape_t& shape, std::uint8_t type, std::uint64_t bytes) {
   if (shape.size() > 8)
-    return caf::make_error(caf::sec::invalid_argument, "tensor rank above 8");
+    return "tensor rank above 8";
   if (type > static_cast<std::uint8_t>(dtype::i32))
-    return caf::make_error(caf::sec::invalid_argument, "unknown tensor dtype");
-  std::uint64_t n = 1;
+    return "unknown tensor dtype";
+  std::uint64_t elements = 1;
   for (auto d : shape) {
-    if (d < 0 || d > (std::int64_t{1} << 40))
-      return caf::make_error(caf::sec::invalid_argument, "tensor dimension out of range");
-    n *= static_cast<std::uint64_t>(d);
+    if (d < 0)
+      return "negative tensor dimension in " + shape_to_string(shape);
+    if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(d), &elements))
+      return "tensor shape " + shape_to_string(shape) + " overflows its element count";
   }
-  if (n * size_of(static_cast<dtype>(type)) != bytes)
-    return caf::make_error(caf::sec::invalid_argument,
-                           "tensor byte count does not match its shape");
-  return caf::error{};
+  std::uint64_t needed = 0;
+  if (__builtin_mul_overflow(elements, std::uint64_t{size_of(static_cast<dtype>(type))}, &needed) ||
+      needed > max_received_tensor_bytes)
+    return "tensor shape " + shape_to_string(shape) + " needs more than the " +
+           std::to_string(max_received_tensor_bytes) + " bytes a received tensor may have";
+  if (needed != bytes)
+    return "tensor byte count " + std::to_string(bytes) + " does not match its shape " +
+           shape_to_string(shape) + " (" + std::to_string(needed) + " bytes)";
+  return {};
 }
 
-}  // namespace detail
 }  // namespace troupe

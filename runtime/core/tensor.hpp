@@ -5,12 +5,11 @@
 // data of a tensor may not be computed yet: `ready()` is the event of the job that
 // writes it, and consumers on another stream wait for it; host code calls wait_ready()
 // before reading values. Crossing a node serialises shape, dtype and raw bytes in one
-// block (see inspect below), validated when loaded.
+// block, validated when loaded (tensor_header_problem here; the CAF inspect that uses it
+// is in tensor_inspect.hpp, so that this header, and a layer plugin, needs no CAF).
 //
 // Not here: views with strides, broadcasting, autograd. Kernels work on raw buffers.
 #pragma once
-
-#include <caf/all.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -104,9 +103,6 @@ class tensor {
   /// How many tensors share this storage (tests use it to prove zero-copy).
   long use_count() const { return storage_.use_count(); }
 
-  template <class Inspector>
-  friend typename Inspector::result_type inspect(Inspector& f, tensor& x);
-
  private:
   shape_t shape_;
   dtype type_ = dtype::f32;
@@ -115,43 +111,15 @@ class tensor {
   event ready_;
 };
 
-namespace detail {
-/// Checks a deserialised tensor header: rank, non-negative sizes, bytes consistent.
-caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type,
-                                  std::uint64_t bytes);
-}  // namespace detail
+/// The most bytes a tensor received from another process may claim (16 GiB): a header is
+/// checked against it before anything is allocated, so a corrupt or hostile peer cannot
+/// make a node allocate without bound. Larger tensors would be sent in pieces.
+constexpr std::uint64_t max_received_tensor_bytes = std::uint64_t{1} << 34;
 
-/// Crossing a node: shape, dtype and byte count first, then the raw bytes in one block
-/// (CAF-0.17-NOTES.md section 6: element-wise serialisation is 13x slower). The loader
-/// validates the header before it allocates. Host byte order on both ends.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, tensor& x) {
-  if constexpr (std::is_same<Inspector, caf::serializer>::value) {
-    x.wait_ready();
-    auto type = static_cast<std::uint8_t>(x.type_);
-    auto bytes = static_cast<std::uint64_t>(x.defined() ? x.bytes() : 0);
-    if (auto err = f(x.shape_, type, bytes))
-      return err;
-    return bytes > 0 ? f.apply_raw(bytes, x.raw()) : caf::error{};
-  } else if constexpr (std::is_same<Inspector, caf::deserializer>::value) {
-    std::uint8_t type = 0;
-    std::uint64_t bytes = 0;
-    shape_t shape;
-    if (auto err = f(shape, type, bytes))
-      return err;
-    if (auto err = detail::validate_tensor_header(shape, type, bytes))
-      return err;
-    auto result = tensor::empty(shape, static_cast<dtype>(type));
-    if (bytes > 0)
-      if (auto err = f.apply_raw(bytes, result.raw()))
-        return err;
-    x = std::move(result);
-    return caf::error{};
-  } else {
-    // Printing (to_string): shape and dtype, never the values.
-    std::string summary = std::string{to_string(x.type_)} + shape_to_string(x.shape_);
-    return f(caf::meta::type_name("tensor"), summary);
-  }
-}
+/// Checks a received tensor header before allocating: rank at most 8, a known dtype,
+/// non-negative dimensions, no overflow in the element or byte count, at most
+/// max_received_tensor_bytes, and `bytes` equal to what the shape needs. Returns what is
+/// wrong, or "" when nothing is.
+std::string tensor_header_problem(const shape_t& shape, std::uint8_t type, std::uint64_t bytes);
 
 }  // namespace troupe

@@ -233,7 +233,13 @@ void register_layer(const std::string& name, const std::string& description,
   std::lock_guard<std::mutex> guard{r.mutex};
   auto [it, inserted] = r.entries.emplace(name, registry_entry{description, std::move(factory)});
   if (!inserted)
-    throw std::logic_error("layer type '" + name + "' is registered twice");
+    throw std::logic_error(layer_registered_twice(name));
+}
+
+bool has_layer(const std::string& name) {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  return r.entries.count(name) > 0;
 }
 
 std::unique_ptr<layer> create_layer(const layer_config& config) {

@@ -119,10 +119,11 @@ class layer {
   /// function pointers here; the default does nothing.
   virtual void bind(device_type type) { (void)type; }
 
-  /// y = f(x; params). x: (b, input...), y: preallocated (b, output...). Anything
-  /// backward needs goes into `saved` (tensors are shared, so saving x is free).
+  /// y = f(x; params). x: (b, input...), y: preallocated (b, output...) from
+  /// output_shape(); forward writes its values (y.f32()) but cannot replace or reshape it.
+  /// Anything backward needs goes into `saved` (tensors are shared, so saving x is free).
   virtual void forward(const layer_context& context, const std::vector<tensor>& params,
-                       const tensor& x, tensor& y, std::vector<tensor>& saved) const = 0;
+                       const tensor& x, const tensor& y, std::vector<tensor>& saved) const = 0;
 
   /// Given dy (b, output...) and what forward saved: writes dx (preallocated, or
   /// nullptr when no one needs it, e.g. the first layer) and the parameter gradients
@@ -143,6 +144,14 @@ using layer_factory = std::function<std::unique_ptr<layer>(layer_settings&)>;
 void register_layer(const std::string& name, const std::string& description,
                     layer_factory factory);
 
+/// True if a layer type of that name is registered.
+bool has_layer(const std::string& name);
+
+/// "layer type 'linear' is registered twice": the clash message.
+inline std::string layer_registered_twice(const std::string& name) {
+  return "layer type '" + name + "' is registered twice";
+}
+
 /// Creates a layer from its config: unknown type (with the nearest name and the list of
 /// registered ones) and bad settings throw config_error.
 std::unique_ptr<layer> create_layer(const layer_config& config);
@@ -150,14 +159,18 @@ std::unique_ptr<layer> create_layer(const layer_config& config);
 /// The registered layer names with their one-line descriptions, sorted.
 std::vector<std::pair<std::string, std::string>> registered_layers();
 
-struct layer_registrar {
+/// What TROUPE_REGISTER_LAYER makes: registers at construction, or inside a plugin records
+/// the registration for the loader (Note [plugin registrations] in
+/// kernels/registration.hpp); never throws.
+struct TROUPE_LOCAL layer_registrar {
   layer_registrar(const std::string& name, const std::string& description,
                   layer_factory factory) {
-    try {
-      register_layer(name, description, std::move(factory));
-    } catch (const std::exception& e) {
-      kernels::record_registration_error(e.what());  // reported by the plugin loader
-    }
+    detail::register_or_defer(
+        "layer type '" + name + "'",
+        [name] { return has_layer(name) ? layer_registered_twice(name) : std::string{}; },
+        [name, description, factory = std::move(factory)] {
+          register_layer(name, description, factory);
+        });
   }
 };
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "kernels/kernels.hpp"
 #include "runtime/base/error.hpp"
@@ -50,7 +51,15 @@ void open_plugin(const std::string& path, const std::string& canonical);
 
 }  // namespace
 
+// Loads are serialised: the clash checks and the commits of one plugin must not interleave
+// with another's.
+static std::mutex& load_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 void load_plugin(const std::string& path) {
+  std::lock_guard<std::mutex> loading{load_mutex()};
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec))
@@ -91,16 +100,28 @@ void load_config_plugins(const run_config& config) {
 
 namespace {
 
+// Closes a library on the way out of open_plugin unless released (an accepted plugin
+// stays loaded: what it registered points into it).
+struct library_handle {
+  void* handle = nullptr;
+  ~library_handle() {
+    if (handle != nullptr)
+      dlclose(handle);
+  }
+};
+
 void open_plugin(const std::string& path, const std::string& canonical) {
-  kernels::take_registration_errors();  // only this library's from here on
-  // RTLD_GLOBAL: a plugin's kernels and layers may be used by another plugin.
-  void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (handle == nullptr)
+  // RTLD_GLOBAL: a plugin's kernels and layers may be used by another plugin. Its static
+  // initialisers run now, but inside a plugin they only record (Note [plugin
+  // registrations]); nothing reaches troupe's registries before the checks below.
+  library_handle library{dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL)};
+  if (library.handle == nullptr)
     throw user_error("plugin '" + path + "' cannot be loaded: " + dlerror());
   using abi_function = int (*)();
   using name_function = const char* (*)();
-  auto abi = reinterpret_cast<abi_function>(dlsym(handle, "troupe_plugin_abi_version"));
-  auto name = reinterpret_cast<name_function>(dlsym(handle, "troupe_plugin_name"));
+  using register_function = void (*)(std::vector<detail::deferred_registration>*);
+  auto abi = reinterpret_cast<abi_function>(dlsym(library.handle, "troupe_plugin_abi_version"));
+  auto name = reinterpret_cast<name_function>(dlsym(library.handle, "troupe_plugin_name"));
   if (abi == nullptr || name == nullptr)
     throw user_error("'" + path + "' is not a troupe plugin: it does not export "
                      "troupe_plugin_abi_version (add TROUPE_PLUGIN(\"name\") to one of its "
@@ -109,16 +130,46 @@ void open_plugin(const std::string& path, const std::string& canonical) {
     throw user_error("plugin '" + path + "' was built against troupe ABI version " +
                      std::to_string(abi()) + ", but this troupe has ABI version " +
                      std::to_string(TROUPE_ABI_VERSION) + "; rebuild it against this troupe");
-  auto errors = kernels::take_registration_errors();
-  if (!errors.empty()) {
-    std::string message = "plugin '" + path + "' (" + name() + ") registers names that exist: ";
-    for (std::size_t i = 0; i < errors.size(); ++i)
-      message += (i ? "; " : "") + errors[i];
-    throw user_error(message);
+  auto hand_over =
+      reinterpret_cast<register_function>(dlsym(library.handle, "troupe_plugin_register"));
+  TROUPE_CHECK(hand_over != nullptr,
+               "plugin '" << path << "' has ABI version " << TROUPE_ABI_VERSION
+                          << " but no troupe_plugin_register (TROUPE_PLUGIN writes both)");
+  const std::string plugin_name = name();
+  {
+    // The registrations' code lives in the library: they go before it may be closed.
+    std::vector<detail::deferred_registration> registrations;
+    hand_over(&registrations);
+    // All or nothing: every clash is found before anything is registered.
+    std::vector<std::string> clashes;
+    std::set<std::string> seen;
+    for (const auto& r : registrations) {
+      auto problem = r.conflict();
+      if (problem.empty() && !seen.insert(r.what).second)
+        problem = r.what + " is registered twice by this plugin";
+      if (!problem.empty())
+        clashes.push_back(problem);
+    }
+    if (!clashes.empty()) {
+      std::string message =
+          "plugin '" + path + "' (" + plugin_name + ") registers names that exist: ";
+      for (std::size_t i = 0; i < clashes.size(); ++i)
+        message += (i ? "; " : "") + clashes[i];
+      registrations.clear();
+      throw user_error(message);
+    }
+    try {
+      for (const auto& r : registrations)
+        r.commit();  // checked above: a throw here is a bug
+    } catch (...) {
+      library.handle = nullptr;  // some registrations point into it now: keep it loaded
+      throw;
+    }
   }
+  library.handle = nullptr;  // accepted: stays loaded
   auto& s = state();
   std::lock_guard<std::mutex> guard{s.mutex};
-  s.loaded.emplace_back(name(), canonical);
+  s.loaded.emplace_back(plugin_name, canonical);
 }
 
 }  // namespace

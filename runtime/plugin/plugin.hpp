@@ -7,20 +7,26 @@
 //
 //     TROUPE_PLUGIN("my_layers");
 //
-// which exports the name and the ABI version it was built against. load_plugin() opens
-// the library and checks, in order: that the file exists, that it is a troupe plugin
-// (exports the symbol), that its ABI version is this troupe's, and that nothing it
-// registered clashes with a name already registered; each failure is a user_error that
-// says which and what to do.
+// which exports the name, the ABI version it was built against and the function that
+// hands over its registrations. Inside a plugin the registration lines only record what
+// they would register (Note [plugin registrations] in kernels/registration.hpp).
+// load_plugin() opens the library and checks, in order: that the file exists, that it is
+// a troupe plugin (exports the symbols), that its ABI version is this troupe's, and that
+// nothing it registers clashes with a name already registered or with another of its
+// own; only then does it register everything. Each failure is a user_error that says
+// which and what to do, and leaves nothing registered (the library is closed).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "runtime/config/config.hpp"
+#include "kernels/registration.hpp"
 
 /// Bumped whenever a change to troupe's headers breaks plugins built against older ones.
-#define TROUPE_ABI_VERSION 1
+/// 2: registrations inside a plugin are deferred to troupe_plugin_register; layer::forward
+/// takes its output as a const tensor&; events share their stream's progress.
+#define TROUPE_ABI_VERSION 2
 
 namespace troupe {
 
@@ -43,10 +49,19 @@ void check_builtin_registrations();
 
 }  // namespace troupe
 
-#define TROUPE_PLUGIN(name)                                                          \
-  extern "C" __attribute__((visibility("default"))) int troupe_plugin_abi_version() { \
-    return TROUPE_ABI_VERSION;                                                       \
-  }                                                                                  \
-  extern "C" __attribute__((visibility("default"))) const char* troupe_plugin_name() { \
-    return name;                                                                     \
+/// Marks a shared library as a troupe plugin named `name` (once per plugin).
+#define TROUPE_PLUGIN(name) TROUPE_DETAIL_PLUGIN(name, TROUPE_ABI_VERSION)
+
+/// TROUPE_PLUGIN with an explicit ABI version (tests write a mismatching one).
+#define TROUPE_DETAIL_PLUGIN(name, abi_version)                                           \
+  extern "C" __attribute__((visibility("hidden"))) const char troupe_plugin_marker = 1;   \
+  extern "C" __attribute__((visibility("default"))) int troupe_plugin_abi_version() {     \
+    return abi_version;                                                                    \
+  }                                                                                        \
+  extern "C" __attribute__((visibility("default"))) const char* troupe_plugin_name() {    \
+    return name;                                                                           \
+  }                                                                                        \
+  extern "C" __attribute__((visibility("default"))) void troupe_plugin_register(          \
+      std::vector<::troupe::detail::deferred_registration>* out) {                        \
+    *out = ::troupe::detail::deferred_registrations();                                     \
   }

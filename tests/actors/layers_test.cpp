@@ -2,6 +2,7 @@
 // registered layer can use), shapes, and settings errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -83,7 +84,7 @@ TEST_CASE("the gradient check fails a layer whose backward is wrong") {
   struct doubled final : layer {
     std::string type() const override { return "test_doubled"; }
     shape_t output_shape(const shape_t& in) const override { return in; }
-    void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, tensor& y,
+    void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, const tensor& y,
                  std::vector<tensor>&) const override {
       for (std::int64_t i = 0; i < x.numel(); ++i)
         y.f32()[i] = 3 * x.f32()[i];

@@ -28,7 +28,7 @@ class stash_probe final : public layer {
   explicit stash_probe(layer_settings& s) : id_(s.text("id", "", {})) {}
   std::string type() const override { return "test_stash_probe"; }
   shape_t output_shape(const shape_t& input) const override { return input; }
-  void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x, tensor& y,
+  void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x, const tensor& y,
                std::vector<tensor>&) const override {
     std::copy(x.f32(), x.f32() + x.numel(), y.f32());
     if (!context.training)

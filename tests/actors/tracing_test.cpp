@@ -165,7 +165,7 @@ class fixed_cost final : public layer {
   std::vector<param_spec> parameters(const shape_t&) const override {
     return {{"unused", {1}, init_kind::zeros, 1, 1}};
   }
-  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, tensor& y,
+  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, const tensor& y,
                std::vector<tensor>&) const override {
     std::copy(x.f32(), x.f32() + x.numel(), y.f32());
     spin();

@@ -134,7 +134,7 @@ class failing_layer final : public layer {
  public:
   std::string type() const override { return "test_failing"; }
   shape_t output_shape(const shape_t& input) const override { return input; }
-  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, tensor& y,
+  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, const tensor& y,
                std::vector<tensor>&) const override {
     if (++calls_ == 4)
       throw std::runtime_error("deliberate failure");

@@ -16,8 +16,9 @@ namespace {
 enum class scale_fault {
   none,
   wrong_gradient,     // backward leaves a out of dx (dx = dy): check-layer must catch it
-  reassigned_output,  // forward puts a new, wider tensor into y instead of writing y
   throwing_backward,  // backward throws
+  // (A forward that puts another tensor into y cannot be written any more: y is a
+  // const tensor&, checked at compile time in tests/runtime/plugin/plugin_test.cpp.)
 };
 
 class scale_layer final : public troupe::layer {
@@ -43,10 +44,8 @@ class scale_layer final : public troupe::layer {
 
   // x, y: (b, D); a = params[0]: (D); saved = {x}
   void forward(const troupe::layer_context&, const std::vector<troupe::tensor>& params,
-               const troupe::tensor& x, troupe::tensor& y,
+               const troupe::tensor& x, const troupe::tensor& y,
                std::vector<troupe::tensor>& saved) const override {
-    if (fault_ == scale_fault::reassigned_output)
-      y = troupe::tensor::empty({x.dim(0), x.dim(1) + 1}, troupe::dtype::f32, x.device());
     const auto rows = x.dim(0), features = x.dim(1);
     const float* a = params[0].f32();
     for (std::int64_t i = 0; i < rows; ++i)

@@ -138,3 +138,129 @@ TEST_CASE("a stream runs what was posted before it stops") {
   }
   CHECK(ran.load() == 100);
 }
+
+namespace {
+
+/// Records what a stream's error handler hears: how often, and the first message.
+struct failure_log {
+  std::atomic<int> reports{0};
+  std::string first;  // written before reports is incremented
+
+  stream::error_handler handler() {
+    return [this](std::exception_ptr e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        if (reports.load() == 0)
+          first = x.what();
+      }
+      ++reports;
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a posted task that throws fails the stream through its error handler") {
+  failure_log log;
+  stream s{device_id{}, -1};
+  s.set_error_handler(log.handler());
+  std::atomic<bool> later_task_ran{false};
+  s.post([] { throw std::runtime_error("task fails on purpose"); });
+  s.post([&] { later_task_ran = true; });
+  s.drain_posted();
+  CHECK(s.failed());
+  CHECK(log.reports == 1);
+  CHECK(log.first == "task fails on purpose");
+  // Later tasks still run (actors must still hear "finish"); later jobs are skipped.
+  CHECK(later_task_ran);
+  bool job_ran = false;
+  s.submit([&] { job_ran = true; }).wait();
+  CHECK_FALSE(job_ran);
+}
+
+TEST_CASE("an event callback that throws on the stream's thread fails the stream, the others run") {
+  failure_log log;
+  stream s{device_id{}, -1};
+  s.set_error_handler(log.handler());
+  std::atomic<bool> gate{false};
+  auto held = s.submit([&] {
+    while (!gate.load())
+      std::this_thread::yield();
+  });
+  std::atomic<int> ran{0};
+  held.then([&] {
+    ++ran;
+    throw std::runtime_error("callback fails on purpose");
+  });
+  held.then([&] { ++ran; });
+  s.notify_when_reached(held.sequence, [&] { ++ran; });
+  gate = true;
+  s.synchronize();
+  s.drain_posted();  // the callbacks run right after the job, before the next task
+  CHECK(ran == 3);
+  CHECK(s.failed());
+  CHECK(log.reports == 1);
+  CHECK(log.first == "callback fails on purpose");
+}
+
+TEST_CASE("an event kept past its device_set is still answerable") {
+  event kept;
+  std::atomic<bool> job_ran{false};
+  {
+    device_set devices{{device_id{device_type::cpu, 0}}};
+    auto& work = devices.at(device_id{device_type::cpu, 0}).work();
+    kept = work.submit([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      job_ran = true;
+    });
+  }  // the device_set, its stream and its thread are gone; the event is not
+  CHECK(job_ran);
+  CHECK(kept.reached());
+  kept.wait();  // returns at once
+  bool called = false;
+  kept.then([&] { called = true; });  // runs at once, on this thread
+  CHECK(called);
+  event copy = kept;
+  CHECK(copy.reached());
+}
+
+TEST_CASE("a device_set uses one CPU kernel thread while it lives and restores the caller's") {
+  const int original = kernels::cpu_kernel_threads();
+  kernels::set_cpu_kernel_threads(3);  // a library user's setting
+  REQUIRE(kernels::cpu_kernel_threads() == 3);
+  {
+    device_set first{{device_id{device_type::cpu, 0}}};
+    CHECK(kernels::cpu_kernel_threads() == 1);
+    {
+      device_set second{{device_id{device_type::cpu, 1}}};
+      CHECK(kernels::cpu_kernel_threads() == 1);
+    }
+    CHECK(kernels::cpu_kernel_threads() == 1);  // `first` still lives
+  }
+  CHECK(kernels::cpu_kernel_threads() == 3);
+  SUBCASE("a value the user set meanwhile stands") {
+    {
+      device_set devices{{device_id{device_type::cpu, 0}}};
+      kernels::set_cpu_kernel_threads(2);
+    }
+    CHECK(kernels::cpu_kernel_threads() == 2);
+  }
+  kernels::set_cpu_kernel_threads(original);
+}
+
+TEST_CASE("a moved-from event still names the same point of its stream") {
+  stream s{device_id{}, -1};
+  std::atomic<bool> gate{false};
+  auto held = s.submit([&] {
+    while (!gate.load())
+      std::this_thread::yield();
+  });
+  event moved_to = std::move(held);
+  // come_back_when_ready reads a tensor's event while moving the message that holds it.
+  CHECK_FALSE(held.reached());  // NOLINT(bugprone-use-after-move): that is the point
+  CHECK(held.sequence == moved_to.sequence);
+  gate = true;
+  held.wait();
+  CHECK(moved_to.reached());
+}

@@ -1,4 +1,10 @@
 // Tensors: shared storage, zero-copy messages within a process, and serialisation.
+// tensor.hpp itself must not bring CAF in (a layer plugin compiles it): see the first test.
+#include "runtime/core/tensor.hpp"
+#ifdef CAF_CACHE_LINE_SIZE  // defined by caf/config.hpp, which every CAF header includes
+#error "runtime/core/tensor.hpp includes CAF; its inspect belongs in tensor_inspect.hpp"
+#endif
+
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
@@ -82,4 +88,58 @@ TEST_CASE("a serialised tensor whose byte count disagrees with its shape is reje
   auto error = source(t);
   CHECK(error);
   CHECK_FALSE(t.defined());
+}
+
+namespace {
+
+/// Deserialises a tensor from a header (and no payload) as a peer would send it.
+caf::error receive_header(const shape_t& shape, std::uint8_t type, std::uint64_t bytes,
+                          tensor& out) {
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  std::vector<char> buffer;
+  {
+    caf::binary_serializer sink{system, buffer};
+    auto copy = shape;
+    REQUIRE(!sink(copy, type, bytes));
+  }
+  caf::binary_deserializer source{system, buffer};
+  return source(out);
+}
+
+}  // namespace
+
+TEST_CASE("a tensor header whose sizes overflow or exceed the cap is refused before allocating") {
+  const std::int64_t two_to_32 = std::int64_t{1} << 32;
+  SUBCASE("2^32 x 2^32 elements wrap to 0 bytes without an overflow check") {
+    tensor t;
+    CHECK(receive_header({two_to_32, two_to_32}, 0, 0, t));
+    CHECK_FALSE(t.defined());
+    CHECK(tensor_header_problem({two_to_32, two_to_32}, 0, 0).find("overflows") !=
+          std::string::npos);
+  }
+  SUBCASE("an element count that fits but whose bytes overflow") {
+    const std::int64_t two_to_31 = std::int64_t{1} << 31;
+    CHECK(tensor_header_problem({two_to_31, two_to_31, 2}, 0, 0).find("needs more than") !=
+          std::string::npos);
+  }
+  SUBCASE("a consistent header above max_received_tensor_bytes") {
+    const auto elements = static_cast<std::int64_t>(max_received_tensor_bytes / 4 + 1);
+    const auto bytes = static_cast<std::uint64_t>(elements) * 4;
+    tensor t;
+    CHECK(receive_header({elements}, 0, bytes, t));
+    CHECK_FALSE(t.defined());
+    CHECK(tensor_header_problem({elements}, 0, bytes).find("needs more than") !=
+          std::string::npos);
+  }
+  SUBCASE("a negative dimension, an unknown dtype, a rank above 8") {
+    CHECK_FALSE(tensor_header_problem({2, -1}, 0, 0).empty());
+    CHECK_FALSE(tensor_header_problem({2}, 7, 8).empty());
+    CHECK_FALSE(tensor_header_problem(shape_t(9, 1), 0, 4).empty());
+  }
+  SUBCASE("the largest allowed header and an empty tensor pass") {
+    const auto elements = static_cast<std::int64_t>(max_received_tensor_bytes / 4);
+    CHECK(tensor_header_problem({elements}, 0, max_received_tensor_bytes).empty());
+    CHECK(tensor_header_problem({0, 5}, 1, 0).empty());
+  }
 }

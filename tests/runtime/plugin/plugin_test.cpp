@@ -2,9 +2,14 @@
 // good plugin adds, the finite-difference check of its layer, and each way loading fails.
 #include "runtime/plugin/plugin.hpp"
 
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <type_traits>
+
+#include "actors/actor_kinds.hpp"
+#include "kernels/kernels.hpp"
 
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/model/layer.hpp"
@@ -14,12 +19,6 @@
 using namespace troupe;
 
 namespace {
-
-bool has_layer(const std::string& name) {
-  auto layers = registered_layers();
-  return std::any_of(layers.begin(), layers.end(),
-                     [&](const auto& entry) { return entry.first == name; });
-}
 
 layer_config layer_of_type(const std::string& type) {
   layer_config config;
@@ -42,6 +41,15 @@ std::string load_error(const std::string& path) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+/// True if the library at `path` is mapped in this process now.
+bool is_mapped(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr)
+    return false;
+  dlclose(handle);  // drops the reference RTLD_NOLOAD took
+  return true;
 }
 
 }  // namespace
@@ -108,18 +116,29 @@ TEST_CASE("load_plugin says which way a plugin fails to load") {
     CHECK(contains(message, "is not a troupe plugin"));
     CHECK(contains(message, "add TROUPE_PLUGIN(\"name\")"));
   }
-  SUBCASE("a plugin built against another ABI version") {
+  SUBCASE("a plugin built against another ABI version registers nothing and is unloaded") {
     auto message = load_error(test_plugins::abi_mismatch());
     CHECK(contains(message, "was built against troupe ABI version " +
                                 std::to_string(TROUPE_ABI_VERSION + 1) +
                                 ", but this troupe has ABI version " +
                                 std::to_string(TROUPE_ABI_VERSION)));
     CHECK(contains(message, "rebuild it"));
+    // Its static initialisers ran inside dlopen, yet none of its names reached troupe.
+    CHECK_FALSE(has_layer("test_abi_mismatch_layer"));
+    CHECK_FALSE(kernels::has_kernel("test_abi_mismatch.op", device_type::cpu));
+    CHECK_FALSE(has_actor_kind("test_abi_mismatch_kind"));
+    CHECK(find_actor_signature("test_abi_mismatch_kind") == nullptr);
+    CHECK_FALSE(is_mapped(test_plugins::abi_mismatch()));
   }
   SUBCASE("a plugin that registers a name troupe has") {
     auto message = load_error(test_plugins::clashing());
     CHECK(contains(message, "(troupe_test_clashing_plugin) registers names that exist"));
     CHECK(contains(message, "layer type 'linear' is registered twice"));
+    // All or nothing: its names that clash with nothing are not registered either.
+    CHECK_FALSE(has_layer("test_clash_innocent"));
+    CHECK_FALSE(kernels::has_kernel("test_clash.op", device_type::cpu));
+    CHECK_FALSE(has_actor_kind("test_clash_kind"));
+    CHECK(find_actor_signature("test_clash_kind") == nullptr);
     // The built-in layer is still the one configs get.
     CHECK(create_layer([] {
             auto c = layer_of_type("linear");
@@ -130,8 +149,8 @@ TEST_CASE("load_plugin says which way a plugin fails to load") {
               .size() == 2);
   }
   SUBCASE("a plugin that failed fails again, with the same message") {
-    // Its library stays mapped, so its registrations would not run again: a second try
-    // must not pass silently.
+    // Its library may stay mapped (dlclose need not unmap it), so its registration lines
+    // would not run again: a second try must not pass silently.
     auto first = load_error(test_plugins::clashing());
     CHECK(load_error(test_plugins::clashing()) == first);
   }
@@ -149,4 +168,21 @@ TEST_CASE("an unknown layer type lists the registered ones, the plugin's too, wi
     for (const char* name : {"linear", "relu", "test_scale", "test_throwing_backward"})
       CHECK(contains(message, name));
   }
+}
+
+// Layers write their output's values; they cannot put another tensor in its place (the
+// runtime once had to check for that after every forward).
+static_assert(!std::is_assignable<const tensor&, tensor>::value,
+              "layer::forward's output must not be re-assignable");
+static_assert(std::is_same<decltype(std::declval<const tensor&>().f32()), float*>::value,
+              "layer::forward writes its output through f32()");
+
+TEST_CASE("a plugin's registration lines reach troupe only through the loader") {
+  test_plugins::load();
+  // In libtroupe and in this program the lines register at once (no TROUPE_PLUGIN here).
+  CHECK_FALSE(detail::registering_in_plugin());
+  CHECK(has_layer("linear"));
+  // The good plugin's were deferred, then committed by load_plugin.
+  CHECK(has_layer("test_scale"));
+  CHECK(has_actor_kind("test_grad_scaler"));
 }

@@ -1,0 +1,69 @@
+// tensor_inspect.hpp: how a tensor crosses a node with CAF (its `inspect` overload).
+//
+// Kept out of tensor.hpp so that the tensor API, and a layer plugin using it, needs no
+// CAF. Every translation unit that puts tensors into CAF messages must see this overload
+// (actors/messages.hpp includes it), or CAF refuses the type at compile time.
+//
+// Not here: what the messages are (actors/messages.hpp).
+#pragma once
+
+#include <caf/deserializer.hpp>
+#include <caf/error.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/sec.hpp>
+#include <caf/serializer.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "runtime/core/tensor.hpp"
+
+namespace troupe {
+
+namespace detail {
+/// tensor_header_problem as a CAF error (sec::invalid_argument), none when fine.
+inline caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type,
+                                         std::uint64_t bytes) {
+  auto problem = tensor_header_problem(shape, type, bytes);
+  if (problem.empty())
+    return caf::error{};
+  return caf::make_error(caf::sec::invalid_argument, std::move(problem));
+}
+}  // namespace detail
+
+/// Crossing a node: shape, dtype and byte count first, then the raw bytes in one block
+/// (CAF-0.17-NOTES.md section 6: element-wise serialisation is 13x slower). The loader
+/// validates the header before it allocates. Host byte order on both ends.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor& x) {
+  if constexpr (std::is_same<Inspector, caf::serializer>::value) {
+    x.wait_ready();
+    shape_t shape = x.shape();
+    auto type = static_cast<std::uint8_t>(x.type());
+    auto bytes = static_cast<std::uint64_t>(x.defined() ? x.bytes() : 0);
+    if (auto err = f(shape, type, bytes))
+      return err;
+    return bytes > 0 ? f.apply_raw(bytes, x.raw()) : caf::error{};
+  } else if constexpr (std::is_same<Inspector, caf::deserializer>::value) {
+    std::uint8_t type = 0;
+    std::uint64_t bytes = 0;
+    shape_t shape;
+    if (auto err = f(shape, type, bytes))
+      return err;
+    if (auto err = detail::validate_tensor_header(shape, type, bytes))
+      return err;
+    auto result = tensor::empty(shape, static_cast<dtype>(type));
+    if (bytes > 0)
+      if (auto err = f.apply_raw(bytes, result.raw()))
+        return err;
+    x = std::move(result);
+    return caf::error{};
+  } else {
+    // Printing (to_string): shape and dtype, never the values.
+    std::string summary = std::string{to_string(x.type())} + shape_to_string(x.shape());
+    return f(caf::meta::type_name("tensor"), summary);
+  }
+}
+
+}  // namespace troupe
