@@ -49,7 +49,8 @@ struct harness {
 caf::actor spawn_clipper(harness& h, caf::scoped_actor& self, setting_value max_norm) {
   actor_plan p;
   p.name = "clip_2";
-  p.kind = "grad_clipper";
+  p.kind = troupe::actor_kind::custom;
+  p.custom_kind = "grad_clipper";
   p.device = {device_type::cpu, 0};
   p.settings.emplace("max_norm", std::move(max_norm));
   auto clipper = spawn_actor(p, h.context);
@@ -194,7 +195,8 @@ TEST_CASE_FIXTURE(fixture, "a missing or non-positive max_norm is a config error
   harness h{system};
   actor_plan p;
   p.name = "clip_2";
-  p.kind = "grad_clipper";
+  p.kind = troupe::actor_kind::custom;
+  p.custom_kind = "grad_clipper";
   p.device = {device_type::cpu, 0};
   p.where = source_position{"x.toml", 40, 1};
   CHECK_THROWS_WITH_AS(
