@@ -54,6 +54,14 @@ const char* type_name(const setting_value& v) {
   }
 }
 
+// "a, b, c": the names a message lists as valid or registered.
+std::string comma_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (const auto& n : names)
+    list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 // "layer 'dense' setting 'out'": how every message about one setting starts.
 std::string setting_name(const std::string& layer_type, const std::string& key) {
   return "layer '" + layer_type + "' setting '" + key + "'";
@@ -209,11 +217,9 @@ std::string layer_settings::text(const std::string& key, const std::string& fall
   if (s == nullptr)
     return fallback;
   if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *s) == allowed.end()) {
-    std::string list;
-    for (const auto& a : allowed)
-      list += (list.empty() ? "" : ", ") + a;
     throw config_error(v->where, setting_name(config_.type, key) + ": unknown value '" + *s + "'" +
-                                     did_you_mean(*s, allowed) + " (valid: " + list + ")");
+                                     did_you_mean(*s, allowed) + " (valid: " + comma_list(allowed) +
+                                     ")");
   }
   return *s;
 }
@@ -225,9 +231,7 @@ void layer_settings::finish() const {
       continue;
     std::string hint = did_you_mean(key, known);
     if (hint.empty()) {
-      std::string list;
-      for (const auto& k : known)
-        list += (list.empty() ? "" : ", ") + k;
+      const auto list = comma_list(known);
       hint = list.empty() ? " (this layer takes no settings)" : " (valid: " + list + ")";
     }
     throw config_error(value.where, "unknown setting '" + key + "' for layer '" + config_.type +
@@ -272,12 +276,9 @@ std::unique_ptr<layer> create_layer(const layer_config& config) {
       names.push_back(entry.first);
   }
   if (!factory) {
-    std::string list;
-    for (const auto& n : names)
-      list += (list.empty() ? "" : ", ") + n;
     throw config_error(config.type_where, "unknown layer type '" + config.type + "'" +
                                               did_you_mean(config.type, names) +
-                                              " (registered: " + list + ")");
+                                              " (registered: " + comma_list(names) + ")");
   }
   layer_settings settings{config};
   auto result = factory(settings);
