@@ -15,23 +15,16 @@ central_averager_actor::central_averager_actor(caf::actor_config& config,
     : device_actor(config, settings.name, settings.on),
       settings_(std::move(settings)),
       layout_(settings_.name, settings_.layer_index) {
-  TROUPE_CHECK(settings_.on != nullptr, settings_.name << " has no device");
-  TROUPE_CHECK(settings_.method == averaging_method::central,
-               settings_.name << ": a central averager with method '" << to_string(settings_.method) << "'");
-  TROUPE_CHECK(settings_.replicas >= 1,
-               settings_.name << ": " << settings_.replicas << " replicas");
+  check_averager_settings(settings_, averaging_method::central);
   axpy_ = kernels::lookup<kernels::ops::axpy>(settings_.on->id().type);
 }
 
 caf::message_handler central_averager_actor::handlers() {
   return {
-      [this](weight_grads_msg& message) {
-        if (deferred_until_ready(message, message.grads))
-          return;
-        auto span = handling_span(message);
+      grads_handler([this](weight_grads_msg& message) {
         layout_.check(message, 0, settings_.replicas - 1);
         receive(message);
-      },
+      }),
   };
 }
 

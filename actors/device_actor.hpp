@@ -134,6 +134,18 @@ class device_actor : public caf::event_based_actor {
     return come_back_when_ready<Priority>(this, pending_input(on().id(), inputs), message);
   }
 
+  /// The handler of a grads wire: once the gradients of a weight_grads_msg are ready on
+  /// this device, `handle(message)` runs inside the message's handling span.
+  template <class Handle>
+  auto grads_handler(Handle handle) {
+    return [this, handle](weight_grads_msg& message) {
+      if (deferred_until_ready(message, message.grads))
+        return;
+      auto span = handling_span(message);
+      handle(message);
+    };
+  }
+
   /// Tracing: the span of handling a message tagged `tag` (ended by its destructor).
   trace::handler_span handling_span(const char* name, const trace_stamp& stamp,
                                     const micro_tag& tag, std::int64_t bytes) const {

@@ -34,6 +34,14 @@ caf::actor spawn_grad_averager(caf::actor_system& system, grad_averager_settings
   return system.spawn<central_averager_actor>(std::move(settings));
 }
 
+void check_averager_settings(const grad_averager_settings& settings, averaging_method method) {
+  TROUPE_CHECK(settings.on != nullptr, settings.name << " has no device");
+  TROUPE_CHECK(settings.method == method, settings.name << ": a " << to_string(method)
+                                                        << " averager with method '"
+                                                        << to_string(settings.method) << "'");
+  TROUPE_CHECK(settings.replicas >= 1, settings.name << ": " << settings.replicas << " replicas");
+}
+
 std::string gradient_layout::describe(const weight_grads_msg& message) const {
   return averager_ + ": gradients of step " + std::to_string(message.step) + ", layer " +
          std::to_string(message.layer) + ", replica " + std::to_string(message.replica);

@@ -44,6 +44,10 @@ struct grad_averager_settings {
 /// Spawns the averager `settings.method` names (TROUPE_CHECKs the settings).
 caf::actor spawn_grad_averager(caf::actor_system& system, grad_averager_settings settings);
 
+/// TROUPE_CHECKs what every averager needs of its settings: a device, `method` (the kind
+/// of averager being built) and at least one replica.
+void check_averager_settings(const grad_averager_settings& settings, averaging_method method);
+
 /// The shapes of one layer's gradients, fixed by the first message an averager receives;
 /// every message is checked against them, so a replica that disagrees is named.
 class gradient_layout {

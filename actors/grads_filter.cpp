@@ -15,12 +15,7 @@ grads_filter::grads_filter(caf::actor_config& config, std::string name, device* 
 
 caf::message_handler grads_filter::handlers() {
   return {
-      [this](weight_grads_msg& message) {
-        if (deferred_until_ready(message, message.grads))
-          return;
-        auto span = handling_span(message);
-        pass_on(message);
-      },
+      grads_handler([this](weight_grads_msg& message) { pass_on(message); }),
   };
 }
 

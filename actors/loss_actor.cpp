@@ -16,33 +16,40 @@ loss_actor::loss_actor(caf::actor_config& config, loss_actor_settings settings)
   accuracy_ = kernels::lookup<kernels::ops::accuracy>(type);
 }
 
+namespace {
+
+// Logits and labels of a micro-batch come in either order: what arrives (`item`) either
+// meets its partner, waiting in `partners`, and `then(partner)` runs before the partner is
+// dropped, or it waits in `waiting` for the partner.
+template <class Key, class Item, class Partner, class Then>
+void pair_up(const Key& k, Item& item, std::map<Key, Item>& waiting,
+             std::map<Key, Partner>& partners, Then then) {
+  auto it = partners.find(k);
+  if (it == partners.end()) {
+    waiting.emplace(k, std::move(item));
+    return;
+  }
+  then(it->second);
+  partners.erase(it);
+}
+
+}  // namespace
+
 caf::message_handler loss_actor::handlers() {
   return {
       [this](activation_msg& message) {
         if (deferred_until_ready(message, {&message.x}))
           return;
         auto span = handling_span("forward", message.trace, message.tag, bytes_of(message.x));
-        auto k = key_of(message.tag);
-        auto it = labels_.find(k);
-        if (it == labels_.end()) {
-          logits_.emplace(k, std::move(message.x));
-          return;
-        }
-        compute(message.tag, message.x, it->second);
-        labels_.erase(it);
+        pair_up(key_of(message.tag), message.x, logits_, labels_,
+                [&](const labels_msg& labels) { compute(message.tag, message.x, labels); });
       },
       [this](labels_msg& message) {
         if (deferred_until_ready(message, {&message.labels}))
           return;
         auto span = handling_span("labels", message.trace, message.tag, bytes_of(message.labels));
-        auto k = key_of(message.tag);
-        auto it = logits_.find(k);
-        if (it == logits_.end()) {
-          labels_.emplace(k, std::move(message));
-          return;
-        }
-        compute(message.tag, it->second, message);
-        logits_.erase(it);
+        pair_up(key_of(message.tag), message, labels_, logits_,
+                [&](const tensor& logits) { compute(message.tag, logits, message); });
       },
   };
 }

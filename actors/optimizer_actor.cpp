@@ -83,12 +83,7 @@ std::string optimizer_actor::waiting_for() const {
 caf::message_handler optimizer_actor::handlers() {
   return {
       [this](start_atom) { publish(); },
-      [this](weight_grads_msg& message) {
-        if (deferred_until_ready(message, message.grads))
-          return;
-        auto span = handling_span(message);
-        receive_grads(message);
-      },
+      grads_handler([this](weight_grads_msg& message) { receive_grads(message); }),
       [this](shard_msg& message) {
         if (deferred_until_ready(message, {&message.flat}))
           return;

@@ -44,11 +44,7 @@ ring_averager_actor::ring_averager_actor(caf::actor_config& config, grad_average
     : device_actor(config, settings.name, settings.on),
       settings_(std::move(settings)),
       layout_(settings_.name, settings_.layer_index) {
-  TROUPE_CHECK(settings_.on != nullptr, settings_.name << " has no device");
-  TROUPE_CHECK(settings_.method == averaging_method::ring,
-               settings_.name << ": a ring averager with method '" << to_string(settings_.method) << "'");
-  TROUPE_CHECK(settings_.replicas >= 1,
-               settings_.name << ": " << settings_.replicas << " replicas");
+  check_averager_settings(settings_, averaging_method::ring);
   TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas,
                settings_.name << ": replica " << settings_.replica << " of " << settings_.replicas);
   TROUPE_CHECK(settings_.bucket_elements > 0,
@@ -60,13 +56,10 @@ ring_averager_actor::ring_averager_actor(caf::actor_config& config, grad_average
 
 caf::message_handler ring_averager_actor::handlers() {
   return {
-      [this](weight_grads_msg& message) {
-        if (deferred_until_ready(message, message.grads))
-          return;
-        auto span = handling_span(message);
+      grads_handler([this](weight_grads_msg& message) {
         layout_.check(message, settings_.replica, settings_.replica);
         receive_local(message);
-      },
+      }),
       [this](ring_msg& message) {
         if (deferred_until_ready(message, {&message.data}))
           return;
@@ -224,8 +217,9 @@ void ring_averager_actor::take_pending(std::int64_t step_index, std::int32_t buc
 }
 
 tensor ring_averager_actor::receive_chunk(step_state& step, const ring_msg& message,
-                                          std::int32_t expected_chunk, flat_span& where) {
+                                          ring_phase phase, flat_span& where) {
   const auto r = settings_.replica;
+  const auto expected_chunk = step.schedule.received_chunk(r, phase, message.round);
   if (message.chunk != expected_chunk)
     throw std::logic_error(settings_.name + " (replica " + std::to_string(r) +
                            "): ring message of phase " + std::to_string(message.phase) +
@@ -250,10 +244,7 @@ void ring_averager_actor::reduce_scatter(step_state& step, const ring_msg& messa
   // We receive a partial sum of a chunk, add our own copy of it, and pass it on; after
   // the last round it is the full sum of the chunk we own.
   flat_span where;
-  auto received = receive_chunk(
-      step, message,
-      step.schedule.received_chunk(settings_.replica, ring_phase::reduce_scatter, message.round),
-      where);
+  auto received = receive_chunk(step, message, ring_phase::reduce_scatter, where);
   auto sum = tensor::empty({where.size}, dtype::f32, on().id());
   const bool last = step.schedule.last_reduce_round(message.round);
   sum.set_ready(on().work().submit(
@@ -282,10 +273,7 @@ void ring_averager_actor::all_gather(step_state& step, const ring_msg& message) 
   // We receive the full sum of a chunk, take it exactly, and pass it on unless the next
   // replica is the one that computed it.
   flat_span where;
-  auto received = receive_chunk(
-      step, message,
-      step.schedule.received_chunk(settings_.replica, ring_phase::all_gather, message.round),
-      where);
+  auto received = receive_chunk(step, message, ring_phase::all_gather, where);
   on().work().submit(
       [copy = copy_, context = on().context(), flat = step.flat, received, where] {
         copy(context, where.size * float_bytes, received.raw(), flat.f32() + where.offset);

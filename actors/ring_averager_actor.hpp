@@ -58,7 +58,9 @@ class ring_averager_actor final : public device_actor {
   void receive_local(weight_grads_msg& message);
   void receive_ring(ring_msg& message);
   void take_pending(std::int64_t step_index, std::int32_t bucket);
-  tensor receive_chunk(step_state& step, const ring_msg& message, std::int32_t expected_chunk,
+  /// The chunk `message` carries, on our device, after checking it is the one this replica
+  /// receives in `phase` and round message.round; `where` is set to its span of the flat vector.
+  tensor receive_chunk(step_state& step, const ring_msg& message, ring_phase phase,
                        flat_span& where);
   void reduce_scatter(step_state& step, const ring_msg& message);
   void all_gather(step_state& step, const ring_msg& message);

@@ -35,28 +35,29 @@ static_assert(troupe::exit_status(troupe::exit_code::run_failed) == 1 &&
               troupe::exit_status(troupe::exit_code::bad_input) == 2 &&
               troupe::exit_status(troupe::exit_code::watchdog) == 3);
 
+struct command_entry {
+  const char* name;
+  troupe::exit_code (*run)(const std::vector<std::string>& args);
+};
+
+const command_entry commands[] = {
+    {"run", troupe::cli::run_command},       {"plan", troupe::cli::plan_command},
+    {"verify", troupe::cli::verify_command}, {"trace", troupe::cli::trace_command},
+    {"layers", troupe::cli::layers_command}, {"check-layer", troupe::cli::check_layer_command},
+};
+
 troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {
-  using namespace troupe::cli;
   using troupe::exit_code;
   try {
     troupe::check_builtin_registrations();
-    if (command == "run")
-      return run_command(args);
-    if (command == "plan")
-      return plan_command(args);
-    if (command == "verify")
-      return verify_command(args);
-    if (command == "layers")
-      return layers_command(args);
-    if (command == "check-layer")
-      return check_layer_command(args);
-    if (command == "trace")
-      return trace_command(args);
-    std::fprintf(
-        stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
-        troupe::did_you_mean(command, {"run", "plan", "verify", "trace", "layers", "check-layer"})
-            .c_str(),
-        main_usage);
+    std::vector<std::string> names;  // in this order for did_you_mean's suggestions
+    for (const auto& c : commands) {
+      if (command == c.name)
+        return c.run(args);
+      names.push_back(c.name);
+    }
+    std::fprintf(stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
+                 troupe::did_you_mean(command, names).c_str(), main_usage);
     return exit_code::bad_input;
   } catch (const troupe::user_error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

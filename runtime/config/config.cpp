@@ -258,22 +258,24 @@ class section_reader {
   }
 
   source_position read(const std::string& key, bool& out) const {
-    const auto* node = find(key);
-    if (!node)
-      return where_;
-    if (!node->is_boolean())
-      fail_type(*node, key, "a boolean (true or false)");
-    out = node->as_boolean()->get();
-    return position(*node);
+    return read_exact(key, out, "a boolean (true or false)");
   }
 
   source_position read(const std::string& key, std::string& out) const {
+    return read_exact(key, out, "a string");
+  }
+
+  /// A value of exactly the TOML type of T (bool, std::string); `what` names that type in
+  /// the message when the file holds another.
+  template <class T>
+  source_position read_exact(const std::string& key, T& out, const char* what) const {
     const auto* node = find(key);
     if (!node)
       return where_;
-    if (!node->is_string())
-      fail_type(*node, key, "a string");
-    out = node->as_string()->get();
+    auto value = node->value_exact<T>();
+    if (!value)
+      fail_type(*node, key, what);
+    out = std::move(*value);
     return position(*node);
   }
 

@@ -367,41 +367,47 @@ class validator {
         visit(a.name);
   }
 
+  /// Calls f(wire, from, to) for every activations wire, in wire order.
+  template <class F>
+  void for_each_activations_wire(F f) const {
+    for (const auto& w : t_.wires)
+      if (w.kind == wire_kind::activations)
+        f(w, actor(w.from), actor(w.to));
+  }
+
+  /// "activations wire from A to B: ", how a message about such a wire starts.
+  std::string activations_wire(const wire_plan& w) const {
+    return "activations wire from " + named(w.from) + " to " + named(w.to) + ": ";
+  }
+
   void check_shapes() const {
-    for (const auto& w : t_.wires) {
-      if (w.kind != wire_kind::activations)
-        continue;
-      const auto& from = actor(w.from);
-      const auto& to = actor(w.to);
+    for_each_activations_wire([&](const wire_plan& w, const actor_plan& from,
+                                  const actor_plan& to) {
       if (is_custom(from) || is_custom(to))
-        continue;  // Note [custom actors]
+        return;  // Note [custom actors]
       const auto& out =
           from.kind == actor_kind::layer ? t_.shapes[from.layer + 1] : t_.shapes.front();
       const auto& in = to.kind == actor_kind::layer ? t_.shapes[to.layer] : shape_t{classes_};
       if (out == in)
-        continue;
+        return;
       fail(w.where,
-           "activations wire from " + named(w.from) + " to " + named(w.to) + ": " + named(w.from) +
-               " puts out " + shape_to_string(out) + " per sample but " + named(w.to) + " takes " +
-               shape_to_string(in) +
+           activations_wire(w) + named(w.from) + " puts out " + shape_to_string(out) +
+               " per sample but " + named(w.to) + " takes " + shape_to_string(in) +
                (to.kind == actor_kind::loss ? ", one logit per class of the data set; change the "
                                               "last layer's 'out'"
                                             : ""));
-    }
+    });
   }
 
   void check_chains() const {
-    for (const auto& w : t_.wires) {
-      if (w.kind != wire_kind::activations)
-        continue;
-      const auto& from = actor(w.from);
-      const auto& to = actor(w.to);
-      auto here = "activations wire from " + named(w.from) + " to " + named(w.to) + ": ";
+    for_each_activations_wire([&](const wire_plan& w, const actor_plan& from,
+                                  const actor_plan& to) {
+      auto here = activations_wire(w);
       if (from.kind == actor_kind::data_loader && to.kind == actor_kind::layer && to.layer != 0)
         fail(w.where, here + "the data loader feeds each replica's layer 0, and " + named(to.name) +
                           " is layer " + std::to_string(to.layer));
       if (from.kind != actor_kind::layer)
-        continue;
+        return;
       if (to.kind == actor_kind::layer && to.layer != from.layer + 1)
         fail(w.where, here + "layer " + std::to_string(from.layer) + " must feed layer " +
                           std::to_string(from.layer + 1) + ", not layer " +
@@ -416,7 +422,7 @@ class validator {
       if (to.kind == actor_kind::layer && to.stage < from.stage)
         fail(w.where, here + "it goes back from stage " + std::to_string(from.stage) +
                           " to stage " + std::to_string(to.stage));
-    }
+    });
   }
 
   void check_replicas() {

@@ -54,6 +54,46 @@ const char* type_name(const setting_value& v) {
   }
 }
 
+// "a, b, c": the names a message lists as valid or registered.
+std::string comma_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (const auto& n : names)
+    list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
+// "layer 'dense' setting 'out'": how every message about one setting starts.
+std::string setting_name(const std::string& layer_type, const std::string& key) {
+  return "layer '" + layer_type + "' setting '" + key + "'";
+}
+
+config_error wrong_type(const std::string& layer_type, const std::string& key,
+                        const setting_value& v, const char* expected) {
+  return config_error(v.where, setting_name(layer_type, key) + ": expected " + expected +
+                                   ", found " + type_name(v));
+}
+
+// The value of `v` as a T, or nullptr when the setting is absent (v == nullptr); throws
+// when the setting holds another type than T (`expected`: "an integer").
+template <class T>
+const T* value_as(const setting_value* v, const std::string& layer_type, const std::string& key,
+                  const char* expected) {
+  if (v == nullptr)
+    return nullptr;
+  const auto* value = std::get_if<T>(&v->value);
+  if (value == nullptr)
+    throw wrong_type(layer_type, key, *v, expected);
+  return value;
+}
+
+template <class T>
+config_error out_of_range(const std::string& layer_type, const std::string& key,
+                          const setting_value& v, T value, T min, T max) {
+  return config_error(v.where, setting_name(layer_type, key) + " = " + std::to_string(value) +
+                                   " is out of range [" + std::to_string(min) + ", " +
+                                   std::to_string(max) + "]");
+}
+
 }  // namespace
 
 bool parse_init_kind(const std::string& name, init_kind& out) {
@@ -130,16 +170,11 @@ source_position layer_settings::position(const std::string& key) const {
 std::int64_t layer_settings::integer(const std::string& key, std::int64_t fallback,
                                      std::int64_t min, std::int64_t max) {
   const auto* v = find(key);
-  if (v == nullptr)
-    return fallback;
-  const auto* i = std::get_if<std::int64_t>(&v->value);
+  const auto* i = value_as<std::int64_t>(v, config_.type, key, "an integer");
   if (i == nullptr)
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key +
-                                     "': expected an integer, found " + type_name(*v));
+    return fallback;
   if (*i < min || *i > max)
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key + "' = " +
-                                     std::to_string(*i) + " is out of range [" +
-                                     std::to_string(min) + ", " + std::to_string(max) + "]");
+    throw out_of_range(config_.type, key, *v, *i, min, max);
   return *i;
 }
 
@@ -161,41 +196,29 @@ double layer_settings::number(const std::string& key, double fallback, double mi
   else if (const auto* i = std::get_if<std::int64_t>(&v->value))
     x = static_cast<double>(*i);
   else
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key +
-                                     "': expected a number, found " + type_name(*v));
+    throw wrong_type(config_.type, key, *v, "a number");
   if (!(x >= min && x <= max))
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key + "' = " +
-                                     std::to_string(x) + " is out of range [" +
-                                     std::to_string(min) + ", " + std::to_string(max) + "]");
+    throw out_of_range(config_.type, key, *v, x, min, max);
   return x;
 }
 
 bool layer_settings::boolean(const std::string& key, bool fallback) {
   const auto* v = find(key);
-  if (v == nullptr)
-    return fallback;
-  const auto* b = std::get_if<bool>(&v->value);
+  const auto* b = value_as<bool>(v, config_.type, key, "a boolean");
   if (b == nullptr)
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key +
-                                     "': expected a boolean, found " + type_name(*v));
+    return fallback;
   return *b;
 }
 
 std::string layer_settings::text(const std::string& key, const std::string& fallback,
                                  const std::vector<std::string>& allowed) {
   const auto* v = find(key);
-  if (v == nullptr)
-    return fallback;
-  const auto* s = std::get_if<std::string>(&v->value);
+  const auto* s = value_as<std::string>(v, config_.type, key, "a string");
   if (s == nullptr)
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key +
-                                     "': expected a string, found " + type_name(*v));
+    return fallback;
   if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *s) == allowed.end()) {
-    std::string list;
-    for (const auto& a : allowed)
-      list += (list.empty() ? "" : ", ") + a;
-    throw config_error(v->where, "layer '" + config_.type + "' setting '" + key + "': unknown value '" +
-                                     *s + "'" + did_you_mean(*s, allowed) + " (valid: " + list +
+    throw config_error(v->where, setting_name(config_.type, key) + ": unknown value '" + *s + "'" +
+                                     did_you_mean(*s, allowed) + " (valid: " + comma_list(allowed) +
                                      ")");
   }
   return *s;
@@ -208,9 +231,7 @@ void layer_settings::finish() const {
       continue;
     std::string hint = did_you_mean(key, known);
     if (hint.empty()) {
-      std::string list;
-      for (const auto& k : known)
-        list += (list.empty() ? "" : ", ") + k;
+      const auto list = comma_list(known);
       hint = list.empty() ? " (this layer takes no settings)" : " (valid: " + list + ")";
     }
     throw config_error(value.where, "unknown setting '" + key + "' for layer '" + config_.type +
@@ -255,12 +276,9 @@ std::unique_ptr<layer> create_layer(const layer_config& config) {
       names.push_back(entry.first);
   }
   if (!factory) {
-    std::string list;
-    for (const auto& n : names)
-      list += (list.empty() ? "" : ", ") + n;
     throw config_error(config.type_where, "unknown layer type '" + config.type + "'" +
                                               did_you_mean(config.type, names) +
-                                              " (registered: " + list + ")");
+                                              " (registered: " + comma_list(names) + ")");
   }
   layer_settings settings{config};
   auto result = factory(settings);

@@ -274,6 +274,20 @@ void recorder::write(const std::string& path, const std::string& metadata) const
                     {"args", {{"sort_index", all_tracks[i].kind == "stream" ? 0 : id}}}});
   }
   auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  // The fields of every event drawn on an actor's or a stream's track (the JSON objects
+  // sort their keys, so the order they are set in does not show in the file).
+  auto on_track = [&](const char* ph, const char* cat, const auto& e) {
+    return nlohmann::json{{"ph", ph},       {"cat", cat},
+                          {"name", e.name}, {"pid", pid_of(e.track)},
+                          {"tid", e.track}, {"ts", us(e.start_ns)}};
+  };
+  // A complete event: a slice of time on the track.
+  auto slice = [&](const char* cat, const auto& e, nlohmann::json args) {
+    auto complete = on_track("X", cat, e);
+    complete["dur"] = us(e.duration_ns);
+    complete["args"] = std::move(args);
+    return complete;
+  };
   for (const auto& e : events) {
     nlohmann::json args;
     if (e.step >= 0)
@@ -291,45 +305,25 @@ void recorder::write(const std::string& path, const std::string& metadata) const
         args["to"] = name_of(e.track);
         if (e.flow != 0)
           args["flow"] = e.flow;
-        list.push_back({{"ph", "X"},
-                        {"cat", "handler"},
-                        {"name", e.name},
-                        {"pid", pid_of(e.track)},
-                        {"tid", e.track},
-                        {"ts", us(e.start_ns)},
-                        {"dur", us(e.duration_ns)},
-                        {"args", args}});
-        if (e.flow != 0)
-          list.push_back({{"ph", "f"},
-                          {"bp", "e"},
-                          {"cat", "message"},
-                          {"name", e.name},
-                          {"id", e.flow},
-                          {"pid", pid_of(e.track)},
-                          {"tid", e.track},
-                          {"ts", us(e.start_ns)}});
+        list.push_back(slice("handler", e, std::move(args)));
+        if (e.flow != 0) {
+          auto arrow_end = on_track("f", "message", e);
+          arrow_end["bp"] = "e";
+          arrow_end["id"] = e.flow;
+          list.push_back(std::move(arrow_end));
+        }
         break;
-      case event_type::send:
-        list.push_back({{"ph", "s"},
-                        {"cat", "message"},
-                        {"name", e.name},
-                        {"id", e.flow},
-                        {"pid", pid_of(e.track)},
-                        {"tid", e.track},
-                        {"ts", us(e.start_ns)},
-                        {"args", {{"to", name_of(e.peer)}, {"bytes", e.bytes}}}});
+      case event_type::send: {
+        auto arrow_start = on_track("s", "message", e);
+        arrow_start["id"] = e.flow;
+        arrow_start["args"] = {{"to", name_of(e.peer)}, {"bytes", e.bytes}};
+        list.push_back(std::move(arrow_start));
         break;
+      }
       case event_type::job:
         args["actor"] = name_of(e.peer);
         args["queued_us"] = us(e.value);
-        list.push_back({{"ph", "X"},
-                        {"cat", "job"},
-                        {"name", e.name},
-                        {"pid", pid_of(e.track)},
-                        {"tid", e.track},
-                        {"ts", us(e.start_ns)},
-                        {"dur", us(e.duration_ns)},
-                        {"args", args}});
+        list.push_back(slice("job", e, std::move(args)));
         break;
       case event_type::counter: {
         std::string counter = std::string{e.name} + " " + name_of(e.track);
