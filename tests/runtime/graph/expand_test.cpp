@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/runtime/graph/test_configs.hpp"
+#include "tests/config_text.hpp"
 
 using troupe::balance_stages;
 using troupe::stage_split;
@@ -148,17 +149,8 @@ devices = ["cpu:0", "cpu:1"]
 pipeline = 2
 stages = [[0, 0], [1, 2]]
 
-[[model.layers]]
-type = "linear"
-out = 4
-
-[[model.layers]]
-type = "relu"
-
-[[model.layers]]
-type = "linear"
-out = 3
-)";
+)" + troupe::test::linear(4) + troupe::test::layer("relu") +
+                           troupe::test::linear(3);
   auto config = troupe::parse_config(text, "t.toml");
   std::vector<troupe::shape_t> shapes = {{features}, {4}, {4}, {classes}};
   auto t = troupe::expand_shorthand(config, shapes);
