@@ -187,6 +187,17 @@ struct actor_fixture {
   }
 };
 
+/// The tag of micro-batch `microbatch` of step `step`, computed with parameters `version`.
+inline micro_tag tag_of(std::int64_t step, std::int32_t microbatch, std::int64_t version,
+                        phase stage = phase::train) {
+  micro_tag t;
+  t.step = step;
+  t.microbatch = microbatch;
+  t.version = version;
+  t.stage = stage;
+  return t;
+}
+
 /// Host values of a tensor (waits until it is written).
 inline std::vector<float> values(const tensor& t) { return t.to_vector(); }
 

@@ -23,8 +23,8 @@ std::string synthetic_config(const std::string& extra_layers = "", const std::st
 [run]
 epochs = 2
 seed = 7
-)" + run + test::data_section({64, 2048, 1000, 64, 4, 500}) + test::linear(32) +
-         extra_layers + test::layer("relu") + test::linear(4) + R"(
+)" + run + test::data_section({64, 2048, 1000, 64, 4, 500}) + "\n" + test::linear(32) +
+         extra_layers + "\n" + test::layer("relu") + "\n" + test::linear(4) + R"(
 [optimizer]
 type = "adam"
 lr = 0.01

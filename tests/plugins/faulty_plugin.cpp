@@ -10,6 +10,7 @@
 #include "actors/failures.hpp"
 #include "actors/messages.hpp"
 #include "runtime/plugin/plugin.hpp"
+#include "tests/plugins/grads_wiring.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_faulty_plugin");
@@ -35,12 +36,7 @@ class throwing_task final : public caf::event_based_actor {
   caf::behavior make_behavior() override {
     troupe::report_failures_to(this, name_, &trainer_);
     return {
-        [this](const troupe::wiring_msg& wiring) {
-          trainer_ = wiring.trainer;
-          auto sinks = wiring.out("grads");
-          TROUPE_CHECK(sinks.size() == 1, name_ << " needs exactly one outgoing grads wire");
-          sink_ = sinks[0].peer;
-        },
+        take_grads_wiring(name_, trainer_, sink_),
         [this](troupe::weight_grads_msg& message) {
           on_->work().post(
               [] { throw std::runtime_error("test_throwing_task: a posted task fails on purpose"); });

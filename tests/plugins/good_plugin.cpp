@@ -11,6 +11,7 @@
 #include "kernels/ops.hpp"
 #include "runtime/plugin/plugin.hpp"
 #include "runtime/core/transfer.hpp"
+#include "tests/plugins/grads_wiring.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_plugin");
@@ -34,12 +35,7 @@ class grad_scaler final : public caf::event_based_actor {
   caf::behavior make_behavior() override {
     troupe::report_failures_to(this, name_, &trainer_);
     return {
-        [this](const troupe::wiring_msg& wiring) {
-          trainer_ = wiring.trainer;
-          auto sinks = wiring.out("grads");
-          TROUPE_CHECK(sinks.size() == 1, name_ << " needs exactly one outgoing grads wire");
-          sink_ = sinks[0].peer;
-        },
+        take_grads_wiring(name_, trainer_, sink_),
         [this](troupe::weight_grads_msg& message) {
           if (troupe::come_back_when_ready(
                   this, troupe::pending_input(on_->id(), message.grads), message))
