@@ -19,7 +19,7 @@ using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 /// Passes weight gradients on to its one grads sink; an int makes it throw.
 class relay final : public device_actor {

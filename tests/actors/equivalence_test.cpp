@@ -127,12 +127,8 @@ TEST_CASE("the sharded optimizer gives the unsharded ring's parameters bit for b
 
 TEST_CASE("a batch that does not split into replicas x micro-batches is refused before spawning") {
   auto config = parse_config(equivalence_config("[parallel]\nmicrobatches = 5\n"), "uneven.toml");
-  session_options options;
-  options.quiet = true;
-  CHECK_THROWS_WITH_AS(run_session(config, options),
-                       doctest::Contains("batch_size 24 must split evenly into data (1) x "
-                                         "microbatches (5) parts"),
-                       config_error);
+  test::check_refused(config,
+                      "batch_size 24 must split evenly into data (1) x microbatches (5) parts");
 }
 
 TEST_CASE("an ejected config runs and gives exactly the parameters of the config it came from") {

@@ -22,7 +22,7 @@ using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 /// Deterministic gradients of one (step, replica) for a layer with parameters `shapes`,
 /// on `device`. Magnitudes vary over a few powers of two so that rounding matters.

@@ -17,7 +17,7 @@ using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 /// Doubles every gradient in place on its device's stream.
 class doubler final : public grads_filter {

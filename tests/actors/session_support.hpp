@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "actors/session.hpp"
+#include "runtime/base/error.hpp"
 
 namespace troupe::test {
 
@@ -29,6 +30,15 @@ inline session_result run_ok(const run_config& config, const session_options& op
   INFO(result.outcome.failure);
   REQUIRE(result.outcome.exit_code == exit_code::ok);
   return result;
+}
+
+/// CHECKs that running `config` (quietly, with its own metrics setting) is refused with a
+/// config_error whose message contains `message`.
+inline void check_refused(const run_config& config, const std::string& message) {
+  session_options options;
+  options.quiet = true;
+  CHECK_THROWS_WITH_AS(run_session(config, options), doctest::Contains(message.c_str()),
+                       config_error);
 }
 
 }  // namespace troupe::test

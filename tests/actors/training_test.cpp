@@ -152,10 +152,5 @@ TEST_CASE("a model whose output does not match the classes is an error at its la
   auto text = synthetic_config();
   text.replace(text.rfind("out = 4"), 7, "out = 5");
   auto config = parse_config(text, "synthetic.toml");
-  session_options options;
-  options.quiet = true;
-  CHECK_THROWS_WITH_AS(run_session(config, options),
-                       doctest::Contains("synthetic.toml:22:1: the model's output shape (5) must "
-                                         "be (4)"),
-                       config_error);
+  test::check_refused(config, "synthetic.toml:22:1: the model's output shape (5) must be (4)");
 }
