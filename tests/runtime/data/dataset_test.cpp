@@ -19,34 +19,13 @@
 #include <boost/iostreams/filtering_stream.hpp>
 
 #include "runtime/base/error.hpp"
+#include "tests/temp_files.hpp"
 
 namespace fs = std::filesystem;
 using bytes = std::vector<std::uint8_t>;
+using troupe::test::temp_directory;
 
 namespace {
-
-/// A fresh directory under the system's temporary directory, removed with everything in it.
-class temp_directory {
- public:
-  temp_directory() {
-    auto pattern = (fs::temp_directory_path() / "troupe_dataset_test_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~temp_directory() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_directory(const temp_directory&) = delete;
-  temp_directory& operator=(const temp_directory&) = delete;
-
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string string() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 void append_u32(bytes& out, std::uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8)
