@@ -18,13 +18,9 @@ TROUPE_PLUGIN("troupe_test_faulty_plugin");
 namespace {
 
 TROUPE_REGISTER_LAYER("test_wrong_gradient", "test_scale whose dx forgets a (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::wrong_gradient);
-                      });
+                      scale_layer_factory(scale_fault::wrong_gradient));
 TROUPE_REGISTER_LAYER("test_throwing_backward", "test_scale whose backward throws (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::throwing_backward);
-                      });
+                      scale_layer_factory(scale_fault::throwing_backward));
 
 /// Passes gradients on unchanged, but first posts a task to its device's stream that
 /// throws (as an actor's handler-side work would, e.g. a callback on the stream thread).

@@ -19,9 +19,7 @@ TROUPE_PLUGIN("troupe_test_plugin");
 namespace {
 
 TROUPE_REGISTER_LAYER("test_scale", "y = a * x, a learnable per feature (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::none);
-                      });
+                      scale_layer_factory(scale_fault::none));
 
 /// Scales each weight_grads_msg in place (the sender hands its tensors over, see
 /// actors/messages.hpp) on its device's stream and passes it on to its one grads sink.
