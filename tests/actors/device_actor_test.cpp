@@ -58,7 +58,6 @@ class relay final : public device_actor {
 };
 
 struct fixture : test::plain_actor_fixture {
-
   /// A relay on cpu:0, wired with the scoped actor as its trainer and sink.
   caf::actor spawn_wired() {
     auto relay_actor = system.spawn<relay>("relay_0", &devices.at({device_type::cpu, 0}));

@@ -16,8 +16,8 @@
 
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
-#include "tests/config_text.hpp"
 #include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 
 using namespace troupe;
 

@@ -42,7 +42,6 @@ class doubler final : public grads_filter {
 };
 
 struct fixture : test::plain_actor_fixture {
-
   caf::actor spawn_wired() {
     auto filter = system.spawn<doubler>("double_0", &devices.at({device_type::cpu, 0}));
     auto me = caf::actor_cast<caf::actor>(self);

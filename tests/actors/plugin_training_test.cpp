@@ -9,12 +9,12 @@
 
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
+#include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/plugin/plugin.hpp"
-#include "runtime/graph/topology.hpp"
-#include "tests/plugins/test_plugins.hpp"
-#include "tests/config_text.hpp"
 #include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
+#include "tests/plugins/test_plugins.hpp"
 
 using namespace troupe;
 

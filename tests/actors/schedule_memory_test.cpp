@@ -8,8 +8,8 @@
 
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
-#include "tests/config_text.hpp"
 #include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 
 using namespace troupe;
 

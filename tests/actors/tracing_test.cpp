@@ -15,13 +15,13 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/session.hpp"
-#include "runtime/model/layer.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/model/layer.hpp"
 #include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
-#include "tests/temp_files.hpp"
-#include "tests/config_text.hpp"
 #include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 

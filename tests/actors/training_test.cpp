@@ -9,10 +9,10 @@
 
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
-#include "tests/temp_files.hpp"
-#include "tests/config_text.hpp"
 #include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 #include "tests/jsonl.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 

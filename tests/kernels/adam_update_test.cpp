@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
-#include "optimizer_test_support.hpp"
 #include "kernels/ops.hpp"
+#include "optimizer_test_support.hpp"
 #include "runtime/base/error.hpp"
 
 using namespace troupe;

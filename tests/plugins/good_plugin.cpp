@@ -9,8 +9,8 @@
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/plugin/plugin.hpp"
 #include "runtime/core/transfer.hpp"
+#include "runtime/plugin/plugin.hpp"
 #include "tests/plugins/grads_wiring.hpp"
 #include "tests/plugins/scale_layer.hpp"
 

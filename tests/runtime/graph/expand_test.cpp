@@ -13,8 +13,8 @@
 #include <limits>
 #include <vector>
 
-#include "tests/runtime/graph/test_configs.hpp"
 #include "tests/config_text.hpp"
+#include "tests/runtime/graph/test_configs.hpp"
 
 using troupe::balance_stages;
 using troupe::stage_split;

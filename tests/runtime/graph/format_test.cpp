@@ -15,9 +15,9 @@
 #include <sstream>
 
 #include "runtime/model/layer.hpp"
+#include "tests/config_text.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
 #include "tests/temp_files.hpp"
-#include "tests/config_text.hpp"
 
 using namespace topology_test;
 using troupe::parse_config;

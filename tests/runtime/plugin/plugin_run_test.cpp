@@ -7,9 +7,9 @@
 #include "actors/verify.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/plugin/plugin.hpp"
-#include "tests/plugins/test_plugins.hpp"
-#include "tests/config_text.hpp"
 #include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
+#include "tests/plugins/test_plugins.hpp"
 
 using namespace troupe;
 

@@ -14,9 +14,9 @@
 #include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
+#include "tests/runtime/trace/test_events.hpp"
 #include "tests/runtime/trace_tools/test_trace.hpp"
 #include "tests/temp_files.hpp"
-#include "tests/runtime/trace/test_events.hpp"
 
 using namespace troupe;
 
