@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from config_text import mlp
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -37,23 +39,7 @@ path = "{data}"
 batch_size = {batch}
 prefetch = 2
 
-[[model.layers]]
-type = "linear"
-out = 256
-init = "torch"
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 256
-init = "torch"
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 10
-init = "torch"
-
+""" + mlp([256, 256, 10], init="torch") + """
 [optimizer]
 type = "adam"
 lr = 1e-3

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+from config_text import RELU, linear, mlp
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MLP = """
@@ -35,20 +37,7 @@ evaluate = false
 [data]
 source = "fashion-mnist"
 batch_size = {batch}
-[[model.layers]]
-type = "linear"
-out = 256
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 256
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 10
-[optimizer]
+""" + mlp([256, 256, 10]) + """[optimizer]
 type = "adam"
 lr = 1e-3
 {parallel}
@@ -67,10 +56,7 @@ synthetic_test = 16
 synthetic_features = 512
 synthetic_classes = 10
 {layers}
-[[model.layers]]
-type = "linear"
-out = 10
-[optimizer]
+""" + linear(10) + """[optimizer]
 type = "sgd"
 lr = 0.01
 [parallel]
@@ -152,8 +138,7 @@ def main():
         if args.only == "dp":
             return
 
-        layers = "".join('[[model.layers]]\ntype = "linear"\nout = 512\n'
-                         '[[model.layers]]\ntype = "relu"\n' for _ in range(6))
+        layers = "".join(linear(512) + RELU for _ in range(6))
         print(f"\nPipeline bubble, P = 2 (two equal halves of a 512-wide MLP), batch 256, "
               f"{args.steps} steps, medians of {args.repeats}")
         print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'stage 1':>8} "

@@ -11,6 +11,7 @@
 #include <stdlib.h>  // mkdtemp (POSIX)
 
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -37,6 +38,17 @@ class temp_directory {
   const std::filesystem::path& path() const { return path_; }
   /// The path of `name` inside this directory (the file is not created).
   std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string operator/(const std::string& name) const { return file(name); }
+  std::string string() const { return path_.string(); }
+
+  /// Writes `text` to `name` inside this directory, making the directories on the way;
+  /// the file's path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto path = path_ / name;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return path.string();
+  }
 
  private:
   std::filesystem::path path_;

@@ -39,11 +39,46 @@ constexpr std::chrono::seconds patience{30};
 /// behaviour under test is broken.
 constexpr std::chrono::milliseconds quiet_window{300};
 
-inline caf::actor_system_config& with_troupe(caf::actor_system_config& config) {
+inline caf::actor_system_config& with_messages(caf::actor_system_config& config) {
   add_message_types(config);
-  config.load<device_scheduler>();
   return config;
 }
+
+inline caf::actor_system_config& with_troupe(caf::actor_system_config& config) {
+  with_messages(config).load<device_scheduler>();
+  return config;
+}
+
+/// cpu:0 .. cpu:`cpus - 1`.
+inline std::vector<device_id> cpu_ids(int cpus) {
+  std::vector<device_id> ids;
+  for (int i = 0; i < cpus; ++i)
+    ids.push_back({device_type::cpu, i});
+  return ids;
+}
+
+/// Sends `actor` a wiring whose trainer and one grads sink ("sink", an optimizer) are both
+/// `self`, as a run wires an actor that hands gradients on to an optimizer.
+inline void wire_self_as_sink(caf::scoped_actor& self, const caf::actor& actor) {
+  auto me = caf::actor_cast<caf::actor>(self);
+  wiring_msg wiring;
+  wiring.trainer = me;
+  wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, 0, "", 0});
+  self->send(actor, std::move(wiring));
+}
+
+/// `cpus` CPU devices, an actor system with CAF's own scheduler and troupe's messages, and
+/// a scoped actor (`self`) that plays the neighbours and the trainer: for the tests of
+/// actors that post their work to device streams themselves (no placement, no error
+/// handlers; actor_fixture below has both). The devices outlive the system.
+struct plain_actor_fixture {
+  device_set devices;
+  caf::actor_system_config config;
+  caf::actor_system system{with_messages(config)};
+  caf::scoped_actor self{system};
+
+  explicit plain_actor_fixture(int cpus = 2) : devices{cpu_ids(cpus)} {}
+};
 
 /// One end of a wire as the actor under test sees it.
 inline wire_end wire(std::string kind, const caf::actor& peer, std::string peer_kind,
@@ -151,6 +186,17 @@ struct actor_fixture {
     (self->send(actors, finish_atom::value), ...);
   }
 };
+
+/// The tag of micro-batch `microbatch` of step `step`, computed with parameters `version`.
+inline micro_tag tag_of(std::int64_t step, std::int32_t microbatch, std::int64_t version,
+                        phase stage = phase::train) {
+  micro_tag t;
+  t.step = step;
+  t.microbatch = microbatch;
+  t.version = version;
+  t.stage = stage;
+  return t;
+}
 
 /// Host values of a tensor (waits until it is written).
 inline std::vector<float> values(const tensor& t) { return t.to_vector(); }

@@ -13,12 +13,13 @@
 #include <string>
 
 #include "actors/device_actor.hpp"
+#include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 /// Passes weight gradients on to its one grads sink; an int makes it throw.
 class relay final : public device_actor {
@@ -56,25 +57,11 @@ class relay final : public device_actor {
   int connections_ = 0;
 };
 
-caf::actor_system_config& with_messages(caf::actor_system_config& config) {
-  add_message_types(config);
-  return config;
-}
-
-struct fixture {
-  device_set devices{{{device_type::cpu, 0}, {device_type::cpu, 1}}};
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
-
+struct fixture : test::plain_actor_fixture {
   /// A relay on cpu:0, wired with the scoped actor as its trainer and sink.
   caf::actor spawn_wired() {
     auto relay_actor = system.spawn<relay>("relay_0", &devices.at({device_type::cpu, 0}));
-    auto me = caf::actor_cast<caf::actor>(self);
-    wiring_msg wiring;
-    wiring.trainer = me;
-    wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, 0, "", 0});
-    self->send(relay_actor, std::move(wiring));
+    test::wire_self_as_sink(self, relay_actor);
     return relay_actor;
   }
 

@@ -16,6 +16,8 @@
 
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 
 using namespace troupe;
 
@@ -27,29 +29,9 @@ std::string equivalence_config(const std::string& parallel, const std::string& o
 steps = 20
 seed = 11
 evaluate = false
-
-[data]
-source = "synthetic"
-batch_size = 24
-synthetic_train = 480
-synthetic_test = 10
-synthetic_features = 20
-synthetic_classes = 5
-
-[[model.layers]]
-type = "linear"
-out = 16
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 12
-[[model.layers]]
-type = "tanh"
-[[model.layers]]
-type = "linear"
-out = 5
-
+)" + test::data_section({24, 480, 10, 20, 5}) +
+         test::linear(16) + test::layer("relu") + test::linear(12) + test::layer("tanh") +
+         test::linear(5) + R"(
 [optimizer]
 type = ")" + optimizer + R"("
 lr = 0.01
@@ -60,13 +42,9 @@ momentum = 0.5
 
 std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
   auto config = parse_config(text, "equivalence.toml");
-  session_options options;
-  options.quiet = true;
+  auto options = test::quiet_options();
   options.keep_parameters = true;
-  options.metrics_path = "/dev/null";
-  auto result = run_session(config, options);
-  INFO(result.outcome.failure);
-  REQUIRE(result.outcome.exit_code == exit_code::ok);
+  auto result = test::run_ok(config, options);
   REQUIRE(result.outcome.steps == 20);
   return result.parameters;
 }
@@ -149,12 +127,8 @@ TEST_CASE("the sharded optimizer gives the unsharded ring's parameters bit for b
 
 TEST_CASE("a batch that does not split into replicas x micro-batches is refused before spawning") {
   auto config = parse_config(equivalence_config("[parallel]\nmicrobatches = 5\n"), "uneven.toml");
-  session_options options;
-  options.quiet = true;
-  CHECK_THROWS_WITH_AS(run_session(config, options),
-                       doctest::Contains("batch_size 24 must split evenly into data (1) x "
-                                         "microbatches (5) parts"),
-                       config_error);
+  test::check_refused(config,
+                      "batch_size 24 must split evenly into data (1) x microbatches (5) parts");
 }
 
 TEST_CASE("an ejected config runs and gives exactly the parameters of the config it came from") {

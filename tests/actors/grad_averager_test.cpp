@@ -16,12 +16,13 @@
 
 #include "actors/grad_averager_actor.hpp"
 #include "actors/messages.hpp"
+#include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 /// Deterministic gradients of one (step, replica) for a layer with parameters `shapes`,
 /// on `device`. Magnitudes vary over a few powers of two so that rounding matters.
@@ -140,11 +141,7 @@ caf::actor spawn_central(caf::actor_system& system, device_set& devices, caf::sc
   s.on = &devices.at({device_type::cpu, 0});
   auto central = spawn_grad_averager(system, std::move(s));
   // Its sink and trainer come with the wiring, as in a run: the scoped actor plays both.
-  auto me = caf::actor_cast<caf::actor>(self);
-  wiring_msg wiring;
-  wiring.trainer = me;
-  wiring.outgoing.push_back(wire_end{"grads", "sink", "optimizer", me, -1, 0, "", 0});
-  self->send(central, std::move(wiring));
+  test::wire_self_as_sink(self, central);
   return central;
 }
 
@@ -168,19 +165,10 @@ void finish(caf::scoped_actor& self, const std::vector<caf::actor>& actors) {
   for (const auto& a : actors) self->send(a, finish_atom::value);
 }
 
-caf::actor_system_config& with_messages(caf::actor_system_config& config) {
-  add_message_types(config);
-  return config;
-}
-
 /// What every test here drives averagers with: cpu:0..3 and an actor system whose scoped
 /// actor plays the layers, the sink and the trainer. The devices outlive the system.
-struct averagers {
-  device_set devices{
-      {{device_type::cpu, 0}, {device_type::cpu, 1}, {device_type::cpu, 2}, {device_type::cpu, 3}}};
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
+struct averagers : test::plain_actor_fixture {
+  averagers() : plain_actor_fixture(4) {}
 };
 
 }  // namespace

@@ -11,12 +11,13 @@
 
 #include "actors/grads_filter.hpp"
 #include "kernels/ops.hpp"
+#include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 /// Doubles every gradient in place on its device's stream.
 class doubler final : public grads_filter {
@@ -40,17 +41,7 @@ class doubler final : public grads_filter {
   kernels::ops::scale::function scale_;
 };
 
-caf::actor_system_config& with_messages(caf::actor_system_config& config) {
-  add_message_types(config);
-  return config;
-}
-
-struct fixture {
-  device_set devices{{{device_type::cpu, 0}, {device_type::cpu, 1}}};
-  caf::actor_system_config config;
-  caf::actor_system system{with_messages(config)};
-  caf::scoped_actor self{system};
-
+struct fixture : test::plain_actor_fixture {
   caf::actor spawn_wired() {
     auto filter = system.spawn<doubler>("double_0", &devices.at({device_type::cpu, 0}));
     auto me = caf::actor_cast<caf::actor>(self);

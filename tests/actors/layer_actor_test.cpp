@@ -115,16 +115,6 @@ layer_config linear_config() {
   return c;
 }
 
-micro_tag tag_of(std::int64_t step, std::int32_t microbatch, std::int64_t version,
-                 phase stage = phase::train) {
-  micro_tag t;
-  t.step = step;
-  t.microbatch = microbatch;
-  t.version = version;
-  t.stage = stage;
-  return t;
-}
-
 activation_msg forward_of(const micro_tag& tag, const std::vector<float>& x, std::int64_t cols) {
   activation_msg m;
   m.tag = tag;

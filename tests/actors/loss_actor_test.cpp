@@ -76,13 +76,9 @@ expected_loss reference(const std::vector<float>& z, const std::vector<std::int3
   return out;
 }
 
+/// The tag of a micro-batch whose parameters are those of its own step.
 micro_tag tag_of(std::int64_t step, std::int32_t microbatch, phase stage = phase::train) {
-  micro_tag t;
-  t.step = step;
-  t.microbatch = microbatch;
-  t.version = step;
-  t.stage = stage;
-  return t;
+  return test::tag_of(step, microbatch, step, stage);
 }
 
 activation_msg logits_of(const micro_tag& tag, const std::vector<float>& z) {

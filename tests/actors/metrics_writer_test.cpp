@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/metrics_writer.hpp"
+#include "tests/jsonl.hpp"
 
 using namespace troupe;
 
@@ -33,12 +34,8 @@ std::string read_all(const std::string& path) {
 }
 
 std::vector<nlohmann::json> lines_of(const std::string& text) {
-  std::vector<nlohmann::json> out;
   std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    out.push_back(nlohmann::json::parse(line));
-  return out;
+  return test::read_jsonl(in);
 }
 
 }  // namespace

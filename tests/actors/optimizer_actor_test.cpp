@@ -22,6 +22,7 @@
 #include "actors/optimizer_actor.hpp"
 #include "runtime/config/config.hpp"
 #include "tests/actors/actor_test_support.hpp"
+#include "tests/config_text.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -42,21 +43,8 @@ const std::vector<param_spec>& specs() {
 
 /// The [optimizer] section of a run config with `optimizer` as its body.
 optimizer_section parse_optimizer(const std::string& optimizer) {
-  const std::string text = R"(
-[data]
-source = "synthetic"
-batch_size = 4
-synthetic_train = 8
-synthetic_test = 4
-synthetic_features = 4
-synthetic_classes = 3
-
-[[model.layers]]
-type = "linear"
-out = 3
-
-[optimizer]
-)" + optimizer;
+  const std::string text =
+      test::data_section({4, 8, 4, 4, 3}) + test::linear(3) + "\n[optimizer]\n" + optimizer;
   return parse_config(text, "optimizer_actor_test.toml").optimizer;
 }
 

@@ -7,13 +7,13 @@
 // layer contract must end the run with a message that says where.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
+#include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/plugin/plugin.hpp"
-#include "runtime/graph/topology.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
 
 using namespace troupe;
@@ -32,17 +32,8 @@ std::string config_text(const std::string& plugin, const std::string& layers,
 steps = 8
 seed = 5
 evaluate = false
-plugins = [")" + plugin + R"("]
-
-[data]
-source = "synthetic"
-batch_size = 16
-synthetic_train = 160
-synthetic_test = 10
-synthetic_features = 12
-synthetic_classes = 4
-
-)" + layers + R"(
+plugins = [")" + plugin + "\"]\n" + test::data_section({16, 160, 10, 12, 4}) + "\n" +
+         layers + R"(
 [optimizer]
 type = "sgd"
 lr = 0.1
@@ -50,24 +41,12 @@ momentum = 0.0
 )" + parallel;
 }
 
-const std::string scale_model = R"(
-[[model.layers]]
-type = "linear"
-out = 10
-[[model.layers]]
-type = "test_scale"
-[[model.layers]]
-type = "tanh"
-[[model.layers]]
-type = "linear"
-out = 4
-)";
+const std::string scale_model = test::linear(10) + test::layer("test_scale") +
+                                 test::layer("tanh") + test::linear(4);
 
 session_result train(const run_config& config) {
-  session_options options;
-  options.quiet = true;
+  auto options = test::quiet_options();
   options.keep_parameters = true;
-  options.metrics_path = "/dev/null";
   options.watchdog = 60;  // a hang ends the test with the watchdog's report, not forever
   return run_session(config, options);
 }
@@ -84,21 +63,8 @@ session_result train_ok(const run_config& config) {
 /// format_explicit writes it: a user would edit this text.
 std::string ejected_with_scaler(const run_config& shorthand, std::int32_t layer, double factor) {
   auto graph = expand_shorthand(shorthand, check_model(shorthand, features, classes));
-  auto grads = std::find_if(graph.wires.begin(), graph.wires.end(), [&](const wire_plan& w) {
-    const auto* from = graph.find(w.from);
-    return w.kind == wire_kind::grads && from->kind == actor_kind::layer && from->layer == layer;
-  });
-  REQUIRE(grads != graph.wires.end());
-  wire_plan onward{"scaler", grads->to, wire_kind::grads, 0, {}};
-  grads->to = "scaler";
-  graph.wires.push_back(onward);
-  actor_plan scaler;
-  scaler.name = "scaler";
-  scaler.kind = actor_kind::custom;
-  scaler.custom_kind = "test_grad_scaler";
-  scaler.device = graph.devices.front();
+  auto& scaler = test_plugins::insert_on_grads_wire(graph, layer, "scaler", "test_grad_scaler");
   scaler.settings["factor"] = setting_value{factor, {}};
-  graph.actors.push_back(scaler);
   return format_explicit(graph, shorthand);
 }
 
@@ -183,16 +149,7 @@ TEST_CASE("a plugin actor on a grads wire really sits on it") {
 }
 
 TEST_CASE("an exception in a plugin layer's backward ends the run naming where it happened") {
-  auto layers = R"(
-[[model.layers]]
-type = "linear"
-out = 6
-[[model.layers]]
-type = "test_throwing_backward"
-[[model.layers]]
-type = "linear"
-out = 4
-)";
+  auto layers = test::linear(6) + test::layer("test_throwing_backward") + test::linear(4);
   auto result = train(
       parse_config(config_text(test_plugins::faulty(), layers, "[parallel]\nmicrobatches = 2\n"),
                    "t.toml"));

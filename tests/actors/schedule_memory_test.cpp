@@ -8,6 +8,8 @@
 
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 
 using namespace troupe;
 
@@ -61,37 +63,16 @@ std::map<std::string, occupancy> run_pipeline(const std::string& schedule) {
 [run]
 steps = 6
 evaluate = false
-[data]
-source = "synthetic"
-batch_size = 32
-synthetic_train = 256
-synthetic_test = 8
-synthetic_features = 12
-synthetic_classes = 3
-[[model.layers]]
-type = "linear"
-out = 8
-[[model.layers]]
-type = "test_stash_probe"
-id = "stage 0"
-[[model.layers]]
-type = "linear"
-out = 3
-[[model.layers]]
-type = "test_stash_probe"
-id = "stage 1"
+)" + test::data_section({32, 256, 8, 12, 3}) +
+              test::linear(8) + test::layer("test_stash_probe", "id = \"stage 0\"\n") +
+              test::linear(3) + test::layer("test_stash_probe", "id = \"stage 1\"\n") + R"(
 [parallel]
 devices = ["cpu:0", "cpu:1"]
 stages = [[0, 1], [2, 3]]
 microbatches = 4
 schedule = ")" + schedule + "\"\n";
   auto config = parse_config(text, "memory.toml");
-  session_options options;
-  options.quiet = true;
-  options.metrics_path = "/dev/null";
-  auto result = run_session(config, options);
-  INFO(result.outcome.failure);
-  REQUIRE(result.outcome.exit_code == exit_code::ok);
+  test::run_ok(config, test::quiet_options());
   std::lock_guard<std::mutex> guard{probes_mutex};
   return probes;
 }

@@ -15,10 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/session.hpp"
-#include "runtime/model/layer.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/model/layer.hpp"
 #include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
 
 using namespace troupe;
@@ -37,33 +39,16 @@ nlohmann::json read_json(const std::string& path) {
 
 session_result run(const std::string& text, const std::string& trace, double watchdog = -1) {
   auto config = parse_config(text, "tracing.toml");
-  session_options options;
-  options.quiet = true;
-  options.metrics_path = "/dev/null";
+  auto options = test::quiet_options();
   options.trace_path = trace;
   options.watchdog = watchdog;
   return run_session(config, options);
 }
 
-const char* small_pipeline = R"(
+const std::string small_pipeline = R"(
 [run]
-steps = 6
-[data]
-source = "synthetic"
-batch_size = 32
-eval_batch_size = 64
-synthetic_train = 256
-synthetic_test = 64
-synthetic_features = 12
-synthetic_classes = 3
-[[model.layers]]
-type = "linear"
-out = 8
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 3
+steps = 6)" + test::data_section({32, 256, 64, 12, 3, 64}) +
+                                   test::linear(8) + test::layer("relu") + test::linear(3) + R"(
 [parallel]
 devices = ["cpu:0", "cpu:1"]
 pipeline = 2
@@ -194,20 +179,9 @@ std::string fixed_pipeline(const std::string& schedule, int steps) {
   return R"(
 [run]
 steps = )" + std::to_string(steps) + R"(
-evaluate = false
-[data]
-source = "synthetic"
-batch_size = 16
-synthetic_train = 256
-synthetic_test = 8
-synthetic_features = 4
-synthetic_classes = 4
-[[model.layers]]
-type = "test_fixed_cost"
-micros = 20000
-[[model.layers]]
-type = "test_fixed_cost"
-micros = 20000
+evaluate = false)" + test::data_section({16, 256, 8, 4, 4}) +
+         test::layer("test_fixed_cost", "micros = 20000\n") +
+         test::layer("test_fixed_cost", "micros = 20000\n") + R"(
 [optimizer]
 type = "sgd"
 lr = 0.01
@@ -316,9 +290,7 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   ejected = std::regex_replace(ejected, into_stage_1,
                                "to = \"layer_1\"\nkind = \"activations\"\ncapacity = 1");
   auto stuck = parse_config(ejected, "stuck_explicit.toml");
-  session_options options;
-  options.quiet = true;
-  options.metrics_path = "/dev/null";
+  auto options = test::quiet_options();
   options.watchdog = 1;
   auto started = std::chrono::steady_clock::now();
   auto result = run_session(stuck, options);
@@ -337,20 +309,10 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
 namespace {
 
 // One device, one layer, 3 steps: a trace nothing like small_pipeline's.
-const char* small_single = R"(
+const std::string small_single = R"(
 [run]
-steps = 3
-[data]
-source = "synthetic"
-batch_size = 16
-eval_batch_size = 64
-synthetic_train = 128
-synthetic_test = 64
-synthetic_features = 6
-synthetic_classes = 2
-[[model.layers]]
-type = "linear"
-out = 2
+steps = 3)" + test::data_section({16, 128, 64, 6, 2, 64}) +
+                                 test::linear(2) + R"(
 [parallel]
 devices = ["cpu:0"]
 )";

@@ -9,6 +9,9 @@
 
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
+#include "tests/jsonl.hpp"
 #include "tests/temp_files.hpp"
 
 using namespace troupe;
@@ -20,27 +23,8 @@ std::string synthetic_config(const std::string& extra_layers = "", const std::st
 [run]
 epochs = 2
 seed = 7
-)" + run + R"(
-[data]
-source = "synthetic"
-batch_size = 64
-eval_batch_size = 500
-synthetic_train = 2048
-synthetic_test = 1000
-synthetic_features = 64
-synthetic_classes = 4
-
-[[model.layers]]
-type = "linear"
-out = 32
-)" + extra_layers + R"(
-[[model.layers]]
-type = "relu"
-
-[[model.layers]]
-type = "linear"
-out = 4
-
+)" + run + test::data_section({64, 2048, 1000, 64, 4, 500}) + "\n" + test::linear(32) +
+         extra_layers + "\n" + test::layer("relu") + "\n" + test::linear(4) + R"(
 [optimizer]
 type = "adam"
 lr = 0.01
@@ -48,12 +32,8 @@ lr = 0.01
 }
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> records;
   std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    records.push_back(nlohmann::json::parse(line));
-  return records;
+  return test::read_jsonl(in);
 }
 
 std::size_t thread_count() {
@@ -71,13 +51,10 @@ std::string temp_path(const std::string& name) {
 
 TEST_CASE("an MLP trained through actors separates synthetic data with over 95% accuracy") {
   auto config = parse_config(synthetic_config(), "synthetic.toml");
-  session_options options;
-  options.quiet = true;
-  options.metrics_path = temp_path("metrics.jsonl");
-  auto result = run_session(config, options);
+  auto options = test::quiet_options(temp_path("metrics.jsonl"));
+  auto result = test::run_ok(config, options);
   const auto& outcome = result.outcome;
   INFO(outcome.failure);
-  REQUIRE(outcome.exit_code == exit_code::ok);
   CHECK(outcome.steps == 2 * (2048 / 64));
   CHECK(outcome.test_accuracy > 0.95);
 
@@ -111,10 +88,8 @@ TEST_CASE("an MLP trained through actors separates synthetic data with over 95% 
 TEST_CASE("two runs with the same seed end with the same parameters") {
   auto config = parse_config(synthetic_config("", "steps = 10\nevaluate = false\n"),
                              "synthetic.toml");
-  session_options options;
-  options.quiet = true;
+  auto options = test::quiet_options(temp_path("determinism.jsonl"));
   options.keep_parameters = true;
-  options.metrics_path = temp_path("determinism.jsonl");
   auto a = run_session(config, options);
   auto b = run_session(config, options);
   REQUIRE(a.outcome.exit_code == exit_code::ok);
@@ -159,9 +134,7 @@ TEST_CASE("an exception in a layer ends the run with the actor, layer, step and 
   auto config = parse_config(
       synthetic_config("\n[[model.layers]]\ntype = \"test_failing\"\n", "evaluate = false\n"),
       "synthetic.toml");
-  session_options options;
-  options.quiet = true;
-  options.metrics_path = temp_path("failure.jsonl");
+  auto options = test::quiet_options(temp_path("failure.jsonl"));
   auto threads_before = thread_count();
   auto result = run_session(config, options);
   // No orphan threads: the device streams and the scheduler's threads are gone with the session.
@@ -179,10 +152,5 @@ TEST_CASE("a model whose output does not match the classes is an error at its la
   auto text = synthetic_config();
   text.replace(text.rfind("out = 4"), 7, "out = 5");
   auto config = parse_config(text, "synthetic.toml");
-  session_options options;
-  options.quiet = true;
-  CHECK_THROWS_WITH_AS(run_session(config, options),
-                       doctest::Contains("synthetic.toml:22:1: the model's output shape (5) must "
-                                         "be (4)"),
-                       config_error);
+  test::check_refused(config, "synthetic.toml:22:1: the model's output shape (5) must be (4)");
 }

@@ -8,31 +8,17 @@
 
 #include "runtime/base/exit_code.hpp"
 #include "tests/cli/run_troupe.hpp"
+#include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
 
 namespace {
 
 using troupe::testing::run_troupe;
+using troupe::testing::write_config;
 
-std::string write_config(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::path{troupe::test::temp_file("troupe_cli_" + name + ".toml")};
-  std::ofstream(path) << text;
-  return path.string();
-}
-
-const char* small_model = R"(
-[data]
-source = "synthetic"
-batch_size = 32
-synthetic_train = 256
-synthetic_test = 64
-synthetic_features = 16
-synthetic_classes = 3
-
-[[model.layers]]
-type = "linear"
-out = 3
-)";
+// 12 lines: [data] on line 2, [[model.layers]] on line 10 (the bad-config cases count on it).
+const std::string small_model =
+    troupe::test::data_section({32, 256, 64, 16, 3}) + "\n" + troupe::test::linear(3);
 
 }  // namespace
 

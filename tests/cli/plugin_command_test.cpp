@@ -9,18 +9,13 @@
 #include <string>
 
 #include "tests/cli/run_troupe.hpp"
+#include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
-#include "tests/temp_files.hpp"
 
 namespace {
 
 using troupe::testing::run_troupe;
-
-std::string write_config(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::path{troupe::test::temp_file("troupe_plugin_cli_" + name + ".toml")};
-  std::ofstream(path) << text;
-  return path.string();
-}
+using troupe::testing::write_config;
 
 /// A two-step run of linear -> `layer` -> linear, loading `plugin` through [run] plugins.
 std::string run_config_with(const std::string& plugin, const std::string& layer) {
@@ -29,25 +24,8 @@ std::string run_config_with(const std::string& plugin, const std::string& layer)
 steps = 2
 evaluate = false
 metrics = ""
-plugins = [")" + plugin + R"("]
-
-[data]
-source = "synthetic"
-batch_size = 8
-synthetic_train = 32
-synthetic_test = 8
-synthetic_features = 5
-synthetic_classes = 3
-
-[[model.layers]]
-type = "linear"
-out = 4
-[[model.layers]]
-type = ")" + layer + R"("
-[[model.layers]]
-type = "linear"
-out = 3
-)";
+plugins = [")" + plugin + "\"]\n" + troupe::test::data_section({8, 32, 8, 5, 3}) +
+         troupe::test::linear(4) + troupe::test::layer(layer) + troupe::test::linear(3);
 }
 
 bool contains(const std::string& text, const std::string& part) {

@@ -1,11 +1,16 @@
-// run_troupe.hpp: running the troupe binary from a test and capturing what it prints.
+// run_troupe.hpp: running the troupe binary from a test and capturing what it prints, and
+// writing the config files it reads.
 #pragma once
 
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
+
+#include "tests/temp_files.hpp"
 
 namespace troupe::testing {
 
@@ -27,6 +32,13 @@ inline command_result run_troupe(const std::string& arguments) {
   int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+/// Writes `text` to a fresh temporary file named after `name`; its path.
+inline std::string write_config(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::path{troupe::test::temp_file("troupe_cli_" + name + ".toml")};
+  std::ofstream(path) << text;
+  return path.string();
 }
 
 }  // namespace troupe::testing

@@ -8,13 +8,13 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "kernel_test_support.hpp"
 #include "kernels/ops.hpp"
+#include "optimizer_test_support.hpp"
 #include "runtime/base/error.hpp"
 
 using namespace troupe;
@@ -60,12 +60,7 @@ struct adam_run {
 };
 
 /// Runs `body(in_place)` once in place and once out of place.
-const auto in_place_and_out_of_place = [](auto&& body) {
-  for (const bool in_place : {true, false}) {
-    CAPTURE(in_place);
-    body(in_place);
-  }
-};
+using test::in_place_and_out_of_place;
 
 // lr = 1/8, beta1 = 1/2, beta2 = 3/4, eps = 0: simple enough to do by hand.
 adam_run hand_run(std::vector<float> initial, bool in_place) {
@@ -229,9 +224,7 @@ TEST_CASE("Adam over a long vector matches a double-precision reference") {
 
 TEST_CASE("Adam and AdamW match torch.optim step by step on the reference sequence") {
   in_place_and_out_of_place([&](bool in_place) {
-    std::ifstream file{TROUPE_SOURCE_DIR "/tests/reference/optimizer_reference.json"};
-    REQUIRE(file.good());
-    const auto reference = nlohmann::json::parse(file);
+    const auto reference = test::optimizer_reference();
     int cases = 0, with_weight_decay = 0;
     for (const auto& c : reference.at("cases")) {
       const auto kind = c.at("optimizer").get<std::string>();
@@ -248,18 +241,12 @@ TEST_CASE("Adam and AdamW match torch.optim step by step on the reference sequen
       run.hyper.weight_decay = h.at("weight_decay").get<float>();
       run.hyper.decoupled = kind == "adamw";
       with_weight_decay += run.hyper.weight_decay != 0.0f ? 1 : 0;
-      const auto& grads = c.at("gradients");
-      const auto& after = c.at("params_after_step");
-      for (std::size_t step = 0; step < grads.size(); ++step) {
-        CAPTURE(step);
-        run.step(grads[step].get<std::vector<float>>());
-        // PyTorch holds beta1 etc. as Python (double) numbers and rounds them to float per
-        // operation, we hold float hyper-parameters: 1 - beta1 may differ by ~2e-7
-        // relative, so each update (<= lr = 0.1) differs by ~2e-8 absolute. The rest is
-        // rounding (and possible FMA fusion in ATen) of parameters below 4 (ulp 2.4e-7):
-        // at most half an ulp per step, 6e-7 over 5 steps. The observed worst is 3e-8.
-        TROUPE_CHECK_CLOSE(run.param, after[step].get<std::vector<float>>(), 6e-7, 0.0);
-      }
+      // PyTorch holds beta1 etc. as Python (double) numbers and rounds them to float per
+      // operation, we hold float hyper-parameters: 1 - beta1 may differ by ~2e-7
+      // relative, so each update (<= lr = 0.1) differs by ~2e-8 absolute. The rest is
+      // rounding (and possible FMA fusion in ATen) of parameters below 4 (ulp 2.4e-7):
+      // at most half an ulp per step, 6e-7 over 5 steps. The observed worst is 3e-8.
+      test::check_reference_steps(run, c, 6e-7);
     }
     CHECK(cases >= 4);
     CHECK(with_weight_decay >= 3);

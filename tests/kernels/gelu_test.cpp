@@ -18,23 +18,11 @@ double gelu_reference(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt
 }  // namespace
 
 TEST_CASE("gelu_forward matches x * Phi(x) computed in double, in place too") {
-  auto forward = kernels::lookup<kernels::ops::gelu_forward>(kernels::device_type::cpu);
-  for (std::size_t n : {1, 7, 1000, 4099}) {
-    CAPTURE(n);
-    const auto x = test::random_floats(n, 40 + n, -5.0f, 5.0f);
-    std::vector<double> want(n);
-    for (std::size_t i = 0; i < n; ++i)
-      want[i] = gelu_reference(x[i]);
-    std::vector<float> y(n);
-    forward(test::cpu_context(), n, x.data(), y.data());
-    // erff is accurate to ~1 ulp, but 1 + erf(x) cancels for x < 0: its absolute error is
-    // ~1 ulp of 1 (1.2e-7), which 0.5 * |x| <= 2.5 turns into ~3e-7 absolute error in y.
-    // A few roundings elsewhere cost ~4 ulps relative (5e-7).
-    TROUPE_CHECK_CLOSE(y, want, 5e-7, 5e-7);
-    auto in_place = x;
-    forward(test::cpu_context(), n, in_place.data(), in_place.data());
-    CHECK(in_place == y);
-  }
+  // erff is accurate to ~1 ulp, but 1 + erf(x) cancels for x < 0: its absolute error is
+  // ~1 ulp of 1 (1.2e-7), which 0.5 * |x| <= 2.5 turns into ~3e-7 absolute error in y.
+  // A few roundings elsewhere cost ~4 ulps relative (5e-7).
+  test::check_elementwise_forward<kernels::ops::gelu_forward>(gelu_reference, 40, -5.0f, 5.0f,
+                                                              5e-7, 5e-7);
 }
 
 TEST_CASE("gelu is 0 at 0, ~x for large x and ~0 for very negative x") {

@@ -5,6 +5,8 @@
 // double-precision reference next to the check, so the arithmetic is in view).
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -131,3 +133,30 @@ inline std::vector<std::string> declared_ops() {
     INFO(troupe_comparison_.describe());                                             \
     CHECK(troupe_comparison_.ok);                                                    \
   } while (false)
+
+namespace troupe::test {
+
+/// The forward test every elementwise activation shares: for n in {1, 7, 1000, 4099}, the
+/// CPU kernel `Op` on n floats uniform in [low, high) (seeded `seed + n`) matches the
+/// double `reference` within atol + rtol * |want|, and run in place gives bit for bit what
+/// it gave out of place. Each caller says next to its call why its tolerance holds.
+template <class Op, class Reference>
+void check_elementwise_forward(Reference reference, std::uint32_t seed, float low, float high,
+                               double atol, double rtol) {
+  auto forward = kernels::lookup<Op>(kernels::device_type::cpu);
+  for (std::size_t n : {1, 7, 1000, 4099}) {
+    CAPTURE(n);
+    const auto x = random_floats(n, static_cast<std::uint32_t>(seed + n), low, high);
+    std::vector<double> want(n);
+    for (std::size_t i = 0; i < n; ++i)
+      want[i] = reference(x[i]);
+    std::vector<float> y(n);
+    forward(cpu_context(), n, x.data(), y.data());
+    TROUPE_CHECK_CLOSE(y, want, atol, rtol);
+    auto in_place = x;
+    forward(cpu_context(), n, in_place.data(), in_place.data());
+    CHECK(in_place == y);
+  }
+}
+
+}  // namespace troupe::test

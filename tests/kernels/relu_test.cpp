@@ -28,21 +28,9 @@ std::vector<float> inputs_away_from_zero(std::size_t n, std::uint32_t seed) {
 }  // namespace
 
 TEST_CASE("relu_forward is max(x, 0) out of place and in place, over odd lengths") {
-  auto forward = kernels::lookup<kernels::ops::relu_forward>(kernels::device_type::cpu);
-  for (std::size_t n : {1, 7, 1000, 4099}) {
-    CAPTURE(n);
-    const auto x = test::random_floats(n, 1 + n, -3.0f, 3.0f);
-    std::vector<double> want(n);
-    for (std::size_t i = 0; i < n; ++i)
-      want[i] = relu_reference(x[i]);
-    std::vector<float> y(n);
-    forward(test::cpu_context(), n, x.data(), y.data());
-    // max(x, 0) is exact in float.
-    TROUPE_CHECK_CLOSE(y, want, 0.0, 0.0);
-    auto in_place = x;
-    forward(test::cpu_context(), n, in_place.data(), in_place.data());
-    CHECK(in_place == y);
-  }
+  // max(x, 0) is exact in float.
+  test::check_elementwise_forward<kernels::ops::relu_forward>(relu_reference, 1, -3.0f, 3.0f,
+                                                              0.0, 0.0);
 }
 
 TEST_CASE("relu_forward keeps NaN instead of masking it to zero") {

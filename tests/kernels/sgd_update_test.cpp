@@ -9,13 +9,13 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "kernel_test_support.hpp"
 #include "kernels/ops.hpp"
+#include "optimizer_test_support.hpp"
 #include "runtime/base/error.hpp"
 
 using namespace troupe;
@@ -52,12 +52,7 @@ struct sgd_run {
 };
 
 /// Runs `body(in_place)` once in place and once out of place.
-const auto in_place_and_out_of_place = [](auto&& body) {
-  for (const bool in_place : {true, false}) {
-    CAPTURE(in_place);
-    body(in_place);
-  }
-};
+using test::in_place_and_out_of_place;
 
 }  // namespace
 
@@ -258,9 +253,7 @@ TEST_CASE("SGD over a long vector applies the same update to every element") {
 
 TEST_CASE("SGD matches torch.optim.SGD step by step on the reference sequence") {
   in_place_and_out_of_place([&](bool in_place) {
-    std::ifstream file{TROUPE_SOURCE_DIR "/tests/reference/optimizer_reference.json"};
-    REQUIRE(file.good());
-    const auto reference = nlohmann::json::parse(file);
+    const auto reference = test::optimizer_reference();
     int cases = 0;
     for (const auto& c : reference.at("cases")) {
       if (c.at("optimizer") != "sgd")
@@ -277,17 +270,11 @@ TEST_CASE("SGD matches torch.optim.SGD step by step on the reference sequence") 
       run.hyper.dampening = h.at("dampening").get<float>();
       run.hyper.weight_decay = h.at("weight_decay").get<float>();
       run.hyper.nesterov = h.at("nesterov").get<bool>();
-      const auto& grads = c.at("gradients");
-      const auto& after = c.at("params_after_step");
-      for (std::size_t step = 0; step < grads.size(); ++step) {
-        CAPTURE(step);
-        run.step(grads[step].get<std::vector<float>>());
-        // PyTorch evaluates the same float operations in the same order, but may fuse
-        // `a + alpha * b` into an FMA where we round twice: up to half an ulp per step.
-        // Parameters stay below 4 (ulp 2.4e-7), so 5 steps differ by <= 2.5 ulps = 6e-7 in
-        // the worst case; the observed worst is 1.2e-7.
-        TROUPE_CHECK_CLOSE(run.param, after[step].get<std::vector<float>>(), 6e-7, 0.0);
-      }
+      // PyTorch evaluates the same float operations in the same order, but may fuse
+      // `a + alpha * b` into an FMA where we round twice: up to half an ulp per step.
+      // Parameters stay below 4 (ulp 2.4e-7), so 5 steps differ by <= 2.5 ulps = 6e-7 in
+      // the worst case; the observed worst is 1.2e-7.
+      test::check_reference_steps(run, c, 6e-7);
     }
     CHECK(cases >= 2);
   });

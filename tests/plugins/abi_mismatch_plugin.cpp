@@ -23,9 +23,7 @@ void abi_mismatch_kernel(const troupe::kernels::context&) {}
 TROUPE_REGISTER_KERNEL(abi_mismatch_op, troupe::kernels::device_type::cpu, abi_mismatch_kernel);
 
 TROUPE_REGISTER_LAYER("test_abi_mismatch_layer", "must never be registered (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::none);
-                      });
+                      scale_layer_factory(scale_fault::none));
 
 TROUPE_REGISTER_ACTOR_KIND("test_abi_mismatch_kind", "must never be registered (test plugin)",
                            troupe::accepts{"grads"}, troupe::emits{"grads"},

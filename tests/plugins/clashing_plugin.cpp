@@ -22,13 +22,10 @@ void clash_kernel(const troupe::kernels::context&) {}
 TROUPE_REGISTER_KERNEL(clash_op, troupe::kernels::device_type::cpu, clash_kernel);
 
 TROUPE_REGISTER_LAYER("test_clash_innocent", "a fresh name in a clashing plugin (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::none);
-                      });
+                      scale_layer_factory(scale_fault::none));
 
-TROUPE_REGISTER_LAYER("linear", "a second 'linear' (test plugin)", [](troupe::layer_settings& s) {
-  return std::make_unique<scale_layer>(s, scale_fault::none);
-});
+TROUPE_REGISTER_LAYER("linear", "a second 'linear' (test plugin)",
+                      scale_layer_factory(scale_fault::none));
 
 TROUPE_REGISTER_ACTOR_KIND("test_clash_kind", "a fresh kind in a clashing plugin (test plugin)",
                            troupe::accepts{"grads"}, troupe::emits{"grads"},

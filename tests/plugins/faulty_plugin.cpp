@@ -10,6 +10,7 @@
 #include "actors/failures.hpp"
 #include "actors/messages.hpp"
 #include "runtime/plugin/plugin.hpp"
+#include "tests/plugins/grads_wiring.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_faulty_plugin");
@@ -17,13 +18,9 @@ TROUPE_PLUGIN("troupe_test_faulty_plugin");
 namespace {
 
 TROUPE_REGISTER_LAYER("test_wrong_gradient", "test_scale whose dx forgets a (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::wrong_gradient);
-                      });
+                      scale_layer_factory(scale_fault::wrong_gradient));
 TROUPE_REGISTER_LAYER("test_throwing_backward", "test_scale whose backward throws (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::throwing_backward);
-                      });
+                      scale_layer_factory(scale_fault::throwing_backward));
 
 /// Passes gradients on unchanged, but first posts a task to its device's stream that
 /// throws (as an actor's handler-side work would, e.g. a callback on the stream thread).
@@ -35,12 +32,7 @@ class throwing_task final : public caf::event_based_actor {
   caf::behavior make_behavior() override {
     troupe::report_failures_to(this, name_, &trainer_);
     return {
-        [this](const troupe::wiring_msg& wiring) {
-          trainer_ = wiring.trainer;
-          auto sinks = wiring.out("grads");
-          TROUPE_CHECK(sinks.size() == 1, name_ << " needs exactly one outgoing grads wire");
-          sink_ = sinks[0].peer;
-        },
+        take_grads_wiring(name_, trainer_, sink_),
         [this](troupe::weight_grads_msg& message) {
           on_->work().post(
               [] { throw std::runtime_error("test_throwing_task: a posted task fails on purpose"); });

@@ -9,8 +9,9 @@
 #include "actors/failures.hpp"
 #include "actors/inputs.hpp"
 #include "kernels/ops.hpp"
-#include "runtime/plugin/plugin.hpp"
 #include "runtime/core/transfer.hpp"
+#include "runtime/plugin/plugin.hpp"
+#include "tests/plugins/grads_wiring.hpp"
 #include "tests/plugins/scale_layer.hpp"
 
 TROUPE_PLUGIN("troupe_test_plugin");
@@ -18,9 +19,7 @@ TROUPE_PLUGIN("troupe_test_plugin");
 namespace {
 
 TROUPE_REGISTER_LAYER("test_scale", "y = a * x, a learnable per feature (test plugin)",
-                      [](troupe::layer_settings& s) {
-                        return std::make_unique<scale_layer>(s, scale_fault::none);
-                      });
+                      scale_layer_factory(scale_fault::none));
 
 /// Scales each weight_grads_msg in place (the sender hands its tensors over, see
 /// actors/messages.hpp) on its device's stream and passes it on to its one grads sink.
@@ -34,12 +33,7 @@ class grad_scaler final : public caf::event_based_actor {
   caf::behavior make_behavior() override {
     troupe::report_failures_to(this, name_, &trainer_);
     return {
-        [this](const troupe::wiring_msg& wiring) {
-          trainer_ = wiring.trainer;
-          auto sinks = wiring.out("grads");
-          TROUPE_CHECK(sinks.size() == 1, name_ << " needs exactly one outgoing grads wire");
-          sink_ = sinks[0].peer;
-        },
+        take_grads_wiring(name_, trainer_, sink_),
         [this](troupe::weight_grads_msg& message) {
           if (troupe::come_back_when_ready(
                   this, troupe::pending_input(on_->id(), message.grads), message))

@@ -6,6 +6,7 @@
 // this header (loaded with RTLD_GLOBAL) cannot interpose each other's symbols.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 
 #include "runtime/model/layer.hpp"
@@ -81,5 +82,10 @@ class scale_layer final : public troupe::layer {
   std::string type_;
   scale_fault fault_;
 };
+
+/// A TROUPE_REGISTER_LAYER factory of the layer broken as `fault` says.
+inline troupe::layer_factory scale_layer_factory(scale_fault fault) {
+  return [fault](troupe::layer_settings& s) { return std::make_unique<scale_layer>(s, fault); };
+}
 
 }  // namespace

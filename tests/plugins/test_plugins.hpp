@@ -1,9 +1,14 @@
 // test_plugins.hpp: where CMake put the test plugins (tests/plugins/*.cpp), for the tests
-// that load them.
+// that load them, and how those tests put a plugin's actor kind into a run's graph.
 #pragma once
 
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
+#include "runtime/graph/topology.hpp"
 #include "runtime/plugin/plugin.hpp"
 
 namespace test_plugins {
@@ -24,6 +29,31 @@ inline std::string clashing() { return TROUPE_TEST_PLUGIN_CLASHING; }
 inline void load() {
   troupe::load_plugin(good());
   troupe::load_plugin(faulty());
+}
+
+/// Puts a custom actor `name` of kind `custom_kind`, on the graph's first device, on the
+/// grads wire that leaves model layer `layer` (between the layer and its optimizer), as a
+/// user would put it into the text of `troupe plan --eject`; the new actor, for its
+/// settings.
+inline troupe::actor_plan& insert_on_grads_wire(troupe::topology& graph, std::int32_t layer,
+                                                const std::string& name,
+                                                const std::string& custom_kind) {
+  using namespace troupe;
+  auto grads = std::find_if(graph.wires.begin(), graph.wires.end(), [&](const wire_plan& w) {
+    const auto* from = graph.find(w.from);
+    return w.kind == wire_kind::grads && from->kind == actor_kind::layer && from->layer == layer;
+  });
+  REQUIRE(grads != graph.wires.end());
+  wire_plan onward{name, grads->to, wire_kind::grads, 0, {}};
+  grads->to = name;
+  graph.wires.push_back(onward);
+  actor_plan actor;
+  actor.name = name;
+  actor.kind = actor_kind::custom;
+  actor.custom_kind = custom_kind;
+  actor.device = graph.devices.front();
+  graph.actors.push_back(actor);
+  return graph.actors.back();
 }
 
 }  // namespace test_plugins

@@ -12,30 +12,15 @@
 #include <fstream>
 #include <string>
 
+#include "tests/temp_files.hpp"
+
 namespace fs = std::filesystem;
 using troupe::config_error;
 using troupe::parse_config;
 using troupe::run_config;
+using troupe::test::temp_directory;
 
 namespace {
-
-/// A fresh directory under /tmp, removed with everything in it at scope exit.
-struct temp_directory {
-  fs::path path;
-  temp_directory() {
-    std::string pattern = (fs::temp_directory_path() / "troupe-config-test-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_directory() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((path / name).parent_path());
-    std::ofstream(path / name) << text;
-  }
-};
 
 /// Parses `text` expecting a config_error; returns it for the caller to inspect.
 config_error parse_error_of(const std::string& text, const std::string& directory = ".") {
@@ -129,9 +114,9 @@ microbatches = 4
 schedule = "1f1b"
 averaging = "central"
 )";
-  auto c = parse_config(text, "full.toml", dir.path.string());
+  auto c = parse_config(text, "full.toml", dir.path().string());
   CHECK(c.path == "full.toml");
-  CHECK(c.directory == dir.path.string());
+  CHECK(c.directory == dir.path().string());
 
   CHECK(c.run.epochs == 3);
   CHECK(c.run.steps == 1000);
@@ -142,7 +127,7 @@ averaging = "central"
   CHECK(c.run.where.to_string() == "full.toml:1:1");
 
   CHECK(c.data.source == troupe::data_source::fashion_mnist);
-  CHECK(c.data.path == (dir.path / "fmnist").string());  // relative to the config's directory
+  CHECK(c.data.path == (dir.path() / "fmnist").string());  // relative to the config's directory
   CHECK(c.data.batch_size == 64);
   CHECK(c.data.eval_batch_size == 500);
   CHECK(c.data.shuffle == false);
@@ -437,11 +422,11 @@ TEST_CASE("a fashion-mnist data path must hold the four IDX files") {
   dir.write("partial/train-labels-idx1-ubyte.gz", "");
   dir.write("partial/t10k-images-idx3-ubyte", "");
 
-  auto error = parse_error_of("[data]\npath = \"partial\"\n" + minimal_model, dir.path.string());
+  auto error = parse_error_of("[data]\npath = \"partial\"\n" + minimal_model, dir.path().string());
   INFO("message: " << std::string(error.what()));
   CHECK(error.where().to_string() == "t.toml:2:8");
   std::string message = error.what();
-  CHECK(message.find("[data] path: directory '" + (dir.path / "partial").string() +
+  CHECK(message.find("[data] path: directory '" + (dir.path() / "partial").string() +
                      "' has no 't10k-labels-idx1-ubyte(.gz)'") != std::string::npos);
   CHECK(message.find("install Debian's dataset-fashion-mnist (scripts/install-deps.sh does) or "
                      "set [data] source = \"synthetic\"") != std::string::npos);
@@ -464,11 +449,11 @@ TEST_CASE("load_config reads a file and resolves the data path against its direc
     dir.write(std::string("configs/data/") + name, "");
   dir.write("configs/mlp.toml", "[data]\npath = \"data\"\n" + minimal_model);
 
-  auto file = (dir.path / "configs/mlp.toml").string();
+  auto file = (dir.path() / "configs/mlp.toml").string();
   auto c = troupe::load_config(file);
   CHECK(c.path == file);
-  CHECK(c.directory == (dir.path / "configs").string());
-  CHECK(c.data.path == (dir.path / "configs/data").string());
+  CHECK(c.directory == (dir.path() / "configs").string());
+  CHECK(c.data.path == (dir.path() / "configs/data").string());
   CHECK(c.data.path_where.to_string() == file + ":2:8");
 }
 
@@ -524,12 +509,12 @@ TEST_CASE("find_data_file prefers NAME.gz, then NAME, and only regular files") {
   dir.write("both/x-ubyte.gz", "");
   dir.write("both/x-ubyte", "");
   dir.write("raw/x-ubyte", "");
-  fs::create_directories(dir.path / "folder" / "x-ubyte.gz");
-  CHECK(troupe::find_data_file((dir.path / "both").string(), "x-ubyte") ==
-        (dir.path / "both" / "x-ubyte.gz").string());
-  CHECK(troupe::find_data_file((dir.path / "raw").string(), "x-ubyte") ==
-        (dir.path / "raw" / "x-ubyte").string());
-  CHECK(troupe::find_data_file((dir.path / "folder").string(), "x-ubyte").empty());
-  CHECK(troupe::find_data_file((dir.path / "nothing").string(), "x-ubyte").empty());
+  fs::create_directories(dir.path() / "folder" / "x-ubyte.gz");
+  CHECK(troupe::find_data_file((dir.path() / "both").string(), "x-ubyte") ==
+        (dir.path() / "both" / "x-ubyte.gz").string());
+  CHECK(troupe::find_data_file((dir.path() / "raw").string(), "x-ubyte") ==
+        (dir.path() / "raw" / "x-ubyte").string());
+  CHECK(troupe::find_data_file((dir.path() / "folder").string(), "x-ubyte").empty());
+  CHECK(troupe::find_data_file((dir.path() / "nothing").string(), "x-ubyte").empty());
   CHECK(troupe::fashion_mnist_file_names().size() == 4);
 }

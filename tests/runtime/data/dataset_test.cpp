@@ -19,34 +19,13 @@
 #include <boost/iostreams/filtering_stream.hpp>
 
 #include "runtime/base/error.hpp"
+#include "tests/temp_files.hpp"
 
 namespace fs = std::filesystem;
 using bytes = std::vector<std::uint8_t>;
+using troupe::test::temp_directory;
 
 namespace {
-
-/// A fresh directory under the system's temporary directory, removed with everything in it.
-class temp_directory {
- public:
-  temp_directory() {
-    auto pattern = (fs::temp_directory_path() / "troupe_dataset_test_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~temp_directory() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_directory(const temp_directory&) = delete;
-  temp_directory& operator=(const temp_directory&) = delete;
-
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string string() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 void append_u32(bytes& out, std::uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8)
@@ -133,17 +112,23 @@ void write_small_fashion(const temp_directory& dir, bool gzip) {
   write("t10k-labels-idx1-ubyte", idx_labels_file({5, 1}));
 }
 
+/// CHECKs the IDX image file at `path` against the shape and pixels it was written with.
+void check_images(const std::string& path, std::int64_t count, std::int64_t rows,
+                  std::int64_t cols, const bytes& pixels) {
+  auto images = troupe::read_idx_images(path);
+  CHECK(images.count == count);
+  CHECK(images.rows == rows);
+  CHECK(images.cols == cols);
+  CHECK(images.pixels == pixels);
+}
+
 }  // namespace
 
 TEST_CASE("a raw IDX image file reads back exactly") {
   temp_directory dir;
   auto pixels = counting_pixels(3 * 4 * 5);
   write_raw(dir / "images", idx_images_file(3, 4, 5, pixels));
-  auto images = troupe::read_idx_images(dir / "images");
-  CHECK(images.count == 3);
-  CHECK(images.rows == 4);
-  CHECK(images.cols == 5);
-  CHECK(images.pixels == pixels);
+  check_images(dir / "images", 3, 4, 5, pixels);
 }
 
 TEST_CASE("a gzip IDX file reads back exactly, recognised by its magic bytes not its name") {
@@ -154,11 +139,7 @@ TEST_CASE("a gzip IDX file reads back exactly, recognised by its magic bytes not
   write_gzip(dir / "images", idx_images_file(7, 3, 2, pixels));
   write_raw(dir / "labels.gz", idx_labels_file(labels));
   write_gzip(dir / "labels2.gz", idx_labels_file(labels));
-  auto images = troupe::read_idx_images(dir / "images");
-  CHECK(images.count == 7);
-  CHECK(images.rows == 3);
-  CHECK(images.cols == 2);
-  CHECK(images.pixels == pixels);
+  check_images(dir / "images", 7, 3, 2, pixels);
   CHECK(troupe::read_idx_labels(dir / "labels.gz") == labels);
   CHECK(troupe::read_idx_labels(dir / "labels2.gz") == labels);
 }

@@ -13,30 +13,14 @@
 
 #include "tests/cli/run_troupe.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
+#include "tests/temp_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace topology_test;
+using troupe::test::temp_directory;
 using troupe::testing::run_troupe;
 
 namespace {
-
-/// A fresh directory under the temporary directory, removed at scope exit.
-struct temp_directory {
-  fs::path path;
-  temp_directory() {
-    std::string pattern = (fs::temp_directory_path() / "troupe-device-test-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_directory() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return (path / name).string();
-  }
-};
 
 /// Runs `troupe COMMAND path` on `text` and checks exit code 2 and the error at the
 /// position of `needle` (its first occurrence).

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "tests/config_text.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
 
 using troupe::balance_stages;
@@ -148,17 +149,8 @@ devices = ["cpu:0", "cpu:1"]
 pipeline = 2
 stages = [[0, 0], [1, 2]]
 
-[[model.layers]]
-type = "linear"
-out = 4
-
-[[model.layers]]
-type = "relu"
-
-[[model.layers]]
-type = "linear"
-out = 3
-)";
+)" + troupe::test::linear(4) + troupe::test::layer("relu") +
+                           troupe::test::linear(3);
   auto config = troupe::parse_config(text, "t.toml");
   std::vector<troupe::shape_t> shapes = {{features}, {4}, {4}, {classes}};
   auto t = troupe::expand_shorthand(config, shapes);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "runtime/model/layer.hpp"
+#include "tests/config_text.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
 #include "tests/temp_files.hpp"
 
@@ -260,18 +261,9 @@ min_lr = 1e-300
 }
 
 TEST_CASE("an expanded shorthand config passes validation and ejects into the same topology") {
-  const std::string model = header + R"(
-[model]
-[[model.layers]]
-type = "linear"
-out = 4
-[[model.layers]]
-type = "gelu"
-[[model.layers]]
-type = "linear"
-out = 3
-bias = false
-)";
+  const std::string model = header + "\n[model]\n" + troupe::test::linear(4) +
+                            troupe::test::layer("gelu") +
+                            troupe::test::layer("linear", "out = 3\nbias = false\n");
   const std::vector<std::pair<const char*, std::string>> wirings = {
       {"one device", ""},
       {"two replicas, central averaging",

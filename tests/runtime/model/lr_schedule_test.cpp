@@ -1,7 +1,11 @@
 // lr_schedule_test.cpp: the learning-rate schedules against values computed by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/lr_schedule.hpp"
@@ -15,11 +19,19 @@ static bool near(double got, double want) {
   return std::abs(got - want) <= 1e-12 * std::max(1.0, std::abs(want));
 }
 
+/// CHECKs that `s` gives each (step, want) pair's rate.
+static void check_at(const lr_schedule& s,
+                     std::initializer_list<std::pair<std::int64_t, double>> expected) {
+  for (const auto& [step, want] : expected) {
+    CAPTURE(step);
+    CHECK(near(s.at(step), want));
+  }
+}
+
 TEST_CASE("a constant schedule gives base_lr at every step") {
   lr_schedule s;
   s.base_lr = 0.01;
-  CHECK(near(s.at(0), 0.01));
-  CHECK(near(s.at(12345), 0.01));
+  check_at(s, {{0, 0.01}, {12345, 0.01}});
 }
 
 TEST_CASE("warm-up ramps linearly to base_lr over warmup_steps, then hands over") {
@@ -27,12 +39,7 @@ TEST_CASE("warm-up ramps linearly to base_lr over warmup_steps, then hands over"
   s.base_lr = 0.1;
   s.warmup_steps = 4;
   // base * (step + 1) / 4: 0.025, 0.05, 0.075, 0.1, then constant 0.1.
-  CHECK(near(s.at(0), 0.025));
-  CHECK(near(s.at(1), 0.05));
-  CHECK(near(s.at(2), 0.075));
-  CHECK(near(s.at(3), 0.1));
-  CHECK(near(s.at(4), 0.1));
-  CHECK(near(s.at(100), 0.1));
+  check_at(s, {{0, 0.025}, {1, 0.05}, {2, 0.075}, {3, 0.1}, {4, 0.1}, {100, 0.1}});
 }
 
 TEST_CASE("step decay multiplies by gamma every step_size steps after the warm-up") {
@@ -42,21 +49,11 @@ TEST_CASE("step decay multiplies by gamma every step_size steps after the warm-u
   s.gamma = 0.5;
   s.step_size = 10;
   // floor(step / 10): 0 for steps 0..9, 1 for 10..19, 2 for 20..29.
-  CHECK(near(s.at(0), 0.2));
-  CHECK(near(s.at(9), 0.2));
-  CHECK(near(s.at(10), 0.1));
-  CHECK(near(s.at(19), 0.1));
-  CHECK(near(s.at(20), 0.05));
-  CHECK(near(s.at(35), 0.025));
+  check_at(s, {{0, 0.2}, {9, 0.2}, {10, 0.1}, {19, 0.1}, {20, 0.05}, {35, 0.025}});
 
   s.warmup_steps = 5;
   // Warm-up 0.2 * (step + 1) / 5 for steps 0..4; then floor((step - 5) / 10).
-  CHECK(near(s.at(0), 0.04));
-  CHECK(near(s.at(4), 0.2));
-  CHECK(near(s.at(5), 0.2));
-  CHECK(near(s.at(14), 0.2));
-  CHECK(near(s.at(15), 0.1));
-  CHECK(near(s.at(25), 0.05));
+  check_at(s, {{0, 0.04}, {4, 0.2}, {5, 0.2}, {14, 0.2}, {15, 0.1}, {25, 0.05}});
 }
 
 TEST_CASE("cosine starts at base_lr, is half-way at the middle and ends at min_lr") {
@@ -65,13 +62,10 @@ TEST_CASE("cosine starts at base_lr, is half-way at the middle and ends at min_l
   s.base_lr = 1.0;
   s.total_steps = 100;
   // t = step / 100: cos(0) = 1 -> 1; t = 0.5 -> 0.5; t = 0.25 -> 0.5 * (1 + sqrt(2)/2).
-  CHECK(near(s.at(0), 1.0));
-  CHECK(near(s.at(50), 0.5));
-  CHECK(near(s.at(25), 0.5 * (1.0 + std::sqrt(0.5))));
-  CHECK(near(s.at(75), 0.5 * (1.0 - std::sqrt(0.5))));
+  check_at(s, {{0, 1.0}, {50, 0.5}, {25, 0.5 * (1.0 + std::sqrt(0.5))},
+                {75, 0.5 * (1.0 - std::sqrt(0.5))}});
   // t = 1 at step 100 and beyond (clamped): 0.
-  CHECK(near(s.at(100), 0.0));
-  CHECK(near(s.at(250), 0.0));
+  check_at(s, {{100, 0.0}, {250, 0.0}});
 }
 
 TEST_CASE("cosine decays from base_lr to the min_lr floor after the warm-up") {
@@ -82,13 +76,9 @@ TEST_CASE("cosine decays from base_lr to the min_lr floor after the warm-up") {
   s.warmup_steps = 10;
   s.total_steps = 110;
   // Warm-up: 0.1 * (step + 1) / 10.
-  CHECK(near(s.at(0), 0.01));
-  CHECK(near(s.at(9), 0.1));
+  check_at(s, {{0, 0.01}, {9, 0.1}});
   // t = (step - 10) / 100: 0 -> 0.1; 0.5 -> 0.02 + 0.08 * 0.5 = 0.06; 1 -> 0.02.
-  CHECK(near(s.at(10), 0.1));
-  CHECK(near(s.at(60), 0.06));
-  CHECK(near(s.at(110), 0.02));
-  CHECK(near(s.at(1000), 0.02));
+  check_at(s, {{10, 0.1}, {60, 0.06}, {110, 0.02}, {1000, 0.02}});
   // Never below the floor after the warm-up (the warm-up itself starts from 0).
   for (std::int64_t step = 10; step < 200; ++step)
     CHECK(s.at(step) >= 0.02 - 1e-15);
@@ -101,8 +91,7 @@ TEST_CASE("a cosine run no longer than its warm-up does not divide by zero") {
   s.warmup_steps = 10;
   s.total_steps = 10;
   // max(1, 10 - 10) = 1: t = step - 10 clamped, so step 10 is base and 11 is min (0).
-  CHECK(near(s.at(10), 0.5));
-  CHECK(near(s.at(11), 0.0));
+  check_at(s, {{10, 0.5}, {11, 0.0}});
 }
 
 TEST_CASE("schedule kinds parse from their names and nothing else") {

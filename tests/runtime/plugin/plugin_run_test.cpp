@@ -3,12 +3,12 @@
 // in runtime/core/device.cpp), not terminate the process.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/plugin/plugin.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
 
 using namespace troupe;
@@ -23,25 +23,8 @@ std::string shorthand_text() {
 steps = 4
 seed = 5
 evaluate = false
-plugins = [")" + test_plugins::faulty() + R"("]
-
-[data]
-source = "synthetic"
-batch_size = 16
-synthetic_train = 160
-synthetic_test = 10
-synthetic_features = 12
-synthetic_classes = 4
-
-[[model.layers]]
-type = "linear"
-out = 6
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "linear"
-out = 4
-
+plugins = [")" + test_plugins::faulty() + "\"]\n" + test::data_section({16, 160, 10, 12, 4}) +
+         test::linear(6) + test::layer("relu") + test::linear(4) + R"(
 [optimizer]
 type = "sgd"
 lr = 0.1
@@ -53,20 +36,7 @@ lr = 0.1
 run_config with_throwing_task() {
   auto shorthand = parse_config(shorthand_text(), "shorthand.toml");
   auto graph = expand_shorthand(shorthand, check_model(shorthand, 12, 4));
-  auto grads = std::find_if(graph.wires.begin(), graph.wires.end(), [&](const wire_plan& w) {
-    const auto* from = graph.find(w.from);
-    return w.kind == wire_kind::grads && from->kind == actor_kind::layer && from->layer == 0;
-  });
-  REQUIRE(grads != graph.wires.end());
-  wire_plan onward{"thrower", grads->to, wire_kind::grads, 0, {}};
-  grads->to = "thrower";
-  graph.wires.push_back(onward);
-  actor_plan thrower;
-  thrower.name = "thrower";
-  thrower.kind = actor_kind::custom;
-  thrower.custom_kind = "test_throwing_task";
-  thrower.device = graph.devices.front();
-  graph.actors.push_back(thrower);
+  test_plugins::insert_on_grads_wire(graph, 0, "thrower", "test_throwing_task");
   return parse_config(format_explicit(graph, shorthand), "thrower.toml");
 }
 
@@ -75,9 +45,7 @@ run_config with_throwing_task() {
 TEST_CASE("a posted task that throws ends the run with exit 1 and its message") {
   test_plugins::load();
   auto config = with_throwing_task();
-  session_options options;
-  options.quiet = true;
-  options.metrics_path = "/dev/null";
+  auto options = test::quiet_options();
   options.watchdog = 60;  // a hang ends the test with the watchdog's report, not forever
   auto result = run_session(config, options);
   INFO(result.outcome.failure);

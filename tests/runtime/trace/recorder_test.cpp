@@ -10,6 +10,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/trace/recorder.hpp"
+#include "tests/runtime/trace/test_events.hpp"
 
 using namespace troupe;
 
@@ -25,12 +26,8 @@ std::shared_ptr<trace::recorder> make_recorder(bool record = true, bool log = fa
 }
 
 trace::event job_on(std::uint32_t track, std::int64_t step) {
-  trace::event e;
-  e.type = trace::event_type::job;
-  e.name = "forward";
-  e.track = track;
+  auto e = test::event_of(trace::event_type::job, "forward", track, 0, trace::now_ns());
   e.step = step;
-  e.start_ns = trace::now_ns();
   return e;
 }
 
@@ -189,11 +186,7 @@ TEST_CASE("the message log and its filter belong to one recorder") {
   }
   CHECK_THROWS_AS(make_recorder(false, true, "colour=red"), user_error);
   // The log line, with names longer than any fixed buffer, whole.
-  trace::event e;
-  e.name = "forward";
-  e.track = receiver;
-  e.peer = sender;
-  e.start_ns = 1234567;
+  auto e = test::event_of(trace::event_type::handle, "forward", receiver, sender, 1234567);
   e.step = 3;
   e.microbatch = 1;
   e.replica = 0;

@@ -14,6 +14,7 @@
 #include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
+#include "tests/runtime/trace/test_events.hpp"
 #include "tests/runtime/trace_tools/test_trace.hpp"
 #include "tests/temp_files.hpp"
 
@@ -343,29 +344,16 @@ TEST_CASE("a trace written by the recorder reads back") {
   auto stream = recorder->register_track({"cpu:0 stream", "stream", "cpu:0"});
   auto layer_0 = recorder->register_track({"layer_0", "layer", "cpu:0", 0, 0, 0});
   auto layer_1 = recorder->register_track({"layer_1", "layer", "cpu:0", 0, 1, 1});
-  trace::event job;
-  job.type = trace::event_type::job;
-  job.name = "forward";
-  job.track = stream;
-  job.peer = layer_0;
-  job.start_ns = 1000;
+  auto job = test::event_of(trace::event_type::job, "forward", stream, layer_0, 1000);
   job.duration_ns = 4000;
   job.step = 1;
   job.microbatch = 2;
   trace::record(job);
-  trace::event credits;
-  credits.type = trace::event_type::counter;
-  credits.name = "credits";
-  credits.track = layer_0;
-  credits.peer = layer_1;
-  credits.start_ns = 2000;
+  auto credits = test::event_of(trace::event_type::counter, "credits", layer_0, layer_1, 2000);
   credits.value = 1;
   trace::record(credits);
-  trace::event marker;
-  marker.type = trace::event_type::marker;
-  marker.name = "step";
+  auto marker = test::event_of(trace::event_type::marker, "step", 0, 0, 9000);
   marker.step = 1;
-  marker.start_ns = 9000;
   trace::record(marker);
   { trace::handler_span span(layer_1, "forward", layer_0, 0, 1, 2, 0, 0, 512); }
   auto path = troupe::test::temp_file("troupe_recorder_roundtrip.json");
