@@ -45,7 +45,10 @@ bool come_back_when_ready(caf::event_based_actor* self, const tensor* pending, M
   if (pending == nullptr)
     return false;
   auto me = caf::actor_cast<caf::actor>(self);
-  pending->ready().then([me, message = std::move(message)]() mutable {
+  // The event is copied out first: `pending` points into `message`, which moves into the
+  // callback below.
+  const event written = pending->ready();
+  written.then([me, message = std::move(message)]() mutable {
     caf::anon_send<Priority>(me, std::move(message));
   });
   return true;

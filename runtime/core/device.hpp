@@ -106,11 +106,8 @@ struct event {
       : owner(std::move(progress)), sequence(at) {}
   event(const event&) = default;
   event& operator=(const event&) = default;
-  // Moving copies: a moved-from event still names the same point, as when an event was a
-  // plain pointer. Callers rely on it (come_back_when_ready reads a tensor's event while
-  // the message holding that tensor is moved into the callback).
-  event(event&& other) noexcept : event(static_cast<const event&>(other)) {}
-  event& operator=(event&& other) noexcept { return *this = static_cast<const event&>(other); }
+  event(event&&) noexcept = default;  // a moved-from event is a default one (always reached)
+  event& operator=(event&&) noexcept = default;
 
   bool reached() const;
   /// Blocks the calling thread until reached. Not for actor handlers (they may run on
