@@ -21,7 +21,7 @@ namespace troupe {
 
 class central_averager_actor final : public device_actor {
  public:
-  /// settings.method is "central"; settings.replica is ignored (its jobs carry -1).
+  /// settings.method is averaging_method::central; settings.replica is ignored (its jobs carry -1).
   central_averager_actor(caf::actor_config& config, grad_averager_settings settings);
 
  protected:

@@ -29,7 +29,7 @@ namespace troupe {
 
 class ring_averager_actor final : public device_actor {
  public:
-  /// settings.method is "ring", 0 <= settings.replica < settings.replicas.
+  /// settings.method is averaging_method::ring, 0 <= settings.replica < settings.replicas.
   ring_averager_actor(caf::actor_config& config, grad_averager_settings settings);
 
  protected:

@@ -19,19 +19,4 @@ enum class exit_code : int {
 /// The number a process returns from main() for `code`.
 constexpr int exit_status(exit_code code) { return static_cast<int>(code); }
 
-/// "ok", "run failed", "bad input", "watchdog": for messages and metrics.
-constexpr const char* describe(exit_code code) {
-  switch (code) {
-    case exit_code::ok:
-      return "ok";
-    case exit_code::run_failed:
-      return "run failed";
-    case exit_code::bad_input:
-      return "bad input";
-    case exit_code::watchdog:
-      return "watchdog";
-  }
-  return "unknown";
-}
-
 }  // namespace troupe

@@ -277,6 +277,21 @@ schedule = { type = "cosine", min_lr = 0 }
   CHECK(c.optimizer.schedule.where.to_string() == "t.toml:9:12");
 }
 
+TEST_CASE("deeply nested or oversized values are config errors, not a crash") {
+  // 100000 levels of arrays and of inline tables: toml++ stops at 256 levels, at the
+  // position where it gave up, so nothing recurses deep enough to overflow the stack.
+  const std::string depth(100000, '[');
+  check_error("[run]\nsteps = " + depth + std::string(100000, ']') + "\n", 2, 265,
+              "exceeded maximum nested value depth");
+  std::string tables;
+  for (int i = 0; i < 100000; ++i)
+    tables += "{a=";
+  check_error("[run]\nsteps = " + tables + "1" + std::string(100000, '}') + "\n", 2, 777,
+              "exceeded maximum nested value depth");
+  // An integer past 64 bits is a syntax error at its position.
+  check_error("[run]\nsteps = 99999999999999999999999\n", 2, 32, "is not representable in 64 bits");
+}
+
 TEST_CASE("a TOML syntax error is reported at toml++'s position") {
   check_error("[run]\nepochs = = 3\n", 2, 10, "invalid TOML: error while parsing value");
   // toml++ places a redefinition at the second value.
