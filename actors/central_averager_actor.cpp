@@ -5,8 +5,8 @@
 
 #include <stdexcept>
 
-#include "kernels/check.hpp"
 #include "runtime/core/transfer.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe {
 

@@ -13,9 +13,9 @@
 #include <map>
 #include <vector>
 
-#include "actors/device_actor.hpp"
 #include "actors/grad_averager_actor.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 

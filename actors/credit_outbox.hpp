@@ -14,8 +14,8 @@
 
 #include <deque>
 
-#include "runtime/base/error.hpp"
-#include "actors/messages.hpp"
+#include "troupe/error.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

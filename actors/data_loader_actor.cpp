@@ -165,17 +165,18 @@ bool data_loader_actor::send_next() {
 
 namespace troupe {
 
-TROUPE_REGISTER_ACTOR_KIND("data_loader", "turns the data set into tagged micro-batches ([data])",
-                           [](const actor_plan& plan, spawn_context& context) {
-                             data_loader_settings s;
-                             s.data = context.data;
-                             s.plan = context.plan;
-                             s.shuffle = context.config.data.shuffle;
-                             s.seed = context.config.run.seed;
-                             s.prefetch = context.config.data.prefetch;
-                             s.on = plan.device;
-                             s.devices = &context.devices;
-                             return context.system.spawn<data_loader_actor>(std::move(s));
-                           });
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND("data_loader",
+                                   "turns the data set into tagged micro-batches ([data])",
+                                   [](const actor_plan& plan, spawn_context& context) {
+                                     data_loader_settings s;
+                                     s.data = context.data;
+                                     s.plan = context.plan;
+                                     s.shuffle = context.config.data.shuffle;
+                                     s.seed = context.config.run.seed;
+                                     s.prefetch = context.config.data.prefetch;
+                                     s.on = plan.device;
+                                     s.devices = &context.devices;
+                                     return context.system.spawn<data_loader_actor>(std::move(s));
+                                   });
 
 }  // namespace troupe

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "actors/credit_outbox.hpp"
-#include "actors/device_actor.hpp"
 #include "runtime/data/dataset.hpp"
-#include "runtime/core/device.hpp"
-#include "actors/messages.hpp"
+#include "troupe/device.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

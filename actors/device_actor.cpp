@@ -1,8 +1,8 @@
 // device_actor.cpp: the protocol every device-placed actor shares (see the header).
-#include "actors/device_actor.hpp"
+#include "troupe/device_actor.hpp"
 
 #include "actors/failures.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe {
 

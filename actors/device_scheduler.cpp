@@ -13,7 +13,7 @@
 // A handler on a device thread only waits for the job that thread is running, which it
 // would wait for anyway: the work it submits goes into the same in-order stream. The
 // handler must never block on an event of its own stream (that would wait forever);
-// actors never block at all (Note [no blocking waits] in actors/inputs.hpp).
+// actors never block at all (Note [no blocking waits] in include/troupe/inputs.hpp).
 //
 // Placement is looked up per enqueue in a small map under a mutex (uncontended: two
 // devices and a host thread); an actor leaves the map when it terminates, so a later

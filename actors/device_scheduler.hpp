@@ -15,7 +15,7 @@
 //   troupe::device_scheduler::place(system, a, device.work());
 //
 // The streams must outlive the actor system. A placed actor's handlers must be short and
-// never block (they already must not: Note [no blocking waits] in actors/inputs.hpp).
+// never block (they already must not: Note [no blocking waits] in include/troupe/inputs.hpp).
 #pragma once
 
 #include <caf/all.hpp>
@@ -28,7 +28,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
 
 namespace troupe {
 

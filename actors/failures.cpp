@@ -1,7 +1,7 @@
 // failures.cpp: the shared exception handler of troupe's actors.
 #include "actors/failures.hpp"
 
-#include "actors/messages.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

@@ -8,7 +8,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/central_averager_actor.hpp"
 #include "actors/ring_averager_actor.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe {
 
@@ -85,20 +85,20 @@ void gradient_layout::check(const weight_grads_msg& message, std::int32_t first_
 
 namespace troupe {
 
-TROUPE_REGISTER_ACTOR_KIND("averager",
-                           "sums one layer's gradients over the replicas (method: central | ring)",
-                           [](const actor_plan& plan, spawn_context& context) {
-                             grad_averager_settings s;
-                             s.name = plan.name;
-                             s.method = plan.method;
-                             s.layer_index = plan.layer;
-                             s.replica = s.method == averaging_method::ring ? plan.replica : -1;
-                             s.replicas = static_cast<std::int32_t>(context.graph.replicas);
-                             s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
-                             s.shard_optimizer =
-                                 s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
-                             s.on = &context.devices.at(plan.device);
-                             return spawn_grad_averager(context.system, std::move(s));
-                           });
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
+    "averager", "sums one layer's gradients over the replicas (method: central | ring)",
+    [](const actor_plan& plan, spawn_context& context) {
+      grad_averager_settings s;
+      s.name = plan.name;
+      s.method = plan.method;
+      s.layer_index = plan.layer;
+      s.replica = s.method == averaging_method::ring ? plan.replica : -1;
+      s.replicas = static_cast<std::int32_t>(context.graph.replicas);
+      s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
+      s.shard_optimizer =
+          s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
+      s.on = &context.devices.at(plan.device);
+      return spawn_grad_averager(context.system, std::move(s));
+    });
 
 }  // namespace troupe

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/messages.hpp"
 #include "runtime/config/choices.hpp"
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

@@ -1,5 +1,5 @@
 // grads_filter.cpp: the protocol of an actor on a grads wire (see the header).
-#include "actors/grads_filter.hpp"
+#include "troupe/grads_filter.hpp"
 
 #include <stdexcept>
 

@@ -280,17 +280,20 @@ void layer_actor::backward(gradient_msg& message) {
 
 namespace troupe {
 
-TROUPE_REGISTER_ACTOR_KIND("layer", "one model layer of one replica (settings: the layer's)",
-                           [](const actor_plan& plan, spawn_context& context) {
-                             auto s = std::make_shared<layer_actor_settings>();
-                             s->name = plan.name;
-                             s->layer_index = plan.layer;
-                             s->replica = plan.replica;
-                             s->microbatches = static_cast<std::int32_t>(context.plan.microbatches);
-                             s->input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
-                             s->on = &context.devices.at(plan.device);
-                             s->math = create_layer(plan.math);
-                             return context.system.spawn<layer_actor>(std::move(s));
-                           });
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
+                                   "one model layer of one replica (settings: the layer's)",
+                                   [](const actor_plan& plan, spawn_context& context) {
+                                     auto s = std::make_shared<layer_actor_settings>();
+                                     s->name = plan.name;
+                                     s->layer_index = plan.layer;
+                                     s->replica = plan.replica;
+                                     s->microbatches =
+                                         static_cast<std::int32_t>(context.plan.microbatches);
+                                     s->input_shape = context.graph.shapes.at(
+                                         static_cast<std::size_t>(plan.layer));
+                                     s->on = &context.devices.at(plan.device);
+                                     s->math = create_layer(plan.math);
+                                     return context.system.spawn<layer_actor>(std::move(s));
+                                   });
 
 }  // namespace troupe

@@ -22,10 +22,10 @@
 #include <tuple>
 
 #include "actors/credit_outbox.hpp"
-#include "actors/device_actor.hpp"
-#include "actors/messages.hpp"
-#include "runtime/core/device.hpp"
 #include "runtime/model/layer.hpp"
+#include "troupe/device.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

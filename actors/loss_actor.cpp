@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "actors/actor_kinds.hpp"
-#include "runtime/base/error.hpp"
 #include "runtime/core/transfer.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 
@@ -149,15 +149,16 @@ void loss_actor::send_back(gradient_msg message) {
 
 namespace troupe {
 
-TROUPE_REGISTER_ACTOR_KIND("loss", "softmax cross-entropy after a replica's last layer",
-                           [](const actor_plan& plan, spawn_context& context) {
-                             loss_actor_settings s;
-                             s.name = plan.name;
-                             s.classes = context.data->train.classes;
-                             s.microbatches = static_cast<std::int32_t>(context.plan.microbatches);
-                             s.flush = context.graph.schedule == pipeline_schedule::gpipe;
-                             s.on = &context.devices.at(plan.device);
-                             return context.system.spawn<loss_actor>(std::move(s));
-                           });
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND("loss", "softmax cross-entropy after a replica's last layer",
+                                   [](const actor_plan& plan, spawn_context& context) {
+                                     loss_actor_settings s;
+                                     s.name = plan.name;
+                                     s.classes = context.data->train.classes;
+                                     s.microbatches =
+                                         static_cast<std::int32_t>(context.plan.microbatches);
+                                     s.flush = context.graph.schedule == pipeline_schedule::gpipe;
+                                     s.on = &context.devices.at(plan.device);
+                                     return context.system.spawn<loss_actor>(std::move(s));
+                                   });
 
 }  // namespace troupe

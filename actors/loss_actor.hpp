@@ -14,10 +14,10 @@
 #include <memory>
 #include <tuple>
 
-#include "actors/device_actor.hpp"
-#include "actors/messages.hpp"
-#include "kernels/ops.hpp"
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 

@@ -1,5 +1,5 @@
 // messages.cpp: registration of troupe's message types with CAF.
-#include "actors/messages.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

@@ -252,7 +252,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
       [=, context = settings_.on->context(), pieces = std::move(pieces), keep = std::move(keep),
        sgd_update = sgd_, adam_update = adam_] {
         // Out of place: one pass reads version step (which subscribers may still be
-        // reading, so it is never written) and writes version step + 1 (kernels/ops.hpp,
+        // reading, so it is never written) and writes version step + 1 (include/troupe/ops.hpp,
         // Note [out-of-place updates]).
         for (const auto& p : pieces) {
           if (adam)
@@ -268,7 +268,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
 
 namespace troupe {
 
-TROUPE_REGISTER_ACTOR_KIND(
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
     "optimizer", "owns one layer's parameters and optimizer state ([optimizer])",
     [](const actor_plan& plan, spawn_context& context) {
       optimizer_actor_settings s;

@@ -14,13 +14,13 @@
 #include <memory>
 #include <vector>
 
-#include "actors/device_actor.hpp"
-#include "kernels/ops.hpp"
 #include "runtime/config/config.hpp"
-#include "runtime/core/device.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/model/lr_schedule.hpp"
-#include "actors/messages.hpp"
+#include "troupe/device.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 

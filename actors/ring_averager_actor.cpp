@@ -7,8 +7,8 @@
 
 #include <stdexcept>
 
-#include "kernels/check.hpp"
 #include "runtime/core/transfer.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe {
 

@@ -20,10 +20,10 @@
 #include <tuple>
 #include <vector>
 
-#include "actors/device_actor.hpp"
 #include "actors/grad_averager_actor.hpp"
 #include "actors/ring_schedule.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 

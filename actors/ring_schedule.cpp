@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe {
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "actors/data_loader_actor.hpp"  // run_plan
-#include "actors/messages.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

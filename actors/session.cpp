@@ -9,10 +9,10 @@
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/plugin/plugin.hpp"
-#include "runtime/graph/topology.hpp"
-#include "runtime/trace/recorder.hpp"
+#include "troupe/trace.hpp"
 
 namespace troupe {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/step_markers.hpp"
-#include "actors/traced.hpp"
+#include "troupe/traced.hpp"
 
 namespace troupe {
 

@@ -15,13 +15,13 @@
 #include <memory>
 
 #include "actors/data_loader_actor.hpp"
-#include "actors/messages.hpp"
 #include "actors/metrics_writer.hpp"
 #include "actors/progress.hpp"
 #include "actors/run_control.hpp"
 #include "actors/watchdog.hpp"
-#include "runtime/base/exit_code.hpp"
 #include "runtime/model/lr_schedule.hpp"
+#include "troupe/exit_code.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "actors/messages.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 

@@ -1,7 +1,7 @@
 // commands.hpp: the troupe subcommands and what they share.
 //
 // Each command is a function taking its arguments (after the command name) and returning
-// the process exit code (runtime/base/exit_code.hpp).
+// the process exit code (include/troupe/exit_code.hpp).
 // User errors thrown inside (config_error, data_error) are turned into messages by main.
 #pragma once
 
@@ -11,8 +11,8 @@
 
 #include <boost/program_options.hpp>
 
-#include "runtime/base/exit_code.hpp"
 #include "runtime/config/config.hpp"
+#include "troupe/exit_code.hpp"
 
 namespace troupe::cli {
 

@@ -1,12 +1,12 @@
 // main.cpp: the troupe command line: picks the command and turns user errors into
-// messages and exit codes (runtime/base/exit_code.hpp).
+// messages and exit codes (include/troupe/exit_code.hpp).
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "runtime/base/error.hpp"
 #include "runtime/plugin/plugin.hpp"
+#include "troupe/error.hpp"
 
 namespace {
 

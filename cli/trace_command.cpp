@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
-#include "runtime/base/error.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
+#include "troupe/error.hpp"
 
 namespace po = boost::program_options;
 

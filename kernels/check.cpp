@@ -1,5 +1,5 @@
 // check.cpp: what a failed TROUPE_CHECK throws.
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe::detail {
 

@@ -1,5 +1,5 @@
 // dispatch.cpp: the (op, device type) -> function table behind kernels.hpp.
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 #include <map>
 #include <mutex>

@@ -24,10 +24,19 @@ step "install into $prefix"
 cmake --install build --prefix "$prefix" > "$work/install.log"
 for f in bin/troupe lib/libtroupe.so lib/cmake/troupe/troupeConfig.cmake \
          lib/cmake/troupe/troupeConfigVersion.cmake lib/cmake/troupe/FindCAF.cmake \
-         lib/pkgconfig/troupe.pc include/troupe/runtime/model/layer.hpp include/troupe/kernels/ops.hpp \
-         include/troupe/actors/actor_kinds.hpp; do
+         lib/pkgconfig/troupe.pc include/troupe/layer.hpp include/troupe/kernel.hpp \
+         include/troupe/actor_kind.hpp include/troupe/plugin.hpp; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f" >&2; exit 1; }
 done
+# The installed headers are the facade and nothing else: exactly include/troupe/*.hpp.
+installed=$(cd "$prefix" && find include -type f | sort)
+facade=$(ls include/troupe/*.hpp | sort)
+if [ "$installed" != "$facade" ]; then
+  echo "the installed headers are not the facade include/troupe/*.hpp:" >&2
+  diff <(echo "$facade") <(echo "$installed") >&2 || true
+  exit 1
+fi
+echo "installed headers: the facade only ($(echo "$installed" | wc -l) files under include/troupe/)"
 "$prefix/bin/troupe" --help > /dev/null  # finds its libtroupe.so through its RPATH
 
 step "build examples/custom_layer with CMake (find_package(troupe))"
@@ -62,13 +71,20 @@ echo "pkg-config --cflags --libs troupe: $flags"
 # shellcheck disable=SC2086
 g++ -O1 -shared -fPIC -o "$work/libswish_only.so" examples/custom_layer/swish.cpp \
   examples/custom_layer/plugin.cpp $flags
+# A layer plugin compiles none of CAF: the layer and kernel headers do not include it.
+# shellcheck disable=SC2086
+if g++ -std=c++17 -M examples/custom_layer/swish.cpp $flags | grep -q '/caf/'; then
+  echo "swish.cpp (a layer) pulls in CAF headers through the facade" >&2
+  exit 1
+fi
+echo "swish.cpp (a layer plugin) includes no CAF header"
 cat > "$work/consumer.cpp" <<'CPP'
 // A program linked against libtroupe: loads a plugin and finds its layer in the registry.
 #include <cstdio>
 #include <string>
 
-#include "runtime/model/layer.hpp"
-#include "runtime/plugin/plugin.hpp"
+#include "troupe/layer.hpp"
+#include "troupe/plugin.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

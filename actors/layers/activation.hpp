@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "kernels/ops.hpp"
 #include "runtime/model/layer.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 

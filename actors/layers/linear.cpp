@@ -6,8 +6,8 @@
 //   bias = true
 #include <memory>
 
-#include "kernels/ops.hpp"
 #include "runtime/model/layer.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 namespace {

@@ -1,6 +1,7 @@
 // clipper_test.cpp: drives the plugin's grad_clipper actor with real weight_grads_msg
 // messages, loaded the way `troupe run` loads it (load_plugin, then the actor-kind
-// registry), and checks what it sends on against a double-precision reference.
+// registry: spawn_custom_actor), and checks what it sends on against a double-precision
+// reference. It uses the installed facade only (troupe/*.hpp).
 //
 // Built only with -DCUSTOM_LAYERS_BUILD_TESTS=ON (scripts/check-install.sh does) and run as
 // ./build/clipper_test; the plugin's layer has its own check: `troupe check-layer swish`.
@@ -14,10 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "actors/actor_kinds.hpp"
-#include "runtime/base/error.hpp"
-#include "actors/messages.hpp"
-#include "runtime/plugin/plugin.hpp"
+#include "troupe/actor_kind.hpp"
+#include "troupe/plugin.hpp"
 
 using namespace troupe;
 
@@ -33,27 +32,25 @@ struct fixture {
   caf::actor_system_config config_;
 };
 
-/// The run-wide things a factory may look at; the clipper only uses the devices.
+/// The two devices a run of the clipper would have.
 struct harness {
   explicit harness(caf::actor_system& system)
-      : devices{{{device_type::cpu, 0}, {device_type::cpu, 1}}},
-        context{system, devices, config, graph, plan, schedule, nullptr} {}
+      : system(system), devices{{{device_type::cpu, 0}, {device_type::cpu, 1}}} {}
+
+  /// Spawns clip_2 on cpu:0 from these [[actor]] settings, as a run would.
+  caf::actor spawn(setting_map values, source_position where = {}) {
+    settings own{"actor", "clip_2", std::move(values), std::move(where)};
+    actor_spawn spawn{system, name, devices.at({device_type::cpu, 0}), own};
+    return spawn_custom_actor("grad_clipper", spawn);
+  }
+
+  caf::actor_system& system;
+  const std::string name = "clip_2";
   device_set devices;
-  run_config config;
-  topology graph;
-  run_plan plan;
-  lr_schedule schedule;
-  spawn_context context;
 };
 
 caf::actor spawn_clipper(harness& h, caf::scoped_actor& self, setting_value max_norm) {
-  actor_plan p;
-  p.name = "clip_2";
-  p.kind = troupe::actor_kind::custom;
-  p.custom_kind = "grad_clipper";
-  p.device = {device_type::cpu, 0};
-  p.settings.emplace("max_norm", std::move(max_norm));
-  auto clipper = spawn_actor(p, h.context);
+  auto clipper = h.spawn({{"max_norm", std::move(max_norm)}});
   auto me = caf::actor_cast<caf::actor>(self);
   wiring_msg wiring;
   wiring.trainer = me;
@@ -190,19 +187,21 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(reported);
 }
 
-TEST_CASE_FIXTURE(fixture, "a missing or non-positive max_norm is a config error at the actor") {
+TEST_CASE_FIXTURE(fixture,
+                  "a missing, non-positive or unknown setting is a config error at the actor") {
   caf::actor_system system{config_};
   harness h{system};
-  actor_plan p;
-  p.name = "clip_2";
-  p.kind = troupe::actor_kind::custom;
-  p.custom_kind = "grad_clipper";
-  p.device = {device_type::cpu, 0};
-  p.where = source_position{"x.toml", 40, 1};
+  CHECK_THROWS_WITH_AS(h.spawn({}, source_position{"x.toml", 40, 1}),
+                       doctest::Contains("x.toml:40:1: actor 'clip_2' needs the number setting "
+                                         "'max_norm'"),
+                       config_error);
   CHECK_THROWS_WITH_AS(
-      spawn_actor(p, h.context),
-      doctest::Contains("x.toml:40:1: [[actor]] 'clip_2' (a grad_clipper): missing key 'max_norm'"),
+      h.spawn({{"max_norm", setting_value{-1.0, source_position{"x.toml", 44, 12}}}}),
+      doctest::Contains("x.toml:44:12: actor 'clip_2' setting 'max_norm' = -1"), config_error);
+  CHECK_THROWS_WITH_AS(
+      h.spawn({{"max_norm", setting_value{1.0, {}}},
+               {"max_nrom", setting_value{2.0, source_position{"x.toml", 45, 12}}}}),
+      doctest::Contains("x.toml:45:12: unknown setting 'max_nrom' for actor 'clip_2'; did you "
+                        "mean 'max_norm'?"),
       config_error);
-  p.settings.emplace("max_norm", setting_value{-1.0, source_position{"x.toml", 44, 12}});
-  CHECK_THROWS_WITH_AS(spawn_actor(p, h.context), doctest::Contains("x.toml:44:12"), config_error);
 }

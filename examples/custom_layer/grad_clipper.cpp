@@ -13,27 +13,23 @@
 // the whole model's norm would need one clipper seeing every layer, which is a different
 // wiring, not a different actor.
 //
-// Its base, troupe::grads_filter (actors/grads_filter.hpp, on troupe's device_actor like the
+// Its base, troupe::grads_filter (troupe/grads_filter.hpp, on troupe's device_actor like the
 // built-in actors), owns the protocol: wiring (one grads wire in, one out), failures to the
 // trainer, status, finish, gradients from another device taken once written, tracing.
 // What is left here is the math: two kernels and the job that calls them, which scales
-// the gradients in place (they are handed over, actors/messages.hpp). A NaN or infinite
+// the gradients in place (they are handed over, troupe/messages.hpp). A NaN or infinite
 // norm passes the gradients on unscaled (min(1, NaN) is 1 here), as clip_grad_norm_ does.
 #include <cmath>
-#include <limits>
 #include <string>
-#include <variant>
 
-#include "actors/actor_kinds.hpp"
-#include "actors/grads_filter.hpp"
-#include "kernels/kernels.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/actor_kind.hpp"
+#include "troupe/kernel.hpp"
 
 namespace custom_layers {
 
 using troupe::kernels::context;
 
-// ---- ops: the scalar stays in device memory (kernels/ops.hpp conventions) ------------
+// ---- ops: the scalar stays in device memory (troupe/ops.hpp conventions) ------------
 
 /// *sum_of_squares = (accumulate ? *sum_of_squares : 0) + sum of x[i]^2 over n elements.
 struct sum_of_squares {
@@ -112,34 +108,17 @@ class grad_clipper_actor final : public troupe::grads_filter {
   clip_by_norm::function clip_;
 };
 
-/// max_norm from the [[actor]] table: a positive number (an integer is fine).
-float read_max_norm(const troupe::actor_plan& plan) {
-  auto found = plan.settings.find("max_norm");
-  if (found == plan.settings.end())
-    throw troupe::config_error(plan.where, "[[actor]] '" + plan.name +
-                                               "' (a grad_clipper): missing key 'max_norm' "
-                                               "(e.g. max_norm = 1.0)");
-  const auto& value = found->second;
-  double x = std::numeric_limits<double>::quiet_NaN();
-  if (const auto* d = std::get_if<double>(&value.value)) x = *d;
-  if (const auto* i = std::get_if<std::int64_t>(&value.value)) x = static_cast<double>(*i);
-  if (!(x > 0 && x < 1e30))
-    throw troupe::config_error(value.where, "[[actor]] '" + plan.name +
-                                                "' max_norm: expected a positive number");
-  return static_cast<float>(x);
-}
-
 }  // namespace
 
 // Its signature: grads wires in and out, nothing else (validate_topology() refuses any other
-// wire to or from a grad_clipper, naming it).
+// wire to or from a grad_clipper, naming it). Its one setting, max_norm, is required and
+// positive; any other key in its [[actor]] table is refused, naming the table's position.
 TROUPE_REGISTER_ACTOR_KIND(
     "grad_clipper",
     "scales one layer's gradients to a global L2 norm of at most max_norm, on a grads wire",
-    troupe::accepts{"grads"}, troupe::emits{"grads"},
-    [](const troupe::actor_plan& plan, troupe::spawn_context& context) {
-      return context.system.spawn<grad_clipper_actor>(plan.name, read_max_norm(plan),
-                                                      &context.devices.at(plan.device));
+    troupe::accepts{"grads"}, troupe::emits{"grads"}, [](troupe::actor_spawn& spawn) {
+      const auto max_norm = static_cast<float>(spawn.settings.number("max_norm", 1e-30, 1e30));
+      return spawn.system.spawn<grad_clipper_actor>(spawn.name, max_norm, &spawn.on);
     });
 
 }  // namespace custom_layers

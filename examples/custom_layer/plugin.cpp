@@ -4,6 +4,6 @@
 // messages) and the TROUPE_ABI_VERSION this plugin was compiled against, which the loader
 // compares with its own before trusting anything else in the library. What the plugin adds
 // registers itself where it is defined (swish.cpp, grad_clipper.cpp).
-#include "runtime/plugin/plugin.hpp"
+#include "troupe/plugin.hpp"
 
 TROUPE_PLUGIN("custom_layers");

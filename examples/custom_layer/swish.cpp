@@ -9,21 +9,20 @@
 //   beta = 1.0         the base slope b, > 0
 //   learnable = true   learn a per-feature scale of beta
 //
-// The math is two kernels registered like troupe's own (kernels/kernels.hpp) under names of
+// The math is two kernels registered like troupe's own (troupe/kernel.hpp) under names of
 // this plugin, so a CUDA build of the plugin would only add kernels/cuda-like files that
 // register the same ops for device_type::cuda. Not here: a CUDA version, fused variants.
 #include <cmath>
 #include <memory>
 
-#include "kernels/kernels.hpp"
-#include "runtime/base/error.hpp"
-#include "runtime/model/layer.hpp"
+#include "troupe/kernel.hpp"
+#include "troupe/layer.hpp"
 
 namespace custom_layers {
 
 using troupe::kernels::context;
 
-// ---- ops: names and signatures (what kernels/ops.hpp holds for troupe's own ops) ----
+// ---- ops: names and signatures (what troupe/ops.hpp holds for troupe's own ops) ----
 
 /// y(rows, cols) = x * sigmoid(b x), b(c) = beta * scale(c); scale may be null (all ones).
 struct swish_forward {

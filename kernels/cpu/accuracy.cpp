@@ -4,8 +4,8 @@
 // Ties go to the first maximum (as torch.argmax documents). With NaN logits the argmax
 // is some in-range index (the loss is NaN then anyway). It counts only; dividing by the
 // number of rows is the caller's business.
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

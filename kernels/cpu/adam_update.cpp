@@ -19,8 +19,8 @@
 #include <cmath>
 
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 #if defined(__GNUC__)
 // See Note [sqrt and vectorisation]. Redeclares glibc's sqrtf with one more attribute.

@@ -3,7 +3,7 @@
 // x and y must not overlap. It does not call BLAS saxpy: the plain loop is as fast and
 // keeps this file free of BLAS threading.
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

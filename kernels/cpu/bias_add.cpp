@@ -3,7 +3,7 @@
 // One vectorised pass per row; it does not fuse with the gemm before it (OpenBLAS has no
 // epilogue hook, and the pass is memory-bound and cheap next to the gemm).
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -5,7 +5,7 @@
 // batch sizes of a micro-batch (<= a few thousand rows) the float error stays far below
 // what the equivalence tests allow, and summation order is allowed to differ anyway.
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -3,7 +3,7 @@
 // std::fill_n compiles to vector stores (memset for 0); no clones needed.
 #include <algorithm>
 
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

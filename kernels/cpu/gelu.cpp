@@ -8,8 +8,8 @@
 // cheap next to the gemm that feeds it. The backward needs x (y does not determine x).
 #include <cmath>
 
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

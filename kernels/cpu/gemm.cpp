@@ -6,8 +6,8 @@
 // because OpenBLAS reports a bad one by printing a line and doing nothing.
 #include <cblas.h>
 
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

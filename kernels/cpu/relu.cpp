@@ -5,8 +5,8 @@
 // (their signs agree), so a layer may keep either one. Both directions may run in place
 // (y == x, dx == dy); partially overlapping buffers are not supported.
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

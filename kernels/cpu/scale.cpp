@@ -2,7 +2,7 @@
 //
 // A plain multiply: alpha = 0 keeps NaN and infinities as NaN (use fill to clear).
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

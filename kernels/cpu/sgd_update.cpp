@@ -11,8 +11,8 @@
 // comes with dampening == 0 (PyTorch rejects that combination when the optimizer is
 // built; the config does it here). No `maximize`, no foreach grouping.
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {
@@ -38,7 +38,7 @@ inline float momentum_value(float p, float g, float& buffer, float lr, float wei
 // promises the compiler (__restrict) that param and param_out do not alias, which is
 // false when they are the same buffer; so an update in place goes through a loop that
 // takes one read-write pointer instead. Both vectorise, and both read and write the same
-// number of streams; see kernels/ops.hpp, Note [out-of-place updates].
+// number of streams; see include/troupe/ops.hpp, Note [out-of-place updates].
 
 TROUPE_VECTOR_CLONES
 void plain_step_in_place(std::int64_t n, float* __restrict param, const float* __restrict grad,

@@ -9,8 +9,8 @@
 // and divides the loss sum itself. dlogits may be null (loss only) or be logits itself.
 #include <cmath>
 
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "kernels/cpu/vectorize.hpp"
-#include "kernels/ops.hpp"
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {

@@ -4,7 +4,7 @@
 // it and when is in Note [OpenBLAS threads] (runtime/core/device.cpp).
 #include <cblas.h>
 
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 namespace troupe::kernels {
 

@@ -1,7 +1,7 @@
 // adam_update.cu: the CUDA backend of ops::adam_update, one torch.optim.Adam or AdamW step,
-// in place or out of place (kernels/ops.hpp, Note [out-of-place updates]).
+// in place or out of place (include/troupe/ops.hpp, Note [out-of-place updates]).
 //
-// Exactly the semantics of adam_hyper (kernels/ops.hpp). The bias corrections depend only
+// Exactly the semantics of adam_hyper (include/troupe/ops.hpp). The bias corrections depend only
 // on the step, so the launcher computes them once in double on the host (as PyTorch does
 // in Python floats) and passes step_size = lr / (1 - beta1^step),
 // sqrt(1 - beta2^step) and AdamW's factor 1 - lr * weight_decay to the kernel.
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cuda_backend {
 namespace {

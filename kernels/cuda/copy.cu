@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cuda_backend {
 

@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "kernels/check.hpp"
+#include "troupe/check.hpp"
 
 namespace troupe::kernels::cuda_backend {
 

@@ -10,7 +10,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cuda_backend {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 namespace troupe::kernels::cuda_backend {
 

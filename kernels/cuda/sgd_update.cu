@@ -1,7 +1,7 @@
 // sgd_update.cu: the CUDA backend of ops::sgd_update, one torch.optim.SGD step, in place
-// or out of place (kernels/ops.hpp, Note [out-of-place updates]).
+// or out of place (include/troupe/ops.hpp, Note [out-of-place updates]).
 //
-// Exactly the semantics of sgd_hyper (kernels/ops.hpp): weight decay added to the
+// Exactly the semantics of sgd_hyper (include/troupe/ops.hpp): weight decay added to the
 // gradient, optional momentum (the first step copies d into the buffer, undamped, as
 // PyTorch does), optional Nesterov, then p_out = p - lr * d. Terms whose coefficient is 0 are
 // skipped, as PyTorch skips them, so an inf/NaN parameter is not turned into a NaN
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels::cuda_backend {
 namespace {

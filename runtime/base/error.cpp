@@ -1,5 +1,5 @@
 // error.cpp: error formatting and the "did you mean" helper.
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 #include <algorithm>
 
@@ -57,6 +57,13 @@ std::string nearest_name(const std::string& word,
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   auto near = nearest_name(word, candidates);
   return near.empty() ? std::string{} : "; did you mean '" + near + "'?";
+}
+
+std::string comma_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (const auto& n : names)
+    list += (list.empty() ? "" : ", ") + n;
+  return list;
 }
 
 }  // namespace troupe

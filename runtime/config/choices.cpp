@@ -2,7 +2,7 @@
 // a value added to an enum and not named here is a -Wswitch warning.
 #include "runtime/config/choices.hpp"
 
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 

@@ -20,17 +20,12 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/base/error.hpp"
 #include "runtime/config/choices.hpp"
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
+#include "troupe/error.hpp"
+#include "troupe/settings.hpp"
 
 namespace troupe {
-
-/// One scalar setting of a layer table, with its position.
-struct setting_value {
-  std::variant<std::int64_t, double, bool, std::string> value;
-  source_position where;
-};
 
 /// One entry of [[model.layers]].
 struct layer_config {

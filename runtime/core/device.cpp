@@ -35,16 +35,16 @@
 // thread and remembers the value it found; the last one to go restores it, unless someone
 // changed it meanwhile (then theirs stands). The limitation: while a device_set lives, a
 // library user's own BLAS calls on other threads run on one thread too.
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
 
 #include <pthread.h>
 #include <sched.h>
 
 #include <chrono>
 
-#include "runtime/base/error.hpp"
 #include "runtime/core/device_name.hpp"
-#include "runtime/trace/recorder.hpp"
+#include "troupe/error.hpp"
+#include "troupe/trace.hpp"
 
 namespace troupe {
 

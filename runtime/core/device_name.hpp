@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
 
 namespace troupe {
 

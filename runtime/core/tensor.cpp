@@ -3,7 +3,7 @@
 // CPU storage comes from a process-wide pool of 64-byte aligned blocks, kept by size:
 // a training step allocates the same shapes every time, so after the first step no
 // allocation reaches malloc.
-#include "runtime/core/tensor.hpp"
+#include "troupe/tensor.hpp"
 
 #include <cstdlib>
 #include <mutex>

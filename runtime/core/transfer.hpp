@@ -6,8 +6,8 @@
 // nothing is copied. Between CPU devices the copy is a memcpy into the receiver's pool.
 #pragma once
 
-#include "runtime/core/device.hpp"
-#include "runtime/core/tensor.hpp"
+#include "troupe/device.hpp"
+#include "troupe/tensor.hpp"
 
 namespace troupe {
 

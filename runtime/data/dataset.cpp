@@ -20,9 +20,9 @@
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
 
-#include "runtime/base/error.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/config/config.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 namespace {

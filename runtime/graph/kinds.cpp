@@ -1,7 +1,7 @@
 // kinds.cpp: the names of the graph's kinds (kinds.hpp); switches without a default.
 #include "runtime/graph/kinds.hpp"
 
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 

@@ -40,9 +40,9 @@
 #include <vector>
 
 #include "runtime/config/config.hpp"
-#include "runtime/core/device.hpp"
-#include "runtime/core/tensor.hpp"
 #include "runtime/graph/kinds.hpp"
+#include "troupe/device.hpp"
+#include "troupe/tensor.hpp"
 
 namespace troupe {
 

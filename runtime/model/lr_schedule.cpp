@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 namespace {

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <set>
 
-#include "kernels/kernels.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
+#include "troupe/kernel.hpp"
 
 namespace troupe {
 

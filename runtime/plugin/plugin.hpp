@@ -1,67 +1,19 @@
-// plugin.hpp: loading shared libraries that add layers, actor kinds and kernels.
-//
-// A plugin is a shared library built against the installed troupe package. It registers
-// what it adds with the usual one-line registrations (TROUPE_REGISTER_LAYER,
-// TROUPE_REGISTER_ACTOR_KIND, TROUPE_REGISTER_KERNEL) and says once, anywhere in its
-// sources, that it is a troupe plugin:
-//
-//     TROUPE_PLUGIN("my_layers");
-//
-// which exports the name, the ABI version it was built against and the function that
-// hands over its registrations. Inside a plugin the registration lines only record what
-// they would register (Note [plugin registrations] in kernels/registration.hpp).
-// load_plugin() opens the library and checks, in order: that the file exists, that it is
-// a troupe plugin (exports the symbols), that its ABI version is this troupe's, and that
-// nothing it registers clashes with a name already registered or with another of its
-// own; only then does it register everything. Each failure is a user_error that says
-// which and what to do, and leaves nothing registered (the library is closed).
+// plugin.hpp: the runtime's side of plugins: loading those a config names, and checking
+// troupe's own registrations. What makes a library a plugin, and load_plugin(), are the
+// public troupe/plugin.hpp.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "runtime/config/config.hpp"
-#include "kernels/registration.hpp"
-
-/// Bumped whenever a change to troupe's headers breaks plugins built against older ones.
-/// 2: registrations inside a plugin are deferred to troupe_plugin_register; layer::forward
-/// takes its output as a const tensor&; events share their stream's progress.
-#define TROUPE_ABI_VERSION 2
+#include "troupe/plugin.hpp"
 
 namespace troupe {
-
-/// Loads one plugin; `path` as given (relative to the working directory). Loading the same
-/// file twice is a no-op; loading a file that failed before fails again with the same
-/// message (its library stays mapped, so its registrations cannot run a second time).
-/// Throws user_error.
-void load_plugin(const std::string& path);
 
 /// Loads the plugins a config's [run] plugins lists, relative to the config's directory.
 /// Throws config_error at the entry of a plugin that does not load.
 void load_config_plugins(const run_config& config);
-
-/// The plugins loaded so far (their TROUPE_PLUGIN names and paths).
-std::vector<std::pair<std::string, std::string>> loaded_plugins();
 
 /// Throws check_failure if a built-in registration failed at start-up (a name registered
 /// twice inside troupe itself).
 void check_builtin_registrations();
 
 }  // namespace troupe
-
-/// Marks a shared library as a troupe plugin named `name` (once per plugin).
-#define TROUPE_PLUGIN(name) TROUPE_DETAIL_PLUGIN(name, TROUPE_ABI_VERSION)
-
-/// TROUPE_PLUGIN with an explicit ABI version (tests write a mismatching one).
-#define TROUPE_DETAIL_PLUGIN(name, abi_version)                                           \
-  extern "C" __attribute__((visibility("hidden"))) const char troupe_plugin_marker = 1;   \
-  extern "C" __attribute__((visibility("default"))) int troupe_plugin_abi_version() {     \
-    return abi_version;                                                                    \
-  }                                                                                        \
-  extern "C" __attribute__((visibility("default"))) const char* troupe_plugin_name() {    \
-    return name;                                                                           \
-  }                                                                                        \
-  extern "C" __attribute__((visibility("default"))) void troupe_plugin_register(          \
-      std::vector<::troupe::detail::deferred_registration>* out) {                        \
-    *out = ::troupe::detail::deferred_registrations();                                     \
-  }

@@ -18,7 +18,7 @@
 // of them sees the other: either the writer sees "stopped" and appends nothing, or
 // freeze() sees "writing" and waits for the append to finish (whose release store
 // publishes the event to collect()).
-#include "runtime/trace/recorder.hpp"
+#include "troupe/trace.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -31,7 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe::trace {
 

@@ -9,8 +9,8 @@
 #include <set>
 #include <vector>
 
-#include "runtime/base/error.hpp"
 #include "runtime/base/text_format.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 

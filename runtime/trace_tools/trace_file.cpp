@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 

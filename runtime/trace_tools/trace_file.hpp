@@ -4,7 +4,7 @@
 // actor handler spans, counters, step markers, and what otherData says about the run
 // (tracks, wires, stages, micro-batches, dropped events). trace_summary.hpp and
 // trace_timeline.hpp work on these records. This file only reads; it does not analyse,
-// and it knows nothing of the recorder (runtime/trace/recorder.hpp) beyond the documented format.
+// and it knows nothing of the recorder (include/troupe/trace.hpp) beyond the documented format.
 // Events of kinds it does not know are skipped, so newer traces stay readable.
 #pragma once
 

@@ -5,7 +5,7 @@
 //
 // The model is the averager fixture (tests/actors/grad_averager_test.cpp). Tests drive an
 // actor only through its public settings, its spawn call and real messages
-// (actors/messages.hpp), never through its members, so that they keep testing the same
+// (include/troupe/messages.hpp), never through its members, so that they keep testing the same
 // protocol when the actors move onto another base class.
 //
 // Header-only and test-only. It does not hide what a test checks: each test receives and
@@ -23,9 +23,9 @@
 
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
-#include "actors/messages.hpp"
-#include "runtime/core/device.hpp"
-#include "runtime/core/tensor.hpp"
+#include "troupe/device.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/tensor.hpp"
 
 namespace troupe::test {
 

@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "actors/device_actor.hpp"
 #include "tests/actors/actor_test_support.hpp"
+#include "troupe/device_actor.hpp"
 
 using namespace troupe;
 

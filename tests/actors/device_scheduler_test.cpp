@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "actors/device_scheduler.hpp"
-#include "actors/messages.hpp"
+#include "troupe/messages.hpp"
 
 using namespace troupe;
 

@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "actors/grad_averager_actor.hpp"
-#include "actors/messages.hpp"
 #include "tests/actors/actor_test_support.hpp"
+#include "troupe/messages.hpp"
 
 using namespace troupe;
 

@@ -9,9 +9,9 @@
 #include <chrono>
 #include <string>
 
-#include "actors/grads_filter.hpp"
-#include "kernels/ops.hpp"
 #include "tests/actors/actor_test_support.hpp"
+#include "troupe/grads_filter.hpp"
+#include "troupe/ops.hpp"
 
 using namespace troupe;
 

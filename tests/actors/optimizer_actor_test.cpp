@@ -60,7 +60,7 @@ std::vector<float> gradient_values(std::int64_t step, std::size_t index, std::si
   return g;
 }
 
-/// torch.optim's SGD / Adam / AdamW on one parameter, in double (kernels/ops.hpp's math).
+/// torch.optim's SGD / Adam / AdamW on one parameter, in double (include/troupe/ops.hpp's math).
 struct reference_optimizer {
   std::string type;  // "sgd" | "adam" | "adamw"
   optimizer_section o;

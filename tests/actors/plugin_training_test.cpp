@@ -142,9 +142,10 @@ TEST_CASE("a plugin actor on a grads wire really sits on it") {
     auto at = text.find("factor = 1.0");
     REQUIRE(at != std::string::npos);
     text.replace(at, 12, "factor = \"one\"");
-    CHECK_THROWS_WITH_AS(train(read(text)),
-                         doctest::Contains("[[actor]] 'scaler' factor: expected a number"),
-                         config_error);
+    CHECK_THROWS_WITH_AS(
+        train(read(text)),
+        doctest::Contains("actor 'scaler' setting 'factor': expected a number, found a string"),
+        config_error);
   }
 }
 

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "actors/session.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe::test {
 

@@ -17,11 +17,11 @@
 #include "actors/session.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
-#include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
+#include "troupe/trace.hpp"
 
 using namespace troupe;
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/exit_code.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
+#include "troupe/exit_code.hpp"
 
 namespace {
 
@@ -138,7 +138,7 @@ TEST_CASE("the README and troupe --help list the exit codes of the exit_code enu
   std::ifstream in(std::string{TROUPE_SOURCE_DIR} + "/README.md");
   REQUIRE(in);
   std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto at = readme.find("Exit codes (`runtime/base/exit_code.hpp`):");
+  auto at = readme.find("Exit codes (`include/troupe/exit_code.hpp`):");
   REQUIRE(at != std::string::npos);
   auto line = readme.substr(at, readme.find("\n\n", at) - at);
   auto help = run_troupe("--help").output;

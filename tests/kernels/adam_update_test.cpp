@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
-#include "kernels/ops.hpp"
 #include "optimizer_test_support.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
+#include "troupe/ops.hpp"
 
 using namespace troupe;
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 using namespace troupe;
 

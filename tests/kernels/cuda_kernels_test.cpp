@@ -1,4 +1,4 @@
-// cuda_kernels_test.cpp: every CUDA kernel of kernels/ops.hpp against the CPU kernel of
+// cuda_kernels_test.cpp: every CUDA kernel of include/troupe/ops.hpp against the CPU kernel of
 // the same op, on the same random inputs.
 //
 // The CPU kernels are the reference here (their own tests hold them to naive double
@@ -26,8 +26,8 @@
 
 #include "kernel_test_support.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/ops.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::kernels {
 namespace {
@@ -196,7 +196,7 @@ void check_close(const std::string& what, const std::vector<float>& cuda,
 
 // ---- the ops, one test case each (or one per family) ----
 
-TEST_CASE("every op of kernels/ops.hpp has a CUDA kernel registered") {
+TEST_CASE("every op of include/troupe/ops.hpp has a CUDA kernel registered") {
   // Needs no device: registration only stores pointers. The ops are the ones ops.hpp
   // declares (test::declared_ops), so a new op is checked here without editing this test.
   const auto ops = test::declared_ops();

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "kernels/ops.hpp"
+#include "troupe/ops.hpp"
 
 using namespace troupe::kernels;
 

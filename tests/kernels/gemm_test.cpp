@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
-#include "kernels/ops.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
+#include "troupe/ops.hpp"
 
 namespace {
 

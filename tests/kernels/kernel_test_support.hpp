@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 namespace troupe::test {
 
@@ -98,7 +98,7 @@ inline std::string source_text(const std::string& relative) {
   return text.str();
 }
 
-/// Every op kernels/ops.hpp declares, by name, in declaration order: the one list of ops
+/// Every op include/troupe/ops.hpp declares, by name, in declaration order: the one list of ops
 /// that the dispatch table, the kernels and the tests all go by. Tests that enumerate ops
 /// iterate this, so a new op cannot slip past them. (The dispatch table itself cannot be
 /// listed: it has no enumeration call, only lookups by name. ops_coverage_test.cpp checks
@@ -107,7 +107,7 @@ inline std::string source_text(const std::string& relative) {
 /// X_forward / X_backward from TROUPE_ACTIVATION_OP(X);.
 inline std::vector<std::string> declared_ops() {
   static const std::vector<std::string> ops = [] {
-    const auto text = source_text("kernels/ops.hpp");
+    const auto text = source_text("include/troupe/ops.hpp");
     const std::regex declaration{
         R"re(static constexpr const char\* name = "([a-z0-9_]+)";|\bTROUPE_ACTIVATION_OP\(([a-z0-9_]+)\);)re"};
     std::vector<std::string> out;

@@ -1,4 +1,4 @@
-// ops_coverage_test.cpp: no op goes untested. The list of ops is the one kernels/ops.hpp
+// ops_coverage_test.cpp: no op goes untested. The list of ops is the one include/troupe/ops.hpp
 // declares (declared_ops() in kernel_test_support.hpp); this file holds that list to the
 // dispatch table and to every registration line of every backend, and requires each op to
 // have its own CPU test and a CUDA-against-CPU comparison. A new op that lacks either fails
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -47,7 +47,7 @@ bool names_op(const std::string& text, const std::string& op) {
 }  // namespace
 
 TEST_CASE(
-    "the ops of kernels/ops.hpp are exactly those the backends register, each with a "
+    "the ops of include/troupe/ops.hpp are exactly those the backends register, each with a "
     "CPU kernel") {
   const auto ops = declared_ops();
   // The parse found the ops (a change of ops.hpp's layout must not empty the list).

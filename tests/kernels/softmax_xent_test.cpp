@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
-#include "kernels/ops.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/error.hpp"
+#include "troupe/ops.hpp"
 
 using namespace troupe;
 

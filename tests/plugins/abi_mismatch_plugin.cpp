@@ -1,13 +1,11 @@
 // abi_mismatch_plugin.cpp: a plugin built as if against the next ABI version, for
 // load_plugin's ABI check. It registers a layer, a kernel and an actor kind like any
 // plugin: after it is refused, none of them may be registered (Note [plugin
-// registrations] in kernels/registration.hpp).
-#include <caf/all.hpp>
-
-#include "actors/actor_kinds.hpp"
-#include "kernels/kernels.hpp"
-#include "runtime/plugin/plugin.hpp"
+// registrations] in include/troupe/registration.hpp).
 #include "tests/plugins/scale_layer.hpp"
+#include "troupe/actor_kind.hpp"
+#include "troupe/kernel.hpp"
+#include "troupe/plugin.hpp"
 
 TROUPE_DETAIL_PLUGIN("troupe_test_abi_mismatch", TROUPE_ABI_VERSION + 1);
 
@@ -27,8 +25,6 @@ TROUPE_REGISTER_LAYER("test_abi_mismatch_layer", "must never be registered (test
 
 TROUPE_REGISTER_ACTOR_KIND("test_abi_mismatch_kind", "must never be registered (test plugin)",
                            troupe::accepts{"grads"}, troupe::emits{"grads"},
-                           [](const troupe::actor_plan&, troupe::spawn_context&) -> caf::actor {
-                             return {};
-                           });
+                           [](troupe::actor_spawn&) -> caf::actor { return {}; });
 
 }  // namespace

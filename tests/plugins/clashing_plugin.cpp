@@ -1,12 +1,10 @@
 // clashing_plugin.cpp: a plugin that registers the built-in layer name "linear" again,
 // next to a layer, a kernel and an actor kind of names nobody has: load_plugin must refuse
 // it ("registers names that exist") and register none of them (all or nothing).
-#include <caf/all.hpp>
-
-#include "actors/actor_kinds.hpp"
-#include "kernels/kernels.hpp"
-#include "runtime/plugin/plugin.hpp"
 #include "tests/plugins/scale_layer.hpp"
+#include "troupe/actor_kind.hpp"
+#include "troupe/kernel.hpp"
+#include "troupe/plugin.hpp"
 
 TROUPE_PLUGIN("troupe_test_clashing_plugin");
 
@@ -29,8 +27,6 @@ TROUPE_REGISTER_LAYER("linear", "a second 'linear' (test plugin)",
 
 TROUPE_REGISTER_ACTOR_KIND("test_clash_kind", "a fresh kind in a clashing plugin (test plugin)",
                            troupe::accepts{"grads"}, troupe::emits{"grads"},
-                           [](const troupe::actor_plan&, troupe::spawn_context&) -> caf::actor {
-                             return {};
-                           });
+                           [](troupe::actor_spawn&) -> caf::actor { return {}; });
 
 }  // namespace

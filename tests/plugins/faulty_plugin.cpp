@@ -2,16 +2,11 @@
 // (tests/plugins/scale_layer.hpp): a wrong dx, a backward that throws; and an actor kind
 // ("test_throwing_task", on a grads wire) whose task posted to its device's stream throws.
 // The runtime must name each failure and end the run, never terminate.
-#include <caf/all.hpp>
-
 #include <stdexcept>
 
-#include "actors/actor_kinds.hpp"
-#include "actors/failures.hpp"
-#include "actors/messages.hpp"
-#include "runtime/plugin/plugin.hpp"
-#include "tests/plugins/grads_wiring.hpp"
 #include "tests/plugins/scale_layer.hpp"
+#include "troupe/actor_kind.hpp"
+#include "troupe/plugin.hpp"
 
 TROUPE_PLUGIN("troupe_test_faulty_plugin");
 
@@ -24,38 +19,25 @@ TROUPE_REGISTER_LAYER("test_throwing_backward", "test_scale whose backward throw
 
 /// Passes gradients on unchanged, but first posts a task to its device's stream that
 /// throws (as an actor's handler-side work would, e.g. a callback on the stream thread).
-class throwing_task final : public caf::event_based_actor {
+class throwing_task final : public troupe::grads_filter {
  public:
   throwing_task(caf::actor_config& config, std::string name, troupe::device* on)
-      : caf::event_based_actor(config), name_(std::move(name)), on_(on) {}
+      : grads_filter(config, std::move(name), on, "passed on") {}
 
-  caf::behavior make_behavior() override {
-    troupe::report_failures_to(this, name_, &trainer_);
-    return {
-        take_grads_wiring(name_, trainer_, sink_),
-        [this](troupe::weight_grads_msg& message) {
-          on_->work().post(
-              [] { throw std::runtime_error("test_throwing_task: a posted task fails on purpose"); });
-          send(sink_, std::move(message));
-        },
-        [this](troupe::status_atom) { return name_ + " (test_throwing_task)"; },
-        [this](troupe::finish_atom) { quit(); },
-    };
+ protected:
+  troupe::event transform(std::vector<troupe::tensor>&, const troupe::weight_grads_msg&) override {
+    on().work().post(
+        [] { throw std::runtime_error("test_throwing_task: a posted task fails on purpose"); });
+    return on().work().last();  // unchanged: ready once they are here
   }
-
- private:
-  std::string name_;
-  troupe::device* on_;
-  caf::actor trainer_;
-  caf::actor sink_;
+  std::string role() const override { return "test_throwing_task"; }
 };
 
 TROUPE_REGISTER_ACTOR_KIND("test_throwing_task",
                            "passes gradients on; its posted task throws (test plugin)",
                            troupe::accepts{"grads"}, troupe::emits{"grads"},
-                           [](const troupe::actor_plan& plan, troupe::spawn_context& context) {
-                             return context.system.spawn<throwing_task>(
-                                 plan.name, &context.devices.at(plan.device));
+                           [](troupe::actor_spawn& spawn) {
+                             return spawn.system.spawn<throwing_task>(spawn.name, &spawn.on);
                            });
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/core/device.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/device.hpp"
+#include "troupe/error.hpp"
 
 using namespace troupe;
 

@@ -1,8 +1,8 @@
 // Tensors: shared storage, zero-copy messages within a process, and serialisation.
 // tensor.hpp itself must not bring CAF in (a layer plugin compiles it): see the first test.
-#include "runtime/core/tensor.hpp"
+#include "troupe/tensor.hpp"
 #ifdef CAF_CACHE_LINE_SIZE  // defined by caf/config.hpp, which every CAF header includes
-#error "runtime/core/tensor.hpp includes CAF; its inspect belongs in tensor_inspect.hpp"
+#error "troupe/tensor.hpp includes CAF; its inspect belongs in tensor_inspect.hpp"
 #endif
 
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
-#include "actors/messages.hpp"
-#include "runtime/core/tensor.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/tensor.hpp"
 
 using namespace troupe;
 

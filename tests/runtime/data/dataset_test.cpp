@@ -18,8 +18,8 @@
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
 
-#include "runtime/base/error.hpp"
 #include "tests/temp_files.hpp"
+#include "troupe/error.hpp"
 
 namespace fs = std::filesystem;
 using bytes = std::vector<std::uint8_t>;

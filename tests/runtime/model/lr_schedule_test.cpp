@@ -7,8 +7,8 @@
 #include <initializer_list>
 #include <utility>
 
-#include "runtime/base/error.hpp"
 #include "runtime/model/lr_schedule.hpp"
+#include "troupe/error.hpp"
 
 using troupe::lr_schedule;
 

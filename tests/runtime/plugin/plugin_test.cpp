@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "actors/actor_kinds.hpp"
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/model/layer.hpp"

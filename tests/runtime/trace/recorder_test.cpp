@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/base/error.hpp"
-#include "runtime/trace/recorder.hpp"
 #include "tests/runtime/trace/test_events.hpp"
+#include "troupe/error.hpp"
+#include "troupe/trace.hpp"
 
 using namespace troupe;
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "runtime/trace/recorder.hpp"
+#include "troupe/trace.hpp"
 
 namespace troupe::test {
 

@@ -10,13 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/error.hpp"
-#include "runtime/trace/recorder.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
 #include "tests/runtime/trace/test_events.hpp"
 #include "tests/runtime/trace_tools/test_trace.hpp"
 #include "tests/temp_files.hpp"
+#include "troupe/error.hpp"
+#include "troupe/trace.hpp"
 
 using namespace troupe;
 
@@ -335,7 +335,7 @@ TEST_CASE("a missing file, text that is not JSON and JSON that is not a troupe t
 }
 
 TEST_CASE("a trace written by the recorder reads back") {
-  // The recorder (runtime/trace/recorder.hpp) and the readers meet only in the file format; this
+  // The recorder (include/troupe/trace.hpp) and the readers meet only in the file format; this
   // checks that they agree on it: processes, track names, job actors, counters, markers.
   trace::recorder_settings settings;
   settings.record = true;

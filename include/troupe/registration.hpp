@@ -21,7 +21,7 @@
 // of it (loaded first, RTLD_GLOBAL), which registers at once.
 //
 // It sits in kernels/ because kernels register too and include nothing above them. Not
-// here: the registries themselves (runtime/model/layer.hpp, kernels/kernels.hpp,
+// here: the registries themselves (runtime/model/layer.hpp, include/troupe/kernel.hpp,
 // actors/actor_kinds.hpp) and the loader (runtime/plugin/).
 #pragma once
 
@@ -43,19 +43,16 @@ namespace troupe::detail {
 
 /// One registration a plugin recorded, to be made by the loader after the ABI check.
 struct deferred_registration {
-  std::string what;                      // "layer type 'swish'": unique per registry entry
+  std::string what;                       // "layer type 'swish'": unique per registry entry
   std::function<std::string()> conflict;  // why it cannot be made now, or ""
-  std::function<void()> commit;          // makes it (after every conflict() was "")
+  std::function<void()> commit;           // makes it (after every conflict() was "")
 };
 
 /// True in a shared object that contains TROUPE_PLUGIN.
-TROUPE_LOCAL inline bool registering_in_plugin() {
-  return &troupe_plugin_marker != nullptr;
-}
+TROUPE_LOCAL inline bool registering_in_plugin() { return &troupe_plugin_marker != nullptr; }
 
 /// This shared object's deferred registrations (hidden: one list per plugin).
-TROUPE_LOCAL inline std::vector<deferred_registration>&
-deferred_registrations() {
+TROUPE_LOCAL inline std::vector<deferred_registration>& deferred_registrations() {
   static std::vector<deferred_registration> list;
   return list;
 }
@@ -68,7 +65,7 @@ std::vector<std::string> take_registration_errors();
 /// What every registration line does: in a plugin, defer; elsewhere, `commit` now and keep
 /// an error for later.
 TROUPE_LOCAL inline void register_or_defer(std::string what, std::function<std::string()> conflict,
-                              std::function<void()> commit) {
+                                           std::function<void()> commit) {
   if (registering_in_plugin()) {
     deferred_registrations().push_back(
         deferred_registration{std::move(what), std::move(conflict), std::move(commit)});

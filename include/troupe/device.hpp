@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 namespace troupe {
 
@@ -58,8 +58,8 @@ struct job_label {
   std::int64_t step = -1;
   std::int32_t microbatch = -1;
   std::int32_t replica = -1;
-  std::uint8_t phase = 0;   // 0 train, 1 eval
-  std::int64_t bytes = 0;   // copies: bytes moved
+  std::uint8_t phase = 0;  // 0 train, 1 eval
+  std::int64_t bytes = 0;  // copies: bytes moved
 };
 
 /// How far one stream has got: how many of its jobs have completed, the host threads
@@ -142,7 +142,7 @@ class stream {
   /// Makes later jobs of this stream wait until `e` is reached (no-op for this stream's
   /// own events, which stream order already guarantees). This blocks the stream, so work
   /// submitted after it waits too, even if it could run: actors avoid it by submitting
-  /// only once their inputs are ready (Note [no blocking waits] in actors/inputs.hpp).
+  /// only once their inputs are ready (Note [no blocking waits] in include/troupe/inputs.hpp).
   void wait_for(const event& e);
 
   /// Calls `callback` on this stream's thread once `sequence` jobs have completed (at
@@ -206,14 +206,14 @@ class stream {
     std::int64_t submitted_ns = 0;  // when tracing
   };
   std::deque<entry> queue_;
-  std::deque<job> posted_;                      // guarded by mutex_
+  std::deque<job> posted_;  // guarded by mutex_
   std::atomic<std::int64_t> busy_nanoseconds_{0};
-  std::uint64_t submitted_ = 0;                // guarded by mutex_
+  std::uint64_t submitted_ = 0;  // guarded by mutex_
   std::shared_ptr<stream_progress> progress_ = std::make_shared<stream_progress>();
   std::atomic<bool> failed_{false};
-  bool stopping_ = false;                       // guarded by mutex_
-  bool worker_sleeping_ = false;                // guarded by mutex_
-  error_handler on_error_;                      // guarded by mutex_
+  bool stopping_ = false;         // guarded by mutex_
+  bool worker_sleeping_ = false;  // guarded by mutex_
+  error_handler on_error_;        // guarded by mutex_
   std::uint32_t trace_track_ = 0;
   std::thread worker_;
 };

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/device.hpp"
-#include "runtime/base/error.hpp"
+#include "troupe/device.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 
@@ -74,9 +74,7 @@ class tensor {
   /// Raw data; checks the dtype. Writing is for the job that produces the tensor only.
   float* f32() const;
   std::int32_t* i32() const;
-  void* raw() const {
-    return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr;
-  }
+  void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
 
   /// A tensor of `shape` over this one's storage, starting `element_offset` elements in:
   /// no copy. The view must lie inside the storage.

@@ -16,14 +16,15 @@
 
 #include <initializer_list>
 
-#include "runtime/core/device.hpp"
-#include "runtime/core/tensor.hpp"
+#include "troupe/device.hpp"
+#include "troupe/tensor.hpp"
 
 namespace troupe {
 
 /// The first tensor of `inputs` that lives on another device than `here` and is not
 /// written yet, or nullptr.
-inline const tensor* pending_input(const device_id& here, std::initializer_list<const tensor*> inputs) {
+inline const tensor* pending_input(const device_id& here,
+                                   std::initializer_list<const tensor*> inputs) {
   for (const auto* t : inputs)
     if (t->defined() && t->device() != here && !t->ready().reached())
       return t;

@@ -3,7 +3,7 @@
 // Every troupe actor speaks the same protocol around its math: it receives its wires in a
 // wiring_msg before the run, reports an exception in a handler to the trainer, answers the
 // watchdog's status question, quits on finish, puts a message aside until its tensors
-// from another device are written (Note [no blocking waits] in actors/inputs.hpp), and
+// from another device are written (Note [no blocking waits] in include/troupe/inputs.hpp), and
 // traces what it sends, handles and submits. This class owns all of that, so a derived
 // actor is its math and its wiring (like OneFlow's actor base):
 //
@@ -44,10 +44,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/inputs.hpp"
-#include "actors/messages.hpp"
-#include "actors/traced.hpp"
-#include "runtime/core/device.hpp"
+#include "troupe/device.hpp"
+#include "troupe/inputs.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/traced.hpp"
 
 namespace troupe {
 

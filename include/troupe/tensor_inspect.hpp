@@ -2,9 +2,9 @@
 //
 // Kept out of tensor.hpp so that the tensor API, and a layer plugin using it, needs no
 // CAF. Every translation unit that puts tensors into CAF messages must see this overload
-// (actors/messages.hpp includes it), or CAF refuses the type at compile time.
+// (include/troupe/messages.hpp includes it), or CAF refuses the type at compile time.
 //
-// Not here: what the messages are (actors/messages.hpp).
+// Not here: what the messages are (include/troupe/messages.hpp).
 #pragma once
 
 #include <caf/deserializer.hpp>
@@ -17,7 +17,7 @@
 #include <string>
 #include <type_traits>
 
-#include "runtime/core/tensor.hpp"
+#include "troupe/tensor.hpp"
 
 namespace troupe {
 

@@ -1,7 +1,7 @@
 // kernels.hpp: the few types every kernel shares, and the op dispatch table.
 //
 // A kernel is pure compute on raw buffers of one device. It knows nothing of tensors,
-// actors or CAF. Each op is declared once in kernels/ops.hpp as a struct with a name and
+// actors or CAF. Each op is declared once in include/troupe/ops.hpp as a struct with a name and
 // a function signature; each backend registers its implementation with one line at the
 // end of the op's file:
 //
@@ -21,7 +21,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "kernels/registration.hpp"  // Note [plugin registrations]
+#include "troupe/registration.hpp"  // Note [plugin registrations]
 
 namespace troupe::kernels {
 
@@ -62,8 +62,7 @@ void register_kernel(const char* op, device_type type, erased_function fn,
 
 /// Finds the kernel of `op` for `type`; throws missing_kernel naming the device types
 /// that do have it, or std::logic_error if the registered signature differs.
-erased_function find_kernel(const char* op, device_type type,
-                            const std::type_info& signature);
+erased_function find_kernel(const char* op, device_type type, const std::type_info& signature);
 
 /// True if a kernel of `op` is registered for `type`.
 bool has_kernel(const char* op, device_type type);
@@ -110,10 +109,10 @@ struct TROUPE_LOCAL kernel_registrar {
 #define TROUPE_KERNEL_CONCAT(a, b) TROUPE_KERNEL_CONCAT_INNER(a, b)
 
 /// Registers `fn` as the implementation of `Op` on devices of type `type`.
-#define TROUPE_REGISTER_KERNEL(Op, type, fn)                                         \
-  static const ::troupe::kernels::kernel_registrar<Op> TROUPE_KERNEL_CONCAT(         \
-      troupe_kernel_registrar_, __LINE__) {                                          \
-    type, fn                                                                         \
+#define TROUPE_REGISTER_KERNEL(Op, type, fn)                                 \
+  static const ::troupe::kernels::kernel_registrar<Op> TROUPE_KERNEL_CONCAT( \
+      troupe_kernel_registrar_, __LINE__) {                                  \
+    type, fn                                                                 \
   }
 
 namespace troupe::kernels {

@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "actors/messages.hpp"
-#include "runtime/trace/recorder.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/trace.hpp"
 
 namespace troupe {
 
@@ -47,8 +47,10 @@ void stamp(Message& message, std::uint32_t track, std::uint32_t receiver, const 
 /// The span of handling a tagged message.
 inline trace::handler_span handling(std::uint32_t track, const char* name, const trace_stamp& stamp,
                                     const micro_tag& tag, std::int64_t bytes) {
-  return trace::handler_span{track, name, stamp.from, stamp.flow, tag.step, tag.microbatch,
-                             tag.replica, static_cast<std::uint8_t>(tag.stage), bytes};
+  return trace::handler_span{
+      track,    name,           stamp.from,  stamp.flow,
+      tag.step, tag.microbatch, tag.replica, static_cast<std::uint8_t>(tag.stage),
+      bytes};
 }
 
 /// The span of handling a layer's gradients (step and replica from the message).
@@ -60,7 +62,8 @@ inline trace::handler_span handling(std::uint32_t track, const weight_grads_msg&
 }
 
 /// Records a counter (credits on a wire, micro-batches held) when tracing.
-inline void trace_counter(const char* name, std::uint32_t track, std::uint32_t peer, std::int64_t value) {
+inline void trace_counter(const char* name, std::uint32_t track, std::uint32_t peer,
+                          std::int64_t value) {
   if (!trace::enabled())
     return;
   trace::event e;

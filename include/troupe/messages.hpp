@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/tensor.hpp"
-#include "runtime/core/tensor_inspect.hpp"  // tensors in messages cross nodes
+#include "troupe/tensor.hpp"
+#include "troupe/tensor_inspect.hpp"  // tensors in messages cross nodes
 
 namespace troupe {
 
@@ -30,14 +30,14 @@ struct micro_tag {
   std::int32_t microbatch = 0;  // 0 .. M-1 within the step
   std::int32_t replica = 0;     // 0 .. R-1
   phase stage = phase::train;
-  std::int64_t version = 0;     // the parameter version a forward must use
+  std::int64_t version = 0;  // the parameter version a forward must use
   std::int64_t epoch = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, micro_tag& x) {
-  return f(caf::meta::type_name("micro_tag"), x.step, x.microbatch, x.replica, x.stage,
-           x.version, x.epoch);
+  return f(caf::meta::type_name("micro_tag"), x.step, x.microbatch, x.replica, x.stage, x.version,
+           x.epoch);
 }
 
 /// Who sent a message and which flow arrow of the trace it is (zeros when not tracing).
@@ -103,10 +103,10 @@ struct ring_msg {
   std::int64_t step = 0;
   std::int32_t layer = 0;
   std::int32_t bucket = 0;
-  std::int32_t phase = 0;   // 0 reduce-scatter, 1 all-gather
-  std::int32_t round = 0;   // 0 .. R-2 within the phase
-  std::int32_t chunk = 0;   // which of the R chunks of the bucket
-  tensor data;              // (chunk elements)
+  std::int32_t phase = 0;  // 0 reduce-scatter, 1 all-gather
+  std::int32_t round = 0;  // 0 .. R-2 within the phase
+  std::int32_t chunk = 0;  // which of the R chunks of the bucket
+  tensor data;             // (chunk elements)
   trace_stamp trace;
 };
 
@@ -140,13 +140,13 @@ struct release_msg {
 /// One end of a wire, as an actor sees it: the kind of wire, the actor at the other end,
 /// and the wire's capacity in credits (0 = unbounded).
 struct wire_end {
-  std::string kind;          // "activations" | "labels" | "grads" | "ring" | "params"
+  std::string kind;  // "activations" | "labels" | "grads" | "ring" | "params"
   std::string peer_name;
-  std::string peer_kind;     // "data_loader" | "layer" | "loss" | "averager" | "optimizer" | ...
+  std::string peer_kind;  // "data_loader" | "layer" | "loss" | "averager" | "optimizer" | ...
   caf::actor peer;
   std::int32_t peer_replica = -1;
   std::uint32_t peer_track = 0;  // its trace track (0 when not tracing)
-  std::string peer_device;   // "cpu:1"
+  std::string peer_device;       // "cpu:1"
   std::int64_t capacity = 0;
 };
 
@@ -156,7 +156,7 @@ struct wire_end {
 struct wiring_msg {
   std::vector<wire_end> outgoing;
   std::vector<wire_end> incoming;
-  caf::actor trainer;  // held by actors as a trainer_handle (Note [typed handles])
+  caf::actor trainer;       // held by actors as a trainer_handle (Note [typed handles])
   std::uint32_t track = 0;  // this actor's trace track (0 when not tracing)
 
   /// The outgoing / incoming ends of one kind.
@@ -167,8 +167,8 @@ struct wiring_msg {
 /// Loss and accuracy of one micro-batch, reported once its loss has been computed.
 struct loss_report_msg {
   micro_tag tag;
-  double loss_sum = 0;        // sum over samples of the per-sample loss
-  std::int64_t correct = 0;   // samples whose argmax is the label
+  double loss_sum = 0;       // sum over samples of the per-sample loss
+  std::int64_t correct = 0;  // samples whose argmax is the label
   std::int64_t samples = 0;
   trace_stamp trace;
 };
@@ -201,8 +201,8 @@ typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
-  return f(caf::meta::type_name("ring_msg"), x.step, x.layer, x.bucket, x.phase, x.round,
-           x.chunk, x.data, x.trace);
+  return f(caf::meta::type_name("ring_msg"), x.step, x.layer, x.bucket, x.phase, x.round, x.chunk,
+           x.data, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_msg& x) {
@@ -214,8 +214,8 @@ typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_end& x) {
-  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer, x.peer_replica, x.peer_track, x.peer_device,
-           x.capacity);
+  return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer,
+           x.peer_replica, x.peer_track, x.peer_device, x.capacity);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
@@ -223,7 +223,8 @@ typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
-  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples, x.trace);
+  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples,
+           x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernels.hpp"
+#include "troupe/kernel.hpp"
 
 namespace troupe::kernels {
 
@@ -54,37 +54,35 @@ namespace ops {
 /// lda/ldb/ldc are the row strides of A, B and C as stored.
 struct gemm {
   static constexpr const char* name = "gemm";
-  using function = void (*)(const context&, bool transpose_a, bool transpose_b, int m,
-                            int n, int k, float alpha, const float* a, int lda,
-                            const float* b, int ldb, float beta, float* c, int ldc);
+  using function = void (*)(const context&, bool transpose_a, bool transpose_b, int m, int n, int k,
+                            float alpha, const float* a, int lda, const float* b, int ldb,
+                            float beta, float* c, int ldc);
 };
 
 /// y(rows, cols) += bias(cols) broadcast over rows.
 struct bias_add {
   static constexpr const char* name = "bias_add";
-  using function = void (*)(const context&, int rows, int cols, const float* bias,
-                            float* y);
+  using function = void (*)(const context&, int rows, int cols, const float* bias, float* y);
 };
 
 /// db(cols) = beta * db + sum over rows of dy(rows, cols). beta is 0 or 1 (accumulate).
 struct bias_grad {
   static constexpr const char* name = "bias_grad";
-  using function = void (*)(const context&, int rows, int cols, const float* dy,
-                            float beta, float* db);
+  using function = void (*)(const context&, int rows, int cols, const float* dy, float beta,
+                            float* db);
 };
 
 /// Elementwise activation forward: y = f(x) over n elements. x and y may alias.
-#define TROUPE_ACTIVATION_OP(op_name)                                                \
-  struct op_name##_forward {                                                         \
-    static constexpr const char* name = #op_name "_forward";                         \
-    using function = void (*)(const context&, std::int64_t n, const float* x,        \
-                              float* y);                                             \
-  };                                                                                 \
-  /** dx = f'(x) * dy; kernels read x or y = f(x), whichever is cheaper. */          \
-  struct op_name##_backward {                                                        \
-    static constexpr const char* name = #op_name "_backward";                        \
-    using function = void (*)(const context&, std::int64_t n, const float* x,        \
-                              const float* y, const float* dy, float* dx);           \
+#define TROUPE_ACTIVATION_OP(op_name)                                                         \
+  struct op_name##_forward {                                                                  \
+    static constexpr const char* name = #op_name "_forward";                                  \
+    using function = void (*)(const context&, std::int64_t n, const float* x, float* y);      \
+  };                                                                                          \
+  /** dx = f'(x) * dy; kernels read x or y = f(x), whichever is cheaper. */                   \
+  struct op_name##_backward {                                                                 \
+    static constexpr const char* name = #op_name "_backward";                                 \
+    using function = void (*)(const context&, std::int64_t n, const float* x, const float* y, \
+                              const float* dy, float* dx);                                    \
   }
 
 TROUPE_ACTIVATION_OP(relu);
@@ -99,8 +97,8 @@ TROUPE_ACTIVATION_OP(tanh);
 struct softmax_xent {
   static constexpr const char* name = "softmax_xent";
   using function = void (*)(const context&, int rows, int classes, const float* logits,
-                            const std::int32_t* labels, float grad_scale,
-                            float* loss_sum, float* dlogits);
+                            const std::int32_t* labels, float grad_scale, float* loss_sum,
+                            float* dlogits);
 };
 
 /// *correct = number of rows whose argmax (first on ties) equals the label.
@@ -121,25 +119,22 @@ struct accuracy {
 /// Note [out-of-place updates]). momentum_buffer may be null when momentum == 0.
 struct sgd_update {
   static constexpr const char* name = "sgd_update";
-  using function = void (*)(const context&, std::int64_t n, const float* param,
-                            float* param_out, const float* grad, float* momentum_buffer,
-                            const sgd_hyper& hyper);
+  using function = void (*)(const context&, std::int64_t n, const float* param, float* param_out,
+                            const float* grad, float* momentum_buffer, const sgd_hyper& hyper);
 };
 
 /// One Adam/AdamW step on n parameters with moments m and v, updated in place; the new
 /// parameters go to param_out (see adam_hyper and Note [out-of-place updates]).
 struct adam_update {
   static constexpr const char* name = "adam_update";
-  using function = void (*)(const context&, std::int64_t n, const float* param,
-                            float* param_out, const float* grad, float* m, float* v,
-                            const adam_hyper& hyper);
+  using function = void (*)(const context&, std::int64_t n, const float* param, float* param_out,
+                            const float* grad, float* m, float* v, const adam_hyper& hyper);
 };
 
 /// y += alpha * x over n elements.
 struct axpy {
   static constexpr const char* name = "axpy";
-  using function = void (*)(const context&, std::int64_t n, float alpha, const float* x,
-                            float* y);
+  using function = void (*)(const context&, std::int64_t n, float alpha, const float* x, float* y);
 };
 
 /// x *= alpha over n elements.
@@ -157,8 +152,7 @@ struct fill {
 /// Copies bytes within one device.
 struct copy {
   static constexpr const char* name = "copy";
-  using function = void (*)(const context&, std::int64_t bytes, const void* src,
-                            void* dst);
+  using function = void (*)(const context&, std::int64_t bytes, const void* src, void* dst);
 };
 
 }  // namespace ops

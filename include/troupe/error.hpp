@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/check.hpp"  // TROUPE_CHECK, check_failure
-#include "runtime/base/exit_code.hpp"
+#include "troupe/check.hpp"  // TROUPE_CHECK, check_failure
+#include "troupe/exit_code.hpp"
 
 namespace troupe {
 
@@ -58,10 +58,14 @@ class data_error : public user_error {
 
 /// Of `candidates`, the one nearest to `word` by edit distance, or "" if none is close
 /// enough to be a plausible typo.
-std::string nearest_name(const std::string& word, const std::initializer_list<std::string>& candidates);
+std::string nearest_name(const std::string& word,
+                         const std::initializer_list<std::string>& candidates);
 std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
 
 /// "; did you mean 'x'?" or "" when nothing is near.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+/// "a, b, c": the names a message lists as valid or registered.
+std::string comma_list(const std::vector<std::string>& names);
 
 }  // namespace troupe

@@ -15,13 +15,13 @@
 //     }
 //
 // The gradients it gets are its own to write: weight_grads_msg hands them over, or they
-// are this device's copies (actors/messages.hpp).
+// are this device's copies (include/troupe/messages.hpp).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "actors/device_actor.hpp"
+#include "troupe/device_actor.hpp"
 
 namespace troupe {
 

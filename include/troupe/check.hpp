@@ -1,7 +1,7 @@
 // check.hpp: TROUPE_CHECK, the check for conditions only a bug can break (STYLE.md "Errors").
 //
 // It lives in kernels/ because kernels depend on nothing above them and still check their
-// arguments; runtime/base/error.hpp includes it, so everything above uses the same macro.
+// arguments; include/troupe/error.hpp includes it, so everything above uses the same macro.
 // A failed check throws troupe::check_failure with file, line, the condition and a message.
 #pragma once
 
@@ -25,12 +25,11 @@ namespace detail {
 }  // namespace troupe
 
 /// Checks a condition that only a bug can break; the message may use <<.
-#define TROUPE_CHECK(condition, message)                                             \
-  do {                                                                               \
-    if (!(condition)) {                                                              \
-      std::ostringstream troupe_check_stream_;                                       \
-      troupe_check_stream_ << message;                                               \
-      ::troupe::detail::check_failed(__FILE__, __LINE__, #condition,                 \
-                                     troupe_check_stream_.str());                    \
-    }                                                                                \
+#define TROUPE_CHECK(condition, message)                                                          \
+  do {                                                                                            \
+    if (!(condition)) {                                                                           \
+      std::ostringstream troupe_check_stream_;                                                    \
+      troupe_check_stream_ << message;                                                            \
+      ::troupe::detail::check_failed(__FILE__, __LINE__, #condition, troupe_check_stream_.str()); \
+    }                                                                                             \
   } while (false)

@@ -1,0 +1,159 @@
+// layer.hpp: the layer interface and the layer registry (troupe's public facade).
+//
+// A layer is the math of one step of the model: a name, its output shape for an input
+// shape, forward, backward, its parameters (with their init) and a cost estimate. It
+// holds no per-micro-batch state: forward puts what backward needs into `saved`, and the
+// runtime keeps it per micro-batch and hands it back (so pipelines and replicas work for
+// every layer alike). Parameters are owned by the optimizer and arrive as versions.
+// Built-in layers use exactly this interface and registration; so do plugins.
+//
+// Writing a layer (the whole of actors/layers/relu.cpp-like files):
+//
+//     class swish final : public troupe::layer { ... };
+//     TROUPE_REGISTER_LAYER("swish", "x * sigmoid(x)", [](troupe::layer_settings& s) {
+//       return std::make_unique<swish>(s);
+//     });
+//
+// Shapes here are per sample (no batch dimension): a linear layer maps (784) to (256).
+// No CAF here (a layer plugin compiles none of it); kernels come from troupe/kernel.hpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/kernel.hpp"
+#include "troupe/registration.hpp"
+#include "troupe/settings.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe {
+
+/// How a parameter is initialised. fan_in/fan_out come from the param_spec.
+enum class init_kind {
+  zeros,
+  ones,
+  kaiming_uniform,  // U(-b, b), b = sqrt(6 / fan_in)          (He et al., gain sqrt 2)
+  kaiming_normal,   // N(0, 2 / fan_in)
+  xavier_uniform,   // U(-b, b), b = sqrt(6 / (fan_in + fan_out))
+  xavier_normal,    // N(0, 2 / (fan_in + fan_out))
+  torch_default,    // U(-b, b), b = 1 / sqrt(fan_in)          (torch.nn.Linear's default)
+};
+
+/// Parses "zeros", "kaiming", "kaiming_normal", "xavier", ...; false if unknown.
+bool parse_init_kind(const std::string& name, init_kind& out);
+std::vector<std::string> init_kind_names();
+
+/// One parameter tensor of a layer.
+struct param_spec {
+  std::string name;  // "weight", "bias"
+  shape_t shape;
+  init_kind init = init_kind::zeros;
+  std::int64_t fan_in = 1;
+  std::int64_t fan_out = 1;
+};
+
+/// A layer's settings from its [[model.layers]] table (every key but `type`), read with
+/// types and ranges checked (troupe/settings.hpp); errors name "layer '<type>'".
+class layer_settings : public settings {
+ public:
+  layer_settings(std::string type, setting_map values, source_position where)
+      : settings("layer", type, std::move(values), std::move(where)), type_(std::move(type)) {}
+
+  const std::string& type() const { return type_; }
+
+ private:
+  std::string type_;
+};
+
+/// What a layer's code gets to run with: the device it runs on and its kernel context.
+struct layer_context {
+  device_id device;
+  kernels::context kernels;
+  bool training = true;
+};
+
+class layer {
+ public:
+  virtual ~layer() = default;
+
+  /// The registered type name, e.g. "linear".
+  virtual std::string type() const = 0;
+
+  /// The per-sample output shape for a per-sample input shape. Throws config_error
+  /// (using the settings' position) if the input does not fit.
+  virtual shape_t output_shape(const shape_t& input) const = 0;
+
+  /// The parameters this layer needs for that input shape (none by default).
+  virtual std::vector<param_spec> parameters(const shape_t& input) const {
+    (void)input;
+    return {};
+  }
+
+  /// Resolves kernels for a device type once, before any forward. Layers cache kernel
+  /// function pointers here; the default does nothing.
+  virtual void bind(device_type type) { (void)type; }
+
+  /// y = f(x; params). x: (b, input...), y: preallocated (b, output...) from
+  /// output_shape(); forward writes its values (y.f32()) but cannot replace or reshape it.
+  /// Anything backward needs goes into `saved` (tensors are shared, so saving x is free).
+  virtual void forward(const layer_context& context, const std::vector<tensor>& params,
+                       const tensor& x, const tensor& y, std::vector<tensor>& saved) const = 0;
+
+  /// Given dy (b, output...) and what forward saved: writes dx (preallocated, or
+  /// nullptr when no one needs it, e.g. the first layer) and the parameter gradients
+  /// into `grads` (preallocated, one per parameter). accumulate: add to grads (a later
+  /// micro-batch of the same step) instead of overwriting them.
+  virtual void backward(const layer_context& context, const std::vector<tensor>& params,
+                        const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
+                        std::vector<tensor>& grads, bool accumulate) const = 0;
+
+  /// Estimated cost per sample, in floating-point operations of forward + backward,
+  /// used to balance pipeline stages.
+  virtual double cost(const shape_t& input) const;
+};
+
+using layer_factory = std::function<std::unique_ptr<layer>(layer_settings&)>;
+
+/// Registers a layer type. A name registered twice throws.
+void register_layer(const std::string& name, const std::string& description, layer_factory factory);
+
+/// True if a layer type of that name is registered.
+bool has_layer(const std::string& name);
+
+/// "layer type 'linear' is registered twice": the clash message.
+inline std::string layer_registered_twice(const std::string& name) {
+  return "layer type '" + name + "' is registered twice";
+}
+
+/// The registered layer names with their one-line descriptions, sorted.
+std::vector<std::pair<std::string, std::string>> registered_layers();
+
+/// What TROUPE_REGISTER_LAYER makes: registers at construction, or inside a plugin records
+/// the registration for the loader (Note [plugin registrations] in
+/// include/troupe/registration.hpp); never throws.
+struct TROUPE_LOCAL layer_registrar {
+  layer_registrar(const std::string& name, const std::string& description, layer_factory factory) {
+    detail::register_or_defer(
+        "layer type '" + name + "'",
+        [name] { return has_layer(name) ? layer_registered_twice(name) : std::string{}; },
+        [name, description, factory = std::move(factory)] {
+          register_layer(name, description, factory);
+        });
+  }
+};
+
+}  // namespace troupe
+
+#define TROUPE_LAYER_CONCAT_INNER(a, b) a##b
+#define TROUPE_LAYER_CONCAT(a, b) TROUPE_LAYER_CONCAT_INNER(a, b)
+
+/// Makes a layer type available to configs by name.
+/// (The factory is variadic so that a lambda with template commas needs no parentheses.)
+#define TROUPE_REGISTER_LAYER(name, description, ...)                                             \
+  static const ::troupe::layer_registrar TROUPE_LAYER_CONCAT(troupe_layer_registrar_, __LINE__) { \
+    name, description, __VA_ARGS__                                                                \
+  }
