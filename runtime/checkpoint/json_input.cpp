@@ -1,0 +1,142 @@
+// json_input.cpp: the depth check, the duplicate-key check and the quoting declared in
+// json_input.hpp. It knows no schema; callers check what the parsed value must contain.
+#include "runtime/checkpoint/json_input.hpp"
+
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+// How many bytes of `text` fit in `limit`, cut at the first byte of a UTF-8 character so
+// that what is kept stays valid text.
+std::size_t cut_point(const std::string& text, std::size_t limit) {
+  if (text.size() <= limit)
+    return text.size();
+  std::size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+    --cut;
+  return cut;
+}
+
+}  // namespace
+
+std::string quote_user_text(const std::string& text, std::size_t limit) {
+  const std::size_t cut = cut_point(text, limit);
+  std::string out = "'";
+  for (std::size_t i = 0; i < cut; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7F) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += "'";
+  if (cut < text.size())
+    out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+std::string describe_json_value(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>() ? "true" : "false";
+    case nlohmann::json::value_t::string:
+      return "the string " + quote_user_text(value.get_ref<const std::string&>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+    case nlohmann::json::value_t::number_float:
+      return "the number " + value.dump();
+    case nlohmann::json::value_t::array:
+      return "an array of " + std::to_string(value.size()) + " elements";
+    case nlohmann::json::value_t::object:
+      return "an object with " + std::to_string(value.size()) + " fields";
+    default:
+      return "a value of another kind";
+  }
+}
+
+namespace {
+
+// The deepest nesting of [ and { outside strings, and where it first passes the limit
+// (text.size() if it never does). Does not validate anything else; the parser does.
+std::size_t first_too_deep(const char* begin, const char* end) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char* p = begin; p != end; ++p) {
+    const char c = *p;
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_json_depth)
+        return static_cast<std::size_t>(p - begin);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return static_cast<std::size_t>(end - begin);
+}
+
+}  // namespace
+
+nlohmann::json parse_untrusted_json(const char* begin, const char* end, const std::string& what) {
+  const auto too_deep = first_too_deep(begin, end);
+  if (too_deep != static_cast<std::size_t>(end - begin))
+    throw data_error(what + ": arrays and objects nest more than " +
+                     std::to_string(max_json_depth) + " levels deep at byte " +
+                     std::to_string(too_deep) + "; expected shallow JSON");
+  // The keys seen so far in each open object, by depth (nlohmann reports a key at the
+  // depth of its object plus one).
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t callback =
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& value) {
+        const auto level = static_cast<std::size_t>(depth);
+        if (event == nlohmann::json::parse_event_t::object_start) {
+          if (keys.size() < level + 2)
+            keys.resize(level + 2);
+          keys[level + 1].clear();
+        } else if (event == nlohmann::json::parse_event_t::key && duplicate.empty()) {
+          if (keys.size() < level + 1)
+            keys.resize(level + 1);
+          const auto& key = value.get_ref<const std::string&>();
+          if (!keys[level].insert(key).second)
+            duplicate = key;
+        }
+        return true;
+      };
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(begin, end, callback);
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann's message ends with the token it last read, which may be the rest of an
+    // unterminated string: keep its start only.
+    const std::string message = e.what();
+    const auto cut = cut_point(message, 240);
+    throw data_error(what + ": not valid JSON: " + message.substr(0, cut) +
+                     (cut < message.size() ? "..." : ""));
+  }
+  if (!duplicate.empty())
+    throw data_error(what + ": the key " + quote_user_text(duplicate) +
+                     " appears twice in one object; expected each key once");
+  return parsed;
+}
+
+}  // namespace troupe
