@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/data_loader_actor.hpp"  // run_plan
+#include "runtime/checkpoint/restore.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/actor_signature.hpp"
@@ -43,6 +44,7 @@ struct spawn_context {
   const run_plan& plan;
   const lr_schedule& schedule;
   std::shared_ptr<const dataset_split> data;
+  const run_start& start;  // where the optimizers start (a checkpoint, init_from)
 };
 
 using actor_factory = std::function<caf::actor(const actor_plan&, spawn_context&)>;

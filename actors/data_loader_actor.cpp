@@ -24,7 +24,9 @@ std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, st
 }
 
 data_loader_actor::data_loader_actor(caf::actor_config& config, data_loader_settings settings)
-    : device_actor(config, "data_loader", nullptr), settings_(std::move(settings)) {}
+    : device_actor(config, "data_loader", nullptr),
+      settings_(std::move(settings)),
+      next_step_(settings_.plan.first_step) {}
 
 caf::message_handler data_loader_actor::handlers() {
   return {

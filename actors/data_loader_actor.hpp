@@ -34,6 +34,7 @@ struct run_plan {
   std::int64_t microbatches = 1;     // M
   std::int64_t steps_per_epoch = 0;  // floor(N_train / B): the last partial batch is dropped
   std::int64_t total_steps = 0;
+  std::int64_t first_step = 0;       // > 0: resumed; steps before it are in the checkpoint
   std::int64_t epochs = 0;           // ceil(total_steps / steps_per_epoch)
   bool evaluate = true;
   std::int64_t eval_batch_size = 0;

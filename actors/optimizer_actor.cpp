@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "actors/actor_kinds.hpp"
+#include "runtime/checkpoint/restore.hpp"
 #include "runtime/core/transfer.hpp"
 
 namespace troupe {
@@ -39,19 +40,44 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
   momentum_flat_ = tensor::zeros({n}, dtype::f32, id);
   if (is_adam_family(settings_.optimizer.type))
     second_flat_ = tensor::zeros({n}, dtype::f32, id);
+  // A tensor of the start (a checkpoint, init_from) into `to`, if it has one of that name.
+  auto take_start = [&](const std::string& name, const tensor& to) {
+    if (settings_.start == nullptr)
+      return false;
+    auto found = settings_.start->find(name);
+    if (found == settings_.start->end())
+      return false;
+    TROUPE_CHECK(static_cast<std::int64_t>(found->second.size()) == to.numel(),
+                 settings_.name << ": start tensor '" << name << "' has " << found->second.size()
+                                << " values for " << to.numel());
+    std::copy(found->second.begin(), found->second.end(), to.f32());
+    return true;
+  };
+  const auto states = state_names();
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < settings_.params.size(); ++i) {
     const auto& spec = settings_.params[i];
     // Initialised on the host, then owned by this actor's device.
     auto p = params_flat_.view(offset, spec.shape);
-    initialise_parameter(spec, settings_.seed, settings_.layer_index, static_cast<std::int64_t>(i),
-                         p.f32());
+    if (!take_start(spec.name, p))
+      initialise_parameter(spec, settings_.seed, settings_.layer_index,
+                           static_cast<std::int64_t>(i), p.f32());
     params_.push_back(p);
     momentum_.push_back(momentum_flat_.view(offset, spec.shape));
     if (second_flat_.defined())
       second_.push_back(second_flat_.view(offset, spec.shape));
+    if (!states.empty())
+      take_start(spec.name + "." + states[0], momentum_.back());
+    if (states.size() > 1)
+      take_start(spec.name + "." + states[1], second_.back());
     offset += element_count(spec.shape);
   }
+  version_ = settings_.start_version;
+  settings_.start = nullptr;  // read once
+}
+
+std::vector<std::string> optimizer_actor::state_names() const {
+  return optimizer_state_names(settings_.optimizer.type, settings_.optimizer.momentum);
 }
 
 void optimizer_actor::connect(const wiring_msg& wiring) {
@@ -283,6 +309,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       s.schedule = context.schedule;
       s.seed = context.config.run.seed;
       s.on = &context.devices.at(plan.device);
+      auto start = context.start.layers.find(plan.layer);
+      if (start != context.start.layers.end())
+        s.start = &start->second;
+      s.start_version = context.start.step;
       return context.system.spawn<optimizer_actor>(std::move(s));
     });
 

@@ -11,7 +11,9 @@
 // failures, status, finish, readiness, tracing) is device_actor's.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/config/config.hpp"
@@ -32,6 +34,11 @@ struct optimizer_actor_settings {
   lr_schedule schedule;
   std::uint64_t seed = 0;
   device* on = nullptr;
+  /// Where it starts (a checkpoint, init_from): its layer's tensors by name ("weight",
+  /// "weight.exp_avg"; Note [checkpoint names]); null or a missing name: from the seed
+  /// (parameters) or zeros (state). Outlives the constructor only.
+  const std::map<std::string, std::vector<float>>* start = nullptr;
+  std::int64_t start_version = 0;  // the checkpoint's step
 };
 
 class optimizer_actor : public device_actor {
@@ -45,6 +52,8 @@ class optimizer_actor : public device_actor {
   std::string waiting_for() const override;
 
  private:
+  /// The names of its optimizer state, in buffer order (Note [checkpoint names]).
+  std::vector<std::string> state_names() const;
   void receive_grads(weight_grads_msg& message);
   void update(std::int64_t step);
   /// Sharded optimizer: updates the spans of `reduced` and hands them to the averager.

@@ -3,9 +3,9 @@
 
 namespace troupe {
 
-run_control::run_control(const run_plan& plan) : plan_(plan) {
+run_control::run_control(const run_plan& plan) : plan_(plan), steps_done_(plan.first_step) {
   std::int64_t evaluations = 0;
-  for (std::int64_t s = 0; s < plan_.total_steps; ++s)
+  for (std::int64_t s = plan_.first_step; s < plan_.total_steps; ++s)
     if (plan_.evaluates_after(s))
       ++evaluations;
   items_left_ = plan_.total_steps + evaluations * plan_.eval_batches;

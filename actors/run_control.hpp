@@ -47,7 +47,7 @@ class run_control {
 
   /// Items (steps and evaluation batches) still to come.
   std::int64_t items_left() const { return items_left_; }
-  /// Training steps completed so far.
+  /// Training steps completed so far (a resumed run counts those of its checkpoint).
   std::int64_t steps_done() const { return steps_done_; }
   bool done() const { return items_left_ == 0; }
 

@@ -8,6 +8,7 @@
 #include "actors/actor_kinds.hpp"
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
+#include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
@@ -132,7 +133,27 @@ std::string trace_metadata(const run_config& config, const topology& graph, cons
 
 }  // namespace
 
-session_prepared prepare_session(const run_config& config) {
+namespace {
+
+// The model's parameterised layers, from the first replica's layer actors.
+std::vector<model_layer> model_layers(const topology& graph) {
+  std::map<std::int64_t, model_layer> found;
+  for (const auto& a : graph.actors) {
+    if (a.kind != actor_kind::layer || found.count(a.layer))
+      continue;
+    auto params = create_layer(a.math)->parameters(graph.shapes.at(static_cast<std::size_t>(a.layer)));
+    if (!params.empty())
+      found[a.layer] = model_layer{a.layer, a.math.type, std::move(params)};
+  }
+  std::vector<model_layer> out;
+  for (auto& [index, layer] : found)
+    out.push_back(std::move(layer));
+  return out;
+}
+
+}  // namespace
+
+session_prepared prepare_session(const run_config& config, const std::string& resume) {
   // A no-op for those the command line loaded already; run_session() callers (tests,
   // programs using the library) get the config's plugins too.
   load_config_plugins(config);
@@ -147,6 +168,20 @@ session_prepared prepare_session(const run_config& config) {
   validate_topology(p.graph, config, p.data->train.classes);
   p.plan = make_plan(config, p.graph, *p.data);
   p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
+  p.model = model_layers(p.graph);
+  if (!resume.empty()) {
+    const auto checkpoint = resolve_resume_path(resume);
+    const auto manifest = verify_checkpoint(checkpoint.path);
+    p.start = resume_from(checkpoint.path, manifest, p.model,
+                          optimizer_state_names(config.optimizer.type, config.optimizer.momentum));
+    if (p.start.step >= p.plan.total_steps)
+      throw data_error("checkpoint '" + checkpoint.path + "' is at step " +
+                       std::to_string(p.start.step) + ", and the run has " +
+                       std::to_string(p.plan.total_steps) +
+                       " steps in all: nothing is left to train (--steps and [run] epochs "
+                       "count from the start of the run, not from the checkpoint)");
+    p.plan.first_step = p.start.step;
+  }
   return p;
 }
 
@@ -225,7 +260,7 @@ wiring_msg wiring_of(const actor_plan& a, const topology& graph,
 
 session_result run_session(const run_config& config, const session_options& options) {
   // ---- everything that can fail on bad input, before any actor exists ----
-  auto prepared = prepare_session(config);
+  auto prepared = prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
   std::string metrics_path = options.metrics_path.empty() ? config.run.metrics
                                                           : options.metrics_path;
@@ -294,8 +329,8 @@ session_result run_session(const run_config& config, const session_options& opti
         caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
       });
 
-    spawn_context context{system, devices, config, graph, prepared.plan, prepared.schedule,
-                          prepared.data};
+    spawn_context context{system,        devices,           config,       graph,
+                          prepared.plan, prepared.schedule, prepared.data, prepared.start};
     std::map<std::string, caf::actor> spawned;
     try {
       for (const auto& a : graph.actors)

@@ -17,6 +17,7 @@
 
 #include "actors/trainer_actor.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/checkpoint/restore.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
 
@@ -31,6 +32,7 @@ struct session_options {
   bool log_messages = false;    // print messages as they are handled...
   std::string log_filter;       // ...those matching this (trace::recorder_settings)
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
+  std::string resume;           // continue from this checkpoint (prepare_session)
 };
 
 struct session_result {
@@ -53,9 +55,13 @@ struct session_prepared {
   topology graph;
   run_plan plan;
   lr_schedule schedule;
+  std::vector<model_layer> model;  // the parameterised layers, for checkpoints
+  run_start start;                 // step 0 from the seed, or a checkpoint's
 };
 
-session_prepared prepare_session(const run_config& config);
+/// `resume`: a checkpoint (or a directory of them, meaning its newest complete one) to
+/// continue from; it is verified and must fit the model (data_error, exit 2, otherwise).
+session_prepared prepare_session(const run_config& config, const std::string& resume = "");
 
 session_result run_session(const run_config& config, const session_options& options);
 

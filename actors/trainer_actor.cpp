@@ -55,6 +55,7 @@ void trainer_actor::start() {
   if (!settings_->metrics_path.empty() && !metrics_.open(settings_->metrics_path))
     return end(exit_code::bad_input,
                "cannot write the metrics file '" + settings_->metrics_path + "'");
+  settings_->outcome->steps = control_.steps_done();  // a resumed run starts past 0
   start_ = last_step_time_ = std::chrono::steady_clock::now();
   watchdog_.start(start_);
   if (watchdog_.enabled())
@@ -102,8 +103,10 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   double interval = std::chrono::duration<double>(now - last_step_time_).count();
   last_step_time_ = now;
   double rate = interval > 0 ? static_cast<double>(t.samples) / interval : 0;
-  samples_per_second_ = control_.steps_done() == 1 ? rate : 0.9 * samples_per_second_ + 0.1 * rate;
   const auto& plan = settings_->plan;
+  samples_per_second_ = control_.steps_done() == plan.first_step + 1
+                            ? rate
+                            : 0.9 * samples_per_second_ + 0.1 * rate;
   mark_step_done(step, plan.steps_per_epoch);
   auto& outcome = *settings_->outcome;
   outcome.steps = control_.steps_done();
@@ -133,7 +136,9 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
   outcome.failure = failure;
   if (outcome.train_seconds > 0)
     outcome.samples_per_second =
-        static_cast<double>(outcome.steps * settings_->plan.batch_size) / outcome.train_seconds;
+        static_cast<double>((outcome.steps - settings_->plan.first_step) *
+                            settings_->plan.batch_size) /
+        outcome.train_seconds;
   nlohmann::json devices = nlohmann::json::object();
   if (settings_->devices != nullptr && outcome.train_seconds > 0) {
     auto elapsed = seconds_since_start();

@@ -48,6 +48,7 @@ std::string manifest_to_json(const checkpoint_manifest& manifest) {
                     {"data_epoch", manifest.data_epoch},
                     {"data_step_in_epoch", manifest.data_step_in_epoch},
                     {"lr_schedule_step", manifest.lr_schedule_step},
+                    {"optimizer", manifest.optimizer},
                     {"shards", std::move(shards)},
                     {"layers", std::move(layers)}};
   return out.dump(2) + "\n";
@@ -243,6 +244,7 @@ checkpoint_manifest manifest_from_json(const std::string& text, const std::strin
   m.data_epoch = reader.count("data_epoch");
   m.data_step_in_epoch = reader.count("data_step_in_epoch");
   m.lr_schedule_step = reader.count("lr_schedule_step");
+  m.optimizer = reader.string("optimizer", true);
 
   const auto& shards = reader.array("shards");
   std::map<std::string, std::string> shard_of_tensor;

@@ -6,7 +6,7 @@
 // files with their sizes and CRC-32s, and the model's layers and parameters, so a resume
 // can check that the model fits before loading a byte. Example:
 //   {"format_version": 1, "step": 1200, "epoch": 2, "config_hash": "9f2c...", "seed": 42,
-//    "data_epoch": 2, "data_step_in_epoch": 75, "lr_schedule_step": 1200,
+//    "data_epoch": 2, "data_step_in_epoch": 75, "lr_schedule_step": 1200, "optimizer": "adam",
 //    "shards": [{"file": "optimizer-0.safetensors", "bytes": 813056, "crc32": 2210987234,
 //                "tensors": ["0.weight", "0.bias", "0.weight.adam_m", ...]}],
 //    "layers": [{"index": 0, "type": "linear",
@@ -60,7 +60,8 @@ struct checkpoint_manifest {
   std::uint64_t seed = 0;
   std::int64_t data_epoch = 0;          // the data loader's epoch
   std::int64_t data_step_in_epoch = 0;  // batches the data loader handed out in data_epoch
-  std::int64_t lr_schedule_step = 0;    // the step the learning-rate schedule is at
+  std::int64_t lr_schedule_step = 0;
+  std::string optimizer;  // "sgd", "adam", "adamw": which optimizer state the shards hold    // the step the learning-rate schedule is at
   std::vector<checkpoint_shard> shards;
   std::vector<checkpoint_layer> layers;
 };

@@ -1,0 +1,193 @@
+// restore.cpp: a checkpoint's tensors by name (pieces assembled), and resuming from one.
+#include "runtime/checkpoint/restore.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/checkpoint/safetensors.hpp"
+
+namespace troupe {
+
+std::string parameter_name(std::int64_t layer, const std::string& param) {
+  return std::to_string(layer) + "." + param;
+}
+
+std::vector<std::string> optimizer_state_names(optimizer_type type, double momentum) {
+  switch (type) {
+    case optimizer_type::sgd:
+      return momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
+                           : std::vector<std::string>{};
+    case optimizer_type::adam:
+    case optimizer_type::adamw:
+      return {"exp_avg", "exp_avg_sq"};
+  }
+  return {};
+}
+
+std::string piece_name(const std::string& name, std::int64_t begin) {
+  return name + "@" + std::to_string(begin);
+}
+
+namespace {
+
+// "2.weight.exp_avg@1024" -> ("2.weight.exp_avg", 1024); a name without '@' -> (name, -1).
+std::pair<std::string, std::int64_t> split_piece(const std::string& name) {
+  const auto at = name.rfind('@');
+  if (at == std::string::npos || at + 1 == name.size())
+    return {name, -1};
+  std::int64_t begin = 0;
+  for (std::size_t i = at + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || begin > (std::int64_t{1} << 50))
+      return {name, -1};
+    begin = begin * 10 + (name[i] - '0');
+  }
+  return {name.substr(0, at), begin};
+}
+
+struct piece {
+  std::int64_t begin;
+  std::vector<float> values;
+  std::string shard;
+};
+
+}  // namespace
+
+std::map<std::string, std::vector<float>> read_checkpoint_tensors(
+    const std::string& directory, const checkpoint_manifest& manifest) {
+  std::map<std::string, std::vector<float>> whole;
+  std::map<std::string, std::vector<piece>> pieces;
+  std::map<std::string, std::string> whole_shard;
+  for (const auto& shard : manifest.shards) {
+    const auto path = (std::filesystem::path(directory) / shard.file).string();
+    const auto file = read_safetensors(path);
+    for (const auto& entry : file.entries()) {
+      if (entry.dtype != safetensors_dtype::f32)
+        throw data_error("checkpoint shard '" + path + "': tensor '" + entry.name + "' is " +
+                         to_string(entry.dtype) + "; expected F32");
+      auto [name, begin] = split_piece(entry.name);
+      if (begin < 0) {
+        whole[name] = file.values<float>(entry.name);
+        whole_shard[name] = path;
+      } else {
+        pieces[name].push_back(piece{begin, file.values<float>(entry.name), path});
+      }
+    }
+  }
+  for (auto& [name, parts] : pieces) {
+    if (whole.count(name))
+      throw data_error("checkpoint '" + directory + "': tensor '" + name + "' is whole in '" +
+                       whole_shard[name] + "' and in pieces in '" + parts.front().shard + "'");
+    std::sort(parts.begin(), parts.end(),
+              [](const piece& a, const piece& b) { return a.begin < b.begin; });
+    std::vector<float> out;
+    for (const auto& p : parts) {
+      const auto end = static_cast<std::int64_t>(out.size());
+      if (p.begin != end)
+        throw data_error("checkpoint '" + directory + "': the pieces of tensor '" + name +
+                         "' " + (p.begin < end ? "overlap" : "leave a gap") + " at element " +
+                         std::to_string(std::min(p.begin, end)) + " (shard '" + p.shard + "')");
+      out.insert(out.end(), p.values.begin(), p.values.end());
+    }
+    whole[name] = std::move(out);
+  }
+  return whole;
+}
+
+std::vector<checkpoint_layer> describe_model(const std::vector<model_layer>& model) {
+  std::vector<checkpoint_layer> out;
+  for (const auto& layer : model) {
+    checkpoint_layer described;
+    described.index = layer.index;
+    described.type = layer.type;
+    for (const auto& p : layer.params)
+      described.params.push_back(checkpoint_param{p.name, safetensors_dtype::f32, p.shape});
+    out.push_back(std::move(described));
+  }
+  return out;
+}
+
+namespace {
+
+std::string describe_layers(const std::vector<checkpoint_layer>& layers) {
+  std::string out;
+  for (const auto& l : layers) {
+    out += (out.empty() ? "" : ", ") + std::to_string(l.index) + " " + l.type;
+    for (const auto& p : l.params)
+      out += " " + p.name + shape_to_string(p.shape);
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+run_start resume_from(const std::string& directory, const checkpoint_manifest& manifest,
+                      const std::vector<model_layer>& model,
+                      const std::vector<std::string>& state_names) {
+  const auto where = "checkpoint '" + directory + "' (step " + std::to_string(manifest.step) + ")";
+  // The model first: layer by layer, what differs.
+  const auto expected = describe_model(model);
+  const auto hint = std::string{"; the checkpoint holds "} + describe_layers(manifest.layers) +
+                    ", the config's model " + describe_layers(expected);
+  if (manifest.layers.size() != expected.size())
+    throw data_error(where + " does not fit the model: it has " +
+                     std::to_string(manifest.layers.size()) +
+                     " layer(s) with parameters, the config's model " +
+                     std::to_string(expected.size()) + hint);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const auto& have = manifest.layers[i];
+    const auto& want = expected[i];
+    auto differs = [&](const std::string& what) {
+      throw data_error(where + " does not fit the model: layer " + std::to_string(want.index) +
+                       " " + what + hint);
+    };
+    if (have.index != want.index || have.type != want.type)
+      differs("is a " + want.type + " in the config but layer " + std::to_string(have.index) +
+              " is a " + have.type + " in the checkpoint");
+    if (have.params.size() != want.params.size())
+      differs("has " + std::to_string(want.params.size()) + " parameter(s), the checkpoint's " +
+              std::to_string(have.params.size()));
+    for (std::size_t p = 0; p < want.params.size(); ++p) {
+      if (have.params[p].name != want.params[p].name)
+        differs("parameter " + std::to_string(p) + " is '" + want.params[p].name +
+                "', the checkpoint's '" + have.params[p].name + "'");
+      if (have.params[p].dtype != safetensors_dtype::f32)
+        differs("parameter '" + want.params[p].name + "' is F32, the checkpoint's " +
+                to_string(have.params[p].dtype));
+      if (have.params[p].shape != want.params[p].shape)
+        differs("parameter '" + want.params[p].name + "' has shape " +
+                shape_to_string(want.params[p].shape) + ", the checkpoint's " +
+                shape_to_string(have.params[p].shape));
+    }
+  }
+  // Then the tensors themselves: every parameter and the state this optimizer keeps.
+  auto tensors = read_checkpoint_tensors(directory, manifest);
+  run_start start;
+  start.step = manifest.step;
+  for (const auto& layer : model) {
+    auto& out = start.layers[layer.index];
+    for (const auto& p : layer.params) {
+      std::vector<std::string> names{p.name};
+      for (const auto& state : state_names)
+        names.push_back(p.name + "." + state);
+      for (const auto& local : names) {
+        const auto name = parameter_name(layer.index, local);
+        auto found = tensors.find(name);
+        if (found == tensors.end())
+          throw data_error(where + " holds no tensor '" + name + "'" +
+                           (local == p.name ? std::string{}
+                                            : " (it was written by the " + manifest.optimizer +
+                                                  " optimizer; the config's keeps this state)"));
+        if (static_cast<std::int64_t>(found->second.size()) != element_count(p.shape))
+          throw data_error(where + ": tensor '" + name + "' has " +
+                           std::to_string(found->second.size()) + " values; expected " +
+                           std::to_string(element_count(p.shape)) + " for shape " +
+                           shape_to_string(p.shape));
+        out[local] = std::move(found->second);
+      }
+    }
+  }
+  return start;
+}
+
+}  // namespace troupe
