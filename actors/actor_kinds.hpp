@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/checkpoint_writer.hpp"
 #include "actors/data_loader_actor.hpp"  // run_plan
 #include "runtime/checkpoint/restore.hpp"
 #include "runtime/config/config.hpp"
@@ -45,6 +46,7 @@ struct spawn_context {
   const lr_schedule& schedule;
   std::shared_ptr<const dataset_split> data;
   const run_start& start;  // where the optimizers start (a checkpoint, init_from)
+  const checkpoint_plan& checkpoints;  // when the optimizers send the writer copies
 };
 
 using actor_factory = std::function<caf::actor(const actor_plan&, spawn_context&)>;

@@ -42,6 +42,10 @@ caf::message_handler data_loader_actor::handlers() {
             break;
       },
       [this](credit_atom) { send_next(); },
+      [this](stop_atom) {
+        stopped_ = true;
+        return next_step_;
+      },
   };
 }
 
@@ -118,6 +122,8 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
 
 bool data_loader_actor::send_next() {
   const auto& plan = settings_.plan;
+  if (stopped_)
+    return false;
   if (next_eval_ >= 0) {
     // The next batch of an evaluation in progress.
     const auto& test = settings_.data->test;

@@ -46,6 +46,10 @@ struct run_plan {
   }
 };
 
+/// (stop_atom) -> steps sent: the trainer's request to send nothing more (an interrupted
+/// run); the answer says how many training steps are under way or done.
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+
 struct data_loader_settings {
   std::shared_ptr<const dataset_split> data;
   run_plan plan;
@@ -88,6 +92,7 @@ class data_loader_actor : public device_actor {
   std::int64_t next_eval_ = -1;        // >= 0 while an evaluation is being sent
   std::int64_t eval_counter_ = 0;      // eval batches sent so far (their tag.step)
   std::int64_t order_epoch_ = -1;
+  bool stopped_ = false;  // an interrupted run: nothing more is sent
   std::vector<std::int64_t> order_;
 };
 

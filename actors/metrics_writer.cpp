@@ -21,9 +21,9 @@ metrics_writer::metrics_writer(std::size_t flush_bytes, std::chrono::millisecond
 
 metrics_writer::~metrics_writer() { close(); }
 
-bool metrics_writer::open(const std::string& path) {
+bool metrics_writer::open(const std::string& path, bool append) {
   close();
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0666);
   path_ = path;
   good_ = fd_ >= 0;
   last_flush_ = std::chrono::steady_clock::now();
@@ -87,11 +87,15 @@ void metrics_writer::evaluation(std::int64_t epoch, std::int64_t steps_done, dou
   flush();
 }
 
-void metrics_writer::end(bool succeeded, std::int64_t steps, double train_seconds,
+void metrics_writer::checkpoint(std::int64_t steps, const std::string& directory) {
+  add({{"event", "checkpoint"}, {"steps", steps}, {"path", directory}});
+}
+
+void metrics_writer::end(const char* event, std::int64_t steps, double train_seconds,
                          double samples_per_second, const nlohmann::json& devices,
                          double test_accuracy, const std::string& error) {
   nlohmann::json record = {
-      {"event", succeeded ? "done" : "failed"},
+      {"event", event},
       {"steps", steps},
       {"train_seconds", train_seconds},
       {"samples_per_s", samples_per_second},

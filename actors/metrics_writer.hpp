@@ -26,16 +26,19 @@ class metrics_writer {
   metrics_writer(const metrics_writer&) = delete;
   metrics_writer& operator=(const metrics_writer&) = delete;
 
-  /// Creates (truncates) `path`; returns false if it cannot be written.
-  bool open(const std::string& path);
+  /// Creates (truncates) `path`, or appends to it (a resumed run); false if it cannot be
+  /// written.
+  bool open(const std::string& path, bool append = false);
   bool is_open() const { return fd_ >= 0; }
 
   void step(std::int64_t step, std::int64_t epoch, double loss, double accuracy, double lr,
             double samples_per_second);
   void evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
                   double test_accuracy);
-  /// The last line; flushes and closes the file.
-  void end(bool succeeded, std::int64_t steps, double train_seconds, double samples_per_second,
+  /// A checkpoint of the parameters after `steps` steps is complete in `directory`.
+  void checkpoint(std::int64_t steps, const std::string& directory);
+  /// The last line, `event` "done", "failed" or "interrupted"; flushes and closes the file.
+  void end(const char* event, std::int64_t steps, double train_seconds, double samples_per_second,
            const nlohmann::json& devices, double test_accuracy, const std::string& error);
 
   /// Hands every pending line to the file. False if writing failed (now or before).

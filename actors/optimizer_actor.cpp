@@ -24,6 +24,21 @@ bool is_adam_family(optimizer_type type) {
 
 }  // namespace
 
+bool optimizer_is_sharded(const actor_plan& plan, const topology& graph, const run_config& config) {
+  if (!config.parallel.shard_optimizer)
+    return false;
+  return std::any_of(graph.actors.begin(), graph.actors.end(), [&](const actor_plan& a) {
+    return a.kind == actor_kind::averager && a.layer == plan.layer &&
+           a.method == averaging_method::ring;
+  });
+}
+
+bool optimizer_writes_checkpoints(const actor_plan& plan, const topology& graph,
+                                  const run_config& config) {
+  return plan.kind == actor_kind::optimizer &&
+         (plan.replica <= 0 || optimizer_is_sharded(plan, graph, config));
+}
+
 optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
     : device_actor(config, settings.name, settings.on), settings_(std::move(settings)) {
   auto type = settings_.on->id().type;
@@ -98,6 +113,7 @@ void optimizer_actor::connect(const wiring_msg& wiring) {
 void optimizer_actor::release_peers() {
   subscribers_.clear();
   averager_ = nullptr;
+  settings_.checkpoints.writer = nullptr;
 }
 
 std::string optimizer_actor::waiting_for() const {
@@ -122,6 +138,18 @@ caf::message_handler optimizer_actor::handlers() {
         else
           throw std::logic_error(settings_.name + ": unexpected shard message (stage " +
                                  std::to_string(message.stage) + ")");
+      },
+      // An interrupted run's checkpoint after `version` steps (the trainer's request): now,
+      // or once this optimizer gets there.
+      [this](checkpoint_atom, std::int64_t version) {
+        if (!settings_.writes_checkpoints)
+          return;
+        TROUPE_CHECK(version >= version_, settings_.name << ": a checkpoint of version " << version
+                                                         << " asked for at version " << version_);
+        if (version == version_)
+          checkpoint(version);
+        else
+          requested_checkpoint_ = version;
       },
       // The parameters once they have reached `version` (the end of a run, tests,
       // checkpoints): answered at once, or as soon as that update has been submitted.
@@ -204,6 +232,7 @@ void optimizer_actor::update_shard(shard_msg& reduced) {
                               << " floats for " << params_flat_.numel() << " parameters");
   auto next = tensor::empty({params_flat_.numel()}, dtype::f32, settings_.on->id());
   auto grads = arrive(std::vector<tensor>{reduced.flat}, *settings_.on).front();
+  owned_spans_ = reduced.spans;
   std::vector<piece> pieces;
   for (std::size_t i = 0; i < reduced.spans.size(); i += 2) {
     auto offset = reduced.spans[i], n = reduced.spans[i + 1];
@@ -244,6 +273,9 @@ std::vector<tensor> optimizer_actor::unflatten(const tensor& flat) const {
 void optimizer_actor::set_version(std::int64_t version, std::vector<tensor> params) {
   params_ = std::move(params);
   version_ = version;
+  if (settings_.writes_checkpoints &&
+      (settings_.checkpoints.due(version_) || version_ == requested_checkpoint_))
+    checkpoint(version_);
   for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
     if (it->first <= version_) {
       it->second.deliver(params_);
@@ -253,6 +285,76 @@ void optimizer_actor::set_version(std::int64_t version, std::vector<tensor> para
     }
   }
   publish();
+}
+
+// Note [who writes a checkpoint]
+// A checkpoint holds each tensor once (Note [checkpoint names] in
+// runtime/checkpoint/restore.hpp). Unsharded, the optimizers of one layer's replicas
+// (ring averaging) are identical, so the first replica's writes the layer's shard (a
+// central averager's optimizer serves every replica and writes it). Sharded (ZeRO-1), each
+// replica's optimizer updated only the spans its averager owns: it writes those spans of
+// the parameters and of its state as pieces, and the replicas' pieces cover each tensor
+// once. The copy is one job on this device's stream, after the update that made the
+// version and before any later one, so it sees exactly that version and its state; the
+// writer's thread waits for it and writes the file, and training goes on meanwhile.
+void optimizer_actor::checkpoint(std::int64_t version) {
+  const auto states = state_names();
+  std::vector<tensor> sources;  // what is copied, in the order of `names`
+  std::vector<std::string> names;
+  auto add = [&](const std::string& name, const tensor& source) {
+    names.push_back(name);
+    sources.push_back(source);
+  };
+  auto states_of = [&](std::int64_t offset, std::int64_t n) {
+    std::vector<tensor> out;
+    if (!states.empty())
+      out.push_back(momentum_flat_.view(offset, {n}));
+    if (states.size() > 1)
+      out.push_back(second_flat_.view(offset, {n}));
+    return out;
+  };
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& spec = settings_.params[i];
+    const auto name = parameter_name(settings_.layer_index, spec.name);
+    const auto n = params_[i].numel();
+    if (!settings_.sharded) {
+      add(name, params_[i]);
+      auto state = states_of(offset, n);
+      for (std::size_t s = 0; s < state.size(); ++s)
+        add(name + "." + states[s], state[s].reshaped(spec.shape));
+    } else {
+      // The owned spans, cut at this parameter's bounds [offset, offset + n).
+      TROUPE_CHECK(params_flat_.defined(), settings_.name << ": sharded without a flat buffer");
+      for (std::size_t k = 0; k + 1 < owned_spans_.size(); k += 2) {
+        const auto begin = std::max(owned_spans_[k], offset);
+        const auto end = std::min(owned_spans_[k] + owned_spans_[k + 1], offset + n);
+        if (begin >= end)
+          continue;
+        add(piece_name(name, begin - offset), params_flat_.view(begin, {end - begin}));
+        auto state = states_of(begin, end - begin);
+        for (std::size_t s = 0; s < state.size(); ++s)
+          add(piece_name(name + "." + states[s], begin - offset), state[s]);
+      }
+    }
+    offset += n;
+  }
+  std::vector<tensor> copies;
+  for (const auto& source : sources)
+    copies.push_back(tensor::empty(source.shape(), dtype::f32, settings_.on->id()));
+  auto copied = settings_.on->work().submit(
+      [sources, copies] {
+        for (std::size_t i = 0; i < sources.size(); ++i)
+          std::copy(sources[i].f32(), sources[i].f32() + sources[i].numel(), copies[i].f32());
+      },
+      job_for_step("checkpoint", version));
+  for (auto& c : copies)
+    c.set_ready(copied);
+  const auto file = "layer-" + std::to_string(settings_.layer_index) +
+                    (settings_.sharded ? "-part-" + std::to_string(settings_.replica) : "") +
+                    ".safetensors";
+  send(settings_.checkpoints.writer,
+       checkpoint_shard_msg{version, file, std::move(names), std::move(copies)});
 }
 
 event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> pieces,
@@ -313,6 +415,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       if (start != context.start.layers.end())
         s.start = &start->second;
       s.start_version = context.start.step;
+      s.replica = plan.replica;
+      s.sharded = optimizer_is_sharded(plan, context.graph, context.config);
+      s.writes_checkpoints = optimizer_writes_checkpoints(plan, context.graph, context.config);
+      s.checkpoints = context.checkpoints;
       return context.system.spawn<optimizer_actor>(std::move(s));
     });
 

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "actors/checkpoint_writer.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/model/lr_schedule.hpp"
 #include "troupe/device.hpp"
@@ -29,6 +31,7 @@ namespace troupe {
 struct optimizer_actor_settings {
   std::string name;                 // e.g. "optimizer_0"
   std::int32_t layer_index = 0;
+  std::int32_t replica = -1;        // -1: serves every replica (central averaging)
   std::vector<param_spec> params;   // what to create
   optimizer_section optimizer;      // type and hyper-parameters
   lr_schedule schedule;
@@ -39,7 +42,17 @@ struct optimizer_actor_settings {
   /// (parameters) or zeros (state). Outlives the constructor only.
   const std::map<std::string, std::vector<float>>* start = nullptr;
   std::int64_t start_version = 0;  // the checkpoint's step
+  checkpoint_plan checkpoints;     // when to send the writer a copy
+  bool writes_checkpoints = false;  // Note [who writes a checkpoint]
+  bool sharded = false;             // a ZeRO-1 optimizer: it owns spans, not whole tensors
 };
+
+/// Whether the optimizer `plan` is sharded (ZeRO-1: its layer's ring averagers hand it
+/// spans), and whether it writes a shard of each checkpoint (Note [who writes a
+/// checkpoint] in optimizer_actor.cpp).
+bool optimizer_is_sharded(const actor_plan& plan, const topology& graph, const run_config& config);
+bool optimizer_writes_checkpoints(const actor_plan& plan, const topology& graph,
+                                  const run_config& config);
 
 class optimizer_actor : public device_actor {
  public:
@@ -75,6 +88,9 @@ class optimizer_actor : public device_actor {
   /// Views of `flat` shaped like the parameters, ready when it is.
   std::vector<tensor> unflatten(const tensor& flat) const;
   void set_version(std::int64_t version, std::vector<tensor> params);
+  /// Sends the checkpoint writer a copy of version `version` and its state, taken in
+  /// stream order (Note [who writes a checkpoint]).
+  void checkpoint(std::int64_t version);
   void publish();
 
   optimizer_actor_settings settings_;
@@ -86,6 +102,8 @@ class optimizer_actor : public device_actor {
   tensor momentum_flat_, second_flat_;  // the two above are views of these
   caf::actor averager_;             // the sender of our gradients (the sharded exchange)
   std::uint32_t averager_track_ = 0;
+  std::int64_t requested_checkpoint_ = -1;  // an interrupted run's last version
+  std::vector<std::int64_t> owned_spans_;   // sharded: (offset, size) pairs it updates
   std::vector<tensor> grad_sum_;    // the step's gradients, summed over grads wires
   std::int32_t grads_received_ = 0;
   std::int32_t grads_expected_ = 1; // incoming grads wires

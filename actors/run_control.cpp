@@ -8,7 +8,7 @@ run_control::run_control(const run_plan& plan) : plan_(plan), steps_done_(plan.f
   for (std::int64_t s = plan_.first_step; s < plan_.total_steps; ++s)
     if (plan_.evaluates_after(s))
       ++evaluations;
-  items_left_ = plan_.total_steps + evaluations * plan_.eval_batches;
+  items_left_ = plan_.total_steps - plan_.first_step + evaluations * plan_.eval_batches;
 }
 
 report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std::int64_t correct,

@@ -1,13 +1,17 @@
 // session.cpp: checking, spawning, wiring, running and tearing down one run.
 #include "actors/session.hpp"
 
+#include <algorithm>
 #include <filesystem>
+#include <iomanip>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kinds.hpp"
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
+#include "actors/optimizer_actor.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
@@ -149,6 +153,41 @@ std::vector<model_layer> model_layers(const topology& graph) {
   for (auto& [index, layer] : found)
     out.push_back(std::move(layer));
   return out;
+}
+
+// A fingerprint of what decides a run's numbers apart from its wiring (the model, the
+// optimizer, the batch, the seed): FNV-1a over their text. A checkpoint records it, so
+// that a resume with other settings can say so; the wiring is left out on purpose.
+std::string config_fingerprint(const run_config& config) {
+  std::string text = "seed=" + std::to_string(config.run.seed) +
+                     ";batch=" + std::to_string(config.data.batch_size) + ";";
+  for (const auto& layer : config.model.layers) {
+    text += layer.type + "(";
+    for (const auto& [key, value] : layer.settings)
+      text += key + "=" +
+              std::visit(
+                  [](const auto& v) {
+                    std::ostringstream out;
+                    out << std::boolalpha << v;
+                    return out.str();
+                  },
+                  value.value) +
+              ",";
+    text += ")";
+  }
+  const auto& o = config.optimizer;
+  std::ostringstream optimizer;
+  optimizer << std::setprecision(17) << to_string(o.type) << ",lr=" << o.lr << ",m=" << o.momentum
+            << ",d=" << o.dampening << ",wd=" << o.weight_decay << ",n=" << o.nesterov
+            << ",b1=" << o.beta1 << ",b2=" << o.beta2 << ",eps=" << o.eps
+            << ",schedule=" << to_string(o.schedule.type);
+  text += optimizer.str();
+  std::uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text)
+    hash = (hash ^ c) * 1099511628211ull;
+  std::ostringstream out;
+  out << std::hex << std::setw(16) << std::setfill('0') << hash;
+  return out.str();
 }
 
 }  // namespace
@@ -329,8 +368,35 @@ session_result run_session(const run_config& config, const session_options& opti
         caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
       });
 
-    spawn_context context{system,        devices,           config,       graph,
-                          prepared.plan, prepared.schedule, prepared.data, prepared.start};
+    // Checkpoints: a writer on its own thread; the optimizers send it their copies.
+    checkpoint_plan checkpoints;
+    if (!config.run.checkpoint.empty()) {
+      checkpoint_writer_settings w;
+      w.root = config.run.checkpoint;
+      w.shards_per_checkpoint = std::count_if(
+          graph.actors.begin(), graph.actors.end(),
+          [&](const actor_plan& a) { return optimizer_writes_checkpoints(a, graph, config); });
+      w.keep = static_cast<std::size_t>(config.run.checkpoint_keep);
+      w.keep_best = config.run.checkpoint_keep_best;
+      w.steps_per_epoch = prepared.plan.steps_per_epoch;
+      w.base.config_hash = config_fingerprint(config);
+      w.base.seed = config.run.seed;
+      w.base.optimizer = to_string(config.optimizer.type);
+      w.base.layers = describe_model(prepared.model);
+      w.trainer = trainer;
+      checkpoints.writer = spawn_checkpoint_writer(system, std::move(w));
+      checkpoints.every = config.run.checkpoint_every;
+      checkpoints.at_evaluations = config.run.checkpoint_keep_best;
+      checkpoints.total_steps = prepared.plan.total_steps;
+      checkpoints.steps_per_epoch = prepared.plan.steps_per_epoch;
+      checkpoints.evaluate = prepared.plan.evaluate;
+    }
+    trainer_config->checkpoints = checkpoints;
+    trainer_config->watch_interrupts = options.watch_interrupts;
+
+    spawn_context context{system,        devices,        config,
+                          graph,         prepared.plan,  prepared.schedule,
+                          prepared.data, prepared.start, checkpoints};
     std::map<std::string, caf::actor> spawned;
     try {
       for (const auto& a : graph.actors)
@@ -342,6 +408,8 @@ session_result run_session(const run_config& config, const session_options& opti
       for (const auto& [name, handle] : spawned)
         caf::anon_send_exit(handle, caf::exit_reason::kill);
       caf::anon_send_exit(trainer, caf::exit_reason::kill);
+      if (checkpoints.enabled())
+        caf::anon_send_exit(checkpoints.writer, caf::exit_reason::kill);
       throw;
     }
     for (const auto& a : graph.actors) {
@@ -377,6 +445,8 @@ session_result run_session(const run_config& config, const session_options& opti
       devices.synchronize();
       for (const auto& [name, handle] : spawned)
         self->send(handle, finish_atom::value);
+      if (checkpoints.enabled())
+        self->send(checkpoints.writer, finish_atom::value);  // after the shards it was sent
     }
     devices.synchronize();
   }

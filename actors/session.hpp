@@ -33,6 +33,7 @@ struct session_options {
   std::string log_filter;       // ...those matching this (trace::recorder_settings)
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
   std::string resume;           // continue from this checkpoint (prepare_session)
+  bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/interrupts.hpp)
 };
 
 struct session_result {

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <csignal>
+
+#include "actors/interrupts.hpp"
 #include "actors/step_markers.hpp"
 #include "troupe/traced.hpp"
 
@@ -47,12 +50,17 @@ caf::behavior trainer_actor::make_behavior() {
       [this](failure_msg& failure) {
         end(exit_code::run_failed, failure.actor + ": " + failure.what);
       },
+      [this](checkpoint_atom, std::int64_t steps, const std::string& directory) {
+        on_checkpoint(steps, directory);
+      },
+      [this](poll_atom) { poll_interrupt(); },
   };
 }
 
 void trainer_actor::start() {
   done_ = make_response_promise();
-  if (!settings_->metrics_path.empty() && !metrics_.open(settings_->metrics_path))
+  if (!settings_->metrics_path.empty() &&
+      !metrics_.open(settings_->metrics_path, settings_->plan.first_step > 0))
     return end(exit_code::bad_input,
                "cannot write the metrics file '" + settings_->metrics_path + "'");
   settings_->outcome->steps = control_.steps_done();  // a resumed run starts past 0
@@ -60,6 +68,8 @@ void trainer_actor::start() {
   watchdog_.start(start_);
   if (watchdog_.enabled())
     delayed_send(this, watchdog_.interval(), tick_atom::value);
+  if (settings_->watch_interrupts)
+    delayed_send(this, std::chrono::milliseconds(50), poll_atom::value);
   for (const auto& optimizer : settings_->optimizers)
     send(optimizer, start_atom::value);
   send(settings_->loader, start_atom::value);
@@ -77,8 +87,64 @@ void trainer_actor::on_report(const loss_report_msg& report) {
     finish_step(*effect.step, effect.totals);
   if (effect.epoch)
     finish_evaluation(*effect.epoch, effect.totals);
-  if (effect.run_done)
-    end(exit_code::ok, "");
+  if (stopping_)
+    return stop_if_drained();
+  if (effect.run_done) {
+    const auto total = settings_->plan.total_steps;
+    if (settings_->checkpoints.due(total))
+      end_after_checkpoint(total, exit_code::ok, "");
+    else
+      end(exit_code::ok, "");
+  }
+}
+
+void trainer_actor::end_after_checkpoint(std::int64_t steps, troupe::exit_code code,
+                                         std::string why) {
+  if (last_checkpoint_ >= steps)
+    return end(code, why);
+  pending_end_ = pending_end{steps, code, std::move(why)};
+}
+
+void trainer_actor::on_checkpoint(std::int64_t steps, const std::string& directory) {
+  if (ended_)
+    return;
+  last_checkpoint_ = std::max(last_checkpoint_, steps);
+  if (metrics_.is_open())
+    metrics_.checkpoint(steps, directory);
+  if (pending_end_.steps >= 0 && last_checkpoint_ >= pending_end_.steps)
+    end(pending_end_.code, pending_end_.why);
+}
+
+void trainer_actor::poll_interrupt() {
+  if (ended_)
+    return;
+  signal_ = interrupt_signal();
+  if (signal_ == 0 || stopping_) {
+    delayed_send(this, std::chrono::milliseconds(50), poll_atom::value);
+    return;
+  }
+  // The steps the loader has sent are finished (their gradients are in flight); nothing
+  // new starts. Then the parameters after them are checkpointed, and the run ends.
+  stopping_ = true;
+  request(settings_->loader, caf::infinite, stop_atom::value).then([this](std::int64_t sent) {
+    stop_steps_ = sent;
+    stop_if_drained();
+  });
+}
+
+void trainer_actor::stop_if_drained() {
+  if (ended_ || stop_steps_ < 0 || control_.steps_done() < stop_steps_)
+    return;
+  const auto code = signal_ == SIGTERM ? exit_code::terminated : exit_code::interrupted;
+  const auto why = std::string{"interrupted by "} + (signal_ == SIGTERM ? "SIGTERM" : "SIGINT") +
+                   " after step " + std::to_string(stop_steps_);
+  const auto& checkpoints = settings_->checkpoints;
+  if (!checkpoints.enabled() || stop_steps_ <= settings_->plan.first_step)
+    return end(code, why);
+  if (!checkpoints.due(stop_steps_))
+    for (const auto& optimizer : settings_->optimizers)
+      send(optimizer, checkpoint_atom::value, stop_steps_);
+  end_after_checkpoint(stop_steps_, code, why + " (checkpointed)");
 }
 
 void trainer_actor::watch() {
@@ -124,6 +190,12 @@ void trainer_actor::finish_evaluation(std::int64_t epoch, const report_totals& t
   outcome.test_accuracy = t.accuracy();
   if (metrics_.is_open())
     metrics_.evaluation(epoch, control_.steps_done(), outcome.test_loss, outcome.test_accuracy);
+  if (settings_->checkpoints.at_evaluations) {
+    // The evaluation after epoch `epoch` used the parameters after its last step.
+    const auto& plan = settings_->plan;
+    const auto steps = std::min((epoch + 1) * plan.steps_per_epoch, plan.total_steps);
+    send(settings_->checkpoints.writer, checkpoint_atom::value, steps, outcome.test_accuracy);
+  }
   progress_.evaluation(epoch, outcome.test_loss, outcome.test_accuracy, t.samples);
 }
 
@@ -150,8 +222,12 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
     }
   }
   if (metrics_.is_open()) {
-    metrics_.end(code == exit_code::ok, outcome.steps, outcome.train_seconds,
-                 outcome.samples_per_second, devices, outcome.test_accuracy, failure);
+    const char* event = code == exit_code::ok ? "done"
+                        : code == exit_code::interrupted || code == exit_code::terminated
+                            ? "interrupted"
+                            : "failed";
+    metrics_.end(event, outcome.steps, outcome.train_seconds, outcome.samples_per_second, devices,
+                 outcome.test_accuracy, failure);
     if (!metrics_.good() && code == exit_code::ok) {
       // The run trained, but its record is incomplete: say so rather than succeed quietly.
       outcome.exit_code = exit_code::run_failed;
@@ -160,6 +236,9 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
   }
   progress_.end();
   done_.deliver(exit_status(outcome.exit_code));
+  // The checkpoint writer's thread ends once no one holds it (the session tells it to
+  // finish after the last shard has reached it).
+  settings_->checkpoints.writer = nullptr;
   quit();
 }
 

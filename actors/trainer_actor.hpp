@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 
+#include "actors/checkpoint_writer.hpp"
 #include "actors/data_loader_actor.hpp"
 #include "actors/metrics_writer.hpp"
 #include "actors/progress.hpp"
@@ -54,7 +55,11 @@ struct trainer_settings {
   std::vector<std::pair<std::string, caf::actor>> actors;  // every actor, for the watchdog
   caf::actor loader;                                       // filled before start
   std::vector<caf::actor> optimizers;
+  checkpoint_plan checkpoints;    // the run's checkpoints: the last one ends the run
+  bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/interrupts.hpp)
 };
+
+using poll_atom = caf::atom_constant<caf::atom("poll")>;
 
 class trainer_actor : public caf::event_based_actor {
  public:
@@ -67,6 +72,12 @@ class trainer_actor : public caf::event_based_actor {
   void finish_step(std::int64_t step, const report_totals& t);
   void finish_evaluation(std::int64_t epoch, const report_totals& t);
   void end(troupe::exit_code code, const std::string& failure);
+  /// Ends the run with `code` once the checkpoint after `steps` steps is complete.
+  void end_after_checkpoint(std::int64_t steps, troupe::exit_code code, std::string why);
+  void on_checkpoint(std::int64_t steps, const std::string& directory);
+  void poll_interrupt();
+  /// An interrupted run: ends once the steps under way are done (and checkpointed).
+  void stop_if_drained();
   void watch();
   double seconds_since_start() const;
 
@@ -81,6 +92,15 @@ class trainer_actor : public caf::event_based_actor {
   double samples_per_second_ = 0;  // smoothed
   bool ended_ = false;
   std::uint64_t reports_ = 0;
+  std::int64_t last_checkpoint_ = -1;  // steps of the newest complete checkpoint
+  struct pending_end {
+    std::int64_t steps = -1;  // waiting for the checkpoint after this many steps; -1: none
+    troupe::exit_code code = troupe::exit_code::ok;
+    std::string why;
+  } pending_end_;
+  bool stopping_ = false;         // a signal arrived: no new steps
+  std::int64_t stop_steps_ = -1;  // the steps the loader had sent when it stopped
+  int signal_ = 0;
 };
 
 }  // namespace troupe

@@ -28,12 +28,16 @@ const char* main_usage =
     "  --version            print the version\n"
     "\n"
     "exit codes: 0 success, 1 the run failed, 2 bad input (usage, config, data),\n"
-    "            3 stopped by the watchdog (no progress; it prints what each actor waits for)\n";
+    "            3 stopped by the watchdog (no progress; it prints what each actor waits for),\n"
+    "            130 interrupted by SIGINT, 143 interrupted by SIGTERM (after the current step\n"
+    "            and, when checkpointing, a checkpoint; a second signal exits at once)\n";
 
 // The usage lists the codes by number.
 static_assert(troupe::exit_status(troupe::exit_code::run_failed) == 1 &&
               troupe::exit_status(troupe::exit_code::bad_input) == 2 &&
-              troupe::exit_status(troupe::exit_code::watchdog) == 3);
+              troupe::exit_status(troupe::exit_code::watchdog) == 3 &&
+              troupe::exit_status(troupe::exit_code::interrupted) == 130 &&
+              troupe::exit_status(troupe::exit_code::terminated) == 143);
 
 struct command_entry {
   const char* name;

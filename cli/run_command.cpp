@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "actors/interrupts.hpp"
 #include "actors/session.hpp"
 #include "cli/commands.hpp"
 
@@ -24,6 +25,14 @@ exit_code run_command(const std::vector<std::string>& args) {
       "watchdog", po::value<double>(),
       "stop a run that has made no progress for this many seconds, printing what each actor "
       "waits for (overrides [run] watchdog; 0 = off)")(
+      "checkpoint", po::value<std::string>(),
+      "write checkpoints into this directory (overrides [run] checkpoint): every "
+      "--checkpoint-every steps and at the end; the newest [run] checkpoint_keep are kept")(
+      "checkpoint-every", po::value<std::int64_t>(),
+      "steps between checkpoints (overrides [run] checkpoint_every; 0 = only at the end)")(
+      "resume", po::value<std::string>(),
+      "continue from a checkpoint: a checkpoint directory, or a directory of them (its newest "
+      "complete one); --steps and [run] epochs still count from the start of the run")(
       "quiet,q", "print nothing but errors and the final result")(
       "no-progress-bar", "print progress as plain lines even on a terminal");
   command_line line;
@@ -45,7 +54,28 @@ exit_code run_command(const std::vector<std::string>& args) {
     }
     config.run.steps = steps;
   }
+  if (line.values.count("checkpoint"))
+    config.run.checkpoint = line.values["checkpoint"].as<std::string>();
+  if (line.values.count("checkpoint-every")) {
+    auto every = line.values["checkpoint-every"].as<std::int64_t>();
+    if (every < 0) {
+      std::fprintf(stderr, "troupe run: --checkpoint-every must be 0 or more steps, got %lld\n",
+                   static_cast<long long>(every));
+      return exit_code::bad_input;
+    }
+    if (config.run.checkpoint.empty()) {
+      std::fprintf(stderr,
+                   "troupe run: --checkpoint-every needs a directory: --checkpoint DIR "
+                   "or [run] checkpoint\n");
+      return exit_code::bad_input;
+    }
+    config.run.checkpoint_every = every;
+  }
   session_options session;
+  if (line.values.count("resume"))
+    session.resume = line.values["resume"].as<std::string>();
+  session.watch_interrupts = true;
+  install_interrupt_handlers();
   session.quiet = line.values.count("quiet") > 0;
   session.progress_bar = !line.values.count("no-progress-bar") && isatty(fileno(stdout));
   if (line.values.count("metrics"))

@@ -9,11 +9,13 @@ namespace troupe {
 
 /// The process exit status of troupe, and of a session's outcome.
 enum class exit_code : int {
-  ok = 0,          // success (a passed verify or check-layer too)
-  run_failed = 1,  // the run failed: an actor reported an error, a check failed, verify found
-                   // a difference, or an internal error
-  bad_input = 2,   // bad input: usage, config, data file, plugin
-  watchdog = 3,    // stopped by the watchdog: nothing moved for [run] watchdog seconds
+  ok = 0,             // success (a passed verify or check-layer too)
+  run_failed = 1,     // the run failed: an actor reported an error, a check failed, verify found
+                      // a difference, or an internal error
+  bad_input = 2,      // bad input: usage, config, data file, plugin
+  watchdog = 3,       // stopped by the watchdog: nothing moved for [run] watchdog seconds
+  interrupted = 130,  // stopped by SIGINT (Ctrl-C) after finishing a step (and a checkpoint)
+  terminated = 143,   // stopped by SIGTERM, likewise (128 + the signal, as shells report it)
 };
 
 /// The number a process returns from main() for `code`.

@@ -339,6 +339,10 @@ run_section read_run(const section_reader& r) {
   r.read("trace", s.trace);
   r.read("trace_capacity", s.trace_capacity, at_least(16));
   r.read("watchdog", s.watchdog, number_range{0, false});
+  r.read("checkpoint", s.checkpoint);
+  r.read("checkpoint_every", s.checkpoint_every, at_least(0));
+  r.read("checkpoint_keep", s.checkpoint_keep, at_least(1));
+  r.read("checkpoint_keep_best", s.checkpoint_keep_best);
   if (const auto* plugins = r.find("plugins")) {
     const auto* array = plugins->as_array();
     if (!array)

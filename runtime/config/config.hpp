@@ -46,6 +46,10 @@ struct run_section {
   std::int64_t trace_capacity = 1 << 20;  // events kept per thread; more are dropped and counted
   double watchdog = 60;             // seconds without progress before the run is stopped; 0 = off
   std::vector<setting_value> plugins;  // shared libraries to load, relative to the config file
+  std::string checkpoint;              // a directory to write checkpoints into; empty: none
+  std::int64_t checkpoint_every = 0;   // steps between checkpoints; 0: only at the end
+  std::int64_t checkpoint_keep = 3;    // the newest this many are kept
+  bool checkpoint_keep_best = false;   // also keep the one with the best test accuracy
   source_position where;
 };
 

@@ -273,6 +273,11 @@ std::string format_explicit(const topology& t, const run_config& config) {
     w.put("trace", run.trace);
   w.put("trace_capacity", run.trace_capacity);
   w.put("watchdog", run.watchdog);
+  if (!run.checkpoint.empty())
+    w.put("checkpoint", run.checkpoint);
+  w.put("checkpoint_every", run.checkpoint_every);
+  w.put("checkpoint_keep", run.checkpoint_keep);
+  w.put("checkpoint_keep_best", run.checkpoint_keep_best);
   if (!run.plugins.empty()) {
     // Absolute, like [data] path: the custom layers and actor kinds below need them.
     std::string plugins;

@@ -47,7 +47,7 @@ TEST_CASE("metrics lines carry the step, evaluation and end keys") {
     REQUIRE(m.open(path));
     m.step(0, 0, 2.5, 0.25, 1e-3, 1000);
     m.evaluation(0, 1, 2.0, 0.5);
-    m.end(true, 1, 0.5, 64, nlohmann::json{{"cpu:0", {{"busy_s", 0.25}, {"utilisation", 0.5}}}},
+    m.end("done", 1, 0.5, 64, nlohmann::json{{"cpu:0", {{"busy_s", 0.25}, {"utilisation", 0.5}}}},
           0.5, "");
     CHECK_FALSE(m.is_open());
   }
@@ -74,7 +74,7 @@ TEST_CASE("a failed run's last metrics line says failed and why, without a test 
   {
     metrics_writer m;
     REQUIRE(m.open(path));
-    m.end(false, 0, 0, 0, nlohmann::json::object(), -1, "layer_1: boom");
+    m.end("failed", 0, 0, 0, nlohmann::json::object(), -1, "layer_1: boom");
   }
   auto lines = lines_of(read_all(path));
   REQUIRE(lines.size() == 1);

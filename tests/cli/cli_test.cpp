@@ -146,7 +146,9 @@ TEST_CASE("the README and troupe --help list the exit codes of the exit_code enu
       {exit_code::ok, "success"},
       {exit_code::run_failed, "the run failed"},
       {exit_code::bad_input, "bad input"},
-      {exit_code::watchdog, "stopped by the watchdog"}};
+      {exit_code::watchdog, "stopped by the watchdog"},
+      {exit_code::interrupted, "interrupted by SIGINT"},
+      {exit_code::terminated, "interrupted by SIGTERM"}};
   for (const auto& [code, meaning] : meanings) {
     auto entry = std::to_string(troupe::exit_status(code)) + " " + meaning;
     INFO(entry);

@@ -1,0 +1,102 @@
+// checkpoint_writer.cpp: shards to files, manifests last, pruning (see the header).
+#include "actors/checkpoint_writer.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
+
+namespace troupe {
+
+namespace {
+
+class checkpoint_writer : public caf::event_based_actor {
+ public:
+  checkpoint_writer(caf::actor_config& config, checkpoint_writer_settings settings)
+      : caf::event_based_actor(config), settings_(std::move(settings)) {}
+
+  const char* name() const override { return "checkpoint writer"; }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](checkpoint_shard_msg& shard) { guarded([&] { write(shard); }); },
+        [this](checkpoint_atom, std::int64_t step, double accuracy) {
+          if (!best_ || accuracy > best_->second)
+            best_ = std::make_pair(step, accuracy);
+        },
+        [this](finish_atom) {
+          // Its thread ends only once nothing holds this actor: let go of the trainer,
+          // which (through its settings) holds us.
+          settings_.trainer = nullptr;
+          quit();
+        },
+    };
+  }
+
+ private:
+  template <class Work>
+  void guarded(Work&& work) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      send(settings_.trainer, failure_msg{"checkpoint writer", e.what()});
+    }
+  }
+
+  void write(const checkpoint_shard_msg& shard) {
+    auto& pending = pending_[shard.step];
+    if (pending.directory.empty())
+      pending.directory = make_checkpoint_directory(settings_.root, shard.step);
+    std::vector<safetensors_tensor_ref> refs;
+    for (std::size_t i = 0; i < shard.tensors.size(); ++i) {
+      const auto& t = shard.tensors[i];
+      t.wait_ready();  // this thread is nobody's stream: waiting here stops no device
+      refs.push_back({shard.names.at(i), safetensors_dtype::f32, t.shape(), t.raw()});
+    }
+    const auto path = (std::filesystem::path(pending.directory) / shard.file).string();
+    const auto written = write_safetensors(path, refs);
+    pending.shards.push_back(
+        checkpoint_shard{shard.file, written.bytes, written.crc32, shard.names});
+    if (static_cast<std::int64_t>(pending.shards.size()) == settings_.shards_per_checkpoint)
+      complete(shard.step);
+  }
+
+  void complete(std::int64_t step) {
+    auto pending = std::move(pending_.at(step));
+    pending_.erase(step);
+    auto manifest = settings_.base;
+    manifest.step = step;
+    manifest.epoch = step / settings_.steps_per_epoch;
+    manifest.data_epoch = manifest.epoch;
+    manifest.data_step_in_epoch = step % settings_.steps_per_epoch;
+    manifest.lr_schedule_step = step;
+    std::sort(pending.shards.begin(), pending.shards.end(),
+              [](const checkpoint_shard& a, const checkpoint_shard& b) { return a.file < b.file; });
+    manifest.shards = std::move(pending.shards);
+    commit_checkpoint(pending.directory, manifest);
+    std::set<std::int64_t> keep_also;
+    if (settings_.keep_best && best_)
+      keep_also.insert(best_->first);
+    prune_checkpoints(settings_.root, settings_.keep, keep_also);
+    send(settings_.trainer, checkpoint_atom::value, step, pending.directory);
+  }
+
+  struct pending_checkpoint {
+    std::string directory;
+    std::vector<checkpoint_shard> shards;
+  };
+
+  checkpoint_writer_settings settings_;
+  std::map<std::int64_t, pending_checkpoint> pending_;
+  std::optional<std::pair<std::int64_t, double>> best_;  // step, test accuracy
+};
+
+}  // namespace
+
+caf::actor spawn_checkpoint_writer(caf::actor_system& system, checkpoint_writer_settings settings) {
+  return system.spawn<checkpoint_writer, caf::detached>(std::move(settings));
+}
+
+}  // namespace troupe

@@ -1,0 +1,80 @@
+// checkpoint_writer.hpp: writes checkpoint shards and completes checkpoints, off the devices.
+//
+// Each optimizer that writes (Note [who writes a checkpoint] in optimizer_actor.cpp) takes
+// a copy of its parameters and optimizer state in its stream's order when it reaches a
+// checkpoint's version, and sends it here at once: the copy job is all a checkpoint costs
+// its device. This actor runs on a thread of its own (CAF's detached actors): it waits for
+// each copy, writes it as a safetensors shard (runtime/checkpoint/), and once every shard
+// of a step is written it writes the manifest last, atomically, which makes the checkpoint
+// complete (runtime/checkpoint/checkpoint_directory.hpp); then it prunes old ones and tells
+// the trainer. Any failure (a full disk) goes to the trainer as a failure_msg: the run ends,
+// and the checkpoint being written stays incomplete, never taken for a complete one.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint/manifest.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe {
+
+/// One optimizer's part of the checkpoint after `step` steps: named host copies, each
+/// ready once its copy job has run (Note [checkpoint names] in runtime/checkpoint/restore.hpp).
+struct checkpoint_shard_msg {
+  std::int64_t step = 0;
+  std::string file;  // a plain file name: "layer-2.safetensors"
+  std::vector<std::string> names;
+  std::vector<tensor> tensors;  // tensors[i] is names[i]; f32
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_shard_msg& x) {
+  return f(caf::meta::type_name("checkpoint_shard_msg"), x.step, x.file, x.names, x.tensors);
+}
+
+/// (checkpoint_atom, step, directory): a checkpoint is complete (writer -> trainer).
+/// (checkpoint_atom, step, test accuracy): the evaluation after `step` steps (trainer ->
+/// writer), for keeping the best.
+using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
+
+/// When the optimizers take a checkpoint: after every `every` steps (0: never on a count),
+/// at the end of the run, and, for keeping the best, after each evaluation.
+struct checkpoint_plan {
+  caf::actor writer;  // none: no checkpoints
+  std::int64_t every = 0;
+  bool at_evaluations = false;
+  std::int64_t total_steps = 0;
+  std::int64_t steps_per_epoch = 1;
+  bool evaluate = false;
+
+  bool enabled() const { return static_cast<bool>(writer); }
+  /// True when the parameters after `steps` steps are checkpointed.
+  bool due(std::int64_t steps) const {
+    if (!enabled() || steps <= 0)
+      return false;
+    return steps == total_steps || (every > 0 && steps % every == 0) ||
+           (at_evaluations && evaluate && steps % steps_per_epoch == 0);
+  }
+};
+
+struct checkpoint_writer_settings {
+  std::string root;                        // [run] checkpoint
+  std::int64_t shards_per_checkpoint = 1;  // shard messages that make one checkpoint
+  std::size_t keep = 3;                    // [run] checkpoint_keep
+  bool keep_best = false;                  // [run] checkpoint_keep_best
+  std::int64_t steps_per_epoch = 1;
+  checkpoint_manifest base;  // config hash, seed, optimizer, layers
+  caf::actor trainer;
+};
+
+/// Spawns the writer on a thread of its own.
+caf::actor spawn_checkpoint_writer(caf::actor_system& system, checkpoint_writer_settings settings);
+
+}  // namespace troupe
