@@ -222,19 +222,28 @@ TEST_CASE("a run from init_from starts from exactly the file's weights") {
         {tensors[t].first, safetensors_dtype::f32, tensors[t].second, values.back().data()});
   }
   write_safetensors(dir / "start.safetensors", refs, {{"format", "pt"}});
-  const auto config = parse_config(
-      "[run]\nsteps = 1\nevaluate = false\n" + test::data_section({16, 64, 16, 6, 3}) +
-          "\n[model]\ninit_from = \"start.safetensors\"\n" + test::linear(4) + test::layer("relu") +
-          test::linear(3) + "\n[optimizer]\ntype = \"sgd\"\nlr = 1e-30\n",
-      dir / "start.toml", dir.string());
-  CHECK(config.model.init_from == dir / "start.safetensors");  // relative to the config
-  auto options = test::quiet_options();
-  options.keep_parameters = true;
-  const auto result = test::run_ok(config, options);
-  REQUIRE(result.parameters.size() == 3);
-  CHECK(result.parameters[0] == std::vector<std::vector<float>>{values[0], values[1]});
-  CHECK(result.parameters[1].empty());
-  CHECK(result.parameters[2] == std::vector<std::vector<float>>{values[2], values[3]});
+  // One device; two replicas with the sharded optimizer (each replica's optimizer updates
+  // half of each layer and the ring gathers the halves: a replica that missed the start
+  // shows in the other's parameters); two pipeline stages.
+  for (const std::string parallel :
+       {"", "devices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\nshard_optimizer = true\n",
+        "devices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 2\n"}) {
+    CAPTURE(parallel);
+    const auto config = parse_config(
+        "[run]\nsteps = 1\nevaluate = false\n" + test::data_section({16, 64, 16, 6, 3}) +
+            "\n[model]\ninit_from = \"start.safetensors\"\n" + test::linear(4) +
+            test::layer("relu") + test::linear(3) +
+            "\n[optimizer]\ntype = \"sgd\"\nlr = 1e-30\n[parallel]\n" + parallel,
+        dir / "start.toml", dir.string());
+    CHECK(config.model.init_from == dir / "start.safetensors");  // relative to the config
+    auto options = test::quiet_options();
+    options.keep_parameters = true;
+    const auto result = test::run_ok(config, options);
+    REQUIRE(result.parameters.size() == 3);
+    CHECK(result.parameters[0] == std::vector<std::vector<float>>{values[0], values[1]});
+    CHECK(result.parameters[1].empty());
+    CHECK(result.parameters[2] == std::vector<std::vector<float>>{values[2], values[3]});
+  }
 }
 
 TEST_CASE("init_from and --resume together are refused at init_from's line") {
