@@ -23,6 +23,8 @@ exit_code layers_command(const std::vector<std::string>& args);
 exit_code check_layer_command(const std::vector<std::string>& args);
 /// `troupe trace summary|timeline FILE`: reads a trace written by `troupe run --trace`.
 exit_code trace_command(const std::vector<std::string>& args);
+/// `troupe export CHECKPOINT -o FILE`: a checkpoint's parameters for PyTorch.
+exit_code export_command(const std::vector<std::string>& args);
 
 /// A command line of the form `troupe NAME [options] OPERAND`.
 struct command_line {

@@ -22,6 +22,7 @@ const char* main_usage =
     "  layers               list the layer types and actor kinds configs can use\n"
     "  check-layer NAME     check a layer's backward against finite differences\n"
     "  trace summary|timeline FILE  read a trace written by troupe run --trace\n"
+    "  export CHECKPOINT -o FILE    a checkpoint's parameters as safetensors for PyTorch\n"
     "\n"
     "options:\n"
     "  -h, --help           show this help (also: troupe <command> --help)\n"
@@ -48,6 +49,7 @@ const command_entry commands[] = {
     {"run", troupe::cli::run_command},       {"plan", troupe::cli::plan_command},
     {"verify", troupe::cli::verify_command}, {"trace", troupe::cli::trace_command},
     {"layers", troupe::cli::layers_command}, {"check-layer", troupe::cli::check_layer_command},
+    {"export", troupe::cli::export_command},
 };
 
 troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {

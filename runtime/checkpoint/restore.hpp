@@ -10,7 +10,9 @@
 // whole tensors; it writes each owned span, cut at parameter boundaries, as a piece named
 // "<name>@<begin>": a 1-D slice of the flattened tensor from element `begin`. A name is
 // either whole in one shard or pieces that cover it exactly. Nothing names a device, a
-// replica or a stage, so a checkpoint resumes on any wiring.
+// replica or a stage, so a checkpoint resumes on any wiring. Shapes are torch's too: a
+// linear layer's weight is (out, in) like torch.nn.Linear's, so neither an export for
+// PyTorch nor [model] init_from transposes anything (interchange.hpp).
 //
 // Not here: writing shards (the optimizer actors and the checkpoint writer), checking a
 // checkpoint's files against its manifest (verify_checkpoint), the config.

@@ -453,10 +453,26 @@ layer_config read_layer(const section_reader& model, const toml::node& node, std
 }
 
 /// explicit_form: the config has [[actor]] tables, which list the layers instead.
-model_section read_model(const section_reader& r, bool explicit_form) {
+model_section read_model(const section_reader& r, bool explicit_form,
+                         const std::string& directory) {
   model_section s;
   s.where = r.where();
   r.read_choice("loss", s.loss, "loss", {"softmax_xent"});
+  s.init_from_where = r.read("init_from", s.init_from);
+  if (!s.init_from.empty()) {  // "" (the default): the layers' init from the seed
+    fs::path path(s.init_from);
+    if (path.is_relative())
+      s.init_from =
+          (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+    std::error_code error;  // checked here, like [data] path, so a typo fails at its line
+    if (!fs::is_regular_file(s.init_from, error))
+      throw config_error(
+          s.init_from_where,
+          "[model] init_from: '" + s.init_from + "' " +
+              (fs::exists(s.init_from, error) ? "is not a regular file" : "does not exist") +
+              "; expected a safetensors file of weights named as "
+              "torch.nn.Sequential's state_dict (e.g. from troupe export)");
+  }
   if (const auto* layers = r.find("layers")) {
     if (!layers->is_array())
       r.fail_type(*layers, "layers", "an array of tables ([[model.layers]])");
@@ -712,7 +728,7 @@ run_config parse_config(const std::string& text, const std::string& name,
     throw config_error(config.wires.front().where,
                        "[[wire]] tables need [[actor]] tables to connect; a shorthand config "
                        "has neither");
-  config.model = read_model(section("model"), explicit_form);
+  config.model = read_model(section("model"), explicit_form, directory);
   config.optimizer = read_optimizer(section("optimizer"));
   config.parallel = read_parallel(section("parallel"), explicit_form);
   return config;

@@ -73,6 +73,11 @@ struct data_section {
 struct model_section {
   std::vector<layer_config> layers;
   std::string loss = "softmax_xent";
+  /// A safetensors file of weights to start from, named as torch.nn.Sequential's state_dict
+  /// (runtime/checkpoint/interchange.hpp); relative to the config file. Empty: the layers'
+  /// init from the seed.
+  std::string init_from;
+  source_position init_from_where;
   source_position where;
 };
 

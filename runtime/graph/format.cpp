@@ -307,6 +307,9 @@ std::string format_explicit(const topology& t, const run_config& config) {
 
   w.section("[model]");
   w.put("loss", config.model.loss);
+  if (!config.model.init_from.empty())
+    w.put("init_from",
+          std::filesystem::absolute(config.model.init_from).lexically_normal().string());
 
   const auto& o = config.optimizer;
   w.section("[optimizer]");
