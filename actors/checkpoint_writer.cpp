@@ -23,8 +23,11 @@ class checkpoint_writer : public caf::event_based_actor {
     return {
         [this](checkpoint_shard_msg& shard) { guarded([&] { write(shard); }); },
         [this](checkpoint_atom, std::int64_t step, double accuracy) {
-          if (!best_ || accuracy > best_->second)
-            best_ = std::make_pair(step, accuracy);
+          if (best_ && accuracy <= best_->second)
+            return;
+          best_ = std::make_pair(step, accuracy);
+          if (settings_.keep_best)  // the previous best may go now
+            guarded([&] { prune(); });
         },
         [this](finish_atom) {
           // Its thread ends only once nothing holds this actor: let go of the trainer,
@@ -76,11 +79,15 @@ class checkpoint_writer : public caf::event_based_actor {
               [](const checkpoint_shard& a, const checkpoint_shard& b) { return a.file < b.file; });
     manifest.shards = std::move(pending.shards);
     commit_checkpoint(pending.directory, manifest);
+    prune();
+    send(settings_.trainer, checkpoint_atom::value, step, pending.directory);
+  }
+
+  void prune() {
     std::set<std::int64_t> keep_also;
     if (settings_.keep_best && best_)
       keep_also.insert(best_->first);
     prune_checkpoints(settings_.root, settings_.keep, keep_also);
-    send(settings_.trainer, checkpoint_atom::value, step, pending.directory);
   }
 
   struct pending_checkpoint {

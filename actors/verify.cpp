@@ -51,6 +51,7 @@ verify_result verify_against_single_device(const run_config& config, std::int64_
   auto train = [&](run_config c, const char* which) {
     c.run.steps = steps;
     c.run.evaluate = false;
+    c.run.checkpoint.clear();  // a comparison, not the run itself: it writes no checkpoints
     session_options options;
     options.quiet = true;
     options.keep_parameters = true;

@@ -2,8 +2,8 @@
 # install-deps.sh: installs what troupe needs to build, test and train, from Debian's
 # packages only. Idempotent: packages already installed are skipped quickly.
 #
-#   scripts/install-deps.sh          # build, tests and the Fashion-MNIST data set
-#   scripts/install-deps.sh --bench  # also PyTorch and hyperfine, for bench/
+#   scripts/install-deps.sh          # build, tests (PyTorch as their reference), Fashion-MNIST
+#   scripts/install-deps.sh --bench  # also hyperfine and valgrind, for bench/
 set -euo pipefail
 
 packages=(
@@ -15,9 +15,10 @@ packages=(
   nlohmann-json3-dev
   doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
+  python3-torch                   # the reference: tests load troupe's exports into PyTorch
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch hyperfine valgrind)
+  packages+=(hyperfine valgrind)
 fi
 
 missing=()

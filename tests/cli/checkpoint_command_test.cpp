@@ -1,0 +1,157 @@
+// troupe run with checkpoints from the outside, as a user's shell or a cluster scheduler
+// drives it: SIGINT and SIGTERM stop a run cleanly (exit 130 / 143, a checkpoint, the
+// metrics record `interrupted`), a second signal stops it at once, a process killed at any
+// moment leaves a checkpoint that resumes, and --resume / --checkpoint-every refuse bad
+// input with exit 2.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "tests/cli/run_troupe.hpp"
+#include "tests/temp_files.hpp"
+
+using namespace troupe;
+using troupe::testing::run_troupe;
+
+namespace {
+
+const std::string shipped_mlp =
+    "run " + std::string{TROUPE_SOURCE_DIR} + "/config/fashion_mlp.toml";
+
+/// A troupe process started in the background (its output thrown away).
+struct background_run {
+  explicit background_run(const std::string& arguments) {
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const auto command =
+          "exec " + std::string{TROUPE_BINARY} + " " + arguments + " > /dev/null 2>&1";
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  /// Waits for the process; its exit code, or 128 + the signal that killed it.
+  int wait() {
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  pid_t pid = -1;
+};
+
+/// Waits until `path` has a line with `text` (the run has started training), at most 60 s.
+void wait_for_line(const std::string& path, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.find(text) != std::string::npos)
+        return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  FAIL("no line with " << text << " in " << path << " after 60 s");
+}
+
+/// Every line of a JSON-lines file, parsed (a half line fails the parse).
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line))
+    out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+void check_stops_cleanly(int signal, int expected_code) {
+  test::temp_directory d{"troupe-signal"};
+  const auto metrics = d.file("metrics.jsonl");
+  background_run run{shipped_mlp + " --steps 100000 -q --metrics " + metrics + " --checkpoint " +
+                     d.file("ck")};
+  wait_for_line(metrics, "\"step\":20");
+  kill(run.pid, signal);
+  CHECK(run.wait() == expected_code);
+  const auto lines = read_jsonl(metrics);  // whole lines only
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.back()["event"] == "interrupted");
+  const auto steps = lines.back()["steps"].get<std::int64_t>();
+  // The checkpoint after the last finished step, complete and verified.
+  auto latest = latest_checkpoint(d.file("ck"));
+  REQUIRE(latest);
+  CHECK(latest->step == steps);
+  CHECK_NOTHROW(verify_checkpoint(latest->path));
+  // ... and the run goes on from it.
+  auto resumed = run_troupe(shipped_mlp + " --steps " + std::to_string(steps + 3) +
+                            " -q --metrics /dev/null --resume " + d.file("ck"));
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+}
+
+}  // namespace
+
+TEST_CASE("SIGINT finishes the step, writes a checkpoint and the record `interrupted`, exit 130") {
+  check_stops_cleanly(SIGINT, 130);
+}
+
+TEST_CASE("SIGTERM does the same with exit 143") { check_stops_cleanly(SIGTERM, 143); }
+
+TEST_CASE("a second signal ends the run at once") {
+  test::temp_directory d{"troupe-signal2"};
+  const auto metrics = d.file("metrics.jsonl");
+  background_run run{shipped_mlp + " --steps 100000 -q --metrics " + metrics};
+  wait_for_line(metrics, "\"step\":20");
+  kill(run.pid, SIGINT);
+  kill(run.pid, SIGINT);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(run.wait() == 130);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  CHECK_NOTHROW(read_jsonl(metrics));  // never half a line
+}
+
+TEST_CASE("a run killed at any moment leaves a checkpoint that resumes") {
+  // SIGKILL at a few points of a run that checkpoints every step: whatever was being
+  // written, the newest complete checkpoint verifies and the run resumes from it.
+  for (int milliseconds : {150, 400, 900}) {
+    INFO("killed after " << milliseconds << " ms of training");
+    test::temp_directory d{"troupe-kill"};
+    const auto metrics = d.file("metrics.jsonl");
+    background_run run{shipped_mlp + " --steps 100000 -q --metrics " + metrics + " --checkpoint " +
+                       d.file("ck") + " --checkpoint-every 1"};
+    wait_for_line(metrics, "\"step\":3");
+    std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds));
+    kill(run.pid, SIGKILL);
+    CHECK(run.wait() == 128 + SIGKILL);
+    auto latest = latest_checkpoint(d.file("ck"));
+    REQUIRE(latest);
+    CHECK_NOTHROW(verify_checkpoint(latest->path));
+    auto resumed = run_troupe(shipped_mlp + " --steps " + std::to_string(latest->step + 2) +
+                              " -q --metrics /dev/null --resume " + d.file("ck"));
+    INFO(resumed.output);
+    CHECK(resumed.exit_code == 0);
+  }
+}
+
+TEST_CASE("bad checkpoint options and resume paths exit 2 with a message") {
+  test::temp_directory d{"troupe-badck"};
+  auto missing = run_troupe(shipped_mlp + " --steps 2 -q --resume " + d.file("nothing-here"));
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("nothing-here") != std::string::npos);
+  std::filesystem::create_directories(d.file("empty"));
+  auto empty = run_troupe(shipped_mlp + " --steps 2 -q --resume " + d.file("empty"));
+  CHECK(empty.exit_code == 2);
+  auto every = run_troupe(shipped_mlp + " --steps 2 -q --checkpoint-every 5");
+  CHECK(every.exit_code == 2);
+  CHECK(every.output.find("--checkpoint-every needs a directory") != std::string::npos);
+  auto negative = run_troupe(shipped_mlp + " --steps 2 -q --checkpoint " + d.file("ck") +
+                             " --checkpoint-every -1");
+  CHECK(negative.exit_code == 2);
+}
