@@ -58,6 +58,10 @@ class checkpoint_writer : public caf::event_based_actor {
       t.wait_ready();  // this thread is nobody's stream: waiting here stops no device
       refs.push_back({shard.names.at(i), safetensors_dtype::f32, t.shape(), t.raw()});
     }
+    if (!shard.copied || !shard.copied->load())
+      throw std::runtime_error("the copy for shard '" + shard.file + "' of step " +
+                               std::to_string(shard.step) +
+                               " never ran (its device failed); that checkpoint stays incomplete");
     const auto path = (std::filesystem::path(pending.directory) / shard.file).string();
     const auto written = write_safetensors(path, refs);
     pending.shards.push_back(

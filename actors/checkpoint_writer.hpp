@@ -13,8 +13,10 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,8 +34,12 @@ struct checkpoint_shard_msg {
   std::string file;  // a plain file name: "layer-2.safetensors"
   std::vector<std::string> names;
   std::vector<tensor> tensors;  // tensors[i] is names[i]; f32
+  /// Set by the copy job when it has run: a failed stream skips its jobs (their events are
+  /// still reached), and a shard of a copy that never ran must not be written.
+  std::shared_ptr<std::atomic<bool>> copied;
 };
 
+// Local only (never sent to another node): `copied` is not part of what CAF sees.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_shard_msg& x) {
   return f(caf::meta::type_name("checkpoint_shard_msg"), x.step, x.file, x.names, x.tensors);

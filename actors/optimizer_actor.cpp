@@ -342,19 +342,21 @@ void optimizer_actor::checkpoint(std::int64_t version) {
   std::vector<tensor> copies;
   for (const auto& source : sources)
     copies.push_back(tensor::empty(source.shape(), dtype::f32, settings_.on->id()));
-  auto copied = settings_.on->work().submit(
-      [sources, copies] {
+  auto copied = std::make_shared<std::atomic<bool>>(false);
+  auto done = settings_.on->work().submit(
+      [sources, copies, copied] {
         for (std::size_t i = 0; i < sources.size(); ++i)
           std::copy(sources[i].f32(), sources[i].f32() + sources[i].numel(), copies[i].f32());
+        copied->store(true);
       },
       job_for_step("checkpoint", version));
   for (auto& c : copies)
-    c.set_ready(copied);
+    c.set_ready(done);
   const auto file = "layer-" + std::to_string(settings_.layer_index) +
                     (settings_.sharded ? "-part-" + std::to_string(settings_.replica) : "") +
                     ".safetensors";
   send(settings_.checkpoints.writer,
-       checkpoint_shard_msg{version, file, std::move(names), std::move(copies)});
+       checkpoint_shard_msg{version, file, std::move(names), std::move(copies), std::move(copied)});
 }
 
 event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> pieces,
