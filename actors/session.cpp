@@ -209,13 +209,10 @@ session_prepared prepare_session(const run_config& config, const std::string& re
   p.plan = make_plan(config, p.graph, *p.data);
   p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
   p.model = model_layers(p.graph);
-  if (!config.model.init_from.empty()) {  // PyTorch interchange (interchange.hpp)
-    if (!resume.empty())
-      throw config_error(config.model.init_from_where,
-                         "[model] init_from and --resume both say where the run starts; "
-                         "remove init_from to continue the checkpoint");
+  // init_from is where a run starts; a resumed run continues from its checkpoint instead
+  // (which holds the weights it trained from them), so the same config does both.
+  if (!config.model.init_from.empty() && resume.empty())  // interchange.hpp
     p.start = weights_from(config.model.init_from, p.model);
-  }
   if (!resume.empty()) {
     const auto checkpoint = resolve_resume_path(resume);
     const auto manifest = verify_checkpoint(checkpoint.path);

@@ -4,7 +4,7 @@
 // step's loss and the final parameters against tests/reference/interchange_reference.json
 // (tests/reference/make_interchange_reference.py wrote it and the initial weights with
 // torch 1.13). Also: a run from weights starts from exactly those weights, and init_from
-// with --resume is refused.
+// with --resume continues the checkpoint.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -246,14 +246,30 @@ TEST_CASE("a run from init_from starts from exactly the file's weights") {
   }
 }
 
-TEST_CASE("init_from and --resume together are refused at init_from's line") {
+TEST_CASE("a run from init_from resumes from its checkpoint with the same config") {
   const test::temp_directory dir{"troupe-init-from"};
-  write_safetensors(dir / "w.safetensors", {});
-  const auto config =
-      parse_config("[run]\nsteps = 1\n" + test::data_section({16, 64, 16, 6, 3}) +
+  std::vector<float> weight(18), bias(3);
+  for (std::size_t i = 0; i < weight.size(); ++i)
+    weight[i] = 0.05f * static_cast<float>(i) - 0.4f;
+  write_safetensors(dir / "w.safetensors",
+                    {{"0.weight", safetensors_dtype::f32, {3, 6}, weight.data()},
+                     {"0.bias", safetensors_dtype::f32, {3}, bias.data()}});
+  auto config =
+      parse_config("[run]\nsteps = 6\nevaluate = false\n" + test::data_section({16, 64, 16, 6, 3}) +
                        "\n[model]\ninit_from = \"w.safetensors\"\n" + test::linear(3),
                    dir / "both.toml", dir.string());
-  CHECK_THROWS_WITH_AS(prepare_session(config, dir / "checkpoints"),
-                       doctest::Contains("both.toml:13:13: [model] init_from and --resume"),
-                       config_error);
+  auto train = [&](std::int64_t steps, const std::string& checkpoint, const std::string& resume) {
+    auto c = config;
+    c.run.steps = steps;
+    c.run.checkpoint = checkpoint;
+    auto options = test::quiet_options();
+    options.keep_parameters = true;
+    options.resume = resume;
+    return test::run_ok(c, options).parameters;
+  };
+  const auto straight = train(6, "", "");
+  train(3, dir / "checkpoints", "");
+  CHECK(train(6, "", dir / "checkpoints") == straight);
+  // Without the checkpoint the second half would start from init_from's weights again.
+  CHECK(train(3, "", "") != straight);
 }
