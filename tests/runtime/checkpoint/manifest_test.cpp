@@ -29,6 +29,7 @@ checkpoint_manifest sample_manifest() {
   m.data_epoch = 2;
   m.data_step_in_epoch = 75;
   m.lr_schedule_step = 1200;
+  m.optimizer = "adamw";
   m.shards = {{"optimizer-0.safetensors", 813056, 0xFFFFFFFFu, {"0.weight", "0.bias"}},
               {"optimizer-1.safetensors", 0, 0, {}}};
   m.layers = {
@@ -48,6 +49,7 @@ void check_equal(const checkpoint_manifest& a, const checkpoint_manifest& b) {
   CHECK(a.data_epoch == b.data_epoch);
   CHECK(a.data_step_in_epoch == b.data_step_in_epoch);
   CHECK(a.lr_schedule_step == b.lr_schedule_step);
+  CHECK(a.optimizer == b.optimizer);
   REQUIRE(a.shards.size() == b.shards.size());
   for (std::size_t i = 0; i < a.shards.size(); ++i) {
     CHECK(a.shards[i].file == b.shards[i].file);
