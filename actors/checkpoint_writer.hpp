@@ -39,10 +39,20 @@ struct checkpoint_shard_msg {
   std::shared_ptr<std::atomic<bool>> copied;
 };
 
-// Local only (never sent to another node): `copied` is not part of what CAF sees.
+// Across nodes `copied` travels as its value, read after the tensors were (serialising a
+// tensor waits for its ready event, so the copy job has run or was skipped by then).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_shard_msg& x) {
-  return f(caf::meta::type_name("checkpoint_shard_msg"), x.step, x.file, x.names, x.tensors);
+  bool copied = false;
+  return f(caf::meta::type_name("checkpoint_shard_msg"), x.step, x.file, x.names, x.tensors,
+           caf::meta::save_callback([&]() -> caf::error {
+             copied = x.copied && x.copied->load();
+             return caf::none;
+           }),
+           copied, caf::meta::load_callback([&]() -> caf::error {
+             x.copied = std::make_shared<std::atomic<bool>>(copied);
+             return caf::none;
+           }));
 }
 
 /// (checkpoint_atom, step, directory): a checkpoint is complete (writer -> trainer).

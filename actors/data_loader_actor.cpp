@@ -80,8 +80,12 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
     first_layers_[static_cast<std::size_t>(end.peer_replica)].connect(end);
     first_layer_tracks_[static_cast<std::size_t>(end.peer_replica)] = end.peer_track;
     first_layer_names_[static_cast<std::size_t>(end.peer_replica)] = end.peer_name;
-    // Assembled straight into the first layer's device memory: no copy on arrival.
-    device_id::parse(end.peer_device, replica_devices_[static_cast<std::size_t>(end.peer_replica)]);
+    // Assembled straight into the first layer's device memory: no copy on arrival. A
+    // first layer on another node gets the batch over the network from the loader's own
+    // device (tensor_inspect.hpp).
+    device_id peer;
+    if (device_id::parse(end.peer_device, peer) && peer.node == settings_.on.node)
+      replica_devices_[static_cast<std::size_t>(end.peer_replica)] = peer;
   }
   for (const auto& end : wiring.out("labels")) {
     losses_.at(static_cast<std::size_t>(end.peer_replica)) = end.peer;

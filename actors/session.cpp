@@ -6,9 +6,11 @@
 #include <iomanip>
 #include <sstream>
 
+#include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kinds.hpp"
+#include "actors/cluster.hpp"
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
 #include "actors/optimizer_actor.hpp"
@@ -302,12 +304,58 @@ wiring_msg wiring_of(const actor_plan& a, const topology& graph,
 
 }  // namespace
 
+namespace {
+
+// This node's devices, of all the run's: the ones it creates.
+std::vector<device_id> devices_of_node(const topology& graph, int rank) {
+  std::vector<device_id> out;
+  for (const auto& d : graph.devices)
+    if (d.node == rank)
+      out.push_back(d);
+  return out;
+}
+
+// The roster of this node's spawned actors.
+roster roster_of(const std::map<std::string, caf::actor>& spawned) {
+  roster r;
+  for (const auto& [name, handle] : spawned) {
+    r.names.push_back(name);
+    r.handles.push_back(handle);
+  }
+  return r;
+}
+
+// Where a node's trace goes: the coordinator's at `path`, node k's beside it as
+// "NAME.nodeK.EXT" (until the coordinator collects them into one).
+std::string trace_path_of_node(const std::string& path, int rank) {
+  if (path.empty() || rank == 0)
+    return path;
+  std::filesystem::path p = path;
+  return (p.parent_path() /
+          (p.stem().string() + ".node" + std::to_string(rank) + p.extension().string()))
+      .string();
+}
+
+}  // namespace
+
 session_result run_session(const run_config& config, const session_options& options) {
   // ---- everything that can fail on bad input, before any actor exists ----
   auto prepared = prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
+  // One process is one node (Note [joining a run] in cluster.cpp).
+  const bool several_nodes = graph.nodes > 1;
+  if (several_nodes && (!options.cluster || options.cluster->nodes != graph.nodes))
+    throw user_error("this config runs on " + std::to_string(graph.nodes) +
+                     " nodes ([cluster] nodes): start it with troupe launch -n " +
+                     std::to_string(graph.nodes) + " " + config.path +
+                     ", or one troupe run per node under torchrun, Slurm or mpirun");
+  const cluster_node node = several_nodes ? *options.cluster : cluster_node{};
+  const bool coordinator = node.coordinator();
+  set_this_node(node.rank);
   std::string metrics_path = options.metrics_path.empty() ? config.run.metrics
                                                           : options.metrics_path;
+  if (!coordinator)
+    metrics_path.clear();  // only the coordinator reports
   if (!metrics_path.empty()) {
     auto parent = std::filesystem::path(metrics_path).parent_path();
     if (!parent.empty())
@@ -319,7 +367,8 @@ session_result run_session(const run_config& config, const session_options& opti
   // Tracing and the message log: this session's recorder, bound to every thread that runs
   // its code (Note [recorders and threads] in runtime/trace/recorder.cpp), with tracks for
   // every device stream and actor (and the trainer), registered before anything runs.
-  std::string trace_path = options.trace_path.empty() ? config.run.trace : options.trace_path;
+  std::string trace_path = trace_path_of_node(
+      options.trace_path.empty() ? config.run.trace : options.trace_path, node.rank);
   if (!trace_path.empty()) {
     auto parent = std::filesystem::path(trace_path).parent_path();
     if (!parent.empty())
@@ -332,8 +381,12 @@ session_result run_session(const run_config& config, const session_options& opti
   trace_settings.log_filter = options.log_filter;
   auto recorder = std::make_shared<trace::recorder>(trace_settings);
   trace::thread_binding bound_here{recorder};
-  device_set devices{graph.devices};
+  // Several nodes on one machine take turns at its cores: node k's cpu:N is a core after
+  // those of the nodes before it (Note [CPU streams] in device.cpp).
+  const auto local_devices = devices_of_node(graph, node.rank);
+  device_set devices{local_devices, node.local_rank * static_cast<int>(local_devices.size())};
   stream_bindings bound_streams{devices, recorder};
+  auto on_this_node = [&](const actor_plan& a) { return a.device.node == node.rank; };
   std::map<std::string, std::uint32_t> tracks;
   std::uint32_t trainer_track = 0;
   if (recorder->recording() || recorder->logging()) {
@@ -341,13 +394,19 @@ session_result run_session(const run_config& config, const session_options& opti
       d->work().set_trace_track(recorder->register_track(
           {d->id().to_string() + " stream", "stream", d->id().to_string(), -1, -1, -1}));
     for (const auto& a : graph.actors)
-      tracks[a.name] = recorder->register_track(
-          {a.name, a.kind_name(), a.device.to_string(), a.replica, a.stage, a.layer});
-    trainer_track = recorder->register_track({"trainer", "trainer", "host", -1, -1, -1});
+      if (on_this_node(a))
+        tracks[a.name] = recorder->register_track(
+            {a.name, a.kind_name(), a.device.to_string(), a.replica, a.stage, a.layer});
+    if (coordinator)
+      trainer_track = recorder->register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
   {
     caf::actor_system_config system_config;
     add_message_types(system_config);
+    if (several_nodes) {
+      system_config.load<caf::io::middleman>();
+      add_cluster_message_types(system_config);
+    }
     system_config.add_thread_hook<bind_recorder_hook>(recorder);
     // Actors handle their messages on their devices' threads, the trainer and the loader
     // on one host thread (Note [actors on device threads] in device_scheduler.cpp).
@@ -355,27 +414,34 @@ session_result run_session(const run_config& config, const session_options& opti
     caf::actor_system system{system_config};
 
     auto trainer_config = std::make_shared<trainer_settings>();
-    trainer_config->plan = prepared.plan;
-    trainer_config->schedule = prepared.schedule;
-    trainer_config->metrics_path = metrics_path;
-    trainer_config->log_every = config.run.log_every;
-    trainer_config->progress_bar = options.progress_bar;
-    trainer_config->quiet = options.quiet;
-    trainer_config->title = std::filesystem::path(config.path).stem().string();
-    trainer_config->outcome = outcome;
-    trainer_config->devices = &devices;
-    trainer_config->track = trainer_track;
-    trainer_config->watchdog_seconds = options.watchdog >= 0 ? options.watchdog : config.run.watchdog;
-    auto trainer = system.spawn<trainer_actor>(trainer_config);
-
-    for (auto& d : devices.all())
-      d->work().set_error_handler([trainer, name = d->id().to_string()](std::exception_ptr e) {
-        caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
-      });
-
-    // Checkpoints: a writer on its own thread; the optimizers send it their copies.
+    caf::actor trainer;
     checkpoint_plan checkpoints;
+    std::unique_ptr<worker_link> link;
+    if (coordinator) {
+      trainer_config->plan = prepared.plan;
+      trainer_config->schedule = prepared.schedule;
+      trainer_config->metrics_path = metrics_path;
+      trainer_config->log_every = config.run.log_every;
+      trainer_config->progress_bar = options.progress_bar;
+      trainer_config->quiet = options.quiet;
+      trainer_config->title = std::filesystem::path(config.path).stem().string();
+      trainer_config->outcome = outcome;
+      trainer_config->devices = &devices;
+      trainer_config->track = trainer_track;
+      trainer_config->watchdog_seconds =
+          options.watchdog >= 0 ? options.watchdog : config.run.watchdog;
+      trainer = system.spawn<trainer_actor>(trainer_config);
+    }
     if (!config.run.checkpoint.empty()) {
+      checkpoints.every = config.run.checkpoint_every;
+      checkpoints.at_evaluations = config.run.checkpoint_keep_best;
+      checkpoints.total_steps = prepared.plan.total_steps;
+      checkpoints.steps_per_epoch = prepared.plan.steps_per_epoch;
+      checkpoints.evaluate = prepared.plan.evaluate;
+    }
+    // Checkpoints: a writer on its own thread, on the coordinator; the optimizers of every
+    // node send it their copies.
+    if (coordinator && !config.run.checkpoint.empty()) {
       checkpoint_writer_settings w;
       w.root = config.run.checkpoint;
       w.shards_per_checkpoint = std::count_if(
@@ -390,50 +456,111 @@ session_result run_session(const run_config& config, const session_options& opti
       w.base.layers = describe_model(prepared.model);
       w.trainer = trainer;
       checkpoints.writer = spawn_checkpoint_writer(system, std::move(w));
-      checkpoints.every = config.run.checkpoint_every;
-      checkpoints.at_evaluations = config.run.checkpoint_keep_best;
-      checkpoints.total_steps = prepared.plan.total_steps;
-      checkpoints.steps_per_epoch = prepared.plan.steps_per_epoch;
-      checkpoints.evaluate = prepared.plan.evaluate;
+    }
+    std::unique_ptr<coordinator_gate> gate;
+    if (several_nodes && coordinator)
+      gate = std::make_unique<coordinator_gate>(system, node, trainer, checkpoints.writer);
+    if (several_nodes && !coordinator) {
+      link = std::make_unique<worker_link>(system, node);  // throws: nothing spawned yet
+      trainer = link->welcome().trainer;
+      checkpoints.writer = link->welcome().checkpoint_writer;
     }
     trainer_config->checkpoints = checkpoints;
     trainer_config->watch_interrupts = options.watch_interrupts;
 
+    for (auto& d : devices.all())
+      d->work().set_error_handler([trainer, name = d->id().to_string()](std::exception_ptr e) {
+        caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
+      });
+
     spawn_context context{system,        devices,        config,
                           graph,         prepared.plan,  prepared.schedule,
                           prepared.data, prepared.start, checkpoints};
-    std::map<std::string, caf::actor> spawned;
+    std::map<std::string, caf::actor> spawned;  // this node's
+    auto stop_spawned = [&] {
+      for (const auto& [name, handle] : spawned)
+        caf::anon_send_exit(handle, caf::exit_reason::kill);
+      if (coordinator) {
+        caf::anon_send_exit(trainer, caf::exit_reason::kill);
+        if (checkpoints.enabled())
+          caf::anon_send_exit(checkpoints.writer, caf::exit_reason::kill);
+      }
+    };
     try {
       for (const auto& a : graph.actors)
-        spawned[a.name] = spawn_actor(a, context);
+        if (on_this_node(a))
+          spawned[a.name] = spawn_actor(a, context);
     } catch (...) {
       // A factory refused its actor's settings (a plugin's kind reads them only here).
       // Nothing has started; stop what exists, or the actor system would wait for it
       // forever on the way out, then report.
-      for (const auto& [name, handle] : spawned)
-        caf::anon_send_exit(handle, caf::exit_reason::kill);
-      caf::anon_send_exit(trainer, caf::exit_reason::kill);
-      if (checkpoints.enabled())
-        caf::anon_send_exit(checkpoints.writer, caf::exit_reason::kill);
+      stop_spawned();
       throw;
     }
-    for (const auto& a : graph.actors) {
-      // The loader stays on the host: it assembles batches for every replica.
-      if (a.kind != actor_kind::data_loader)
+    for (const auto& a : graph.actors)
+      if (on_this_node(a) && a.kind != actor_kind::data_loader)  // the loader stays on the host
         device_scheduler::place(system, spawned[a.name], devices.at(a.device).work());
-      trainer_config->actors.emplace_back(a.name, spawned[a.name]);
-      if (a.kind == actor_kind::data_loader)
-        trainer_config->loader = spawned[a.name];
-      if (a.kind == actor_kind::optimizer)
-        trainer_config->optimizers.push_back(spawned[a.name]);
-    }
-
-    // ---- run ----
-    {
-      caf::scoped_actor self{system};
-      // Wiring first: it is in every mailbox before anything the start sets off.
+    // Wiring first: it is in every mailbox before anything the start sets off.
+    auto wire_local = [&](caf::scoped_actor& self, const std::map<std::string, caf::actor>& all) {
       for (const auto& a : graph.actors)
-        self->send(spawned[a.name], wiring_of(a, graph, spawned, tracks, trainer));
+        if (on_this_node(a))
+          self->send(spawned[a.name], wiring_of(a, graph, all, tracks, trainer));
+    };
+
+    if (several_nodes && !coordinator) {
+      // ---- a worker: serve the coordinator until it says the run is over ----
+      int code = 1;
+      try {
+        code = link->serve(roster_of(spawned), [&](const roster& all) {
+          std::map<std::string, caf::actor> everyone;
+          for (std::size_t i = 0; i < all.names.size(); ++i)
+            everyone[all.names[i]] = all.handles[i];
+          caf::scoped_actor self{system};
+          wire_local(self, everyone);
+        });
+      } catch (const user_error& e) {
+        outcome->exit_code = e.exit_code();
+        outcome->failure = e.what();
+        stop_spawned();
+      }
+      if (outcome->failure.empty())
+        outcome->exit_code = static_cast<troupe::exit_code>(code);
+      devices.synchronize();
+    } else {
+      // ---- one process, or the coordinator ----
+      std::map<std::string, caf::actor> everyone = spawned;
+      std::optional<joined_cluster> joined;
+      if (gate) {
+        try {
+          joined = gate->wait_for_workers(roster_of(spawned));
+        } catch (...) {
+          stop_spawned();
+          throw;
+        }
+        for (std::size_t i = 0; i < joined->actors.names.size(); ++i)
+          everyone[joined->actors.names[i]] = joined->actors.handles[i];
+      }
+      for (const auto& a : graph.actors) {
+        const auto& handle = everyone.at(a.name);
+        trainer_config->actors.emplace_back(a.name, handle);
+        if (a.kind == actor_kind::data_loader)
+          trainer_config->loader = handle;
+        if (a.kind == actor_kind::optimizer)
+          trainer_config->optimizers.push_back(handle);
+      }
+      caf::scoped_actor self{system};
+      wire_local(self, everyone);
+      if (gate) {
+        try {
+          gate->wire_workers(*joined);
+        } catch (...) {
+          gate->finish(*joined, exit_status(exit_code::run_failed));
+          stop_spawned();
+          throw;
+        }
+        gate->watch(*joined);
+      }
+      // ---- run ----
       self->request(trainer, caf::infinite, start_atom::value)
           .receive([](int) {},
                    [&](caf::error& error) {
@@ -443,15 +570,17 @@ session_result run_session(const run_config& config, const session_options& opti
       // The run is over when every optimizer has applied the last step (the last loss
       // report reaches the trainer before the last gradients reach the first layers).
       if (outcome->exit_code == exit_code::ok) {
-        auto parameters = collect_parameters(self, graph, spawned, outcome->steps);
+        auto parameters = collect_parameters(self, graph, everyone, outcome->steps);
         if (options.keep_parameters)
           result.parameters = std::move(parameters);
       }
       devices.synchronize();
-      for (const auto& [name, handle] : spawned)
+      for (const auto& [name, handle] : everyone)
         self->send(handle, finish_atom::value);
       if (checkpoints.enabled())
         self->send(checkpoints.writer, finish_atom::value);  // after the shards it was sent
+      if (gate)
+        gate->finish(*joined, exit_status(outcome->exit_code));
     }
     devices.synchronize();
   }

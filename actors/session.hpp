@@ -12,12 +12,14 @@
 // on separate threads, and their traces never mix.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/cluster.hpp"
 #include "actors/trainer_actor.hpp"
-#include "runtime/config/config.hpp"
 #include "runtime/checkpoint/restore.hpp"
+#include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
 
@@ -34,6 +36,9 @@ struct session_options {
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
   std::string resume;           // continue from this checkpoint (prepare_session)
   bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/interrupts.hpp)
+  /// This process's node in a run over several ([cluster] nodes > 1): which rank, where
+  /// the coordinator is, the secret, the config's identity (actors/cluster.hpp).
+  std::optional<cluster_node> cluster;
 };
 
 struct session_result {

@@ -1,6 +1,8 @@
 // trainer_actor.cpp: the trainer's messages, and how its pieces meet.
 #include "actors/trainer_actor.hpp"
 
+#include "actors/cluster.hpp"
+
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +51,10 @@ caf::behavior trainer_actor::make_behavior() {
       [this](tick_atom) { watch(); },
       [this](failure_msg& failure) {
         end(exit_code::run_failed, failure.actor + ": " + failure.what);
+      },
+      [this](node_lost_atom, std::int32_t, const std::string& what) {
+        end(exit_code::run_failed,
+            what + "; the last completed step was " + std::to_string(control_.steps_done()));
       },
       [this](checkpoint_atom, std::int64_t steps, const std::string& directory) {
         on_checkpoint(steps, directory);

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "actors/session.hpp"
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/restore.hpp"
 
 namespace troupe {
 
@@ -12,6 +14,12 @@ run_config single_device_form(const run_config& config) {
   auto& p = single.parallel;
   if (p.devices.size() > 1)
     p.devices.resize(1);
+  // One process: the device of node0 (a multi-node config's first device may be another's).
+  for (auto& d : p.devices) {
+    d.id.node = 0;
+    d.name = d.id.to_string();
+  }
+  single.cluster.nodes = 0;
   p.data = 1;
   p.pipeline = 1;
   p.microbatches = 1;
@@ -43,8 +51,26 @@ std::vector<parameter_difference> compare_parameters(
   return out;
 }
 
+std::vector<std::vector<std::vector<float>>> parameters_in_checkpoint(const run_config& config,
+                                                                      const std::string& root) {
+  auto checkpoint = resolve_resume_path(root);
+  auto manifest = verify_checkpoint(checkpoint.path);
+  auto tensors = read_checkpoint_tensors(checkpoint.path, manifest);
+  const auto prepared = prepare_session(single_device_form(config));
+  std::vector<std::vector<std::vector<float>>> out(prepared.graph.shapes.size() - 1);
+  for (const auto& layer : prepared.model)
+    for (const auto& param : layer.params) {
+      auto name = parameter_name(layer.index, param.name);
+      auto found = tensors.find(name);
+      if (found == tensors.end())
+        throw data_error("checkpoint '" + checkpoint.path + "' has no tensor '" + name + "'");
+      out.at(static_cast<std::size_t>(layer.index)).push_back(std::move(found->second));
+    }
+  return out;
+}
+
 verify_result verify_against_single_device(const run_config& config, std::int64_t steps,
-                                           double tolerance) {
+                                           double tolerance, const parallel_run& run_parallel) {
   if (config.is_explicit())
     throw user_error("troupe verify needs the shorthand form ([model] and [parallel]) to know "
                      "the single-device model; verify the config you ejected this one from");
@@ -63,7 +89,7 @@ verify_result verify_against_single_device(const run_config& config, std::int64_
     return result.parameters;
   };
   auto reference = train(single_device_form(config), "single-device");
-  auto parallel = train(config, "parallel");
+  auto parallel = run_parallel ? run_parallel(config, steps) : train(config, "parallel");
   verify_result result;
   result.differences = compare_parameters(reference, parallel);
   for (const auto& d : result.differences)

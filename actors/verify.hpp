@@ -5,6 +5,7 @@
 // Used by `troupe verify` and by the equivalence tests.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,22 @@ std::vector<parameter_difference> compare_parameters(
     const std::vector<std::vector<std::vector<float>>>& reference,
     const std::vector<std::vector<std::vector<float>>>& other);
 
+/// Trains a config's wiring for `steps` steps somewhere else (a run over several
+/// processes) and returns its final parameters, per model layer as run_session keeps them.
+using parallel_run = std::function<std::vector<std::vector<std::vector<float>>>(
+    const run_config& config, std::int64_t steps)>;
+
+/// The parameters of the newest checkpoint under `root` (a run of `config`), per model
+/// layer as run_session keeps them. Throws data_error when one is missing.
+std::vector<std::vector<std::vector<float>>> parameters_in_checkpoint(const run_config& config,
+                                                                      const std::string& root);
+
 /// Trains `config` and its single-device form for `steps` steps (no evaluation, no
 /// output) and compares. Throws user_error for explicit configs (their model is not
-/// written as [model]) and if either run fails.
+/// written as [model]) and if either run fails. `run_parallel`, when given, trains the
+/// config's wiring instead of a session in this process (`troupe verify` of a config over
+/// several nodes launches them).
 verify_result verify_against_single_device(const run_config& config, std::int64_t steps,
-                                           double tolerance);
+                                           double tolerance, const parallel_run& run_parallel = {});
 
 }  // namespace troupe

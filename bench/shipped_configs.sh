@@ -5,7 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 printf '%-28s %10s %12s %s\n' config accuracy samples/s utilisation
 for config in config/fashion_mlp*.toml; do
-  out=$(./build/troupe run "$config" --quiet --metrics /tmp/troupe-shipped.jsonl)
+  # A config over several nodes runs as that many local processes.
+  nodes=$(sed -n 's/^nodes *= *\([0-9]*\).*/\1/p' "$config")
+  if [[ -n "$nodes" ]]; then
+    out=$(./build/troupe launch -n "$nodes" "$config" --quiet --metrics /tmp/troupe-shipped.jsonl)
+  else
+    out=$(./build/troupe run "$config" --quiet --metrics /tmp/troupe-shipped.jsonl)
+  fi
   accuracy=$(sed -n 's/.*test accuracy \([0-9.]*%\).*/\1/p' <<<"$out")
   rate=$(sed -n 's/.*(\([0-9]*\) samples\/s).*/\1/p' <<<"$out")
   use=$(sed -n 's/^device utilisation: //p' <<<"$out")

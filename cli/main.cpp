@@ -17,6 +17,7 @@ const char* main_usage =
     "\n"
     "commands:\n"
     "  run CONFIG.toml      train the model a topology config describes\n"
+    "  launch -n N CONFIG.toml  run a config over N processes (nodes) on this machine\n"
     "  plan CONFIG.toml     print the actors and wires a config expands into (--dot, --eject)\n"
     "  verify CONFIG.toml   check that a parallel config computes what one device computes\n"
     "  layers               list the layer types and actor kinds configs can use\n"
@@ -49,7 +50,7 @@ const command_entry commands[] = {
     {"run", troupe::cli::run_command},       {"plan", troupe::cli::plan_command},
     {"verify", troupe::cli::verify_command}, {"trace", troupe::cli::trace_command},
     {"layers", troupe::cli::layers_command}, {"check-layer", troupe::cli::check_layer_command},
-    {"export", troupe::cli::export_command},
+    {"export", troupe::cli::export_command}, {"launch", troupe::cli::launch_command},
 };
 
 troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "actors/cluster.hpp"
 #include "actors/interrupts.hpp"
 #include "actors/session.hpp"
 #include "cli/commands.hpp"
@@ -41,7 +42,13 @@ exit_code run_command(const std::vector<std::string>& args) {
           "Trains the model that CONFIG.toml describes ([run], [data], [model],\n"
           "[optimizer], [parallel], or an explicit [[actor]]/[[wire]] graph); see\n"
           "config/fashion_mlp.toml. Progress goes to stdout, metrics to a JSON-lines\n"
-          "file, errors to stderr.",
+          "file, errors to stderr.\n\n"
+          "A config over several nodes ([cluster], devices like \"node1/cpu:0\") runs as one\n"
+          "troupe run per node: troupe launch -n N starts them here, or a launcher's\n"
+          "environment says which node each is (torchrun: RANK, WORLD_SIZE, MASTER_ADDR,\n"
+          "MASTER_PORT; Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST; Open MPI:\n"
+          "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, with MASTER_ADDR). The secret comes\n"
+          "from TROUPE_SECRET, TROUPE_SECRET_FILE or [cluster] secret_file.",
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);
@@ -93,8 +100,19 @@ exit_code run_command(const std::vector<std::string>& args) {
       return exit_code::bad_input;
     }
   }
+  // Under a launcher (troupe launch, torchrun, Slurm, mpirun): this process is one node.
+  session.cluster = cluster_from_environment(config);
+  const bool worker = session.cluster && !session.cluster->coordinator();
+  if (worker)
+    session.quiet = true;  // the coordinator prints progress and the result
   auto result = run_session(config, session);
   const auto& outcome = result.outcome;
+  if (worker) {
+    if (outcome.exit_code != exit_code::ok && !outcome.failure.empty())
+      std::fprintf(stderr, "troupe run: node%d: %s\n", session.cluster->rank,
+                   outcome.failure.c_str());
+    return outcome.exit_code;
+  }
   auto trace_path = session.trace_path.empty() ? config.run.trace : session.trace_path;
   if (!trace_path.empty() && outcome.exit_code == exit_code::ok)
     std::printf("trace written to %s (open it in Perfetto, or: troupe trace summary %s)\n",

@@ -1,6 +1,12 @@
 // verify_command.cpp: `troupe verify CONFIG.toml`: does this wiring compute what one
 // device computes?
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "actors/verify.hpp"
 #include "cli/commands.hpp"
@@ -8,6 +14,51 @@
 namespace po = boost::program_options;
 
 namespace troupe::cli {
+
+namespace {
+
+// A fresh directory under the temporary directory, removed with its contents at scope exit.
+struct scratch_directory {
+  std::string path;
+  scratch_directory() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "troupe-verify-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw user_error(
+          "troupe verify: cannot make a temporary directory: " + std::string(std::strerror(errno)),
+          exit_code::run_failed);
+    path = pattern;
+  }
+  ~scratch_directory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+// Runs this troupe binary with `arguments` and waits; its exit code.
+int launch_and_wait(std::vector<std::string> arguments) {
+  char self[4096] = {};
+  if (::readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0)
+    throw user_error("troupe verify: cannot find its own executable", exit_code::run_failed);
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid < 0)
+    throw user_error("troupe verify: fork failed", exit_code::run_failed);
+  if (pid == 0) {
+    arguments.insert(arguments.begin(), self);
+    std::vector<char*> argv;
+    for (auto& a : arguments)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(self, argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
 
 exit_code verify_command(const std::vector<std::string>& args) {
   po::options_description options("options");
@@ -21,7 +72,9 @@ exit_code verify_command(const std::vector<std::string>& args) {
           "Trains CONFIG.toml's wiring and the same model on one device (same seed, data\n"
           "and global batch) for --steps steps and compares every parameter. Parallelism\n"
           "should change speed, never the math: differences come only from float\n"
-          "summation order. Exit code 0 when all are within --tolerance, 1 otherwise.",
+          "summation order. Exit code 0 when all are within --tolerance, 1 otherwise.\n"
+          "A config over several nodes ([cluster] nodes > 1) runs as that many local\n"
+          "processes (troupe launch), so the network is part of what is checked.",
           options, line))
     return *stop;
   auto steps = line.values["steps"].as<std::int64_t>();
@@ -31,7 +84,23 @@ exit_code verify_command(const std::vector<std::string>& args) {
   }
   auto tolerance = line.values["tolerance"].as<double>();
   auto config = load_config_and_plugins(line);
-  auto result = verify_against_single_device(config, steps, tolerance);
+  // A config over several nodes trains as that many local processes (troupe launch),
+  // which end with a checkpoint: the comparison covers the network too.
+  parallel_run over_nodes;
+  if (config.nodes() > 1)
+    over_nodes = [&](const run_config& c, std::int64_t n) {
+      scratch_directory checkpoints;
+      int code = launch_and_wait({"launch", "-n", std::to_string(c.nodes()), c.path, "--steps",
+                                  std::to_string(n), "--checkpoint", checkpoints.path, "-q",
+                                  "--metrics", "/dev/null"});
+      if (code != 0)
+        throw user_error("the run over " + std::to_string(c.nodes()) +
+                             " processes failed (exit code " + std::to_string(code) +
+                             "; its messages are above)",
+                         exit_code::run_failed);
+      return parameters_in_checkpoint(c, checkpoints.path);
+    };
+  auto result = verify_against_single_device(config, steps, tolerance, over_nodes);
   std::printf("%-8s %-10s %s\n", "layer", "parameter", "relative difference");
   for (const auto& d : result.differences)
     std::printf("%-8lld %-10lld %.3g\n", static_cast<long long>(d.layer),

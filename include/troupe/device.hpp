@@ -30,23 +30,33 @@ namespace troupe {
 
 using kernels::device_type;
 
-/// The name of a device: a type and an index, written "cpu:0".
+/// The name of a device: the node (process) it belongs to, a type and an index, written
+/// "cpu:0" on node 0 and "node1/cpu:0" on another node ("node0/cpu:0" is read as "cpu:0").
 struct device_id {
   device_type type = device_type::cpu;
   int index = 0;
+  int node = 0;  // the rank of the process that owns it; 0 in a one-process run
 
   std::string to_string() const;
-  /// Parses "cpu:N" / "cuda:N"; returns false on anything else.
+  /// Parses "cpu:N" / "cuda:N", optionally after "nodeK/"; returns false on anything else.
   static bool parse(const std::string& text, device_id& out);
 
   friend bool operator==(const device_id& a, const device_id& b) {
-    return a.type == b.type && a.index == b.index;
+    return a.node == b.node && a.type == b.type && a.index == b.index;
   }
   friend bool operator!=(const device_id& a, const device_id& b) { return !(a == b); }
   friend bool operator<(const device_id& a, const device_id& b) {
+    if (a.node != b.node)
+      return a.node < b.node;
     return a.type != b.type ? a.type < b.type : a.index < b.index;
   }
 };
+
+/// The node this process is in a multi-process run (0 otherwise). Tensors that arrive
+/// from another node are host tensors of this node (include/troupe/tensor_inspect.hpp).
+/// One process is one node: the run sets it once, before its actors exist.
+int this_node();
+void set_this_node(int node);
 
 class stream;
 
@@ -238,7 +248,9 @@ class device {
 /// value from before is restored when the last one goes (Note [OpenBLAS threads]).
 class device_set {
  public:
-  explicit device_set(const std::vector<device_id>& ids);
+  /// `first_core`: the core of cpu:0, for several processes on one machine (cpu:N runs on
+  /// core first_core + N, modulo the cores this process may use).
+  explicit device_set(const std::vector<device_id>& ids, int first_core = 0);
   ~device_set();
   device_set(const device_set&) = delete;
   device_set& operator=(const device_set&) = delete;

@@ -53,7 +53,9 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
       return err;
     if (auto err = detail::validate_tensor_header(shape, type, bytes))
       return err;
-    auto result = tensor::empty(shape, static_cast<dtype>(type));
+    // A host tensor of this process's node: an actor on its cpu:0 uses it as it is.
+    auto result =
+        tensor::empty(shape, static_cast<dtype>(type), device_id{device_type::cpu, 0, this_node()});
     if (bytes > 0)
       if (auto err = f.apply_raw(bytes, result.raw()))
         return err;

@@ -579,14 +579,17 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
       const auto* name = element.as_string();
       if (!name)
         r.fail(element, "devices",
-               "expected a device like 'cpu:0' or 'cuda:0', found " + type_name(element.type()));
+               "expected a device like 'cpu:0', 'cuda:0' or 'node1/cpu:0', found " +
+                   type_name(element.type()));
       auto parsed = parse_device_name(name->get());
       if (!parsed.ok())
         r.fail(element, "devices", parsed.error);
       for (const auto& earlier : s.devices)
-        if (earlier.name == name->get())
-          r.fail(element, "devices", "device '" + earlier.name + "' is listed twice (first at " +
-                                         earlier.where.to_string() + ")");
+        if (earlier.id == parsed.id)
+          r.fail(element, "devices",
+                 "device '" + name->get() + "' is listed twice (first at " +
+                     earlier.where.to_string() +
+                     (earlier.name == name->get() ? "" : " as '" + earlier.name + "'") + ")");
       s.devices.push_back({name->get(), parsed.id, r.position(element)});
     }
   } else {
@@ -620,10 +623,46 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   return s;
 }
 
+cluster_section read_cluster(const section_reader& r, const std::string& directory) {
+  cluster_section s;
+  s.where = r.where();
+  s.nodes_where = r.read("nodes", s.nodes, integer_range{1, max_node_index + 1});
+  r.read("address", s.address);
+  r.read("port", s.port, integer_range{1, 65535});
+  r.read("listen", s.listen);
+  auto secret_where = r.read("secret_file", s.secret_file);
+  if (r.find("secret_file") && s.secret_file.empty())
+    throw config_error(secret_where,
+                       "[cluster] secret_file: expected a file's path, found an "
+                       "empty string");
+  if (!s.secret_file.empty() && fs::path(s.secret_file).is_relative())
+    s.secret_file = (fs::path(directory) / s.secret_file).lexically_normal().string();
+  for (auto [key, value] :
+       {std::pair<const char*, std::string*>{"address", &s.address}, {"listen", &s.listen}})
+    if (value->empty() || value->find_first_of(" \t/") != std::string::npos)
+      throw config_error(r.find(key) ? r.key_position(key) : s.where,
+                         std::string("[cluster] ") + key +
+                             ": expected a host name or an IP "
+                             "address like \"127.0.0.1\", found \"" +
+                             *value + "\"");
+  r.read("timeout", s.timeout, number_range{0, true});
+  r.read("heartbeat", s.heartbeat, number_range{0, true, 10});
+  r.read("node_timeout", s.node_timeout, number_range{0, true});
+  if (s.node_timeout <= 2 * s.heartbeat)
+    throw config_error(r.find("node_timeout") ? r.key_position("node_timeout") : s.where,
+                       "[cluster] node_timeout: must be more than twice heartbeat (" +
+                           format_number(s.heartbeat) +
+                           " s), or one late heartbeat would end "
+                           "the run; found " +
+                           format_number(s.node_timeout));
+  r.finish();
+  return s;
+}
+
 // ---- the top level ----
 
-const std::vector<std::string> section_names = {"run",      "data",  "model", "optimizer",
-                                                 "parallel", "actor", "wire"};
+const std::vector<std::string> section_names = {"run",      "data",    "model", "optimizer",
+                                                "parallel", "cluster", "actor", "wire"};
 
 bool is_table_array(const std::string& name) { return name == "actor" || name == "wire"; }
 
@@ -731,6 +770,7 @@ run_config parse_config(const std::string& text, const std::string& name,
   config.model = read_model(section("model"), explicit_form, directory);
   config.optimizer = read_optimizer(section("optimizer"));
   config.parallel = read_parallel(section("parallel"), explicit_form);
+  config.cluster = read_cluster(section("cluster"), directory);
   return config;
 }
 

@@ -2,7 +2,8 @@
 //
 // load_config() reads the shorthand form ([run], [data], [model], [optimizer],
 // [parallel]) or the explicit form ([[actor]] and [[wire]] tables instead of
-// [[model.layers]] and [parallel] data/pipeline/stages) into run_config. Every value keeps where it came from, so that later
+// [[model.layers]] and [parallel] data/pipeline/stages), and [cluster] for a run over several
+// processes, into run_config. Every value keeps where it came from, so that later
 // checks (shapes, devices, layer settings) can name file:line:col too. Unknown keys,
 // wrong types and out-of-range values throw config_error naming the position, what was
 // expected and, for names, the nearest valid one. Nothing here spawns anything.
@@ -132,6 +133,23 @@ struct parallel_section {
   source_position where;
 };
 
+/// [cluster]: one run over several processes (nodes), each `troupe run` of the same config
+/// (or `troupe launch -n N`). The launcher's environment (runtime/net/launch_env.hpp) says
+/// which node a process is and may name the coordinator instead of `address` / `port`.
+struct cluster_section {
+  std::int64_t nodes = 0;             // how many processes; 0: not given (the launcher's, or 1)
+  std::string address = "127.0.0.1";  // where the workers find the coordinator (rank 0)
+  std::int64_t port = 29500;          // the coordinator's port (torchrun's default)
+  std::string listen =
+      "127.0.0.1";          // the address the coordinator listens on: loopback unless given
+  std::string secret_file;  // the shared secret, relative to the config file; empty: none
+  double timeout = 60;      // seconds a worker retries the coordinator, and it waits for them
+  double heartbeat = 1;     // seconds between heartbeats on every link
+  double node_timeout = 8;  // a node silent this long is lost (< 10 s, issue 11)
+  source_position where;
+  source_position nodes_where;
+};
+
 /// One [[actor]] or [[wire]] table of an explicit config: every key with its position
 /// (the key's). Values are scalars; what the keys mean is topology_from_explicit()'s.
 struct table_config {
@@ -147,11 +165,14 @@ struct run_config {
   model_section model;
   optimizer_section optimizer;
   parallel_section parallel;
+  cluster_section cluster;
   std::vector<table_config> actors;  // [[actor]], in file order
   std::vector<table_config> wires;   // [[wire]], in file order
 
   /// An explicit config lists its actors and wires instead of [[model.layers]].
   bool is_explicit() const { return !actors.empty(); }
+  /// How many processes the run has: [cluster] nodes, or 1.
+  std::int64_t nodes() const { return cluster.nodes > 0 ? cluster.nodes : 1; }
 };
 
 /// The four files of a Fashion-MNIST directory, by their release names

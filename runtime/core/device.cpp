@@ -40,6 +40,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "runtime/core/device_name.hpp"
@@ -49,8 +50,16 @@
 namespace troupe {
 
 std::string device_id::to_string() const {
-  return std::string{kernels::to_string(type)} + ":" + std::to_string(index);
+  return (node > 0 ? "node" + std::to_string(node) + "/" : std::string{}) +
+         kernels::to_string(type) + ":" + std::to_string(index);
 }
+
+namespace {
+std::atomic<int> the_node{0};
+}  // namespace
+
+int this_node() { return the_node.load(std::memory_order_relaxed); }
+void set_this_node(int node) { the_node.store(node, std::memory_order_relaxed); }
 
 bool device_id::parse(const std::string& text, device_id& out) {
   auto parsed = parse_device_name(text);  // the one parser (device_name.hpp)
@@ -370,7 +379,7 @@ blas_threads_scope& the_blas_threads_scope() {
 
 }  // namespace
 
-device_set::device_set(const std::vector<device_id>& ids) {
+device_set::device_set(const std::vector<device_id>& ids, int first_core) {
   {
     auto& scope = the_blas_threads_scope();
     std::lock_guard<std::mutex> guard{scope.mutex};
@@ -380,7 +389,8 @@ device_set::device_set(const std::vector<device_id>& ids) {
     }
   }
   for (const auto& id : ids)
-    devices_.push_back(std::make_unique<device>(id, id.type == device_type::cpu ? id.index : -1));
+    devices_.push_back(
+        std::make_unique<device>(id, id.type == device_type::cpu ? first_core + id.index : -1));
 }
 
 device_set::~device_set() {

@@ -1,4 +1,5 @@
-// device_name.hpp: the one parser of device names ("cpu:N", "cuda:N") for the whole tree.
+// device_name.hpp: the one parser of device names ("cpu:N", "cuda:N", "node1/cpu:N") for the
+// whole tree.
 //
 // The config loader, the explicit topology reader and device_id::parse all read device names
 // through parse_device_name(), so they agree on what a name is: a known type, a colon, and an
@@ -20,6 +21,8 @@ namespace troupe {
 
 /// The largest index N of "cpu:N" / "cuda:N". Note [device index range] in the .cpp.
 constexpr int max_device_index = 1023;
+/// The largest rank K of "nodeK/": as many processes as a run can start (launch_env).
+constexpr int max_node_index = 4095;
 
 /// A parsed device name: `id` when `error` is empty, else `error` says what was expected
 /// and what was found ("expected a device like 'cpu:0' or 'cuda:0', found 'gpu0'").
@@ -30,7 +33,8 @@ struct device_name {
   bool ok() const { return error.empty(); }
 };
 
-/// Parses "cpu:N" or "cuda:N" (0 <= N <= max_device_index, no leading zeros).
+/// Parses "cpu:N" or "cuda:N" (0 <= N <= max_device_index, no leading zeros), optionally
+/// after "nodeK/" (0 <= K <= max_node_index): the device of another process of the run.
 device_name parse_device_name(std::string_view text);
 
 }  // namespace troupe

@@ -21,6 +21,12 @@ const actor_plan* topology::find(const std::string& name) const {
   return nullptr;
 }
 
+bool topology::crosses_nodes(const wire_plan& wire) const {
+  const auto* from = find(wire.from);
+  const auto* to = find(wire.to);
+  return from != nullptr && to != nullptr && from->device.node != to->device.node;
+}
+
 std::string actor_plan::kind_name() const {
   return kind == actor_kind::custom ? custom_kind : to_string(kind);
 }
@@ -68,6 +74,17 @@ std::vector<device_id> runnable_devices(const run_config& config) {
       throw config_error(device.where, "device '" + device.name +
                                            "': this build runs on CPU devices only (the CUDA "
                                            "device layer is not built yet); use 'cpu:N'");
+    if (device.id.node >= config.nodes()) {
+      const auto& c = config.cluster;
+      throw config_error(
+          device.where,
+          "device '" + device.name + "' is on node " + std::to_string(device.id.node) +
+              ", and the run has " + std::to_string(config.nodes()) + " node" +
+              (config.nodes() == 1 ? "" : "s") +
+              (c.nodes > 0 ? " ([cluster] nodes at " + c.nodes_where.to_string() + ")"
+                           : " (set [cluster] nodes, or start it with troupe launch -n N)") +
+              "; nodes are numbered from node0");
+    }
     ids.push_back(device.id);
   }
   if (ids.empty())
@@ -124,6 +141,7 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   const auto& p = config.parallel;
   topology t;
   t.devices = runnable_devices(config);
+  t.nodes = config.nodes();
   t.replicas = p.data;
   t.microbatches = p.microbatches;
   t.schedule = p.schedule;

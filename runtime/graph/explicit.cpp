@@ -267,6 +267,7 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
   TROUPE_CHECK(config.is_explicit(), "topology_from_explicit on a shorthand config");
   topology t;
   t.devices = runnable_devices(config);
+  t.nodes = config.nodes();
   t.microbatches = config.parallel.microbatches;
   t.schedule = config.parallel.schedule;
   t.averaging = config.parallel.averaging;

@@ -200,24 +200,46 @@ std::string format_table(const topology& t) {
                     " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " +
                     to_string(t.schedule) + ", averaging " + to_string(t.averaging) + ", devices " +
                     device_list(t) + "\n";
+  const bool nodes = t.nodes > 1;
+  if (nodes) {
+    auto crossing = std::count_if(t.wires.begin(), t.wires.end(),
+                                  [&](const wire_plan& w) { return t.crosses_nodes(w); });
+    out += "nodes: " + std::to_string(t.nodes) + " processes (node0 coordinates), " +
+           std::to_string(crossing) + " of " + std::to_string(t.wires.size()) +
+           " wires cross the network\n";
+  }
   // A settings column only when a custom actor has settings to show.
   bool any_settings = std::any_of(t.actors.begin(), t.actors.end(),
                                   [](const actor_plan& a) { return !custom_settings(a).empty(); });
   std::vector<std::vector<std::string>> actors{
       {"name", "kind", "device", "replica", "stage", "layer", "type"}};
+  if (nodes)
+    actors[0].insert(actors[0].begin() + 2, "node");
   if (any_settings)
     actors[0].push_back("settings");
   for (const auto& a : t.actors) {
     actors.push_back({a.name, a.kind_name(), a.device.to_string(), index_or_dash(a.replica),
                       index_or_dash(a.stage), index_or_dash(a.layer),
                       a.kind == actor_kind::layer ? a.math.type : ""});
+    if (nodes)
+      actors.back().insert(actors.back().begin() + 2, "node" + std::to_string(a.device.node));
     if (any_settings)
       actors.back().push_back(custom_settings(a));
   }
   std::vector<std::vector<std::string>> wires{{"from", "to", "kind", "capacity"}};
-  for (const auto& w : t.wires)
+  if (nodes)
+    wires[0].push_back("crosses");
+  for (const auto& w : t.wires) {
     wires.push_back(
         {w.from, w.to, to_string(w.kind), w.capacity > 0 ? std::to_string(w.capacity) : "-"});
+    if (nodes) {
+      const auto* from = t.find(w.from);
+      const auto* to = t.find(w.to);
+      wires.back().push_back(t.crosses_nodes(w) ? "node" + std::to_string(from->device.node) +
+                                                      " -> node" + std::to_string(to->device.node)
+                                                : "");
+    }
+  }
   out += "\nactors (" + std::to_string(t.actors.size()) + ")\n" + aligned(actors);
   out += "\nwires (" + std::to_string(t.wires.size()) + ")\n" + aligned(wires);
   return out;
@@ -231,24 +253,41 @@ std::string format_dot(const topology& t) {
   for (const auto& a : t.actors)
     if (std::find(devices.begin(), devices.end(), a.device) == devices.end())
       devices.push_back(a.device);
-  for (const auto& device : devices) {
-    auto name = device.to_string();
-    std::replace(name.begin(), name.end(), ':', '_');
-    out += "  subgraph cluster_" + name + " {\n    label=" + dot_quote(device.to_string()) + ";\n";
-    for (const auto& a : t.actors)
-      if (a.device == device) {
-        auto settings = custom_settings(a);
-        auto label = a.name + "\n" + (a.kind == actor_kind::layer ? a.math.type : a.kind_name()) +
-                     (settings.empty() ? "" : "\n" + settings);
-        out += "    " + dot_quote(a.name) + " [label=" + dot_quote(label) + "];\n";
-      }
-    out += "  }\n";
+  // With several nodes, each node is a cluster around its devices' clusters.
+  const bool nodes = t.nodes > 1;
+  for (std::int64_t node = 0; node < (nodes ? t.nodes : 1); ++node) {
+    std::string indent = nodes ? "    " : "  ";
+    if (nodes)
+      out += "  subgraph cluster_node" + std::to_string(node) + " {\n    label=" +
+             dot_quote("node" + std::to_string(node) + (node == 0 ? " (coordinator)" : "")) +
+             ";\n    style=dashed;\n";
+    for (const auto& device : devices) {
+      if (nodes && device.node != node)
+        continue;
+      auto name = device.to_string();
+      std::replace(name.begin(), name.end(), ':', '_');
+      std::replace(name.begin(), name.end(), '/', '_');
+      out += indent + "subgraph cluster_" + name + " {\n" + indent +
+             "  label=" + dot_quote(device.to_string()) + ";\n";
+      for (const auto& a : t.actors)
+        if (a.device == device) {
+          auto settings = custom_settings(a);
+          auto label = a.name + "\n" + (a.kind == actor_kind::layer ? a.math.type : a.kind_name()) +
+                       (settings.empty() ? "" : "\n" + settings);
+          out += indent + "  " + dot_quote(a.name) + " [label=" + dot_quote(label) + "];\n";
+        }
+      out += indent + "}\n";
+    }
+    if (nodes)
+      out += "  }\n";
   }
   for (const auto& w : t.wires) {
     auto label =
         to_string(w.kind) + (w.capacity > 0 ? " (" + std::to_string(w.capacity) + ")" : "");
+    if (t.crosses_nodes(w))
+      label += " [network]";
     out += "  " + dot_quote(w.from) + " -> " + dot_quote(w.to) + " [label=" + dot_quote(label) +
-           ", " + dot_edge_style(w.kind) + "];\n";
+           ", " + dot_edge_style(w.kind) + (t.crosses_nodes(w) ? ", penwidth=2" : "") + "];\n";
   }
   return out + "}\n";
 }
@@ -339,6 +378,20 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);
   w.put("shard_optimizer", config.parallel.shard_optimizer);
+
+  const auto& c = config.cluster;
+  if (c.nodes > 0) {
+    w.section("[cluster]");
+    w.put("nodes", c.nodes);
+    w.put("address", c.address);
+    w.put("port", c.port);
+    w.put("listen", c.listen);
+    if (!c.secret_file.empty())
+      w.put("secret_file", std::filesystem::absolute(c.secret_file).lexically_normal().string());
+    w.put("timeout", c.timeout);
+    w.put("heartbeat", c.heartbeat);
+    w.put("node_timeout", c.node_timeout);
+  }
 
   for (const auto& a : t.actors)
     write_actor(w, a);

@@ -75,7 +75,8 @@ struct wire_plan {
 };
 
 struct topology {
-  std::vector<device_id> devices;     // every device the run creates
+  std::vector<device_id> devices;     // every device the run creates, on every node
+  std::int64_t nodes = 1;             // processes ([cluster] nodes); a device's node is below it
   std::int64_t replicas = 1;          // R
   std::int64_t stages = 1;            // P
   std::int64_t microbatches = 1;      // M
@@ -86,6 +87,8 @@ struct topology {
   std::vector<wire_plan> wires;
 
   const actor_plan* find(const std::string& name) const;
+  /// Whether a wire joins actors on two nodes (its messages cross the network).
+  bool crosses_nodes(const wire_plan& wire) const;
 };
 
 /// [parallel] devices as ids, each one this build can run: a config_error at the first it

@@ -259,6 +259,15 @@ class validator {
       if (std::find(t_.devices.begin(), t_.devices.end(), a.device) == t_.devices.end())
         fail(a.where, named(a.name) + " runs on " + a.device.to_string() +
                           ", which [parallel] devices does not list (it lists " + listed + ")");
+    // Every node of the run hosts an actor: a process with nothing to run is a config
+    // for fewer nodes (or devices not yet named for their node).
+    for (std::int64_t node = 0; node < t_.nodes; ++node)
+      if (std::none_of(t_.actors.begin(), t_.actors.end(),
+                       [&](const actor_plan& a) { return a.device.node == node; }))
+        fail(config_.parallel.where,
+             "the run has " + std::to_string(t_.nodes) + " nodes, and no actor runs on node" +
+                 std::to_string(node) + " (devices " + listed + "); name its devices like 'node" +
+                 std::to_string(node) + "/cpu:0' in [parallel] devices, or run on fewer nodes");
   }
 
   void check_loader() {

@@ -305,7 +305,7 @@ TEST_CASE("an unknown section is rejected, with a suggestion or the list of sect
               "unknown section 'optimiser'; did you mean 'optimizer'?");
   check_error("[training]\n" + minimal_model, 1, 2,
               "unknown section 'training'; valid sections: 'run', 'data', 'model', 'optimizer', "
-              "'parallel', 'actor', 'wire'");
+              "'parallel', 'cluster', 'actor', 'wire'");
   check_error("epochs = 3\n" + minimal_model, 1, 1, "unknown section 'epochs'");
   check_error("run = 3\n" + minimal_model, 1, 1, "'run' must be a section [run], found an integer");
 }
@@ -395,11 +395,12 @@ TEST_CASE("an unknown name for an enumerated setting suggests the nearest and li
 
 TEST_CASE("a device that is not cpu:N or cuda:N is rejected at its array element") {
   check_error(minimal_model + "[parallel]\ndevices = [\"cpu:0\", \"gpu0\"]\n", 5, 21,
-              "[parallel] devices: expected a device like 'cpu:0' or 'cuda:0', found 'gpu0'");
+              "[parallel] devices: expected a device like 'cpu:0', 'cuda:0' or 'node1/cpu:0', "
+              "found 'gpu0'");
   check_error(minimal_model + "[parallel]\ndevices = [\"cuda:-1\"]\n", 5, 12,
               "found 'cuda:-1'");
   check_error(minimal_model + "[parallel]\ndevices = [0]\n", 5, 12,
-              "expected a device like 'cpu:0' or 'cuda:0', found an integer");
+              "expected a device like 'cpu:0', 'cuda:0' or 'node1/cpu:0', found an integer");
   check_error(minimal_model + "[parallel]\ndevices = []\n", 5, 11,
               "[parallel] devices: expected a non-empty array of devices");
 }
@@ -532,4 +533,36 @@ TEST_CASE("find_data_file prefers NAME.gz, then NAME, and only regular files") {
   CHECK(troupe::find_data_file((dir.path() / "folder").string(), "x-ubyte").empty());
   CHECK(troupe::find_data_file((dir.path() / "nothing").string(), "x-ubyte").empty());
   CHECK(troupe::fashion_mnist_file_names().size() == 4);
+}
+
+TEST_CASE("[cluster] is read with its defaults, and each bad value is refused at its position") {
+  auto config = parse_config(minimal_model +
+                                 "[cluster]\nnodes = 3\nport = 4000\nlisten = "
+                                 "\"0.0.0.0\"\nsecret_file = \"s.key\"\n",
+                             "t.toml", "/cfg");
+  CHECK(config.cluster.nodes == 3);
+  CHECK(config.nodes() == 3);
+  CHECK(config.cluster.port == 4000);
+  CHECK(config.cluster.address == "127.0.0.1");
+  CHECK(config.cluster.listen == "0.0.0.0");
+  CHECK(config.cluster.secret_file == "/cfg/s.key");  // relative to the config file
+  CHECK(config.cluster.node_timeout == 8);
+  CHECK(parse_config(minimal_model, "t.toml").nodes() == 1);
+  check_error(minimal_model + "[cluster]\nnodes = 0\n", 5, 9,
+              "[cluster] nodes: expected an integer in [1, 4096], found 0");
+  check_error(minimal_model + "[cluster]\nport = 70000\n", 5, 8,
+              "[cluster] port: expected an integer in [1, 65535], found 70000");
+  check_error(minimal_model + "[cluster]\naddress = \"a b\"\n", 5, 1,
+              "[cluster] address: expected a host name or an IP address");
+  check_error(minimal_model + "[cluster]\nsecret_file = \"\"\n", 5, 15,
+              "[cluster] secret_file: expected a file's path, found an empty string");
+  check_error(minimal_model + "[cluster]\nheartbeat = 3\nnode_timeout = 5\n", 6, 1,
+              "[cluster] node_timeout: must be more than twice heartbeat (3 s)");
+  check_error(minimal_model + "[cluster]\nnodez = 2\n", 5, 1,
+              "unknown key 'nodez' in [cluster]; did you mean 'nodes'?");
+}
+
+TEST_CASE("a device listed twice under two spellings is refused") {
+  check_error(minimal_model + "[parallel]\ndevices = [\"cpu:1\", \"node0/cpu:1\"]\n", 5, 21,
+              "device 'node0/cpu:1' is listed twice (first at t.toml:5:12 as 'cpu:1')");
 }

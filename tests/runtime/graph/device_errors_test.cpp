@@ -39,7 +39,7 @@ void check_config_error(const std::string& command, const std::string& text,
 }
 
 const std::string out_of_range =
-    "expected a device like 'cpu:0' or 'cuda:0' with an index in [0, 1023], found "
+    "expected a device like 'cpu:0', 'cuda:0' or 'node1/cpu:0' with an index in [0, 1023], found "
     "'cpu:1234567'";
 
 const std::string shorthand = header + R"(

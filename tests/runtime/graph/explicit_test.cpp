@@ -226,9 +226,9 @@ TEST_CASE("topology_from_explicit names the key of a bad actor or wire table") {
   SUBCASE("a device that does not parse") {
     auto text = replaced(two_replicas, "name = \"r0.l1\"\nkind = \"layer\"\ndevice = \"cpu:0\"",
                          "name = \"r0.l1\"\nkind = \"layer\"\ndevice = \"gpu:0\"");
-    check_error(
-        text, "device = \"gpu:0\"",
-        "[[actor]] 'r0.l1' device: expected a device like 'cpu:0' or 'cuda:0', found 'gpu:0'");
+    check_error(text, "device = \"gpu:0\"",
+                "[[actor]] 'r0.l1' device: expected a device like 'cpu:0', 'cuda:0' or "
+                "'node1/cpu:0', found 'gpu:0'");
   }
   SUBCASE("a second spelling of a device") {
     auto text = replaced(two_stages, "name = \"loss\"\nkind = \"loss\"\ndevice = \"cpu:1\"",

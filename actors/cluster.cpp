@@ -1,0 +1,594 @@
+// cluster.cpp: the coordinator's gatekeeper and node watch, and a worker's link.
+#include "actors/cluster.hpp"
+
+#include <unistd.h>
+#include <caf/io/all.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+#include <thread>
+
+#include "actors/checkpoint_writer.hpp"
+#include "runtime/net/launch_env.hpp"
+#include "runtime/net/secret.hpp"
+#include "troupe/error.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/plugin.hpp"
+
+namespace troupe {
+
+// Note [joining a run]
+// Nothing of a run is reachable from the network but the gatekeeper: CAF delivers a
+// message from a peer only to an actor whose handle that peer was given, and the handles
+// of the trainer and of every actor are given only to a worker that proved the shared
+// secret (runtime/net/secret.hpp, Note [proving the secret]). The proof is bound to the
+// worker's rank and to the hashes of its config and plugins, so a proof made for another
+// run, rank or config does not pass. A worker that cannot prove it is refused, named in
+// the coordinator's log, and ends with an error; the run goes on waiting for the real one
+// until the rendezvous timeout.
+//
+// Every node plans the same topology from the same config (the hashes say so), so the
+// roster (actor names and handles) is all a node needs to wire its own actors: each node
+// sends the wiring messages to its own actors itself, with its own trace tracks, and the
+// coordinator starts the run only when every worker has said it did (so the wiring is in
+// every mailbox before anything the start sets off, as in one process).
+//
+// Failures after the start: the node watch (coordinator) monitors every worker's agent,
+// whose proxy dies the moment the connection drops (a killed process), and pings it every
+// heartbeat for links that go silent without closing; either way the trainer ends the run
+// naming the node. A worker watches its coordinator the same way, and exits on its own.
+
+namespace {
+
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using prove_atom = caf::atom_constant<caf::atom("prove")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using all_atom = caf::atom_constant<caf::atom("alljoined")>;
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using wire_atom = caf::atom_constant<caf::atom("wire")>;
+using wired_atom = caf::atom_constant<caf::atom("wired")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using pong_atom = caf::atom_constant<caf::atom("pong")>;
+using done_atom = caf::atom_constant<caf::atom("rundone")>;
+
+using clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+
+// A refusal carries its text and the exit code it means: bad input (another config, a
+// wrong secret) or a failed run (a node that never came).
+caf::error refusal(std::string why, exit_code code = exit_code::bad_input) {
+  return caf::make_error(caf::sec::runtime_error, std::move(why),
+                         static_cast<std::int32_t>(exit_status(code)));
+}
+
+// The error as a user_error: a refusal's text and code, or CAF's rendering of any other
+// error (a failed run).
+user_error error_of(caf::actor_system& system, const caf::error& error) {
+  const auto& context = error.context();
+  if (error.category() == caf::atom("system") &&
+      error.code() == static_cast<std::uint8_t>(caf::sec::runtime_error) &&
+      context.match_elements<std::string, std::int32_t>())
+    return user_error(context.get_as<std::string>(0),
+                      static_cast<exit_code>(context.get_as<std::int32_t>(1)));
+  return user_error(system.render(error), exit_code::run_failed);
+}
+
+// What the two ends of a proof agree on besides the secret.
+std::string proof_context(int rank, const net::config_identity& identity) {
+  return "rank=" + std::to_string(rank) + ";config=" + identity.config_hash +
+         ";plugins=" + identity.plugins_hash;
+}
+
+std::string fresh_nonce() { return net::sha256_hex(net::random_nonce(32)); }
+
+// The key of the proofs: the shared secret, or for a run without one (loopback only, see
+// cluster_from_environment) a fixed word, so the exchange is the same and a node with a
+// secret still refuses a coordinator without one (and the reverse).
+std::string proof_key(const cluster_node& node) {
+  return node.secret.value_or("troupe: no shared secret");
+}
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << std::setprecision(3) << seconds << " s";
+  return out.str();
+}
+
+// ---- the gatekeeper ----
+
+struct gate_state {
+  cluster_node node;
+  caf::actor trainer;
+  caf::actor writer;
+  struct worker {
+    hello_msg hello;
+    std::string challenge;
+    bool proven = false;
+    bool joined = false;
+    roster actors;
+    caf::actor agent;
+  };
+  std::map<int, worker> workers;
+  std::string failure;  // the rendezvous cannot succeed (a node runs another config)
+  exit_code failure_code = exit_code::bad_input;
+  caf::response_promise waiting;
+  bool has_waiting = false;
+
+  static const char* name;
+
+  std::string where(const hello_msg& h) const { return h.host + " pid " + std::to_string(h.pid); }
+  bool complete() const {
+    int joined = 0;
+    for (const auto& [rank, w] : workers)
+      joined += w.joined ? 1 : 0;
+    return joined == node.nodes - 1;
+  }
+  std::string missing() const {
+    std::string out;
+    for (int rank = 1; rank < node.nodes; ++rank) {
+      auto it = workers.find(rank);
+      if (it == workers.end() || !it->second.joined)
+        out += (out.empty() ? "node" : ", node") + std::to_string(rank);
+    }
+    return out;
+  }
+};
+const char* gate_state::name = "troupe.gatekeeper";
+
+using gate_actor = caf::stateful_actor<gate_state>;
+
+// Hands the joined workers (or the failure) to the coordinator's session, once.
+void settle(gate_actor* self) {
+  auto& s = self->state;
+  if (!s.has_waiting)
+    return;
+  if (!s.failure.empty()) {
+    s.waiting.deliver(refusal(s.failure, s.failure_code));
+    s.has_waiting = false;
+  } else if (s.complete()) {
+    joined_cluster joined;
+    const auto n = static_cast<std::size_t>(s.node.nodes);
+    joined.agents.resize(n);
+    joined.names.resize(n);
+    joined.where.resize(n);
+    for (const auto& [rank, w] : s.workers) {
+      auto k = static_cast<std::size_t>(rank);
+      joined.agents[k] = w.agent;
+      joined.names[k] = w.actors.names;
+      joined.where[k] = s.where(w.hello);
+      joined.actors.names.insert(joined.actors.names.end(), w.actors.names.begin(),
+                                 w.actors.names.end());
+      joined.actors.handles.insert(joined.actors.handles.end(), w.actors.handles.begin(),
+                                   w.actors.handles.end());
+    }
+    s.waiting.deliver(std::move(joined));
+    s.has_waiting = false;
+  }
+}
+
+caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer,
+                         caf::actor writer) {
+  self->state.node = std::move(node);
+  self->state.trainer = std::move(trainer);
+  self->state.writer = std::move(writer);
+  return {
+      [self](hello_atom, hello_msg& hello) -> caf::result<std::string> {
+        auto& s = self->state;
+        if (hello.rank < 1 || hello.rank >= s.node.nodes || hello.nodes != s.node.nodes)
+          return refusal("the coordinator runs " + std::to_string(s.node.nodes) +
+                         " nodes (ranks 0 to " + std::to_string(s.node.nodes - 1) +
+                         "), and this node says it is rank " + std::to_string(hello.rank) + " of " +
+                         std::to_string(hello.nodes) +
+                         "; start every node with the same world size");
+        auto& w = s.workers[hello.rank];
+        if (w.joined)
+          return refusal("node" + std::to_string(hello.rank) + " has joined already (from " +
+                         s.where(w.hello) + "); two processes were started with rank " +
+                         std::to_string(hello.rank));
+        net::config_identity theirs{hello.config_hash, hello.plugins_hash, hello.plugins};
+        auto differs = net::mismatch(theirs, s.node.identity);
+        if (!differs.empty()) {
+          s.failure = "node" + std::to_string(hello.rank) + " (" + s.where(hello) +
+                      ") runs another config than the coordinator; as node" +
+                      std::to_string(hello.rank) + " sees it:\n" + differs;
+          settle(self);
+          return refusal(differs);
+        }
+        w.hello = std::move(hello);
+        w.challenge = fresh_nonce();
+        w.proven = false;
+        return w.challenge;
+      },
+      [self](prove_atom, std::int32_t rank, const std::string& nonce,
+             const std::string& proof) -> caf::result<welcome_msg> {
+        auto& s = self->state;
+        auto it = s.workers.find(rank);
+        if (it == s.workers.end() || it->second.challenge.empty() || it->second.joined)
+          return refusal("say hello first: no challenge is open for rank " + std::to_string(rank));
+        auto& w = it->second;
+        auto context = proof_context(rank, s.node.identity);
+        const std::string secret = proof_key(s.node);
+        auto challenge = std::move(w.challenge);
+        w.challenge.clear();  // one try per challenge
+        if (!net::verify_proof(secret, net::worker_role, challenge, nonce, context, proof)) {
+          std::fprintf(stderr,
+                       "troupe: refused a node claiming to be node%d (%s, CAF node %s): it "
+                       "could not prove the shared secret\n",
+                       rank, s.where(w.hello).c_str(),
+                       caf::to_string(self->current_sender()->node()).c_str());
+          return refusal(
+              "the coordinator refused this node: it could not prove the shared "
+              "secret (set the same TROUPE_SECRET, TROUPE_SECRET_FILE or [cluster] "
+              "secret_file on every node)");
+        }
+        w.proven = true;
+        return welcome_msg{net::proof(secret, net::coordinator_role, nonce, challenge, context),
+                           s.trainer, s.writer};
+      },
+      [self](join_atom, std::int32_t rank, roster& actors, caf::actor& agent) -> caf::result<void> {
+        auto& s = self->state;
+        auto it = s.workers.find(rank);
+        if (it == s.workers.end() || !it->second.proven || it->second.joined)
+          return refusal("node" + std::to_string(rank) + " must prove the secret before it joins");
+        it->second.actors = std::move(actors);
+        it->second.agent = std::move(agent);
+        it->second.joined = true;
+        settle(self);
+        return caf::unit;
+      },
+      [self](all_atom, double timeout) -> caf::result<joined_cluster> {
+        auto& s = self->state;
+        s.waiting = self->make_response_promise();
+        s.has_waiting = true;
+        self->delayed_send(self, milliseconds(timeout), expire_atom::value, timeout);
+        settle(self);
+        return s.waiting;
+      },
+      [self](expire_atom, double timeout) {
+        auto& s = self->state;
+        if (s.has_waiting && s.failure.empty() && !s.complete()) {
+          s.failure = "not every node joined within " + seconds_text(timeout) +
+                      " ([cluster] timeout): missing " + s.missing() +
+                      "; start them with the same config (troupe launch -n " +
+                      std::to_string(s.node.nodes) + " does it all)";
+          s.failure_code = exit_code::run_failed;
+          settle(self);
+        }
+      },
+  };
+}
+
+// ---- the node watch ----
+
+struct watch_state {
+  struct watched {
+    caf::actor agent;
+    std::vector<std::string> actors;
+    std::string where;
+    clock::time_point last_heard;
+    bool lost = false;
+  };
+  std::map<int, watched> nodes;
+  caf::actor trainer;
+  double heartbeat = 1;
+  double node_timeout = 8;
+  static const char* name;
+};
+const char* watch_state::name = "troupe.node_watch";
+
+using watch_actor = caf::stateful_actor<watch_state>;
+
+void lose(watch_actor* self, int rank, const std::string& what) {
+  auto& w = self->state.nodes.at(rank);
+  if (w.lost)
+    return;
+  w.lost = true;
+  std::string actors;
+  for (const auto& name : w.actors)
+    actors += (actors.empty() ? "" : ", ") + name;
+  self->send(self->state.trainer, node_lost_atom::value, static_cast<std::int32_t>(rank),
+             "node" + std::to_string(rank) + " (" + w.where + "; its actors: " + actors +
+                 ") was lost: " + what);
+}
+
+caf::behavior node_watch(watch_actor* self, joined_cluster joined, caf::actor trainer,
+                         double heartbeat, double node_timeout) {
+  auto& s = self->state;
+  s.trainer = std::move(trainer);
+  s.heartbeat = heartbeat;
+  s.node_timeout = node_timeout;
+  for (std::size_t k = 1; k < joined.agents.size(); ++k) {
+    auto& w = s.nodes[static_cast<int>(k)];
+    w.agent = joined.agents[k];
+    w.actors = joined.names[k];
+    w.where = joined.where[k];
+    w.last_heard = clock::now();
+    self->monitor(w.agent);
+  }
+  self->set_down_handler([self](caf::down_msg& down) {
+    for (auto& [rank, w] : self->state.nodes)
+      if (w.agent.address() == down.source)
+        lose(self, rank, "its connection closed (" + self->system().render(down.reason) + ")");
+  });
+  self->send(self, tick_atom::value);
+  return {
+      [self](tick_atom) {
+        auto& s = self->state;
+        auto now = clock::now();
+        for (auto& [rank, w] : s.nodes) {
+          if (w.lost)
+            continue;
+          auto silent = std::chrono::duration<double>(now - w.last_heard).count();
+          if (silent > s.node_timeout)
+            lose(self, rank,
+                 "no heartbeat for " + seconds_text(silent) + " ([cluster] node_timeout " +
+                     seconds_text(s.node_timeout) + ")");
+          else
+            self->send(w.agent, ping_atom::value);
+        }
+        self->delayed_send(self, milliseconds(s.heartbeat), tick_atom::value);
+      },
+      [self](pong_atom, std::int32_t rank) {
+        auto it = self->state.nodes.find(rank);
+        if (it != self->state.nodes.end())
+          it->second.last_heard = clock::now();
+      },
+  };
+}
+
+}  // namespace
+
+namespace {
+
+bool is_loopback(const std::string& address) {
+  return address == "127.0.0.1" || address == "localhost" || address == "::1" ||
+         address.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+std::optional<cluster_node> cluster_from_environment(
+    run_config& config, const std::function<const char*(const char*)>& getenv) {
+  const auto identity = net::identity_from_environment(getenv);
+  auto& c = config.cluster;
+  if (identity.world_size == 1 && c.nodes <= 1)
+    return std::nullopt;
+  if (c.nodes == 0)
+    c.nodes = identity.world_size;
+  if (c.nodes != identity.world_size)
+    throw user_error(c.nodes_where.to_string() + ": [cluster] nodes is " + std::to_string(c.nodes) +
+                     ", and " +
+                     (identity.launcher == "single"
+                          ? std::string("no launcher started this process (no TROUPE_RANK, RANK, "
+                                        "OMPI_COMM_WORLD_RANK or SLURM_PROCID)")
+                          : "the launcher (" + identity.launcher + ") started " +
+                                std::to_string(identity.world_size) + " processes") +
+                     "; start it with troupe launch -n " + std::to_string(c.nodes) + " " +
+                     config.path + " or with as many processes");
+  cluster_node node;
+  node.rank = identity.rank;
+  node.nodes = identity.world_size;
+  node.local_rank = identity.local_rank;
+  node.launcher = identity.launcher;
+  // The launcher's coordinator when it names one; the config's otherwise.
+  const bool names_host = identity.launcher == "troupe" || identity.launcher == "torchrun" ||
+                          getenv("MASTER_ADDR") != nullptr || (identity.launcher == "slurm");
+  const bool names_port = identity.launcher == "troupe" || getenv("MASTER_PORT") != nullptr;
+  node.coordinator_host = names_host ? identity.coordinator_host : c.address;
+  node.coordinator_port = names_port ? identity.coordinator_port : static_cast<int>(c.port);
+  node.listen = c.listen;
+  if (const char* listen = getenv("TROUPE_LISTEN"); listen != nullptr && *listen != '\0')
+    node.listen = listen;
+  if (auto secret = net::load_secret(c.secret_file, getenv))
+    node.secret = secret->value;
+  if (!node.secret && node.coordinator() && !is_loopback(node.listen))
+    throw user_error("the coordinator would listen on " + node.listen +
+                     ", beyond this machine, without a shared secret: set TROUPE_SECRET or "
+                     "TROUPE_SECRET_FILE, or [cluster] secret_file, on every node");
+  std::vector<std::string> plugins;
+  for (const auto& [name, path] : loaded_plugins())
+    plugins.push_back(path);
+  node.identity = net::identify(config.path, plugins);
+  node.timeout = c.timeout;
+  node.heartbeat = c.heartbeat;
+  node.node_timeout = c.node_timeout;
+  return node;
+}
+
+std::string cluster_node::describe() const {
+  return "node" + std::to_string(rank) + " (rank " + std::to_string(rank) + " of " +
+         std::to_string(nodes) + ", " + launcher + ")";
+}
+
+void add_cluster_message_types(caf::actor_system_config& config) {
+  config.add_message_type<roster>("troupe::roster");
+  config.add_message_type<hello_msg>("troupe::hello_msg");
+  config.add_message_type<welcome_msg>("troupe::welcome_msg");
+  config.add_message_type<checkpoint_shard_msg>("troupe::checkpoint_shard_msg");
+}
+
+// ---- coordinator_gate ----
+
+coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node& node,
+                                   caf::actor trainer, caf::actor checkpoint_writer)
+    : system_(system), node_(node), trainer_(trainer) {
+  gate_ = system.spawn(gatekeeper, node, std::move(trainer), std::move(checkpoint_writer));
+  auto port = caf::io::publish(gate_, static_cast<std::uint16_t>(node.coordinator_port),
+                               node.listen.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(gate_, caf::exit_reason::kill);
+    throw user_error("the coordinator cannot listen on " + node.listen + ":" +
+                     std::to_string(node.coordinator_port) + ": " + system.render(port.error()) +
+                     "; is another run using that port? Choose another with [cluster] port or "
+                     "MASTER_PORT");
+  }
+  port_ = *port;
+}
+
+coordinator_gate::~coordinator_gate() {
+  if (watch_)
+    caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
+  caf::io::unpublish(gate_, port_);
+  caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
+}
+
+joined_cluster coordinator_gate::wait_for_workers(const roster& own) {
+  joined_cluster joined;
+  caf::scoped_actor self{system_};
+  std::optional<user_error> failure;
+  self->request(gate_, caf::infinite, all_atom::value, node_.timeout)
+      .receive([&](joined_cluster& workers) { joined = std::move(workers); },
+               [&](caf::error& error) { failure = error_of(system_, error); });
+  if (failure)
+    throw *failure;
+  joined.names.at(0) = own.names;
+  joined.where.at(0) = "coordinator";
+  joined.actors.names.insert(joined.actors.names.begin(), own.names.begin(), own.names.end());
+  joined.actors.handles.insert(joined.actors.handles.begin(), own.handles.begin(),
+                               own.handles.end());
+  return joined;
+}
+
+void coordinator_gate::wire_workers(const joined_cluster& joined) {
+  caf::scoped_actor self{system_};
+  for (std::size_t k = 1; k < joined.agents.size(); ++k) {
+    std::optional<user_error> failure;
+    self->request(joined.agents[k], milliseconds(node_.timeout), wire_atom::value, joined.actors)
+        .receive([](wired_atom) {}, [&](caf::error& error) { failure = error_of(system_, error); });
+    if (failure)
+      throw user_error(
+          "node" + std::to_string(k) + " could not wire its actors: " + failure->what(),
+          exit_code::run_failed);
+  }
+}
+
+void coordinator_gate::watch(const joined_cluster& joined) {
+  watch_ = system_.spawn(node_watch, joined, trainer_, node_.heartbeat, node_.node_timeout);
+}
+
+void coordinator_gate::finish(const joined_cluster& joined, int code) {
+  if (watch_) {
+    caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
+    watch_ = caf::actor{};
+  }
+  for (std::size_t k = 1; k < joined.agents.size(); ++k)
+    if (joined.agents[k])
+      caf::anon_send(joined.agents[k], done_atom::value, static_cast<std::int32_t>(code));
+}
+
+// ---- worker_link ----
+
+worker_link::worker_link(caf::actor_system& system, const cluster_node& node)
+    : system_(system), node_(node) {
+  const auto deadline = clock::now() + milliseconds(node.timeout);
+  std::string last_error;
+  for (;;) {
+    auto gate = caf::io::remote_actor(system, node.coordinator_host,
+                                      static_cast<std::uint16_t>(node.coordinator_port));
+    if (gate) {
+      gate_ = std::move(*gate);
+      break;
+    }
+    last_error = system.render(gate.error());
+    if (clock::now() >= deadline)
+      throw user_error("node" + std::to_string(node.rank) + " could not reach the coordinator at " +
+                           node.coordinator_host + ":" + std::to_string(node.coordinator_port) +
+                           " within " + seconds_text(node.timeout) +
+                           " ([cluster] timeout): " + last_error +
+                           "; start node0 there, or check [cluster] address and port "
+                           "(or MASTER_ADDR and MASTER_PORT)",
+                       exit_code::run_failed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  caf::scoped_actor self{system};
+  hello_msg hello;
+  hello.rank = node.rank;
+  hello.nodes = node.nodes;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  hello.host = host;
+  hello.pid = static_cast<std::int32_t>(getpid());
+  hello.config_hash = node.identity.config_hash;
+  hello.plugins_hash = node.identity.plugins_hash;
+  hello.plugins = node.identity.plugins;
+  std::optional<user_error> failure;
+  std::string challenge;
+  auto wait = milliseconds(node.timeout);
+  self->request(gate_, wait, hello_atom::value, hello)
+      .receive([&](std::string& c) { challenge = std::move(c); },
+               [&](caf::error& error) { failure = error_of(system, error); });
+  if (failure)
+    throw *failure;
+  const auto context = proof_context(node.rank, node.identity);
+  const std::string secret = proof_key(node);
+  const auto nonce = fresh_nonce();
+  self->request(gate_, wait, prove_atom::value, static_cast<std::int32_t>(node.rank), nonce,
+                net::proof(secret, net::worker_role, challenge, nonce, context))
+      .receive([&](welcome_msg& w) { welcome_ = std::move(w); },
+               [&](caf::error& error) { failure = error_of(system, error); });
+  if (failure)
+    throw *failure;
+  if (!net::verify_proof(secret, net::coordinator_role, nonce, challenge, context, welcome_.proof))
+    throw user_error("the coordinator at " + node.coordinator_host + ":" +
+                         std::to_string(node.coordinator_port) +
+                         " could not prove the shared secret: not joining it",
+                     exit_code::run_failed);
+}
+
+worker_link::~worker_link() = default;
+
+int worker_link::serve(const roster& own, const std::function<void(const roster&)>& wire) {
+  caf::scoped_actor self{system_};
+  self->monitor(gate_);
+  std::optional<user_error> failure;
+  self->request(gate_, milliseconds(node_.timeout), join_atom::value,
+                static_cast<std::int32_t>(node_.rank), own, caf::actor{self})
+      .receive([] {}, [&](caf::error& error) { failure = error_of(system_, error); });
+  if (failure)
+    throw *failure;
+  const auto coordinator = "the coordinator (node0 at " + node_.coordinator_host + ":" +
+                           std::to_string(node_.coordinator_port) + ")";
+  // Until the run is wired, the rendezvous timeout; then heartbeats.
+  bool wired = false;
+  auto last_heard = clock::now();
+  int code = -1;
+  while (code < 0) {
+    self->receive(
+        [&](wire_atom, const roster& all) {
+          wire(all);
+          wired = true;
+          last_heard = clock::now();
+          return wired_atom::value;
+        },
+        [&](ping_atom) {
+          last_heard = clock::now();
+          self->send(caf::actor_cast<caf::actor>(self->current_sender()), pong_atom::value,
+                     static_cast<std::int32_t>(node_.rank));
+        },
+        [&](done_atom, std::int32_t exit) { code = exit; },
+        [&](caf::down_msg& down) {
+          throw user_error(coordinator + " was lost: its connection closed (" +
+                               system_.render(down.reason) + "); stopping node" +
+                               std::to_string(node_.rank),
+                           exit_code::run_failed);
+        },
+        caf::after(milliseconds(node_.heartbeat)) >>
+            [&] {
+              auto silent = std::chrono::duration<double>(clock::now() - last_heard).count();
+              auto limit = wired ? node_.node_timeout : node_.timeout + node_.node_timeout;
+              if (silent > limit)
+                throw user_error(coordinator + " went silent: no heartbeat for " +
+                                     seconds_text(silent) + "; stopping node" +
+                                     std::to_string(node_.rank),
+                                 exit_code::run_failed);
+            });
+  }
+  return code;
+}
+
+}  // namespace troupe

@@ -1,0 +1,184 @@
+// cluster.hpp: one run over several processes (nodes): rendezvous, roster, heartbeats.
+//
+// Every process of a run loads the same config and plans the same topology; each spawns
+// the actors of its own node (runtime/graph: a device's node) and the coordinator (node 0)
+// also the trainer and the checkpoint writer. They meet through the coordinator's
+// gatekeeper, published with CAF's io module (Note [joining a run] in the .cpp):
+//
+//   worker                                   coordinator's gatekeeper
+//     hello(rank, config and plugin hashes)  ->  compares them with its own; a challenge C
+//     prove(rank, nonce W, proof of C)       ->  checks the proof; its own proof of W, and
+//                                                the trainer and checkpoint writer
+//     join(rank, its actors, its agent)      ->  when every node has joined: the roster
+//   agent <- wire(the roster): the worker wires its actors, answers; the run starts.
+//
+// Afterwards the coordinator's node watch pings every worker's agent each heartbeat and
+// reports a node that goes silent or whose connection drops to the trainer, which ends
+// the run on every node; a worker whose coordinator goes silent or away ends itself.
+//
+// Not here: what a node spawns and how a run goes (session.cpp), where the rank and the
+// coordinator's address come from (runtime/net/launch_env.hpp), how the secret is proven
+// (runtime/net/secret.hpp).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/config/config.hpp"
+#include "runtime/net/config_identity.hpp"
+
+namespace troupe {
+
+/// Which node this process is and how it reaches the others.
+struct cluster_node {
+  int rank = 0;
+  int nodes = 1;
+  int local_rank = 0;               // among the nodes on this machine (CPU cores)
+  std::string launcher = "single";  // who said so: troupe, torchrun, slurm, openmpi
+  std::string coordinator_host = "127.0.0.1";
+  int coordinator_port = 29500;
+  std::string listen = "127.0.0.1";   // the coordinator's listening address
+  std::optional<std::string> secret;  // none: only a loopback run may go without
+  net::config_identity identity;      // what every node must share with the coordinator
+  double timeout = 60;                // rendezvous, seconds
+  double heartbeat = 1;
+  double node_timeout = 8;
+
+  bool coordinator() const { return rank == 0; }
+  /// "node1 (rank 1 of 2, torchrun)".
+  std::string describe() const;
+};
+
+/// This process's node, from the launcher's environment (runtime/net/launch_env.hpp) and
+/// the config's [cluster]; none for a one-process run. Sets config.cluster.nodes from the
+/// launcher's world size when the config does not say, and throws user_error when the two
+/// disagree, when the secret cannot be read, or when the coordinator would listen beyond
+/// loopback without a secret.
+std::optional<cluster_node> cluster_from_environment(
+    run_config& config, const std::function<const char*(const char*)>& getenv = ::getenv);
+
+/// The actors of a run by name, on whichever node they live.
+struct roster {
+  std::vector<std::string> names;
+  std::vector<caf::actor> handles;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, roster& x) {
+  return f(caf::meta::type_name("troupe::roster"), x.names, x.handles);
+}
+
+/// What a worker says first.
+struct hello_msg {
+  std::int32_t rank = 0;
+  std::int32_t nodes = 0;
+  std::string host;  // for the coordinator's log
+  std::int32_t pid = 0;
+  std::string config_hash;
+  std::string plugins_hash;
+  std::vector<std::string> plugins;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hello_msg& x) {
+  return f(caf::meta::type_name("troupe::hello_msg"), x.rank, x.nodes, x.host, x.pid, x.config_hash,
+           x.plugins_hash, x.plugins);
+}
+
+/// What the coordinator hands a worker that proved the secret.
+struct welcome_msg {
+  std::string proof;  // the coordinator's, of the worker's nonce
+  caf::actor trainer;
+  caf::actor checkpoint_writer;  // none: no checkpoints
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, welcome_msg& x) {
+  return f(caf::meta::type_name("troupe::welcome_msg"), x.proof, x.trainer, x.checkpoint_writer);
+}
+
+/// (node_lost_atom, node, what): node watch -> trainer.
+using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
+
+/// Registers the types above with CAF (both ends of every link need them).
+void add_cluster_message_types(caf::actor_system_config& config);
+
+/// The nodes of a run as the coordinator sees them once everyone joined.
+struct joined_cluster {
+  roster actors;                                // every node's, the coordinator's included
+  std::vector<caf::actor> agents;               // agents[k] for node k >= 1 (agents[0] none)
+  std::vector<std::vector<std::string>> names;  // names[k]: node k's actors
+  std::vector<std::string> where;               // where[k]: "host pid N"
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, joined_cluster& x) {
+  return f(caf::meta::type_name("troupe::joined_cluster"), x.actors, x.agents, x.names, x.where);
+}
+
+/// The coordinator's side. Publishes the gatekeeper on node.listen:node.coordinator_port
+/// and answers workers until all have joined or node.timeout passes.
+class coordinator_gate {
+ public:
+  /// Throws user_error when the port cannot be opened.
+  coordinator_gate(caf::actor_system& system, const cluster_node& node, caf::actor trainer,
+                   caf::actor checkpoint_writer);
+  ~coordinator_gate();
+  coordinator_gate(const coordinator_gate&) = delete;
+  coordinator_gate& operator=(const coordinator_gate&) = delete;
+
+  /// Waits until every worker has joined and adds `own` (node 0's actors). Throws
+  /// user_error (a node timed out) or config_error-like user_error (a node runs another
+  /// config: both hashes printed).
+  joined_cluster wait_for_workers(const roster& own);
+
+  /// Sends every worker the whole roster and waits until each has wired its actors.
+  void wire_workers(const joined_cluster& joined);
+
+  /// Starts pinging the workers; a lost node is reported to the trainer.
+  void watch(const joined_cluster& joined);
+
+  /// Tells every worker how the run ended, so it exits with `code`.
+  void finish(const joined_cluster& joined, int code);
+
+ private:
+  caf::actor_system& system_;
+  cluster_node node_;
+  caf::actor trainer_;
+  caf::actor gate_;
+  caf::actor watch_;
+  std::uint16_t port_ = 0;
+};
+
+/// A worker's side, from connecting to leaving.
+class worker_link {
+ public:
+  /// Connects to the coordinator (retrying until node.timeout) and proves the secret.
+  /// Throws user_error (no coordinator, refused, another config).
+  worker_link(caf::actor_system& system, const cluster_node& node);
+  ~worker_link();
+  worker_link(const worker_link&) = delete;
+  worker_link& operator=(const worker_link&) = delete;
+
+  const welcome_msg& welcome() const { return welcome_; }
+
+  /// Joins with this node's actors; then serves the coordinator (the roster, heartbeats)
+  /// until it says the run is over. `wire` is called with the whole roster. Returns the
+  /// run's exit code, or throws user_error when the coordinator is lost.
+  int serve(const roster& own, const std::function<void(const roster&)>& wire);
+
+ private:
+  caf::actor_system& system_;
+  cluster_node node_;
+  caf::actor gate_;
+  welcome_msg welcome_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,93 @@
+// link_bench.cpp: how fast one tensor goes from one troupe node to another over loopback.
+//
+// Two processes (a fork): node0 publishes a sink actor with CAF's io module, as the
+// coordinator publishes its gatekeeper; node1 connects and sends it tensors of 1, 16 and
+// 64 MiB, each answered by an 8-byte acknowledgement, through troupe's own tensor
+// serialisation (include/troupe/tensor_inspect.hpp: the header, then the bytes in one block,
+// validated on arrival). Prints GB/s per size: the median of 9 rounds of 8 tensors.
+//
+// Not a test (bench/nodes.py runs it); not a collective (averaging is measured by the DP
+// runs of bench/nodes.py).
+#include <sys/wait.h>
+#include <unistd.h>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "troupe/messages.hpp"
+
+using namespace troupe;
+
+namespace {
+
+caf::behavior sink(caf::event_based_actor*) {
+  return {[](const tensor& t) { return static_cast<std::int64_t>(t.bytes()); }};
+}
+
+}  // namespace
+
+int main() {
+  int to_parent[2];  // the sink's port
+  int to_child[2];   // "done"
+  if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0)
+    return 1;
+  pid_t child = ::fork();
+  if (child == 0) {
+    caf::actor_system_config config;
+    config.load<caf::io::middleman>();
+    add_message_types(config);
+    caf::actor_system system{config};
+    auto s = system.spawn(sink);
+    auto port = caf::io::publish(s, 0, "127.0.0.1");
+    if (!port)
+      ::_exit(1);
+    std::uint16_t p = *port;
+    if (::write(to_parent[1], &p, sizeof(p)) != sizeof(p))
+      ::_exit(1);
+    char stop;
+    (void)!::read(to_child[0], &stop, 1);  // until the parent is done
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    ::_exit(0);
+  }
+  std::uint16_t port = 0;
+  if (::read(to_parent[0], &port, sizeof(port)) != sizeof(port))
+    return 1;
+  {
+    caf::actor_system_config config;
+    config.load<caf::io::middleman>();
+    add_message_types(config);
+    caf::actor_system system{config};
+    auto remote = caf::io::remote_actor(system, "127.0.0.1", port);
+    if (!remote) {
+      std::fprintf(stderr, "link_bench: %s\n", system.render(remote.error()).c_str());
+      return 1;
+    }
+    caf::scoped_actor self{system};
+    std::printf("%10s %10s\n", "MiB", "GB/s");
+    for (std::int64_t mib : {1, 16, 64}) {
+      auto t = tensor::zeros({mib * 1024 * 1024 / 4});
+      auto send_one = [&] {
+        self->request(*remote, caf::infinite, t).receive([](std::int64_t) {}, [](caf::error&) {});
+      };
+      send_one();  // warm-up: connection buffers, pools
+      std::vector<double> rates;
+      for (int round = 0; round < 9; ++round) {
+        auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < 8; ++i)
+          send_one();
+        double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        rates.push_back(8.0 * static_cast<double>(t.bytes()) / seconds / 1e9);
+      }
+      std::sort(rates.begin(), rates.end());
+      std::printf("%10lld %10.2f\n", static_cast<long long>(mib), rates[rates.size() / 2]);
+    }
+  }
+  (void)!::write(to_child[1], "x", 1);
+  ::waitpid(child, nullptr, 0);
+  return 0;
+}

@@ -1,0 +1,229 @@
+// launch_command.cpp: `troupe launch -n N CONFIG.toml [run options]`: one run, N local
+// processes.
+//
+// Starts N copies of `troupe run CONFIG.toml [run options]` on this machine, each told its
+// node by troupe's own variables (TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_LOCAL_RANK,
+// TROUPE_COORDINATOR), with a fresh shared secret unless one is set, and waits for them.
+// Rank 0 coordinates, prints progress and writes the metrics; the exit code is the run's.
+// No process is left behind: once one has ended badly, the others get node_timeout plus a
+// margin to notice and end too, then they are killed. SIGINT and SIGTERM sent to the
+// launcher alone are passed to rank 0, which stops the run on every node.
+//
+// Not here: across machines (a launcher there, torchrun, Slurm or mpirun, starts one
+// `troupe run` per node: README "Several machines").
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "runtime/net/secret.hpp"
+
+namespace po = boost::program_options;
+
+namespace troupe::cli {
+
+namespace {
+
+std::atomic<int> forwarded_signal{0};
+
+extern "C" void remember_signal(int signal) { forwarded_signal.store(signal); }
+
+// A port that was free a moment ago on loopback (the coordinator binds it again).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    throw user_error(std::string("troupe launch: cannot open a socket: ") + std::strerror(errno),
+                     exit_code::run_failed);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t size = sizeof(address);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0)
+    port = ntohs(address.sin_port);
+  ::close(fd);
+  if (port == 0)
+    throw user_error("troupe launch: no free port on 127.0.0.1; give one with --port",
+                     exit_code::run_failed);
+  return port;
+}
+
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+exit_code launch_command(const std::vector<std::string>& args) {
+  // Everything after CONFIG.toml goes to each `troupe run`: find it first.
+  std::vector<std::string> own;
+  std::vector<std::string> passed;
+  std::string config;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    bool takes_value = a == "-n" || a == "--nodes" || a == "--port" || a == "--plugin";
+    if (config.empty() && !a.empty() && a[0] != '-') {
+      config = a;
+      passed.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    }
+    own.push_back(a);
+    if (takes_value && i + 1 < args.size())
+      own.push_back(args[++i]);
+  }
+  if (!config.empty())
+    own.push_back(config);
+
+  po::options_description options("options");
+  options.add_options()("nodes,n", po::value<int>(), "how many processes (nodes) to start")(
+      "port", po::value<int>(), "the coordinator's port on 127.0.0.1 (default: a free one)");
+  command_line line;
+  if (auto stop = parse_command_line(
+          own, "launch",
+          "Runs CONFIG.toml over N processes on this machine: N copies of\n"
+          "`troupe run CONFIG.toml [run options]`, rank 0 the coordinator (it prints\n"
+          "progress and writes metrics). Options after CONFIG.toml go to troupe run\n"
+          "(see troupe run --help). Each process is one node of [cluster]: its devices\n"
+          "are those named \"nodeK/cpu:N\", node0's also plain \"cpu:N\". A fresh shared\n"
+          "secret is made unless TROUPE_SECRET or TROUPE_SECRET_FILE is set. Exit code:\n"
+          "the run's (rank 0's, or the first failing node's).",
+          options, line, "-n N CONFIG.toml"))
+    return *stop;
+  if (!line.values.count("nodes")) {
+    std::fprintf(stderr, "troupe launch: missing -n N (how many processes)\n");
+    return exit_code::bad_input;
+  }
+  // Plugins named before CONFIG.toml are every node's: each `troupe run` loads them.
+  if (line.values.count("plugin"))
+    for (const auto& plugin : line.values["plugin"].as<std::vector<std::string>>())
+      passed.insert(passed.begin(), {"--plugin", plugin});
+  const int nodes = line.values["nodes"].as<int>();
+  if (nodes < 1 || nodes > 64) {
+    std::fprintf(stderr, "troupe launch: -n must be in [1, 64] processes on one machine, got %d\n",
+                 nodes);
+    return exit_code::bad_input;
+  }
+  int port = 0;
+  if (line.values.count("port")) {
+    port = line.values["port"].as<int>();
+    if (port < 1 || port > 65535) {
+      std::fprintf(stderr, "troupe launch: --port must be in [1, 65535], got %d\n", port);
+      return exit_code::bad_input;
+    }
+  } else {
+    port = free_port();
+  }
+  std::string secret;
+  if (std::getenv("TROUPE_SECRET") == nullptr && std::getenv("TROUPE_SECRET_FILE") == nullptr)
+    secret = hex(net::random_nonce(32));
+
+  char self_path[4096] = {};
+  auto length = ::readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+  if (length <= 0)
+    throw user_error("troupe launch: cannot find its own executable (/proc/self/exe)",
+                     exit_code::run_failed);
+
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  std::vector<pid_t> children;
+  const pid_t parent = ::getpid();
+  for (int rank = 0; rank < nodes; ++rank) {
+    pid_t pid = ::fork();
+    if (pid < 0)
+      throw user_error(std::string("troupe launch: fork failed: ") + std::strerror(errno),
+                       exit_code::run_failed);
+    if (pid == 0) {
+      // Its own process group, so that a Ctrl-C at the terminal reaches the launcher
+      // alone, which passes it on to rank 0 once (a second one would stop it at once);
+      // and it gets SIGTERM (a clean stop) if the launcher dies.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent)
+        ::_exit(exit_status(exit_code::run_failed));
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      ::setenv("TROUPE_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("TROUPE_WORLD_SIZE", std::to_string(nodes).c_str(), 1);
+      ::setenv("TROUPE_LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("TROUPE_COORDINATOR", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+      if (!secret.empty())
+        ::setenv("TROUPE_SECRET", secret.c_str(), 1);
+      std::vector<std::string> argv_text{self_path, "run", config};
+      argv_text.insert(argv_text.end(), passed.begin(), passed.end());
+      std::vector<char*> argv;
+      for (auto& a : argv_text)
+        argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(self_path, argv.data());
+      std::fprintf(stderr, "troupe launch: cannot start %s: %s\n", self_path, std::strerror(errno));
+      ::_exit(exit_status(exit_code::run_failed));
+    }
+    children.push_back(pid);
+  }
+
+  // Wait for all; after a bad end, the rest get a grace period, then SIGKILL.
+  using clock = std::chrono::steady_clock;
+  std::vector<int> codes(children.size(), -1);
+  std::size_t running = children.size();
+  bool killing = false;  // a node ended badly: the rest have until kill_at
+  clock::time_point kill_at{};
+  int first_failure = -1;
+  while (running > 0) {
+    if (int signal = forwarded_signal.exchange(0); signal != 0 && codes[0] < 0)
+      ::kill(children[0], signal);
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (std::size_t k = 0; k < children.size(); ++k)
+        if (children[k] == pid) {
+          codes[k] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          --running;
+          if (codes[k] != 0 && first_failure < 0) {
+            first_failure = static_cast<int>(k);
+            killing = true;
+            kill_at = clock::now() + std::chrono::seconds(20);
+          }
+        }
+      continue;
+    }
+    if (killing && clock::now() >= kill_at) {
+      for (std::size_t k = 0; k < children.size(); ++k)
+        if (codes[k] < 0) {
+          std::fprintf(stderr, "troupe launch: node%zu did not end with the others; killing it\n",
+                       k);
+          ::kill(children[k], SIGKILL);
+        }
+      killing = false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (codes[0] != 0)
+    return static_cast<exit_code>(codes[0]);
+  if (first_failure >= 0)
+    return static_cast<exit_code>(codes[static_cast<std::size_t>(first_failure)]);
+  return exit_code::ok;
+}
+
+}  // namespace troupe::cli

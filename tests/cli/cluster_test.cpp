@@ -1,0 +1,533 @@
+// cluster_test.cpp: one run over several processes on loopback (issue 11): the equivalence
+// of the wirings across processes, the launcher conventions, the rendezvous refusals, and
+// what happens when a node dies or the coordinator is interrupted.
+//
+// Each test starts real `troupe` processes (the binary this build made) and reads what they
+// print, their exit codes and the checkpoints they write. Parameters are compared through
+// the final checkpoint: the coordinator's writer gets every node's shards over the network,
+// so the comparison also covers that path.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/restore.hpp"
+#include "tests/cli/run_troupe.hpp"
+#include "tests/config_text.hpp"
+#include "tests/temp_files.hpp"
+
+using namespace troupe;
+using testing::run_troupe;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// A port that was free a moment ago.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// One `troupe` process started with its own environment, its output in a file.
+class node_process {
+ public:
+  node_process(const std::vector<std::pair<std::string, std::string>>& environment,
+               const std::vector<std::string>& arguments, std::string log)
+      : log_(std::move(log)) {
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      for (const char* name : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_COORDINATOR",
+                               "TROUPE_LOCAL_RANK", "TROUPE_SECRET", "TROUPE_SECRET_FILE", "RANK",
+                               "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"})
+        ::unsetenv(name);
+      for (const auto& [name, value] : environment)
+        ::setenv(name.c_str(), value.c_str(), 1);
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<std::string> text{TROUPE_BINARY};
+      text.insert(text.end(), arguments.begin(), arguments.end());
+      std::vector<char*> argv;
+      for (auto& a : text)
+        argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(TROUPE_BINARY, argv.data());
+      ::_exit(127);
+    }
+  }
+  ~node_process() {
+    if (code_ == unset) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  node_process(const node_process&) = delete;
+  node_process& operator=(const node_process&) = delete;
+
+  /// The exit code (128 + N for a signal), or -1 if it is still running after `seconds`
+  /// (it is killed then).
+  int wait(double seconds) {
+    if (code_ != unset)
+      return code_;
+    auto deadline = clock_type::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (clock_type::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return code_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    code_ = -1;
+    return code_;
+  }
+  void signal(int number) { ::kill(pid_, number); }
+  std::string output() const { return read_text(log_); }
+  /// Waits until the output contains `text` (true), or `seconds` pass (false).
+  bool wait_for_output(const std::string& text, double seconds) const {
+    auto deadline = clock_type::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (clock_type::now() < deadline) {
+      if (output().find(text) != std::string::npos)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+ private:
+  static constexpr int unset = -1000;
+  pid_t pid_ = -1;
+  int code_ = unset;
+  std::string log_;
+};
+
+using environment = std::vector<std::pair<std::string, std::string>>;
+
+// troupe's own variables for node `rank` of `nodes`.
+environment troupe_env(int rank, int nodes, int port, const std::string& secret = "s3cret") {
+  return {{"TROUPE_RANK", std::to_string(rank)},
+          {"TROUPE_WORLD_SIZE", std::to_string(nodes)},
+          {"TROUPE_LOCAL_RANK", std::to_string(rank)},
+          {"TROUPE_COORDINATOR", "127.0.0.1:" + std::to_string(port)},
+          {"TROUPE_SECRET", secret}};
+}
+
+// A small model on synthetic data; `parallel` and `cluster` sections appended.
+std::string cluster_config(const std::string& parallel, std::int64_t steps = 20,
+                           const std::string& run_extra = "") {
+  return "[run]\nsteps = " + std::to_string(steps) +
+         "\nseed = 11\nevaluate = false\nwatchdog = 0\n" + run_extra +
+         test::data_section({24, 480, 10, 20, 5}) + test::linear(16) + test::layer("relu") +
+         test::linear(12) + test::layer("tanh") + test::linear(5) +
+         "\n[optimizer]\ntype = \"adam\"\nlr = 0.01\n\n" + parallel;
+}
+
+// Every tensor of the newest checkpoint under `root`.
+std::map<std::string, std::vector<float>> final_parameters(const std::string& root) {
+  auto checkpoint = resolve_resume_path(root);
+  auto manifest = verify_checkpoint(checkpoint.path);
+  return read_checkpoint_tensors(checkpoint.path, manifest);
+}
+
+// Same tolerance as tests/actors/equivalence_test.cpp (its header says why 1e-5 separates
+// float summation order from a wiring bug).
+void check_same_parameters(const std::map<std::string, std::vector<float>>& got,
+                           const std::map<std::string, std::vector<float>>& want) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, values] : want) {
+    INFO("tensor " << name);
+    REQUIRE(got.count(name) == 1);
+    const auto& other = got.at(name);
+    REQUIRE(other.size() == values.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < values.size(); ++i)
+      worst = std::max(worst, std::abs(double(other[i]) - values[i]) /
+                                  std::max(1e-3, std::abs(double(values[i]))));
+    CHECK(worst <= 1e-5);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("DP2, PP2 (GPipe and 1F1B), DP2 x PP2 and DP3 across processes match one device") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto reference = dir.write("reference.toml", cluster_config(""));
+  auto ran = run_troupe("run -q " + reference + " --metrics /dev/null --checkpoint " +
+                        dir.file("reference-ckpt"));
+  INFO(ran.output);
+  REQUIRE(ran.exit_code == 0);
+  const auto want = final_parameters(dir.file("reference-ckpt"));
+
+  struct wiring {
+    const char* name;
+    int nodes;
+    std::string parallel;
+  };
+  const std::vector<wiring> wirings = {
+      {"DP2, ring", 2,
+       "[parallel]\ndevices = [\"node0/cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = "
+       "\"ring\"\n"},
+      {"DP2, central averaging", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = \"central\"\n"},
+      {"PP2, GPipe", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\npipeline = 2\nmicrobatches = 4\n"
+       "schedule = \"gpipe\"\n"},
+      {"PP2, 1F1B", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\npipeline = 2\nmicrobatches = 4\n"
+       "schedule = \"1f1b\"\n"},
+      {"DP2 x PP2 (a replica per node)", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"node1/cpu:0\", \"node1/cpu:1\"]\n"
+       "data = 2\npipeline = 2\nmicrobatches = 3\nschedule = \"1f1b\"\n"},
+      {"DP3, ring over three processes", 3,
+       "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\", \"node2/cpu:0\"]\ndata = 3\n"
+       "averaging = \"ring\"\n"},
+  };
+  for (const auto& w : wirings) {
+    INFO("wiring: " << w.name);
+    auto name = std::string("c") + std::to_string(&w - wirings.data());
+    auto config = dir.write(name + ".toml", cluster_config(w.parallel));
+    auto launched = run_troupe("launch -n " + std::to_string(w.nodes) + " " + config +
+                               " -q --metrics /dev/null --checkpoint " + dir.file(name + "-ckpt"));
+    INFO(launched.output);
+    REQUIRE(launched.exit_code == 0);
+    check_same_parameters(final_parameters(dir.file(name + "-ckpt")), want);
+  }
+}
+
+TEST_CASE("troupe plan shows which node each actor lives on and which wires cross") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "plan.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                  "\n[cluster]\nnodes = 2\n"));
+  auto plan = run_troupe("plan " + config);
+  INFO(plan.output);
+  REQUIRE(plan.exit_code == 0);
+  CHECK(plan.output.find("nodes: 2 processes (node0 coordinates)") != std::string::npos);
+  CHECK(plan.output.find("node1/cpu:0") != std::string::npos);
+  CHECK(plan.output.find("node0 -> node1") != std::string::npos);
+  auto dot = run_troupe("plan --dot " + config);
+  CHECK(dot.output.find("subgraph cluster_node1") != std::string::npos);
+  CHECK(dot.output.find("[network]") != std::string::npos);
+  // The ejected explicit config keeps the nodes and plans the same.
+  auto eject = run_troupe("plan --eject " + config);
+  REQUIRE(eject.exit_code == 0);
+  CHECK(eject.output.find("[cluster]\nnodes = 2") != std::string::npos);
+  auto ejected = dir.write("ejected.toml", eject.output);
+  auto again = run_troupe("plan " + ejected);
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK(again.output.find("node0 -> node1") != std::string::npos);
+}
+
+TEST_CASE("a node past the cluster's nodes, or a node without actors, is a config error") {
+  test::temp_directory dir{"troupe-cluster"};
+  // The sections first, so that the positions below are easy to count; the model after.
+  const auto model = cluster_config("");
+  auto past = dir.write("past.toml",
+                        "[parallel]\ndevices = [\"cpu:0\", \"node2/cpu:0\"]\n"
+                        "data = 2\n\n[cluster]\nnodes = 2\n" +
+                            model);
+  auto plan = run_troupe("plan " + past);
+  CHECK(plan.exit_code == 2);
+  CHECK(plan.output.find(past +
+                         ":2:21: device 'node2/cpu:0' is on node 2, and the run has 2 "
+                         "nodes ([cluster] nodes at " +
+                         past + ":6:9)") != std::string::npos);
+  auto no_cluster = dir.write("nocluster.toml",
+                              "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\n"
+                              "data = 2\n" +
+                                  model);
+  plan = run_troupe("plan " + no_cluster);
+  CHECK(plan.exit_code == 2);
+  CHECK(plan.output.find("is on node 1, and the run has 1 node (set [cluster] nodes, or start it "
+                         "with troupe launch -n N)") != std::string::npos);
+  auto idle = dir.write("idle.toml",
+                        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n"
+                        "\n[cluster]\nnodes = 2\n" +
+                            model);
+  plan = run_troupe("plan " + idle);
+  CHECK(plan.exit_code == 2);
+  CHECK(plan.output.find("no actor runs on node1") != std::string::npos);
+  // A one-node config started as two processes: the launcher's world size is the nodes.
+  auto single = dir.write("single.toml", cluster_config(""));
+  auto launched = run_troupe("launch -n 2 " + single + " -q --metrics /dev/null");
+  CHECK(launched.exit_code == 2);
+  CHECK(launched.output.find("no actor runs on node1") != std::string::npos);
+  // [cluster] nodes says 2, the launcher starts 3.
+  auto two =
+      dir.write("two.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\n"
+                                           "data = 2\n\n[cluster]\nnodes = 2\n"));
+  launched = run_troupe("launch -n 3 " + two + " -q --metrics /dev/null");
+  CHECK(launched.exit_code == 2);
+  CHECK(
+      launched.output.find("[cluster] nodes is 2, and the launcher (troupe) started 3 processes") !=
+      std::string::npos);
+  // A multi-node config run as one process says how to start it.
+  auto alone = run_troupe("run -q " + two + " --metrics /dev/null");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.output.find("troupe launch -n 2") != std::string::npos);
+}
+
+TEST_CASE("torchrun's, Slurm's and Open MPI's variables each start a two-node run") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "dp2.toml",
+      cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n", 5));
+  auto port = std::to_string(free_port());
+  struct convention {
+    const char* name;
+    environment rank0, rank1;
+  };
+  const std::vector<convention> conventions = {
+      {"torchrun",
+       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
+       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}}},
+      {"slurm",
+       {{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "2"},
+        {"SLURM_LOCALID", "0"},
+        {"SLURM_JOB_NODELIST", "localhost"},
+        {"MASTER_PORT", port}},
+       {{"SLURM_PROCID", "1"},
+        {"SLURM_NTASKS", "2"},
+        {"SLURM_LOCALID", "1"},
+        {"SLURM_JOB_NODELIST", "localhost"},
+        {"MASTER_PORT", port}}},
+      {"openmpi",
+       {{"OMPI_COMM_WORLD_RANK", "0"},
+        {"OMPI_COMM_WORLD_SIZE", "2"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", port}},
+       {{"OMPI_COMM_WORLD_RANK", "1"},
+        {"OMPI_COMM_WORLD_SIZE", "2"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", port}}},
+  };
+  for (const auto& c : conventions) {
+    INFO("launcher: " << c.name);
+    node_process coordinator{c.rank0,
+                             {"run", config, "--metrics", "/dev/null"},
+                             dir.file(std::string(c.name) + "-0.log")};
+    node_process worker{c.rank1, {"run", config}, dir.file(std::string(c.name) + "-1.log")};
+    CHECK(coordinator.wait(60) == 0);
+    CHECK(worker.wait(20) == 0);
+    INFO(coordinator.output() << worker.output());
+    CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
+    CHECK(worker.output().find("done:") == std::string::npos);  // only the coordinator reports
+  }
+}
+
+TEST_CASE("a node with another config, or without the secret, is refused and both are named") {
+  test::temp_directory dir{"troupe-cluster"};
+  const std::string parallel =
+      "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n\n[cluster]\ntimeout = 4\n";
+  auto config = dir.write("a.toml", cluster_config(parallel, 5));
+  auto other = dir.write("b.toml", cluster_config(parallel, 6));
+  {
+    int port = free_port();
+    node_process coordinator{troupe_env(0, 2, port), {"run", config}, dir.file("mismatch-0.log")};
+    node_process worker{troupe_env(1, 2, port), {"run", other}, dir.file("mismatch-1.log")};
+    CHECK(worker.wait(30) == 2);
+    CHECK(coordinator.wait(30) == 2);
+    INFO(worker.output() << coordinator.output());
+    auto mine = worker.output();
+    CHECK(mine.find("config differs from the coordinator's") != std::string::npos);
+    CHECK(mine.find("here") != std::string::npos);
+    CHECK(mine.find("on the coordinator") != std::string::npos);
+    CHECK(coordinator.output().find("node1 (") != std::string::npos);
+    CHECK(coordinator.output().find("runs another config") != std::string::npos);
+  }
+  {
+    int port = free_port();
+    node_process coordinator{troupe_env(0, 2, port), {"run", config}, dir.file("secret-0.log")};
+    node_process worker{troupe_env(1, 2, port, "wrong"), {"run", config}, dir.file("secret-1.log")};
+    CHECK(worker.wait(30) == 2);
+    CHECK(coordinator.wait(30) == 1);  // nobody proved it within [cluster] timeout
+    INFO(worker.output() << coordinator.output());
+    CHECK(worker.output().find("could not prove the shared secret") != std::string::npos);
+    CHECK(coordinator.output().find("refused a node claiming to be node1") != std::string::npos);
+    CHECK(coordinator.output().find("missing node1") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Claims a tensor of 2^40 x 2^40 floats and sends no bytes: what a hostile peer could send.
+struct forged_tensor {
+  std::int64_t rows = std::int64_t{1} << 40;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, forged_tensor& x) {
+  std::vector<std::int64_t> shape{x.rows, x.rows};
+  std::uint8_t type = 0;
+  std::uint64_t bytes = ~std::uint64_t{0};
+  return f(shape, type, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port do not crash it") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                 "\n[cluster]\ntimeout = 30\n",
+                                 5));
+  int port = free_port();
+  node_process coordinator{
+      troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("hostile-0.log")};
+  // Garbage: wait until the port is open, then write 4 KiB of random bytes.
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      ::close(fd);
+      fd = -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  REQUIRE(fd >= 0);
+  std::string garbage(4096, '\0');
+  std::uint32_t state = 12345;
+  for (auto& c : garbage) {
+    state = state * 1103515245u + 12345u;
+    c = static_cast<char>(state >> 24);
+  }
+  CHECK(::write(fd, garbage.data(), garbage.size()) > 0);
+  ::close(fd);
+  // A CAF peer that sends the gatekeeper a message holding a tensor header that claims
+  // 2^80 elements: the coordinator must refuse it before it allocates.
+  {
+    caf::actor_system_config peer_config;
+    peer_config.load<caf::io::middleman>();
+    peer_config.add_message_type<forged_tensor>("troupe::tensor");
+    caf::actor_system peer{peer_config};
+    auto gate = caf::io::remote_actor(peer, "127.0.0.1", static_cast<std::uint16_t>(port));
+    REQUIRE(gate);
+    caf::anon_send(*gate, forged_tensor{});
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  // The coordinator still runs, and a real worker still joins it.
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("hostile-1.log")};
+  CHECK(coordinator.wait(60) == 0);
+  CHECK(worker.wait(20) == 0);
+  INFO(coordinator.output() << worker.output());
+  CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
+}
+
+TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",
+                                  1000000, "log_every = 1\n"));
+  int port = free_port();
+  node_process coordinator{troupe_env(0, 2, port),
+                           {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
+                           dir.file("kill-0.log")};
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("kill-1.log")};
+  REQUIRE(coordinator.wait_for_output(" step 3/", 60));
+  auto killed = clock_type::now();
+  worker.signal(SIGKILL);
+  CHECK(coordinator.wait(10) == 1);
+  CHECK(std::chrono::duration<double>(clock_type::now() - killed).count() < 10);
+  auto text = coordinator.output();
+  INFO(text);
+  CHECK(text.find("node1 (") != std::string::npos);
+  CHECK(text.find("r1.layer_0") != std::string::npos);  // its actors are named
+  CHECK(text.find("was lost") != std::string::npos);
+  CHECK(text.find("the last completed step was") != std::string::npos);
+}
+
+TEST_CASE("a lost coordinator ends its workers within 10 s; Ctrl-C on it stops every node") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",
+                                  1000000, "log_every = 1\n"));
+  {
+    int port = free_port();
+    node_process coordinator{troupe_env(0, 2, port),
+                             {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
+                             dir.file("gone-0.log")};
+    node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("gone-1.log")};
+    REQUIRE(coordinator.wait_for_output(" step 3/", 60));
+    auto killed = clock_type::now();
+    coordinator.signal(SIGKILL);
+    CHECK(worker.wait(10) == 1);
+    CHECK(std::chrono::duration<double>(clock_type::now() - killed).count() < 10);
+    INFO(worker.output());
+    CHECK(worker.output().find("the coordinator (node0 at 127.0.0.1:" + std::to_string(port) +
+                               ") was lost") != std::string::npos);
+  }
+  {
+    int port = free_port();
+    node_process coordinator{troupe_env(0, 2, port),
+                             {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
+                             dir.file("int-0.log")};
+    node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("int-1.log")};
+    REQUIRE(coordinator.wait_for_output(" step 3/", 60));
+    coordinator.signal(SIGINT);
+    CHECK(coordinator.wait(20) == 130);
+    CHECK(worker.wait(10) == 130);
+    INFO(coordinator.output() << worker.output());
+  }
+}
+
+TEST_CASE("the shipped two-node configs train under troupe launch -n 2") {
+  for (const char* name : {"fashion_mlp_dp2_2nodes", "fashion_mlp_pp2_2nodes"}) {
+    INFO("config: " << name);
+    auto launched = run_troupe("launch -n 2 " + std::string{TROUPE_SOURCE_DIR} + "/config/" + name +
+                               ".toml --steps 30 -q --metrics /dev/null");
+    INFO(launched.output);
+    CHECK(launched.exit_code == 0);
+    CHECK(launched.output.find("done: 30 steps") != std::string::npos);
+  }
+}
+
+TEST_CASE("troupe verify runs a config over several nodes as processes and compares") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "verify.toml", cluster_config("[parallel]\ndevices = [\"node0/cpu:0\", \"node1/cpu:0\"]\n"
+                                    "data = 2\n\n[cluster]\nnodes = 2\n"));
+  auto verified = run_troupe("verify " + config);
+  INFO(verified.output);
+  CHECK(verified.exit_code == 0);
+  CHECK(verified.output.find("PASS: worst relative difference") != std::string::npos);
+}
