@@ -13,6 +13,7 @@ packages=(
   libtomlplusplus-dev             # config
   libboost-program-options-dev libboost-iostreams-dev
   nlohmann-json3-dev
+  libgloo-dev                     # [parallel] averaging = "gloo": gloo's all-reduce over TCP
   doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
   python3-torch                   # the reference: tests load troupe's exports into PyTorch
