@@ -16,8 +16,9 @@
 #include <vector>
 
 #include "actors/trainer_actor.hpp"
-#include "runtime/config/config.hpp"
 #include "runtime/checkpoint/restore.hpp"
+#include "runtime/collective/gloo_allreduce.hpp"
+#include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
 
@@ -34,6 +35,10 @@ struct session_options {
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
   std::string resume;           // continue from this checkpoint (prepare_session)
   bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/interrupts.hpp)
+  /// Where gloo averagers rendezvous: empty store, an in-process one for this session;
+  /// empty prefix, one unique to this session. A multi-node run passes the store every
+  /// node reaches and the run's prefix (the same on every node), and the node's address.
+  gloo_rendezvous gloo;
 };
 
 struct session_result {
