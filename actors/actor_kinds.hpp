@@ -27,6 +27,7 @@
 #include "actors/checkpoint_writer.hpp"
 #include "actors/data_loader_actor.hpp"  // run_plan
 #include "runtime/checkpoint/restore.hpp"
+#include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/actor_signature.hpp"
@@ -47,6 +48,7 @@ struct spawn_context {
   std::shared_ptr<const dataset_split> data;
   const run_start& start;  // where the optimizers start (a checkpoint, init_from)
   const checkpoint_plan& checkpoints;  // when the optimizers send the writer copies
+  const gloo_rendezvous& gloo;         // where gloo averagers meet (store set)
 };
 
 using actor_factory = std::function<caf::actor(const actor_plan&, spawn_context&)>;

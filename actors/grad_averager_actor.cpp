@@ -1,12 +1,14 @@
 // grad_averager_actor.cpp: the "averager" kind's factory and the check both averagers make
 // of the gradients they receive (see the header). The actors themselves are in
-// central_averager_actor.cpp and ring_averager_actor.cpp.
+// central_averager_actor.cpp, ring_averager_actor.cpp and gloo_averager_actor.cpp.
 #include "actors/grad_averager_actor.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "actors/actor_kinds.hpp"
 #include "actors/central_averager_actor.hpp"
+#include "actors/gloo_averager_actor.hpp"
 #include "actors/ring_averager_actor.hpp"
 #include "troupe/check.hpp"
 
@@ -29,9 +31,16 @@ namespace troupe {
 // ring_schedule::owned_spans, the optimizer's side is optimizer_actor::update_shard.
 
 caf::actor spawn_grad_averager(caf::actor_system& system, grad_averager_settings settings) {
-  if (settings.method == averaging_method::ring)
-    return system.spawn<ring_averager_actor>(std::move(settings));
-  return system.spawn<central_averager_actor>(std::move(settings));
+  switch (settings.method) {
+    case averaging_method::ring:
+      return system.spawn<ring_averager_actor>(std::move(settings));
+    case averaging_method::gloo:
+      return system.spawn<gloo_averager_actor>(std::move(settings));
+    case averaging_method::central:
+      return system.spawn<central_averager_actor>(std::move(settings));
+  }
+  TROUPE_CHECK(false, settings.name << ": averaging method " << static_cast<int>(settings.method));
+  return {};
 }
 
 void check_averager_settings(const grad_averager_settings& settings, averaging_method method) {
@@ -86,17 +95,20 @@ void gradient_layout::check(const weight_grads_msg& message, std::int32_t first_
 namespace troupe {
 
 TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
-    "averager", "sums one layer's gradients over the replicas (method: central | ring)",
+    "averager", "sums one layer's gradients over the replicas (method: central | ring | gloo)",
     [](const actor_plan& plan, spawn_context& context) {
       grad_averager_settings s;
       s.name = plan.name;
       s.method = plan.method;
       s.layer_index = plan.layer;
-      s.replica = s.method == averaging_method::ring ? plan.replica : -1;
+      s.replica = s.method == averaging_method::central ? -1 : plan.replica;
       s.replicas = static_cast<std::int32_t>(context.graph.replicas);
       s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
       s.shard_optimizer =
           s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
+      s.gloo = context.gloo;
+      s.gloo_timeout = std::chrono::milliseconds{std::max<std::int64_t>(
+          1, static_cast<std::int64_t>(context.config.parallel.gloo_timeout * 1000.0 + 0.5))};
       s.on = &context.devices.at(plan.device);
       return spawn_grad_averager(context.system, std::move(s));
     });

@@ -2,13 +2,15 @@
 // the R data-parallel replicas, as soon as that layer's backward of a step is done on each
 // replica (so the averaging of late layers overlaps the backward of early layers).
 //
-// Two actors implement it, chosen by the method ([parallel] averaging, or an [[actor]]'s
+// Three actors implement it, chosen by the method ([parallel] averaging, or an [[actor]]'s
 // `method`):
 //   central  one averager per layer sums the R replicas' gradients in replica order
 //            (actors/central_averager_actor.hpp);
 //   ring     one averager per replica per layer all-reduces them in a ring, every replica
 //            ending with bit-identical sums (actors/ring_averager_actor.hpp, with its
-//            schedule in actors/ring_schedule.hpp).
+//            schedule in actors/ring_schedule.hpp);
+//   gloo     the same wiring, with gloo's all-reduce over TCP on a thread per averager
+//            (actors/gloo_averager_actor.hpp).
 // This file holds what they share: their settings, the check of the gradients they
 // receive, and the kind's factory (grad_averager_actor.cpp, which also holds Note
 // [sharded optimizer]).
@@ -19,9 +21,11 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/choices.hpp"
 #include "troupe/device.hpp"
 #include "troupe/messages.hpp"
@@ -32,10 +36,12 @@ struct grad_averager_settings {
   std::string name;                // e.g. "avg.layer_2" or "r1.avg.layer_2"
   averaging_method method = averaging_method::central;
   std::int32_t layer_index = 0;
-  std::int32_t replica = -1;               // ring: this averager's replica; central: -1
+  std::int32_t replica = -1;               // ring, gloo: this averager's replica; central: -1
   std::int32_t replicas = 1;               // R
   std::int64_t bucket_elements = 1 << 18;  // ring: floats per bucket
   bool shard_optimizer = false;            // ring: Note [sharded optimizer] (the .cpp)
+  gloo_rendezvous gloo;                    // gloo: where the run's contexts meet
+  std::chrono::milliseconds gloo_timeout{30000};  // gloo: the longest wait for a peer
   device* on = nullptr;
   // Its neighbours (the sink, the next averager of a ring) and the trainer come with the
   // wiring message (wiring_msg), once every actor is spawned.

@@ -473,9 +473,16 @@ session_result run_session(const run_config& config, const session_options& opti
         caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
       });
 
-    spawn_context context{system,        devices,        config,
-                          graph,         prepared.plan,  prepared.schedule,
-                          prepared.data, prepared.start, checkpoints};
+    // gloo averagers: one store and prefix for the whole session (injected, or this
+    // process's own), so its contexts meet each other and no other session's.
+    gloo_rendezvous gloo = options.gloo;
+    if (!gloo.store)
+      gloo.store = make_in_process_gloo_store();
+    if (gloo.prefix.empty())
+      gloo.prefix = unique_gloo_prefix();
+    spawn_context context{
+        system,        devices,        config,      graph, prepared.plan, prepared.schedule,
+        prepared.data, prepared.start, checkpoints, gloo};
     std::map<std::string, caf::actor> spawned;  // this node's
     auto stop_spawned = [&] {
       for (const auto& [name, handle] : spawned)

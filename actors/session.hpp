@@ -19,6 +19,7 @@
 #include "actors/cluster.hpp"
 #include "actors/trainer_actor.hpp"
 #include "runtime/checkpoint/restore.hpp"
+#include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
@@ -39,6 +40,10 @@ struct session_options {
   /// This process's node in a run over several ([cluster] nodes > 1): which rank, where
   /// the coordinator is, the secret, the config's identity (actors/cluster.hpp).
   std::optional<cluster_node> cluster;
+  /// Where gloo averagers rendezvous: empty store, an in-process one for this session;
+  /// empty prefix, one unique to this session. A multi-node run passes the store every
+  /// node reaches and the run's prefix (the same on every node), and the node's address.
+  gloo_rendezvous gloo;
 };
 
 struct session_result {

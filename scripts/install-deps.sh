@@ -14,6 +14,7 @@ packages=(
   libboost-program-options-dev libboost-iostreams-dev
   nlohmann-json3-dev
   libssl-dev                      # libcrypto: HMAC proofs of the cluster secret, SHA-256, nonces
+  libgloo-dev                     # [parallel] averaging = "gloo": gloo's all-reduce over TCP
   doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
   python3-torch                   # the reference: tests load troupe's exports into PyTorch

@@ -60,6 +60,8 @@ const char* to_string(averaging_method value) {
       return "ring";
     case averaging_method::central:
       return "central";
+    case averaging_method::gloo:
+      return "gloo";
   }
   TROUPE_CHECK(false, "averaging_method " << static_cast<int>(value));
   return "";

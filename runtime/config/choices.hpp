@@ -27,9 +27,10 @@ enum class optimizer_type { sgd, adam, adamw };
 enum class lr_schedule_type { constant, step, cosine };
 /// [parallel] schedule: GPipe (the loss flushes after M forwards) or 1F1B.
 enum class pipeline_schedule { gpipe, one_f_one_b };
-/// [parallel] averaging and an averager's method: one central averager per layer, or a
-/// ring all-reduce among one averager per replica.
-enum class averaging_method { ring, central };
+/// [parallel] averaging and an averager's method: one central averager per layer, a ring
+/// all-reduce among one averager per replica (actor messages), or the same wiring with
+/// gloo's all-reduce over TCP (actors/gloo_averager_actor.hpp).
+enum class averaging_method { ring, central, gloo };
 
 /// The name a config writes for each value.
 const char* to_string(data_source value);
@@ -65,8 +66,8 @@ struct enum_values<pipeline_schedule> {
 };
 template <>
 struct enum_values<averaging_method> {
-  static constexpr std::array<averaging_method, 2> all = {averaging_method::ring,
-                                                          averaging_method::central};
+  static constexpr std::array<averaging_method, 3> all = {
+      averaging_method::ring, averaging_method::central, averaging_method::gloo};
 };
 
 /// The value whose to_string() is `text`, or nothing.

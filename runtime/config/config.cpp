@@ -612,6 +612,7 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   r.read("share_devices", s.share_devices);
   r.read("bucket_kib", s.bucket_kib, at_least(1));
   r.read("shard_optimizer", s.shard_optimizer);
+  r.read("gloo_timeout", s.gloo_timeout, above(0));
   s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
   r.finish();
   if (s.shard_optimizer && s.averaging != averaging_method::ring)

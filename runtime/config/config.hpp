@@ -130,6 +130,9 @@ struct parallel_section {
   /// gradients (Note [sharded optimizer] in actors/grad_averager_actor.cpp).
   bool shard_optimizer = false;
   source_position shard_where;         // where shard_optimizer is written, if it is
+  /// gloo averaging: seconds a rendezvous or an all-reduce may wait for a peer before the
+  /// run fails (a peer that is gone, or never came).
+  double gloo_timeout = 30;
   source_position where;
 };
 

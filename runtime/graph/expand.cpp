@@ -2,8 +2,9 @@
 // balancing pipeline stages by cost.
 //
 // Names: with one replica, "layer_3", "loss", "optimizer_3"; with R replicas, "r1.layer_3",
-// "r1.loss"; averagers are "avg_3" (central) or "r1.avg_3" (ring, one per replica), and
-// ring averaging gives each replica its own optimizer "r1.optimizer_3". The data loader is
+// "r1.loss"; averagers are "avg_3" (central) or "r1.avg_3" (ring and gloo, one per
+// replica), and ring or gloo averaging gives each replica its own optimizer
+// "r1.optimizer_3" (only the ring's averagers have ring wires). The data loader is
 // "loader". Replica r's stage s runs on device (r * P + s) mod D of [parallel] devices.
 #include "runtime/graph/topology.hpp"
 
@@ -231,12 +232,13 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
         auto prefix = replica_prefix(R, r);
         auto& averager =
             add_actor(prefix + "avg" + suffix, actor_kind::averager, device_of(r, s), r, s, i);
-        averager.method = averaging_method::ring;
+        averager.method = t.averaging;  // ring or gloo: the same actors, ring wires or none
         averager.method_where = p.where;
         add_actor(prefix + "optimizer" + suffix, actor_kind::optimizer, device_of(r, s), r, s, i);
         add_wire(layer_name(r), prefix + "avg" + suffix, wire_kind::grads, 0);
-        add_wire(prefix + "avg" + suffix, replica_prefix(R, (r + 1) % R) + "avg" + suffix,
-                 wire_kind::ring, 0);
+        if (t.averaging == averaging_method::ring)
+          add_wire(prefix + "avg" + suffix, replica_prefix(R, (r + 1) % R) + "avg" + suffix,
+                   wire_kind::ring, 0);
         add_wire(prefix + "avg" + suffix, prefix + "optimizer" + suffix, wire_kind::grads, 0);
         add_wire(prefix + "optimizer" + suffix, layer_name(r), wire_kind::params, 0);
       }

@@ -20,7 +20,7 @@
 //   layer = 0
 //   type = "linear"         # kind = "layer" only: the layer type, then its settings
 //   out = 4                 #   (every other key)
-//   method = "central"      # kind = "averager" only: "central" | "ring",
+//   method = "central"      # kind = "averager" only: "central" | "ring" | "gloo",
 //                           #   default [parallel] averaging
 //   factor = 0.5            # a plugin's kind: every other key is its setting, kept in
 //                           #   actor_plan::settings for its factory to check

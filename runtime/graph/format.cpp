@@ -378,6 +378,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);
   w.put("shard_optimizer", config.parallel.shard_optimizer);
+  w.put("gloo_timeout", config.parallel.gloo_timeout);
 
   const auto& c = config.cluster;
   if (c.nodes > 0) {

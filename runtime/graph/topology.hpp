@@ -14,9 +14,11 @@
 //                and the layer's config (type + its own settings).
 //   loss         one per replica, after its last layer.
 //   averager     sums one layer's gradients over the replicas: `method` "central" (one
-//                averager per layer) or "ring" (one per replica, all-reduce among them).
+//                averager per layer), "ring" (one per replica, all-reduce among them over
+//                ring wires) or "gloo" (one per replica, all-reduce through gloo: no wires
+//                between them, `replica` is its gloo rank).
 //   optimizer    owns one layer's parameters (one per layer with central averaging or no
-//                replicas; one per replica with ring averaging, kept identical).
+//                replicas; one per replica with ring or gloo averaging, kept identical).
 //   (custom)     a kind a plugin registered, known here by the wires it accepts and emits
 //                (runtime/graph/actor_signature.hpp); explicit configs only. Its [[actor]] keys
 //                beyond the common ones are its settings. A grads-in, grads-out kind can

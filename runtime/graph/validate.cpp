@@ -552,6 +552,7 @@ class validator {
 
   void check_averagers() const {
     std::map<std::int32_t, std::vector<const actor_plan*>> rings;  // layer -> ring averagers
+    std::map<std::int32_t, std::vector<const actor_plan*>> glooed;  // layer -> gloo averagers
     for (const auto* v : of_kind(actor_kind::averager)) {
       if (v->method != t_.averaging)
         fail(v->method_where, "averager " + named(v->name) + " has method " +
@@ -580,18 +581,40 @@ class validator {
                      "one from each replica's layer " + std::to_string(v->layer));
         continue;
       }
+      // Ring and gloo: one averager per replica, fed by that replica's layer.
+      const std::string method = to_string(v->method);
       if (v->replica < 0)
-        fail(v->where, "ring averager " + named(v->name) +
+        fail(v->where, method + " averager " + named(v->name) +
                            " needs the replica it belongs to "
                            "(replica = N)");
       expect_count(*v, from_layers, 1, "incoming grads wires", "from its replica's layer");
-      for (const auto* source : follow(*from_layers[0], false,
-                                       "the gradients ring averager " + named(v->name) + " sums",
-                                       "its replica's layer"))
+      for (const auto* source :
+           follow(*from_layers[0], false,
+                  "the gradients " + method + " averager " + named(v->name) + " sums",
+                  "its replica's layer"))
         if (source->replica != v->replica)
-          fail(from_layers[0]->where, "ring averager " + named(v->name) + " of replica " +
+          fail(from_layers[0]->where, method + " averager " + named(v->name) + " of replica " +
                                           std::to_string(v->replica) + " gets the gradients of " +
                                           describe(*source) + through(*from_layers[0], false));
+      if (v->method == averaging_method::gloo) {
+        auto ring = incoming(*v, wire_kind::ring);
+        for (const auto* w : outgoing(*v, wire_kind::ring))
+          ring.push_back(w);
+        for (const auto* w : ring)
+          fail(w->where, "averager " + named(v->name) +
+                             " averages through gloo; ring wires are for ring averagers");
+        if (v->device.type != device_type::cpu)
+          fail(v->where, "gloo averager " + named(v->name) + " is on " + v->device.to_string() +
+                             ", but gloo sums host memory: put it on a cpu device, or use "
+                             "averaging = \"ring\"");
+        if (v->replica >= t_.replicas)
+          fail(v->where, "gloo averager " + named(v->name) + " has replica " +
+                             std::to_string(v->replica) + ", but the run has " +
+                             std::to_string(t_.replicas) + " replicas (0 .. " +
+                             std::to_string(t_.replicas - 1) + ")");
+        glooed[v->layer].push_back(v);
+        continue;
+      }
       // Note [sharded optimizer]: the averager and its optimizer pass the shard back and
       // forth, so nothing may sit between them (a gradient clipper would see a shard).
       if (config_.parallel.shard_optimizer && actor(out.to).kind != actor_kind::optimizer)
@@ -605,6 +628,23 @@ class validator {
       expect_count(*v, incoming(*v, wire_kind::ring), 1, "incoming ring wires",
                    "from the previous averager of the ring");
       rings[v->layer].push_back(v);
+    }
+    for (const auto& [layer, group] : glooed) {
+      // One gloo context per layer: ranks 0 .. R-1, each exactly once, or the context
+      // would wait for a rank that never comes.
+      std::map<std::int32_t, const actor_plan*> ranks;
+      for (const auto* v : group)
+        if (!ranks.emplace(v->replica, v).second)
+          fail(v->where, "gloo averagers " + named(ranks[v->replica]->name) + " and " +
+                             named(v->name) + " both have replica " + std::to_string(v->replica) +
+                             " of layer " + std::to_string(layer) +
+                             "; each replica's layer needs one");
+      for (std::int32_t r = 0; r < static_cast<std::int32_t>(t_.replicas); ++r)
+        if (!ranks.count(r))
+          fail(group.front()->where, "layer " + std::to_string(layer) + " has no gloo averager " +
+                                         "of replica " + std::to_string(r) + " (its gloo context " +
+                                         "needs one per replica, 0 .. " +
+                                         std::to_string(t_.replicas - 1) + ")");
     }
     for (const auto& [layer, ring] : rings) {
       // Follow the ring from its first averager: it must come back after visiting all R.

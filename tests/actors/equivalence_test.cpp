@@ -83,6 +83,14 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
        "pipeline = 2\nmicrobatches = 2\nschedule = \"gpipe\"\naveraging = \"ring\"\n"
        "shard_optimizer = true\n"},
+      {"data parallel, gloo all-reduce (R = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"gloo\"\n"},
+      {"data parallel, gloo all-reduce (R = 3, devices shared)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 3\naveraging = \"gloo\"\n"
+       "share_devices = true\n"},
+      {"hybrid with gloo averaging (R = 2, P = 2, M = 3, 1F1B)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
+       "pipeline = 2\nmicrobatches = 3\nschedule = \"1f1b\"\naveraging = \"gloo\"\n"},
       {"hybrid with central averaging and GPipe (R = 2, P = 2, M = 2)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
        "pipeline = 2\nmicrobatches = 2\nschedule = \"gpipe\"\naveraging = \"central\"\n"},
@@ -125,6 +133,31 @@ TEST_CASE("the sharded optimizer gives the unsharded ring's parameters bit for b
   }
 }
 
+TEST_CASE(
+    "gloo averaging gives the ring's parameters: bit for bit with 2 replicas, within 1e-6 with 3") {
+  // Both sum each element once, on one replica, and hand every replica the same bits. With
+  // R = 2 that sum is a + b either way (float addition commutes), so the runs agree
+  // exactly. With R = 3 gloo's ring chunks the buffer differently from troupe's ring, so
+  // an element may be summed (a + b) + c on one and (b + c) + a on the other: one rounding
+  // apart (relative 6e-8) per gradient, which 20 Adam steps at lr = 0.01 keep far below
+  // 1e-6 (the reasoning of this file's header).
+  for (const char* optimizer : {"adam", "sgd"}) {
+    INFO(optimizer);
+    const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
+    CHECK(train(equivalence_config(two + "averaging = \"gloo\"\n", optimizer)) ==
+          train(equivalence_config(two + "averaging = \"ring\"\n", optimizer)));
+    const std::string three =
+        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 3\nshare_devices = true\n";
+    auto gloo = train(equivalence_config(three + "averaging = \"gloo\"\n", optimizer));
+    auto ring = train(equivalence_config(three + "averaging = \"ring\"\n", optimizer));
+    double difference = 0;
+    for (const auto& d : compare_parameters(ring, gloo))
+      difference = std::max(difference, d.relative);
+    INFO("R = 3: relative difference " << difference);
+    CHECK(difference <= 1e-6);
+  }
+}
+
 TEST_CASE("a batch that does not split into replicas x micro-batches is refused before spawning") {
   auto config = parse_config(equivalence_config("[parallel]\nmicrobatches = 5\n"), "uneven.toml");
   test::check_refused(config,
@@ -136,11 +169,20 @@ TEST_CASE("an ejected config runs and gives exactly the parameters of the config
        {"[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"
-        "shard_optimizer = true\n"}) {
+        "shard_optimizer = true\n",
+        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"gloo\"\n"}) {
     auto shorthand = parse_config(equivalence_config(parallel), "shorthand.toml");
     auto ejected_text = format_explicit(prepare_session(shorthand).graph, shorthand);
     auto ejected = parse_config(ejected_text, "ejected.toml");
     REQUIRE(ejected.is_explicit());
+    // The averagers keep their method through the explicit form.
+    const auto original = prepare_session(shorthand).graph;
+    const auto read_back = prepare_session(ejected).graph;
+    REQUIRE(read_back.actors.size() == original.actors.size());
+    for (std::size_t i = 0; i < original.actors.size(); ++i)
+      if (original.actors[i].kind == actor_kind::averager)
+        CHECK(read_back.actors[i].method == original.actors[i].method);
+    CHECK(read_back.averaging == shorthand.parallel.averaging);
     // The same actors on the same devices run the same sums in the same order: the
     // parameters agree bit for bit.
     CHECK(train(ejected_text) == train(equivalence_config(parallel)));

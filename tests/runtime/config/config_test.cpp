@@ -242,6 +242,15 @@ TEST_CASE("absent sections and keys take the documented defaults, positioned at 
   CHECK(c.parallel.schedule == troupe::pipeline_schedule::gpipe);
   CHECK(c.parallel.averaging == troupe::averaging_method::ring);
   CHECK_FALSE(c.parallel.shard_optimizer);
+  CHECK(c.parallel.gloo_timeout == 30.0);
+}
+
+TEST_CASE("gloo_timeout is a positive number of seconds") {
+  auto c = parse_config(minimal_model + "[parallel]\naveraging = \"gloo\"\ngloo_timeout = 0.25\n",
+                        "t.toml");
+  CHECK(c.parallel.averaging == troupe::averaging_method::gloo);
+  CHECK(c.parallel.gloo_timeout == 0.25);
+  check_error(minimal_model + "[parallel]\ngloo_timeout = 0\n", 5, 16, "gloo_timeout");
 }
 
 TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
@@ -250,6 +259,10 @@ TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
   check_error(minimal_model + "[parallel]\naveraging = \"central\"\nshard_optimizer = true\n", 6, 1,
               "[parallel] shard_optimizer: needs averaging = \"ring\" (the optimizer shards are "
               "the ring's chunks), found averaging = \"central\"");
+  // gloo sums whole layers: it has no chunks for the optimizers to own.
+  check_error(minimal_model + "[parallel]\naveraging = \"gloo\"\nshard_optimizer = true\n", 6, 1,
+              "[parallel] shard_optimizer: needs averaging = \"ring\" (the optimizer shards are "
+              "the ring's chunks), found averaging = \"gloo\"");
 }
 
 TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory") {
@@ -388,7 +401,7 @@ TEST_CASE("an unknown name for an enumerated setting suggests the nearest and li
   check_error(minimal_model + "[parallel]\nschedule = \"1f1f\"\n", 5, 12,
               "unknown pipeline schedule '1f1f'; did you mean '1f1b'?");
   check_error(minimal_model + "[parallel]\naveraging = \"allreduce\"\n", 5, 13,
-              "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central')");
+              "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central', 'gloo')");
   check_error("[model]\nloss = \"mse\"\n[[model.layers]]\ntype = \"linear\"\n", 2, 8,
               "unknown loss 'mse' (expected one of 'softmax_xent')");
 }
