@@ -1,6 +1,7 @@
 // cluster.cpp: the coordinator's gatekeeper and node watch, and a worker's link.
 #include "actors/cluster.hpp"
 
+#include <gloo/rendezvous/store.h>
 #include <unistd.h>
 #include <caf/io/all.hpp>
 
@@ -105,6 +106,7 @@ struct gate_state {
   cluster_node node;
   caf::actor trainer;
   caf::actor writer;
+  caf::actor store;
   struct worker {
     hello_msg hello;
     std::string challenge;
@@ -171,8 +173,9 @@ void settle(gate_actor* self) {
   }
 }
 
-caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer,
-                         caf::actor writer) {
+caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer, caf::actor writer,
+                         caf::actor store) {
+  self->state.store = std::move(store);
   self->state.node = std::move(node);
   self->state.trainer = std::move(trainer);
   self->state.writer = std::move(writer);
@@ -228,7 +231,7 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         }
         w.proven = true;
         return welcome_msg{net::proof(secret, net::coordinator_role, nonce, challenge, context),
-                           s.trainer, s.writer};
+                           s.trainer, s.writer, s.store};
       },
       [self](join_atom, std::int32_t rank, roster& actors, caf::actor& agent) -> caf::result<void> {
         auto& s = self->state;
@@ -350,7 +353,124 @@ bool is_loopback(const std::string& address) {
          address.rfind("127.", 0) == 0;
 }
 
+// ---- the gloo store ----
+
+using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
+using store_get_atom = caf::atom_constant<caf::atom("storeget")>;
+using store_wait_atom = caf::atom_constant<caf::atom("storewait")>;
+
+struct store_state {
+  std::map<std::string, std::vector<char>> values;
+  struct waiter {
+    std::vector<std::string> keys;
+    caf::response_promise promise;
+    bool get = false;  // answers with the first key's value
+  };
+  std::vector<waiter> waiting;
+  static const char* name;
+
+  bool has_all(const std::vector<std::string>& keys) const {
+    for (const auto& k : keys)
+      if (!values.count(k))
+        return false;
+    return true;
+  }
+};
+const char* store_state::name = "troupe.gloo_store";
+
+using store_actor = caf::stateful_actor<store_state>;
+
+caf::behavior gloo_store_actor(store_actor* self) {
+  return {
+      [self](store_set_atom, const std::string& key, const store_value& value) {
+        auto& s = self->state;
+        s.values[key] = value.bytes;
+        std::vector<store_state::waiter> still;
+        for (auto& w : s.waiting) {
+          if (!s.has_all(w.keys))
+            still.push_back(std::move(w));
+          else if (w.get)
+            w.promise.deliver(store_value{s.values.at(w.keys.front())});
+          else
+            w.promise.deliver(caf::unit);
+        }
+        s.waiting = std::move(still);
+      },
+      [self](store_get_atom, const std::string& key) -> caf::result<store_value> {
+        auto& s = self->state;
+        auto it = s.values.find(key);
+        if (it != s.values.end())
+          return store_value{it->second};
+        s.waiting.push_back({{key}, self->make_response_promise(), true});
+        return s.waiting.back().promise;
+      },
+      [self](store_wait_atom, const store_keys& keys) -> caf::result<void> {
+        auto& s = self->state;
+        if (s.has_all(keys.keys))
+          return caf::unit;
+        s.waiting.push_back({keys.keys, self->make_response_promise(), false});
+        return s.waiting.back().promise;
+      },
+  };
+}
+
+// A gloo store whose keys live in the coordinator's store actor.
+class remote_gloo_store : public gloo::rendezvous::Store {
+ public:
+  remote_gloo_store(caf::actor_system& system, caf::actor store, double timeout)
+      : system_(system), store_(std::move(store)), timeout_(milliseconds(timeout)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    caf::anon_send(store_, store_set_atom::value, key, store_value{data});
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<char> out;
+    caf::scoped_actor self{system_};
+    std::string failure;
+    self->request(store_, timeout_, store_get_atom::value, key)
+        .receive([&](store_value& v) { out = std::move(v.bytes); },
+                 [&](caf::error& e) { failure = system_.render(e); });
+    fail_if(failure, "get '" + key + "'");
+    return out;
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    caf::scoped_actor self{system_};
+    std::string failure;
+    self->request(store_, timeout, store_wait_atom::value, store_keys{keys})
+        .receive([] {}, [&](caf::error& e) { failure = system_.render(e); });
+    fail_if(failure, "wait for " + std::to_string(keys.size()) + " key(s)");
+  }
+
+ private:
+  static void fail_if(const std::string& failure, const std::string& what) {
+    if (!failure.empty())
+      throw std::runtime_error("the gloo store on the coordinator did not answer " + what + ": " +
+                               failure);
+  }
+
+  caf::actor_system& system_;
+  caf::actor store_;
+  std::chrono::milliseconds timeout_;
+};
+
 }  // namespace
+
+std::shared_ptr<gloo::rendezvous::Store> cluster_gloo_store(caf::actor_system& system,
+                                                            caf::actor store, double timeout) {
+  return std::make_shared<remote_gloo_store>(system, std::move(store), timeout);
+}
+
+std::string gloo_address(const cluster_node& node) {
+  if (const char* address = std::getenv("TROUPE_NODE_ADDRESS"); address && *address)
+    return address;
+  if (is_loopback(node.coordinator_host) && is_loopback(node.listen))
+    return "127.0.0.1";
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
 
 std::optional<cluster_node> cluster_from_environment(
     run_config& config, const std::function<const char*(const char*)>& getenv) {
@@ -410,6 +530,8 @@ void add_cluster_message_types(caf::actor_system_config& config) {
   config.add_message_type<hello_msg>("troupe::hello_msg");
   config.add_message_type<welcome_msg>("troupe::welcome_msg");
   config.add_message_type<checkpoint_shard_msg>("troupe::checkpoint_shard_msg");
+  config.add_message_type<store_value>("troupe::store_value");
+  config.add_message_type<store_keys>("troupe::store_keys");
 }
 
 // ---- coordinator_gate ----
@@ -417,7 +539,8 @@ void add_cluster_message_types(caf::actor_system_config& config) {
 coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node& node,
                                    caf::actor trainer, caf::actor checkpoint_writer)
     : system_(system), node_(node), trainer_(trainer) {
-  gate_ = system.spawn(gatekeeper, node, std::move(trainer), std::move(checkpoint_writer));
+  store_ = system.spawn(gloo_store_actor);
+  gate_ = system.spawn(gatekeeper, node, std::move(trainer), std::move(checkpoint_writer), store_);
   auto port = caf::io::publish(gate_, static_cast<std::uint16_t>(node.coordinator_port),
                                node.listen.c_str(), true);
   if (!port) {
@@ -435,6 +558,7 @@ coordinator_gate::~coordinator_gate() {
     caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
   caf::io::unpublish(gate_, port_);
   caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(store_, caf::exit_reason::user_shutdown);
 }
 
 joined_cluster coordinator_gate::wait_for_workers(const roster& own) {

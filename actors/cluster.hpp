@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/net/config_identity.hpp"
 
@@ -97,11 +98,42 @@ struct welcome_msg {
   std::string proof;  // the coordinator's, of the worker's nonce
   caf::actor trainer;
   caf::actor checkpoint_writer;  // none: no checkpoints
+  caf::actor gloo_store;         // the run's gloo rendezvous store (cluster_gloo_store)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, welcome_msg& x) {
-  return f(caf::meta::type_name("troupe::welcome_msg"), x.proof, x.trainer, x.checkpoint_writer);
+  return f(caf::meta::type_name("troupe::welcome_msg"), x.proof, x.trainer, x.checkpoint_writer,
+           x.gloo_store);
+}
+
+/// The gloo rendezvous store of a run over several nodes: a key-value actor on the
+/// coordinator that every node's gloo contexts reach (runtime/collective/gloo_allreduce.hpp).
+/// `get` and `wait` block the calling thread (a gloo worker's) until the keys are set, at
+/// most `timeout`; a lost coordinator or the timeout throws std::runtime_error, which the
+/// gloo worker reports as the averager's failure.
+std::shared_ptr<gloo::rendezvous::Store> cluster_gloo_store(caf::actor_system& system,
+                                                            caf::actor store, double timeout);
+
+/// The address this node's gloo transport binds to: TROUPE_NODE_ADDRESS when set, else
+/// 127.0.0.1 for a run on loopback, else this machine's host name.
+std::string gloo_address(const cluster_node& node);
+
+/// A value and a list of keys of the gloo store (cluster_gloo_store).
+struct store_value {
+  std::vector<char> bytes;
+};
+struct store_keys {
+  std::vector<std::string> keys;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_value& x) {
+  return f(caf::meta::type_name("troupe::store_value"), x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_keys& x) {
+  return f(caf::meta::type_name("troupe::store_keys"), x.keys);
 }
 
 /// (node_lost_atom, node, what): node watch -> trainer.
@@ -148,10 +180,14 @@ class coordinator_gate {
   /// Tells every worker how the run ended, so it exits with `code`.
   void finish(const joined_cluster& joined, int code);
 
+  /// The run's gloo rendezvous store (cluster_gloo_store), on this node.
+  const caf::actor& gloo_store() const { return store_; }
+
  private:
   caf::actor_system& system_;
   cluster_node node_;
   caf::actor trainer_;
+  caf::actor store_;
   caf::actor gate_;
   caf::actor watch_;
   std::uint16_t port_ = 0;

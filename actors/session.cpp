@@ -475,7 +475,15 @@ session_result run_session(const run_config& config, const session_options& opti
 
     // gloo averagers: one store and prefix for the whole session (injected, or this
     // process's own), so its contexts meet each other and no other session's.
+    // Over several nodes, the coordinator serves the store and the prefix is the run's.
     gloo_rendezvous gloo = options.gloo;
+    if (several_nodes && !gloo.store) {
+      gloo.store =
+          cluster_gloo_store(system, coordinator ? gate->gloo_store() : link->welcome().gloo_store,
+                             config.parallel.gloo_timeout);
+      gloo.prefix = "troupe.run/";
+      gloo.hostname = gloo_address(node);
+    }
     if (!gloo.store)
       gloo.store = make_in_process_gloo_store();
     if (gloo.prefix.empty())

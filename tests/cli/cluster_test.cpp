@@ -181,7 +181,8 @@ void check_same_parameters(const std::map<std::string, std::vector<float>>& got,
 
 }  // namespace
 
-TEST_CASE("DP2, PP2 (GPipe and 1F1B), DP2 x PP2 and DP3 across processes match one device") {
+TEST_CASE(
+    "DP2 (ring, gloo), PP2 (GPipe, 1F1B), DP2 x PP2 and DP3 across processes match one device") {
   test::temp_directory dir{"troupe-cluster"};
   auto reference = dir.write("reference.toml", cluster_config(""));
   auto ran = run_troupe("run -q " + reference + " --metrics /dev/null --checkpoint " +
@@ -199,6 +200,11 @@ TEST_CASE("DP2, PP2 (GPipe and 1F1B), DP2 x PP2 and DP3 across processes match o
       {"DP2, ring", 2,
        "[parallel]\ndevices = [\"node0/cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = "
        "\"ring\"\n"},
+      {"DP2, gloo (its store served by node0)", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = \"gloo\"\n"},
+      {"DP2 x PP2, gloo", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"node1/cpu:0\", \"node1/cpu:1\"]\n"
+       "data = 2\npipeline = 2\nmicrobatches = 3\nschedule = \"gpipe\"\naveraging = \"gloo\"\n"},
       {"DP2, central averaging", 2,
        "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = \"central\"\n"},
       {"PP2, GPipe", 2,
