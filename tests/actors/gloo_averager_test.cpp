@@ -19,6 +19,7 @@
 #include "actors/grad_averager_actor.hpp"
 #include "actors/session.hpp"
 #include "tests/actors/actor_test_support.hpp"
+#include "tests/actors/grads_support.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "troupe/messages.hpp"
@@ -27,23 +28,8 @@ using namespace troupe;
 
 namespace {
 
+using test::make_grads;
 using test::patience;
-
-/// Deterministic gradients of one (step, replica), magnitudes over a few powers of two.
-std::vector<tensor> make_grads(const std::vector<shape_t>& shapes, std::int64_t step,
-                               std::int32_t replica, device_id device) {
-  std::mt19937 random{static_cast<std::uint32_t>(1000 * step + 17 * replica + 5)};
-  std::uniform_real_distribution<float> value{-1.0f, 1.0f};
-  std::uniform_int_distribution<int> exponent{-6, 3};
-  std::vector<tensor> grads;
-  for (const auto& shape : shapes) {
-    std::vector<float> values(static_cast<std::size_t>(element_count(shape)));
-    for (auto& v : values)
-      v = std::ldexp(value(random), exponent(random));
-    grads.push_back(tensor::from(values, shape, device));
-  }
-  return grads;
-}
 
 std::vector<float> flatten(const std::vector<tensor>& ts) {
   std::vector<float> out;

@@ -459,22 +459,36 @@ TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port 
   CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
 }
 
-TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
+namespace {
+
+// A DP2 run over two processes that would go on for a long time, once it has made 3 steps.
+struct long_run {
   test::temp_directory dir{"troupe-cluster"};
-  auto config = dir.write(
+  int port = free_port();
+  std::string config = dir.write(
       "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",
                                   1000000, "log_every = 1\n"));
-  int port = free_port();
   node_process coordinator{troupe_env(0, 2, port),
                            {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
-                           dir.file("kill-0.log")};
-  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("kill-1.log")};
-  REQUIRE(coordinator.wait_for_output(" step 3/", 60));
+                           dir.file("node0.log")};
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("node1.log")};
+
+  long_run() { REQUIRE(coordinator.wait_for_output(" step 3/", 60)); }
+};
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
+  long_run run;
   auto killed = clock_type::now();
-  worker.signal(SIGKILL);
-  CHECK(coordinator.wait(10) == 1);
-  CHECK(std::chrono::duration<double>(clock_type::now() - killed).count() < 10);
-  auto text = coordinator.output();
+  run.worker.signal(SIGKILL);
+  CHECK(run.coordinator.wait(10) == 1);
+  CHECK(seconds_since(killed) < 10);
+  auto text = run.coordinator.output();
   INFO(text);
   CHECK(text.find("node1 (") != std::string::npos);
   CHECK(text.find("r1.layer_0") != std::string::npos);  // its actors are named
@@ -482,38 +496,23 @@ TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
   CHECK(text.find("the last completed step was") != std::string::npos);
 }
 
-TEST_CASE("a lost coordinator ends its workers within 10 s; Ctrl-C on it stops every node") {
-  test::temp_directory dir{"troupe-cluster"};
-  auto config = dir.write(
-      "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",
-                                  1000000, "log_every = 1\n"));
-  {
-    int port = free_port();
-    node_process coordinator{troupe_env(0, 2, port),
-                             {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
-                             dir.file("gone-0.log")};
-    node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("gone-1.log")};
-    REQUIRE(coordinator.wait_for_output(" step 3/", 60));
-    auto killed = clock_type::now();
-    coordinator.signal(SIGKILL);
-    CHECK(worker.wait(10) == 1);
-    CHECK(std::chrono::duration<double>(clock_type::now() - killed).count() < 10);
-    INFO(worker.output());
-    CHECK(worker.output().find("the coordinator (node0 at 127.0.0.1:" + std::to_string(port) +
-                               ") was lost") != std::string::npos);
-  }
-  {
-    int port = free_port();
-    node_process coordinator{troupe_env(0, 2, port),
-                             {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
-                             dir.file("int-0.log")};
-    node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("int-1.log")};
-    REQUIRE(coordinator.wait_for_output(" step 3/", 60));
-    coordinator.signal(SIGINT);
-    CHECK(coordinator.wait(20) == 130);
-    CHECK(worker.wait(10) == 130);
-    INFO(coordinator.output() << worker.output());
-  }
+TEST_CASE("a lost coordinator ends its workers within 10 s") {
+  long_run run;
+  auto killed = clock_type::now();
+  run.coordinator.signal(SIGKILL);
+  CHECK(run.worker.wait(10) == 1);
+  CHECK(seconds_since(killed) < 10);
+  INFO(run.worker.output());
+  CHECK(run.worker.output().find("the coordinator (node0 at 127.0.0.1:" + std::to_string(run.port) +
+                                 ") was lost") != std::string::npos);
+}
+
+TEST_CASE("Ctrl-C on the coordinator stops every node after the current step") {
+  long_run run;
+  run.coordinator.signal(SIGINT);
+  CHECK(run.coordinator.wait(20) == 130);
+  CHECK(run.worker.wait(10) == 130);
+  INFO(run.coordinator.output() << run.worker.output());
 }
 
 TEST_CASE("the shipped two-node configs train under troupe launch -n 2") {
