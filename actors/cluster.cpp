@@ -144,6 +144,13 @@ const char* gate_state::name = "troupe.gatekeeper";
 
 using gate_actor = caf::stateful_actor<gate_state>;
 
+// Whether the message being handled comes from this process (the session, a timer), not
+// from a peer: the gatekeeper answers peers only hello, prove and join.
+bool from_this_node(gate_actor* self) {
+  const auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
 // Hands the joined workers (or the failure) to the coordinator's session, once.
 void settle(gate_actor* self) {
   auto& s = self->state;
@@ -245,6 +252,8 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         return caf::unit;
       },
       [self](all_atom, double timeout) -> caf::result<joined_cluster> {
+        if (!from_this_node(self))  // only the session waits; a peer may not
+          return refusal("not yours to ask");
         auto& s = self->state;
         s.waiting = self->make_response_promise();
         s.has_waiting = true;
@@ -253,6 +262,8 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         return s.waiting;
       },
       [self](expire_atom, double timeout) {
+        if (!from_this_node(self))
+          return;
         auto& s = self->state;
         if (s.has_waiting && s.failure.empty() && !s.complete()) {
           s.failure = "not every node joined within " + seconds_text(timeout) +
