@@ -17,6 +17,7 @@
 #include "troupe/error.hpp"
 #include "troupe/messages.hpp"
 #include "troupe/plugin.hpp"
+#include "troupe/trace.hpp"
 
 namespace troupe {
 
@@ -53,6 +54,8 @@ using wired_atom = caf::atom_constant<caf::atom("wired")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using pong_atom = caf::atom_constant<caf::atom("pong")>;
 using done_atom = caf::atom_constant<caf::atom("rundone")>;
+using clock_atom = caf::atom_constant<caf::atom("clock")>;
+using trace_atom = caf::atom_constant<caf::atom("trace")>;
 
 using clock = std::chrono::steady_clock;
 
@@ -240,6 +243,8 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         return welcome_msg{net::proof(secret, net::coordinator_role, nonce, challenge, context),
                            s.trainer, s.writer, s.store};
       },
+      // Note [clocks of nodes]: node0's trace clock, for a worker to measure its offset.
+      [](clock_atom) { return static_cast<std::int64_t>(trace::now_ns()); },
       [self](join_atom, std::int32_t rank, roster& actors, caf::actor& agent) -> caf::result<void> {
         auto& s = self->state;
         auto it = s.workers.find(rank);
@@ -606,6 +611,32 @@ void coordinator_gate::watch(const joined_cluster& joined) {
   watch_ = system_.spawn(node_watch, joined, trainer_, node_.heartbeat, node_.node_timeout);
 }
 
+std::vector<trace::node_trace> coordinator_gate::collect_traces(const joined_cluster& joined) {
+  std::vector<trace::node_trace> out;
+  caf::scoped_actor self{system_};
+  for (std::size_t k = 1; k < joined.agents.size(); ++k) {
+    trace::node_trace t;
+    t.node = static_cast<int>(k);
+    t.where = joined.where[k];
+    bool answered = false;
+    self->request(joined.agents[k], milliseconds(node_.timeout), trace_atom::value)
+        .receive(
+            [&](double offset, double rtt, std::string& text) {
+              t.offset_us = offset;
+              t.rtt_us = rtt;
+              t.json = std::move(text);
+              answered = true;
+            },
+            [&](caf::error& error) {
+              std::fprintf(stderr, "troupe: node%zu's trace is left out of the merged trace: %s\n",
+                           k, system_.render(error).c_str());
+            });
+    if (answered && !t.json.empty())  // empty: that node records nothing
+      out.push_back(std::move(t));
+  }
+  return out;
+}
+
 void coordinator_gate::finish(const joined_cluster& joined, int code) {
   if (watch_) {
     caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
@@ -673,11 +704,32 @@ worker_link::worker_link(caf::actor_system& system, const cluster_node& node)
                          std::to_string(node.coordinator_port) +
                          " could not prove the shared secret: not joining it",
                      exit_code::run_failed);
+  // Note [clocks of nodes]
+  // A trace merged from every node needs their clocks on one time line. Each round trip
+  // asks node0 for its trace clock; with t0 and t1 this node's clock before and after,
+  // node0's reading was taken at about (t0 + t1) / 2, off by at most half the round trip.
+  // The shortest of 8 round trips gives the offset (CAF's messages are fast next to
+  // clock drift over a run of minutes; the merged trace's metadata states the round trip).
+  double best = -1;
+  for (int i = 0; i < 8; ++i) {
+    auto t0 = trace::now_ns();
+    std::int64_t theirs = 0;
+    bool answered = false;
+    self->request(gate_, wait, clock_atom::value)
+        .receive([&](std::int64_t t) { theirs = t, answered = true; }, [](caf::error&) {});
+    auto t1 = trace::now_ns();
+    if (answered && (best < 0 || t1 - t0 < best)) {
+      best = static_cast<double>(t1 - t0);
+      offset_us_ = (static_cast<double>(theirs) - (static_cast<double>(t0) + t1) / 2) / 1000.0;
+      rtt_us_ = best / 1000.0;
+    }
+  }
 }
 
 worker_link::~worker_link() = default;
 
-int worker_link::serve(const roster& own, const std::function<void(const roster&)>& wire) {
+int worker_link::serve(const roster& own, const std::function<void(const roster&)>& wire,
+                       const std::function<std::string()>& trace_json) {
   caf::scoped_actor self{system_};
   self->monitor(gate_);
   std::optional<user_error> failure;
@@ -704,6 +756,10 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
           last_heard = clock::now();
           self->send(caf::actor_cast<caf::actor>(self->current_sender()), pong_atom::value,
                      static_cast<std::int32_t>(node_.rank));
+        },
+        [&](trace_atom) {
+          last_heard = clock::now();
+          return caf::make_message(offset_us_, rtt_us_, trace_json());
         },
         [&](done_atom, std::int32_t exit) { code = exit; },
         [&](caf::down_msg& down) {

@@ -34,6 +34,7 @@
 #include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/net/config_identity.hpp"
+#include "runtime/trace_tools/merge.hpp"
 
 namespace troupe {
 
@@ -180,6 +181,10 @@ class coordinator_gate {
   /// Tells every worker how the run ended, so it exits with `code`.
   void finish(const joined_cluster& joined, int code);
 
+  /// Every live worker's trace (worker_link::serve's `trace_json`) with its clock offset.
+  /// A worker that does not answer within the timeout is left out (and said so on stderr).
+  std::vector<trace::node_trace> collect_traces(const joined_cluster& joined);
+
   /// The run's gloo rendezvous store (cluster_gloo_store), on this node.
   const caf::actor& gloo_store() const { return store_; }
 
@@ -205,16 +210,20 @@ class worker_link {
 
   const welcome_msg& welcome() const { return welcome_; }
 
-  /// Joins with this node's actors; then serves the coordinator (the roster, heartbeats)
-  /// until it says the run is over. `wire` is called with the whole roster. Returns the
-  /// run's exit code, or throws user_error when the coordinator is lost.
-  int serve(const roster& own, const std::function<void(const roster&)>& wire);
+  /// Joins with this node's actors; then serves the coordinator (the roster, heartbeats,
+  /// its trace) until it says the run is over. `wire` is called with the whole roster,
+  /// `trace_json` when the coordinator asks for this node's trace. Returns the run's exit
+  /// code, or throws user_error when the coordinator is lost.
+  int serve(const roster& own, const std::function<void(const roster&)>& wire,
+            const std::function<std::string()>& trace_json);
 
  private:
   caf::actor_system& system_;
   cluster_node node_;
   caf::actor gate_;
   welcome_msg welcome_;
+  double offset_us_ = 0;  // node0's trace clock minus this node's (Note [clocks of nodes])
+  double rtt_us_ = 0;
 };
 
 }  // namespace troupe

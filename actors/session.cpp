@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/plugin/plugin.hpp"
+#include "runtime/trace_tools/merge.hpp"
 #include "troupe/trace.hpp"
 
 namespace troupe {
@@ -132,9 +134,13 @@ std::string trace_metadata(const run_config& config, const topology& graph, cons
   };
   auto wires = nlohmann::json::array();
   for (const auto& w : graph.wires)
-    wires.push_back({{"from", w.from}, {"to", w.to}, {"kind", to_string(w.kind)},
-                     {"capacity", w.capacity}});
+    wires.push_back({{"from", w.from},
+                     {"to", w.to},
+                     {"kind", to_string(w.kind)},
+                     {"capacity", w.capacity},
+                     {"crosses_nodes", graph.crosses_nodes(w)}});
   meta["wires"] = wires;
+  meta["nodes"] = graph.nodes;
   return meta.dump();
 }
 
@@ -364,6 +370,8 @@ session_result run_session(const run_config& config, const session_options& opti
 
   session_result result;
   auto outcome = std::make_shared<run_outcome>();
+  std::vector<trace::node_trace> node_traces;  // the workers', collected by node0
+  bool trace_sent = false;                     // a worker's, to node0
   // Tracing and the message log: this session's recorder, bound to every thread that runs
   // its code (Note [recorders and threads] in runtime/trace/recorder.cpp), with tracks for
   // every device stream and actor (and the trainer), registered before anything runs.
@@ -379,6 +387,7 @@ session_result run_session(const run_config& config, const session_options& opti
   trace_settings.capacity = static_cast<std::size_t>(config.run.trace_capacity);
   trace_settings.log_messages = options.log_messages;
   trace_settings.log_filter = options.log_filter;
+  trace_settings.flow_base = static_cast<std::uint64_t>(node.rank) << 48;  // merge.hpp
   auto recorder = std::make_shared<trace::recorder>(trace_settings);
   trace::thread_binding bound_here{recorder};
   // Several nodes on one machine take turns at its cores: node k's cpu:N is a core after
@@ -526,13 +535,23 @@ session_result run_session(const run_config& config, const session_options& opti
       // ---- a worker: serve the coordinator until it says the run is over ----
       int code = 1;
       try {
-        code = link->serve(roster_of(spawned), [&](const roster& all) {
-          std::map<std::string, caf::actor> everyone;
-          for (std::size_t i = 0; i < all.names.size(); ++i)
-            everyone[all.names[i]] = all.handles[i];
-          caf::scoped_actor self{system};
-          wire_local(self, everyone);
-        });
+        code = link->serve(
+            roster_of(spawned),
+            [&](const roster& all) {
+              std::map<std::string, caf::actor> everyone;
+              for (std::size_t i = 0; i < all.names.size(); ++i)
+                everyone[all.names[i]] = all.handles[i];
+              caf::scoped_actor self{system};
+              wire_local(self, everyone);
+            },
+            [&] {
+              // The run is over: what this node recorded goes into node0's trace.
+              recorder->freeze();
+              trace_sent = true;
+              return trace_path.empty()
+                         ? std::string{}
+                         : recorder->json(trace_metadata(config, graph, prepared.plan, *outcome));
+            });
       } catch (const user_error& e) {
         outcome->exit_code = e.exit_code();
         outcome->failure = e.what();
@@ -594,6 +613,8 @@ session_result run_session(const run_config& config, const session_options& opti
         self->send(handle, finish_atom::value);
       if (checkpoints.enabled())
         self->send(checkpoints.writer, finish_atom::value);  // after the shards it was sent
+      if (gate && !trace_path.empty())
+        node_traces = gate->collect_traces(*joined);
       if (gate)
         gate->finish(*joined, exit_status(outcome->exit_code));
     }
@@ -604,8 +625,16 @@ session_result run_session(const run_config& config, const session_options& opti
   devices.synchronize();
   bound_streams.release();
   recorder->freeze();
-  if (!trace_path.empty())
-    recorder->write(trace_path, trace_metadata(config, graph, prepared.plan, result.outcome));
+  // A worker's trace went to node0 (unless the run ended before node0 asked for it).
+  if (!trace_path.empty() && !trace_sent) {
+    auto text = recorder->json(trace_metadata(config, graph, prepared.plan, result.outcome));
+    if (!node_traces.empty())
+      text = trace::merge_node_traces(text, node_traces);
+    std::ofstream file(trace_path, std::ios::trunc);
+    file << text << '\n';
+    if (!file)
+      throw user_error("cannot write the trace file '" + trace_path + "'");
+  }
   return result;
 }
 

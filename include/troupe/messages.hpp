@@ -46,9 +46,16 @@ struct trace_stamp {
   std::uint32_t from = 0;  // the sender's trace track
 };
 
+/// From another node, the sender's track means nothing here (it is an id in the sender's
+/// recorder): it arrives as 0, "unknown". The flow id stays: it is unique per node
+/// (recorder_settings::flow_base), and a merged trace joins the two ends by it.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trace_stamp& x) {
-  return f(caf::meta::type_name("trace_stamp"), x.flow, x.from);
+  return f(caf::meta::type_name("trace_stamp"), x.flow, x.from,
+           caf::meta::load_callback([&]() -> caf::error {
+             x.from = 0;
+             return caf::none;
+           }));
 }
 
 /// Activations going forward. x: (b, D) for a micro-batch of b samples.

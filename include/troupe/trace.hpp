@@ -68,6 +68,9 @@ struct recorder_settings {
   /// the sender's or receiver's name), kind=KIND (exactly), step=N, or a plain word (a
   /// substring of either name or of the kind). Empty: every message.
   std::string log_filter;
+  /// Added to every flow id: a run over several nodes gives each node its own range
+  /// (rank << 48), so the arrows of messages between nodes join in the merged trace.
+  std::uint64_t flow_base = 0;
 };
 
 /// The trace of one session. Thread-safe: any thread may register tracks and take flow
@@ -94,7 +97,9 @@ class recorder {
   /// Registers an actor or stream track; returns its id (0 is reserved for "nobody").
   std::uint32_t register_track(const track_info& info);
   /// The next flow id (unique in this recorder, never 0).
-  std::uint64_t next_flow() { return flows_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  std::uint64_t next_flow() {
+    return flow_base_ + flows_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 
   /// The line log_message() prints for a handled message (no newline).
   std::string describe(const event& handled) const;
@@ -116,6 +121,8 @@ class recorder {
   /// object as text) goes into "otherData". Only after freeze(). Throws user_error if the
   /// file can't be written.
   void write(const std::string& path, const std::string& metadata) const;
+  /// The same Chrome Trace Event JSON as text (what write() writes).
+  std::string json(const std::string& metadata) const;
 
   /// One thread's events (opaque; the recorder owns it, only that thread appends).
   struct buffer;
@@ -142,6 +149,7 @@ class recorder {
   std::atomic<bool> logging_;
   bool counted_ = false;  // in detail::observing_recorders; guarded by mutex_
   std::atomic<std::uint64_t> flows_{0};
+  const std::uint64_t flow_base_;
 
   mutable std::mutex mutex_;
   bool frozen_ = false;                           // guarded by mutex_

@@ -100,7 +100,8 @@ recorder::recorder(const recorder_settings& settings)
       capacity_(std::max<std::size_t>(settings.capacity, 16)),
       filter_(settings.log_messages ? parse_filter(settings.log_filter) : log_filter{}),
       recording_(settings.record),
-      logging_(settings.log_messages) {
+      logging_(settings.log_messages),
+      flow_base_(settings.flow_base) {
   if (settings.record || settings.log_messages) {
     counted_ = true;
     detail::observing_recorders.fetch_add(1);
@@ -230,7 +231,17 @@ void recorder::log_message(const event& handled) const {
 // ---- the Chrome Trace writer ----
 
 void recorder::write(const std::string& path, const std::string& metadata) const {
-  TROUPE_CHECK(frozen(), "write() reads frozen buffers: call freeze() first");
+  auto text = json(metadata);
+  std::ofstream file(path, std::ios::trunc);
+  if (!file)
+    throw user_error("cannot write the trace file '" + path + "'");
+  file << text << '\n';
+  if (!file)
+    throw user_error("writing the trace file '" + path + "' failed");
+}
+
+std::string recorder::json(const std::string& metadata) const {
+  TROUPE_CHECK(frozen(), "json() reads frozen buffers: call freeze() first");
   auto events = collect();
   auto all_tracks = tracks();
   // One process per device (in order of first registration), "host" last.
@@ -361,12 +372,7 @@ void recorder::write(const std::string& path, const std::string& metadata) const
                           {"layer", t.layer}});
   other["tracks"] = track_list;
   out["otherData"] = other;
-  std::ofstream file(path, std::ios::trunc);
-  if (!file)
-    throw user_error("cannot write the trace file '" + path + "'");
-  file << out.dump() << '\n';
-  if (!file)
-    throw user_error("writing the trace file '" + path + "' failed");
+  return out.dump();
 }
 
 // ---- binding threads, and the calls actors and streams make ----

@@ -119,16 +119,59 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
   }
 }
 
+// The node of a device as the trace names it: "node1/cpu:0" and "node1 host" are node 1,
+// anything else node 0.
+int node_of_device(const std::string& device) {
+  if (device.rfind("node", 0) != 0)
+    return 0;
+  auto end = device.find_first_not_of("0123456789", 4);
+  if (end == 4 || end == std::string::npos || (device[end] != '/' && device[end] != ' '))
+    return 0;
+  return std::stoi(device.substr(4, end - 4));
+}
+
 void summarize_wires(const trace_file& trace, trace_summary& out) {
+  std::map<std::string, int> node_of_actor;
+  for (const auto& t : trace.tracks)
+    node_of_actor[t.name] = node_of_device(t.device);
+  auto node_of = [&](const std::string& actor) {
+    auto it = node_of_actor.find(actor);
+    return it == node_of_actor.end() ? 0 : it->second;
+  };
   std::map<std::tuple<std::string, std::string, std::string>, wire_traffic> wires;
   for (const auto& h : trace.handlers) {
-    auto& w = wires[{h.from, h.actor, h.name}];
-    w.from = h.from;
+    // A message from another node names no sender where it is handled; its send does.
+    auto sent = h.flow == 0 ? trace.sends.end() : trace.sends.find(h.flow);
+    auto from = h.from;
+    if ((from.empty() || from == "-") && sent != trace.sends.end() && !sent->second.from.empty())
+      from = sent->second.from;
+    // Or the one wire of that kind into the receiver (a ring step names no flow).
+    if (from.empty() || from == "-") {
+      const trace_wire* only = nullptr;
+      int count = 0;
+      for (const auto& wire : trace.wires)
+        if (wire.to == h.actor && wire.kind == h.name) {
+          only = &wire;
+          ++count;
+        }
+      if (count == 1)
+        from = only->from;
+    }
+    auto& w = wires[{from, h.actor, h.name}];
+    w.from = from;
     w.to = h.actor;
     w.kind = h.name;
+    w.network = node_of_actor.count(from) && node_of(from) != node_of(h.actor);
     ++w.messages;
     w.bytes += h.bytes;
+    if (sent != trace.sends.end()) {
+      w.transit_us += h.start_us - sent->second.time_us;  // a sum until the division below
+      ++w.timed;
+    }
   }
+  for (auto& [key, w] : wires)
+    if (w.timed > 0)
+      w.transit_us /= static_cast<double>(w.timed);
   for (const auto& [key, w] : wires)
     out.wires.push_back(w);
   std::sort(out.wires.begin(), out.wires.end(), [](const wire_traffic& a, const wire_traffic& b) {
@@ -291,6 +334,27 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
       text += string_printf("%-*s %-*s %-10s %9lld %12s\n", from_width, w.from.c_str(), to_width,
                      w.to.c_str(), w.kind.c_str(), static_cast<long long>(w.messages),
                      human_bytes(w.bytes).c_str());
+    // The wires between nodes: what the network carried, and how long a message took from
+    // its send to the start of its handling (on node0's clock: merge.hpp).
+    bool any_network = std::any_of(s.wires.begin(), s.wires.end(),
+                                   [](const wire_traffic& w) { return w.network; });
+    if (any_network) {
+      std::int64_t bytes = 0, messages = 0;
+      text += string_printf("\nacross the network\n%-*s %-*s %-10s %9s %12s %14s\n", from_width,
+                            "from", to_width, "to", "message", "count", "bytes", "transit (mean)");
+      for (const auto& w : s.wires) {
+        if (!w.network)
+          continue;
+        bytes += w.bytes;
+        messages += w.messages;
+        text += string_printf("%-*s %-*s %-10s %9lld %12s %14s\n", from_width, w.from.c_str(),
+                              to_width, w.to.c_str(), w.kind.c_str(),
+                              static_cast<long long>(w.messages), human_bytes(w.bytes).c_str(),
+                              w.timed > 0 ? (string_printf("%.0f us", w.transit_us)).c_str() : "-");
+      }
+      text += string_printf("%lld messages, %s in all\n", static_cast<long long>(messages),
+                            human_bytes(bytes).c_str());
+    }
   }
 
   if (s.steps.empty()) {
@@ -349,7 +413,12 @@ std::string format_summary_json(const trace_summary& s) {
   }
   auto& wires = out["wires"] = json::array();
   for (const auto& w : s.wires)
-    wires.push_back({{"from", w.from}, {"to", w.to}, {"kind", w.kind}, {"messages", w.messages},
+    wires.push_back({{"from", w.from},
+                     {"to", w.to},
+                     {"kind", w.kind},
+                     {"network", w.network},
+                     {"transit_us", w.transit_us},
+                     {"messages", w.messages},
                      {"bytes", w.bytes}});
   auto step_json = [](const step_time& st) {
     json j = {{"time_us", st.time_us}, {"compute_us", st.compute_us},

@@ -61,6 +61,9 @@ struct wire_traffic {
   std::string kind;         // the message kind (handler name)
   std::int64_t messages = 0;
   std::int64_t bytes = 0;
+  bool network = false;    // its ends are on two nodes
+  double transit_us = 0;   // mean of send to handling start, over messages whose send is
+  std::int64_t timed = 0;  // in the trace (`timed` of them; a merged trace has both ends)
 };
 
 struct step_time {

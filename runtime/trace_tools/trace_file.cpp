@@ -184,9 +184,17 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
       } else if (category == "handler") {
         span.from = read.text(args, "from");
         span.actor = read.text(args, "to");
+        span.flow = static_cast<std::uint64_t>(std::max(0.0, read.number(args, "flow", 0)));
         if (span.actor.empty())
           span.actor = span.track;
         out.handlers.push_back(std::move(span));
+      }
+    } else if (ph == "s") {
+      auto id = read.number(e, "id", 0);
+      if (id > 0) {
+        auto thread = thread_names.find({pid, tid});
+        out.sends[static_cast<std::uint64_t>(id)] = {
+            ts, thread == thread_names.end() ? std::string{} : thread->second};
       }
     } else if (ph == "C") {
       out.counters[read.text(e, "name")].push_back({ts, read.number(args, "value", 0)});

@@ -48,6 +48,7 @@ struct trace_span {
   std::int32_t replica = -1;
   bool eval = false;           // args.phase == "eval"
   std::int64_t bytes = 0;
+  std::uint64_t flow = 0;  // handler: the message's flow id (args.flow); 0: none
 
   double end_us() const { return start_us + duration_us; }
 };
@@ -73,6 +74,12 @@ struct trace_file {
   std::vector<trace_wire> wires;
   std::vector<trace_span> jobs;      // sorted by start
   std::vector<trace_span> handlers;  // sorted by start
+  /// A message's send (ph "s"), by its flow id: when, and by whom (the track's name).
+  struct send {
+    double time_us = 0;
+    std::string from;
+  };
+  std::map<std::uint64_t, send> sends;
   std::map<std::string, std::vector<trace_sample>> counters;  // "credits A -> B": by time
   std::vector<trace_marker> markers;
   std::int64_t replicas = 1;         // R

@@ -20,6 +20,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -535,4 +537,37 @@ TEST_CASE("troupe verify runs a config over several nodes as processes and compa
   INFO(verified.output);
   CHECK(verified.exit_code == 0);
   CHECK(verified.output.find("PASS: worst relative difference") != std::string::npos);
+}
+
+TEST_CASE("node0 merges every node's trace into one, clocks aligned, network wires summarised") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "traced.toml",
+      cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n", 5));
+  auto trace = dir.file("run.json");
+  auto launched = run_troupe("launch -n 2 " + config + " -q --metrics /dev/null --trace " + trace);
+  INFO(launched.output);
+  REQUIRE(launched.exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(dir.file("run.node1.json")));  // it went to node0
+  auto merged = nlohmann::json::parse(read_text(trace));
+  std::set<std::string> processes;
+  for (const auto& e : merged["traceEvents"])
+    if (e.value("name", "") == "process_name")
+      processes.insert(e["args"].value("name", ""));
+  CHECK(processes.count("cpu:0") == 1);
+  CHECK(processes.count("node1/cpu:0") == 1);
+  CHECK(processes.count("node1 host") == 1);
+  const auto& nodes = merged["otherData"]["nodes"];
+  REQUIRE(nodes.size() == 2);
+  CHECK(nodes[1]["node"] == 1);
+  CHECK(nodes[1]["rtt_us"].get<double>() > 0);
+  // Two processes on one machine share a clock, so the measured offset is that of their
+  // recorders' start times: well under the seconds a run takes to start.
+  CHECK(std::abs(nodes[1]["offset_us"].get<double>()) < 5e6);
+  auto summary = run_troupe("trace summary " + trace);
+  INFO(summary.output);
+  CHECK(summary.exit_code == 0);
+  CHECK(summary.output.find("across the network") != std::string::npos);
+  CHECK(summary.output.find("r1.layer_0") != std::string::npos);
+  CHECK(summary.output.find(" us") != std::string::npos);  // transit times, from both ends
 }
