@@ -556,6 +556,12 @@ session_result run_session(const run_config& config, const session_options& opti
         outcome->exit_code = e.exit_code();
         outcome->failure = e.what();
         stop_spawned();
+      } catch (const std::exception& e) {
+        // Anything else (a wiring that cannot be sent) fails the run, never hangs it: the
+        // actor system would wait for the actors left running.
+        outcome->exit_code = exit_code::run_failed;
+        outcome->failure = e.what();
+        stop_spawned();
       }
       if (outcome->failure.empty())
         outcome->exit_code = static_cast<troupe::exit_code>(code);
