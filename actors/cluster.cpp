@@ -4,6 +4,7 @@
 #include <gloo/rendezvous/store.h>
 #include <unistd.h>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -41,6 +42,30 @@ namespace troupe {
 // whose proxy dies the moment the connection drops (a killed process), and pings it every
 // heartbeat for links that go silent without closing; either way the trainer ends the run
 // naming the node. A worker watches its coordinator the same way, and exits on its own.
+
+// Note [TLS between nodes]
+// With [cluster] tls, CAF's openssl module carries every link between nodes: node0
+// publishes the gatekeeper with caf::openssl::publish and the workers connect through the
+// openssl middleman actor, so every message after the TCP connect is inside TLS (1.2 or
+// 1.3, ciphers "HIGH:!aNULL:!MD5"). With a certificate, key and CA file, CAF's session sets
+// SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both ends: node0 requires each
+// worker's certificate and each worker node0's, and OpenSSL checks that it chains to a CA
+// of ca_file and is within its validity dates. CAF names no host to check, so the peer's
+// host name is not compared with its certificate: any certificate the CA signed is as good
+// as another. The shared secret's proof (Note [joining a run]) is unchanged on top and
+// still decides who joins; TLS adds confidentiality and integrity of the traffic, and
+// keeps peers without a certificate of that CA from speaking BASP to node0 at all.
+//
+// CAF loads the files only when a connection opens, on its network thread, where a file
+// that does not load ends the process: net::check_tls loads them first (cluster_from_
+// environment), so that is a user error naming the file. A worker connects with a
+// deadline of its own rather than with caf::openssl::remote_actor (or caf::io's), which
+// waits for the handshake without limit: a peer that accepts the TCP connection and then
+// says nothing (a stalled TLS handshake, a port that serves something else) would hold
+// the worker forever. A plain node and a TLS node fail each other's handshake at once (each
+// end's first bytes are garbage to the other), and the worker retries until [cluster]
+// timeout. Not covered: gloo's own TCP transport (averaging = "gloo"), which run_session
+// refuses with tls.
 
 namespace {
 
@@ -522,6 +547,13 @@ std::optional<cluster_node> cluster_from_environment(
     node.listen = listen;
   if (auto secret = net::load_secret(c.secret_file, getenv))
     node.secret = secret->value;
+  if (c.tls) {
+    node.tls = net::tls_files{c.certificate, c.key, c.ca_file, {}};
+    if (!c.key_passphrase_file.empty())
+      node.tls->passphrase =
+          net::read_secret_file(c.key_passphrase_file, "[cluster] key_passphrase_file");
+    net::check_tls(*node.tls);
+  }
   if (!node.secret && node.coordinator() && !is_loopback(node.listen))
     throw user_error("the coordinator would listen on " + node.listen +
                      ", beyond this machine, without a shared secret: set TROUPE_SECRET or "
@@ -541,6 +573,9 @@ std::string cluster_node::describe() const {
          std::to_string(nodes) + ", " + launcher + ")";
 }
 
+namespace {
+
+// The types above, in both ends of every link.
 void add_cluster_message_types(caf::actor_system_config& config) {
   config.add_message_type<roster>("troupe::roster");
   config.add_message_type<hello_msg>("troupe::hello_msg");
@@ -550,6 +585,22 @@ void add_cluster_message_types(caf::actor_system_config& config) {
   config.add_message_type<store_keys>("troupe::store_keys");
 }
 
+}  // namespace
+
+void configure_cluster_system(caf::actor_system_config& config, const cluster_node& node) {
+  config.load<caf::io::middleman>();
+  if (node.tls) {
+    // CAF reads these members (its options openssl.certificate, .key, .passphrase and
+    // .cafile) when a connection opens; any of them set turns on its peer verification.
+    config.load<caf::openssl::manager>();
+    config.openssl_certificate = node.tls->certificate;
+    config.openssl_key = node.tls->key;
+    config.openssl_passphrase = node.tls->passphrase;
+    config.openssl_cafile = node.tls->ca_file;
+  }
+  add_cluster_message_types(config);
+}
+
 // ---- coordinator_gate ----
 
 coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node& node,
@@ -557,8 +608,9 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
     : system_(system), node_(node), trainer_(trainer) {
   store_ = system.spawn(gloo_store_actor);
   gate_ = system.spawn(gatekeeper, node, std::move(trainer), std::move(checkpoint_writer), store_);
-  auto port = caf::io::publish(gate_, static_cast<std::uint16_t>(node.coordinator_port),
-                               node.listen.c_str(), true);
+  const auto at = static_cast<std::uint16_t>(node.coordinator_port);
+  auto port = node.tls ? caf::openssl::publish(gate_, at, node.listen.c_str(), true)
+                       : caf::io::publish(gate_, at, node.listen.c_str(), true);
   if (!port) {
     caf::anon_send_exit(gate_, caf::exit_reason::kill);
     throw user_error("the coordinator cannot listen on " + node.listen + ":" +
@@ -572,6 +624,8 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
 coordinator_gate::~coordinator_gate() {
   if (watch_)
     caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
+  // With tls too: both middleman actors hand the port to the one BASP broker, which closes
+  // it (caf::openssl::unpublish does not compile in CAF 0.17.6: it omits the actor).
   caf::io::unpublish(gate_, port_);
   caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(store_, caf::exit_reason::user_shutdown);
@@ -649,25 +703,77 @@ void coordinator_gate::finish(const joined_cluster& joined, int code) {
 
 // ---- worker_link ----
 
+namespace {
+
+// The coordinator's gatekeeper, through CAF's middleman actor (or the openssl module's), by
+// `deadline` at the latest (Note [TLS between nodes]); none, and `failure` says why and
+// `answered` whether the TCP connection opened (something listens there).
+caf::actor connect_to_gate(caf::actor_system& system, const cluster_node& node,
+                           clock::time_point deadline, std::string& failure, bool& answered) {
+  const auto manager =
+      node.tls ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
+  const auto port = static_cast<std::uint16_t>(node.coordinator_port);
+  const auto wait =
+      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()),
+               std::chrono::milliseconds(200));
+  caf::scoped_actor self{system};
+  caf::actor gate;
+  self->request(manager, wait, caf::connect_atom::value, node.coordinator_host, port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& remote, const std::set<std::string>&) {
+            if (remote)
+              gate = caf::actor_cast<caf::actor>(std::move(remote));
+            else
+              failure = system.render(caf::make_error(caf::sec::no_actor_published_at_port, port));
+          },
+          [&](caf::error& error) {
+            // cannot_connect_to_node with a context ("ip_connect failed", host, port): no
+            // TCP connection; without one, from the openssl module: TCP connected, and
+            // the TLS handshake failed at its first step (the peer's first bytes were
+            // not TLS).
+            const bool no_tcp =
+                error == caf::sec::cannot_connect_to_node && !error.context().empty();
+            answered = !no_tcp;
+            if (error == caf::sec::cannot_connect_to_node && !no_tcp)
+              failure =
+                  "the TLS handshake failed at once (node0 speaks no TLS, or its certificate "
+                  "does not verify against [cluster] ca_file?)";
+            else if (error == caf::sec::request_timeout)
+              failure = "the connection opened, but no handshake completed within " +
+                        seconds_text(std::chrono::duration<double>(wait).count()) +
+                        (node.tls ? " (is node0 without [cluster] tls?)"
+                                  : " (does node0 have [cluster] tls, and this node not?)");
+            else
+              failure = system.render(error);
+          });
+  return gate;
+}
+
+}  // namespace
+
 worker_link::worker_link(caf::actor_system& system, const cluster_node& node)
     : system_(system), node_(node) {
   const auto deadline = clock::now() + milliseconds(node.timeout);
   std::string last_error;
+  std::string handshake_error;  // the last from a node0 that answered: the telling one,
+                                // should node0 have ended by the last attempt
   for (;;) {
-    auto gate = caf::io::remote_actor(system, node.coordinator_host,
-                                      static_cast<std::uint16_t>(node.coordinator_port));
-    if (gate) {
-      gate_ = std::move(*gate);
+    bool answered = false;
+    gate_ = connect_to_gate(system, node, deadline, last_error, answered);
+    if (gate_)
       break;
-    }
-    last_error = system.render(gate.error());
+    if (answered)
+      handshake_error = last_error;
     if (clock::now() >= deadline)
       throw user_error("node" + std::to_string(node.rank) + " could not reach the coordinator at " +
                            node.coordinator_host + ":" + std::to_string(node.coordinator_port) +
-                           " within " + seconds_text(node.timeout) +
-                           " ([cluster] timeout): " + last_error +
+                           " within " + seconds_text(node.timeout) + " ([cluster] timeout): " +
+                           (handshake_error.empty()
+                                ? last_error
+                                : "it answered, but no handshake succeeded: " + handshake_error) +
                            "; start node0 there, or check [cluster] address and port "
-                           "(or MASTER_ADDR and MASTER_PORT)",
+                           "(or MASTER_ADDR and MASTER_PORT), and that [cluster] tls is the "
+                           "same on every node",
                        exit_code::run_failed);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

@@ -3,7 +3,8 @@
 // Every process of a run loads the same config and plans the same topology; each spawns
 // the actors of its own node (runtime/graph: a device's node) and the coordinator (node 0)
 // also the trainer and the checkpoint writer. They meet through the coordinator's
-// gatekeeper, published with CAF's io module (Note [joining a run] in the .cpp):
+// gatekeeper, published with CAF's io module, or with its openssl module for [cluster] tls
+// (Note [joining a run] and Note [TLS between nodes] in the .cpp):
 //
 //   worker                                   coordinator's gatekeeper
 //     hello(rank, config and plugin hashes)  ->  compares them with its own; a challenge C
@@ -34,6 +35,7 @@
 #include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/net/config_identity.hpp"
+#include "runtime/net/tls.hpp"
 #include "runtime/trace_tools/merge.hpp"
 
 namespace troupe {
@@ -52,6 +54,9 @@ struct cluster_node {
   double timeout = 60;                // rendezvous, seconds
   double heartbeat = 1;
   double node_timeout = 8;
+  /// TLS on every link between nodes ([cluster] tls; Note [TLS between nodes] in the .cpp):
+  /// the files, checked (runtime/net/tls.hpp). None: plain TCP.
+  std::optional<net::tls_files> tls;
 
   bool coordinator() const { return rank == 0; }
   /// "node1 (rank 1 of 2, torchrun)".
@@ -61,8 +66,9 @@ struct cluster_node {
 /// This process's node, from the launcher's environment (runtime/net/launch_env.hpp) and
 /// the config's [cluster]; none for a one-process run. Sets config.cluster.nodes from the
 /// launcher's world size when the config does not say, and throws user_error when the two
-/// disagree, when the secret cannot be read, or when the coordinator would listen beyond
-/// loopback without a secret.
+/// disagree, when the secret cannot be read, when the coordinator would listen beyond
+/// loopback without a secret, or when [cluster] tls is on and its files do not load
+/// (net::check_tls) or the key's passphrase file cannot be read.
 std::optional<cluster_node> cluster_from_environment(
     run_config& config, const std::function<const char*(const char*)>& getenv = ::getenv);
 
@@ -140,8 +146,10 @@ typename Inspector::result_type inspect(Inspector& f, store_keys& x) {
 /// (node_lost_atom, node, what): node watch -> trainer.
 using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
 
-/// Registers the types above with CAF (both ends of every link need them).
-void add_cluster_message_types(caf::actor_system_config& config);
+/// Readies an actor system's config for a run over several nodes: CAF's middleman, with
+/// node.tls its openssl module too (given the files), and the types above (both ends of
+/// every link need them).
+void configure_cluster_system(caf::actor_system_config& config, const cluster_node& node);
 
 /// The nodes of a run as the coordinator sees them once everyone joined.
 struct joined_cluster {

@@ -356,6 +356,17 @@ session_result run_session(const run_config& config, const session_options& opti
                      std::to_string(graph.nodes) + " " + config.path +
                      ", or one troupe run per node under torchrun, Slurm or mpirun");
   const cluster_node node = several_nodes ? *options.cluster : cluster_node{};
+  // Note [TLS between nodes] in cluster.cpp: gloo's transport is not inside TLS.
+  if (node.tls)
+    for (const auto& a : graph.actors)
+      if (a.kind == actor_kind::averager && a.method == averaging_method::gloo)
+        throw config_error(a.method_where,
+                           "averaging = \"gloo\" sends the gradients over gloo's own TCP "
+                           "connections, which [cluster] tls (at " +
+                               config.cluster.tls_where.to_string() +
+                               ") does not cover: they would cross the network unencrypted; "
+                               "use averaging = \"ring\" or \"central\" with TLS, or turn tls "
+                               "off");
   const bool coordinator = node.coordinator();
   set_this_node(node.rank);
   std::string metrics_path = options.metrics_path.empty() ? config.run.metrics
@@ -412,10 +423,8 @@ session_result run_session(const run_config& config, const session_options& opti
   {
     caf::actor_system_config system_config;
     add_message_types(system_config);
-    if (several_nodes) {
-      system_config.load<caf::io::middleman>();
-      add_cluster_message_types(system_config);
-    }
+    if (several_nodes)
+      configure_cluster_system(system_config, node);
     system_config.add_thread_hook<bind_recorder_hook>(recorder);
     // Actors handle their messages on their devices' threads, the trainer and the loader
     // on one host thread (Note [actors on device threads] in device_scheduler.cpp).

@@ -1,8 +1,10 @@
 # FindCAF: locate the C++ Actor Framework 0.17 (Debian's libcaf-dev ships no CMake config).
-# Defines CAF_FOUND, CAF_VERSION and the imported targets CAF::core and CAF::io.
+# Defines CAF_FOUND, CAF_VERSION and the imported targets CAF::core, CAF::io and CAF::openssl
+# (TLS between nodes; Debian's libcaf-openssl0.17, its headers in libcaf-dev).
 find_path(CAF_INCLUDE_DIR caf/config.hpp)
 find_library(CAF_CORE_LIBRARY caf_core)
 find_library(CAF_IO_LIBRARY caf_io)
+find_library(CAF_OPENSSL_LIBRARY caf_openssl)
 
 if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
   file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _caf_version_line
@@ -18,11 +20,15 @@ endif()
 
 set(CAF_core_FOUND FALSE)
 set(CAF_io_FOUND FALSE)
+set(CAF_openssl_FOUND FALSE)
 if(CAF_CORE_LIBRARY)
   set(CAF_core_FOUND TRUE)
 endif()
 if(CAF_IO_LIBRARY)
   set(CAF_io_FOUND TRUE)
+endif()
+if(CAF_OPENSSL_LIBRARY AND CAF_IO_LIBRARY)
+  set(CAF_openssl_FOUND TRUE)
 endif()
 
 include(FindPackageHandleStandardArgs)
@@ -47,5 +53,11 @@ if(CAF_FOUND)
       IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
       INTERFACE_LINK_LIBRARIES CAF::core)
   endif()
+  if(CAF_openssl_FOUND AND NOT TARGET CAF::openssl)
+    add_library(CAF::openssl UNKNOWN IMPORTED)
+    set_target_properties(CAF::openssl PROPERTIES
+      IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+      INTERFACE_LINK_LIBRARIES CAF::io)
+  endif()
 endif()
-mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY)
+mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY CAF_OPENSSL_LIBRARY)

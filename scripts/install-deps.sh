@@ -9,11 +9,14 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev                      # CAF 0.17.6: actors, messaging, network
+  libcaf-openssl0.17              # CAF's openssl module: [cluster] tls (libcaf-dev pulls it in)
   libopenblas-dev                 # CPU GEMM
   libtomlplusplus-dev             # config
   libboost-program-options-dev libboost-iostreams-dev
   nlohmann-json3-dev
-  libssl-dev                      # libcrypto: HMAC proofs of the cluster secret, SHA-256, nonces
+  libssl-dev                      # libcrypto: HMAC proofs of the cluster secret, SHA-256, nonces;
+                                  # libssl: the check of [cluster] tls's files
+  openssl                         # the command: the TLS tests make a throwaway CA with it
   libgloo-dev                     # [parallel] averaging = "gloo": gloo's all-reduce over TCP
   doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)

@@ -624,6 +624,56 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   return s;
 }
 
+/// [cluster] tls and its files: each path made absolute (relative to the config file) and
+/// checked to be a file now, so a typo fails at its line rather than at the first
+/// connection; the files without tls = true are refused (they would do nothing).
+void read_cluster_tls(const section_reader& r, const std::string& directory, cluster_section& s) {
+  s.tls_where = r.read("tls", s.tls);
+  struct tls_file {
+    const char* key;
+    std::string* path;
+    const char* what;
+    bool required;
+  };
+  const tls_file files[] = {
+      {"certificate", &s.certificate, "this node's certificate (PEM)", true},
+      {"key", &s.key, "the private key of that certificate (PEM)", true},
+      {"ca_file", &s.ca_file, "the CA certificate (PEM) that signed every node's certificate",
+       true},
+      {"key_passphrase_file", &s.key_passphrase_file,
+       "a file whose first line is the key's passphrase", false},
+  };
+  for (const auto& f : files) {
+    const auto where = r.read(f.key, *f.path);
+    if (!r.find(f.key)) {
+      if (s.tls && f.required)
+        throw config_error(s.tls_where, std::string("[cluster] tls: needs certificate, key and "
+                                                    "ca_file (paths relative to the config "
+                                                    "file); found no ") +
+                                            f.key + " (" + f.what + ")");
+      continue;
+    }
+    const std::string name = std::string("[cluster] ") + f.key;
+    if (!s.tls)
+      throw config_error(r.key_position(f.key),
+                         name +
+                             ": is used only with TLS between nodes; add tls = true to "
+                             "[cluster], or remove " +
+                             f.key);
+    if (f.path->empty())
+      throw config_error(where, name + ": expected a file's path, found an empty string");
+    if (fs::path(*f.path).is_relative())
+      *f.path =
+          (fs::path(directory.empty() ? "." : directory) / *f.path).lexically_normal().string();
+    std::error_code error;
+    if (!fs::is_regular_file(*f.path, error))
+      throw config_error(
+          where, name + ": '" + *f.path + "' " +
+                     (fs::exists(*f.path, error) ? "is not a regular file" : "does not exist") +
+                     "; expected " + f.what);
+  }
+}
+
 cluster_section read_cluster(const section_reader& r, const std::string& directory) {
   cluster_section s;
   s.where = r.where();
@@ -656,6 +706,7 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
                            " s), or one late heartbeat would end "
                            "the run; found " +
                            format_number(s.node_timeout));
+  read_cluster_tls(r, directory, s);
   r.finish();
   return s;
 }

@@ -149,8 +149,17 @@ struct cluster_section {
   double timeout = 60;      // seconds a worker retries the coordinator, and it waits for them
   double heartbeat = 1;     // seconds between heartbeats on every link
   double node_timeout = 8;  // a node silent this long is lost (< 10 s, issue 11)
+  /// TLS on every CAF link between nodes (Note [TLS between nodes] in actors/cluster.cpp).
+  /// The paths are relative to the config file, checked to exist when tls is on; the
+  /// passphrase file, if any, holds the key's passphrase (its first line).
+  bool tls = false;
+  std::string certificate;          // this node's certificate chain (PEM)
+  std::string key;                  // its private key (PEM)
+  std::string ca_file;              // the CA certificates a peer's certificate must chain to
+  std::string key_passphrase_file;  // empty: the key is not encrypted
   source_position where;
   source_position nodes_where;
+  source_position tls_where;  // where tls is written, if it is
 };
 
 /// One [[actor]] or [[wire]] table of an explicit config: every key with its position

@@ -392,6 +392,17 @@ std::string format_explicit(const topology& t, const run_config& config) {
     w.put("timeout", c.timeout);
     w.put("heartbeat", c.heartbeat);
     w.put("node_timeout", c.node_timeout);
+    if (c.tls) {
+      w.put("tls", true);
+      const auto absolute = [](const std::string& path) {
+        return std::filesystem::absolute(path).lexically_normal().string();
+      };
+      w.put("certificate", absolute(c.certificate));
+      w.put("key", absolute(c.key));
+      w.put("ca_file", absolute(c.ca_file));
+      if (!c.key_passphrase_file.empty())
+        w.put("key_passphrase_file", absolute(c.key_passphrase_file));
+    }
   }
 
   for (const auto& a : t.actors)

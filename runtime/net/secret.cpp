@@ -107,7 +107,15 @@ class unique_fd {
   int fd_;
 };
 
-// The secret in the file `path`, checked as load_secret says; `source` names it in messages.
+void append_field(std::string& message, std::string_view field) {
+  const std::uint64_t size = field.size();
+  for (int shift = 56; shift >= 0; shift -= 8)
+    message += static_cast<char>((size >> shift) & 0xff);
+  message.append(field.data(), field.size());
+}
+
+}  // namespace
+
 std::string read_secret_file(const std::string& path, const std::string& source) {
   const std::string where = "secret file '" + path + "' (" + source + ")";
   // O_NONBLOCK: a FIFO at that path must not hang the open; it is refused below.
@@ -154,15 +162,6 @@ std::string read_secret_file(const std::string& path, const std::string& source)
     throw user_error("the " + where + " is empty: expected the secret in it");
   return secret;
 }
-
-void append_field(std::string& message, std::string_view field) {
-  const std::uint64_t size = field.size();
-  for (int shift = 56; shift >= 0; shift -= 8)
-    message += static_cast<char>((size >> shift) & 0xff);
-  message.append(field.data(), field.size());
-}
-
-}  // namespace
 
 std::optional<shared_secret> load_secret(const std::string& secret_file,
                                          const std::function<const char*(const char*)>& getenv) {

@@ -50,6 +50,12 @@ std::optional<shared_secret> load_secret(
     const std::string& secret_file = "",
     const std::function<const char*(const char*)>& getenv = ::getenv);
 
+/// The secret in the file `path`, checked as load_secret says (a private regular file of
+/// at most max_secret_file_bytes, one trailing newline stripped, not empty); `source`
+/// names the setting in messages. Also for other secrets kept in files, like the TLS
+/// key's passphrase ([cluster] key_passphrase_file).
+std::string read_secret_file(const std::string& path, const std::string& source);
+
 /// `bytes` random bytes (raw, not hex) from OpenSSL's RAND_bytes, for nonces. Throws
 /// user_error (exit_code::run_failed) with OpenSSL's reason when it has no entropy.
 std::string random_nonce(std::size_t bytes = 32);

@@ -575,6 +575,54 @@ TEST_CASE("[cluster] is read with its defaults, and each bad value is refused at
               "unknown key 'nodez' in [cluster]; did you mean 'nodes'?");
 }
 
+TEST_CASE("[cluster] tls needs its three files, each a file, and the files need tls") {
+  temp_directory dir{"troupe-config"};
+  for (const char* name : {"node.pem", "node.key", "ca.pem", "pass.txt"})
+    dir.write(name, "-");
+  fs::create_directory(dir / "folder.pem");
+  auto config = parse_config(minimal_model +
+                                 "[cluster]\ntls = true\ncertificate = \"node.pem\"\nkey = "
+                                 "\"node.key\"\nca_file = \"ca.pem\"\nkey_passphrase_file = "
+                                 "\"pass.txt\"\n",
+                             "t.toml", dir.string());
+  CHECK(config.cluster.tls);
+  CHECK(config.cluster.certificate == dir / "node.pem");  // relative to the config file
+  CHECK(config.cluster.key == dir / "node.key");
+  CHECK(config.cluster.ca_file == dir / "ca.pem");
+  CHECK(config.cluster.key_passphrase_file == dir / "pass.txt");
+  CHECK_FALSE(parse_config(minimal_model, "t.toml").cluster.tls);
+  const auto error_in = [&](const std::string& cluster, int line, int column,
+                            const std::string& expected) {
+    auto error = parse_error_of(minimal_model + "[cluster]\n" + cluster, dir.string());
+    INFO("message: " << std::string(error.what()));
+    CHECK(error.where().line == line);
+    CHECK(error.where().column == column);
+    CHECK(std::string(error.what()).find(expected) != std::string::npos);
+  };
+  error_in("tls = true\n", 5, 7,
+           "[cluster] tls: needs certificate, key and ca_file (paths relative to the config "
+           "file); found no certificate (this node's certificate (PEM))");
+  error_in("tls = true\ncertificate = \"node.pem\"\nkey = \"node.key\"\n", 5, 7,
+           "found no ca_file");
+  error_in("tls = true\ncertificate = \"nope.pem\"\n", 6, 15,
+           "[cluster] certificate: '" + (dir / "nope.pem") +
+               "' does not exist; expected this node's certificate (PEM)");
+  error_in(
+      "tls = true\ncertificate = \"node.pem\"\nkey = \"node.key\"\nca_file = "
+      "\"folder.pem\"\n",
+      8, 11, "[cluster] ca_file: '" + (dir / "folder.pem") + "' is not a regular file");
+  error_in(
+      "tls = true\ncertificate = \"node.pem\"\nkey = \"node.key\"\nca_file = "
+      "\"ca.pem\"\nkey_passphrase_file = \"gone.txt\"\n",
+      9, 23, "[cluster] key_passphrase_file: '" + (dir / "gone.txt") + "' does not exist");
+  error_in("tls = true\ncertificate = \"\"\n", 6, 15,
+           "[cluster] certificate: expected a file's path, found an empty string");
+  error_in("certificate = \"node.pem\"\n", 5, 1,
+           "[cluster] certificate: is used only with TLS between nodes; add tls = true");
+  error_in("tls = false\nkey = \"node.key\"\n", 6, 1, "[cluster] key: is used only with TLS");
+  error_in("tls = \"yes\"\n", 5, 7, "[cluster] tls: expected a boolean (true or false)");
+}
+
 TEST_CASE("a device listed twice under two spellings is refused") {
   check_error(minimal_model + "[parallel]\ndevices = [\"cpu:1\", \"node0/cpu:1\"]\n", 5, 21,
               "device 'node0/cpu:1' is listed twice (first at t.toml:5:12 as 'cpu:1')");
