@@ -26,6 +26,7 @@ constexpr double row_gap = 10;
 constexpr double axis_height = 34;
 constexpr double row_height = job_height + credit_height + row_gap;
 constexpr double label_min_width = 14;  // narrowest job that gets its micro-batch number
+constexpr double node_header_height = 20;  // above each node's rows, in a multi-node trace
 
 // Text from the trace (actor, device, wire, marker and config names are the user's
 // choice) as XML character data or an attribute value: the five special characters as
@@ -69,8 +70,22 @@ std::string css_class(const std::string& job) {
 struct row {
   std::string device;
   std::string label;  // second line: "stage 1", "r0 stage 1"
+  int node = 0;
   double y = 0;
 };
+
+// The node a device's process belongs to: K for "nodeK/cpu:0" and for "nodeK host" (a
+// worker's host, as merge.cpp names it), 0 for the coordinator's "cpu:0" and "host".
+int node_of(const std::string& device) {
+  if (device.compare(0, 4, "node") != 0)
+    return 0;
+  std::size_t end = 4;
+  while (end < device.size() && end < 10 && std::isdigit(static_cast<unsigned char>(device[end])))
+    ++end;
+  if (end == 4 || end >= device.size() || (device[end] != '/' && device[end] != ' '))
+    return 0;
+  return std::stoi(device.substr(4, end - 4));
+}
 
 std::vector<row> make_rows(const trace_file& trace) {
   std::set<std::string> used;
@@ -107,7 +122,18 @@ std::vector<row> make_rows(const trace_file& trace) {
     if (trace.stages > 1 && !stages.empty())
       label += std::string{label.empty() ? "" : ", "} + (stages.size() > 1 ? "stages " : "stage ") +
                list(stages);
-    rows.push_back({device, label, title_height + static_cast<double>(rows.size()) * row_height});
+    rows.push_back({device, label, node_of(device), 0});
+  }
+  // Each node's rows together, under a band naming it, when the trace has several nodes.
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const row& a, const row& b) { return a.node < b.node; });
+  const bool several_nodes = !rows.empty() && rows.front().node != rows.back().node;
+  double y = title_height;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (several_nodes && (i == 0 || rows[i].node != rows[i - 1].node))
+      y += node_header_height;
+    rows[i].y = y;
+    y += row_height;
   }
   return rows;
 }
@@ -200,7 +226,7 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
   auto rows = make_rows(trace);
   const double width = std::max(options.width, label_width + right_margin + 100);
   const double plot_width = width - label_width - right_margin;
-  const double plot_bottom = title_height + static_cast<double>(rows.size()) * row_height;
+  const double plot_bottom = rows.empty() ? title_height : rows.back().y + row_height;
   const double height = plot_bottom + axis_height;
   // A trace without timed events still gets a sensible (1 ms) axis.
   const double span = window.end_us > window.start_us ? window.end_us - window.start_us : 1000;
@@ -236,6 +262,27 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                     trace.schedule.c_str());
   svg += string_printf("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
                 label_width, escape(title).c_str());
+
+  // Node bands under everything: each node's rows on a shaded band with its name above.
+  if (!rows.empty() && rows.front().node != rows.back().node) {
+    svg += "<g class=\"nodes\">\n";
+    for (std::size_t i = 0; i < rows.size();) {
+      std::size_t j = i;
+      while (j < rows.size() && rows[j].node == rows[i].node)
+        ++j;
+      const double top = rows[i].y - node_header_height;
+      const double bottom = rows[j - 1].y + row_height - row_gap / 2;
+      svg += string_printf(
+          "<rect class=\"node\" data-node=\"%d\" x=\"0\" y=\"%.1f\" width=\"%.0f\" "
+          "height=\"%.1f\" fill=\"%s\"/><line x1=\"0\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" "
+          "stroke=\"#777\"/><text x=\"8\" y=\"%.1f\" font-weight=\"bold\" "
+          "fill=\"#444\">node%d%s</text>\n",
+          rows[i].node, top, width, bottom - top, rows[i].node % 2 ? "#f1f4f8" : "#fafafa", top,
+          width, top, top + 14, rows[i].node, rows[i].node == 0 ? " (coordinator)" : "");
+      i = j;
+    }
+    svg += "</g>\n";
+  }
 
   // Axis and grid first, so that jobs draw over the grid lines.
   const double start_ms = window.start_us / 1000, end_ms = window.start_us / 1000 + span / 1000;

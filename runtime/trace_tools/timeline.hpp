@@ -6,7 +6,9 @@
 // (loss, update, reduce, copy, ...) in greys; eval-phase jobs paler. Under a row, a red
 // hatched band marks the intervals in which an activations wire leaving an actor on that
 // device had all its credits in use (the sender could not send more): `credits A -> B`
-// counters at the wire's capacity. Dashed lines mark the `step N` markers.
+// counters at the wire's capacity. Dashed lines mark the `step N` markers. A trace of
+// several nodes (merged by node0, merge.hpp) groups each node's rows on a band named
+// "nodeK", node0 first: the node boundaries are the bands' edges.
 //
 // Like the schedule figures of the GPipe and 1F1B papers, it shows a window of training
 // steps: from the first job of step A to the last job of step B, and every job that

@@ -2,6 +2,7 @@
 // the GPipe trace of trace_test_trace.hpp, and the timeline's SVG and HTML.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -285,6 +286,44 @@ TEST_CASE("the timeline SVG is well-formed with one rect per forward and backwar
   CHECK(count(step_0, "class=\"forward\" x=") == 8);
   CHECK(count(step_0, "data-step=\"0\" data-microbatch=\"3\"") == 4);  // F and B on each stage
   CHECK(count(step_0, "class=\"credit-wait\"") == 1);
+}
+
+TEST_CASE("a trace of two nodes shows each node's rows on its own band, node0 first") {
+  // The GPipe trace with its second stage on another node, listed first, as a merged
+  // trace may list them: node1's device row must still come after node0's.
+  auto text = test::gpipe_trace().dump();
+  for (auto at = text.find("\"cpu:1"); at != std::string::npos; at = text.find("\"cpu:1", at))
+    text.replace(at + 1, 5, "node1/cpu:0");
+  auto json = nlohmann::json::parse(text);
+  auto t = parse_trace(json.dump(), "two_nodes.json");
+  REQUIRE(std::find(t.devices.begin(), t.devices.end(), "node1/cpu:0") != t.devices.end());
+  std::iter_swap(t.devices.begin(), std::find(t.devices.begin(), t.devices.end(), "node1/cpu:0"));
+  auto svg = render_timeline_svg(t, timeline_options{});
+  CHECK(check_xml(svg, "svg") == "");
+  CHECK(count(svg, "class=\"node\"") == 2);
+  auto node0 = svg.find("data-node=\"0\"");
+  auto node1 = svg.find("data-node=\"1\"");
+  REQUIRE(node0 != std::string::npos);
+  REQUIRE(node1 != std::string::npos);
+  CHECK(node0 < node1);
+  CHECK(svg.find(">node0 (coordinator)</text>") != std::string::npos);
+  CHECK(svg.find(">node1</text>") != std::string::npos);
+  // The band of node1 starts below every job row of node0: the y of node1's band is past
+  // cpu:0's row label, and node1's device label is inside its band.
+  auto y_of_element_at = [&](std::size_t inside) {
+    auto start = svg.rfind('<', inside);
+    return std::stod(svg.substr(svg.find(" y=\"", start) + 4));
+  };
+  const double band1 = y_of_element_at(node1);
+  const double cpu0_label = y_of_element_at(svg.find(">cpu:0</text>"));
+  const double node1_label = y_of_element_at(svg.find(">node1/cpu:0</text>"));
+  CHECK(cpu0_label < band1);
+  CHECK(node1_label > band1);
+  // Every job still drawn: 24 forwards in the default window, as on one node.
+  CHECK(count(svg, "class=\"forward\"") == 24);
+
+  // One node: no bands.
+  CHECK(count(render_timeline_svg(gpipe(), timeline_options{}), "class=\"node\"") == 0);
 }
 
 TEST_CASE("the XML checker rejects what a browser would") {
