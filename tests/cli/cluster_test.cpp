@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -389,6 +390,45 @@ TEST_CASE("a lost coordinator ends its workers within 10 s") {
   INFO(run.worker.output());
   CHECK(run.worker.output().find("the coordinator (node0 at 127.0.0.1:" + std::to_string(run.port) +
                                  ") was lost") != std::string::npos);
+}
+
+TEST_CASE("the watchdog of a stuck run over two nodes names what each node's actors wait for") {
+  // As tests/actors/tracing_test.cpp's stuck run: GPipe's loss (on node1) waits for all 4
+  // micro-batches of a step, but the wire into stage 1 lets only one cross the network.
+  test::temp_directory dir{"troupe-cluster"};
+  auto pipeline =
+      dir.write("pp.toml",
+                cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\npipeline = 2\n"
+                               "microbatches = 4\nschedule = \"gpipe\"\n\n[cluster]\nnodes = 2\n"));
+  auto ejected = run_troupe("plan " + pipeline + " --eject");
+  REQUIRE(ejected.exit_code == 0);
+  std::regex into_stage_1(
+      R"(from = "layer_0"\nto = "layer_1"\nkind = "activations"\ncapacity = 4)");
+  REQUIRE(std::regex_search(ejected.output, into_stage_1));
+  auto stuck =
+      dir.write("stuck.toml",
+                std::regex_replace(
+                    ejected.output, into_stage_1,
+                    "from = \"layer_0\"\nto = \"layer_1\"\nkind = \"activations\"\ncapacity = 1"));
+  int port = free_port();
+  auto started = clock_type::now();
+  node_process coordinator{troupe_env(0, 2, port),
+                           {"run", stuck, "-q", "--watchdog", "1", "--metrics", "/dev/null"},
+                           dir.file("node0.log")};
+  node_process worker{troupe_env(1, 2, port), {"run", stuck}, dir.file("node1.log")};
+  const int watchdog = exit_status(exit_code::watchdog);
+  CHECK(coordinator.wait(30) == watchdog);
+  CHECK(worker.wait(10) == watchdog);
+  CHECK(seconds_since(started) < 30);
+  auto why = coordinator.output();
+  INFO(why);
+  CHECK(why.find("watchdog: nothing has moved") != std::string::npos);
+  // node0's actors and node1's both answered, each naming its node's device.
+  CHECK(why.find("layer_0 (linear on cpu:0)") != std::string::npos);
+  CHECK(why.find("waiting for a credit on the wire to layer_1 (capacity 1, 1 in flight") !=
+        std::string::npos);
+  CHECK(why.find("loss (on node1/cpu:0)") != std::string::npos);
+  CHECK(why.find("for the GPipe flush") != std::string::npos);
 }
 
 TEST_CASE("Ctrl-C on the coordinator stops every node after the current step") {
