@@ -587,8 +587,18 @@ void add_cluster_message_types(caf::actor_system_config& config) {
 
 }  // namespace
 
+// Note [deserialising on the multiplexer]
+// CAF 0.17's BASP broker hands each incoming message to a pool of "BASP workers"
+// (middleman.workers, 1 on a 2-core machine) that deserialise it on a scheduler thread. The
+// hand-over copies the whole payload into the worker (instance.cpp, worker::launch), on the
+// multiplexer's thread, before the worker copies it once more into the tensor. With no
+// workers, the multiplexer deserialises from its read buffer at once: one copy of a tensor's
+// bytes instead of two, and no wake-up of another thread. Tensors are most of what crosses
+// (bench/link_bench.cpp); the small messages lose only a parallel deserialisation they do
+// not need.
 void configure_cluster_system(caf::actor_system_config& config, const cluster_node& node) {
   config.load<caf::io::middleman>();
+  config.set("middleman.workers", 0);  // Note [deserialising on the multiplexer]
   if (node.tls) {
     // CAF reads these members (its options openssl.certificate, .key, .passphrase and
     // .cafile) when a connection opens; any of them set turns on its peer verification.

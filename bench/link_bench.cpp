@@ -4,7 +4,8 @@
 // coordinator publishes its gatekeeper; node1 connects and sends it tensors of 1, 16 and
 // 64 MiB, each answered by an 8-byte acknowledgement, through troupe's own tensor
 // serialisation (include/troupe/tensor_inspect.hpp: the header, then the bytes in one block,
-// validated on arrival). Prints GB/s per size: the median of 9 rounds of 8 tensors.
+// validated on arrival), the actor systems set up as a run's nodes are
+// (configure_cluster_system). Prints GB/s per size: the median of 9 rounds of 8 tensors.
 //
 // Not a test (bench/nodes.py runs it); not a collective (averaging is measured by the DP
 // runs of bench/nodes.py).
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "actors/cluster.hpp"
 #include "troupe/messages.hpp"
 
 using namespace troupe;
@@ -38,7 +40,7 @@ int main() {
   pid_t child = ::fork();
   if (child == 0) {
     caf::actor_system_config config;
-    config.load<caf::io::middleman>();
+    configure_cluster_system(config, cluster_node{});  // as a node of a run
     add_message_types(config);
     caf::actor_system system{config};
     auto s = system.spawn(sink);
@@ -58,7 +60,7 @@ int main() {
     return 1;
   {
     caf::actor_system_config config;
-    config.load<caf::io::middleman>();
+    configure_cluster_system(config, cluster_node{});  // as a node of a run
     add_message_types(config);
     caf::actor_system system{config};
     auto remote = caf::io::remote_actor(system, "127.0.0.1", port);

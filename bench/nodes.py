@@ -10,7 +10,9 @@ same global batch everywhere, one core per replica:
   PyTorch DDP           2 processes (gloo, 1 thread each, pinned to core 0 and core 1)
 Each repetition runs all three, alternating, so they share the machine's noise; the table
 shows medians of samples/s and of the ratio two processes / one process. Then the speed
-of one tensor between two troupe nodes (`troupe_link_bench`, built next to troupe).
+of one tensor between two troupe nodes (`troupe_link_bench`, built next to troupe), and
+the time of one layer's gradient all-reduce between two nodes, the actor ring next to gloo
+(`troupe_allreduce_bench`).
 
     /usr/bin/python3 bench/nodes.py [--batches 128,256,512] [--repeats 5] [--steps 300]
 
@@ -84,6 +86,13 @@ def main():
         subprocess.run([link], check=True)
     else:
         print(f"\n(no {link}: build it with scripts/build.sh)")
+    allreduce = os.path.join(os.path.dirname(args.binary), "troupe_allreduce_bench")
+    if os.path.exists(allreduce):
+        print("\nOne layer's gradients all-reduced between two troupe nodes over loopback, "
+              "the actor ring vs gloo (median of 15 rounds)")
+        subprocess.run([allreduce, "1", "16"], check=True)
+    else:
+        print(f"\n(no {allreduce}: build it with scripts/build.sh)")
 
 
 if __name__ == "__main__":
