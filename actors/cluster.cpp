@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/batch_assembler_actor.hpp"
 #include "actors/checkpoint_writer.hpp"
 #include "runtime/net/launch_env.hpp"
 #include "runtime/net/secret.hpp"
@@ -583,6 +584,7 @@ void add_cluster_message_types(caf::actor_system_config& config) {
   config.add_message_type<checkpoint_shard_msg>("troupe::checkpoint_shard_msg");
   config.add_message_type<store_value>("troupe::store_value");
   config.add_message_type<store_keys>("troupe::store_keys");
+  config.add_message_type<batch_rows_msg>("troupe::batch_rows_msg");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // order. Credits bound memory (a receiver can never be flooded) and choose the pipeline
 // schedule: capacity M on every stage with a flushing loss is GPipe; capacity P - s into
 // stage s with gradients sent at high priority is 1F1B (DESIGN.md "Flow control").
-// Capacity 0 means unbounded.
+// Capacity 0 means unbounded. The message is an activation_msg but for a data loader's
+// wire to another node, where it is the rows the batch is made of (batch_rows_msg).
 #pragma once
 
 #include <caf/all.hpp>
@@ -19,7 +20,8 @@
 
 namespace troupe {
 
-class credit_outbox {
+template <class Message>
+class basic_credit_outbox {
  public:
   void connect(const wire_end& end) {
     peer_ = end.peer;
@@ -34,7 +36,7 @@ class credit_outbox {
 
   /// Sends now if a credit is free, else queues.
   template <class Self>
-  void send(Self* self, activation_msg message) {
+  void send(Self* self, Message message) {
     if (capacity_ == 0 || in_flight_ < capacity_) {
       ++in_flight_;
       self->send(peer_, std::move(message));
@@ -59,7 +61,9 @@ class credit_outbox {
   caf::actor peer_;
   std::int64_t capacity_ = 0;
   std::int64_t in_flight_ = 0;
-  std::deque<activation_msg> waiting_;
+  std::deque<Message> waiting_;
 };
+
+using credit_outbox = basic_credit_outbox<activation_msg>;
 
 }  // namespace troupe

@@ -33,8 +33,7 @@ caf::message_handler data_loader_actor::handlers() {
       [this](const release_msg& release) {
         auto span = handling_span("release", release.trace, release.tag, 0);
         auto r = static_cast<std::size_t>(release.tag.replica);
-        first_layers_.at(r).release(this);
-        record_counter("credits", first_layer_tracks_.at(r), first_layers_[r].in_flight());
+        record_counter("credits", first_layer_tracks_.at(r), release_credit(r));
       },
       [this](start_atom) {
         for (std::int64_t i = 0; i < settings_.prefetch; ++i)
@@ -52,40 +51,67 @@ caf::message_handler data_loader_actor::handlers() {
 std::string data_loader_actor::status() const {
   std::string s = "loader: next step " + std::to_string(next_step_) + " of " +
                   std::to_string(settings_.plan.total_steps);
-  for (std::size_t r = 0; r < first_layers_.size(); ++r)
-    if (first_layers_[r].waiting() > 0)
-      s += "; " + std::to_string(first_layers_[r].waiting()) +
+  auto waiting = [&](std::size_t r, const auto& outbox) {
+    if (outbox.waiting() > 0)
+      s += "; " + std::to_string(outbox.waiting()) +
            " micro-batch(es) waiting for a credit on the wire to " + first_layer_names_[r] +
-           " (capacity " + std::to_string(first_layers_[r].capacity()) + ", " +
-           std::to_string(first_layers_[r].in_flight()) + " in flight)";
+           " (capacity " + std::to_string(outbox.capacity()) + ", " +
+           std::to_string(outbox.in_flight()) + " in flight)";
+  };
+  for (std::size_t r = 0; r < first_layers_.size(); ++r) {
+    if (relayed_[r].connected())
+      waiting(r, relayed_[r]);
+    else
+      waiting(r, first_layers_[r]);
+  }
   return s;
 }
 
 void data_loader_actor::release_peers() {
   losses_.clear();
+  first_layers_.clear();
+  relayed_.clear();
+}
+
+std::int64_t data_loader_actor::release_credit(std::size_t replica) {
+  if (relayed_.at(replica).connected()) {
+    relayed_[replica].release(this);
+    return relayed_[replica].in_flight();
+  }
+  first_layers_.at(replica).release(this);
+  return first_layers_[replica].in_flight();
 }
 
 void data_loader_actor::connect(const wiring_msg& wiring) {
   const auto replicas = static_cast<std::size_t>(settings_.plan.replicas);
   first_layers_.resize(replicas);
+  relayed_.resize(replicas);
   first_layer_tracks_.assign(replicas, 0);
   first_layer_names_.assign(replicas, "");
   loss_tracks_.assign(replicas, 0);
   losses_.resize(replicas);
   replica_devices_.assign(replicas, settings_.on);
+  first_layer_devices_.assign(replicas, "");
   for (const auto& end : wiring.out("activations")) {
     TROUPE_CHECK(end.peer_replica >= 0 && static_cast<std::size_t>(end.peer_replica) < replicas,
                  "data loader: activations wire to " << end.peer_name << " of replica "
                                                      << end.peer_replica);
-    first_layers_[static_cast<std::size_t>(end.peer_replica)].connect(end);
-    first_layer_tracks_[static_cast<std::size_t>(end.peer_replica)] = end.peer_track;
-    first_layer_names_[static_cast<std::size_t>(end.peer_replica)] = end.peer_name;
+    const auto r = static_cast<std::size_t>(end.peer_replica);
+    first_layers_[r].connect(end);
+    if (end.relay) {
+      auto through = end;
+      through.peer = end.relay;
+      relayed_[r].connect(through);
+    }
+    first_layer_tracks_[r] = end.peer_track;
+    first_layer_names_[r] = end.peer_name;
+    first_layer_devices_[r] = end.peer_device;
     // Assembled straight into the first layer's device memory: no copy on arrival. A
-    // first layer on another node gets the batch over the network from the loader's own
-    // device (tensor_inspect.hpp).
+    // first layer on another node without an assembler gets the batch over the network
+    // from the loader's own device (tensor_inspect.hpp).
     device_id peer;
     if (device_id::parse(end.peer_device, peer) && peer.node == settings_.on.node)
-      replica_devices_[static_cast<std::size_t>(end.peer_replica)] = peer;
+      replica_devices_[r] = peer;
   }
   for (const auto& end : wiring.out("labels")) {
     losses_.at(static_cast<std::size_t>(end.peer_replica)) = end.peer;
@@ -99,25 +125,32 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
 void data_loader_actor::send_batch(const dataset& source, const std::int64_t* rows,
                                    std::int64_t count, const micro_tag& tag,
                                    std::int64_t global_batch) {
-  const auto features = source.features;
   auto r = static_cast<std::size_t>(tag.replica);
   auto y = tensor::empty({count}, dtype::i32, settings_.on);
   std::int32_t* ys = y.i32();
   for (std::int64_t i = 0; i < count; ++i)
     ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
-  auto x = tensor::empty({count, features}, dtype::f32, replica_devices_.at(r));
-  auto gather = [data = settings_.data, images = source.images.data(), features, x,
-                 picked = std::vector<std::int64_t>(rows, rows + count)] {
-    float* xs = x.f32();
-    for (std::size_t i = 0; i < picked.size(); ++i)
-      std::memcpy(xs + static_cast<std::int64_t>(i) * features, images + picked[i] * features,
-                  static_cast<std::size_t>(features) * sizeof(float));
-  };
-  auto& work = settings_.devices->at(replica_devices_[r]).work();
-  x.set_ready(work.submit(std::move(gather), job_for("load", tag, bytes_of(x))));
   labels_msg labels{tag, std::move(y), global_batch, trace_stamp{}};
   stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send(losses_.at(r), std::move(labels));
+  std::vector<std::int64_t> picked(rows, rows + count);
+  if (relayed_.at(r).connected()) {
+    // Only the row numbers cross to the first layer's node (batch_assembler_actor.hpp).
+    const auto bytes = count * static_cast<std::int64_t>(sizeof(std::int64_t));
+    batch_rows_msg batch{tag,
+                         std::move(picked),
+                         &source == &settings_.data->test,
+                         first_layers_[r].peer(),
+                         first_layer_devices_[r],
+                         trace_stamp{}};
+    stamp_send(batch, first_layer_tracks_.at(r), "forward", bytes);
+    relayed_[r].send(this, std::move(batch));
+    record_counter("credits", first_layer_tracks_[r], relayed_[r].in_flight());
+    return;
+  }
+  // Assembled straight into the first layer's device memory: no copy on arrival.
+  auto x = gather_rows(settings_.data, source, std::move(picked),
+                       settings_.devices->at(replica_devices_.at(r)), job_for("load", tag));
   activation_msg batch{tag, std::move(x), trace_stamp{}};
   stamp_send(batch, first_layer_tracks_.at(r), "forward", bytes_of(batch.x));
   first_layers_.at(r).send(this, std::move(batch));

@@ -11,7 +11,9 @@
 // credits (credit_outbox.hpp), returned by the first layer when it releases a micro-batch.
 // A batch is assembled (its rows gathered) by a job on the stream of the device it goes
 // to: each replica's device gathers its own share, in stream order before the forward
-// that reads it, and the loader's thread only picks the rows. It runs on the host, not on
+// that reads it, and the loader's thread only picks the rows; a replica on another node
+// gets the row numbers, and its node's batch assembler gathers them there
+// (actors/batch_assembler_actor.hpp). It runs on the host, not on
 // a device, but speaks the same protocol as the device actors (device_actor: wiring,
 // failures, status, finish, tracing).
 #pragma once
@@ -19,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/batch_assembler_actor.hpp"
 #include "actors/credit_outbox.hpp"
 #include "runtime/data/dataset.hpp"
 #include "troupe/device.hpp"
@@ -80,13 +83,19 @@ class data_loader_actor : public device_actor {
   bool send_next();
   void send_batch(const dataset& source, const std::int64_t* rows, std::int64_t count,
                   const micro_tag& tag, std::int64_t global_batch);
+  /// Takes back a credit of replica `replica`'s first wire; how many are in flight after.
+  std::int64_t release_credit(std::size_t replica);
 
   data_loader_settings settings_;
   std::vector<credit_outbox> first_layers_;  // per replica
+  // Per replica: its first layer's node's assembler, with the credits of the wire, when
+  // that node is not the loader's (else unconnected).
+  std::vector<basic_credit_outbox<batch_rows_msg>> relayed_;
   std::vector<device_id> replica_devices_;   // where each replica's batches are placed
   std::vector<caf::actor> losses_;           // per replica
   std::vector<std::uint32_t> first_layer_tracks_;  // trace tracks, per replica
   std::vector<std::string> first_layer_names_;
+  std::vector<std::string> first_layer_devices_;  // as the wiring names them
   std::vector<std::uint32_t> loss_tracks_;
   std::int64_t next_step_ = 0;
   std::int64_t next_eval_ = -1;        // >= 0 while an evaluation is being sent

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kinds.hpp"
+#include "actors/batch_assembler_actor.hpp"
 #include "actors/cluster.hpp"
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
@@ -300,8 +301,15 @@ wiring_msg wiring_of(const actor_plan& a, const topology& graph,
                       spawned.at(peer),     p->replica,    track_of(peer),
                       p->device.to_string(), wire.capacity};
     };
-    if (wire.from == a.name)
+    if (wire.from == a.name) {
       w.outgoing.push_back(end_at(wire.to));
+      // A loader's batches for another node are assembled there (batch_assembler_actor.hpp).
+      const auto* to = graph.find(wire.to);
+      auto relay = spawned.find(batch_assembler_name(to->device.node));
+      if (a.kind == actor_kind::data_loader && wire.kind == wire_kind::activations &&
+          to->device.node != a.device.node && relay != spawned.end())
+        w.outgoing.back().relay = relay->second;
+    }
     if (wire.to == a.name)
       w.incoming.push_back(end_at(wire.from));
   }
@@ -319,6 +327,19 @@ std::vector<device_id> devices_of_node(const topology& graph, int rank) {
     if (d.node == rank)
       out.push_back(d);
   return out;
+}
+
+// Whether the loader sends batches to a first layer on node `rank` from another node: then
+// this node assembles them from their rows (batch_assembler_actor.hpp).
+bool needs_batch_assembler(const topology& graph, int rank) {
+  for (const auto& wire : graph.wires) {
+    const auto* from = graph.find(wire.from);
+    const auto* to = graph.find(wire.to);
+    if (wire.kind == wire_kind::activations && from->kind == actor_kind::data_loader &&
+        to->device.node == rank && from->device.node != rank)
+      return true;
+  }
+  return false;
 }
 
 // The roster of this node's spawned actors.
@@ -417,6 +438,9 @@ session_result run_session(const run_config& config, const session_options& opti
       if (on_this_node(a))
         tracks[a.name] = recorder->register_track(
             {a.name, a.kind_name(), a.device.to_string(), a.replica, a.stage, a.layer});
+    if (needs_batch_assembler(graph, node.rank))
+      tracks[batch_assembler_name(node.rank)] = recorder->register_track(
+          {batch_assembler_name(node.rank), "batch_assembler", "host", -1, -1, -1});
     if (coordinator)
       trainer_track = recorder->register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
@@ -523,6 +547,10 @@ session_result run_session(const run_config& config, const session_options& opti
       for (const auto& a : graph.actors)
         if (on_this_node(a))
           spawned[a.name] = spawn_actor(a, context);
+      if (needs_batch_assembler(graph, node.rank)) {
+        spawned[batch_assembler_name(node.rank)] =
+            system.spawn<batch_assembler_actor>(node.rank, prepared.data, &devices);
+      }
     } catch (...) {
       // A factory refused its actor's settings (a plugin's kind reads them only here).
       // Nothing has started; stop what exists, or the actor system would wait for it
@@ -538,6 +566,14 @@ session_result run_session(const run_config& config, const session_options& opti
       for (const auto& a : graph.actors)
         if (on_this_node(a))
           self->send(spawned[a.name], wiring_of(a, graph, all, tracks, trainer));
+      // The batch assembler has no wires: its wiring brings the trainer and its track.
+      auto assembler = spawned.find(batch_assembler_name(node.rank));
+      if (assembler != spawned.end()) {
+        wiring_msg w;
+        w.trainer = trainer;
+        w.track = tracks.count(assembler->first) ? tracks.at(assembler->first) : 0;
+        self->send(assembler->second, w);
+      }
     };
 
     if (several_nodes && !coordinator) {

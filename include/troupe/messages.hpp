@@ -155,6 +155,10 @@ struct wire_end {
   std::uint32_t peer_track = 0;  // its trace track (0 when not tracing)
   std::string peer_device;       // "cpu:1"
   std::int64_t capacity = 0;
+  /// A data loader's activations wire to a first layer on another node: the actor on that
+  /// node that assembles each batch from its rows (actors/batch_assembler_actor.hpp), so
+  /// that only row numbers cross the network. Empty otherwise.
+  caf::actor relay;
 };
 
 /// Sent once to every actor before the run starts: its wires in both directions and the
@@ -222,7 +226,7 @@ typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_end& x) {
   return f(caf::meta::type_name("wire_end"), x.kind, x.peer_name, x.peer_kind, x.peer,
-           x.peer_replica, x.peer_track, x.peer_device, x.capacity);
+           x.peer_replica, x.peer_track, x.peer_device, x.capacity, x.relay);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {

@@ -163,7 +163,11 @@ void summarize_wires(const trace_file& trace, trace_summary& out) {
     w.kind = h.name;
     w.network = node_of_actor.count(from) && node_of(from) != node_of(h.actor);
     ++w.messages;
-    w.bytes += h.bytes;
+    // What crossed the network is what was sent (a loader sends a remote replica only the
+    // rows of its batch, which that node assembles: batch_assembler_actor.hpp).
+    w.bytes += w.network && sent != trace.sends.end() && sent->second.bytes >= 0
+                   ? sent->second.bytes
+                   : h.bytes;
     if (sent != trace.sends.end()) {
       w.transit_us += h.start_us - sent->second.time_us;  // a sum until the division below
       ++w.timed;

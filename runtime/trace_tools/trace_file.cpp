@@ -194,7 +194,8 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
       if (id > 0) {
         auto thread = thread_names.find({pid, tid});
         out.sends[static_cast<std::uint64_t>(id)] = {
-            ts, thread == thread_names.end() ? std::string{} : thread->second};
+            ts, thread == thread_names.end() ? std::string{} : thread->second,
+            to_int(read.number(args, "bytes", -1))};
       }
     } else if (ph == "C") {
       out.counters[read.text(e, "name")].push_back({ts, read.number(args, "value", 0)});

@@ -78,6 +78,7 @@ struct trace_file {
   struct send {
     double time_us = 0;
     std::string from;
+    std::int64_t bytes = -1;  // what the sender put on the wire; -1 when it did not say
   };
   std::map<std::uint64_t, send> sends;
   std::map<std::string, std::vector<trace_sample>> counters;  // "credits A -> B": by time

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "actors/batch_assembler_actor.hpp"
 #include "actors/data_loader_actor.hpp"
 #include "tests/actors/actor_test_support.hpp"
 
@@ -75,6 +76,10 @@ using item_key =
     std::tuple<std::int64_t, std::int32_t, std::int32_t>;  // step, replica, micro-batch
 
 struct loader_fixture : actor_fixture {
+  /// When set, replica 1's first layer is "on another node": its batches go through this
+  /// actor (a batch assembler) as row numbers.
+  caf::actor relay;
+
   /// A loader whose every replica's first layer and loss is the scoped actor; replica r's
   /// first layer is on cpu:r. Not placed on a device: runs keep it on the host.
   caf::actor spawn(const run_plan& plan, std::uint64_t seed, bool shuffle, std::int64_t prefetch,
@@ -91,6 +96,8 @@ struct loader_fixture : actor_fixture {
     std::vector<wire_end> out;
     for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan.replicas); ++r) {
       out.push_back(wire("activations", me(), "layer", capacity, r, "cpu:" + std::to_string(r)));
+      if (r == 1)
+        out.back().relay = relay;  // empty unless a test sets it
       out.push_back(wire("labels", me(), "loss", 0, r));
     }
     self->send(actor, wiring(std::move(out), {}));
@@ -225,4 +232,35 @@ TEST_CASE_FIXTURE(loader_fixture,
   CHECK(m.tag.replica == 0);
   CHECK(m.tag.microbatch == 1);
   finish(actor);
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "a replica behind a batch assembler gets the same batches, assembled on its "
+                  "device from the rows the loader picked") {
+  const auto plan = plan_of(2, 2);
+  const auto direct = epochs_of(plan, 5, true);
+  relay = system.spawn<batch_assembler_actor>(1, indexed_data(), &devices);
+  self->send(relay, wiring({}, {}));
+  // epochs_of checks each batch's device: replica 1's is cpu:1, as its wire says.
+  CHECK(epochs_of(plan, 5, true) == direct);
+  finish(relay);
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "a batch assembler gathers test rows too and refuses rows its data set lacks") {
+  auto assembler = system.spawn<batch_assembler_actor>(1, indexed_data(), &devices);
+  self->send(assembler, wiring({}, {}));
+  micro_tag tag;
+  tag.stage = phase::eval;
+  self->send(assembler, batch_rows_msg{tag, {4, 0, 3}, true, me(), "cpu:1", trace_stamp{}});
+  auto batch = next<activation_msg>("an evaluation batch");
+  CHECK(batch.tag.stage == phase::eval);
+  CHECK(batch.x.device() == device_id{device_type::cpu, 1});
+  CHECK(samples_of(batch.x) == std::vector<std::int64_t>{4, 0, 3});
+  // The test split has 5 samples: row 5 is past it (the train split has 24).
+  self->send(assembler, batch_rows_msg{tag, {1, 5}, true, me(), "cpu:1", trace_stamp{}});
+  auto failure = next<failure_msg>("the assembler's failure");
+  CHECK(failure.actor == "loader@node1");
+  CHECK(failure.what.find("row 5 of a batch is not in the test split (5 samples)") !=
+        std::string::npos);
 }

@@ -85,6 +85,8 @@ TEST_CASE(
       {"DP2, ring", 2,
        "[parallel]\ndevices = [\"node0/cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = "
        "\"ring\"\n"},
+      {"DP2, the loader and replica 0 on node1 (node0 assembles replica 1's batches)", 2,
+       "[parallel]\ndevices = [\"node1/cpu:0\", \"cpu:0\"]\ndata = 2\naveraging = \"ring\"\n"},
       {"DP2, gloo (its store served by node0)", 2,
        "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\naveraging = \"gloo\"\n"},
       {"DP2 x PP2, gloo", 2,
@@ -492,4 +494,31 @@ TEST_CASE("node0 merges every node's trace into one, clocks aligned, network wir
   CHECK(summary.output.find("across the network") != std::string::npos);
   CHECK(summary.output.find("r1.layer_0") != std::string::npos);
   CHECK(summary.output.find(" us") != std::string::npos);  // transit times, from both ends
+
+  // Replica 1's batches were assembled on node1 from their rows: node1's device ran their
+  // load jobs, and the loader's sends to r1.layer_0 carried its 12 row numbers (8 bytes
+  // each) per step, not the 12 x 20 floats of the batch.
+  int loads_on_node1 = 0;
+  std::map<int, std::string> pid_names;
+  for (const auto& e : merged["traceEvents"])
+    if (e.value("name", "") == "process_name")
+      pid_names[e["pid"].get<int>()] = e["args"].value("name", "");
+  for (const auto& e : merged["traceEvents"])
+    if (e.value("ph", "") == "X" && e.value("name", "") == "load" &&
+        pid_names[e["pid"].get<int>()] == "node1/cpu:0")
+      ++loads_on_node1;
+  CHECK(loads_on_node1 == 5);
+  auto summary_json = run_troupe("trace summary --json " + trace);
+  REQUIRE(summary_json.exit_code == 0);
+  INFO(summary_json.output);
+  bool found = false;
+  const auto summarised = nlohmann::json::parse(summary_json.output);
+  for (const auto& w : summarised["wires"])
+    if (w["from"] == "loader" && w["to"] == "r1.layer_0" && w["kind"] == "forward") {
+      found = true;
+      CHECK(w["network"] == true);
+      CHECK(w["messages"] == 5);
+      CHECK(w["bytes"] == 5 * 12 * 8);
+    }
+  CHECK(found);
 }

@@ -1,0 +1,54 @@
+// batch_assembler_actor.cpp: batches from row numbers, on the first layer's node.
+#include "actors/batch_assembler_actor.hpp"
+
+#include <cstring>
+
+namespace troupe {
+
+std::string batch_assembler_name(int node) { return "loader@node" + std::to_string(node); }
+
+tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const dataset& source,
+                   std::vector<std::int64_t> rows, device& on, job_label label) {
+  const auto features = source.features;
+  auto x = tensor::empty({static_cast<std::int64_t>(rows.size()), features}, dtype::f32, on.id());
+  label.bytes = bytes_of(x);
+  // `data` keeps the images alive until the job has run.
+  auto gather = [data, images = source.images.data(), features, x, picked = std::move(rows)] {
+    float* xs = x.f32();
+    for (std::size_t i = 0; i < picked.size(); ++i)
+      std::memcpy(xs + static_cast<std::int64_t>(i) * features, images + picked[i] * features,
+                  static_cast<std::size_t>(features) * sizeof(float));
+  };
+  x.set_ready(on.work().submit(std::move(gather), label));
+  return x;
+}
+
+batch_assembler_actor::batch_assembler_actor(caf::actor_config& config, int node,
+                                             std::shared_ptr<const dataset_split> data,
+                                             device_set* devices)
+    : device_actor(config, batch_assembler_name(node), nullptr),
+      data_(std::move(data)),
+      devices_(devices) {}
+
+caf::message_handler batch_assembler_actor::handlers() {
+  return {[this](batch_rows_msg& message) {
+    // The rows come over the network: each must be a sample of this node's data set.
+    const auto& source = message.test ? data_->test : data_->train;
+    for (auto row : message.rows)
+      TROUPE_CHECK(row >= 0 && row < source.count,
+                   actor_name() << ": row " << row << " of a batch is not in the "
+                                << (message.test ? "test" : "train") << " split (" << source.count
+                                << " samples)");
+    device_id where;
+    TROUPE_CHECK(device_id::parse(message.device, where) && where.node == this_node(),
+                 actor_name() << ": a batch for device '" << message.device
+                              << "', which is not on this node");
+    auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
+                         job_for("load", message.tag));
+    // Sent on behalf of the loader: the stamp is its send, which the first layer's
+    // handling ends, so no handling of our own is recorded.
+    send(message.first_layer, activation_msg{message.tag, std::move(x), message.trace});
+  }};
+}
+
+}  // namespace troupe

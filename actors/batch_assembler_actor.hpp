@@ -1,0 +1,70 @@
+// batch_assembler_actor.hpp: a data loader's hands on another node.
+//
+// Over several nodes the data loader lives on one of them, and every node loaded the same
+// data set (prepare_session). A replica whose first layer is on another node gets its
+// micro-batches from this actor on that node: the loader picks the rows as it always does
+// (shuffling, steps, credits, evaluations stay its own) and sends only their numbers
+// (batch_rows_msg); the assembler gathers those rows of its copy of the data set into a
+// tensor on the first layer's device, by a job on that device's stream, and hands it to
+// the first layer as the loader's activation_msg, trace stamp included. The first layer
+// releases its credit to the loader as before. So a step moves B / R row numbers across
+// the network per replica instead of B / R x D floats, like DistributedSampler (each rank
+// reads its own share) without a second source of truth for the order.
+//
+// One per node that needs one, spawned by the session (Note [joining a run] in
+// cluster.cpp): not an actor of the topology, named "loader@nodeK" in the roster. It runs
+// on the host thread, as the loader does. Not here: labels (small, the loader sends them
+// itself), and loading or checking the data set (the session did).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.hpp"
+#include "troupe/device.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/messages.hpp"
+
+namespace troupe {
+
+/// The rows of one micro-batch, for the assembler of the first layer's node.
+struct batch_rows_msg {
+  micro_tag tag;
+  std::vector<std::int64_t> rows;  // (b) sample indices into the split
+  bool test = false;               // rows of the test split (an evaluation), else train
+  caf::actor first_layer;          // who gets the batch
+  std::string device;              // the first layer's device, where the batch is put
+  trace_stamp trace;               // the loader's send; the first layer's handling ends it
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_rows_msg& x) {
+  return f(caf::meta::type_name("batch_rows_msg"), x.tag, x.rows, x.test, x.first_layer, x.device,
+           x.trace);
+}
+
+/// "loader@node1": the roster's name of node k's assembler.
+std::string batch_assembler_name(int node);
+
+/// Rows `rows[0 .. count)` of `source` as one (count, D) f32 tensor on `on`, gathered by a
+/// job on its stream labelled `label`; ready when the job has run. The loader does the same
+/// for a first layer on its own node.
+tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const dataset& source,
+                   std::vector<std::int64_t> rows, device& on, job_label label);
+
+class batch_assembler_actor : public device_actor {
+ public:
+  /// `devices` are this node's, `data` this node's copy of the run's data set.
+  batch_assembler_actor(caf::actor_config& config, int node,
+                        std::shared_ptr<const dataset_split> data, device_set* devices);
+
+ protected:
+  caf::message_handler handlers() override;
+
+ private:
+  std::shared_ptr<const dataset_split> data_;
+  device_set* devices_;
+};
+
+}  // namespace troupe
