@@ -3,12 +3,26 @@
 
 namespace troupe {
 
+namespace {
+
+// How many of the steps first..total-1 run_plan::evaluates_after, counted rather than
+// looped over: a run of 2^40 steps must not spend its start visiting each of them.
+std::int64_t evaluations_in(const run_plan& plan) {
+  if (!plan.evaluate || plan.first_step >= plan.total_steps)
+    return 0;
+  // Steps s with (s + 1) % steps_per_epoch == 0, i.e. s + 1 in (first, total] a multiple.
+  const auto per_epoch = plan.steps_per_epoch;
+  std::int64_t count = plan.total_steps / per_epoch - plan.first_step / per_epoch;
+  if (plan.total_steps % per_epoch != 0)
+    ++count;  // the last step, which ends no epoch
+  return count;
+}
+
+}  // namespace
+
 run_control::run_control(const run_plan& plan) : plan_(plan), steps_done_(plan.first_step) {
-  std::int64_t evaluations = 0;
-  for (std::int64_t s = plan_.first_step; s < plan_.total_steps; ++s)
-    if (plan_.evaluates_after(s))
-      ++evaluations;
-  items_left_ = plan_.total_steps - plan_.first_step + evaluations * plan_.eval_batches;
+  // The session refuses plans whose counts could overflow (make_plan, limits::max_steps).
+  items_left_ = plan_.total_steps - plan_.first_step + evaluations_in(plan_) * plan_.eval_batches;
 }
 
 report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std::int64_t correct,

@@ -2,6 +2,7 @@
 #include "actors/session.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -16,6 +17,7 @@
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
 #include "actors/optimizer_actor.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
 #include "runtime/data/dataset.hpp"
@@ -73,12 +75,32 @@ run_plan make_plan(const run_config& config, const topology& graph, const datase
                            ") parts; use a batch size that is a multiple of " +
                            std::to_string(plan.replicas * plan.microbatches));
   plan.steps_per_epoch = data.train.count / d.batch_size;
-  plan.total_steps = config.run.steps > 0 ? config.run.steps
-                                          : config.run.epochs * plan.steps_per_epoch;
+  // epochs x steps per epoch, overflow-checked and bounded: a step count past the limit is
+  // refused here rather than wrapping (Note [input limits] in runtime/base/limits.hpp).
+  const auto total = config.run.steps > 0
+                         ? std::optional<std::int64_t>{config.run.steps}
+                         : checked_multiply(config.run.epochs, plan.steps_per_epoch);
+  if (!total || *total > limits::max_steps)
+    throw config_error(
+        config.run.where,
+        (config.run.steps > 0 ? "[run] steps (or --steps) = " + std::to_string(config.run.steps)
+                              : "[run] epochs = " + std::to_string(config.run.epochs) + " x " +
+                                    std::to_string(plan.steps_per_epoch) + " steps per epoch") +
+            " is more than the limit of " + std::to_string(limits::max_steps) + " steps in a run");
+  plan.total_steps = *total;
   plan.epochs = (plan.total_steps + plan.steps_per_epoch - 1) / plan.steps_per_epoch;
   plan.evaluate = config.run.evaluate && data.test.count > 0;
   plan.eval_batch_size = d.eval_batch_size;
   plan.eval_batches = (data.test.count + d.eval_batch_size - 1) / d.eval_batch_size;
+  // The trainer counts every step and evaluation batch of the run (run_control): that
+  // count must fit too.
+  const auto eval_items = checked_multiply(plan.epochs + 1, plan.eval_batches);
+  if (plan.evaluate && (!eval_items || !checked_add(*eval_items, plan.total_steps)))
+    throw config_error(config.run.where,
+                       "[run] " + std::to_string(plan.epochs) + " epochs of " +
+                           std::to_string(plan.eval_batches) +
+                           " evaluation batches each are too many to count; train fewer "
+                           "epochs or set [run] evaluate = false");
   return plan;
 }
 
@@ -239,6 +261,28 @@ session_prepared prepare_session(const run_config& config, const std::string& re
 }
 
 namespace {
+
+// Note [more CPU devices than cores]
+// A CPU device is one core (Note [CPU streams] in device.cpp): cpu:N runs on core
+// (first + N) mod the cores this process may use. Listing more CPU devices than there are
+// cores is allowed, since the math does not change (config/fashion_mlp_dp2_pp2.toml runs
+// four devices, on a two-core machine too), but the devices then share cores and a step takes
+// longer than the config suggests; so it is said once, on stderr, rather than refused or left
+// silent.
+void note_shared_cores(const std::vector<device_id>& devices, int first_core) {
+  int highest = -1;
+  for (const auto& d : devices)
+    if (d.type == device_type::cpu)
+      highest = std::max(highest, d.index);
+  const int cores = allowed_core_count();
+  if (highest < 0 || first_core + highest < cores)
+    return;
+  std::fprintf(stderr,
+               "note: this process uses CPU devices up to cpu:%d (from core %d) but may run on "
+               "only %d core%s, so some devices share a core (cpu:N runs on core (%d + N) mod "
+               "%d) and steps are slower than with a core each\n",
+               highest, first_core, cores, cores == 1 ? "" : "s", first_core, cores);
+}
 
 // Binds every thread of an actor system to the session's recorder as the thread starts.
 class bind_recorder_hook : public caf::thread_hook {
@@ -426,6 +470,7 @@ session_result run_session(const run_config& config, const session_options& opti
   // those of the nodes before it (Note [CPU streams] in device.cpp).
   const auto local_devices = devices_of_node(graph, node.rank);
   device_set devices{local_devices, node.local_rank * static_cast<int>(local_devices.size())};
+  note_shared_cores(local_devices, node.local_rank * static_cast<int>(local_devices.size()));
   stream_bindings bound_streams{devices, recorder};
   auto on_this_node = [&](const actor_plan& a) { return a.device.node == node.rank; };
   std::map<std::string, std::uint32_t> tracks;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/model/layer_check.hpp"
 
 namespace po = boost::program_options;
@@ -16,10 +17,10 @@ namespace {
 setting_value parse_setting(const std::string& text, std::string& key) {
   auto equals = text.find('=');
   if (equals == std::string::npos || equals == 0)
-    throw user_error("--set expects KEY=VALUE, found '" + text + "'");
+    throw user_error("--set expects KEY=VALUE, found " + quote_user_text(text));
   key = text.substr(0, equals);
   auto value = text.substr(equals + 1);
-  source_position where{"--set " + text};
+  source_position where{"--set " + quote_user_text(text)};
   if (value == "true" || value == "false")
     return {value == "true", where};
   try {

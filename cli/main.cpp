@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/plugin/plugin.hpp"
 #include "troupe/error.hpp"
 
@@ -63,7 +64,8 @@ troupe::exit_code run(const std::string& command, const std::vector<std::string>
         return c.run(args);
       names.push_back(c.name);
     }
-    std::fprintf(stderr, "troupe: unknown command '%s'%s\n\n%s", command.c_str(),
+    std::fprintf(stderr, "troupe: unknown command %s%s\n\n%s",
+                 troupe::quote_user_text(command).c_str(),
                  troupe::did_you_mean(command, names).c_str(), main_usage);
     return exit_code::bad_input;
   } catch (const troupe::user_error& e) {

@@ -7,6 +7,7 @@
 #include "actors/interrupts.hpp"
 #include "actors/session.hpp"
 #include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
 
 namespace po = boost::program_options;
 
@@ -54,9 +55,9 @@ exit_code run_command(const std::vector<std::string>& args) {
   auto config = load_config_and_plugins(line);
   if (line.values.count("steps")) {
     auto steps = line.values["steps"].as<std::int64_t>();
-    if (steps < 1) {
-      std::fprintf(stderr, "troupe run: --steps must be at least 1, got %lld\n",
-                   static_cast<long long>(steps));
+    if (steps < 1 || steps > limits::max_steps) {
+      std::fprintf(stderr, "troupe run: --steps must be in [1, %lld] (the limit), got %lld\n",
+                   static_cast<long long>(limits::max_steps), static_cast<long long>(steps));
       return exit_code::bad_input;
     }
     config.run.steps = steps;
@@ -95,8 +96,10 @@ exit_code run_command(const std::vector<std::string>& args) {
   }
   if (line.values.count("watchdog")) {
     session.watchdog = line.values["watchdog"].as<double>();
-    if (!(session.watchdog >= 0)) {
-      std::fprintf(stderr, "troupe run: --watchdog must be 0 or more seconds\n");
+    if (!(session.watchdog >= 0 && session.watchdog < limits::max_seconds)) {
+      std::fprintf(stderr,
+                   "troupe run: --watchdog must be in [0, %g) seconds (the limit), got %g\n",
+                   limits::max_seconds, session.watchdog);
       return exit_code::bad_input;
     }
   }

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "actors/verify.hpp"
 #include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
 
 namespace po = boost::program_options;
 
@@ -78,11 +80,19 @@ exit_code verify_command(const std::vector<std::string>& args) {
           options, line))
     return *stop;
   auto steps = line.values["steps"].as<std::int64_t>();
-  if (steps < 1) {
-    std::fprintf(stderr, "troupe verify: --steps must be at least 1\n");
+  if (steps < 1 || steps > limits::max_steps) {
+    std::fprintf(stderr, "troupe verify: --steps must be in [1, %lld] (the limit), got %lld\n",
+                 static_cast<long long>(limits::max_steps), static_cast<long long>(steps));
     return exit_code::bad_input;
   }
   auto tolerance = line.values["tolerance"].as<double>();
+  if (!(tolerance >= 0) || !std::isfinite(tolerance)) {  // NaN fails every comparison
+    std::fprintf(stderr,
+                 "troupe verify: --tolerance must be a finite number >= 0 (a relative "
+                 "difference, e.g. 1e-5), got %g\n",
+                 tolerance);
+    return exit_code::bad_input;
+  }
   auto config = load_config_and_plugins(line);
   // A config over several nodes trains as that many local processes (troupe launch),
   // which end with a checkpoint: the comparison covers the network too.

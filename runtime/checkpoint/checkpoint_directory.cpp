@@ -9,10 +9,10 @@
 #include <limits>
 #include <system_error>
 
-#include "troupe/error.hpp"
+#include "runtime/base/json_input.hpp"
 #include "runtime/checkpoint/atomic_file.hpp"
-#include "runtime/checkpoint/json_input.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 

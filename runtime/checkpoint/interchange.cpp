@@ -8,8 +8,8 @@
 #include <set>
 #include <system_error>
 
+#include "runtime/base/json_input.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
-#include "runtime/checkpoint/json_input.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
 namespace troupe {

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "troupe/error.hpp"
+#include "runtime/base/json_input.hpp"
 #include "runtime/checkpoint/atomic_file.hpp"
-#include "runtime/checkpoint/json_input.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/checkpoint/json_input.hpp"
+#include "runtime/base/json_input.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; troupe writes host memory as it is");

@@ -30,7 +30,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 // Debian also ships toml++ as a shared library (its pkg-config/CMake files set
 // TOML_HEADER_ONLY=0); troupe uses the header-only form, so nothing extra is linked and
@@ -40,6 +42,8 @@
 #endif
 #include <toml++/toml.h>
 
+#include "runtime/base/limits.hpp"
+#include "runtime/config/toml_limits.hpp"
 #include "runtime/core/device_name.hpp"
 
 namespace troupe {
@@ -198,7 +202,7 @@ class section_reader {
       if (hint.empty())
         hint = "; valid keys: " + join(keys_, "");
       throw config_error(position_in(file_, key->source()),
-                         "unknown key '" + std::string(name) + "' in [" + name_ + "]" + hint);
+                         "unknown key " + quote_user_text(name) + " in [" + name_ + "]" + hint);
     }
   }
   source_position position(const toml::node& node) const {
@@ -285,8 +289,9 @@ class section_reader {
     std::string value = out;
     auto at = read(key, value);
     if (std::find(valid.begin(), valid.end(), value) == valid.end())
-      throw config_error(at, "unknown " + what + " '" + value + "'" + suggestion(value, valid) +
-                                 " (expected one of " + join(valid) + ")");
+      throw config_error(at, "unknown " + what + " " + quote_user_text(value) +
+                                 suggestion(value, valid) + " (expected one of " + join(valid) +
+                                 ")");
     out = value;
     return at;
   }
@@ -300,8 +305,9 @@ class section_reader {
     auto parsed = parse_enum<Enum>(value);
     if (!parsed) {
       auto valid = enum_names<Enum>();
-      throw config_error(at, "unknown " + what + " '" + value + "'" + suggestion(value, valid) +
-                                 " (expected one of " + join(valid) + ")");
+      throw config_error(at, "unknown " + what + " " + quote_user_text(value) +
+                                 suggestion(value, valid) + " (expected one of " + join(valid) +
+                                 ")");
     }
     out = *parsed;
     return at;
@@ -328,8 +334,8 @@ class section_reader {
 run_section read_run(const section_reader& r) {
   run_section s;
   s.where = r.where();
-  r.read("epochs", s.epochs, at_least(1));
-  r.read("steps", s.steps, at_least(0));
+  r.read("epochs", s.epochs, integer_range{1, limits::max_steps});
+  r.read("steps", s.steps, integer_range{0, limits::max_steps});
   std::int64_t seed = static_cast<std::int64_t>(s.seed);
   r.read("seed", seed, at_least(0));
   s.seed = static_cast<std::uint64_t>(seed);
@@ -338,7 +344,7 @@ run_section read_run(const section_reader& r) {
   r.read("evaluate", s.evaluate);
   r.read("trace", s.trace);
   r.read("trace_capacity", s.trace_capacity, at_least(16));
-  r.read("watchdog", s.watchdog, number_range{0, false});
+  r.read("watchdog", s.watchdog, number_range{0, false, limits::max_seconds});
   r.read("checkpoint", s.checkpoint);
   r.read("checkpoint_every", s.checkpoint_every, at_least(0));
   r.read("checkpoint_keep", s.checkpoint_keep, at_least(1));
@@ -368,15 +374,19 @@ void check_fashion_mnist_directory(const data_section& s) {
       "source = \"synthetic\"";
   std::error_code error;
   if (!fs::is_directory(s.path, error))
-    throw config_error(s.path_where, "[data] path: '" + s.path + "' is not a directory holding "
-                                         "the Fashion-MNIST files" + hint);
+    throw config_error(s.path_where,
+                       "[data] path: " + quote_user_text(s.path, limits::max_quoted_path_length) +
+                           " is not a directory holding "
+                           "the Fashion-MNIST files" +
+                           hint);
   std::vector<std::string> missing;
   for (const auto& name : fashion_mnist_file_names())
     if (find_data_file(s.path, name).empty())
       missing.push_back(name + "(.gz)");
   if (!missing.empty())
-    throw config_error(s.path_where, "[data] path: directory '" + s.path + "' has no " +
-                                         join(missing) + hint);
+    throw config_error(s.path_where, "[data] path: directory " +
+                                         quote_user_text(s.path, limits::max_quoted_path_length) +
+                                         " has no " + join(missing) + hint);
 }
 
 data_section read_data(const section_reader& r, const std::string& directory) {
@@ -391,15 +401,36 @@ data_section read_data(const section_reader& r, const std::string& directory) {
     if (path.is_relative())
       s.path = (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
   }
-  r.read("batch_size", s.batch_size, at_least(1));
-  r.read("eval_batch_size", s.eval_batch_size, at_least(1));
+  // At most a data set's samples, so that batch arithmetic (ceil(N / B)) cannot overflow.
+  r.read("batch_size", s.batch_size, integer_range{1, limits::max_samples});
+  r.read("eval_batch_size", s.eval_batch_size, integer_range{1, limits::max_samples});
   r.read("shuffle", s.shuffle);
   r.read("prefetch", s.prefetch, integer_range{1, 64});
-  r.read("synthetic_train", s.synthetic_train, at_least(1));
-  r.read("synthetic_test", s.synthetic_test, at_least(1));
-  r.read("synthetic_features", s.synthetic_features, at_least(1));
-  r.read("synthetic_classes", s.synthetic_classes, at_least(2));
+  // The limits of make_synthetic (runtime/data/dataset.hpp), stated where they are read.
+  const auto train_where =
+      r.read("synthetic_train", s.synthetic_train, integer_range{1, limits::max_samples});
+  const auto test_where =
+      r.read("synthetic_test", s.synthetic_test, integer_range{1, limits::max_samples});
+  const auto features_where = r.read("synthetic_features", s.synthetic_features,
+                                     integer_range{1, limits::max_sample_features});
+  const auto classes_where =
+      r.read("synthetic_classes", s.synthetic_classes, integer_range{2, limits::max_samples});
   r.finish();
+  // Each product is one tensor's size: checked, so that it neither overflows nor asks for
+  // more memory than any machine has (Note [input limits]).
+  for (auto [count, where, what] :
+       {std::tuple{s.synthetic_train, train_where, "synthetic_train"},
+        std::tuple{s.synthetic_test, test_where, "synthetic_test"},
+        std::tuple{s.synthetic_classes, classes_where, "synthetic_classes"}}) {
+    const auto elements = checked_multiply(count, s.synthetic_features);
+    if (s.source == data_source::synthetic &&
+        (!elements || *elements > limits::max_tensor_elements))
+      throw config_error(
+          r.find(what) ? where : features_where,
+          std::string("[data] ") + what + " x synthetic_features = " + std::to_string(count) +
+              " x " + std::to_string(s.synthetic_features) + " values, more than the limit of " +
+              std::to_string(limits::max_tensor_elements) + " values in one tensor");
+  }
   if (s.source == data_source::fashion_mnist)
     check_fashion_mnist_directory(s);
   return s;
@@ -468,8 +499,8 @@ model_section read_model(const section_reader& r, bool explicit_form,
     if (!fs::is_regular_file(s.init_from, error))
       throw config_error(
           s.init_from_where,
-          "[model] init_from: '" + s.init_from + "' " +
-              (fs::exists(s.init_from, error) ? "is not a regular file" : "does not exist") +
+          "[model] init_from: " + quote_user_text(s.init_from, limits::max_quoted_path_length) +
+              " " + (fs::exists(s.init_from, error) ? "is not a regular file" : "does not exist") +
               "; expected a safetensors file of weights named as "
               "torch.nn.Sequential's state_dict (e.g. from troupe export)");
   }
@@ -481,6 +512,11 @@ model_section read_model(const section_reader& r, bool explicit_form,
       throw config_error(r.position(*array.get(0)),
                          "an explicit config lists its layers as [[actor]] tables; remove "
                          "[[model.layers]] or the [[actor]] tables");
+    if (static_cast<std::int64_t>(array.size()) > limits::max_layers)
+      throw config_error(r.position(*array.get(0)),
+                         "[model] has " + std::to_string(array.size()) +
+                             " [[model.layers]] tables, more than the limit of " +
+                             std::to_string(limits::max_layers) + " layers");
     for (std::size_t i = 0; i < array.size(); ++i)
       s.layers.push_back(read_layer(r, *array.get(i), i));
   }
@@ -575,6 +611,7 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
       r.fail(*devices, "devices", "expected a non-empty array of devices like [\"cpu:0\"], found " +
                                       (array ? std::string("an empty array")
                                              : type_name(devices->type())));
+    std::map<device_id, std::size_t> index_of;  // device -> its index in s.devices
     for (const auto& element : *array) {
       const auto* name = element.as_string();
       if (!name)
@@ -584,12 +621,15 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
       auto parsed = parse_device_name(name->get());
       if (!parsed.ok())
         r.fail(element, "devices", parsed.error);
-      for (const auto& earlier : s.devices)
-        if (earlier.id == parsed.id)
-          r.fail(element, "devices",
-                 "device '" + name->get() + "' is listed twice (first at " +
-                     earlier.where.to_string() +
-                     (earlier.name == name->get() ? "" : " as '" + earlier.name + "'") + ")");
+      // A map, not a scan of the earlier devices: 100,000 devices must not take n^2.
+      auto [earlier, first] = index_of.emplace(parsed.id, s.devices.size());
+      if (!first) {
+        const auto& other = s.devices[earlier->second];
+        r.fail(element, "devices",
+               "device " + quote_user_text(name->get()) + " is listed twice (first at " +
+                   other.where.to_string() +
+                   (other.name == name->get() ? "" : " as " + quote_user_text(other.name)) + ")");
+      }
       s.devices.push_back({name->get(), parsed.id, r.position(element)});
     }
   } else {
@@ -603,16 +643,17 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
                                ": is shorthand, and an explicit "
                                "config's [[actor]] tables already say how many replicas and stages "
                                "there are; remove it");
-  r.read("data", s.data, at_least(1));
-  r.read("pipeline", s.pipeline, at_least(1));
+  r.read("data", s.data, integer_range{1, limits::max_replicas});
+  r.read("pipeline", s.pipeline, integer_range{1, limits::max_layers});
   read_stage_ranges(r, s);
-  r.read("microbatches", s.microbatches, at_least(1));
+  r.read("microbatches", s.microbatches, integer_range{1, limits::max_microbatches});
   r.read_enum("schedule", s.schedule, "pipeline schedule");
   r.read_enum("averaging", s.averaging, "gradient averaging");
   r.read("share_devices", s.share_devices);
-  r.read("bucket_kib", s.bucket_kib, at_least(1));
+  // bucket_kib * 1024 bytes must not overflow (Note [input limits]): at most 1 TiB.
+  r.read("bucket_kib", s.bucket_kib, integer_range{1, std::int64_t{1} << 30});
   r.read("shard_optimizer", s.shard_optimizer);
-  r.read("gloo_timeout", s.gloo_timeout, above(0));
+  r.read("gloo_timeout", s.gloo_timeout, number_range{0, true, limits::max_seconds});
   s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
   r.finish();
   if (s.shard_optimizer && s.averaging != averaging_method::ring)
@@ -668,7 +709,7 @@ void read_cluster_tls(const section_reader& r, const std::string& directory, clu
     std::error_code error;
     if (!fs::is_regular_file(*f.path, error))
       throw config_error(
-          where, name + ": '" + *f.path + "' " +
+          where, name + ": " + quote_user_text(*f.path, limits::max_quoted_path_length) + " " +
                      (fs::exists(*f.path, error) ? "is not a regular file" : "does not exist") +
                      "; expected " + f.what);
   }
@@ -694,11 +735,11 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
       throw config_error(r.find(key) ? r.key_position(key) : s.where,
                          std::string("[cluster] ") + key +
                              ": expected a host name or an IP "
-                             "address like \"127.0.0.1\", found \"" +
-                             *value + "\"");
-  r.read("timeout", s.timeout, number_range{0, true});
+                             "address like \"127.0.0.1\", found " +
+                             quote_user_text(*value));
+  r.read("timeout", s.timeout, number_range{0, true, limits::max_seconds});
   r.read("heartbeat", s.heartbeat, number_range{0, true, 10});
-  r.read("node_timeout", s.node_timeout, number_range{0, true});
+  r.read("node_timeout", s.node_timeout, number_range{0, true, limits::max_seconds});
   if (s.node_timeout <= 2 * s.heartbeat)
     throw config_error(r.find("node_timeout") ? r.key_position("node_timeout") : s.where,
                        "[cluster] node_timeout: must be more than twice heartbeat (" +
@@ -713,6 +754,29 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
 
 // ---- the top level ----
 
+/// Refuses the first key longer than limits::max_name_length, walking the tables and
+/// arrays with a stack of its own (never recursion: Note [input limits]).
+void check_key_lengths(const toml::table& root, const std::string& file) {
+  std::vector<const toml::node*> pending{&root};
+  while (!pending.empty()) {
+    const auto* node = pending.back();
+    pending.pop_back();
+    if (const auto* table = node->as_table()) {
+      for (auto&& [key, value] : *table) {
+        if (key.str().size() > limits::max_name_length)
+          throw config_error(position_in(file, key.source()),
+                             "the key " + quote_user_text(key.str()) + " is longer than " +
+                                 std::to_string(limits::max_name_length) +
+                                 " bytes (the limit for names in a config)");
+        pending.push_back(&value);
+      }
+    } else if (const auto* array = node->as_array()) {
+      for (const auto& element : *array)
+        pending.push_back(&element);
+    }
+  }
+}
+
 const std::vector<std::string> section_names = {"run",      "data",    "model", "optimizer",
                                                 "parallel", "cluster", "actor", "wire"};
 
@@ -724,8 +788,9 @@ void reject_unknown_sections(const toml::table& root, const std::string& file) {
     auto at = position_in(file, key->source());
     if (std::find(section_names.begin(), section_names.end(), name) == section_names.end()) {
       auto hint = suggestion(name, section_names);
-      throw config_error(at, "unknown section '" + name + "'" +
-                                 (hint.empty() ? "; valid sections: " + join(section_names) : hint));
+      throw config_error(at,
+                         "unknown section " + quote_user_text(name) +
+                             (hint.empty() ? "; valid sections: " + join(section_names) : hint));
     }
     if (is_table_array(name) && !node->is_array_of_tables())
       throw config_error(at, "'" + name + "' must be an array of tables [[" + name + "]], found " +
@@ -787,6 +852,7 @@ std::string shortest_text(double value) {
 
 run_config parse_config(const std::string& text, const std::string& name,
                         const std::string& directory) {
+  check_toml_limits(text, name);  // what toml++ would recurse over (toml_limits.hpp)
   toml::table root;
   try {
     root = toml::parse(std::string_view{text}, std::string_view{name});
@@ -796,6 +862,7 @@ run_config parse_config(const std::string& text, const std::string& name,
       description[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(description[0])));
     throw config_error(position_in(name, error.source()), "invalid TOML: " + description);
   }
+  check_key_lengths(root, name);
   reject_unknown_sections(root, name);
 
   run_config config;
@@ -827,18 +894,9 @@ run_config parse_config(const std::string& text, const std::string& name,
 }
 
 run_config load_config(const std::string& path) {
-  std::error_code error;
-  if (fs::is_directory(path, error))
-    throw user_error("cannot open config file '" + path + "': it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw user_error("cannot open config file '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad())
-    throw user_error("cannot read config file '" + path + "': " + std::strerror(errno));
+  const auto text = read_file_capped(path, limits::max_config_bytes, "config file");
   auto directory = fs::path(path).parent_path().string();
-  return parse_config(text.str(), path, directory.empty() ? "." : directory);
+  return parse_config(text, path, directory.empty() ? "." : directory);
 }
 
 }  // namespace troupe

@@ -17,9 +17,11 @@
 #include <memory>
 #include <sstream>
 
+#include <zlib.h>
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/config/config.hpp"
 #include "troupe/error.hpp"
@@ -29,8 +31,8 @@ namespace {
 
 // Limits that no real IDX image set comes near; a header beyond them is corrupt (or not
 // IDX at all), and saying so beats trying to allocate terabytes.
-constexpr std::int64_t max_sample_count = std::int64_t{1} << 28;
-constexpr std::int64_t max_image_size = std::int64_t{1} << 20;  // rows * cols
+constexpr std::int64_t max_sample_count = limits::max_samples;
+constexpr std::int64_t max_image_size = limits::max_sample_features;  // rows * cols
 
 constexpr std::uint32_t idx_images_magic = 0x00000803;  // unsigned bytes, 3 dimensions
 constexpr std::uint32_t idx_labels_magic = 0x00000801;  // unsigned bytes, 1 dimension
@@ -71,6 +73,51 @@ std::string describe_gzip_failure(const std::exception& e) {
   if (auto zlib = dynamic_cast<const bio::zlib_error*>(&e))
     return describe_zlib(zlib->error());
   return e.what();
+}
+
+/// Where inflating the gzip file at `path` fails: the offset in the file of the first
+/// compressed byte zlib could not use, and how many bytes it had decompressed by then.
+/// Boost's filter decompresses a 64 KiB buffer before it hands out a byte, so the offset
+/// it reaches says nothing (it is 0 for damage anywhere in the first buffer); this second
+/// pass, run only once a read has failed, feeds zlib 4 KiB at a time and asks it.
+struct gzip_failure {
+  std::int64_t compressed = 0;
+  std::int64_t decompressed = 0;
+};
+
+gzip_failure locate_gzip_failure(const std::string& path) {
+  gzip_failure out;
+  std::ifstream file(path, std::ios::binary);
+  z_stream z{};
+  if (!file || inflateInit2(&z, 15 + 16) != Z_OK)  // 15 + 16: a gzip wrapper
+    return out;
+  std::array<unsigned char, 4096> in{};
+  std::array<unsigned char, 1 << 16> scratch{};
+  std::int64_t fed = 0;  // bytes of the file handed to zlib
+  int status = Z_OK;
+  while (status == Z_OK) {
+    if (z.avail_in == 0) {
+      file.read(reinterpret_cast<char*>(in.data()), in.size());
+      const auto got = file.gcount();
+      if (got <= 0)
+        break;  // the file ends inside the stream
+      z.next_in = in.data();
+      z.avail_in = static_cast<uInt>(got);
+      fed += got;
+    }
+    z.next_out = scratch.data();
+    z.avail_out = static_cast<uInt>(scratch.size());
+    status = inflate(&z, Z_NO_FLUSH);
+    out.decompressed += static_cast<std::int64_t>(scratch.size() - z.avail_out);
+    if (status == Z_STREAM_END) {  // one member done: a concatenated file goes on
+      if (z.avail_in == 0 && file.peek() == std::ifstream::traits_type::eof())
+        break;
+      status = inflateReset(&z);
+    }
+  }
+  out.compressed = fed - static_cast<std::int64_t>(z.avail_in);
+  inflateEnd(&z);
+  return out;
 }
 
 /// A file opened for sequential reading, through a gzip decompressor when its first two
@@ -127,11 +174,16 @@ class idx_stream {
         got = in_->gcount();
       } catch (const std::exception& e) {
         auto at = std::to_string(offset_ + done);
-        if (gzip_)
-          throw data_error("file '" + path_ + "' is not a valid gzip stream: decompression "
-                           "failed after " + at + " bytes" + offset_note() + ": " +
-                           describe_gzip_failure(e) +
+        if (gzip_) {
+          const auto failure = locate_gzip_failure(path_);
+          throw data_error("file '" + path_ +
+                           "' is not a valid gzip stream: decompression "
+                           "fails at byte " +
+                           std::to_string(failure.compressed) + " of the file, after " +
+                           std::to_string(failure.decompressed) +
+                           " bytes of decompressed data: " + describe_gzip_failure(e) +
                            "; the file may be damaged, `gzip -t` on it will tell");
+        }
         throw data_error("cannot read file '" + path_ + "': I/O error after " + at +
                          " bytes: " + e.what());
       }

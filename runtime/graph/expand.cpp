@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/model/layer.hpp"
 
 namespace troupe {
@@ -126,6 +127,20 @@ stage_split split_stages(const run_config& config, const std::vector<shape_t>& s
     throw config_error(p.where, "[parallel] pipeline = " + std::to_string(p.pipeline) +
                                     " stages, but the model has only " + std::to_string(layers) +
                                     " layers");
+  if (p.pipeline == 1)
+    return stage_split{{0}, {layers - 1}};
+  // balance_stages is O(P n^2): refused, rather than run for hours, when that is too much
+  // (Note [input limits] in runtime/base/limits.hpp).
+  const double work = static_cast<double>(p.pipeline) * static_cast<double>(layers) *
+                      static_cast<double>(layers) / 2;
+  if (work > limits::max_stage_split_work)
+    throw config_error(p.where, "[parallel] pipeline = " + std::to_string(p.pipeline) +
+                                    " stages over " + std::to_string(layers) +
+                                    " layers: balancing them would take " + shortest_text(work) +
+                                    " steps, more than the limit of " +
+                                    shortest_text(limits::max_stage_split_work) +
+                                    "; give the split yourself with [parallel] stages = "
+                                    "[[first, last], ...]");
   std::vector<double> costs;
   for (std::size_t i = 0; i < config.model.layers.size(); ++i)
     costs.push_back(create_layer(config.model.layers[i])->cost(shapes[i]));
@@ -158,6 +173,13 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
                                     " devices, but [parallel] devices lists " + std::to_string(D) +
                                     "; add devices or set share_devices = true");
   const auto layers = static_cast<std::int64_t>(config.model.layers.size());
+  // Each replica gets a layer actor, an averager and an optimizer per layer, plus a loss.
+  const auto actors = 1 + R * (3 * layers + 1);
+  if (actors > limits::max_actors)
+    throw config_error(p.where, "data = " + std::to_string(R) + " replicas of " +
+                                    std::to_string(layers) + " layers make about " +
+                                    std::to_string(actors) + " actors, more than the limit of " +
+                                    std::to_string(limits::max_actors));
   std::vector<std::int64_t> stage_of(static_cast<std::size_t>(layers));
   for (std::int64_t s = 0; s < P; ++s)
     for (auto i = split.first[static_cast<std::size_t>(s)]; i <= split.last[static_cast<std::size_t>(s)]; ++i)

@@ -11,13 +11,13 @@
 // Accepted tables (keys in any order):
 //
 //   [[actor]]
-//   name = "r0.layer_0"     # required, unique
+//   name = "r0.layer_0"     # required, unique, at most limits::max_name_length bytes
 //   kind = "layer"          # data_loader | layer | loss | averager | optimizer, or a
 //                           #   kind a plugin registered (runtime/graph/actor_signature.hpp)
 //   device = "cpu:0"        # required, one of [parallel] devices
-//   replica = 0             # optional integers >= 0; for a layer, replica and stage
-//   stage = 0               #   default to 0 and `layer` (the model index) is required
-//   layer = 0
+//   replica = 0             # optional indices, replica < limits::max_replicas, stage and
+//   stage = 0               #   layer < limits::max_layers; for a layer, replica and stage
+//   layer = 0               #   default to 0 and `layer` (the model index) is required
 //   type = "linear"         # kind = "layer" only: the layer type, then its settings
 //   out = 4                 #   (every other key)
 //   method = "central"      # kind = "averager" only: "central" | "ring" | "gloo",
@@ -29,12 +29,13 @@
 //   from = "loader"
 //   to = "r0.layer_0"
 //   kind = "activations"    # activations | labels | grads | ring | params
-//   capacity = 2            # optional credits, >= 0; 0 (the default) = unbounded
+//   capacity = 2            # optional credits in [0, 2^31 - 1]; 0 (the default) = unbounded
 #include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/core/device_name.hpp"
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/graph/topology.hpp"
@@ -106,21 +107,24 @@ class table_reader {
     auto parsed = parse_enum<Enum>(value);
     if (!parsed)
       fail(find(key)->where, key,
-           "unknown " + what + " '" + value + "'" + did_you_mean(value, valid) +
+           "unknown " + what + " " + quote_user_text(value) + did_you_mean(value, valid) +
                " (expected one of " + join(valid) + ")");
     return *parsed;
   }
 
-  std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t min) const {
+  /// An optional integer in [min, max]; the message states both ends, the real limit.
+  std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t min,
+                       std::int64_t max = std::numeric_limits<std::int32_t>::max()) const {
     const auto* value = find(key);
     if (!value)
       return fallback;
     const auto* number = std::get_if<std::int64_t>(&value->value);
     if (!number)
       fail(value->where, key, std::string("expected an integer, found ") + value_type_name(*value));
-    if (*number < min || *number > std::numeric_limits<std::int32_t>::max())
+    if (*number < min || *number > max)
       fail(value->where, key,
-           "expected an integer >= " + std::to_string(min) + ", found " + std::to_string(*number));
+           "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+               "], found " + std::to_string(*number));
     return *number;
   }
 
@@ -155,15 +159,20 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
   actor_plan actor;
   actor.where = table.where;
   actor.name = r.text("name", "\"r0.layer_0\"");
-  r.rename("[[actor]] '" + actor.name + "'");
+  if (actor.name.size() > limits::max_name_length)
+    r.fail(r.find("name")->where, "name",
+           "the name " + quote_user_text(actor.name) + " is longer than " +
+               std::to_string(limits::max_name_length) +
+               " bytes (the limit for names in a config)");
+  r.rename("[[actor]] " + quote_user_text(actor.name));
   // Any kind with a signature: the built-in ones and those of the plugins loaded.
   auto kind = r.text("kind", "\"layer\"");
   const auto* signature = find_actor_signature(kind);
   if (!signature) {
     auto kinds = actor_signature_kinds();
     r.fail(r.find("kind")->where, "kind",
-           "unknown actor kind '" + kind + "'" + did_you_mean(kind, kinds) + " (expected one of " +
-               join(kinds) +
+           "unknown actor kind " + quote_user_text(kind) + did_you_mean(kind, kinds) +
+               " (expected one of " + join(kinds) +
                "; a plugin's kind needs its plugin loaded: [run] plugins or --plugin)");
   }
   const bool built_in = signature->built_in;
@@ -181,9 +190,12 @@ actor_plan read_actor(const table_config& table, std::size_t index, const run_co
     r.fail(r.find("device")->where, "device", device.error);
   actor.device = device.id;
   const bool is_layer = actor.kind == actor_kind::layer;
-  actor.replica = static_cast<std::int32_t>(r.integer("replica", is_layer ? 0 : -1, 0));
-  actor.stage = static_cast<std::int32_t>(r.integer("stage", is_layer ? 0 : -1, 0));
-  actor.layer = static_cast<std::int32_t>(r.integer("layer", -1, 0));
+  // Indices, so bounded by the counts they index (Note [input limits]).
+  actor.replica = static_cast<std::int32_t>(
+      r.integer("replica", is_layer ? 0 : -1, 0, limits::max_replicas - 1));
+  actor.stage =
+      static_cast<std::int32_t>(r.integer("stage", is_layer ? 0 : -1, 0, limits::max_layers - 1));
+  actor.layer = static_cast<std::int32_t>(r.integer("layer", -1, 0, limits::max_layers - 1));
 
   if (is_layer) {
     if (!r.find("layer"))
@@ -227,7 +239,7 @@ wire_plan read_wire(const table_config& table, std::size_t index) {
   wire.where = table.where;
   wire.from = r.text("from", "\"loader\"");
   wire.to = r.text("to", "\"r0.layer_0\"");
-  r.rename("[[wire]] '" + wire.from + "' -> '" + wire.to + "'");
+  r.rename("[[wire]] " + quote_user_text(wire.from) + " -> " + quote_user_text(wire.to));
   wire.kind = r.choice<wire_kind>("kind", "wire kind");
   wire.capacity = r.integer("capacity", 0, 0);
   r.reject_unknown({"from", "to", "kind", "capacity"}, "a wire has only these");
@@ -252,8 +264,8 @@ std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features
     if (found == by_index.end()) {
       const auto& last = *by_index.rbegin()->second;
       throw config_error(last.where, "no layer actor holds model layer " + std::to_string(i) +
-                                         ", yet '" + last.name +
-                                         "' has layer = " + std::to_string(last.layer) +
+                                         ", yet " + quote_user_text(last.name) +
+                                         " has layer = " + std::to_string(last.layer) +
                                          "; number the model's layers 0, 1, 2, ... without gaps");
     }
     shapes.push_back(create_layer(found->second->math)->output_shape(shapes.back()));
@@ -271,6 +283,12 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
   t.microbatches = config.parallel.microbatches;
   t.schedule = config.parallel.schedule;
   t.averaging = config.parallel.averaging;
+  for (const auto* tables : {&config.actors, &config.wires})
+    if (static_cast<std::int64_t>(tables->size()) > limits::max_actors)
+      throw config_error((*tables)[static_cast<std::size_t>(limits::max_actors)].where,
+                         "more than " + std::to_string(limits::max_actors) + " [[" +
+                             (tables == &config.actors ? "actor" : "wire") +
+                             "]] tables (the limit); found " + std::to_string(tables->size()));
   for (std::size_t i = 0; i < config.actors.size(); ++i)
     t.actors.push_back(read_actor(config.actors[i], i, config));
   for (std::size_t i = 0; i < config.wires.size(); ++i)

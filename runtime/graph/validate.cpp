@@ -350,30 +350,47 @@ class validator {
     }
   }
 
+  // Depth-first, with a stack of its own: a chain of 50,000 layers must not take 50,000
+  // frames of the thread's stack (Note [input limits] in runtime/base/limits.hpp).
   void check_cycles() const {
     std::map<std::string, int> state;  // 0 unvisited, 1 on the path, 2 done
-    std::vector<std::string> path;
-    std::function<void(const std::string&)> visit = [&](const std::string& name) {
+    // The path from the root: each actor with its outgoing activations wires and the next
+    // of them to follow.
+    struct frame {
+      const std::string* name;
+      std::vector<const wire_plan*> wires;
+      std::size_t next = 0;
+    };
+    std::vector<frame> path;
+    auto enter = [&](const std::string& name) {
       state[name] = 1;
-      path.push_back(name);
-      for (const auto* w : outgoing(actor(name), wire_kind::activations)) {
+      path.push_back({&name, outgoing(actor(name), wire_kind::activations)});
+    };
+    for (const auto& a : t_.actors) {
+      if (state[a.name] != 0)
+        continue;
+      enter(a.name);
+      while (!path.empty()) {
+        auto& top = path.back();
+        if (top.next == top.wires.size()) {
+          state[*top.name] = 2;
+          path.pop_back();
+          continue;
+        }
+        const auto* w = top.wires[top.next++];
         if (state[w->to] == 1) {
           std::string cycle;
-          auto start = std::find(path.begin(), path.end(), w->to);
+          auto start = std::find_if(path.begin(), path.end(),
+                                    [&](const frame& f) { return *f.name == w->to; });
           for (auto it = start; it != path.end(); ++it)
-            cycle += named(*it) + " -> ";
+            cycle += named(*it->name) + " -> ";
           fail(w->where, "activations wires form a cycle: " + cycle + named(w->to) +
                              "; activations flow one way, from the data loader to the losses");
         }
         if (state[w->to] == 0)
-          visit(w->to);
+          enter(actor(w->to).name);
       }
-      path.pop_back();
-      state[name] = 2;
-    };
-    for (const auto& a : t_.actors)
-      if (state[a.name] == 0)
-        visit(a.name);
+    }
   }
 
   /// Calls f(wire, from, to) for every activations wire, in wire order.
@@ -484,14 +501,20 @@ class validator {
                                         const std::string& where_to) const {
     std::vector<const actor_plan*> reached;
     std::set<std::string> seen;
-    std::function<void(const wire_plan&)> visit = [&](const wire_plan& w) {
+    // The wires still to follow, latest first; a stack of its own rather than recursion,
+    // for a long chain of custom actors (Note [input limits]). Wires are taken in the
+    // order recursion would take them, so the first failure is the same.
+    std::vector<const wire_plan*> pending{&start};
+    while (!pending.empty()) {
+      const auto& w = *pending.back();
+      pending.pop_back();
       const auto& next = actor(forward ? w.to : w.from);
       if (!is_custom(next)) {
         reached.push_back(&next);
-        return;
+        continue;
       }
       if (!seen.insert(next.name).second)
-        return;
+        continue;
       auto onward = forward ? outgoing(next, start.kind) : incoming(next, start.kind);
       if (onward.empty())
         fail(start.where,
@@ -501,10 +524,9 @@ class validator {
                                 " wire from " + named(next.name) + " to " + where_to
                           : "gets them from no one: add a " + std::string(to_string(start.kind)) +
                                 " wire to " + named(next.name) + " from " + where_to));
-      for (const auto* w : onward)
-        visit(*w);
-    };
-    visit(start);
+      for (auto it = onward.rbegin(); it != onward.rend(); ++it)
+        pending.push_back(*it);
+    }
     if (reached.empty())
       fail(start.where, what + " go round a cycle of custom actors and never reach " + where_to);
     return reached;

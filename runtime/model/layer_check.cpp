@@ -1,9 +1,12 @@
 // layer_check.cpp: finite-difference checking of a layer's backward.
 #include "runtime/model/layer_check.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 
 namespace troupe {
@@ -74,11 +77,72 @@ void compare(check_state& s, tensor& values, const tensor& analytic, const std::
 
 }  // namespace
 
+namespace {
+
+// The number of values of `shape` with a batch of `batch` in front, or nothing when that
+// overflows or passes limits::max_tensor_elements.
+std::optional<std::int64_t> batched_count(std::int64_t batch, const shape_t& shape) {
+  std::optional<std::int64_t> count = batch;
+  for (auto d : shape)
+    if (count)
+      count = checked_multiply(*count, d);
+  if (!count || *count > limits::max_tensor_elements)
+    return std::nullopt;
+  return count;
+}
+
+std::string shape_words(std::int64_t batch, const shape_t& shape) {
+  return "a batch of " + std::to_string(batch) + " x " + shape_to_string(shape);
+}
+
+}  // namespace
+
+void check_gradient_check_size(const layer& math, const std::string& type,
+                               const gradient_check_options& options) {
+  const auto input = batched_count(options.batch, options.input_shape);
+  if (!input)
+    throw user_error("check-layer " + quote_user_text(type) + ": " +
+                     shape_words(options.batch, options.input_shape) +
+                     " is more than the limit of " + std::to_string(limits::max_tensor_elements) +
+                     " values; use a smaller --input or --batch");
+  // Each checked value (an input or a parameter) costs two forward passes.
+  double values = static_cast<double>(*input);
+  for (const auto& spec : math.parameters(options.input_shape)) {
+    const auto count = batched_count(1, spec.shape);
+    if (!count)
+      throw user_error("check-layer " + quote_user_text(type) + ": its parameter " +
+                       quote_user_text(spec.name) + " of shape " + shape_to_string(spec.shape) +
+                       " is more than the limit of " + std::to_string(limits::max_tensor_elements) +
+                       " values; use a smaller --input or smaller settings");
+    values += static_cast<double>(*count);
+  }
+  const auto output = batched_count(options.batch, math.output_shape(options.input_shape));
+  if (!output)
+    throw user_error("check-layer " + quote_user_text(type) + ": its output for " +
+                     shape_words(options.batch, options.input_shape) +
+                     " is more than the limit of " + std::to_string(limits::max_tensor_elements) +
+                     " values; use a smaller --input, --batch or settings");
+  const double per_pass =
+      std::max(1.0, math.cost(options.input_shape)) * static_cast<double>(options.batch);
+  const double work = 2 * values * per_pass;
+  if (!(work <= limits::max_gradient_check_flops))
+    throw user_error(
+        "check-layer " + quote_user_text(type) + ": checking " +
+        shape_words(options.batch, options.input_shape) +
+        " by finite differences takes 2 forward passes for each of " + shortest_text(values) +
+        " values, about " + shortest_text(work) +
+        " floating-point operations, more than the "
+        "limit of " +
+        shortest_text(limits::max_gradient_check_flops) +
+        "; use a smaller --input or --batch (a few features check a layer as well as many)");
+}
+
 gradient_check_result check_layer_gradients(const layer_config& config,
                                             const gradient_check_options& options) {
   gradient_check_result result;
   auto math = create_layer(config);
   math->bind(device_type::cpu);
+  check_gradient_check_size(*math, config.type, options);
   keyed_random random{options.seed, 0xc4ec};
 
   check_state s;

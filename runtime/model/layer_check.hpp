@@ -34,7 +34,16 @@ struct gradient_check_result {
   std::string summary;           // one line: what was checked and the worst error
 };
 
+/// Runs the check. Throws user_error, before any work, when the check would be too big:
+/// a tensor past limits::max_tensor_elements, or more than limits::max_gradient_check_flops
+/// of finite differences (check_gradient_check_size).
 gradient_check_result check_layer_gradients(const layer_config& config,
                                             const gradient_check_options& options);
+
+/// Throws user_error when checking `math` (a layer of type `type`) with `options` would
+/// build a tensor past limits::max_tensor_elements or take more than
+/// limits::max_gradient_check_flops (Note [input limits] in runtime/base/limits.hpp).
+void check_gradient_check_size(const layer& math, const std::string& type,
+                               const gradient_check_options& options);
 
 }  // namespace troupe

@@ -291,7 +291,12 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
   svg += "<g class=\"axis\">\n";
   svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
                 label_width, plot_bottom, label_width + plot_width, plot_bottom);
-  for (double t = std::ceil(start_ms / tick - 1e-9) * tick; t <= end_ms + 1e-9 * tick; t += tick) {
+  // Ticks counted by an integer, never by adding tick to t: far from 0 (a large timestamp)
+  // t + tick can round back to t and the loop would never end (Note [input limits]).
+  const double first_tick = std::ceil(start_ms / tick - 1e-9);
+  const double tick_count = std::floor((end_ms + 1e-9 * tick) / tick) - first_tick + 1;
+  for (int i = 0; i < std::min(tick_count, 100.0); ++i) {
+    double t = (first_tick + i) * tick;
     if (std::abs(t) < 1e-6 * tick)
       t = 0;  // not "-0.0"
     double x = x_of(t * 1000);

@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
-#include <fstream>
+#include <cmath>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_input.hpp"  // json_too_deep_at, describe_json_value
+#include "runtime/base/limits.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -17,6 +17,13 @@ namespace troupe {
 namespace {
 
 using json = nlohmann::json;
+
+// The largest magnitude a number of a trace may have: 1e18 (microseconds: 31,000 years).
+// Below 2^63, so that every count converts to an integer, and far from the double range,
+// so that sums of times stay finite (Note [input limits] in runtime/base/limits.hpp).
+constexpr double max_trace_number = 1e18;
+// The most replicas, stages or micro-batches otherData may state (a run's are far fewer).
+constexpr std::int64_t max_trace_count = std::int64_t{1} << 20;
 
 // Reading one event: errors name the file, the event's index and the field.
 struct event_reader {
@@ -36,15 +43,21 @@ struct event_reader {
     if (!value)
       return otherwise;
     if (!value->is_number())
-      fail(std::string{"\""} + key + "\" should be a number, found " + value->dump());
-    return value->get<double>();
+      fail(std::string{"\""} + key + "\" should be a number, found " + describe_json_value(*value));
+    // A number past the double range parses as infinity (or is refused by the parser);
+    // every later sum and conversion assumes finite times and counts.
+    const auto x = value->get<double>();
+    if (!std::isfinite(x) || std::abs(x) > max_trace_number)
+      fail(std::string{"\""} + key + "\" is " + describe_json_value(*value) +
+           ", outside the range of a trace's numbers (magnitude at most 1e18)");
+    return x;
   }
   std::string text(const json& object, const char* key) const {
     auto* value = field(object, key);
     if (!value)
       return {};
     if (!value->is_string())
-      fail(std::string{"\""} + key + "\" should be a string, found " + value->dump());
+      fail(std::string{"\""} + key + "\" should be a string, found " + describe_json_value(*value));
     return value->get<std::string>();
   }
   const json& args() const {
@@ -53,29 +66,52 @@ struct event_reader {
     if (!value)
       return empty;
     if (!value->is_object())
-      fail("\"args\" should be an object, found " + value->dump());
+      fail("\"args\" should be an object, found " + describe_json_value(*value));
     return *value;
   }
 };
 
 std::int64_t to_int(double x) { return static_cast<std::int64_t>(x); }
 
+// A number of otherData as an integer, when it is one within the range of a trace's
+// numbers; else `otherwise`.
+std::int64_t small_integer(const json& object, const char* key, std::int64_t otherwise) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number())
+    return otherwise;
+  const auto x = it->get<double>();
+  return std::isfinite(x) && std::abs(x) <= max_trace_number ? static_cast<std::int64_t>(x)
+                                                             : otherwise;
+}
+
 void read_other_data(const json& other, trace_file& out) {
   auto integer = [&](const char* key, std::int64_t otherwise) {
-    auto it = other.find(key);
-    return it != other.end() && it->is_number() ? it->get<std::int64_t>() : otherwise;
+    return small_integer(other, key, otherwise);
   };
   auto text = [&](const json& object, const char* key) {
     auto it = object.find(key);
     return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
   };
   auto small = [&](const json& object, const char* key) {
-    auto it = object.find(key);
-    return it != object.end() && it->is_number() ? it->get<std::int32_t>() : -1;
+    const auto x = small_integer(object, key, -1);
+    return x >= std::numeric_limits<std::int32_t>::min() &&
+                   x <= std::numeric_limits<std::int32_t>::max()
+               ? static_cast<std::int32_t>(x)
+               : -1;
   };
-  out.replicas = std::max<std::int64_t>(1, integer("replicas", 1));
-  out.stages = std::max<std::int64_t>(1, integer("stages", 1));
-  out.microbatches = std::max<std::int64_t>(1, integer("microbatches", 1));
+  // The tools loop over stages (and size tables by them): a count no run could have is
+  // refused rather than looped over.
+  auto count = [&](const char* key) {
+    const auto value = std::max<std::int64_t>(1, integer(key, 1));
+    if (value > max_trace_count)
+      throw user_error(out.path + ": otherData." + key + " is " + std::to_string(value) +
+                       ", more than the limit of " + std::to_string(max_trace_count) +
+                       "; expected a trace written by troupe run --trace");
+    return value;
+  };
+  out.replicas = count("replicas");
+  out.stages = count("stages");
+  out.microbatches = count("microbatches");
   out.dropped_events = integer("dropped_events", 0);
   out.schedule = text(other, "schedule");
   out.config = text(other, "config");
@@ -90,10 +126,8 @@ void read_other_data(const json& other, trace_file& out) {
     for (const auto& w : *wires) {
       if (!w.is_object())
         continue;
-      auto capacity = w.find("capacity");
-      out.wires.push_back({text(w, "from"), text(w, "to"), text(w, "kind"),
-                           capacity != w.end() && capacity->is_number() ? capacity->get<std::int64_t>()
-                                                                        : 0});
+      out.wires.push_back(
+          {text(w, "from"), text(w, "to"), text(w, "kind"), small_integer(w, "capacity", 0)});
     }
 }
 
@@ -107,12 +141,25 @@ const trace_track* trace_file::find_track(const std::string& name) const {
 }
 
 trace_file parse_trace(const std::string& text, const std::string& path) {
+  // nlohmann parses deep nesting without recursion, but its dump() and destructor recurse
+  // once per level: refuse deep nesting before it is built (Note [input limits]).
+  const auto too_deep = json_too_deep_at(text.data(), text.data() + text.size());
+  if (too_deep != text.size())
+    throw user_error(path + ": arrays and objects nest more than " +
+                     std::to_string(max_json_depth) + " levels deep at byte " +
+                     std::to_string(too_deep) +
+                     "; expected a trace written by troupe run --trace (it nests 4 deep)");
   json root;
   try {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
     throw user_error(path + ": not JSON (at byte " + std::to_string(e.byte) +
                      "); expected a trace written by troupe run --trace");
+  } catch (const json::exception& e) {
+    // A number past the double range ("1e400") is nlohmann's out_of_range, not a
+    // parse_error; its message names the number (cut short: it may be long).
+    throw user_error(path + ": not JSON: " + quote_user_text(e.what(), 160) +
+                     "; expected a trace written by troupe run --trace");
   }
   auto events = root.is_object() ? root.find("traceEvents") : root.end();
   auto other = root.is_object() ? root.find("otherData") : root.end();
@@ -132,7 +179,7 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
     const auto& e = (*events)[i];
     event_reader read{path, i, e};
     if (!e.is_object())
-      read.fail("an event should be an object, found " + e.dump());
+      read.fail("an event should be an object, found " + describe_json_value(e));
     if (read.text(e, "ph") != "M")
       continue;
     auto pid = to_int(read.number(e, "pid", 0));
@@ -217,18 +264,9 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
 }
 
 trace_file load_trace(const std::string& path) {
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored))
-    throw user_error("'" + path + "' is a directory, not a trace file");
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw user_error("cannot open the trace file '" + path +
-                     "'; write one with troupe run CONFIG.toml --trace " + path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (!file && !file.eof())
-    throw user_error("reading the trace file '" + path + "' failed");
-  return parse_trace(text.str(), path);
+  const auto text = read_file_capped(path, limits::max_trace_bytes, "the trace file",
+                                     "; write one with troupe run CONFIG.toml --trace " + path);
+  return parse_trace(text, path);
 }
 
 bool natural_less(const std::string& a, const std::string& b) {

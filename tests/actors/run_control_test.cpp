@@ -99,3 +99,25 @@ TEST_CASE("a run of no items is done before it starts") {
   run_control control{plan_of(0, 2, false)};
   CHECK(control.done());
 }
+
+TEST_CASE("the items of a run are counted without visiting its steps, as a loop over them would") {
+  // Against the loop the count replaces, over small plans of every shape.
+  for (std::int64_t total = 1; total <= 12; ++total)
+    for (std::int64_t per_epoch = 1; per_epoch <= 5; ++per_epoch)
+      for (std::int64_t first = 0; first < total; ++first)
+        for (bool evaluate : {false, true}) {
+          auto plan = plan_of(total, per_epoch, evaluate);
+          plan.first_step = first;
+          std::int64_t evaluations = 0;
+          for (std::int64_t s = first; s < total; ++s)
+            evaluations += plan.evaluates_after(s) ? 1 : 0;
+          run_control control{plan};
+          INFO(total, " steps, ", per_epoch, " per epoch, from ", first, ", evaluate ", evaluate);
+          CHECK(control.items_left() == total - first + evaluations * plan.eval_batches);
+        }
+  // 2^40 steps: counted at once (the loop took hours before a run printed anything).
+  auto huge = plan_of(std::int64_t{1} << 40, 7, true);
+  run_control control{huge};
+  const auto evaluations = ((std::int64_t{1} << 40) + 6) / 7;
+  CHECK(control.items_left() == (std::int64_t{1} << 40) + evaluations * huge.eval_batches);
+}

@@ -456,3 +456,32 @@ TEST_CASE("the installed Fashion-MNIST loads with its published shapes") {
   // mean is within 0.00005 / 0.3530 ~ 1.5e-4 of zero; 1e-3 leaves room for that.
   CHECK(std::abs(sum / static_cast<double>(split.train.images.size())) < 1e-3);
 }
+
+TEST_CASE(
+    "a corrupt gzip file names the byte of the file where decompression fails, not offset 0") {
+  temp_directory dir;
+  // 1 MB of pixels that compress, but not to nothing: the damage lands in Huffman-coded data.
+  bytes pixels(1'000'000);
+  for (std::size_t i = 0; i < pixels.size(); ++i)
+    pixels[i] = static_cast<std::uint8_t>((i * i / 7 + i / 13) % 200);
+  write_gzip(dir / "good.gz", idx_images_file(100, 100, 100, pixels));
+  auto damaged = read_raw(dir / "good.gz");
+  const std::size_t damage_at = damaged.size() / 3;
+  REQUIRE(damage_at > 4096);
+  for (std::size_t i = damage_at; i < damage_at + 64; ++i)
+    damaged[i] ^= 0x5a;
+  write_raw(dir / "damaged.gz", damaged);
+  const auto message = data_error_of([&] { troupe::read_idx_images(dir / "damaged.gz"); });
+  INFO(message);
+  // "fails at byte N of the file, after M bytes of decompressed data": N cannot be before
+  // the damage, and everything before it decompressed.
+  const auto at = message.find("fails at byte ");
+  REQUIRE(at != std::string::npos);
+  const auto byte = std::stoull(message.substr(at + 14));
+  CHECK(byte >= damage_at);
+  CHECK(byte <= damaged.size());
+  const auto after = message.find(", after ");
+  REQUIRE(after != std::string::npos);
+  CHECK(std::stoull(message.substr(after + 8)) > 1000);
+  CHECK_FALSE(contains(message, "after 0 bytes"));
+}

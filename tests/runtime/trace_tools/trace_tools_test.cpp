@@ -370,7 +370,7 @@ TEST_CASE("a missing file, text that is not JSON and JSON that is not a troupe t
   CHECK_THROWS_WITH_AS(
       parse_trace(R"({"traceEvents": [{"ph": "X", "ts": "soon"}], "otherData": {"tracks": []}})",
                   "odd.json"),
-      "odd.json: traceEvents[0]: \"ts\" should be a number, found \"soon\"", user_error);
+      "odd.json: traceEvents[0]: \"ts\" should be a number, found the string 'soon'", user_error);
 }
 
 TEST_CASE("a trace written by the recorder reads back") {

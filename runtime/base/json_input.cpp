@@ -1,6 +1,6 @@
 // json_input.cpp: the depth check, the duplicate-key check and the quoting declared in
 // json_input.hpp. It knows no schema; callers check what the parsed value must contain.
-#include "runtime/checkpoint/json_input.hpp"
+#include "runtime/base/json_input.hpp"
 
 #include <cstdio>
 #include <set>
@@ -25,25 +25,6 @@ std::size_t cut_point(const std::string& text, std::size_t limit) {
 
 }  // namespace
 
-std::string quote_user_text(const std::string& text, std::size_t limit) {
-  const std::size_t cut = cut_point(text, limit);
-  std::string out = "'";
-  for (std::size_t i = 0; i < cut; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02X", c);
-      out += escaped;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += "'";
-  if (cut < text.size())
-    out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
-
 std::string describe_json_value(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::null:
@@ -65,11 +46,7 @@ std::string describe_json_value(const nlohmann::json& value) {
   }
 }
 
-namespace {
-
-// The deepest nesting of [ and { outside strings, and where it first passes the limit
-// (text.size() if it never does). Does not validate anything else; the parser does.
-std::size_t first_too_deep(const char* begin, const char* end) {
+std::size_t json_too_deep_at(const char* begin, const char* end) {
   int depth = 0;
   bool in_string = false;
   bool escaped = false;
@@ -94,10 +71,8 @@ std::size_t first_too_deep(const char* begin, const char* end) {
   return static_cast<std::size_t>(end - begin);
 }
 
-}  // namespace
-
 nlohmann::json parse_untrusted_json(const char* begin, const char* end, const std::string& what) {
-  const auto too_deep = first_too_deep(begin, end);
+  const auto too_deep = json_too_deep_at(begin, end);
   if (too_deep != static_cast<std::size_t>(end - begin))
     throw data_error(what + ": arrays and objects nest more than " +
                      std::to_string(max_json_depth) + " levels deep at byte " +

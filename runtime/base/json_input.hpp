@@ -1,5 +1,5 @@
 // json_input.hpp: reading JSON that arrives from a file (a safetensors header, a checkpoint
-// manifest), and quoting the file's text in error messages. Internal to runtime/checkpoint.
+// manifest, a trace), and describing its values in error messages.
 //
 // Before nlohmann sees the text, its nesting depth is measured on the raw bytes: a header of
 // 100000 '[' must be refused, not handed to code that recurses per level (nlohmann's
@@ -13,15 +13,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/limits.hpp"  // quote_user_text, limits::max_json_nesting
+
 namespace troupe {
 
 /// The deepest nesting of arrays and objects parse_untrusted_json accepts. Our formats
-/// need 3 levels; 64 leaves room for other writers' metadata and keeps recursion shallow.
-constexpr int max_json_depth = 64;
+/// need 4 levels; 64 leaves room for other writers' metadata and keeps recursion shallow.
+constexpr int max_json_depth = limits::max_json_nesting;
 
-/// `text` for an error message: in single quotes, control characters as \xNN, cut to
-/// `limit` bytes (at a UTF-8 character boundary) with "..." and the full length noted.
-std::string quote_user_text(const std::string& text, std::size_t limit = 80);
+/// The byte offset in [begin, end) where arrays and objects (outside strings) first nest
+/// deeper than max_json_depth, or end - begin when they never do. Validates nothing else.
+std::size_t json_too_deep_at(const char* begin, const char* end);
 
 /// What a JSON value is, for "expected ..., found ..." messages: "the string 'x'",
 /// "the number 1.5", "an array of 3 elements", "an object with 2 fields", "null".

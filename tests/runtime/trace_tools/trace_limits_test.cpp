@@ -1,0 +1,107 @@
+// Traces that are valid JSON but hostile (runtime/trace_tools/, Note [input limits] in
+// runtime/base/limits.hpp): deep nesting, huge strings and numbers out of range are user
+// errors with short messages, and large timestamps draw a timeline instead of looping.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/trace_tools/summary.hpp"
+#include "runtime/trace_tools/timeline.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
+#include "troupe/error.hpp"
+
+using namespace troupe;
+
+namespace {
+
+// A trace of one device stream with `steps` forward jobs, step k at `start + k * gap`.
+std::string jobs_trace(double start, double gap, int steps) {
+  using nlohmann::json;
+  json events = json::array(
+      {{{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"args", {{"name", "cpu:0"}}}},
+       {{"ph", "M"},
+        {"name", "thread_name"},
+        {"pid", 1},
+        {"tid", 1},
+        {"args", {{"name", "cpu:0 stream"}}}}});
+  for (int k = 0; k < steps; ++k)
+    events.push_back({{"ph", "X"},
+                      {"cat", "job"},
+                      {"name", "forward"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", start + k * gap},
+                      {"dur", gap / 2},
+                      {"args", {{"step", k}, {"microbatch", 0}, {"actor", "layer_0"}}}});
+  json tracks = json::array({{{"name", "cpu:0 stream"}, {"kind", "stream"}, {"device", "cpu:0"}}});
+  return json{{"traceEvents", events}, {"otherData", {{"tracks", tracks}}}}.dump();
+}
+
+const std::string no_tracks = R"(, "otherData": {"tracks": []}})";
+
+}  // namespace
+
+TEST_CASE(
+    "a trace event nested 100,000 deep is refused before it is parsed, with a short message") {
+  const auto text = R"({"traceEvents": [{"ph": "X", "ts": 1, "name": )" +
+                    std::string(100'000, '[') + std::string(100'000, ']') + "}]" + no_tracks;
+  CHECK_THROWS_WITH_AS(parse_trace(text, "deep.json"),
+                       doctest::Contains("deep.json: arrays and objects nest more than 64 levels "
+                                         "deep at byte"),
+                       user_error);
+}
+
+TEST_CASE("a wrong value is described, not echoed: a 20 MB string, a deep array") {
+  const auto big = R"({"traceEvents": [{"ph": "X", "ts": 1, "args": ")" +
+                   std::string(20'000'000, 'x') + "\"}]" + no_tracks;
+  try {
+    parse_trace(big, "big.json");
+    FAIL("expected a user_error");
+  } catch (const user_error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("\"args\" should be an object, found the string 'xxx") != std::string::npos);
+    CHECK(message.find("(20000000 bytes)") != std::string::npos);
+    CHECK(message.size() < 300);
+  }
+  const auto array = R"({"traceEvents": [{"ph": "X", "ts": 1, "args": [[[[1]]]]}])" + no_tracks;
+  CHECK_THROWS_WITH_AS(
+      parse_trace(array, "a.json"),
+      doctest::Contains("\"args\" should be an object, found an array of 1 elements"), user_error);
+}
+
+TEST_CASE(
+    "numbers past the range of a trace's numbers are user errors naming the event and field") {
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [{"ph": "X", "ts": 1e300}])" + no_tracks, "n.json"),
+      doctest::Contains("n.json: traceEvents[0]: \"ts\" is the number 1e+300, outside the range"),
+      user_error);
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [{"ph": "X", "ts": 1, "args": {"step": -1e19}}])" + no_tracks,
+                  "n.json"),
+      doctest::Contains("\"step\" is the number"), user_error);
+  // Past the double range: nlohmann refuses it as JSON.
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [{"ph": "X", "ts": 1e400}])" + no_tracks, "n.json"),
+      doctest::Contains("n.json: not JSON"), user_error);
+  // otherData's counts bound loops of the tools.
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [], "otherData": {"stages": 1e12, "tracks": []}})", "s.json"),
+      doctest::Contains(
+          "s.json: otherData.stages is 1000000000000, more than the limit of 1048576"),
+      user_error);
+}
+
+TEST_CASE("a timeline of steps at timestamps near 1e18 microseconds is drawn, not looped over") {
+  // At 1e18 us doubles are 128 us apart and a tick of 0.05 ms no longer moves t: the axis
+  // loop counted ticks by adding them and never ended.
+  const auto trace = parse_trace(jobs_trace(9.9e17, 128, 5), "late.json");
+  const auto started = std::chrono::steady_clock::now();
+  const auto svg = render_timeline_svg(trace, timeline_options{});
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+  CHECK(svg.find("</svg>") != std::string::npos);
+  CHECK(svg.size() < 100'000);
+  CHECK(summarize_trace(trace).devices.size() == 1);
+}
