@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -383,6 +384,13 @@ caf::behavior node_watch(watch_actor* self, joined_cluster joined, caf::actor tr
         if (it != self->state.nodes.end())
           it->second.last_heard = clock::now();
       },
+      [self](caf::get_atom) {  // the ranks of the nodes lost so far
+        std::vector<std::int32_t> lost;
+        for (const auto& [rank, w] : self->state.nodes)
+          if (w.lost)
+            lost.push_back(rank);
+        return lost;
+      },
   };
 }
 
@@ -680,7 +688,23 @@ void coordinator_gate::watch(const joined_cluster& joined) {
 std::vector<trace::node_trace> coordinator_gate::collect_traces(const joined_cluster& joined) {
   std::vector<trace::node_trace> out;
   caf::scoped_actor self{system_};
+  // A node the watch has lost never answers: asking it would hold the end of the run (and
+  // node0's own trace) for the whole [cluster] timeout.
+  std::set<std::int32_t> lost;
+  if (watch_)
+    self->request(watch_, milliseconds(node_.timeout), caf::get_atom::value)
+        .receive(
+            [&](const std::vector<std::int32_t>& ranks) {
+              lost.insert(ranks.begin(), ranks.end());
+            },
+            [&](caf::error&) {});
   for (std::size_t k = 1; k < joined.agents.size(); ++k) {
+    if (lost.count(static_cast<std::int32_t>(k))) {
+      std::fprintf(stderr,
+                   "troupe: node%zu's trace is left out of the merged trace: the node was lost\n",
+                   k);
+      continue;
+    }
     trace::node_trace t;
     t.node = static_cast<int>(k);
     t.where = joined.where[k];

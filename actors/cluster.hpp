@@ -190,7 +190,8 @@ class coordinator_gate {
   void finish(const joined_cluster& joined, int code);
 
   /// Every live worker's trace (worker_link::serve's `trace_json`) with its clock offset.
-  /// A worker that does not answer within the timeout is left out (and said so on stderr).
+  /// A worker that does not answer within the timeout, or that the watch has lost (asked at
+  /// once), is left out (and said so on stderr).
   std::vector<trace::node_trace> collect_traces(const joined_cluster& joined);
 
   /// The run's gloo rendezvous store (cluster_gloo_store), on this node.

@@ -1,12 +1,16 @@
-// metrics_writer.cpp: JSON lines, written whole.
+// metrics_writer.cpp: JSON lines, each written whole as it is made.
 //
 // Note [whole lines]
 // A buffered std::ofstream hands its buffer to the file whenever it fills, which is
-// usually in the middle of a line, and a program tailing the metrics file then reads a
-// line cut in two. Here lines collect in a string and go to the file in one write() of
-// whole lines only (the loop continues a short write, which a regular file only does when
-// the disk is full). As many system calls as before: one per ~8 KiB, plus one per
-// evaluation and at the end, so the file is at most a second behind the run.
+// usually in the middle of a line: a program tailing the metrics file reads a line cut in
+// two, a killed run leaves its last lines in a buffer that is never written, and a write
+// that fails (a full disk) is only noticed, if at all, when the stream is closed. Here
+// each line is one write() of the whole line, made when the line is: a kill can only lose
+// the line being made, and each write's result is seen at once. That is one system call
+// per step (a few microseconds, against steps of a millisecond or more). A write that
+// writes only part of a line (the disk filled up during it) is undone by truncating the
+// file back to its last whole line, where the file allows it (a regular file does,
+// /dev/full does not), so that even a full disk never leaves half a record.
 #include "actors/metrics_writer.hpp"
 
 #include <fcntl.h>
@@ -14,59 +18,59 @@
 
 #include <cerrno>
 
-namespace troupe {
+#include "runtime/base/output_file.hpp"
 
-metrics_writer::metrics_writer(std::size_t flush_bytes, std::chrono::milliseconds flush_interval)
-    : flush_bytes_(flush_bytes), flush_interval_(flush_interval) {}
+namespace troupe {
 
 metrics_writer::~metrics_writer() { close(); }
 
 bool metrics_writer::open(const std::string& path, bool append) {
   close();
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0666);
   path_ = path;
-  good_ = fd_ >= 0;
-  last_flush_ = std::chrono::steady_clock::now();
-  return good_;
-}
-
-void metrics_writer::add(const nlohmann::json& record) {
-  if (fd_ < 0)
-    return;
-  pending_ += record.dump();
-  pending_ += '\n';
-  auto now = std::chrono::steady_clock::now();
-  if (pending_.size() >= flush_bytes_ || now - last_flush_ >= flush_interval_)
-    flush();
-}
-
-bool metrics_writer::flush() {
-  last_flush_ = std::chrono::steady_clock::now();
-  std::size_t written = 0;
-  while (fd_ >= 0 && good_ && written < pending_.size()) {
-    auto n = ::write(fd_, pending_.data() + written, pending_.size() - written);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      good_ = false;
-    else
-      written += static_cast<std::size_t>(n);
+  error_.clear();
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0666);
+  if (fd_ < 0) {
+    error_ = "cannot write the metrics file '" + path + "': " + describe_errno(errno);
+    return false;
   }
-  pending_.clear();
-  return good_;
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  whole_ = end > 0 ? end : 0;  // a device (/dev/null, /dev/full) has no size
+  return true;
+}
+
+void metrics_writer::fail(const std::string& what, int error) {
+  if (error_.empty())
+    error_ = what + " the metrics file '" + path_ + "' failed: " + describe_errno(error);
+}
+
+void metrics_writer::write_line(const nlohmann::json& record) {
+  if (fd_ < 0 || !good())
+    return;
+  std::string line = record.dump();
+  line += '\n';
+  // One write() of the whole line; write_all only loops when the kernel wrote less.
+  if (const int error = write_all(fd_, line.data(), line.size())) {
+    fail("writing", error);
+    if (::ftruncate(fd_, whole_) != 0) {
+      // Not a regular file (or not ours to cut): what it holds past whole_ stays.
+    }
+    return;
+  }
+  whole_ += static_cast<off_t>(line.size());
 }
 
 void metrics_writer::close() {
   if (fd_ < 0)
     return;
-  flush();
-  ::close(fd_);
+  const int fd = fd_;
   fd_ = -1;
+  if (::close(fd) != 0)  // never retried: on Linux the descriptor is gone anyway
+    fail("closing", errno);
 }
 
 void metrics_writer::step(std::int64_t step, std::int64_t epoch, double loss, double accuracy,
                           double lr, double samples_per_second) {
-  add({
+  write_line({
       {"step", step},
       {"epoch", epoch},
       {"loss", loss},
@@ -78,17 +82,16 @@ void metrics_writer::step(std::int64_t step, std::int64_t epoch, double loss, do
 
 void metrics_writer::evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
                                 double test_accuracy) {
-  add({
+  write_line({
       {"epoch", epoch},
       {"step", steps_done},
       {"test_loss", test_loss},
       {"test_accuracy", test_accuracy},
   });
-  flush();
 }
 
 void metrics_writer::checkpoint(std::int64_t steps, const std::string& directory) {
-  add({{"event", "checkpoint"}, {"steps", steps}, {"path", directory}});
+  write_line({{"event", "checkpoint"}, {"steps", steps}, {"path", directory}});
 }
 
 void metrics_writer::end(const char* event, std::int64_t steps, double train_seconds,
@@ -105,7 +108,7 @@ void metrics_writer::end(const char* event, std::int64_t steps, double train_sec
     record["test_accuracy"] = test_accuracy;
   if (!error.empty())
     record["error"] = error;
-  add(record);
+  write_line(record);
   close();
 }
 

@@ -2,13 +2,18 @@
 //
 // Lines: one per training step {"step", "epoch", "loss", "accuracy", "lr",
 // "samples_per_s"}, one per evaluation {"epoch", "step", "test_loss", "test_accuracy"},
-// and a last one {"event": "done"|"failed", "steps", "train_seconds", "samples_per_s",
-// "devices", ["test_accuracy"], ["error"]}. Lines are written whole (Note [whole lines]),
-// so a program that follows the file while the run trains never reads half a line. It
-// does not decide what goes into a line beyond its keys; the trainer passes the values.
+// one per complete checkpoint {"event": "checkpoint", "steps", "path"}, and a last one
+// {"event": "done"|"failed"|"interrupted", "steps", "train_seconds", "samples_per_s",
+// "devices", ["test_accuracy"], ["error"]}. Each line goes to the file as it is made, in
+// one write() (Note [whole lines]), so a program that follows the file never reads half a
+// line and a killed run loses nothing it had reported. Every write is checked: after the
+// first failure good() is false and error() names the file and the OS error. It does not
+// decide what goes into a line beyond its keys, nor what a failure means for the run: the
+// trainer passes the values and ends the run.
 #pragma once
 
-#include <chrono>
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -18,16 +23,13 @@ namespace troupe {
 
 class metrics_writer {
  public:
-  /// Pending lines are handed to the file once they reach `flush_bytes`, or once
-  /// `flush_interval` has passed since the last write, and always at flush().
-  explicit metrics_writer(std::size_t flush_bytes = 8192,
-                          std::chrono::milliseconds flush_interval = std::chrono::seconds(1));
+  metrics_writer() = default;
   ~metrics_writer();
   metrics_writer(const metrics_writer&) = delete;
   metrics_writer& operator=(const metrics_writer&) = delete;
 
-  /// Creates (truncates) `path`, or appends to it (a resumed run); false if it cannot be
-  /// written.
+  /// Creates (truncates) `path`, or appends to it (a resumed run); false (and error()
+  /// says why) if it cannot be opened for writing.
   bool open(const std::string& path, bool append = false);
   bool is_open() const { return fd_ >= 0; }
 
@@ -37,26 +39,26 @@ class metrics_writer {
                   double test_accuracy);
   /// A checkpoint of the parameters after `steps` steps is complete in `directory`.
   void checkpoint(std::int64_t steps, const std::string& directory);
-  /// The last line, `event` "done", "failed" or "interrupted"; flushes and closes the file.
+  /// The last line, `event` "done", "failed" or "interrupted"; then closes the file.
   void end(const char* event, std::int64_t steps, double train_seconds, double samples_per_second,
            const nlohmann::json& devices, double test_accuracy, const std::string& error);
 
-  /// Hands every pending line to the file. False if writing failed (now or before).
-  bool flush();
-  /// False once a write to the file has failed.
-  bool good() const { return good_; }
+  /// False once opening, a write or the close has failed; the lines after it are dropped.
+  bool good() const { return error_.empty(); }
+  /// Why it is not good: "writing the metrics file 'PATH' failed: No space left on device
+  /// (errno 28); ..."; empty while good.
+  const std::string& error() const { return error_; }
+  /// Closes the file (checking close(), which can report a deferred write error).
   void close();
 
  private:
-  void add(const nlohmann::json& record);
+  void write_line(const nlohmann::json& record);
+  void fail(const std::string& what, int error);
 
   int fd_ = -1;
-  bool good_ = true;
   std::string path_;
-  std::string pending_;  // whole lines not yet written
-  std::size_t flush_bytes_;
-  std::chrono::milliseconds flush_interval_;
-  std::chrono::steady_clock::time_point last_flush_;
+  std::string error_;
+  off_t whole_ = 0;  // bytes of the file that are whole lines
 };
 
 }  // namespace troupe

@@ -18,6 +18,7 @@
 #include "actors/failures.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "runtime/base/limits.hpp"
+#include "runtime/base/output_file.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
 #include "runtime/data/dataset.hpp"
@@ -411,6 +412,22 @@ std::string trace_path_of_node(const std::string& path, int rank) {
 
 session_result run_session(const run_config& config, const session_options& options) {
   // ---- everything that can fail on bad input, before any actor exists ----
+  // Note [output checked up front]
+  // A metrics or trace path that cannot be written is bad input like a bad config: it is
+  // refused (exit 2, the path and the reason) before the data loads and before anything
+  // is spawned, not found out after the run as "internal error" or a lost trace. The
+  // names are those of this process's node (a launcher's rank; the coordinator is 0).
+  const int rank = options.cluster ? options.cluster->rank : 0;
+  std::string metrics_path =
+      options.metrics_path.empty() ? config.run.metrics : options.metrics_path;
+  if (rank != 0)
+    metrics_path.clear();  // only the coordinator reports
+  const std::string trace_path =
+      trace_path_of_node(options.trace_path.empty() ? config.run.trace : options.trace_path, rank);
+  if (!metrics_path.empty())
+    check_output_file(metrics_path, "the metrics file");
+  if (!trace_path.empty())
+    check_output_file(trace_path, "the trace file");
   auto prepared = prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
   // One process is one node (Note [joining a run] in cluster.cpp).
@@ -434,15 +451,6 @@ session_result run_session(const run_config& config, const session_options& opti
                                "off");
   const bool coordinator = node.coordinator();
   set_this_node(node.rank);
-  std::string metrics_path = options.metrics_path.empty() ? config.run.metrics
-                                                          : options.metrics_path;
-  if (!coordinator)
-    metrics_path.clear();  // only the coordinator reports
-  if (!metrics_path.empty()) {
-    auto parent = std::filesystem::path(metrics_path).parent_path();
-    if (!parent.empty())
-      std::filesystem::create_directories(parent);
-  }
 
   session_result result;
   auto outcome = std::make_shared<run_outcome>();
@@ -451,13 +459,6 @@ session_result run_session(const run_config& config, const session_options& opti
   // Tracing and the message log: this session's recorder, bound to every thread that runs
   // its code (Note [recorders and threads] in runtime/trace/recorder.cpp), with tracks for
   // every device stream and actor (and the trainer), registered before anything runs.
-  std::string trace_path = trace_path_of_node(
-      options.trace_path.empty() ? config.run.trace : options.trace_path, node.rank);
-  if (!trace_path.empty()) {
-    auto parent = std::filesystem::path(trace_path).parent_path();
-    if (!parent.empty())
-      std::filesystem::create_directories(parent);
-  }
   trace::recorder_settings trace_settings;
   trace_settings.record = !trace_path.empty();
   trace_settings.capacity = static_cast<std::size_t>(config.run.trace_capacity);
@@ -489,7 +490,10 @@ session_result run_session(const run_config& config, const session_options& opti
     if (coordinator)
       trainer_track = recorder->register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
-  {
+  // Note [the trace on every path]: whatever ends the run, an exception from the code
+  // below included, the trace of what was recorded is written before it propagates.
+  std::exception_ptr escaped;
+  try {
     caf::actor_system_config system_config;
     add_message_types(system_config);
     if (several_nodes)
@@ -715,6 +719,8 @@ session_result run_session(const run_config& config, const session_options& opti
         gate->finish(*joined, exit_status(outcome->exit_code));
     }
     devices.synchronize();
+  } catch (...) {
+    escaped = std::current_exception();  // the actor system has shut down on the way here
   }
   // The actor system has shut down; the streams drain and stop when `devices` goes.
   result.outcome = *outcome;
@@ -722,14 +728,40 @@ session_result run_session(const run_config& config, const session_options& opti
   bound_streams.release();
   recorder->freeze();
   // A worker's trace went to node0 (unless the run ended before node0 asked for it).
+  std::string trace_error;
   if (!trace_path.empty() && !trace_sent) {
-    auto text = recorder->json(trace_metadata(config, graph, prepared.plan, result.outcome));
-    if (!node_traces.empty())
-      text = trace::merge_node_traces(text, node_traces);
-    std::ofstream file(trace_path, std::ios::trunc);
-    file << text << '\n';
-    if (!file)
-      throw user_error("cannot write the trace file '" + trace_path + "'");
+    try {
+      auto text = recorder->json(trace_metadata(config, graph, prepared.plan, result.outcome));
+      if (!node_traces.empty())
+        text = trace::merge_node_traces(text, node_traces);
+      text += '\n';
+      write_whole_file(trace_path, text, "the trace file");
+      result.trace_written = trace_path;
+    } catch (const std::exception& e) {
+      trace_error = e.what();
+    }
+  }
+  if (escaped) {
+    if (trace_error.empty())
+      std::rethrow_exception(escaped);
+    // Both: the run's own failure (its exit code stays) and the lost trace.
+    try {
+      std::rethrow_exception(escaped);
+    } catch (const user_error& e) {
+      throw user_error(std::string{e.what()} + "; and " + trace_error, e.exit_code());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string{e.what()} + "; and " + trace_error);
+    }
+  }
+  if (!trace_error.empty()) {
+    // Note [lost output] in trainer_actor.cpp: a run whose trace is lost did not succeed.
+    auto& outcome_now = result.outcome;
+    if (outcome_now.exit_code == exit_code::ok) {
+      outcome_now.exit_code = exit_code::run_failed;
+      outcome_now.failure = trace_error;
+    } else {
+      outcome_now.failure += "; and " + trace_error;
+    }
   }
   return result;
 }

@@ -48,6 +48,9 @@ struct session_options {
 
 struct session_result {
   run_outcome outcome;
+  /// The trace file written (this node's), or empty: none was asked for, it went to node0,
+  /// or writing it failed (then outcome says so).
+  std::string trace_written;
   /// Final parameters per model layer (empty for parameterless layers), host copies;
   /// filled only with session_options::keep_parameters.
   std::vector<std::vector<std::vector<float>>> parameters;

@@ -65,10 +65,11 @@ caf::behavior trainer_actor::make_behavior() {
 
 void trainer_actor::start() {
   done_ = make_response_promise();
+  // The session checked the path before anything started (check_output_file); this is
+  // the file vanishing or filling up between then and now.
   if (!settings_->metrics_path.empty() &&
       !metrics_.open(settings_->metrics_path, settings_->plan.first_step > 0))
-    return end(exit_code::bad_input,
-               "cannot write the metrics file '" + settings_->metrics_path + "'");
+    return end(exit_code::bad_input, metrics_.error());
   settings_->outcome->steps = control_.steps_done();  // a resumed run starts past 0
   start_ = last_step_time_ = std::chrono::steady_clock::now();
   watchdog_.start(start_);
@@ -93,6 +94,8 @@ void trainer_actor::on_report(const loss_report_msg& report) {
     finish_step(*effect.step, effect.totals);
   if (effect.epoch)
     finish_evaluation(*effect.epoch, effect.totals);
+  if (metrics_lost())
+    return;
   if (stopping_)
     return stop_if_drained();
   if (effect.run_done) {
@@ -117,8 +120,24 @@ void trainer_actor::on_checkpoint(std::int64_t steps, const std::string& directo
   last_checkpoint_ = std::max(last_checkpoint_, steps);
   if (metrics_.is_open())
     metrics_.checkpoint(steps, directory);
+  if (metrics_lost())
+    return;
   if (pending_end_.steps >= 0 && last_checkpoint_ >= pending_end_.steps)
     end(pending_end_.code, pending_end_.why);
+}
+
+// Note [lost output]
+// The metrics file is the run's record: a run whose record is being lost (a full disk, a
+// file system gone read-only) stops at once with exit code 1 and the file and OS error,
+// instead of training on for hours into a file that ends mid-line. The steps already
+// done are not undone; a checkpoint written before stays. A run that already ended for
+// its own reason (a failure, a signal) keeps its exit code, and its message gets the
+// metrics error added (end()).
+bool trainer_actor::metrics_lost() {
+  if (metrics_.good())
+    return false;
+  end(exit_code::run_failed, metrics_.error());
+  return true;
 }
 
 void trainer_actor::poll_interrupt() {
@@ -234,10 +253,15 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
                             : "failed";
     metrics_.end(event, outcome.steps, outcome.train_seconds, outcome.samples_per_second, devices,
                  outcome.test_accuracy, failure);
-    if (!metrics_.good() && code == exit_code::ok) {
-      // The run trained, but its record is incomplete: say so rather than succeed quietly.
+  }
+  // Note [lost output]: the run trained, but its record is incomplete; say so rather than
+  // succeed quietly, and add it to a failure of its own.
+  if (!metrics_.good() && failure != metrics_.error()) {
+    if (code == exit_code::ok) {
       outcome.exit_code = exit_code::run_failed;
-      outcome.failure = "writing the metrics file '" + settings_->metrics_path + "' failed";
+      outcome.failure = metrics_.error();
+    } else {
+      outcome.failure += "; and " + metrics_.error();
     }
   }
   progress_.end();

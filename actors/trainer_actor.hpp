@@ -75,6 +75,8 @@ class trainer_actor : public caf::event_based_actor {
   /// Ends the run with `code` once the checkpoint after `steps` steps is complete.
   void end_after_checkpoint(std::int64_t steps, troupe::exit_code code, std::string why);
   void on_checkpoint(std::int64_t steps, const std::string& directory);
+  /// True (and the run ends, exit code 1) once a metrics write has failed.
+  bool metrics_lost();
   void poll_interrupt();
   /// An interrupted run: ends once the steps under way are done (and checkpointed).
   void stop_if_drained();

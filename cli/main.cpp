@@ -1,11 +1,14 @@
 // main.cpp: the troupe command line: picks the command and turns user errors into
 // messages and exit codes (include/troupe/exit_code.hpp).
+#include <cerrno>
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
+#include "runtime/base/output_file.hpp"
 #include "runtime/plugin/plugin.hpp"
 #include "troupe/error.hpp"
 
@@ -77,6 +80,27 @@ troupe::exit_code run(const std::string& command, const std::vector<std::string>
   }
 }
 
+// What a command printed must have reached its stdout: `troupe plan --eject x.toml >
+// explicit.toml` on a full disk would otherwise leave half a config and exit 0. A run
+// that already failed keeps its code; the lost output is reported either way.
+troupe::exit_code check_stdout(const std::string& command, troupe::exit_code code) {
+  errno = 0;
+  std::cout.flush();  // std::cout writes through stdout's buffer: this flushes both
+  int error = errno;
+  bool failed = !std::cout.good();
+  if (std::fflush(stdout) != 0) {
+    failed = true;
+    error = error != 0 ? error : errno;
+  }
+  if (!failed && !std::ferror(stdout))
+    return code;
+  // The errno of a write that failed while the command ran (a buffer filled) is gone.
+  std::fprintf(stderr, "troupe %s: writing the standard output failed: %s\n", command.c_str(),
+               error != 0 ? troupe::describe_errno(error).c_str()
+                          : "a write failed while the command ran; the output is incomplete");
+  return code == troupe::exit_code::ok ? troupe::exit_code::run_failed : code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,5 +117,5 @@ int main(int argc, char** argv) {
   }
   auto command = args[0];
   args.erase(args.begin());
-  return exit_status(run(command, args));
+  return exit_status(check_stdout(command, run(command, args)));
 }

@@ -116,10 +116,10 @@ exit_code run_command(const std::vector<std::string>& args) {
                    outcome.failure.c_str());
     return outcome.exit_code;
   }
-  auto trace_path = session.trace_path.empty() ? config.run.trace : session.trace_path;
-  if (!trace_path.empty() && outcome.exit_code == exit_code::ok)
+  // A failed or interrupted run's trace is written too: it shows how the run got there.
+  if (!result.trace_written.empty())
     std::printf("trace written to %s (open it in Perfetto, or: troupe trace summary %s)\n",
-                trace_path.c_str(), trace_path.c_str());
+                result.trace_written.c_str(), result.trace_written.c_str());
   if (outcome.exit_code != exit_code::ok) {
     std::fprintf(stderr, "troupe run: %s\n", outcome.failure.c_str());
     return outcome.exit_code;

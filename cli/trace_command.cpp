@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "runtime/base/output_file.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
 #include "troupe/error.hpp"
@@ -39,13 +40,9 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return true;
 }
 
+// Every write and the close checked (an ofstream reports a failed last flush to no one).
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream file(path, std::ios::trunc | std::ios::binary);
-  if (!file)
-    throw user_error("cannot write '" + path + "'");
-  file << text;
-  if (!file)
-    throw user_error("writing '" + path + "' failed");
+  write_whole_file(path, text, "the timeline");
 }
 
 }  // namespace

@@ -42,8 +42,9 @@ bool is_optimizer_state_name(const std::string& name) {
   return name.find('@') != std::string::npos;  // a piece of a sharded checkpoint tensor
 }
 
-// Refuses an output path before any work: a directory, a missing parent directory, or a
-// file inside the checkpoint being read (it would replace a shard or the manifest).
+// Refuses an output path before any work: a directory, something that is not a regular
+// file, a missing parent directory, or a file inside the checkpoint being read (it would
+// replace a shard or the manifest).
 void check_output_path(const std::string& output, const std::string& checkpoint) {
   std::error_code error;
   if (output.empty())
@@ -52,6 +53,12 @@ void check_output_path(const std::string& output, const std::string& checkpoint)
     throw data_error("cannot write the export to '" + output +
                      "': it is a directory; name a file, e.g. -o " +
                      (fs::path(output) / "model.safetensors").string());
+  // The export is renamed over its target (atomic_file.hpp): a device or a FIFO there
+  // would be replaced by a regular file.
+  if (fs::exists(output, error) && !fs::is_regular_file(output, error))
+    throw data_error("cannot write the export to '" + output +
+                     "': it is not a regular file (a device, a FIFO or a socket), and the "
+                     "export replaces its target; name a regular file");
   auto parent = fs::path(output).parent_path();
   if (parent.empty())
     parent = ".";

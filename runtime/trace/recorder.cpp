@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/output_file.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::trace {
@@ -231,13 +232,7 @@ void recorder::log_message(const event& handled) const {
 // ---- the Chrome Trace writer ----
 
 void recorder::write(const std::string& path, const std::string& metadata) const {
-  auto text = json(metadata);
-  std::ofstream file(path, std::ios::trunc);
-  if (!file)
-    throw user_error("cannot write the trace file '" + path + "'");
-  file << text << '\n';
-  if (!file)
-    throw user_error("writing the trace file '" + path + "' failed");
+  write_whole_file(path, json(metadata) + '\n', "the trace file");
 }
 
 std::string recorder::json(const std::string& metadata) const {

@@ -1,10 +1,13 @@
-// The metrics file (actors/metrics_writer.hpp): its JSON lines and keys, and that a reader
-// following the file only ever sees whole lines (Note [whole lines]).
+// The metrics file (actors/metrics_writer.hpp): its JSON lines and keys, that each line is
+// in the file whole as soon as it is made (Note [whole lines]), and that a failed write is
+// seen, named and never leaves half a line.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <csignal>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -84,27 +87,24 @@ TEST_CASE("a failed run's last metrics line says failed and why, without a test 
   std::filesystem::remove(path);
 }
 
-TEST_CASE("a reader of the metrics file never sees half a line") {
-  // A flush threshold that falls inside lines (as std::ofstream's buffer does): whatever is
-  // in the file after any call ends with a newline, and every line in it parses.
+TEST_CASE("each metrics line is in the file, whole, as soon as it is made") {
+  // No buffer between the writer and the file: a run killed after any step has every line
+  // it made, and a reader following the file sees only whole lines.
   auto path = unique_path("whole.jsonl");
-  metrics_writer m{100, std::chrono::hours(1)};
+  metrics_writer m;
   REQUIRE(m.open(path));
-  std::size_t seen = 0;
   for (int step = 0; step < 200; ++step) {
     m.step(step, step / 50, 1.0 / (step + 1), 0.5, 1e-3, 12345.678);
     auto text = read_all(path);
-    if (!text.empty())
-      CHECK(text.back() == '\n');
+    REQUIRE_FALSE(text.empty());
+    CHECK(text.back() == '\n');
     auto lines = lines_of(text);  // throws on a cut line
-    CHECK(lines.size() >= seen);
-    seen = lines.size();
+    REQUIRE(lines.size() == static_cast<std::size_t>(step + 1));
+    CHECK(lines.back()["step"] == step);
   }
-  CHECK(seen > 0);    // the threshold did write along the way...
-  CHECK(seen < 200);  // ...in whole-line batches
-  CHECK(m.flush());
-  CHECK(lines_of(read_all(path)).size() == 200);
+  CHECK(m.good());
   m.close();
+  CHECK(m.good());
   std::filesystem::remove(path);
 }
 
@@ -112,5 +112,77 @@ TEST_CASE("a metrics file that cannot be created is reported, not ignored") {
   metrics_writer m;
   CHECK_FALSE(m.open("/nonexistent-dir/troupe/metrics.jsonl"));
   CHECK_FALSE(m.is_open());
+  CHECK_FALSE(m.good());
+  CHECK(m.error().find("'/nonexistent-dir/troupe/metrics.jsonl'") != std::string::npos);
+  CHECK(m.error().find("No such file or directory") != std::string::npos);
   m.step(0, 0, 1, 1, 1, 1);  // nothing to write to: no effect
+}
+
+TEST_CASE("a write to a full device fails the writer with the file and the OS error") {
+  // /dev/full: every write fails with ENOSPC, as on a full disk.
+  metrics_writer m;
+  REQUIRE(m.open("/dev/full"));
+  CHECK(m.good());
+  m.step(0, 0, 1, 1, 1, 1);
+  CHECK_FALSE(m.good());
+  INFO(m.error());
+  CHECK(m.error().find("writing the metrics file '/dev/full' failed") != std::string::npos);
+  CHECK(m.error().find("No space left on device (errno 28)") != std::string::npos);
+  const auto first = m.error();
+  m.step(1, 0, 1, 1, 1, 1);  // dropped; the first failure stays the one reported
+  m.end("done", 2, 1, 1, nlohmann::json::object(), -1, "");
+  CHECK(m.error() == first);
+  CHECK_FALSE(m.is_open());
+}
+
+namespace {
+
+// A file size limit for this process while it lives (RLIMIT_FSIZE), with SIGXFSZ ignored so
+// that a write past it fails with EFBIG instead of killing the process: a disk that fills
+// up in the middle of a line, without mounting one.
+class file_size_limit {
+ public:
+  explicit file_size_limit(rlim_t bytes) {
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &saved_) == 0);
+    previous_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+  }
+  ~file_size_limit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_);
+  }
+  file_size_limit(const file_size_limit&) = delete;
+  file_size_limit& operator=(const file_size_limit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*previous_)(int) = SIG_DFL;
+};
+
+}  // namespace
+
+TEST_CASE("a disk that fills up in the middle of a line leaves only whole lines") {
+  auto path = unique_path("cut.jsonl");
+  std::string error;
+  {
+    metrics_writer m;
+    REQUIRE(m.open(path));
+    file_size_limit limit{1000};  // these step lines are 92 bytes: the 11th crosses 1000
+    for (int step = 0; step < 50 && m.good(); ++step)
+      m.step(step, 0, 0.123456789, 0.5, 1e-3, 12345.678);
+    error = m.error();
+  }
+  INFO(error);
+  CHECK(error.find("writing the metrics file '" + path + "' failed: File too large") !=
+        std::string::npos);
+  auto text = read_all(path);
+  REQUIRE_FALSE(text.empty());
+  CHECK(text.size() < 1000);
+  CHECK(text.back() == '\n');  // the cut line was taken back
+  auto lines = lines_of(text);
+  CHECK(lines.size() == 10);
+  CHECK(lines.back()["step"] == 9);
+  std::filesystem::remove(path);
 }

@@ -7,6 +7,11 @@
 // layer contract must end the run with a message that says where.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
 #include "runtime/graph/topology.hpp"
@@ -15,6 +20,7 @@
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 
@@ -159,4 +165,19 @@ TEST_CASE("an exception in a plugin layer's backward ends the run naming where i
   CHECK(contains(result.outcome.failure, "layer_1 (test_throwing_backward) backward of step 0, "
                                          "micro-batch "));
   CHECK(contains(result.outcome.failure, "the test plugin's backward fails on purpose"));
+}
+
+TEST_CASE("a run that an exception ends after tracing started still writes its trace") {
+  // The plugin kind reads its settings only when it is spawned (session.cpp): a factor out
+  // of its range throws there, after the recorder started. Note [the trace on every path].
+  auto shorthand = parse_config(config_text(test_plugins::good(), scale_model), "s.toml");
+  load_config_plugins(shorthand);
+  auto config = read(ejected_with_scaler(shorthand, 0, 1e31));
+  test::temp_directory d{"troupe-trace-throw"};
+  auto options = test::quiet_options();
+  options.trace_path = d.file("t.json");
+  CHECK_THROWS_AS(run_session(config, options), config_error);
+  REQUIRE(std::filesystem::exists(options.trace_path));
+  std::ifstream in(options.trace_path);
+  CHECK(nlohmann::json::parse(in).contains("traceEvents"));
 }

@@ -292,6 +292,7 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   auto stuck = parse_config(ejected, "stuck_explicit.toml");
   auto options = test::quiet_options();
   options.watchdog = 1;
+  options.trace_path = temp_path("stuck.json");  // written on this path too
   auto started = std::chrono::steady_clock::now();
   auto result = run_session(stuck, options);
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -304,6 +305,8 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   CHECK(why.find("waiting for a credit on the wire to layer_1 (capacity 1, 1 in flight") !=
         std::string::npos);
   CHECK(why.find("for the GPipe flush") != std::string::npos);
+  CHECK(result.trace_written == options.trace_path);
+  CHECK(read_json(options.trace_path)["traceEvents"].size() > 0);
 }
 
 namespace {

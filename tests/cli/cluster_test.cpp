@@ -349,18 +349,31 @@ TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port 
 namespace {
 
 // A DP2 run over two processes that would go on for a long time, once it has made 3 steps.
+// `traced`: every node records a trace (node0's at dir/run.json).
 struct long_run {
+  explicit long_run(bool traced = false) : traced_(traced) {
+    REQUIRE(coordinator.wait_for_output(" step 3/", 60));
+  }
+
+  bool traced_;
   test::temp_directory dir{"troupe-cluster"};
   int port = free_port();
   std::string config = dir.write(
       "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",
                                   1000000, "log_every = 1\n"));
-  node_process coordinator{troupe_env(0, 2, port),
-                           {"run", config, "--metrics", "/dev/null", "--no-progress-bar"},
+  std::string trace = dir.file("run.json");
+  node_process coordinator{troupe_env(0, 2, port), arguments({"--metrics", "/dev/null"}),
                            dir.file("node0.log")};
-  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("node1.log")};
+  node_process worker{troupe_env(1, 2, port), arguments({}), dir.file("node1.log")};
 
-  long_run() { REQUIRE(coordinator.wait_for_output(" step 3/", 60)); }
+ private:
+  std::vector<std::string> arguments(std::vector<std::string> extra) const {
+    std::vector<std::string> out{"run", config, "--no-progress-bar"};
+    out.insert(out.end(), extra.begin(), extra.end());
+    if (traced_)
+      out.insert(out.end(), {"--trace", trace});
+    return out;
+  }
 };
 
 double seconds_since(clock_type::time_point start) {
@@ -381,6 +394,22 @@ TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
   CHECK(text.find("r1.layer_0") != std::string::npos);  // its actors are named
   CHECK(text.find("was lost") != std::string::npos);
   CHECK(text.find("the last completed step was") != std::string::npos);
+}
+
+TEST_CASE("a traced run that loses a worker ends within 10 s and writes node0's trace") {
+  // node0 does not wait the [cluster] timeout for the trace of a node it knows is lost.
+  long_run run{true};
+  auto killed = clock_type::now();
+  run.worker.signal(SIGKILL);
+  CHECK(run.coordinator.wait(20) == 1);
+  CHECK(seconds_since(killed) < 10);
+  auto text = run.coordinator.output();
+  INFO(text);
+  CHECK(text.find("was lost") != std::string::npos);
+  CHECK(text.find("node1's trace is left out of the merged trace: the node was lost") !=
+        std::string::npos);
+  CHECK(text.find("trace written to " + run.trace) != std::string::npos);
+  CHECK(nlohmann::json::parse(read_text(run.trace))["traceEvents"].size() > 0);
 }
 
 TEST_CASE("a lost coordinator ends its workers within 10 s") {
