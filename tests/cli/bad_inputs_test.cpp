@@ -26,17 +26,7 @@ const std::string model = data + "\n" + troupe::test::linear(4);
 /// Runs `PREFIX troupe ARGUMENTS` through the shell, in a subshell of its own: `prefix` may
 /// set limits ("ulimit -s 512; ") or wrap the binary ("exec timeout 5 ").
 command_result run_troupe_in_shell(const std::string& prefix, const std::string& arguments) {
-  command_result result;
-  const std::string command = "(" + prefix + TROUPE_BINARY + " " + arguments + ") 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return troupe::testing::run_shell("(" + prefix + TROUPE_BINARY + " " + arguments + ") 2>&1");
 }
 
 bool has(const command_result& r, const std::string& text) {

@@ -61,16 +61,7 @@ command_result run_shell(std::string command) {
   for (auto at = command.find("TROUPE"); at != std::string::npos;
        at = command.find("TROUPE", at + binary.size()))
     command.replace(at, 6, binary);
-  command_result result;
-  FILE* pipe = popen(("{ " + command + " ; } 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return troupe::testing::run_shell("{ " + command + " ; } 2>&1");
 }
 
 /// A troupe run in the background, its stdout and stderr into a file.

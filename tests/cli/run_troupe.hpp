@@ -19,10 +19,10 @@ struct command_result {
   std::string output;  // stdout and stderr together
 };
 
-/// Runs `troupe ARGUMENTS` (the binary this build made) through the shell.
-inline command_result run_troupe(const std::string& arguments) {
+/// Runs the shell command `command` and collects what it prints on stdout, and its exit
+/// code (-1 when a signal ended it).
+inline command_result run_shell(const std::string& command) {
   command_result result;
-  std::string command = std::string{TROUPE_BINARY} + " " + arguments + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buffer[4096];
@@ -32,6 +32,11 @@ inline command_result run_troupe(const std::string& arguments) {
   int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+/// Runs `troupe ARGUMENTS` (the binary this build made) through the shell.
+inline command_result run_troupe(const std::string& arguments) {
+  return run_shell(std::string{TROUPE_BINARY} + " " + arguments + " 2>&1");
 }
 
 /// Writes `text` to a fresh temporary file named after `name`; its path.
