@@ -1,7 +1,6 @@
 // data_loader_actor.cpp: item sequence, shuffling, batch assembly and credits.
 #include "actors/data_loader_actor.hpp"
 
-#include <cstring>
 #include <numeric>
 
 #include "actors/actor_kinds.hpp"
