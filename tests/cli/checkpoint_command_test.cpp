@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "tests/cli/background_run.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/temp_files.hpp"
 
@@ -27,40 +28,8 @@ namespace {
 const std::string shipped_mlp =
     "run " + std::string{TROUPE_SOURCE_DIR} + "/config/fashion_mlp.toml";
 
-/// A troupe process started in the background (its output thrown away).
-struct background_run {
-  explicit background_run(const std::string& arguments) {
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const auto command =
-          "exec " + std::string{TROUPE_BINARY} + " " + arguments + " > /dev/null 2>&1";
-      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  /// Waits for the process; its exit code, or 128 + the signal that killed it.
-  int wait() {
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  pid_t pid = -1;
-};
-
-/// Waits until `path` has a line with `text` (the run has started training), at most 60 s.
-void wait_for_line(const std::string& path, const std::string& text) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line))
-      if (line.find(text) != std::string::npos)
-        return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  FAIL("no line with " << text << " in " << path << " after 60 s");
-}
+using troupe::testing::background_run;
+using troupe::testing::wait_for_line;
 
 /// Every line of a JSON-lines file, parsed (a half line fails the parse).
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {

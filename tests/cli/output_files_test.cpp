@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "tests/cli/background_run.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
 #include "tests/jsonl.hpp"
@@ -64,50 +65,8 @@ command_result run_shell(std::string command) {
   return troupe::testing::run_shell("{ " + command + " ; } 2>&1");
 }
 
-/// A troupe run in the background, its stdout and stderr into a file.
-struct background_run {
-  background_run(const std::string& arguments, const std::string& output_file) {
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const auto command =
-          "exec " + std::string{TROUPE_BINARY} + " " + arguments + " > " + output_file + " 2>&1";
-      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  /// A test that fails before wait() leaves no run behind.
-  ~background_run() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  background_run(const background_run&) = delete;
-  background_run& operator=(const background_run&) = delete;
-  /// Its exit code, or 128 + the signal that killed it.
-  int wait() {
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  pid_t pid = -1;
-};
-
-/// Waits until `path` has a line with `text` (the run is training), at most 60 s.
-void wait_for_line(const std::string& path, const std::string& text) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line))
-      if (contains(line, text))
-        return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  FAIL("no line with " << text << " in " << path << " after 60 s");
-}
+using troupe::testing::background_run;
+using troupe::testing::wait_for_line;
 
 /// The trace file at `path`, parsed: a Chrome trace with events.
 void check_trace(const std::string& path) {
