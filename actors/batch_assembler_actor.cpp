@@ -34,11 +34,17 @@ caf::message_handler batch_assembler_actor::handlers() {
   return {[this](batch_rows_msg& message) {
     // The rows come over the network: each must be a sample of this node's data set.
     const auto& source = message.test ? data_->test : data_->train;
+    const char* split = message.test ? "test" : "train";
+    // And no more of them than the split has: a batch never repeats a sample, and the
+    // gather allocates rows x features before it reads one.
+    const auto rows = static_cast<std::int64_t>(message.rows.size());
+    TROUPE_CHECK(rows > 0 && rows <= source.count,
+                 actor_name() << ": a batch of " << rows << " rows, but the " << split
+                              << " split has " << source.count << " samples");
     for (auto row : message.rows)
       TROUPE_CHECK(row >= 0 && row < source.count,
-                   actor_name() << ": row " << row << " of a batch is not in the "
-                                << (message.test ? "test" : "train") << " split (" << source.count
-                                << " samples)");
+                   actor_name() << ": row " << row << " of a batch is not in the " << split
+                                << " split (" << source.count << " samples)");
     device_id where;
     TROUPE_CHECK(device_id::parse(message.device, where) && where.node == this_node(),
                  actor_name() << ": a batch for device '" << message.device

@@ -582,9 +582,6 @@ std::string cluster_node::describe() const {
          std::to_string(nodes) + ", " + launcher + ")";
 }
 
-namespace {
-
-// The types above, in both ends of every link.
 void add_cluster_message_types(caf::actor_system_config& config) {
   config.add_message_type<roster>("troupe::roster");
   config.add_message_type<hello_msg>("troupe::hello_msg");
@@ -594,8 +591,6 @@ void add_cluster_message_types(caf::actor_system_config& config) {
   config.add_message_type<store_keys>("troupe::store_keys");
   config.add_message_type<batch_rows_msg>("troupe::batch_rows_msg");
 }
-
-}  // namespace
 
 // Note [deserialising on the multiplexer]
 // CAF 0.17's BASP broker hands each incoming message to a pool of "BASP workers"

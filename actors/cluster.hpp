@@ -30,6 +30,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/collective/gloo_allreduce.hpp"
@@ -134,9 +135,21 @@ struct store_keys {
   std::vector<std::string> keys;
 };
 
+// Crosses as a string: CAF 0.17 resizes a std::vector<char> to the length the sender
+// claims before it reads a byte (data_processor::apply_sequence), so 40 bytes from a peer
+// could make this node allocate 4 GiB (the message fuzzer found it); a string's length is
+// checked against the bytes the message has left.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_value& x) {
-  return f(caf::meta::type_name("troupe::store_value"), x.bytes);
+  if constexpr (std::is_same<Inspector, caf::deserializer>::value) {
+    std::string bytes;
+    auto err = f(caf::meta::type_name("troupe::store_value"), bytes);
+    x.bytes.assign(bytes.begin(), bytes.end());
+    return err;
+  } else {
+    std::string bytes(x.bytes.begin(), x.bytes.end());
+    return f(caf::meta::type_name("troupe::store_value"), bytes);
+  }
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_keys& x) {
@@ -145,6 +158,10 @@ typename Inspector::result_type inspect(Inspector& f, store_keys& x) {
 
 /// (node_lost_atom, node, what): node watch -> trainer.
 using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
+
+/// Registers the types above and batch_rows_msg, which only cross between nodes (both ends
+/// of every link need them; configure_cluster_system does it, and the message fuzzer).
+void add_cluster_message_types(caf::actor_system_config& config);
 
 /// Readies an actor system's config for a run over several nodes: CAF's middleman, with
 /// node.tls its openssl module too (given the files), and the types above (both ends of

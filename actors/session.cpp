@@ -229,8 +229,14 @@ session_prepared prepare_session(const run_config& config, const std::string& re
   // A no-op for those the command line loaded already; run_session() callers (tests,
   // programs using the library) get the config's plugins too.
   load_config_plugins(config);
+  return prepare_session(config, std::make_shared<const dataset_split>(load_data(config)), resume);
+}
+
+session_prepared prepare_session(const run_config& config,
+                                 std::shared_ptr<const dataset_split> data,
+                                 const std::string& resume) {
   session_prepared p;
-  p.data = std::make_shared<const dataset_split>(load_data(config));
+  p.data = std::move(data);
   if (config.is_explicit()) {
     p.graph = topology_from_explicit(config, p.data->train.features);
   } else {

@@ -77,6 +77,12 @@ struct session_prepared {
 /// continue from; it is verified and must fit the model (data_error, exit 2, otherwise).
 session_prepared prepare_session(const run_config& config, const std::string& resume = "");
 
+/// The same with the data given rather than loaded: of it only the counts, features and
+/// classes are read (the config fuzzer, tests/fuzz/fuzz_config.cpp, passes no samples).
+session_prepared prepare_session(const run_config& config,
+                                 std::shared_ptr<const dataset_split> data,
+                                 const std::string& resume = "");
+
 session_result run_session(const run_config& config, const session_options& options);
 
 }  // namespace troupe

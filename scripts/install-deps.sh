@@ -21,6 +21,8 @@ packages=(
   doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
   python3-torch                   # the reference: tests load troupe's exports into PyTorch
+  clang libclang-rt-14-dev        # the sanitizer pass of the tests (scripts/sanitize.sh) and
+                                  # libFuzzer (scripts/fuzz.sh)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(hyperfine valgrind)

@@ -6,34 +6,45 @@
 #   scripts/sanitize.sh thread    # ThreadSanitizer (build-thread)
 #
 # Extra arguments go to ctest (e.g. -R 'ring'). Without CUDA (the sanitizers do not see
-# into device code, and there is no GPU here). A full build takes about 40 minutes on the
-# 2-core machine; no whole run has finished yet (issue 12 is still open), and it is not
-# part of the test command until one passes. A report fails the test that triggered it:
-# UBSan and ASan halt on the first error; LeakSanitizer runs at each process's exit.
+# into device code, and there is no GPU here). The test command (scripts/test.sh, and so
+# CI) runs the address pass after the plain one. A report fails the test that triggered
+# it: each sanitizer halts at its first report (UBSan by halt_on_error: its checks stay
+# recoverable so that the suppressions in scripts/sanitizers/ apply, which they do not to
+# -fno-sanitize-recover checks); LeakSanitizer runs at each process's exit.
+#
+# The thread pass is not part of the test command, and cannot judge troupe yet: Debian's
+# libcaf_core is not built with TSan, so the lock-free mailbox that hands every message
+# from one thread to another synchronises where TSan cannot see it. Of 77 reports in the
+# first 90 tests, 50 are a receiver's first read of a message (caf::detail::tuple_vals_impl
+# ::type, the payload) against its sender's write; 14 an actor's first run against its
+# construction on the spawning thread (CAF's launch); the rest are not yet triaged. A run
+# that can tell troupe's races from these needs CAF built with -fsanitize=thread too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 shift || true
-# address: g++ (the project's compiler). thread: clang, since TSan from g++ 12 crashes at
-# startup here; clang 14 does not yet build every test (lambdas capturing structured
-# bindings, a C++20 rule it lacks).
+# Both with clang (Debian's clang 14): TSan from g++ 12 crashes at startup here, and one
+# compiler for both keeps the tests' C++ to what clang accepts.
+compilers=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 case "$mode" in
-  address) flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-           compilers=(-DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++) ;;
-  thread) flags="-fsanitize=thread"
-          compilers=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
+  address) flags="-fsanitize=address,undefined -fno-omit-frame-pointer" ;;
+  thread) flags="-fsanitize=thread" ;;
   *) echo "usage: scripts/sanitize.sh address|thread [ctest options]" >&2; exit 2 ;;
 esac
 jobs=${JOBS:-$(nproc)}
 dir=build-$mode
+# -O1 and line tables only (-g1): the sanitizers' advice, and a build about half as long as
+# -O2 -g; asserts stay on.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   "${compilers[@]}" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" \
   -DCMAKE_MODULE_LINKER_FLAGS="$flags"
 cmake --build "$dir" -j "$jobs"
+supp=$PWD/scripts/sanitizers
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_stack_use_after_return=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 printf '\n==== %s sanitizer: ctest ====\n' "$mode"
 ctest --test-dir "$dir" --output-on-failure --timeout 900 "$@"

@@ -7,6 +7,7 @@
 // Not here: what the messages are (include/troupe/messages.hpp).
 #pragma once
 
+#include <caf/binary_deserializer.hpp>
 #include <caf/deserializer.hpp>
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
@@ -53,6 +54,14 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
       return err;
     if (auto err = detail::validate_tensor_header(shape, type, bytes))
       return err;
+    // A remote message is read from its whole payload (CAF's BASP receives all of it
+    // first): a header claiming more bytes than are left is refused before the allocation,
+    // so 30 bytes from a peer cannot make this node reserve gigabytes.
+    if (auto* binary = dynamic_cast<caf::binary_deserializer*>(&f))
+      if (bytes > binary->remaining())
+        return caf::make_error(caf::sec::invalid_argument,
+                               "tensor of " + std::to_string(bytes) + " bytes, but the message " +
+                                   "holds only " + std::to_string(binary->remaining()) + " more");
     // A host tensor of this process's node: an actor on its cpu:0 uses it as it is.
     auto result =
         tensor::empty(shape, static_cast<dtype>(type), device_id{device_type::cpu, 0, this_node()});

@@ -12,11 +12,66 @@
 
 namespace troupe {
 
+namespace {
+
+// Note [control characters in TOML]
+// TOML allows no raw control character but tab and the newline (CR LF or LF) anywhere, not
+// even in comments or strings (they are written as escapes there), and toml++ does not
+// always check: a NUL after a table header's '[' trips an assertion inside its parser (the
+// config fuzzer found it, tests/fuzz/corpus/config/), which a release build compiles to
+// an assumption, so undefined behaviour. So they are refused here, at their line:col.
+void check_control_characters(std::string_view text, const std::string& file) {
+  int line = 1;
+  int column = 0;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == '\n') {
+      ++line;
+      column = 0;
+      continue;
+    }
+    ++column;
+    if ((byte < 0x20 && byte != '\t' && byte != '\r') || byte == 0x7f) {
+      static const char* digits = "0123456789abcdef";
+      const std::string code{'0', 'x', digits[byte >> 4], digits[byte & 15]};
+      throw config_error(source_position{file, line, column},
+                         "a control character (byte " + code +
+                             ") is not allowed in TOML, not even in a comment or a string "
+                             "(inside a string, write it as an escape like \\u00" +
+                             code.substr(2) + ")");
+    }
+  }
+}
+
+bool is_bare_key_character(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-';
+}
+
+std::string describe_character(char c) {
+  if (c == '\n' || c == '\r')
+    return "the end of the line";
+  const auto byte = static_cast<unsigned char>(c);
+  if (byte >= 0x20 && byte < 0x7f)
+    return std::string{'\'', c, '\''};
+  static const char* digits = "0123456789abcdef";
+  return std::string{"byte 0x"} + digits[byte >> 4] + digits[byte & 15];
+}
+
+}  // namespace
+
 void check_toml_limits(std::string_view text, const std::string& file) {
+  check_control_characters(text, file);
   int line = 1;
   int column = 0;  // of text[i], 1-based
   int depth = 0;
   int dots = 0;  // dots since the last separator
+  bool line_start = true;  // only spaces and tabs so far on this line
+  // The last character outside strings and comments that is not a space or a tab ('\n'
+  // at the start): a quote opens a string only where TOML can have one, after one of
+  // "\n=[{,." (a key or a value starts there). Elsewhere ("x = -\"a\"") toml++ reads it
+  // as part of a bad bare value, and so does this scan.
+  char last_significant = '\n';
   std::size_t i = 0;
   auto at = [&] { return source_position{file, line, column}; };
   // Advances past text[i], keeping line and column.
@@ -40,6 +95,16 @@ void check_toml_limits(std::string_view text, const std::string& file) {
       const char c = text[i];
       if (escapes && c == '\\') {
         step();
+        // toml++ asks whether what follows a backslash (and, in a multi-line string, the
+        // spaces and line breaks after it) is whitespace: Note [non-ASCII outside strings].
+        if (multi_line)
+          while (i < text.size() &&
+                 (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+            step();
+        if (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80)
+          throw config_error(source_position{file, line, column + 1},
+                             "a non-ASCII character after a backslash in a string; TOML's "
+                             "escapes are \\b \\t \\n \\f \\r \\\" \\\\ \\uXXXX and \\UXXXXXXXX");
         if (i < text.size())
           step();
         continue;
@@ -60,9 +125,53 @@ void check_toml_limits(std::string_view text, const std::string& file) {
       step();
     }
   };
+  // Note [table headers and toml++]
+  // toml++ 3 assumes that a table header's '[' (or "[[") and spaces are followed by a key:
+  // a bare key character or a quote (parser.inl, parse_key's TOML_ASSERT_ASSUME). Anything
+  // else ("[#", "[.", a '[' alone on its line) trips that assertion (the config fuzzer
+  // found it), or in a clang release build is undefined behaviour. So it is refused here.
+  auto check_header_start = [&] {
+    std::size_t j = i + 1;
+    if (j < text.size() && text[j] == '[')
+      ++j;
+    while (j < text.size() && (text[j] == ' ' || text[j] == '\t'))
+      ++j;
+    if (j == text.size())
+      return;  // toml++ reports the end of the file
+    const char first = text[j];
+    if (is_bare_key_character(first) || first == '"' || first == '\'' || first == ']')
+      return;
+    throw config_error(source_position{file, line, column + 1 + static_cast<int>(j - i)},
+                       "a table header starts with its name (a letter, digit, _ or -, or a "
+                       "quoted string), not " +
+                           describe_character(first));
+  };
+  // Note [non-ASCII outside strings]
+  // TOML allows non-ASCII characters only in strings and comments (bare keys are ASCII,
+  // whitespace is tab and space). toml++ 3's table of non-ASCII whitespace has holes: for
+  // U+00A1 to U+0499 (and more) outside a string it reaches TOML_UNREACHABLE, which is
+  // undefined behaviour in a release build of g++ too (the config fuzzer found it with an
+  // 'é' where a key or value starts). So a byte >= 0x80 outside them is refused here.
   while (i < text.size()) {
     const char c = text[i];
-    if (c == '"' || c == '\'') {
+    if (static_cast<unsigned char>(c) >= 0x80)
+      throw config_error(source_position{file, line, column + 1},
+                         "a non-ASCII character outside a string or a comment; TOML allows "
+                         "them only there (quote the value: \"...\")");
+    const bool opens_string =
+        (c == '"' || c == '\'') &&
+        std::string_view{"\n=[{,."}.find(last_significant) != std::string_view::npos;
+    if (c == '\n') {
+      line_start = true;
+      last_significant = '\n';
+    } else if (c != ' ' && c != '\t' && c != '\r') {
+      if (c == '[' && depth == 0 && line_start)
+        check_header_start();
+      line_start = false;
+      if (c != '#')
+        last_significant = c;
+    }
+    if (opens_string) {
       skip_string(c, c == '"');
       continue;
     }

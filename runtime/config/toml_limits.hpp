@@ -8,7 +8,11 @@
 // limits::max_toml_key_parts parts or arrays and inline tables nest deeper than
 // limits::max_toml_nesting (Note [input limits] in runtime/base/limits.hpp).
 //
-// It validates nothing else: text that is not TOML passes, and toml++ then says why.
+// And it refuses what toml++ does not check itself (the config fuzzer found each): raw
+// control characters (Note [control characters in TOML] in the .cpp), a table header
+// that does not start with a name (Note [table headers and toml++]) and non-ASCII
+// characters outside strings and comments (Note [non-ASCII outside strings]). It
+// validates nothing else: text that is not TOML passes, and toml++ then says why.
 #pragma once
 
 #include <string>
@@ -18,7 +22,10 @@ namespace troupe {
 
 /// Throws config_error("file:line:col: ...") when `text` has a dotted key or table header
 /// of more than limits::max_toml_key_parts parts, or arrays and inline tables nested more
-/// than limits::max_toml_nesting deep. `file` names the config in the error.
+/// than limits::max_toml_nesting deep, a control character other than tab, CR and LF, or a
+/// table header whose name does not start with a bare key character or a quote, or a
+/// non-ASCII character outside a string or a comment.
+/// `file` names the config in the error.
 void check_toml_limits(std::string_view text, const std::string& file);
 
 }  // namespace troupe

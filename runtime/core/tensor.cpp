@@ -182,15 +182,18 @@ std::string tensor_header_problem(const shape_t& shape, std::uint8_t type, std::
     return "tensor rank above 8";
   if (type > static_cast<std::uint8_t>(dtype::i32))
     return "unknown tensor dtype";
-  std::uint64_t elements = 1;
+  // Signed, as element_count() multiplies: every partial product must fit an int64_t, even
+  // when a later 0 makes the whole 0 (the message fuzzer sent {2^24, ~2^40, 0}).
+  std::int64_t elements = 1;
   for (auto d : shape) {
     if (d < 0)
       return "negative tensor dimension in " + shape_to_string(shape);
-    if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(d), &elements))
+    if (__builtin_mul_overflow(elements, d, &elements))
       return "tensor shape " + shape_to_string(shape) + " overflows its element count";
   }
   std::uint64_t needed = 0;
-  if (__builtin_mul_overflow(elements, std::uint64_t{size_of(static_cast<dtype>(type))}, &needed) ||
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(elements),
+                             std::uint64_t{size_of(static_cast<dtype>(type))}, &needed) ||
       needed > max_received_tensor_bytes)
     return "tensor shape " + shape_to_string(shape) + " needs more than the " +
            std::to_string(max_received_tensor_bytes) + " bytes a received tensor may have";

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "runtime/base/limits.hpp"
 #include "troupe/error.hpp"
 #include "troupe/kernel.hpp"
 
@@ -24,6 +25,11 @@ struct plugin_state {
 plugin_state& state() {
   static plugin_state s;
   return s;
+}
+
+// A plugin path for a message: a path that does not exist may be megabytes long.
+std::string quoted_path(const std::string& path) {
+  return quote_user_text(path, limits::max_quoted_path_length);
 }
 
 }  // namespace
@@ -63,7 +69,7 @@ void load_plugin(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec))
-    throw user_error("plugin '" + path + "' does not exist");
+    throw user_error("plugin " + quoted_path(path) + " does not exist");
   auto canonical = fs::canonical(path, ec).string();
   {
     auto& s = state();
@@ -116,25 +122,26 @@ void open_plugin(const std::string& path, const std::string& canonical) {
   // registrations]); nothing reaches troupe's registries before the checks below.
   library_handle library{dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL)};
   if (library.handle == nullptr)
-    throw user_error("plugin '" + path + "' cannot be loaded: " + dlerror());
+    throw user_error("plugin " + quoted_path(path) + " cannot be loaded: " + dlerror());
   using abi_function = int (*)();
   using name_function = const char* (*)();
   using register_function = void (*)(std::vector<detail::deferred_registration>*);
   auto abi = reinterpret_cast<abi_function>(dlsym(library.handle, "troupe_plugin_abi_version"));
   auto name = reinterpret_cast<name_function>(dlsym(library.handle, "troupe_plugin_name"));
   if (abi == nullptr || name == nullptr)
-    throw user_error("'" + path + "' is not a troupe plugin: it does not export "
+    throw user_error(quoted_path(path) +
+                     " is not a troupe plugin: it does not export "
                      "troupe_plugin_abi_version (add TROUPE_PLUGIN(\"name\") to one of its "
                      "sources, from runtime/plugin/plugin.hpp)");
   if (abi() != TROUPE_ABI_VERSION)
-    throw user_error("plugin '" + path + "' was built against troupe ABI version " +
+    throw user_error("plugin " + quoted_path(path) + " was built against troupe ABI version " +
                      std::to_string(abi()) + ", but this troupe has ABI version " +
                      std::to_string(TROUPE_ABI_VERSION) + "; rebuild it against this troupe");
   auto hand_over =
       reinterpret_cast<register_function>(dlsym(library.handle, "troupe_plugin_register"));
   TROUPE_CHECK(hand_over != nullptr,
-               "plugin '" << path << "' has ABI version " << TROUPE_ABI_VERSION
-                          << " but no troupe_plugin_register (TROUPE_PLUGIN writes both)");
+               "plugin " << quoted_path(path) << " has ABI version " << TROUPE_ABI_VERSION
+                         << " but no troupe_plugin_register (TROUPE_PLUGIN writes both)");
   const std::string plugin_name = name();
   {
     // The registrations' code lives in the library: they go before it may be closed.
@@ -152,7 +159,7 @@ void open_plugin(const std::string& path, const std::string& canonical) {
     }
     if (!clashes.empty()) {
       std::string message =
-          "plugin '" + path + "' (" + plugin_name + ") registers names that exist: ";
+          "plugin " + quoted_path(path) + " (" + plugin_name + ") registers names that exist: ";
       for (std::size_t i = 0; i < clashes.size(); ++i)
         message += (i ? "; " : "") + clashes[i];
       registrations.clear();

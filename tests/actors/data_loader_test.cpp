@@ -264,3 +264,18 @@ TEST_CASE_FIXTURE(loader_fixture,
   CHECK(failure.what.find("row 5 of a batch is not in the test split (5 samples)") !=
         std::string::npos);
 }
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "a batch assembler refuses a batch of more rows than its split, or of none") {
+  for (const auto& rows : {std::vector<std::int64_t>(6, 0), std::vector<std::int64_t>{}}) {
+    auto assembler = system.spawn<batch_assembler_actor>(1, indexed_data(), &devices);
+    self->send(assembler, wiring({}, {}));
+    micro_tag tag;
+    tag.stage = phase::eval;
+    // Every row is in the test split (5 samples), but six of them cannot be one batch.
+    self->send(assembler, batch_rows_msg{tag, rows, true, me(), "cpu:1", trace_stamp{}});
+    auto failure = next<failure_msg>("the assembler's failure");
+    CHECK(failure.what.find("a batch of " + std::to_string(rows.size()) +
+                            " rows, but the test split has 5 samples") != std::string::npos);
+  }
+}

@@ -115,7 +115,8 @@ TEST_CASE("a plugin layer trains in PP2 and DP2 wirings as on one device") {
       {"DP2, ring averaging",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"},
   };
-  for (const auto& [name, parallel] : wirings) {
+  for (const auto& [wiring, parallel] : wirings) {
+    const char* name = wiring;  // not a binding: INFO's lambda captures it (clang 14)
     INFO(name);
     auto config = parse_config(config_text(test_plugins::good(), scale_model, parallel), "p.toml");
     auto result = verify_against_single_device(config, 8, 1e-5);

@@ -161,7 +161,9 @@ TEST_CASE("troupe follows PyTorch's 20-step trajectory from the same weights and
 
     // Final parameters: layer i's "weight" and "bias" are parameters[i][0] and [1].
     double worst_value = 0, worst_change = 0;
-    for (const auto& [tensor_name, digest] : run["final"].items()) {
+    for (const auto& item : run["final"].items()) {
+      const std::string& tensor_name = item.key();  // not a binding: CAPTURE's lambda (clang 14)
+      const auto& digest = item.value();
       CAPTURE(tensor_name);
       const auto dot = tensor_name.find('.');
       const auto layer = static_cast<std::size_t>(std::stoi(tensor_name.substr(0, dot)));

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/address_sanitizer.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
@@ -33,12 +34,16 @@ bool has(const command_result& r, const std::string& text) {
   return r.output.find(text) != std::string::npos;
 }
 
-// Runs troupe under a 4 GiB address-space cap and a 30 s deadline (SIGKILL: a process
-// stuck in a loop may not act on SIGTERM), so that a regression fails the test instead of
-// the machine; `shell_limits` adds more ("ulimit -s 512;").
+// Runs troupe under a 4 GiB memory cap and a 30 s deadline (SIGKILL: a process stuck in a
+// loop may not act on SIGTERM), so that a regression fails the test instead of the
+// machine; `shell_limits` adds more ("ulimit -s 512;"). The cap is on address space, or
+// under ASan on what is allocated (beyond it ASan reports an error, exit 1).
 command_result run_guarded(const std::string& arguments, const std::string& shell_limits = "") {
-  return run_troupe_in_shell("ulimit -v 4194304; " + shell_limits + " exec timeout -s KILL 30 ",
-                             arguments);
+  const std::string memory_cap =
+      troupe::testing::under_address_sanitizer
+          ? "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}malloc_limit_mb=4096\"; "
+          : "ulimit -v 4194304; ";
+  return run_troupe_in_shell(memory_cap + shell_limits + " exec timeout -s KILL 30 ", arguments);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // cluster_support.hpp: what the tests of runs over several processes share
 // (tests/cli/cluster_test.cpp, tests/cli/cluster_tls_test.cpp): a free port, a `troupe`
 // process started with its own environment and its output in a file, troupe's launch
-// variables, and a small config.
+// variables, a small config, and the final parameters of two runs compared.
 //
 // Test-only and header-only. Not the launcher (cli/launch_command.cpp): these start each
 // node by hand, so a test can give one node another config or kill it.
@@ -15,20 +15,54 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/restore.hpp"
 #include "tests/config_text.hpp"
 
 namespace troupe::testing::cluster {
 
 using clock_type = std::chrono::steady_clock;
+
+/// Every tensor of the newest checkpoint under `root`.
+inline std::map<std::string, std::vector<float>> final_parameters(const std::string& root) {
+  auto checkpoint = resolve_resume_path(root);
+  return read_checkpoint_tensors(checkpoint.path, verify_checkpoint(checkpoint.path));
+}
+
+/// The same tensors, each within 1e-5 relative: the tolerance of
+/// tests/actors/equivalence_test.cpp (its header says why 1e-5 separates float summation
+/// order from a wiring bug).
+inline void check_same_parameters(const std::map<std::string, std::vector<float>>& got,
+                                  const std::map<std::string, std::vector<float>>& want) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& entry : want) {
+    // Named references, not a structured binding: clang 14 (the sanitizer builds) does not
+    // let INFO's lambda capture a binding.
+    const auto& name = entry.first;
+    const auto& values = entry.second;
+    INFO("tensor " << name);
+    REQUIRE(got.count(name) == 1);
+    const auto& other = got.at(name);
+    REQUIRE(other.size() == values.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < values.size(); ++i)
+      worst = std::max(worst, std::abs(double(other[i]) - values[i]) /
+                                  std::max(1e-3, std::abs(double(values[i]))));
+    CHECK(worst <= 1e-5);
+  }
+}
 
 /// A port that was free a moment ago.
 inline int free_port() {

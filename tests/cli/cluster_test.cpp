@@ -37,35 +37,6 @@ using namespace troupe;
 using namespace troupe::testing::cluster;
 using testing::run_troupe;
 
-namespace {
-
-// Every tensor of the newest checkpoint under `root`.
-std::map<std::string, std::vector<float>> final_parameters(const std::string& root) {
-  auto checkpoint = resolve_resume_path(root);
-  auto manifest = verify_checkpoint(checkpoint.path);
-  return read_checkpoint_tensors(checkpoint.path, manifest);
-}
-
-// Same tolerance as tests/actors/equivalence_test.cpp (its header says why 1e-5 separates
-// float summation order from a wiring bug).
-void check_same_parameters(const std::map<std::string, std::vector<float>>& got,
-                           const std::map<std::string, std::vector<float>>& want) {
-  REQUIRE(got.size() == want.size());
-  for (const auto& [name, values] : want) {
-    INFO("tensor " << name);
-    REQUIRE(got.count(name) == 1);
-    const auto& other = got.at(name);
-    REQUIRE(other.size() == values.size());
-    double worst = 0;
-    for (std::size_t i = 0; i < values.size(); ++i)
-      worst = std::max(worst, std::abs(double(other[i]) - values[i]) /
-                                  std::max(1e-3, std::abs(double(values[i]))));
-    CHECK(worst <= 1e-5);
-  }
-}
-
-}  // namespace
-
 TEST_CASE(
     "DP2 (ring, gloo), PP2 (GPipe, 1F1B), DP2 x PP2 and DP3 across processes match one device") {
   test::temp_directory dir{"troupe-cluster"};

@@ -66,11 +66,6 @@ std::string tls_cluster(const std::string& certificate = "node.pem",
          key + "\"\nca_file = \"ca.pem\"\n" + extra;
 }
 
-std::map<std::string, std::vector<float>> final_parameters(const std::string& root) {
-  auto checkpoint = resolve_resume_path(root);
-  return read_checkpoint_tensors(checkpoint.path, verify_checkpoint(checkpoint.path));
-}
-
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
@@ -99,19 +94,8 @@ TEST_CASE("a DP2 run over two processes inside TLS ends with a plain run's param
   CHECK(launched.output.find("done: 8 steps") != std::string::npos);
   // The same messages, only encrypted. Tolerance as in cluster_test.cpp (1e-5 relative:
   // float summation order, were it ever to differ between two runs, stays far below it).
-  const auto got = final_parameters(dir.file("tls-ckpt"));
-  const auto want = final_parameters(dir.file("plain-ckpt"));
-  REQUIRE(got.size() == want.size());
-  for (const auto& [name, values] : want) {
-    INFO("tensor " << name);
-    REQUIRE(got.count(name) == 1);
-    REQUIRE(got.at(name).size() == values.size());
-    double worst = 0;
-    for (std::size_t i = 0; i < values.size(); ++i)
-      worst = std::max(worst, std::abs(double(got.at(name)[i]) - values[i]) /
-                                  std::max(1e-3, std::abs(double(values[i]))));
-    CHECK(worst <= 1e-5);
-  }
+  check_same_parameters(final_parameters(dir.file("tls-ckpt")),
+                        final_parameters(dir.file("plain-ckpt")));
   // An encrypted key, with its passphrase in a file.
   auto encrypted = dir.write(
       "encrypted.toml", cluster_config(dp2 + tls_cluster("node.pem", "node.enc.key",

@@ -11,6 +11,7 @@
 #include "troupe/error.hpp"
 
 using namespace troupe;
+using namespace std::string_literals;
 
 namespace {
 
@@ -31,6 +32,65 @@ TEST_CASE("a dotted key of a million parts is refused before toml++ sees it") {
                                          "than 64 parts"),
                        config_error);
   CHECK_THROWS_AS(parse_config(text, "big.toml", "."), config_error);
+}
+
+TEST_CASE("a raw control character is refused at its line:col, wherever it is") {
+  // The config fuzzer's finding: a NUL after '[' tripped an assertion inside toml++.
+  CHECK_THROWS_WITH_AS(parse_config("[run]\n[\0zn]\nsteps = 1\n"s, "nul.toml", "."),
+                       doctest::Contains("nul.toml:2:2: a control character (byte 0x00) is not "
+                                         "allowed in TOML"),
+                       config_error);
+  for (const std::string text : {"# bell \a in a comment\n", "x = \"a\x1b[0m\"\n", "x = 1\x7f\n"})
+    CHECK_THROWS_WITH_AS(check_toml_limits(text, "c.toml"),
+                         doctest::Contains("is not allowed in TOML"), config_error);
+  // Tab, CR LF and LF are not control characters to TOML.
+  CHECK_NOTHROW(check_toml_limits("[run]\r\n\tsteps = 1 # a\tcomment\r\n", "ok.toml"));
+}
+
+TEST_CASE("a table header that does not start with a name is refused where the name should be") {
+  // The config fuzzer's second finding: "[#" tripped toml++'s assertion that a key follows.
+  CHECK_THROWS_WITH_AS(parse_config("[run]\nsteps = 1\n[# a comment\n", "h.toml", "."),
+                       doctest::Contains("h.toml:3:2: a table header starts with its name (a "
+                                         "letter, digit, _ or -, or a quoted string), not '#'"),
+                       config_error);
+  CHECK_THROWS_WITH_AS(check_toml_limits("[[ .x]]\n", "a.toml"), doctest::Contains("a.toml:1:4:"),
+                       config_error);
+  CHECK_THROWS_WITH_AS(check_toml_limits("  [\n", "b.toml"),
+                       doctest::Contains("b.toml:1:4: a table header starts with its name (a "
+                                         "letter, digit, _ or -, or a quoted string), not the "
+                                         "end of the line"),
+                       config_error);
+  // Names, quoted names, an empty header (toml++ says why) and arrays of arrays pass.
+  for (const std::string text :
+       {"[run]\n", "[[model.layers]]\n", "[ \"a b\" ]\n", "['x']\n", "[]\n",
+        "x = [\n  [1, 2],\n  [#3\n  ],\n]\n", "x = 1 # [#\n", "s = \"\"\"\n[#\n\"\"\"\n"})
+    CHECK_NOTHROW(check_toml_limits(text, "ok.toml"));
+}
+
+TEST_CASE("a non-ASCII character outside a string or comment is refused at its line:col") {
+  // The config fuzzer's third finding: toml++ reached TOML_UNREACHABLE on such a character.
+  CHECK_THROWS_WITH_AS(parse_config("[run]\nsteps = \xc3\xa9\n", "u.toml", "."),
+                       doctest::Contains("u.toml:2:9: a non-ASCII character outside a string "
+                                         "or a comment"),
+                       config_error);
+  CHECK_THROWS_AS(check_toml_limits("\xc2\xa0x = 1\n", "nbsp.toml"), config_error);
+  // A quote where no string can start is part of a bad bare value to toml++, which then
+  // asks of every character after it whether it is whitespace (the fourth finding).
+  CHECK_THROWS_WITH_AS(check_toml_limits("metrics =-\"/tmp/\xc3\xa9\"\n", "q.toml"),
+                       doctest::Contains("q.toml:1:17: a non-ASCII character outside a string"),
+                       config_error);
+  // After a backslash (and in a multi-line string the whitespace after it) toml++ asks too.
+  CHECK_THROWS_WITH_AS(check_toml_limits("s = \"a\\\xc3\xa9\"\n", "e.toml"),
+                       doctest::Contains("e.toml:1:8: a non-ASCII character after a backslash"),
+                       config_error);
+  CHECK_THROWS_WITH_AS(check_toml_limits("s = \"\"\"a\\  \n  \xc3\xa9\"\"\"\n", "m.toml"),
+                       doctest::Contains("m.toml:2:3: a non-ASCII character after a backslash"),
+                       config_error);
+  CHECK_NOTHROW(
+      check_toml_limits("s = \"\"\"a\\\n  b \xc3\xa9\"\"\"\nt=\"\\u00e9 \xc3\xa9\"\n", "ok.toml"));
+  // In strings and comments they are TOML, and reach toml++.
+  CHECK_NOTHROW(
+      check_toml_limits("# caf\xc3\xa9\nname = \"caf\xc3\xa9\"\nk = 'na\xc3\xafve'\n", "ok.toml"));
 }
 
 TEST_CASE("a table header of a million parts is refused at its line and column") {

@@ -118,9 +118,19 @@ TEST_CASE("a tensor header whose sizes overflow or exceed the cap is refused bef
     CHECK(tensor_header_problem({two_to_32, two_to_32}, 0, 0).find("overflows") !=
           std::string::npos);
   }
+  SUBCASE("a partial product past int64 is refused even when a 0 makes the whole empty") {
+    // The message fuzzer's finding: element_count() overflowed on {2^24, ~2^40, 0}. 2^63
+    // fits a uint64_t (the old check's type) but not an int64_t.
+    const shape_t shape{std::int64_t{1} << 24, std::int64_t{1} << 39, 0};
+    CHECK(tensor_header_problem(shape, 0, 0).find("overflows") != std::string::npos);
+    tensor t;
+    CHECK(receive_header(shape, 0, 0, t));
+    CHECK_FALSE(t.defined());
+  }
   SUBCASE("an element count that fits but whose bytes overflow") {
+    // 2^62 f32 elements fit an int64_t; their 2^64 bytes do not fit a uint64_t.
     const std::int64_t two_to_31 = std::int64_t{1} << 31;
-    CHECK(tensor_header_problem({two_to_31, two_to_31, 2}, 0, 0).find("needs more than") !=
+    CHECK(tensor_header_problem({two_to_31, two_to_31}, 0, 0).find("needs more than") !=
           std::string::npos);
   }
   SUBCASE("a consistent header above max_received_tensor_bytes") {
@@ -136,6 +146,20 @@ TEST_CASE("a tensor header whose sizes overflow or exceed the cap is refused bef
     CHECK_FALSE(tensor_header_problem({2, -1}, 0, 0).empty());
     CHECK_FALSE(tensor_header_problem({2}, 7, 8).empty());
     CHECK_FALSE(tensor_header_problem(shape_t(9, 1), 0, 4).empty());
+  }
+  SUBCASE("a valid header of 4 GiB with no payload behind it is refused before allocating") {
+    // Within max_received_tensor_bytes, but the message ends after the header: refused
+    // from the bytes left (a 4 GiB allocation first would fail under ASan's malloc limit).
+    const std::int64_t elements = std::int64_t{1} << 30;
+    tensor t;
+    auto error = receive_header({elements}, 0, std::uint64_t{1} << 32, t);
+    REQUIRE(error);
+    CHECK_FALSE(t.defined());
+    caf::actor_system_config config;
+    caf::actor_system system{config};
+    CHECK(system.render(error).find(
+              "tensor of 4294967296 bytes, but the message holds only 0 more") !=
+          std::string::npos);
   }
   SUBCASE("the largest allowed header and an empty tensor pass") {
     const auto elements = static_cast<std::int64_t>(max_received_tensor_bytes / 4);

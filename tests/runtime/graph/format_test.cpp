@@ -281,7 +281,8 @@ TEST_CASE("an expanded shorthand config passes validation and ejects into the sa
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nshare_devices = "
        "true\n"},
   };
-  for (const auto& [name, parallel] : wirings) {
+  for (const auto& [wiring, parallel] : wirings) {
+    const auto& name = wiring;  // not a binding: INFO's lambda captures it (clang 14)
     INFO(name);
     auto config = parse_config(model + parallel, "shorthand.toml");
     std::vector<troupe::shape_t> shapes{{features}};

@@ -22,9 +22,10 @@ static bool near(double got, double want) {
 /// CHECKs that `s` gives each (step, want) pair's rate.
 static void check_at(const lr_schedule& s,
                      std::initializer_list<std::pair<std::int64_t, double>> expected) {
-  for (const auto& [step, want] : expected) {
+  for (const auto& pair : expected) {
+    const std::int64_t step = pair.first;  // not a binding: CAPTURE's lambda (clang 14)
     CAPTURE(step);
-    CHECK(near(s.at(step), want));
+    CHECK(near(s.at(step), pair.second));
   }
 }
 

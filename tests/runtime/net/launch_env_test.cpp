@@ -216,7 +216,10 @@ TEST_CASE("a half-set convention is refused, naming the variable set and the one
       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
       {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
       {"SLURM_PROCID", "SLURM_NTASKS"}};
-  for (const auto& [set, missing] : missing_for) {
+  for (const auto& pair : missing_for) {
+    // Named references, not a binding: INFO's lambda captures them (clang 14).
+    const auto& set = pair.first;
+    const auto& missing = pair.second;
     INFO(set << " without " << missing);
     const auto message = refusal_of({{set, "1"}});
     CHECK(contains(message, set + "='1' is set but " + missing + " is not"));

@@ -180,6 +180,20 @@ TEST_CASE("an empty secret, or both variables at once, is refused") {
                  "both TROUPE_SECRET and TROUPE_SECRET_FILE='/f' are set"));
 }
 
+TEST_CASE("a megabyte path to the secret file is quoted short in every message") {
+  const std::string huge = "/" + std::string(1 << 20, 'p');
+  for (const auto& message : {user_error_of([&] {
+                                secret_from({{"TROUPE_SECRET_FILE", huge}});
+                              }),
+                              user_error_of([&] { secret_from({}, huge); }), user_error_of([&] {
+                                secret_from({{"TROUPE_SECRET", "a"}, {"TROUPE_SECRET_FILE", huge}});
+                              })}) {
+    CHECK(!message.empty());
+    CHECK(message.size() < 2000);
+    CHECK(contains(message, "(1048577 bytes)"));
+  }
+}
+
 TEST_CASE("a private secret file is read with one trailing newline stripped") {
   const temp_directory directory{"troupe-secret"};
   const auto unix_file = secret_file(directory, "unix", "abc\n", owner_read_write);
@@ -189,11 +203,11 @@ TEST_CASE("a private secret file is read with one trailing newline stripped") {
   const auto from_variable = secret_from({{"TROUPE_SECRET_FILE", unix_file}});
   REQUIRE(from_variable.has_value());
   CHECK(from_variable->value == "abc");
-  CHECK(from_variable->source == "TROUPE_SECRET_FILE=" + unix_file);
+  CHECK(from_variable->source == "TROUPE_SECRET_FILE='" + unix_file + "'");
   CHECK(secret_from({}, windows_file)->value == "abc");
   CHECK(secret_from({}, two_lines)->value == "abc\n");
   CHECK(secret_from({}, bare)->value == " abc ");
-  CHECK(secret_from({}, bare)->source == "secret file " + bare);
+  CHECK(secret_from({}, bare)->source == "secret file '" + bare + "'");
 }
 
 TEST_CASE("the environment's secret wins over the caller's secret file") {
@@ -213,7 +227,7 @@ TEST_CASE("a secret file that group or others may use is refused with its mode a
   auto message = user_error_of([&] { secret_from({}, readable); });
   CHECK(contains(message, "'" + readable + "'"));
   CHECK(contains(message, "has mode 0644"));
-  CHECK(contains(message, "chmod 600 " + readable));
+  CHECK(contains(message, "chmod 600 '" + readable + "'"));
   const auto group_writable =
       secret_file(directory, "group", "abc", owner_read_write | fs::perms::group_write);
   CHECK(contains(user_error_of([&] { secret_from({}, group_writable); }), "has mode 0620"));

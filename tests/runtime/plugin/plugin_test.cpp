@@ -111,6 +111,11 @@ TEST_CASE("load_plugin says which way a plugin fails to load") {
   SUBCASE("a file that does not exist") {
     CHECK(load_error("no/such/plugin.so") == "plugin 'no/such/plugin.so' does not exist");
   }
+  SUBCASE("a path of ten megabytes is quoted short") {
+    auto message = load_error(std::string(10'000'000, 'x') + ".so");
+    CHECK(message.size() < 400);
+    CHECK(contains(message, "(10000003 bytes) does not exist"));
+  }
   SUBCASE("a shared library that is not a troupe plugin") {
     auto message = load_error(test_plugins::not_a_plugin());
     CHECK(contains(message, "is not a troupe plugin"));

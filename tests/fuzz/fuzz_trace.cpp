@@ -1,0 +1,27 @@
+// fuzz_trace.cpp: libFuzzer harness for the trace file reader (issue 12): JSON text through
+// parse_trace, then what `troupe trace summary` and `troupe trace timeline` do with a trace
+// that parsed (the summary in both formats, the default window's SVG).
+//
+// A user_error (exit 2 in the CLI) is the right answer to bad input; anything else that
+// escapes, a crash, a sanitizer report or a hang is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/trace_tools/summary.hpp"
+#include "runtime/trace_tools/timeline.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
+#include "troupe/error.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    const auto trace = troupe::parse_trace(text, "fuzz.json");
+    const auto summary = troupe::summarize_trace(trace);
+    (void)troupe::format_summary_text(summary);
+    (void)troupe::format_summary_json(summary);
+    (void)troupe::render_timeline_svg(trace, troupe::timeline_options{});
+  } catch (const troupe::user_error&) {
+  }
+  return 0;
+}
