@@ -11,9 +11,9 @@
 #include <fstream>
 #include <string>
 
-#include "tests/address_sanitizer.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
+#include "tests/sanitizers.hpp"
 #include "tests/temp_files.hpp"
 
 namespace {
@@ -37,12 +37,11 @@ bool has(const command_result& r, const std::string& text) {
 // Runs troupe under a 4 GiB memory cap and a 30 s deadline (SIGKILL: a process stuck in a
 // loop may not act on SIGTERM), so that a regression fails the test instead of the
 // machine; `shell_limits` adds more ("ulimit -s 512;"). The cap is on address space, or
-// under ASan on what is allocated (beyond it ASan reports an error, exit 1).
+// under a sanitizer on each allocation (beyond it the sanitizer reports an error, exit 1).
 command_result run_guarded(const std::string& arguments, const std::string& shell_limits = "") {
-  const std::string memory_cap =
-      troupe::testing::under_address_sanitizer
-          ? "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}malloc_limit_mb=4096\"; "
-          : "ulimit -v 4194304; ";
+  const std::string memory_cap = troupe::testing::under_sanitizer
+                                     ? troupe::testing::memory_cap_options
+                                     : "ulimit -v 4194304; ";
   return run_troupe_in_shell(memory_cap + shell_limits + " exec timeout -s KILL 30 ", arguments);
 }
 
