@@ -6,11 +6,16 @@
    with taskset) against two replicas (cpu:0, cpu:1, ring all-reduce), without and with
    the sharded optimizer. Runs alternate; medians of --repeats runs; the speed-up is the
    median of each repetition's ratio of samples/s.
-2. Pipeline bubble: a model with two equal halves (6 x linear 512 + ReLU, then a 10-way
-   head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8 micro-batches,
-   GPipe and 1F1B. The measured bubble of a stage is its idle share of the training time,
-   1 - busy / elapsed, from the device utilisation troupe reports; theory is
-   (P - 1) / (M + P - 1) for equal stages with no communication.
+2. Pipeline bubble: a model of two halves (3 x linear 512 + ReLU each, the second with the
+   10-way head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8
+   micro-batches, GPipe and 1F1B. The measured bubble of a stage is its idle share of the
+   training time, 1 - busy / elapsed, from the device utilisation troupe reports (medians of
+   untraced runs). "theory" is (P - 1) / (M + P - 1), for equal stages with no
+   communication. The halves are not equal in work: the first layer computes no input
+   gradient (half of a linear layer's backward), and the second half carries the head and
+   the loss, so stage 0 does about 0.87-0.89 of stage 1's work. "costed" is the theory for the
+   stages' measured work (`troupe trace summary` of one traced run: 1 - M work_s /
+   (sum_s work_s + (M - 1) max_s work_s)); what is left above it is the pipeline's own cost.
 
     /usr/bin/python3 bench/parallel_scaling.py [--repeats 3] [--steps 300]
 
@@ -67,17 +72,25 @@ schedule = "{schedule}"
 """
 
 
-def run(binary, text, workdir, name, cores=None):
-    """Runs troupe on `text` (on the CPUs `cores`, e.g. "0", if given); its final record."""
+def run(binary, text, workdir, name, cores=None, trace=False):
+    """Runs troupe on `text` (on the CPUs `cores`, e.g. "0", if given); its final record,
+    and with `trace` also the run's `troupe trace summary --json` under "summary"."""
     config = os.path.join(workdir, name + ".toml")
     metrics = os.path.join(workdir, name + ".jsonl")
+    trace_file = os.path.join(workdir, name + ".trace.json")
     with open(config, "w") as f:
         f.write(text)
     pin = ["taskset", "-c", cores] if cores else []
-    subprocess.run(pin + [binary, "run", config, "--quiet", "--metrics", metrics], check=True,
-                   stdout=subprocess.DEVNULL)
+    traced = ["--trace", trace_file] if trace else []
+    subprocess.run(pin + [binary, "run", config, "--quiet", "--metrics", metrics] + traced,
+                   check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
-        return [json.loads(line) for line in f if '"event"' in line][-1]
+        done = [json.loads(line) for line in f if '"event"' in line][-1]
+    if trace:
+        done["summary"] = json.loads(subprocess.run(
+            [binary, "trace", "summary", trace_file, "--json"], check=True,
+            capture_output=True, text=True).stdout)
+    return done
 
 
 # The [parallel] tables of the DP comparison: one device, two ring replicas, and two
@@ -139,23 +152,28 @@ def main():
             return
 
         layers = "".join(linear(512) + RELU for _ in range(6))
-        print(f"\nPipeline bubble, P = 2 (two equal halves of a 512-wide MLP), batch 256, "
-              f"{args.steps} steps, medians of {args.repeats}")
-        print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'stage 1':>8} "
-              f"{'samples/s':>10}")
+        print(f"\nPipeline bubble, P = 2 (two halves of a 512-wide MLP), batch 256, "
+              f"{args.steps} steps, medians of {args.repeats}; costed: the theory for the "
+              "stages' traced work")
+        print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'costed':>7} "
+              f"{'stage 1':>8} {'costed':>7} {'samples/s':>10}")
         for schedule in ["gpipe", "1f1b"]:
             for m in [1, 2, 4, 8]:
+                text = DEEP.format(steps=args.steps, batch=256, m=m, schedule=schedule,
+                                   layers=layers)
                 bubbles0, bubbles1, rates = [], [], []
                 for r in range(args.repeats):
-                    done = run(args.binary, DEEP.format(steps=args.steps, batch=256, m=m,
-                                                        schedule=schedule, layers=layers),
-                               workdir, "pp")
+                    done = run(args.binary, text, workdir, "pp")
                     bubbles0.append(1 - done["devices"]["cpu:0"]["utilisation"])
                     bubbles1.append(1 - done["devices"]["cpu:1"]["utilisation"])
                     rates.append(done["samples_per_s"])
+                stages = run(args.binary, text, workdir, "pp_traced",
+                             trace=True)["summary"]["pipeline"]["stages"]
                 theory = 1 / (m + 1)
                 print(f"{schedule:>8} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
-                      f"{statistics.median(bubbles1):>8.3f} {statistics.median(rates):>10.0f}")
+                      f"{stages[0]['theory']:>7.3f} {statistics.median(bubbles1):>8.3f} "
+                      f"{stages[1]['theory']:>7.3f} {statistics.median(rates):>10.0f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

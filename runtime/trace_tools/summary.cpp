@@ -2,6 +2,7 @@
 #include "runtime/trace_tools/summary.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -101,6 +102,10 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
   out.theory_bubble = (p - 1) / (m + p - 1);
   if (trace.stages <= 1)
     return;
+  std::map<std::string, double> work_by_device;  // training micro-batch work
+  for (const auto& job : trace.jobs)
+    if (!job.eval && (job.name == "forward" || job.name == "backward" || job.name == "loss"))
+      work_by_device[job.device] += job.duration_us;
   for (std::int64_t s = 0; s < trace.stages; ++s) {
     stage_time stage;
     stage.stage = s;
@@ -115,8 +120,24 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
           sum += d.utilisation;
     stage.utilisation = stage.devices.empty() ? 0 : sum / static_cast<double>(stage.devices.size());
     stage.bubble = 1 - stage.utilisation;
+    for (const auto& name : stage.devices) {
+      auto it = work_by_device.find(name);
+      if (it != work_by_device.end())
+        stage.work_us += it->second;
+    }
+    if (!stage.devices.empty())
+      stage.work_us /= static_cast<double>(stage.devices.size());
     out.pipeline.push_back(stage);
   }
+  double total = 0, slowest = 0;
+  for (const auto& stage : out.pipeline) {
+    total += stage.work_us;
+    slowest = std::max(slowest, stage.work_us);
+  }
+  const double step = total + (m - 1) * slowest;
+  for (auto& stage : out.pipeline)
+    stage.theory =
+        step > 0 && std::isfinite(step) ? 1 - m * stage.work_us / step : out.theory_bubble;
 }
 
 // The node of a device as the trace names it: "node1/cpu:0" and "node1 host" are node 1,
@@ -312,17 +333,21 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
                    static_cast<long long>(d.jobs), 100 * d.utilisation);
 
   if (!s.pipeline.empty()) {
-    text += string_printf("\n%-6s %-16s %12s %8s %8s\n", "stage", "devices", "utilisation", "bubble",
-                   "theory");
+    text += string_printf("\n%-6s %-16s %12s %12s %8s %8s %8s\n", "stage", "devices", "utilisation",
+                          "work ms", "bubble", "theory", "costed");
     for (const auto& st : s.pipeline) {
       std::string devices;
       for (const auto& d : st.devices)
         devices += (devices.empty() ? "" : ",") + d;
-      text += string_printf("%-6lld %-16s %11.1f%% %7.1f%% %7.1f%%\n", static_cast<long long>(st.stage),
-                     devices.c_str(), 100 * st.utilisation, 100 * st.bubble, 100 * s.theory_bubble);
+      text +=
+          string_printf("%-6lld %-16s %11.1f%% %12.3f %7.1f%% %7.1f%% %7.1f%%\n",
+                        static_cast<long long>(st.stage), devices.c_str(), 100 * st.utilisation,
+                        st.work_us / 1000, 100 * st.bubble, 100 * s.theory_bubble, 100 * st.theory);
     }
-    text += string_printf("(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld)\n",
-                   static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
+    text += string_printf(
+        "(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld, for equal stages; costed: for\n"
+        " these stages' work (forward, backward, loss), 1 - M work / (sum + (M - 1) max))\n",
+        static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
   }
 
   if (!s.wires.empty()) {
@@ -409,8 +434,12 @@ std::string format_summary_json(const trace_summary& s) {
   if (!s.pipeline.empty()) {
     json stages = json::array();
     for (const auto& st : s.pipeline)
-      stages.push_back({{"stage", st.stage}, {"devices", st.devices},
-                        {"utilisation", st.utilisation}, {"bubble", st.bubble}});
+      stages.push_back({{"stage", st.stage},
+                        {"devices", st.devices},
+                        {"utilisation", st.utilisation},
+                        {"bubble", st.bubble},
+                        {"work_us", st.work_us},
+                        {"theory", st.theory}});
     out["pipeline"] = {{"theory_bubble", s.theory_bubble}, {"stages", stages}};
   } else {
     out["pipeline"] = nullptr;

@@ -14,7 +14,13 @@
 //                 overlap, since jobs run on streams while the actor handles messages).
 //   utilisation   of a device: its stream's job time / run.
 //   bubble        of a stage: 1 - utilisation of the stage's device(s) (replica 0's; the
-//                 mean when a stage spans several devices); theory (P - 1) / (M + P - 1).
+//                 mean when a stage spans several devices); theory (P - 1) / (M + P - 1),
+//                 which holds for equal stages. For stages of unequal cost: work_s is a
+//                 stage's per-micro-batch jobs (forward, backward, loss) per device, and
+//                 theory_s = 1 - M work_s / (sum_s work_s + (M - 1) max_s work_s): a
+//                 synchronous pipeline's step takes at least sum + (M - 1) max of the
+//                 stages' costs per micro-batch (the slowest stage is busy throughout, the
+//                 others fill and drain once), and the formula above when all are equal.
 //   step          train-phase jobs with args.step = N, from the first one's start to the
 //                 last one's end, on the busiest device of that step: compute (forward,
 //                 backward, loss, update), communication (copy, reduce, load), waiting (the rest).
@@ -53,6 +59,8 @@ struct stage_time {
   std::vector<std::string> devices;
   double utilisation = 0;
   double bubble = 0;        // measured: 1 - utilisation
+  double work_us = 0;       // forward, backward and loss jobs, per device
+  double theory = 0;        // for these stages' measured costs (see above)
 };
 
 struct wire_traffic {

@@ -173,6 +173,42 @@ TEST_CASE("the summary's utilisation and pipeline bubble match the hand-made GPi
   CHECK(s.pipeline[0].bubble == doctest::Approx(1 - 5250.0 / 8000));
   CHECK(s.pipeline[1].bubble == doctest::Approx(1 - 5400.0 / 8000));
   CHECK(s.theory_bubble == doctest::Approx(1.0 / 5));  // (P - 1) / (M + P - 1), P = 2, M = 4
+  // Equal stages (4 x (100 + 200) a step, 4 steps; the eval forward does not count): the
+  // costed theory is the formula's.
+  CHECK(s.pipeline[0].work_us == 4800);
+  CHECK(s.pipeline[1].work_us == 4800);
+  CHECK(s.pipeline[0].theory == doctest::Approx(0.2));
+  CHECK(s.pipeline[1].theory == doctest::Approx(0.2));
+}
+
+TEST_CASE("for stages of unequal cost the summary's costed theory is the slower stage's pipeline") {
+  // A 300 us loss job a step on cpu:1 makes stage 1 cost 1500 us a step to stage 0's 1200:
+  // a step takes at least (1200 + 1500) / 4 + 3 x 1500 / 4 = 1800 us of which stage 0 is
+  // busy 1200 (theory 1/3) and stage 1 1500 (1/6). Update jobs are not micro-batch work.
+  auto json = test::gpipe_trace();
+  for (std::int64_t step = 0; step < 4; ++step)
+    json["traceEvents"].push_back(
+        {{"ph", "X"},
+         {"cat", "job"},
+         {"name", "loss"},
+         {"pid", 1},
+         {"tid", 2},
+         {"ts", 2000.0 * static_cast<double>(step) + 1400},
+         {"dur", 300},
+         {"args", {{"actor", "loss"}, {"step", step}, {"phase", "train"}, {"queued_us", 0}}}});
+  auto s = summarize_trace(parse_trace(json.dump(), "unequal.json"));
+  REQUIRE(s.pipeline.size() == 2);
+  CHECK(s.pipeline[0].work_us == 4800);
+  CHECK(s.pipeline[1].work_us == 6000);
+  CHECK(s.pipeline[0].theory == doctest::Approx(1.0 / 3));
+  CHECK(s.pipeline[1].theory == doctest::Approx(1.0 / 6));
+  CHECK(s.theory_bubble == doctest::Approx(0.2));  // the equal-stage formula is unchanged
+  auto text = format_summary_text(s);
+  CHECK(text.find("costed") != std::string::npos);
+  CHECK(text.find("33.3%") != std::string::npos);
+  auto out = nlohmann::json::parse(format_summary_json(s));
+  CHECK(out["pipeline"]["stages"][1]["theory"].get<double>() == doctest::Approx(1.0 / 6));
+  CHECK(out["pipeline"]["stages"][1]["work_us"].get<double>() == 6000);
 }
 
 TEST_CASE("the summary splits each actor's time into compute, handling, waiting and idle") {
