@@ -2,6 +2,9 @@
 // registered layer can use), shapes, and settings errors.
 #include <doctest/doctest.h>
 
+#include <time.h>
+
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -51,6 +54,9 @@ TEST_CASE("every registered layer's backward matches finite differences") {
       {"relu", {{make_layer("relu"), {9}, 2}}},
       {"gelu", {{make_layer("gelu"), {9}, 2}}},
       {"tanh", {{make_layer("tanh"), {9}, 1}}},
+      {"delay",
+       {{make_layer("delay", {{"forward_us", integer(1)}}), {5}, 2},
+        {make_layer("delay", {{"forward_us", integer(1)}, {"mode", text("spin")}}), {2, 3}, 1}}},
   };
   std::set<std::string> registered;
   for (const auto& layer : registered_layers()) {
@@ -189,4 +195,64 @@ TEST_CASE("parameter init is keyed by seed, layer and parameter, and has the rig
   std::vector<float> z(10, 5.0f);
   initialise_parameter(zeros, 42, 0, 1, z.data());
   CHECK(z == std::vector<float>(10, 0.0f));
+}
+
+namespace {
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+}  // namespace
+
+TEST_CASE("delay takes its set time, as identity, sleeping or spinning as told") {
+  for (const char* mode : {"sleep", "spin"}) {
+    CAPTURE(mode);
+    auto l =
+        create_layer(make_layer("delay", {{"forward_us", integer(30000)}, {"mode", text(mode)}}));
+    CHECK(l->output_shape({2, 3}) == shape_t{2, 3});
+    REQUIRE(l->parameters({2, 3}).size() == 1);
+    CHECK(l->cost({2, 3}) == 90000);  // forward 30 ms + backward 2 x 30 ms
+    l->bind(device_type::cpu);
+    auto x = tensor::empty({2, 3});
+    auto y = tensor::empty({2, 3});
+    auto dx = tensor::empty({2, 3});
+    auto grad = tensor::empty({1});
+    for (std::int64_t i = 0; i < 6; ++i)
+      x.f32()[i] = static_cast<float>(i) - 2.5f;
+    grad.f32()[0] = 7;
+    std::vector<tensor> saved, grads{grad};
+    layer_context context;
+    auto cpu = thread_cpu_seconds();
+    auto started = std::chrono::steady_clock::now();
+    l->forward(context, {}, x, y, saved);
+    auto forward =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    l->backward(context, {}, saved, y, &dx, grads, false);
+    auto both = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    cpu = thread_cpu_seconds() - cpu;
+    CHECK(forward >= 0.030);
+    CHECK(both >= 0.090);
+    CHECK(both < 2.0);  // only a very loaded machine would take this long
+    for (std::int64_t i = 0; i < 6; ++i) {
+      CHECK(y.f32()[i] == x.f32()[i]);
+      CHECK(dx.f32()[i] == x.f32()[i]);
+    }
+    CHECK(grad.f32()[0] == 0);
+    // Sleeping leaves the core to others; spinning holds it for the whole time.
+    if (std::string{mode} == "sleep")
+      CHECK(cpu < 0.5 * both);
+    else
+      CHECK(cpu > 0.5 * both);
+  }
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("delay")),
+                       "test.toml:3:1: layer 'delay' needs the integer setting 'forward_us'",
+                       config_error);
+  CHECK_THROWS_WITH_AS(
+      create_layer(make_layer("delay", {{"forward_us", integer(5)}, {"mode", text("nap")}})),
+      doctest::Contains("test.toml:6:8: layer 'delay' setting 'mode'"), config_error);
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("delay", {{"forward_us", integer(0)}})),
+                       doctest::Contains("'forward_us' = 0 is out of range"), config_error);
 }

@@ -16,7 +16,6 @@
 
 #include "actors/session.hpp"
 #include "runtime/graph/topology.hpp"
-#include "runtime/model/layer.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "tests/actors/session_support.hpp"
@@ -141,43 +140,15 @@ TEST_CASE("actors on a device handle their messages on its thread, between its j
 
 namespace {
 
-// An identity layer that spins for a fixed time in forward and backward, with one
-// parameter so that steps stay synchronous (forward of step k waits for version k).
-class fixed_cost final : public layer {
- public:
-  explicit fixed_cost(layer_settings& s) : micros_(s.integer("micros", 1, 1000000)) {}
-  std::string type() const override { return "test_fixed_cost"; }
-  shape_t output_shape(const shape_t& input) const override { return input; }
-  std::vector<param_spec> parameters(const shape_t&) const override {
-    return {{"unused", {1}, init_kind::zeros, 1, 1}};
-  }
-  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, const tensor& y,
-               std::vector<tensor>&) const override {
-    std::copy(x.f32(), x.f32() + x.numel(), y.f32());
-    spin();
-  }
-  void backward(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
-                const tensor& dy, tensor* dx, std::vector<tensor>& grads, bool) const override {
-    if (dx != nullptr)
-      std::copy(dy.f32(), dy.f32() + dy.numel(), dx->f32());
-    grads[0].f32()[0] = 0;
-    spin();
-  }
+// A delay layer (actors/layers/delay.cpp) taking `micros` in forward and again in backward,
+// asleep: a stage's time does not depend on what else the machine's cores are running.
+std::string fixed_cost(int micros) {
+  const auto us = std::to_string(micros);
+  return test::layer("delay", "forward_us = " + us + "\nbackward_us = " + us + "\n");
+}
 
- private:
-  void spin() const {
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(micros_);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-  }
-  std::int64_t micros_;
-};
-
-TROUPE_REGISTER_LAYER("test_fixed_cost", "spins a fixed time (tests)",
-                      [](layer_settings& s) { return std::make_unique<fixed_cost>(s); });
-
-// Two fixed-cost layers, one a stage (P = 2, M = 4), spinning `micros0` and `micros1` us
-// in forward and again in backward.
+// Two fixed-cost layers, one a stage (P = 2, M = 4), taking `micros0` and `micros1` us in
+// forward and again in backward.
 std::string fixed_pipeline(const std::string& schedule, int steps, int micros0 = 20000,
                            int micros1 = 20000) {
   return R"(
@@ -185,9 +156,7 @@ std::string fixed_pipeline(const std::string& schedule, int steps, int micros0 =
 steps = )" +
          std::to_string(steps) + R"(
 evaluate = false)" +
-         test::data_section({16, 256, 8, 4, 4}) +
-         test::layer("test_fixed_cost", "micros = " + std::to_string(micros0) + "\n") +
-         test::layer("test_fixed_cost", "micros = " + std::to_string(micros1) + "\n") + R"(
+         test::data_section({16, 256, 8, 4, 4}) + fixed_cost(micros0) + fixed_cost(micros1) + R"(
 [optimizer]
 type = "sgd"
 lr = 0.01
@@ -286,7 +255,7 @@ TEST_CASE("the recorded schedule is exactly GPipe's and 1F1B's, with the theoret
     auto what = std::string{c.schedule} + ": measured bubble " + std::to_string(bubble) +
                 ", theory " + std::to_string(theory);
     INFO(what);
-    // Jobs are 20 ms spins. Each hand-over between stages costs a message and a thread
+    // Jobs are 20 ms sleeps. Each hand-over between stages costs a message and a thread
     // wake-up, up to ~1 ms here when both cores are busy (the scheduler delays the
     // waking thread); a step has about three such hand-overs on its critical path in
     // ~200 ms, so the measured bubble sits within a few percent of theory.

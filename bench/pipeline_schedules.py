@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Pipeline schedules on fixed-cost layers: the measured bubble of every stage next to theory.
+
+Each stage is two `delay` layers (actors/layers/delay.cpp) that sleep a set time, 2 ms
+forward and 4 ms backward, so that stages are equal by construction and P = 4 stages on
+cpu:0..cpu:3 can share this machine's two cores without slowing each other (a sleeping
+device leaves its core to the others). For P = 2 and 4, GPipe and 1F1B, M = 4 and 8: the
+bubble of stage s is its idle share of each training step (from the step's first job to
+its last, on any stage: 1 - the stage's forward/backward/loss time / the step's span),
+the median over the steps after the first (which includes start-up), from a trace of the
+run; then the median of --repeats runs. Theory is (P - 1) / (M + P - 1). What is measured above it is what the schedule and
+its hand-overs cost: a message and a thread wake-up per hand-over, and each device's
+handling of its actors' messages between jobs.
+
+    /usr/bin/python3 bench/pipeline_schedules.py [--repeats 3] [--steps 12] [--forward-us 2000]
+
+Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
+part of ctest.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CONFIG = """
+[run]
+steps = {steps}
+seed = 1
+evaluate = false
+[data]
+source = "synthetic"
+batch_size = 64
+synthetic_train = 1024
+synthetic_test = 16
+synthetic_features = 4
+synthetic_classes = 4
+{layers}[optimizer]
+type = "sgd"
+lr = 0.01
+[parallel]
+devices = [{devices}]
+pipeline = {p}
+microbatches = {m}
+schedule = "{schedule}"
+"""
+
+DELAY = '[[model.layers]]\ntype = "delay"\nforward_us = {forward_us}\n'
+
+MICRO_BATCH_WORK = {"forward", "backward", "loss"}
+
+
+def step_bubbles(trace):
+    """{step: {stage pid: idle share of the step's span}} from a trace's training jobs."""
+    jobs = {}
+    for e in trace["traceEvents"]:
+        args = e.get("args", {})
+        if (e.get("ph") == "X" and e.get("cat") == "job" and e["name"] in MICRO_BATCH_WORK
+                and args.get("phase") == "train" and "step" in args):
+            jobs.setdefault(args["step"], {}).setdefault(e["pid"], []).append(
+                (e["ts"], e["ts"] + e["dur"]))
+    out = {}
+    for step, stages in jobs.items():
+        first = min(start for spans in stages.values() for start, _ in spans)
+        last = max(end for spans in stages.values() for _, end in spans)
+        out[step] = {pid: 1 - sum(end - start for start, end in spans) / (last - first)
+                     for pid, spans in stages.items()}
+    return out
+
+
+def run(binary, text, workdir):
+    """Runs troupe on `text` with a trace: (samples/s, per-stage median bubbles by pid)."""
+    config = os.path.join(workdir, "pp.toml")
+    metrics = os.path.join(workdir, "pp.jsonl")
+    trace_path = os.path.join(workdir, "pp.trace.json")
+    with open(config, "w") as f:
+        f.write(text)
+    subprocess.run([binary, "run", config, "--quiet", "--metrics", metrics, "--trace",
+                    trace_path], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    with open(metrics) as f:
+        done = [json.loads(line) for line in f if '"event"' in line][-1]
+    with open(trace_path) as f:
+        bubbles = step_bubbles(json.load(f))
+    steps = sorted(bubbles)[1:]  # the first step includes start-up
+    pids = sorted(bubbles[steps[0]])
+    return done["samples_per_s"], [statistics.median(bubbles[s][pid] for s in steps)
+                                   for pid in pids]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--forward-us", type=int, default=2000)
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    args = parser.parse_args()
+    if not os.path.exists(args.binary):
+        sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
+    print(f"Pipeline bubble per stage, equal stages of 2 delay layers ({args.forward_us} us "
+          f"forward, {2 * args.forward_us} us backward each), median over steps 1..{args.steps - 1}, "
+          f"medians of {args.repeats} runs")
+    print(f"{'P':>2} {'schedule':>8} {'M':>3} {'theory':>7}  {'stages 0..P-1':<32} "
+          f"{'worst - theory':>14} {'samples/s':>10}")
+    with tempfile.TemporaryDirectory() as workdir:
+        for p in [2, 4]:
+            devices = ", ".join(f'"cpu:{d}"' for d in range(p))
+            layers = DELAY.format(forward_us=args.forward_us) * (2 * p)
+            for schedule in ["gpipe", "1f1b"]:
+                for m in [4, 8]:
+                    text = CONFIG.format(steps=args.steps, layers=layers, devices=devices, p=p,
+                                         m=m, schedule=schedule)
+                    runs = [run(args.binary, text, workdir) for _ in range(args.repeats)]
+                    rate = statistics.median(r[0] for r in runs)
+                    bubbles = [statistics.median(r[1][s] for r in runs) for s in range(p)]
+                    theory = (p - 1) / (m + p - 1)
+                    stages = " ".join(f"{b:.3f}" for b in bubbles)
+                    worst = max(abs(b - theory) for b in bubbles)
+                    print(f"{p:>2} {schedule:>8} {m:>3} {theory:>7.3f}  {stages:<32} "
+                          f"{worst:>14.3f} {rate:>10.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
