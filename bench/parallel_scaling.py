@@ -82,8 +82,10 @@ def run(binary, text, workdir, name, cores=None, trace=False):
         f.write(text)
     pin = ["taskset", "-c", cores] if cores else []
     traced = ["--trace", trace_file] if trace else []
-    subprocess.run(pin + [binary, "run", config, "--quiet", "--metrics", metrics] + traced,
-                   check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(pin + [binary, "run", config, "--quiet", "--metrics", metrics] + traced,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:  # its notes (e.g. devices sharing cores) only when it fails
+        sys.exit(f"troupe run {config} failed with {done.returncode}:\n{done.stderr}")
     with open(metrics) as f:
         done = [json.loads(line) for line in f if '"event"' in line][-1]
     if trace:

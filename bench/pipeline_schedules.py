@@ -21,9 +21,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from parallel_scaling import run as run_troupe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,17 +75,8 @@ def step_bubbles(trace):
 
 def run(binary, text, workdir):
     """Runs troupe on `text` with a trace: (samples/s, per-stage median bubbles by pid)."""
-    config = os.path.join(workdir, "pp.toml")
-    metrics = os.path.join(workdir, "pp.jsonl")
-    trace_path = os.path.join(workdir, "pp.trace.json")
-    with open(config, "w") as f:
-        f.write(text)
-    subprocess.run([binary, "run", config, "--quiet", "--metrics", metrics, "--trace",
-                    trace_path], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    with open(metrics) as f:
-        done = [json.loads(line) for line in f if '"event"' in line][-1]
-    with open(trace_path) as f:
+    done = run_troupe(binary, text, workdir, "pp", trace=True)
+    with open(os.path.join(workdir, "pp.trace.json")) as f:
         bubbles = step_bubbles(json.load(f))
     steps = sorted(bubbles)[1:]  # the first step includes start-up
     pids = sorted(bubbles[steps[0]])
