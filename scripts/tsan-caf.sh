@@ -8,7 +8,7 @@
 # real race. The sources are Debian's own (`apt-get source actor-framework`, the package
 # libcaf-dev is built from), fetched through a private apt configuration that only adds
 # deb-src to the system's Debian mirror; nothing is installed and nothing system-wide
-# changes. Run as any user; the build takes about 8 minutes on 2 cores.
+# changes. The build takes about 8 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD/build-thread-caf
@@ -27,15 +27,15 @@ apt_opts=(-o "Dir::Etc::SourceList=$root/apt/sources.list" -o "Dir::Etc::SourceP
 orig=$root/src/actor-framework_$version.orig.tar.gz
 if [[ ! -f $orig ]]; then
   apt-get "${apt_opts[@]}" -qq update
-  # The Debian packaging tarball is not needed (its patches touch packaging only); a
-  # mirror that lacks it still gives the upstream tarball, which is what is built.
+  # What is built is the upstream tarball, without Debian's patches: a mirror that lacks
+  # the packaging tarball (the one here did) still gives it.
   (cd "$root/src" && apt-get "${apt_opts[@]}" source --download-only actor-framework) ||
     [[ -f $orig ]] || { echo "tsan-caf.sh: could not fetch Debian's actor-framework $version source" >&2; exit 1; }
 fi
 rm -rf "$root/src/actor-framework-$version" "$root/build"
 tar -xzf "$orig" -C "$root/src"
-# -include limits: receive_buffer.hpp uses std::numeric_limits without including it (Debian's
-# packaging patches that; libstdc++ 12 no longer includes it on the way).
+# -include limits: receive_buffer.hpp uses std::numeric_limits without including it, and
+# libstdc++ 12 no longer includes it on the way.
 flags="-fsanitize=thread -O1 -g1 -include limits -Wno-deprecated-declarations"
 # CAF's own CMake picks libc++ for clang unless told not to; troupe and Debian use libstdc++.
 cmake -S "$root/src/actor-framework-$version" -B "$root/build" -G Ninja \
