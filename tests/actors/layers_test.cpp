@@ -255,4 +255,11 @@ TEST_CASE("delay takes its set time, as identity, sleeping or spinning as told")
       doctest::Contains("test.toml:6:8: layer 'delay' setting 'mode'"), config_error);
   CHECK_THROWS_WITH_AS(create_layer(make_layer("delay", {{"forward_us", integer(0)}})),
                        doctest::Contains("'forward_us' = 0 is out of range"), config_error);
+  // Oversized: at most 10 s a job, either way.
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("delay", {{"forward_us", integer(10'000'001)}})),
+                       doctest::Contains("'forward_us' = 10000001 is out of range"), config_error);
+  CHECK_THROWS_WITH_AS(
+      create_layer(make_layer("delay", {{"forward_us", integer(1)}, {"backward_us", integer(-1, 8)}})),
+      doctest::Contains("test.toml:8:7: layer 'delay' setting 'backward_us' = -1 is out of range"),
+      config_error);
 }
