@@ -17,6 +17,7 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   settings_->math->bind(settings_->on->id().type);
   if (!has_params_)
     version_ = std::numeric_limits<std::int64_t>::max();  // any version will do
+  split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
 }
 
 std::string layer_actor::describe(const layer_actor_settings& settings, const char* pass,
@@ -50,6 +51,14 @@ caf::message_handler layer_actor::handlers() {
       [this](resume_atom) {
         resume_requested_ = false;
         drain();
+      },
+      [this](written_atom) {  // Note [split backward]
+        if (unwritten_.empty())
+          return;
+        auto out = std::move(unwritten_.front());
+        unwritten_.pop_front();
+        stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
+        send(grad_sink_, std::move(out));
       },
       [this](release_msg& message) {
         auto span = handling_span("release", message.trace, message.tag, 0);
@@ -90,6 +99,10 @@ std::string layer_actor::waiting_for() const {
          ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
   if (!queued_.empty())
     s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
+  auto pending = std::count_if(weight_jobs_.begin(), weight_jobs_.end(),
+                               [](const event& e) { return !e.reached(); });
+  if (pending > 0)
+    s += "; " + std::to_string(pending) + " weight gradient(s) waiting for the device to idle";
   return s;
 }
 
@@ -139,10 +152,13 @@ void layer_actor::drain() {
       it = queued_.begin();
     auto work = std::move(*it);
     queued_.erase(it);
-    if (work.backward)
+    if (work.backward) {
       backward(work.gradient);
-    else
+    } else {
+      if (work.activation.tag.stage == phase::train)
+        make_room();
       forward(work.activation);
+    }
   }
   if (!queued_.empty() && !resume_requested_) {
     resume_requested_ = true;
@@ -166,6 +182,38 @@ void layer_actor::install(params_msg& message) {
     waiting_.pop_front();
     admit(pass{std::move(next), {}, false});
   }
+}
+
+// Note [split backward]
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023) splits a layer's backward
+// into the input gradient, which the previous stage waits for, and the weight gradient,
+// which nobody needs until the step's optimizer. Here the first is a main-lane job whose
+// dx goes back at once, as an unsplit backward's does; the second goes to the device's
+// idle lane (Note [idle lane] in runtime/core/device.cpp), so it runs when the device
+// would otherwise wait for its neighbours. Until it has run, the micro-batch's saved
+// activations stay alive: with 1F1B's credits a stage holds P - s micro-batches waiting
+// for their gradient, and with deferred weight gradients up to stash_limit (P: 1F1B's
+// peak, at stage 0) waiting for either. A forward that would exceed it first hurries the
+// oldest weight gradients into the main lane, ahead of itself. The weight gradients of a
+// step run in backward order, each accumulating into the step's buffer; the grads go to
+// the optimizer once the last one has run (the optimizer, on this device, would trust
+// the stream's order instead, which the idle lane does not keep).
+std::int64_t layer_actor::held() {
+  while (!weight_jobs_.empty() && weight_jobs_.front().reached())
+    weight_jobs_.pop_front();
+  return static_cast<std::int64_t>(stash_.size() + weight_jobs_.size());
+}
+
+void layer_actor::make_room() {
+  const auto limit = settings_->stash_limit;
+  if (!split_ || limit <= 0)
+    return;
+  auto over = held() + 1 - limit;  // after this forward
+  if (over <= 0 || weight_jobs_.empty())
+    return;
+  auto index = static_cast<std::size_t>(
+      std::min<std::int64_t>(over, static_cast<std::int64_t>(weight_jobs_.size())));
+  settings_->on->work().hurry(weight_jobs_[index - 1]);
 }
 
 void layer_actor::forward(activation_msg& message) {
@@ -203,7 +251,7 @@ void layer_actor::forward(activation_msg& message) {
                    stash_entry{std::move(saved), params_, x.shape()});
   else
     send_release(tag);
-  record_counter("stash", 0, static_cast<std::int64_t>(stash_.size()));
+  record_counter("stash", 0, held());
   activation_msg out{tag, std::move(y)};
   stamp_send(out, next_track_, "forward", bytes_of(out.x));
   next_.send(this, std::move(out));
@@ -217,7 +265,6 @@ void layer_actor::backward(gradient_msg& message) {
     throw std::logic_error(describe(*settings_, "backward", tag) + " has no stashed forward");
   auto entry = std::move(it->second);
   stash_.erase(it);
-  record_counter("stash", 0, static_cast<std::int64_t>(stash_.size()));
 
   auto& device = *settings_->on;
   auto dy = arrive(message.dx, device);
@@ -242,21 +289,48 @@ void layer_actor::backward(gradient_msg& message) {
     dx = tensor::empty(entry.input_shape, dtype::f32, device.id());
   layer_context context{device.id(), device.context(), true};
 
-  auto done = device.work().submit(
-      [settings = settings_, context, entry, dy, dx, grads = grads_, accumulate,
-       need_dx = previous_wants_dx_, tag]() mutable {
-        try {
-          settings->math->backward(context, entry.params, *entry.saved, dy,
-                                   need_dx ? &dx : nullptr, grads, accumulate);
-        } catch (const std::exception& e) {
-          throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
-        }
-      },
-      job_for("backward", tag));
-  last_job_ = done;
+  event done;  // when the parameter gradients are written
+  if (split_) {
+    if (previous_wants_dx_)
+      last_job_ = device.work().submit(
+          [settings = settings_, context, entry, dy, dx, tag] {
+            try {
+              settings->math->backward_input(context, entry.params, *entry.saved, dy, dx);
+            } catch (const std::exception& e) {
+              throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
+            }
+          },
+          job_for("backward", tag));
+    done = device.work().submit_when_idle(  // Note [split backward]
+        [settings = settings_, context, entry = std::move(entry), dy, grads = grads_, accumulate,
+         tag]() mutable {
+          try {
+            settings->math->backward_weight(context, entry.params, *entry.saved, dy, grads,
+                                            accumulate);
+          } catch (const std::exception& e) {
+            throw std::runtime_error(describe(*settings, "backward_weight", tag) + ": " + e.what());
+          }
+        },
+        job_for("backward_weight", tag));
+    weight_jobs_.push_back(done);
+  } else {
+    done = device.work().submit(
+        [settings = settings_, context, entry, dy, dx, grads = grads_, accumulate,
+         need_dx = previous_wants_dx_, tag]() mutable {
+          try {
+            settings->math->backward(context, entry.params, *entry.saved, dy,
+                                     need_dx ? &dx : nullptr, grads, accumulate);
+          } catch (const std::exception& e) {
+            throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
+          }
+        },
+        job_for("backward", tag));
+    last_job_ = done;
+  }
+  record_counter("stash", 0, held());
   // Gradients go back at high priority: with 1F1B credits this makes backward first.
   if (previous_wants_dx_) {
-    dx.set_ready(done);
+    dx.set_ready(last_job_);
     gradient_msg back{tag, std::move(dx)};
     stamp_send(back, previous_track_, "backward", bytes_of(back.dx));
     send<caf::message_priority::high>(previous_, std::move(back));
@@ -269,8 +343,17 @@ void layer_actor::backward(gradient_msg& message) {
     for (auto& g : grads_)
       g.set_ready(done);
     weight_grads_msg out{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)};
-    stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
-    send(grad_sink_, std::move(out));
+    if (split_) {
+      // Its consumers trust the stream's order for tensors of their own device, but an
+      // idle-lane job may run after jobs submitted later: send them once it has run.
+      unwritten_.push_back(std::move(out));
+      done.then([me = caf::actor_cast<caf::actor>(this)] {
+        caf::anon_send<caf::message_priority::high>(me, written_atom::value);
+      });
+    } else {
+      stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
+      send(grad_sink_, std::move(out));
+    }
     grads_.clear();
     grads_step_ = -1;
   }
@@ -293,6 +376,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                          static_cast<std::size_t>(plan.layer));
                                      s->on = &context.devices.at(plan.device);
                                      s->math = create_layer(plan.math);
+                                     if (context.graph.schedule == pipeline_schedule::zb_h1) {
+                                       s->split_backward = true;
+                                       s->stash_limit = context.graph.stages;
+                                     }
                                      return context.system.spawn<layer_actor>(std::move(s));
                                    });
 

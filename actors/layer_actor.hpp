@@ -37,6 +37,11 @@ struct layer_actor_settings {
   shape_t input_shape;            // per sample
   device* on = nullptr;           // the device it runs on (outlives the actor)
   std::unique_ptr<layer> math;
+  // ZB-H1 (Note [split backward] in layer_actor.cpp): a layer that splits its backward
+  // sends dx on at once and leaves the weight gradient to the device's idle lane, holding
+  // at most stash_limit micro-batches (forwarded, weight gradient not yet run; 0: no limit).
+  bool split_backward = false;
+  std::int64_t stash_limit = 0;
 };
 
 class layer_actor : public device_actor {
@@ -69,6 +74,8 @@ class layer_actor : public device_actor {
   void send_release(const micro_tag& tag);
   void admit(pass work);
   void drain();
+  void make_room();
+  std::int64_t held();
   void forward(activation_msg& message);
   void backward(gradient_msg& message);
   void install(params_msg& message);
@@ -79,6 +86,7 @@ class layer_actor : public device_actor {
   std::shared_ptr<layer_actor_settings> settings_;
   shape_t output_shape_;
   bool has_params_ = false;
+  bool split_ = false;  // backward runs as backward_input now, backward_weight when idle
   // Wires.
   credit_outbox next_;          // activations out
   caf::actor previous_;         // where activations come from; gradients / releases go back
@@ -97,7 +105,9 @@ class layer_actor : public device_actor {
   std::int64_t grads_step_ = -1;
   std::int32_t backwards_done_ = 0;     // micro-batches of grads_step_ done
   std::deque<pass> queued_;             // Note [one job at a time] in layer_actor.cpp
-  event last_job_;                      // this actor's last job in its stream
+  event last_job_;                      // this actor's last main-lane job in its stream
+  std::deque<event> weight_jobs_;       // its idle-lane jobs, oldest first (some may have run)
+  std::deque<weight_grads_msg> unwritten_;  // sent once their weight gradients have run
   bool resume_requested_ = false;
 };
 

@@ -2,15 +2,22 @@
 """Pipeline schedules on fixed-cost layers: the measured bubble of every stage next to theory.
 
 Each stage is two `delay` layers (actors/layers/delay.cpp) that sleep a set time, 2 ms
-forward and 4 ms backward, so that stages are equal by construction and P = 4 stages on
-cpu:0..cpu:3 can share this machine's two cores without slowing each other (a sleeping
-device leaves its core to the others). For P = 2 and 4, GPipe and 1F1B, M = 4 and 8: the
-bubble of stage s is its idle share of each training step (from the step's first job to
-its last, on any stage: 1 - the stage's forward/backward/loss time / the step's span),
-the median over the steps after the first (which includes start-up), from a trace of the
-run; then the median of --repeats runs. Theory is (P - 1) / (M + P - 1). What is measured above it is what the schedule and
-its hand-overs cost: a message and a thread wake-up per hand-over, and each device's
-handling of its actors' messages between jobs.
+forward and 4 ms backward (split for ZB-H1 into 2 ms input gradient and 2 ms weight
+gradient), so that stages are equal by construction and P = 4 stages on cpu:0..cpu:3 can
+share this machine's two cores without slowing each other (a sleeping device leaves its
+core to the others). For P = 2 and 4, GPipe, 1F1B and ZB-H1, M = 4 and 8: the bubble of
+stage s is its idle share of each training step (from the step's first job to its last,
+on any stage: 1 - the stage's forward/backward/weight-gradient/loss time / the step's
+span), the median over the steps after the first (which includes start-up), from a trace
+of the run; then the median of --repeats runs.
+
+Theory is (P - 1) / (M + P - 1), and ZB-H1's (P - 1) / (3 M + P - 1). "costed" is the
+trace summary's theory for the stages' measured work (runtime/trace_tools/summary.hpp):
+under ZB-H1 the first layer computes no input gradient (nobody needs it), so stage 0
+has a third less backward work than the others and idles more than the equal-stage
+formula says. "worst" is the largest |measured - costed| over the stages: what the
+schedule and its hand-overs cost (a message and a thread wake-up per hand-over, and each
+device's handling of its actors' messages between jobs).
 
     /usr/bin/python3 bench/pipeline_schedules.py [--repeats 3] [--steps 12] [--forward-us 2000]
 
@@ -52,7 +59,7 @@ schedule = "{schedule}"
 
 DELAY = '[[model.layers]]\ntype = "delay"\nforward_us = {forward_us}\n'
 
-MICRO_BATCH_WORK = {"forward", "backward", "loss"}
+MICRO_BATCH_WORK = {"forward", "backward", "backward_weight", "loss"}
 
 
 def step_bubbles(trace):
@@ -74,14 +81,16 @@ def step_bubbles(trace):
 
 
 def run(binary, text, workdir):
-    """Runs troupe on `text` with a trace: (samples/s, per-stage median bubbles by pid)."""
+    """Runs troupe on `text` with a trace: (samples/s, per-stage median bubbles by pid,
+    per-stage costed theory)."""
     done = run_troupe(binary, text, workdir, "pp", trace=True)
     with open(os.path.join(workdir, "pp.trace.json")) as f:
         bubbles = step_bubbles(json.load(f))
     steps = sorted(bubbles)[1:]  # the first step includes start-up
     pids = sorted(bubbles[steps[0]])
-    return done["samples_per_s"], [statistics.median(bubbles[s][pid] for s in steps)
-                                   for pid in pids]
+    costed = [stage["theory"] for stage in done["summary"]["pipeline"]["stages"]]
+    return (done["samples_per_s"],
+            [statistics.median(bubbles[s][pid] for s in steps) for pid in pids], costed)
 
 
 def main():
@@ -97,25 +106,26 @@ def main():
     print(f"Pipeline bubble per stage, equal stages of 2 delay layers ({args.forward_us} us "
           f"forward, {2 * args.forward_us} us backward each), median over steps 1..{args.steps - 1}, "
           f"medians of {args.repeats} runs")
-    print(f"{'P':>2} {'schedule':>8} {'M':>3} {'theory':>7}  {'stages 0..P-1':<32} "
-          f"{'worst - theory':>14} {'samples/s':>10}")
+    print(f"{'P':>2} {'schedule':>8} {'M':>3} {'theory':>7}  {'measured, stages 0..P-1':<28} "
+          f"{'costed, stages 0..P-1':<28} {'worst':>6} {'samples/s':>10}")
     with tempfile.TemporaryDirectory() as workdir:
         for p in [2, 4]:
             devices = ", ".join(f'"cpu:{d}"' for d in range(p))
             layers = DELAY.format(forward_us=args.forward_us) * (2 * p)
-            for schedule in ["gpipe", "1f1b"]:
+            for schedule in ["gpipe", "1f1b", "zb-h1"]:
                 for m in [4, 8]:
                     text = CONFIG.format(steps=args.steps, layers=layers, devices=devices, p=p,
                                          m=m, schedule=schedule)
                     runs = [run(args.binary, text, workdir) for _ in range(args.repeats)]
                     rate = statistics.median(r[0] for r in runs)
                     bubbles = [statistics.median(r[1][s] for r in runs) for s in range(p)]
-                    theory = (p - 1) / (m + p - 1)
-                    stages = " ".join(f"{b:.3f}" for b in bubbles)
-                    worst = max(abs(b - theory) for b in bubbles)
-                    print(f"{p:>2} {schedule:>8} {m:>3} {theory:>7.3f}  {stages:<32} "
-                          f"{worst:>14.3f} {rate:>10.0f}", flush=True)
-
+                    costed = [statistics.median(r[2][s] for r in runs) for s in range(p)]
+                    theory = (p - 1) / ((3 * m if schedule == "zb-h1" else m) + p - 1)
+                    measured = " ".join(f"{b:.3f}" for b in bubbles)
+                    expected = " ".join(f"{c:.3f}" for c in costed)
+                    worst = max(abs(b - c) for b, c in zip(bubbles, costed))
+                    print(f"{p:>2} {schedule:>8} {m:>3} {theory:>7.3f}  {measured:<28} "
+                          f"{expected:<28} {worst:>6.3f} {rate:>10.0f}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,9 @@
 //
 // y = x in forward and dx = dy in backward, each taking a set time: `forward_us`, and
 // `backward_us` (default twice forward, as a linear layer's backward is about twice its
-// forward). mode = "sleep" (the default) waits without using the core, so that devices
+// forward). Split for zero-bubble schedules, backward's input gradient takes backward_us
+// minus `weight_us` and its weight gradient `weight_us` (default half of backward_us).
+// mode = "sleep" (the default) waits without using the core, so that devices
 // sharing a core do not slow each other and P stages can be measured on fewer cores;
 // mode = "spin" keeps the core busy, as real compute would. One parameter, always 0 with
 // gradient 0, so that optimizers and parameter versions keep the steps synchronous as a
@@ -24,6 +26,7 @@ class delay_layer final : public layer {
   explicit delay_layer(layer_settings& s)
       : forward_(s.integer("forward_us", 1, max_micros)),
         backward_(s.integer("backward_us", 2 * forward_.count(), 0, max_micros)),
+        weight_(s.integer("weight_us", backward_.count() / 2, 0, backward_.count())),
         spin_(s.text("mode", "sleep", {"sleep", "spin"}) == "spin") {}
 
   std::string type() const override { return "delay"; }
@@ -48,6 +51,18 @@ class delay_layer final : public layer {
     grads[0].f32()[0] = 0;  // accumulating zeros is zero too
   }
 
+  bool splits_backward() const override { return true; }
+  void backward_input(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
+                      const tensor& dy, const tensor& dx) const override {
+    wait(backward_ - weight_);
+    std::copy(dy.f32(), dy.f32() + dy.numel(), dx.f32());
+  }
+  void backward_weight(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
+                       const tensor&, std::vector<tensor>& grads, bool) const override {
+    wait(weight_);
+    grads[0].f32()[0] = 0;
+  }
+
  private:
   static constexpr std::int64_t max_micros = 10'000'000;  // 10 s a job
 
@@ -61,15 +76,16 @@ class delay_layer final : public layer {
     }
   }
 
-  std::chrono::microseconds forward_, backward_;
+  std::chrono::microseconds forward_, backward_, weight_;
   bool spin_;
 };
 
 }  // namespace
 
-TROUPE_REGISTER_LAYER("delay",
-                      "y = x, taking a set time, for measuring schedules (settings: forward_us, "
-                      "backward_us = 2 x forward_us, mode = \"sleep\" | \"spin\")",
-                      [](layer_settings& s) { return std::make_unique<delay_layer>(s); });
+TROUPE_REGISTER_LAYER(
+    "delay",
+    "y = x, taking a set time, for measuring schedules (settings: forward_us, "
+    "backward_us = 2 x forward_us, weight_us = backward_us / 2, mode = \"sleep\" | \"spin\")",
+    [](layer_settings& s) { return std::make_unique<delay_layer>(s); });
 
 }  // namespace troupe

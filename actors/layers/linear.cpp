@@ -62,6 +62,27 @@ class linear final : public layer {
   void backward(const layer_context& context, const std::vector<tensor>& params,
                 const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                 std::vector<tensor>& grads, bool accumulate) const override {
+    backward_weight(context, params, saved, dy, grads, accumulate);
+    if (dx != nullptr)
+      backward_input(context, params, saved, dy, *dx);
+  }
+
+  bool splits_backward() const override { return true; }
+
+  void backward_input(const layer_context& context, const std::vector<tensor>& params,
+                      const std::vector<tensor>& saved, const tensor& dy,
+                      const tensor& dx) const override {
+    const tensor& x = saved.at(0);
+    const auto batch = static_cast<int>(x.dim(0));
+    const auto in = static_cast<int>(x.dim(1));
+    // dx (b, in) = dy (b, out) * W (out, in)
+    gemm_(context.kernels, false, false, batch, in, static_cast<int>(out_), 1.0f, dy.f32(),
+          static_cast<int>(out_), params[0].f32(), in, 0.0f, dx.f32(), in);
+  }
+
+  void backward_weight(const layer_context& context, const std::vector<tensor>&,
+                       const std::vector<tensor>& saved, const tensor& dy,
+                       std::vector<tensor>& grads, bool accumulate) const override {
     const tensor& x = saved.at(0);
     const auto batch = static_cast<int>(x.dim(0));
     const auto in = static_cast<int>(x.dim(1));
@@ -72,10 +93,6 @@ class linear final : public layer {
           grads[0].f32(), in);
     if (bias_)
       bias_grad_(context.kernels, batch, out, dy.f32(), beta, grads[1].f32());
-    // dx (b, in) = dy (b, out) * W (out, in)
-    if (dx != nullptr)
-      gemm_(context.kernels, false, false, batch, in, out, 1.0f, dy.f32(), out, params[0].f32(),
-            in, 0.0f, dx->f32(), in);
   }
 
   double cost(const shape_t& input) const override {

@@ -146,6 +146,16 @@ class stream {
   /// job is recorded as a span on this stream's track with `label`.
   event submit(job work, const job_label& label = {});
 
+  /// Appends a job to the stream's idle lane (Note [idle lane] in device.cpp): it runs
+  /// only when no main-lane job is queued, after the idle jobs submitted before it. The
+  /// event it returns is of the idle lane; this stream's wait_for() hurries it.
+  event submit_when_idle(job work, const job_label& label = {});
+
+  /// Moves the idle jobs submitted up to `e` (an event of this stream's idle lane) to the
+  /// main lane's tail, so that they run before any job submitted after this call. A
+  /// reached event, or one of another stream or lane, is left alone.
+  void hurry(const event& e);
+
   /// The trace track of this stream (0: not traced).
   void set_trace_track(std::uint32_t track) { trace_track_ = track; }
 
@@ -176,10 +186,10 @@ class stream {
   /// True on this stream's own thread.
   bool on_own_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
 
-  /// The event of the last job submitted so far.
+  /// The event of the last main-lane job submitted so far.
   event last() const;
 
-  /// Blocks the calling thread until every job submitted so far has run.
+  /// Blocks the calling thread until every job submitted so far (both lanes) has run.
   void synchronize();
 
   /// Called (on the stream's thread) with the first exception a job, a posted task or an
@@ -214,12 +224,16 @@ class stream {
     bool busy;  // false: a wait for another stream, which is idle time
     job_label label;
     std::int64_t submitted_ns = 0;  // when tracing
+    bool idle_lane = false;         // advances idle_progress_, not progress_
   };
   std::deque<entry> queue_;
+  std::deque<entry> idle_queue_;  // guarded by mutex_; runs when queue_ is empty
   std::deque<job> posted_;  // guarded by mutex_
   std::atomic<std::int64_t> busy_nanoseconds_{0};
   std::uint64_t submitted_ = 0;  // guarded by mutex_
   std::shared_ptr<stream_progress> progress_ = std::make_shared<stream_progress>();
+  std::uint64_t idle_submitted_ = 0;  // guarded by mutex_
+  std::shared_ptr<stream_progress> idle_progress_ = std::make_shared<stream_progress>();
   std::atomic<bool> failed_{false};
   bool stopping_ = false;         // guarded by mutex_
   bool worker_sleeping_ = false;  // guarded by mutex_

@@ -111,6 +111,25 @@ class layer {
                         const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                         std::vector<tensor>& grads, bool accumulate) const = 0;
 
+  /// Optional: backward in two parts, for zero-bubble pipeline schedules ([parallel]
+  /// schedule = "zb-h1"), which send dx on at once and compute the parameter gradients
+  /// when the device would otherwise idle. A layer that returns true implements both
+  /// below; together they must compute what backward does. Layers without the split keep
+  /// their one backward in every schedule.
+  virtual bool splits_backward() const { return false; }
+
+  /// The input gradient only: writes dx (preallocated) from dy and what forward saved.
+  virtual void backward_input(const layer_context& context, const std::vector<tensor>& params,
+                              const std::vector<tensor>& saved, const tensor& dy,
+                              const tensor& dx) const;
+
+  /// The parameter gradients only, written or accumulated into `grads` as backward does.
+  /// It runs after backward_input of the same micro-batch, possibly after other
+  /// micro-batches' forwards and backwards, with the same params and saved.
+  virtual void backward_weight(const layer_context& context, const std::vector<tensor>& params,
+                               const std::vector<tensor>& saved, const tensor& dy,
+                               std::vector<tensor>& grads, bool accumulate) const;
+
   /// Estimated cost per sample, in floating-point operations of forward + backward,
   /// used to balance pipeline stages.
   virtual double cost(const shape_t& input) const;

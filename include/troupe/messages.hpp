@@ -268,6 +268,7 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using written_atom = caf::atom_constant<caf::atom("written")>;  // an actor's own job ran
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 

@@ -29,7 +29,9 @@
 /// takes its output as a const tensor&; events share their stream's progress.
 /// 3: the public facade (include/troupe/); a custom actor kind's factory takes an
 /// actor_spawn; layer_settings is a troupe::settings.
-#define TROUPE_ABI_VERSION 3
+/// 4: layer gains the optional split backward (splits_backward, backward_input,
+/// backward_weight); stream gains the idle lane.
+#define TROUPE_ABI_VERSION 4
 
 namespace troupe {
 

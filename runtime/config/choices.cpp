@@ -49,6 +49,8 @@ const char* to_string(pipeline_schedule value) {
       return "gpipe";
     case pipeline_schedule::one_f_one_b:
       return "1f1b";
+    case pipeline_schedule::zb_h1:
+      return "zb-h1";
   }
   TROUPE_CHECK(false, "pipeline_schedule " << static_cast<int>(value));
   return "";

@@ -25,8 +25,9 @@ enum class data_source { fashion_mnist, synthetic };
 enum class optimizer_type { sgd, adam, adamw };
 /// [optimizer.schedule] type: the learning-rate schedule (runtime/model/lr_schedule.hpp).
 enum class lr_schedule_type { constant, step, cosine };
-/// [parallel] schedule: GPipe (the loss flushes after M forwards) or 1F1B.
-enum class pipeline_schedule { gpipe, one_f_one_b };
+/// [parallel] schedule: GPipe (the loss flushes after M forwards), 1F1B, or ZB-H1 (1F1B's
+/// credits, with split backwards whose weight gradients fill idle time).
+enum class pipeline_schedule { gpipe, one_f_one_b, zb_h1 };
 /// [parallel] averaging and an averager's method: one central averager per layer, a ring
 /// all-reduce among one averager per replica (actor messages), or the same wiring with
 /// gloo's all-reduce over TCP (actors/gloo_averager_actor.hpp).
@@ -61,8 +62,8 @@ struct enum_values<lr_schedule_type> {
 };
 template <>
 struct enum_values<pipeline_schedule> {
-  static constexpr std::array<pipeline_schedule, 2> all = {pipeline_schedule::gpipe,
-                                                           pipeline_schedule::one_f_one_b};
+  static constexpr std::array<pipeline_schedule, 3> all = {
+      pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b, pipeline_schedule::zb_h1};
 };
 template <>
 struct enum_values<averaging_method> {

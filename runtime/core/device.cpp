@@ -180,6 +180,9 @@ void bind_to_core(int core) {
 }
 
 constexpr auto spin_before_sleep = std::chrono::microseconds(200);
+// About what a hand-over between two devices' threads takes (tens of microseconds on an
+// idle machine, hundreds on a busy one): Note [idle lane].
+constexpr auto idle_grace = std::chrono::microseconds(200);
 
 }  // namespace
 
@@ -220,6 +223,51 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
   return event{progress_, sequence};
 }
 
+// Note [idle lane]
+// Some work can run whenever the device has nothing better to do, as long as it runs
+// before someone needs its result: a zero-bubble pipeline's weight gradients, which fill
+// the time a stage would otherwise spend waiting for its neighbours. Such jobs go to the
+// idle lane: the worker takes one only when no posted task and no main-lane job is
+// queued, in the order they were submitted. The lane has its own progress, so its events
+// mean what events always mean (reached once that many of its jobs have run). Whoever
+// needs an idle job done soon hurries it: hurry() moves it and the idle jobs before it to
+// the main lane's tail (they still advance the idle lane's progress, and in order, since
+// the rest of the idle lane runs only after the main lane empties). wait_for() hurries
+// an idle event of its own stream instead of blocking the worker on it, which would wait
+// for itself.
+//
+// Idle jobs do not run back to back at once: after one, the worker waits idle_grace for
+// main-lane work before it takes the next. A pipeline stage whose weight gradient filled
+// the wait for its next forward would otherwise start another one in the microseconds
+// between the end of the forward on the previous stage and the message saying so, and
+// the forward, on the critical path, would wait a whole weight gradient. The first idle
+// job after main-lane work starts at once: that is a real gap.
+event stream::submit_when_idle(job work, const job_label& label) {
+  bool wake;
+  std::uint64_t sequence;
+  auto submitted = trace::enabled() ? trace::now_ns() : 0;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    idle_queue_.push_back(entry{std::move(work), true, label, submitted, true});
+    sequence = ++idle_submitted_;
+    wake = worker_sleeping_;
+  }
+  if (wake)
+    work_ready_.notify_one();
+  return event{idle_progress_, sequence};
+}
+
+void stream::hurry(const event& e) {
+  if (e.owner != idle_progress_)
+    return;
+  std::lock_guard<std::mutex> guard{mutex_};
+  // The idle jobs that left idle_queue_ (run, running or hurried) are its first ones.
+  while (!idle_queue_.empty() && idle_submitted_ - idle_queue_.size() < e.sequence) {
+    queue_.push_back(std::move(idle_queue_.front()));
+    idle_queue_.pop_front();
+  }
+}
+
 void stream::post(job task) {
   bool wake;
   {
@@ -247,6 +295,10 @@ void stream::drain_posted() {
 void stream::wait_for(const event& e) {
   if (e.owner == nullptr || e.owner == progress_ || e.reached())
     return;
+  if (e.owner == idle_progress_) {
+    hurry(e);  // Note [idle lane]
+    return;
+  }
   enqueue([e] { e.wait(); }, false, job_label{"wait"});
 }
 
@@ -256,7 +308,13 @@ event stream::last() const {
 }
 
 void stream::synchronize() {
+  event idle_last;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    idle_last = event{idle_progress_, idle_submitted_};
+  }
   last().wait();
+  idle_last.wait();
 }
 
 void stream::set_error_handler(error_handler handler) {
@@ -287,7 +345,12 @@ void stream::run_guarded(Work&& work) {
 }
 
 void stream::run() {
-  auto idle = [this] { return queue_.empty() && posted_.empty(); };
+  // Note [idle lane]: after an idle job, the next one waits idle_grace for main-lane work.
+  auto idle_from = std::chrono::steady_clock::time_point{};
+  auto idle = [this, &idle_from] {
+    return queue_.empty() && posted_.empty() &&
+           (idle_queue_.empty() || std::chrono::steady_clock::now() < idle_from);
+  };
   for (;;) {
     entry next;
     job task;
@@ -305,18 +368,24 @@ void stream::run() {
         }
         while (idle() && !stopping_) {
           worker_sleeping_ = true;
-          work_ready_.wait(lock);
+          if (idle_queue_.empty())
+            work_ready_.wait(lock);
+          else
+            work_ready_.wait_until(lock, idle_from);
           worker_sleeping_ = false;
         }
       }
       if (!posted_.empty()) {
         task = std::move(posted_.front());
         posted_.pop_front();
-      } else if (queue_.empty()) {
-        return;  // stopping, and everything submitted has run
-      } else {
+      } else if (!queue_.empty()) {
         next = std::move(queue_.front());
         queue_.pop_front();
+      } else if (!idle_queue_.empty()) {
+        next = std::move(idle_queue_.front());
+        idle_queue_.pop_front();
+      } else {
+        return;  // stopping, and everything submitted has run
       }
     }
     if (task) {
@@ -351,9 +420,12 @@ void stream::run() {
             std::memory_order_relaxed);
     }
     next.work = nullptr;  // release what the job captured before reporting it done
-    progress_->advance();
-    if (progress_->has_watchers())
-      run_guarded([this] { progress_->fire_due(); });
+    if (next.idle_lane)
+      idle_from = std::chrono::steady_clock::now() + idle_grace;
+    auto& progress = next.idle_lane ? *idle_progress_ : *progress_;
+    progress.advance();
+    if (progress.has_watchers())
+      run_guarded([&progress] { progress.fire_due(); });
   }
 }
 

@@ -188,8 +188,21 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     return t.devices[static_cast<std::size_t>((r * P + s) % D)];
   };
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
-  auto capacity_into = [&](std::int64_t s) {
-    return t.schedule == pipeline_schedule::one_f_one_b ? P - s : M;
+  // ZB-H1 gives stages after the first one credit more than 1F1B: a stage's next forward
+  // is then already there when its backward ends, instead of one credit round trip later
+  // (a gap its idle lane would fill with a whole weight gradient, Note [split backward]
+  // in actors/layer_actor.cpp). Its memory bound, P micro-batches per stage, is kept by
+  // the layers' stash limit instead.
+  auto capacity_into = [&](std::int64_t s) -> std::int64_t {
+    switch (t.schedule) {
+      case pipeline_schedule::gpipe:
+        return M;
+      case pipeline_schedule::one_f_one_b:
+        return P - s;
+      case pipeline_schedule::zb_h1:
+        return std::min(P, P - s + 1);
+    }
+    return M;
   };
   auto add_actor = [&](std::string name, actor_kind kind, device_id device, std::int64_t replica,
                        std::int64_t stage, std::int64_t layer) -> actor_plan& {

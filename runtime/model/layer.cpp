@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "runtime/base/random.hpp"
 
@@ -105,6 +106,17 @@ void initialise_parameter(const param_spec& param, std::uint64_t seed, std::int6
 double layer::cost(const shape_t& input) const {
   // An elementwise layer: a few operations per element, forward and backward.
   return 3.0 * static_cast<double>(element_count(input));
+}
+
+void layer::backward_input(const layer_context&, const std::vector<tensor>&,
+                           const std::vector<tensor>&, const tensor&, const tensor&) const {
+  throw std::logic_error("layer '" + type() + "' does not split its backward");
+}
+
+void layer::backward_weight(const layer_context&, const std::vector<tensor>&,
+                            const std::vector<tensor>&, const tensor&, std::vector<tensor>&,
+                            bool) const {
+  throw std::logic_error("layer '" + type() + "' does not split its backward");
 }
 
 // ---- registry ----

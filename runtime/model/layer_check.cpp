@@ -137,6 +137,50 @@ void check_gradient_check_size(const layer& math, const std::string& type,
         "; use a smaller --input or --batch (a few features check a layer as well as many)");
 }
 
+namespace {
+
+bool near(float a, float b) { return std::abs(a - b) <= 1e-5f * (1 + std::abs(b)); }
+
+// A split backward must compute what backward does: backward_input its dx, and
+// backward_weight its gradients (overwritten, then added to with accumulate = true).
+void check_split_backward(const check_state& s, const std::vector<tensor>& saved, const tensor& dx,
+                          const std::vector<param_spec>& specs, gradient_check_result& result) {
+  auto fail = [&result](std::string line) {
+    result.passed = false;
+    result.failures.push_back(std::move(line));
+  };
+  tensor split_dx = tensor::zeros(dx.shape());
+  s.math->backward_input(s.context, s.params, saved, s.r, split_dx);
+  for (std::int64_t i = 0; i < dx.numel(); ++i)
+    if (!near(split_dx.f32()[i], dx.f32()[i])) {
+      fail("dx[" + std::to_string(i) + "]: backward_input gives " +
+           std::to_string(split_dx.f32()[i]) + ", backward " + std::to_string(dx.f32()[i]));
+      break;
+    }
+  std::vector<tensor> whole, split;
+  for (const auto& p : s.params) {
+    whole.push_back(tensor::zeros(p.shape()));
+    split.push_back(tensor::zeros(p.shape()));
+  }
+  s.math->backward(s.context, s.params, saved, s.r, nullptr, whole, false);
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool accumulate = pass == 1;
+    s.math->backward_weight(s.context, s.params, saved, s.r, split, accumulate);
+    for (std::size_t i = 0; i < split.size(); ++i)
+      for (std::int64_t j = 0; j < split[i].numel(); ++j) {
+        const float expected = (accumulate ? 2 : 1) * whole[i].f32()[j];
+        if (!near(split[i].f32()[j], expected)) {
+          fail("d" + specs[i].name + "[" + std::to_string(j) + "]: backward_weight" +
+               (accumulate ? " with accumulate = true" : "") + " gives " +
+               std::to_string(split[i].f32()[j]) + ", backward " + std::to_string(expected));
+          break;
+        }
+      }
+  }
+}
+
+}  // namespace
+
 gradient_check_result check_layer_gradients(const layer_config& config,
                                             const gradient_check_options& options) {
   gradient_check_result result;
@@ -204,11 +248,13 @@ gradient_check_result check_layer_gradients(const layer_config& config,
         }
     }
   }
+  if (math->splits_backward())
+    check_split_backward(s, saved, dx, specs, result);
   std::ostringstream summary;
   summary << config.type << ": input " << shape_to_string(x_shape) << ", output "
-          << shape_to_string(s.y_shape) << ", " << specs.size()
-          << " parameter(s); worst relative error " << result.worst_error << " (tolerance "
-          << options.tolerance << ")";
+          << shape_to_string(s.y_shape) << ", " << specs.size() << " parameter(s)"
+          << (math->splits_backward() ? ", split backward" : "") << "; worst relative error "
+          << result.worst_error << " (tolerance " << options.tolerance << ")";
   result.summary = summary.str();
   return result;
 }

@@ -17,7 +17,8 @@ namespace troupe {
 namespace {
 
 bool is_compute(const std::string& job) {
-  return job == "forward" || job == "backward" || job == "loss" || job == "update";
+  return job == "forward" || job == "backward" || job == "backward_weight" || job == "loss" ||
+         job == "update";
 }
 // Data movement: copies between devices, averaging, batches loaded onto their device.
 bool is_communication(const std::string& job) {
@@ -99,13 +100,21 @@ void summarize_devices(const trace_file& trace, trace_summary& out) {
 
 void summarize_pipeline(const trace_file& trace, trace_summary& out) {
   const double p = static_cast<double>(trace.stages), m = static_cast<double>(trace.microbatches);
-  out.theory_bubble = (p - 1) / (m + p - 1);
+  const bool zero_bubble = trace.schedule == "zb-h1";
+  out.theory_bubble = zero_bubble ? (p - 1) / (3 * m + p - 1) : (p - 1) / (m + p - 1);
   if (trace.stages <= 1)
     return;
-  std::map<std::string, double> work_by_device;  // training micro-batch work
-  for (const auto& job : trace.jobs)
-    if (!job.eval && (job.name == "forward" || job.name == "backward" || job.name == "loss"))
+  std::map<std::string, double> work_by_device, weight_by_device;  // training micro-batch work
+  for (const auto& job : trace.jobs) {
+    if (job.eval)
+      continue;
+    if (job.name == "forward" || job.name == "backward" || job.name == "loss")
       work_by_device[job.device] += job.duration_us;
+    if (job.name == "backward_weight") {
+      work_by_device[job.device] += job.duration_us;
+      weight_by_device[job.device] += job.duration_us;
+    }
+  }
   for (std::int64_t s = 0; s < trace.stages; ++s) {
     stage_time stage;
     stage.stage = s;
@@ -124,17 +133,26 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
       auto it = work_by_device.find(name);
       if (it != work_by_device.end())
         stage.work_us += it->second;
+      it = weight_by_device.find(name);
+      if (it != weight_by_device.end())
+        stage.weight_us += it->second;
     }
-    if (!stage.devices.empty())
+    if (!stage.devices.empty()) {
       stage.work_us /= static_cast<double>(stage.devices.size());
+      stage.weight_us /= static_cast<double>(stage.devices.size());
+    }
     out.pipeline.push_back(stage);
   }
-  double total = 0, slowest = 0;
+  double total = 0, slowest = 0, slowest_rest = 0, slowest_weight = 0;
   for (const auto& stage : out.pipeline) {
     total += stage.work_us;
     slowest = std::max(slowest, stage.work_us);
+    slowest_rest = std::max(slowest_rest, stage.work_us - stage.weight_us);
+    slowest_weight = std::max(slowest_weight, stage.weight_us);
   }
-  const double step = total + (m - 1) * slowest;
+  const double step = zero_bubble
+                          ? m * slowest + (p - 1) * std::max(0.0, slowest_rest - slowest_weight)
+                          : total + (m - 1) * slowest;
   for (auto& stage : out.pipeline)
     stage.theory =
         step > 0 && std::isfinite(step) ? 1 - m * stage.work_us / step : out.theory_bubble;
@@ -344,10 +362,17 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
                         static_cast<long long>(st.stage), devices.c_str(), 100 * st.utilisation,
                         st.work_us / 1000, 100 * st.bubble, 100 * s.theory_bubble, 100 * st.theory);
     }
-    text += string_printf(
-        "(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld, for equal stages; costed: for\n"
-        " these stages' work (forward, backward, loss), 1 - M work / (sum + (M - 1) max))\n",
-        static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
+    if (s.schedule == "zb-h1")
+      text += string_printf(
+          "(theory: ZB-H1's (P - 1) / (3 M + P - 1) with P = %lld, M = %lld, for equal stages and\n"
+          " F = B = W; costed: for these stages' work W (backward_weight) and A (the rest),\n"
+          " 1 - M work / (M max work + (P - 1) (max A - max W)))\n",
+          static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
+    else
+      text += string_printf(
+          "(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld, for equal stages; costed: for\n"
+          " these stages' work (forward, backward, loss), 1 - M work / (sum + (M - 1) max))\n",
+          static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
   }
 
   if (!s.wires.empty()) {
@@ -439,6 +464,7 @@ std::string format_summary_json(const trace_summary& s) {
                         {"utilisation", st.utilisation},
                         {"bubble", st.bubble},
                         {"work_us", st.work_us},
+                        {"weight_us", st.weight_us},
                         {"theory", st.theory}});
     out["pipeline"] = {{"theory_bubble", s.theory_bubble}, {"stages", stages}};
   } else {

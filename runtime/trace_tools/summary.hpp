@@ -21,6 +21,13 @@
 //                 synchronous pipeline's step takes at least sum + (M - 1) max of the
 //                 stages' costs per micro-batch (the slowest stage is busy throughout, the
 //                 others fill and drain once), and the formula above when all are equal.
+//                 ZB-H1 (schedule "zb-h1"): theory (P - 1) / (3 M + P - 1), for equal
+//                 stages whose forward, input gradient and weight gradient take as long;
+//                 costed with weight_s, a stage's backward_weight jobs per device, and
+//                 a = work_s - weight_s: theory_s = 1 - M work_s / (M max_s work_s +
+//                 (P - 1) max(0, max_s a - max_s weight_s)), Qi et al.'s step time
+//                 M (F + B + W) + (P - 1) (F + B - W) for equal stages (the weight
+//                 gradients fill the drain; only F + B - W of each fill-or-drain is idle).
 //   step          train-phase jobs with args.step = N, from the first one's start to the
 //                 last one's end, on the busiest device of that step: compute (forward,
 //                 backward, loss, update), communication (copy, reduce, load), waiting (the rest).
@@ -59,7 +66,8 @@ struct stage_time {
   std::vector<std::string> devices;
   double utilisation = 0;
   double bubble = 0;        // measured: 1 - utilisation
-  double work_us = 0;       // forward, backward and loss jobs, per device
+  double work_us = 0;       // forward, backward, backward_weight and loss jobs, per device
+  double weight_us = 0;     // of which backward_weight (split backwards, ZB-H1)
   double theory = 0;        // for these stages' measured costs (see above)
 };
 
@@ -97,7 +105,7 @@ struct trace_summary {
   std::vector<actor_time> actors;    // by device (trace order), then name
   std::vector<device_time> devices;  // trace order; only devices with a stream or jobs
   std::vector<stage_time> pipeline;  // empty unless stages > 1
-  double theory_bubble = 0;          // (P - 1) / (M + P - 1)
+  double theory_bubble = 0;          // (P - 1) / (M + P - 1); ZB-H1 (P - 1) / (3 M + P - 1)
   std::vector<wire_traffic> wires;   // by from, to, kind
   std::vector<step_time> steps;      // by step
   step_time average;                 // mean over steps (step = -1, no actor)

@@ -61,7 +61,8 @@ std::string css_class(const std::string& job) {
   std::string out;
   for (char c : job)
     out += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-  for (const char* known : {"forward", "backward", "loss", "update", "reduce", "copy"})
+  for (const char* known :
+       {"forward", "backward", "backward-weight", "loss", "update", "reduce", "copy"})
     if (out == known)
       return out;
   return (out.empty() ? "job" : out) + " other";
@@ -246,10 +247,14 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
          "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fbdada\"/>"
          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d62728\" stroke-width=\"3\"/>"
          "</pattern></defs>\n";
-  svg += "<style>rect.forward{fill:#4e79a7}rect.backward{fill:#59a14f}rect.loss{fill:#8c8c8c}"
-         "rect.update{fill:#6b6b6b}rect.reduce{fill:#a5a5a5}rect.copy{fill:#c8c8c8}"
-         "rect.other{fill:#b4b4b4}rect.eval{opacity:0.4}rect.credit-wait{fill:url(#credit-hatch)}"
-         "g.jobs rect{stroke:#fff;stroke-width:0.5}text.mb{fill:#fff;font-size:10px;pointer-events:none}</style>\n";
+  svg +=
+      "<style>rect.forward{fill:#4e79a7}rect.backward{fill:#59a14f}"
+      "rect.backward-weight{fill:#b07aa1}rect.loss{fill:#8c8c8c}"
+      "rect.update{fill:#6b6b6b}rect.reduce{fill:#a5a5a5}rect.copy{fill:#c8c8c8}"
+      "rect.other{fill:#b4b4b4}rect.eval{opacity:0.4}rect.credit-wait{fill:url(#credit-hatch)}"
+      "g.jobs "
+      "rect{stroke:#fff;stroke-width:0.5}text.mb{fill:#fff;font-size:10px;pointer-events:none}</"
+      "style>\n";
   std::string title = "troupe schedule";
   if (window.first_step >= 0)
     title += window.first_step == window.last_step
@@ -351,8 +356,8 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                   kind.c_str(), job.eval ? " eval" : "", x0, r->y, w, job_height,
                   static_cast<long long>(job.step), job.microbatch, escape(job.actor).c_str(),
                   escape(details).c_str());
-    if ((job.name == "forward" || job.name == "backward") && job.microbatch >= 0 &&
-        w >= label_min_width)
+    if ((job.name == "forward" || job.name == "backward" || job.name == "backward_weight") &&
+        job.microbatch >= 0 && w >= label_min_width)
       svg += string_printf("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
                     x0 + w / 2, r->y + job_height / 2 + 4, job.microbatch);
   }
@@ -407,9 +412,10 @@ std::string render_timeline_html(const trace_file& trace, const timeline_options
   if (!trace.config.empty())
     html += " (config " + escape(trace.config) + ")";
   html += ". Hover over a job for its actor, step, micro-batch and times.</p>\n<p class=\"legend\">";
-  const char* legend[][2] = {{"#4e79a7", "forward"},  {"#59a14f", "backward"}, {"#8c8c8c", "loss"},
-                             {"#6b6b6b", "update"},   {"#a5a5a5", "reduce"},   {"#c8c8c8", "copy"},
-                             {"#b4b4b4", "other job"}};
+  const char* legend[][2] = {
+      {"#4e79a7", "forward"}, {"#59a14f", "backward"}, {"#b07aa1", "backward_weight"},
+      {"#8c8c8c", "loss"},    {"#6b6b6b", "update"},   {"#a5a5a5", "reduce"},
+      {"#c8c8c8", "copy"},    {"#b4b4b4", "other job"}};
   for (const auto& [colour, what] : legend)
     html += std::string{"<span><i style=\"background:"} + colour + "\"></i>" + what + "</span>";
   html += "<span><i style=\"background:repeating-linear-gradient(45deg,#d62728 0 2px,#fbdada 2px "

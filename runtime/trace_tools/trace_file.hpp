@@ -86,7 +86,7 @@ struct trace_file {
   std::int64_t replicas = 1;         // R
   std::int64_t stages = 1;           // P
   std::int64_t microbatches = 1;     // M
-  std::string schedule;              // "gpipe" | "1f1b" | ""
+  std::string schedule;              // "gpipe" | "1f1b" | "zb-h1" | ""
   std::string config;                // the config file the run used, if recorded
   std::int64_t dropped_events = 0;
   double first_us = 0;               // the earliest timestamp of any event

@@ -30,8 +30,9 @@ namespace fs = std::filesystem;
 constexpr std::int64_t total_steps = 12;
 constexpr std::int64_t resumed_at = 6;
 
-const char* const shipped[] = {"fashion_mlp",     "fashion_mlp_dp2",      "fashion_mlp_dp2_pp2",
-                               "fashion_mlp_mp2", "fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe"};
+const char* const shipped[] = {
+    "fashion_mlp",          "fashion_mlp_dp2",       "fashion_mlp_dp2_pp2", "fashion_mlp_mp2",
+    "fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe", "fashion_mlp_pp2_zbh1"};
 
 run_config shipped_config(const std::string& name, std::int64_t steps,
                           const std::string& checkpoints = "") {

@@ -60,9 +60,11 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
       {"micro-batched single device (M = 4)", "[parallel]\nmicrobatches = 4\n"},
       {"model parallel (P = 2)", "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\n"},
       {"pipeline GPipe (P = 2, M = 4)",
-       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"gpipe\"\n"},
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = "
+       "\"gpipe\"\n"},
       {"pipeline 1F1B (P = 2, M = 4)",
-       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n"},
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = "
+       "\"1f1b\"\n"},
       {"data parallel, central averaging (R = 2)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"central\"\n"},
       {"data parallel, ring all-reduce (R = 2)",
@@ -97,8 +99,18 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
       {"pipeline 1F1B, uneven stages (P = 3 of 5 layers, M = 3)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\"]\npipeline = 3\nmicrobatches = 3\n"
        "schedule = \"1f1b\"\n"},
+      {"pipeline ZB-H1 (P = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = "
+       "\"zb-h1\"\n"},
+      {"pipeline ZB-H1, uneven stages (P = 3 of 5 layers, M = 6)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\"]\npipeline = 3\nmicrobatches = 6\n"
+       "schedule = \"zb-h1\"\n"},
+      {"hybrid ZB-H1 with ring averaging (R = 2, P = 2, M = 3, devices shared)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nmicrobatches = 3\n"
+       "schedule = \"zb-h1\"\naveraging = \"ring\"\nshare_devices = true\n"},
       {"pipeline with an explicit split (P = 2, M = 2)",
-       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 4]]\nmicrobatches = 2\n"},
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 4]]\nmicrobatches = "
+       "2\n"},
   };
   for (const char* optimizer : {"adam", "sgd"}) {
     auto single = train(equivalence_config("", optimizer));

@@ -263,3 +263,105 @@ TEST_CASE("delay takes its set time, as identity, sleeping or spinning as told")
       doctest::Contains("test.toml:8:7: layer 'delay' setting 'backward_us' = -1 is out of range"),
       config_error);
 }
+
+TEST_CASE("the gradient check fails a layer whose split backward disagrees with its backward") {
+  // y = 2 w x: backward is right, backward_weight forgets the factor 2.
+  struct scaled final : layer {
+    std::string type() const override { return "test_bad_split"; }
+    shape_t output_shape(const shape_t& in) const override { return in; }
+    std::vector<param_spec> parameters(const shape_t&) const override {
+      return {{"w", {1}, init_kind::ones, 1, 1}};
+    }
+    void forward(const layer_context&, const std::vector<tensor>& p, const tensor& x,
+                 const tensor& y, std::vector<tensor>& saved) const override {
+      for (std::int64_t i = 0; i < x.numel(); ++i)
+        y.f32()[i] = 2 * p[0].f32()[0] * x.f32()[i];
+      saved = {x};
+    }
+    void backward(const layer_context& c, const std::vector<tensor>& p,
+                  const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
+                  std::vector<tensor>& grads, bool accumulate) const override {
+      if (dx != nullptr)
+        backward_input(c, p, saved, dy, *dx);
+      float g = 0;
+      for (std::int64_t i = 0; i < dy.numel(); ++i)
+        g += 2 * dy.f32()[i] * saved[0].f32()[i];
+      grads[0].f32()[0] = (accumulate ? grads[0].f32()[0] : 0) + g;
+    }
+    bool splits_backward() const override { return true; }
+    void backward_input(const layer_context&, const std::vector<tensor>& p,
+                        const std::vector<tensor>&, const tensor& dy,
+                        const tensor& dx) const override {
+      for (std::int64_t i = 0; i < dy.numel(); ++i)
+        dx.f32()[i] = 2 * p[0].f32()[0] * dy.f32()[i];
+    }
+    void backward_weight(const layer_context&, const std::vector<tensor>&,
+                         const std::vector<tensor>& saved, const tensor& dy,
+                         std::vector<tensor>& grads, bool accumulate) const override {
+      float g = 0;
+      for (std::int64_t i = 0; i < dy.numel(); ++i)
+        g += dy.f32()[i] * saved[0].f32()[i];  // the bug: no factor 2
+      grads[0].f32()[0] = (accumulate ? grads[0].f32()[0] : 0) + g;
+    }
+  };
+  static bool registered = [] {
+    register_layer("test_bad_split", "a layer whose split backward is wrong, for tests",
+                   [](layer_settings&) { return std::make_unique<scaled>(); });
+    return true;
+  }();
+  CHECK(registered);
+  auto result = check_layer_gradients(make_layer("test_bad_split"), gradient_check_options{});
+  CHECK_FALSE(result.passed);
+  REQUIRE_FALSE(result.failures.empty());
+  CHECK(result.failures[0].find("dw[0]: backward_weight gives") == 0);
+  CHECK(result.summary.find("split backward") != std::string::npos);
+}
+
+TEST_CASE("a layer without a split backward refuses to be called split") {
+  auto relu = create_layer(make_layer("relu"));
+  CHECK_FALSE(relu->splits_backward());
+  std::vector<tensor> none;
+  auto t = tensor::empty({1, 2});
+  CHECK_THROWS_WITH_AS(relu->backward_input({}, none, none, t, t),
+                       "layer 'relu' does not split its backward", std::logic_error);
+  CHECK_THROWS_WITH_AS(relu->backward_weight({}, none, none, t, none, false),
+                       "layer 'relu' does not split its backward", std::logic_error);
+  CHECK(create_layer(make_layer("linear", {{"out", integer(3)}}))->splits_backward());
+}
+
+TEST_CASE("delay split takes backward_us - weight_us for dx and weight_us for the weights") {
+  auto l = create_layer(make_layer("delay", {{"forward_us", integer(1)},
+                                             {"backward_us", integer(40000)},
+                                             {"weight_us", integer(30000, 9)}}));
+  REQUIRE(l->splits_backward());
+  auto dy = tensor::empty({2, 3});
+  auto dx = tensor::empty({2, 3});
+  auto grad = tensor::empty({1});
+  for (std::int64_t i = 0; i < 6; ++i)
+    dy.f32()[i] = static_cast<float>(i);
+  grad.f32()[0] = 7;
+  std::vector<tensor> none, grads{grad};
+  auto seconds = [](auto since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  };
+  auto started = std::chrono::steady_clock::now();
+  l->backward_input({}, none, none, dy, dx);
+  auto input = seconds(started);
+  started = std::chrono::steady_clock::now();
+  l->backward_weight({}, none, none, dy, grads, false);
+  auto weight = seconds(started);
+  CHECK(input >= 0.010);
+  CHECK(weight >= 0.030);
+  CHECK(input + weight < 2.0);
+  for (std::int64_t i = 0; i < 6; ++i)
+    CHECK(dx.f32()[i] == dy.f32()[i]);
+  CHECK(grad.f32()[0] == 0);
+  // The default is half; more than backward_us is refused at its position.
+  CHECK_THROWS_WITH_AS(
+      create_layer(make_layer("delay", {{"forward_us", integer(1)},
+                                        {"backward_us", integer(100)},
+                                        {"weight_us", integer(101, 9)}})),
+      doctest::Contains("test.toml:9:7: layer 'delay' setting 'weight_us' = 101 is out of range "
+                        "[0, 100]"),
+      config_error);
+}

@@ -264,3 +264,85 @@ TEST_CASE("a moved event hands over its point of the stream") {
   moved_to.wait();
   CHECK(moved_to.reached());
 }
+
+TEST_CASE("idle-lane jobs run only when no main-lane job is queued, in their own order") {
+  stream s{device_id{}, 0};
+  std::atomic<bool> release{false};
+  std::vector<std::string> order;  // written only on the stream's thread
+  s.submit([&] {
+    while (!release.load())
+      std::this_thread::yield();
+  });
+  auto w1 = s.submit_when_idle([&] { order.push_back("idle 1"); });
+  auto w2 = s.submit_when_idle([&] { order.push_back("idle 2"); });
+  auto main = s.submit([&] { order.push_back("main"); });
+  // Idle events are of their own lane: the first idle job is sequence 1 of it.
+  CHECK(w1.sequence == 1);
+  CHECK(w2.sequence == 2);
+  CHECK(s.last().sequence == main.sequence);
+  release = true;
+  s.synchronize();  // waits for both lanes
+  CHECK(w2.reached());
+  CHECK(order == std::vector<std::string>{"main", "idle 1", "idle 2"});
+}
+
+TEST_CASE("hurrying an idle job moves it and the idle jobs before it to the main lane's tail") {
+  stream s{device_id{}, 0};
+  std::atomic<bool> release{false};
+  std::vector<std::string> order;
+  s.submit([&] {
+    while (!release.load())
+      std::this_thread::yield();
+  });
+  auto w1 = s.submit_when_idle([&] { order.push_back("idle 1"); });
+  auto w2 = s.submit_when_idle([&] { order.push_back("idle 2"); });
+  auto w3 = s.submit_when_idle([&] { order.push_back("idle 3"); });
+  s.submit([&] { order.push_back("main 1"); });
+  s.hurry(w2);
+  s.hurry(w1);        // already hurried: nothing moves
+  s.hurry(s.last());  // a main-lane event: nothing moves
+  s.submit([&] { order.push_back("main 2"); });
+  release = true;
+  w3.wait();
+  CHECK(order == std::vector<std::string>{"main 1", "idle 1", "idle 2", "main 2", "idle 3"});
+}
+
+TEST_CASE("a stream that waits for its own idle event hurries it instead of waiting for itself") {
+  stream s{device_id{}, 0};
+  std::atomic<bool> release{false};
+  std::vector<std::string> order;
+  s.submit([&] {
+    while (!release.load())
+      std::this_thread::yield();
+  });
+  auto w = s.submit_when_idle([&] { order.push_back("idle"); });
+  s.wait_for(w);
+  auto after = s.submit([&] { order.push_back("after"); });
+  release = true;
+  after.wait();  // would hang if the worker blocked on its own idle lane
+  CHECK(order == std::vector<std::string>{"idle", "after"});
+  CHECK(w.reached());
+}
+
+TEST_CASE("a callback on an idle event runs when that idle job has run") {
+  stream s{device_id{}, 0};
+  std::atomic<bool> ran{false}, called{false};
+  auto w = s.submit_when_idle([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ran = true;
+  });
+  w.then([&] { called = ran.load(); });
+  s.synchronize();
+  s.drain_posted();
+  CHECK(called.load());
+}
+
+TEST_CASE("a stream runs its idle lane before it stops") {
+  std::atomic<int> ran{0};
+  {
+    stream s{device_id{}, 0};
+    for (int i = 0; i < 100; ++i)
+      s.submit_when_idle([&] { ran.fetch_add(1); });
+  }
+  CHECK(ran.load() == 100);
+}
