@@ -159,7 +159,7 @@ def main():
               "stages' traced work")
         print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'costed':>7} "
               f"{'stage 1':>8} {'costed':>7} {'samples/s':>10}")
-        for schedule in ["gpipe", "1f1b"]:
+        for schedule in ["gpipe", "1f1b", "zb-h1"]:
             for m in [1, 2, 4, 8]:
                 text = DEEP.format(steps=args.steps, batch=256, m=m, schedule=schedule,
                                    layers=layers)
@@ -171,7 +171,7 @@ def main():
                     rates.append(done["samples_per_s"])
                 stages = run(args.binary, text, workdir, "pp_traced",
                              trace=True)["summary"]["pipeline"]["stages"]
-                theory = 1 / (m + 1)
+                theory = 1 / ((3 * m if schedule == "zb-h1" else m) + 1)
                 print(f"{schedule:>8} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
                       f"{stages[0]['theory']:>7.3f} {statistics.median(bubbles1):>8.3f} "
                       f"{stages[1]['theory']:>7.3f} {statistics.median(rates):>10.0f}",
