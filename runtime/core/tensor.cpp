@@ -73,20 +73,18 @@ class cpu_pool {
     free_[bytes].push_back(p);
   }
 
-  ~cpu_pool() {
-    for (auto& [bytes, blocks] : free_)
-      for (void* p : blocks)
-        std::free(p);
-  }
-
  private:
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
 };
 
+// Never destroyed: a thread that outlives main (a gloo worker waiting out its timeout
+// for a peer that never came, detached by design) may still release a tensor while
+// static objects are destroyed at exit. TSan saw that race with a destructor here. The
+// blocks stay reachable through the pointer, so leak checkers do not count them.
 cpu_pool& the_cpu_pool() {
-  static cpu_pool pool;
-  return pool;
+  static auto* pool = new cpu_pool;
+  return *pool;
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ std::string checkpoint_after_first_part(const std::string& name, const test::tem
 TEST_CASE(
     "k steps, then a resume to N, end bit for bit where N straight steps end, on every "
     "shipped wiring") {
-  for (const char* name : shipped) {
+  for (const std::string name : shipped) {
     INFO(name);
     test::temp_directory d{"troupe-resume"};
     const auto straight = train(shipped_config(name, total_steps));

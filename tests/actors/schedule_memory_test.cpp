@@ -26,6 +26,17 @@ struct occupancy {
 std::mutex probes_mutex;
 std::map<std::string, occupancy> probes;  // by the probe's `id` setting
 
+void count_held(const std::string& id) {
+  std::lock_guard<std::mutex> guard{probes_mutex};
+  auto& o = probes[id];
+  o.most = std::max(o.most, ++o.live);
+}
+
+void count_released(const std::string& id) {
+  std::lock_guard<std::mutex> guard{probes_mutex};
+  --probes[id].live;
+}
+
 // An identity layer that records how many micro-batches it holds between forward and
 // backward. Forward and backward run on its device's stream, in stream order.
 class stash_probe final : public layer {
@@ -36,18 +47,14 @@ class stash_probe final : public layer {
   void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x, const tensor& y,
                std::vector<tensor>&) const override {
     std::copy(x.f32(), x.f32() + x.numel(), y.f32());
-    if (!context.training)
-      return;
-    std::lock_guard<std::mutex> guard{probes_mutex};
-    auto& o = probes[id_];
-    o.most = std::max(o.most, ++o.live);
+    if (context.training)
+      count_held(id_);
   }
   void backward(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
                 const tensor& dy, tensor* dx, std::vector<tensor>&, bool) const override {
     if (dx != nullptr)
       std::copy(dy.f32(), dy.f32() + dy.numel(), dx->f32());
-    std::lock_guard<std::mutex> guard{probes_mutex};
-    --probes[id_].live;
+    count_released(id_);
   }
 
  private:
@@ -72,11 +79,7 @@ class split_stash_probe final : public layer {
     std::copy(x.f32(), x.f32() + x.numel(), y.f32());
     if (!context.training)
       return;
-    {
-      std::lock_guard<std::mutex> guard{probes_mutex};
-      auto& o = probes[id_];
-      o.most = std::max(o.most, ++o.live);
-    }
+    count_held(id_);
     // Forwards and input gradients that take a while keep the main lanes busy, so that
     // weight gradients are deferred and the limit is what bounds them.
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -97,8 +100,7 @@ class split_stash_probe final : public layer {
   void backward_weight(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
                        const tensor&, std::vector<tensor>& grads, bool) const override {
     grads[0].f32()[0] = 0;
-    std::lock_guard<std::mutex> guard{probes_mutex};
-    --probes[id_].live;
+    count_released(id_);
   }
 
  private:

@@ -265,14 +265,23 @@ TEST_CASE("a moved event hands over its point of the stream") {
   CHECK(moved_to.reached());
 }
 
+namespace {
+
+// Holds the stream's thread until `release` is set, so that what is submitted next queues.
+void hold_until(stream& s, std::atomic<bool>& release) {
+  s.submit([&release] {
+    while (!release.load())
+      std::this_thread::yield();
+  });
+}
+
+}  // namespace
+
 TEST_CASE("idle-lane jobs run only when no main-lane job is queued, in their own order") {
   stream s{device_id{}, 0};
   std::atomic<bool> release{false};
   std::vector<std::string> order;  // written only on the stream's thread
-  s.submit([&] {
-    while (!release.load())
-      std::this_thread::yield();
-  });
+  hold_until(s, release);
   auto w1 = s.submit_when_idle([&] { order.push_back("idle 1"); });
   auto w2 = s.submit_when_idle([&] { order.push_back("idle 2"); });
   auto main = s.submit([&] { order.push_back("main"); });
@@ -290,10 +299,7 @@ TEST_CASE("hurrying an idle job moves it and the idle jobs before it to the main
   stream s{device_id{}, 0};
   std::atomic<bool> release{false};
   std::vector<std::string> order;
-  s.submit([&] {
-    while (!release.load())
-      std::this_thread::yield();
-  });
+  hold_until(s, release);
   auto w1 = s.submit_when_idle([&] { order.push_back("idle 1"); });
   auto w2 = s.submit_when_idle([&] { order.push_back("idle 2"); });
   auto w3 = s.submit_when_idle([&] { order.push_back("idle 3"); });
@@ -311,10 +317,7 @@ TEST_CASE("a stream that waits for its own idle event hurries it instead of wait
   stream s{device_id{}, 0};
   std::atomic<bool> release{false};
   std::vector<std::string> order;
-  s.submit([&] {
-    while (!release.load())
-      std::this_thread::yield();
-  });
+  hold_until(s, release);
   auto w = s.submit_when_idle([&] { order.push_back("idle"); });
   s.wait_for(w);
   auto after = s.submit([&] { order.push_back("after"); });
