@@ -50,8 +50,10 @@ exit_code check_layer_command(const std::vector<std::string>& args) {
   if (auto stop = parse_command_line(
           args, "check-layer",
           "Runs layer NAME's backward against central finite differences of its forward\n"
-          "(dx and every parameter gradient), checks that accumulate adds, and prints\n"
-          "the worst relative error. Exit code 0 when it passes, 1 when it does not.",
+          "(dx and every parameter gradient), checks that accumulate adds and, for a\n"
+          "layer that splits its backward, that backward_input and backward_weight\n"
+          "compute what backward does, and prints the worst relative error. Exit code 0\n"
+          "when it passes, 1 when it does not.",
           options, line, "NAME"))
     return *stop;
   const auto& values = line.values;
