@@ -32,6 +32,7 @@
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/model/interleaved_schedule.hpp"
 #include "runtime/model/lr_schedule.hpp"
 #include "troupe/actor_kind.hpp"
 
@@ -49,6 +50,7 @@ struct spawn_context {
   const run_start& start;  // where the optimizers start (a checkpoint, init_from)
   const checkpoint_plan& checkpoints;  // when the optimizers send the writer copies
   const gloo_rendezvous& gloo;         // where gloo averagers meet (store set)
+  const stage_sequencers& sequencers;  // interleaved pipelines: each device's turns
 };
 
 using actor_factory = std::function<caf::actor(const actor_plan&, spawn_context&)>;

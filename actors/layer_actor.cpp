@@ -18,6 +18,15 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   if (!has_params_)
     version_ = std::numeric_limits<std::int64_t>::max();  // any version will do
   split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
+  if (settings_->sequencer != nullptr) {
+    // Weak: the sequencer lives as long as the settings this actor owns.
+    auto wake = [me = caf::actor_cast<caf::weak_actor_ptr>(this)] {
+      if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(me))
+        caf::anon_send<caf::message_priority::high>(caf::actor_cast<caf::actor>(strong),
+                                                    turn_atom::value);
+    };
+    settings_->sequencer->on_turn(settings_->stage, std::move(wake));
+  }
 }
 
 std::string layer_actor::describe(const layer_actor_settings& settings, const char* pass,
@@ -38,7 +47,7 @@ caf::message_handler layer_actor::handlers() {
           waiting_.push_back(std::move(message));
           return;
         }
-        admit(pass{std::move(message), {}, false});
+        offer(pass{std::move(message), {}, false});
       },
       [this](gradient_msg& message) {
         if (deferred_until_ready<caf::message_priority::high>(message, {&message.dx}))
@@ -46,12 +55,13 @@ caf::message_handler layer_actor::handlers() {
         auto span = handling_span("backward", message.trace, message.tag, bytes_of(message.dx));
         next_.release(this);
         record_counter("credits", next_track_, next_.in_flight());
-        admit(pass{{}, std::move(message), true});
+        offer(pass{{}, std::move(message), true});
       },
       [this](resume_atom) {
         resume_requested_ = false;
         drain();
       },
+      [this](turn_atom) { take_turns(); },
       [this](written_atom) {  // Note [split backward]
         if (unwritten_.empty())
           return;
@@ -99,6 +109,9 @@ std::string layer_actor::waiting_for() const {
          ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
   if (!queued_.empty())
     s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
+  if (!parked_.empty())
+    s += "; " + std::to_string(parked_.size()) + " pass(es) waiting for their turn (" +
+         settings_->sequencer->describe() + ")";
   auto pending = std::count_if(weight_jobs_.begin(), weight_jobs_.end(),
                                [](const event& e) { return !e.reached(); });
   if (pending > 0)
@@ -168,6 +181,40 @@ void layer_actor::drain() {
   }
 }
 
+// A pass that must wait for its stage's turn on an interleaved device (the forward of a
+// stage's first layer, the backward of its last; training only) is parked until the
+// sequencer admits it; everything else goes on at once.
+void layer_actor::offer(pass work) {
+  const auto& s = *settings_;
+  const bool training = work.backward || work.activation.tag.stage == phase::train;
+  const bool gated = work.backward ? s.last_of_stage : s.first_of_stage;
+  if (s.sequencer == nullptr || !training || !gated) {
+    admit(std::move(work));
+    return;
+  }
+  parked_.push_back(std::move(work));
+  take_turns();
+}
+
+void layer_actor::take_turns() {
+  auto& sequencer = *settings_->sequencer;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto it = parked_.begin(); it != parked_.end(); ++it) {
+      const auto& tag = it->backward ? it->gradient.tag : it->activation.tag;
+      bool turn = it->backward ? sequencer.try_backward(tag.step, settings_->stage, tag.microbatch)
+                               : sequencer.try_forward(tag.step, settings_->stage, tag.microbatch);
+      if (turn) {
+        auto work = std::move(*it);
+        parked_.erase(it);
+        admit(std::move(work));
+        progress = true;
+        break;
+      }
+    }
+  }
+}
+
 void layer_actor::send_release(const micro_tag& tag) {
   release_msg release{tag};
   stamp_send(release, previous_track_, "release", 0);
@@ -180,7 +227,7 @@ void layer_actor::install(params_msg& message) {
   while (!waiting_.empty() && waiting_.front().tag.version <= version_) {
     auto next = std::move(waiting_.front());
     waiting_.pop_front();
-    admit(pass{std::move(next), {}, false});
+    offer(pass{std::move(next), {}, false});
   }
 }
 
@@ -265,6 +312,8 @@ void layer_actor::backward(gradient_msg& message) {
     throw std::logic_error(describe(*settings_, "backward", tag) + " has no stashed forward");
   auto entry = std::move(it->second);
   stash_.erase(it);
+  if (settings_->sequencer != nullptr && settings_->first_of_stage)
+    settings_->sequencer->release();  // the micro-batch leaves this device's stash
 
   auto& device = *settings_->on;
   auto dy = arrive(message.dx, device);
@@ -363,6 +412,38 @@ void layer_actor::backward(gradient_msg& message) {
 
 namespace troupe {
 
+stage_sequencers make_stage_sequencers(const topology& t) {
+  stage_sequencers out;
+  if (t.virtual_stages <= 1)
+    return out;
+  const interleaved_pipeline pipeline{t.stages / t.virtual_stages, t.virtual_stages,
+                                      t.microbatches};
+  for (const auto& a : t.actors) {
+    if (a.kind != actor_kind::layer)
+      continue;
+    auto& sequencer = out[{a.device, a.replica}];
+    if (sequencer == nullptr)
+      sequencer = std::make_shared<stage_sequencer>(pipeline, a.stage % pipeline.devices);
+  }
+  return out;
+}
+
+namespace {
+
+// Whether the actor at the other end of `name`'s activations wire (in or out) belongs to
+// another stage than `stage` (or is not a layer: the loader, the loss, a custom actor).
+bool crosses_stage(const topology& t, const std::string& name, std::int32_t stage, bool incoming) {
+  for (const auto& w : t.wires) {
+    if (w.kind != wire_kind::activations || (incoming ? w.to : w.from) != name)
+      continue;
+    const auto* other = t.find(incoming ? w.from : w.to);
+    return other == nullptr || other->kind != actor_kind::layer || other->stage != stage;
+  }
+  return true;
+}
+
+}  // namespace
+
 TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                    "one model layer of one replica (settings: the layer's)",
                                    [](const actor_plan& plan, spawn_context& context) {
@@ -379,6 +460,16 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                      if (context.graph.schedule == pipeline_schedule::zb_h1) {
                                        s->split_backward = true;
                                        s->stash_limit = context.graph.stages;
+                                     }
+                                     auto sequencer =
+                                         context.sequencers.find({plan.device, plan.replica});
+                                     if (sequencer != context.sequencers.end()) {
+                                       s->sequencer = sequencer->second;
+                                       s->stage = plan.stage;
+                                       s->first_of_stage = crosses_stage(context.graph, plan.name,
+                                                                         plan.stage, true);
+                                       s->last_of_stage = crosses_stage(context.graph, plan.name,
+                                                                        plan.stage, false);
                                      }
                                      return context.system.spawn<layer_actor>(std::move(s));
                                    });

@@ -22,6 +22,8 @@
 #include <tuple>
 
 #include "actors/credit_outbox.hpp"
+#include "runtime/graph/topology.hpp"
+#include "runtime/model/interleaved_schedule.hpp"
 #include "runtime/model/layer.hpp"
 #include "troupe/device.hpp"
 #include "troupe/device_actor.hpp"
@@ -42,7 +44,21 @@ struct layer_actor_settings {
   // at most stash_limit micro-batches (forwarded, weight gradient not yet run; 0: no limit).
   bool split_backward = false;
   std::int64_t stash_limit = 0;
+  // Interleaved 1F1B (Note [interleaved stages] in runtime/model/interleaved_schedule.hpp):
+  // the turns of its device, shared with the other stages there; null otherwise. A
+  // stage's first layer waits for its forwards' turns, its last layer for its backwards'.
+  std::shared_ptr<stage_sequencer> sequencer;
+  std::int64_t stage = 0;
+  bool first_of_stage = false;
+  bool last_of_stage = false;
 };
+
+/// One sequencer per (device, replica) of an interleaved pipeline (topology.virtual_stages
+/// > 1), for the layers placed on this process's devices; empty otherwise.
+stage_sequencers make_stage_sequencers(const topology& t);
+
+/// Asks an actor to try its parked passes again: their stage's turn may have come.
+using turn_atom = caf::atom_constant<caf::atom("turn")>;
 
 class layer_actor : public device_actor {
  public:
@@ -72,6 +88,8 @@ class layer_actor : public device_actor {
   };
 
   void send_release(const micro_tag& tag);
+  void offer(pass work);
+  void take_turns();
   void admit(pass work);
   void drain();
   void make_room();
@@ -104,6 +122,7 @@ class layer_actor : public device_actor {
   std::vector<tensor> grads_;           // being accumulated for grads_step_
   std::int64_t grads_step_ = -1;
   std::int32_t backwards_done_ = 0;     // micro-batches of grads_step_ done
+  std::deque<pass> parked_;             // passes waiting for their turn (interleaved)
   std::deque<pass> queued_;             // Note [one job at a time] in layer_actor.cpp
   event last_job_;                      // this actor's last main-lane job in its stream
   std::deque<event> weight_jobs_;       // its idle-lane jobs, oldest first (some may have run)

@@ -16,6 +16,7 @@
 #include "actors/cluster.hpp"
 #include "actors/device_scheduler.hpp"
 #include "actors/failures.hpp"
+#include "actors/layer_actor.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"
@@ -153,6 +154,7 @@ std::string trace_metadata(const run_config& config, const topology& graph, cons
       {"troupe_version", TROUPE_VERSION_STRING}, {"config", config.path},
       {"replicas", graph.replicas},              {"stages", graph.stages},
       {"microbatches", graph.microbatches},      {"schedule", to_string(graph.schedule)},
+      {"virtual_stages", graph.virtual_stages},
       {"averaging", to_string(graph.averaging)}, {"batch_size", plan.batch_size},
       {"steps", outcome.steps},                  {"train_seconds", outcome.train_seconds},
   };
@@ -585,9 +587,10 @@ session_result run_session(const run_config& config, const session_options& opti
       gloo.store = make_in_process_gloo_store();
     if (gloo.prefix.empty())
       gloo.prefix = unique_gloo_prefix();
+    auto sequencers = make_stage_sequencers(graph);
     spawn_context context{
         system,        devices,        config,      graph, prepared.plan, prepared.schedule,
-        prepared.data, prepared.start, checkpoints, gloo};
+        prepared.data, prepared.start, checkpoints, gloo, sequencers};
     std::map<std::string, caf::actor> spawned;  // this node's
     auto stop_spawned = [&] {
       for (const auto& [name, handle] : spawned)

@@ -8,7 +8,9 @@
    median of each repetition's ratio of samples/s.
 2. Pipeline bubble: a model of two halves (3 x linear 512 + ReLU each, the second with the
    10-way head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8
-   micro-batches, GPipe and 1F1B. The measured bubble of a stage is its idle share of the
+   micro-batches, GPipe, 1F1B, interleaved 1F1B (the halves cut into four quarters, 2 a
+   device: cpu:0 runs quarters 0 and 2; theory (P - 1) / (v M + P - 1), M = 2, 4, 8) and
+   ZB-H1. The measured bubble of a stage is its idle share of the
    training time, 1 - busy / elapsed, from the device utilisation troupe reports (medians of
    untraced runs). "theory" is (P - 1) / (M + P - 1), for equal stages with no
    communication. The halves are not equal in work: the first layer computes no input
@@ -66,7 +68,8 @@ type = "sgd"
 lr = 0.01
 [parallel]
 devices = ["cpu:0", "cpu:1"]
-stages = [[0, 5], [6, 12]]
+stages = {stages}
+virtual_stages = {v}
 microbatches = {m}
 schedule = "{schedule}"
 """
@@ -159,10 +162,14 @@ def main():
               "stages' traced work")
         print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'costed':>7} "
               f"{'stage 1':>8} {'costed':>7} {'samples/s':>10}")
-        for schedule in ["gpipe", "1f1b", "zb-h1"]:
-            for m in [1, 2, 4, 8]:
+        halves, quarters = "[[0, 5], [6, 12]]", "[[0, 2], [3, 5], [6, 8], [9, 12]]"
+        for name, schedule, v, stages in [("gpipe", "gpipe", 1, halves),
+                                          ("1f1b", "1f1b", 1, halves),
+                                          ("interl.", "1f1b", 2, quarters),
+                                          ("zb-h1", "zb-h1", 1, halves)]:
+            for m in [1, 2, 4, 8] if v == 1 else [2, 4, 8]:  # M a multiple of P
                 text = DEEP.format(steps=args.steps, batch=256, m=m, schedule=schedule,
-                                   layers=layers)
+                                   layers=layers, stages=stages, v=v)
                 bubbles0, bubbles1, rates = [], [], []
                 for r in range(args.repeats):
                     done = run(args.binary, text, workdir, "pp")
@@ -171,8 +178,8 @@ def main():
                     rates.append(done["samples_per_s"])
                 stages = run(args.binary, text, workdir, "pp_traced",
                              trace=True)["summary"]["pipeline"]["stages"]
-                theory = 1 / ((3 * m if schedule == "zb-h1" else m) + 1)
-                print(f"{schedule:>8} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
+                theory = 1 / ((3 * m if schedule == "zb-h1" else v * m) + 1)
+                print(f"{name:>8} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
                       f"{stages[0]['theory']:>7.3f} {statistics.median(bubbles1):>8.3f} "
                       f"{stages[1]['theory']:>7.3f} {statistics.median(rates):>10.0f}",
                       flush=True)

@@ -5,13 +5,16 @@ Each stage is two `delay` layers (actors/layers/delay.cpp) that sleep a set time
 forward and 4 ms backward (split for ZB-H1 into 2 ms input gradient and 2 ms weight
 gradient), so that stages are equal by construction and P = 4 stages on cpu:0..cpu:3 can
 share this machine's two cores without slowing each other (a sleeping device leaves its
-core to the others). For P = 2 and 4, GPipe, 1F1B and ZB-H1, M = 4 and 8: the bubble of
-stage s is its idle share of each training step (from the step's first job to its last,
-on any stage: 1 - the stage's forward/backward/weight-gradient/loss time / the step's
-span), the median over the steps after the first (which includes start-up), from a trace
-of the run; then the median of --repeats runs.
+core to the others). For P = 2 and 4, GPipe, 1F1B, interleaved 1F1B (virtual_stages = 2:
+the same 2 P layers as 2 P stages of one layer, stage s on device s mod P) and ZB-H1,
+M = 4 and 8: the bubble of device d's stage(s) is its idle share of each training step
+(from the step's first job to its last, on any device: 1 - the device's
+forward/backward/weight-gradient/loss time / the step's span), the median over the steps
+after the first (which includes start-up), from a trace of the run; then the median of
+--repeats runs.
 
-Theory is (P - 1) / (M + P - 1), and ZB-H1's (P - 1) / (3 M + P - 1). "costed" is the
+Theory is (P - 1) / (M + P - 1), interleaved's (P - 1) / (v M + P - 1) and ZB-H1's
+(P - 1) / (3 M + P - 1). "costed" is the
 trace summary's theory for the stages' measured work (runtime/trace_tools/summary.hpp):
 under ZB-H1 the first layer computes no input gradient (nobody needs it), so stage 0
 has a third less backward work than the others and idles more than the equal-stage
@@ -53,6 +56,7 @@ lr = 0.01
 [parallel]
 devices = [{devices}]
 pipeline = {p}
+virtual_stages = {v}
 microbatches = {m}
 schedule = "{schedule}"
 """
@@ -112,19 +116,20 @@ def main():
         for p in [2, 4]:
             devices = ", ".join(f'"cpu:{d}"' for d in range(p))
             layers = DELAY.format(forward_us=args.forward_us) * (2 * p)
-            for schedule in ["gpipe", "1f1b", "zb-h1"]:
+            for name, schedule, v in [("gpipe", "gpipe", 1), ("1f1b", "1f1b", 1),
+                                      ("interl.", "1f1b", 2), ("zb-h1", "zb-h1", 1)]:
                 for m in [4, 8]:
                     text = CONFIG.format(steps=args.steps, layers=layers, devices=devices, p=p,
-                                         m=m, schedule=schedule)
+                                         v=v, m=m, schedule=schedule)
                     runs = [run(args.binary, text, workdir) for _ in range(args.repeats)]
                     rate = statistics.median(r[0] for r in runs)
                     bubbles = [statistics.median(r[1][s] for r in runs) for s in range(p)]
                     costed = [statistics.median(r[2][s] for r in runs) for s in range(p)]
-                    theory = (p - 1) / ((3 * m if schedule == "zb-h1" else m) + p - 1)
+                    theory = (p - 1) / ((3 * m if schedule == "zb-h1" else v * m) + p - 1)
                     measured = " ".join(f"{b:.3f}" for b in bubbles)
                     expected = " ".join(f"{c:.3f}" for c in costed)
                     worst = max(abs(b - c) for b, c in zip(bubbles, costed))
-                    print(f"{p:>2} {schedule:>8} {m:>3} {theory:>7.3f}  {measured:<28} "
+                    print(f"{p:>2} {name:>8} {m:>3} {theory:>7.3f}  {measured:<28} "
                           f"{expected:<28} {worst:>6.3f} {rate:>10.0f}", flush=True)
 
 if __name__ == "__main__":

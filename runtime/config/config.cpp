@@ -663,6 +663,8 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   read_stage_ranges(r, s);
   r.read("microbatches", s.microbatches, integer_range{1, limits::max_microbatches});
   r.read_enum("schedule", s.schedule, "pipeline schedule");
+  s.virtual_stages_where = r.read("virtual_stages", s.virtual_stages,
+                                  integer_range{1, limits::max_layers});
   r.read_enum("averaging", s.averaging, "gradient averaging");
   r.read("share_devices", s.share_devices);
   // bucket_kib * 1024 bytes must not overflow (Note [input limits]): at most 1 TiB.

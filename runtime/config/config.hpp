@@ -118,6 +118,11 @@ struct parallel_section {
   std::int64_t pipeline = 1;           // P stages
   std::int64_t microbatches = 1;       // M
   pipeline_schedule schedule = pipeline_schedule::gpipe;
+  /// Interleaved 1F1B (Megatron): each of the P devices of a pipeline holds v stages, so the
+  /// model is cut into P * v stages and stage s runs on the pipeline's device s mod P
+  /// (Note [interleaved stages] in actors/stage_sequencer.hpp). 1: one stage per device.
+  std::int64_t virtual_stages = 1;
+  source_position virtual_stages_where;  // where it is written, if it is
   averaging_method averaging = averaging_method::ring;
   /// Optional explicit pipeline split: stage s holds model layers [first, last] (inclusive).
   /// Checked here only for first <= last; contiguity and coverage by the expander.

@@ -5,13 +5,15 @@
 // "r1.loss"; averagers are "avg_3" (central) or "r1.avg_3" (ring and gloo, one per
 // replica), and ring or gloo averaging gives each replica its own optimizer
 // "r1.optimizer_3" (only the ring's averagers have ring wires). The data loader is
-// "loader". Replica r's stage s runs on device (r * P + s) mod D of [parallel] devices.
+// "loader". Replica r's stage s runs on device (r * P + s mod P) mod D of [parallel] devices,
+// where P = S / v (S stages, v of them a device when interleaved, else P = S).
 #include "runtime/graph/topology.hpp"
 
 #include <algorithm>
 #include <limits>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/model/interleaved_schedule.hpp"
 #include "runtime/model/layer.hpp"
 
 namespace troupe {
@@ -96,9 +98,15 @@ std::vector<device_id> runnable_devices(const run_config& config) {
 
 namespace {
 
+// The model cut into P v stages (v = virtual_stages, 1 unless interleaved).
 stage_split split_stages(const run_config& config, const std::vector<shape_t>& shapes) {
   const auto& p = config.parallel;
   const auto layers = static_cast<std::int64_t>(config.model.layers.size());
+  const auto stages = p.pipeline * p.virtual_stages;
+  const auto stages_text =
+      p.virtual_stages > 1 ? "pipeline x virtual_stages = " + std::to_string(p.pipeline) + " x " +
+                                 std::to_string(p.virtual_stages) + " = " + std::to_string(stages)
+                           : "pipeline = " + std::to_string(p.pipeline);
   if (!p.stage_ranges.empty()) {
     stage_split split;
     std::int64_t expected = 0;
@@ -117,25 +125,28 @@ stage_split split_stages(const run_config& config, const std::vector<shape_t>& s
       throw config_error(p.stages_where, "[parallel] stages end at layer " +
                                              std::to_string(expected - 1) + " but the model has " +
                                              std::to_string(layers) + " layers");
-    if (p.pipeline != 1 && p.pipeline != static_cast<std::int64_t>(split.first.size()))
-      throw config_error(p.stages_where, "[parallel] stages lists " +
-                                             std::to_string(split.first.size()) +
-                                             " stages but pipeline = " + std::to_string(p.pipeline));
+    const auto listed = static_cast<std::int64_t>(split.first.size());
+    if (p.pipeline != 1 && stages != listed)
+      throw config_error(p.stages_where, "[parallel] stages lists " + std::to_string(listed) +
+                                             " stages but " + stages_text);
+    if (listed % p.virtual_stages != 0)
+      throw config_error(p.stages_where, "[parallel] stages lists " + std::to_string(listed) +
+                                             " stages, not a multiple of virtual_stages = " +
+                                             std::to_string(p.virtual_stages));
     return split;
   }
-  if (p.pipeline > layers)
-    throw config_error(p.where, "[parallel] pipeline = " + std::to_string(p.pipeline) +
-                                    " stages, but the model has only " + std::to_string(layers) +
-                                    " layers");
-  if (p.pipeline == 1)
+  if (stages > layers)
+    throw config_error(p.where, "[parallel] " + stages_text + " stages, but the model has only " +
+                                    std::to_string(layers) + " layers");
+  if (stages == 1)
     return stage_split{{0}, {layers - 1}};
   // balance_stages is O(P n^2): refused, rather than run for hours, when that is too much
   // (Note [input limits] in runtime/base/limits.hpp).
-  const double work = static_cast<double>(p.pipeline) * static_cast<double>(layers) *
+  const double work = static_cast<double>(stages) * static_cast<double>(layers) *
                       static_cast<double>(layers) / 2;
   if (work > limits::max_stage_split_work)
-    throw config_error(p.where, "[parallel] pipeline = " + std::to_string(p.pipeline) +
-                                    " stages over " + std::to_string(layers) +
+    throw config_error(p.where, "[parallel] " + stages_text + " stages over " +
+                                    std::to_string(layers) +
                                     " layers: balancing them would take " + shortest_text(work) +
                                     " steps, more than the limit of " +
                                     shortest_text(limits::max_stage_split_work) +
@@ -144,7 +155,7 @@ stage_split split_stages(const run_config& config, const std::vector<shape_t>& s
   std::vector<double> costs;
   for (std::size_t i = 0; i < config.model.layers.size(); ++i)
     costs.push_back(create_layer(config.model.layers[i])->cost(shapes[i]));
-  return balance_stages(costs, p.pipeline);
+  return balance_stages(costs, stages);
 }
 
 std::string replica_prefix(std::int64_t replicas, std::int64_t r) {
@@ -165,7 +176,9 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   t.shapes = shapes;
   auto split = split_stages(config, shapes);
   t.stages = static_cast<std::int64_t>(split.first.size());
-  const auto R = t.replicas, P = t.stages, M = t.microbatches;
+  t.virtual_stages = p.virtual_stages;
+  // P devices a pipeline, S = P v stages (Note [interleaved stages]).
+  const auto R = t.replicas, S = t.stages, P = S / t.virtual_stages, M = t.microbatches;
   const auto D = static_cast<std::int64_t>(t.devices.size());
   if (R * P > D && !p.share_devices)
     throw config_error(p.where, "data = " + std::to_string(R) + " replicas x " + std::to_string(P) +
@@ -181,19 +194,24 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
                                     std::to_string(actors) + " actors, more than the limit of " +
                                     std::to_string(limits::max_actors));
   std::vector<std::int64_t> stage_of(static_cast<std::size_t>(layers));
-  for (std::int64_t s = 0; s < P; ++s)
+  for (std::int64_t s = 0; s < S; ++s)
     for (auto i = split.first[static_cast<std::size_t>(s)]; i <= split.last[static_cast<std::size_t>(s)]; ++i)
       stage_of[static_cast<std::size_t>(i)] = s;
   auto device_of = [&](std::int64_t r, std::int64_t s) {
-    return t.devices[static_cast<std::size_t>((r * P + s) % D)];
+    return t.devices[static_cast<std::size_t>((r * P + s % P) % D)];
   };
+  const interleaved_pipeline interleaved{P, t.virtual_stages, M};
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
   // ZB-H1 gives stages after the first one credit more than 1F1B: a stage's next forward
   // is then already there when its backward ends, instead of one credit round trip later
   // (a gap its idle lane would fill with a whole weight gradient, Note [split backward]
   // in actors/layer_actor.cpp). Its memory bound, P micro-batches per stage, is kept by
   // the layers' stash limit instead.
+  // Interleaved 1F1B gives the wires into a device's stages that device's bound, which
+  // never binds: the device's sequencer keeps it (Note [interleaved stages]).
   auto capacity_into = [&](std::int64_t s) -> std::int64_t {
+    if (t.virtual_stages > 1)
+      return interleaved.stash_bound(s % P);
     switch (t.schedule) {
       case pipeline_schedule::gpipe:
         return M;
@@ -236,7 +254,7 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
       previous = name;
     }
     auto loss = prefix + "loss";
-    add_actor(loss, actor_kind::loss, device_of(r, P - 1), r, P - 1, -1);
+    add_actor(loss, actor_kind::loss, device_of(r, S - 1), r, S - 1, -1);
     add_wire(previous, loss, wire_kind::activations, 0);
     add_wire("loader", loss, wire_kind::labels, 0);
   }

@@ -282,6 +282,7 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
   t.nodes = config.nodes();
   t.microbatches = config.parallel.microbatches;
   t.schedule = config.parallel.schedule;
+  t.virtual_stages = config.parallel.virtual_stages;
   t.averaging = config.parallel.averaging;
   for (const auto* tables : {&config.actors, &config.wires})
     if (static_cast<std::int64_t>(tables->size()) > limits::max_actors)

@@ -195,9 +195,13 @@ std::string custom_settings(const actor_plan& a) {
 }  // namespace
 
 std::string format_table(const topology& t) {
-  std::string out = "topology: R = " + std::to_string(t.replicas) +
-                    " replicas, P = " + std::to_string(t.stages) +
-                    " stages, M = " + std::to_string(t.microbatches) + " micro-batches, schedule " +
+  std::string out = "topology: R = " + std::to_string(t.replicas) + " replicas, " +
+                    (t.virtual_stages > 1
+                         ? std::to_string(t.stages) + " stages on P = " +
+                               std::to_string(t.stages / t.virtual_stages) + " devices (v = " +
+                               std::to_string(t.virtual_stages) + " a device, interleaved)"
+                         : "P = " + std::to_string(t.stages) + " stages") +
+                    ", M = " + std::to_string(t.microbatches) + " micro-batches, schedule " +
                     to_string(t.schedule) + ", averaging " + to_string(t.averaging) + ", devices " +
                     device_list(t) + "\n";
   const bool nodes = t.nodes > 1;
@@ -374,6 +378,8 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.raw("devices", "[" + devices + "]");
   w.put("microbatches", t.microbatches);
   w.put("schedule", to_string(t.schedule));
+  if (t.virtual_stages > 1)
+    w.put("virtual_stages", t.virtual_stages);
   w.put("averaging", to_string(t.averaging));
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);

@@ -80,7 +80,8 @@ struct topology {
   std::vector<device_id> devices;     // every device the run creates, on every node
   std::int64_t nodes = 1;             // processes ([cluster] nodes); a device's node is below it
   std::int64_t replicas = 1;          // R
-  std::int64_t stages = 1;            // P
+  std::int64_t stages = 1;            // S = P * v pipeline stages of a replica
+  std::int64_t virtual_stages = 1;    // v: stages per device (interleaved 1F1B); P = S / v
   std::int64_t microbatches = 1;      // M
   pipeline_schedule schedule = pipeline_schedule::gpipe;   // gpipe: the loss flushes
   averaging_method averaging = averaging_method::central;  // matters with R > 1

@@ -119,6 +119,7 @@ class validator {
     check_parameters();
     check_averagers();
     check_optimizers();
+    check_interleaving();
     check_device_sharing();
     check_batch();
   }
@@ -703,16 +704,61 @@ class validator {
     }
   }
 
+  // Interleaved 1F1B (Note [interleaved stages] in runtime/model/interleaved_schedule.hpp):
+  // S = P v stages, stage s of a replica on the device of its stage s mod P, which is not
+  // that of another of its first P stages; 1F1B's order; M a multiple of P.
+  void check_interleaving() const {
+    const auto v = t_.virtual_stages;
+    if (v == 1)
+      return;
+    const auto& p = config_.parallel;
+    const auto at = p.virtual_stages_where;
+    const auto here = "[parallel] virtual_stages = " + std::to_string(v) + ": ";
+    if (p.schedule != pipeline_schedule::one_f_one_b)
+      fail(at, here + "interleaved stages run Megatron's interleaved 1F1B; set schedule = "
+                      "\"1f1b\" (found \"" + std::string(to_string(p.schedule)) + "\")");
+    if (t_.stages % v != 0)
+      fail(at, here + "the replicas have " + std::to_string(t_.stages) +
+                   " stages, not a multiple of " + std::to_string(v));
+    const auto P = t_.stages / v;
+    if (t_.microbatches % P != 0)
+      fail(at, here + "microbatches = " + std::to_string(t_.microbatches) +
+                   " must be a multiple of the " + std::to_string(P) +
+                   " devices of a pipeline (micro-batches go round in groups of P)");
+    // home[(replica, s mod P)]: the device of that replica's stage s mod P, and who is there.
+    std::map<std::pair<std::int32_t, std::int64_t>, const actor_plan*> home;
+    std::map<std::pair<std::int32_t, device_id>, const actor_plan*> owner;
+    for (const auto* a : of_kind(actor_kind::layer)) {
+      auto [found, fresh] = home.emplace(std::make_pair(a->replica, a->stage % P), a);
+      const auto& b = *found->second;
+      if (!fresh && b.device != a->device)
+        fail(a->where, describe(*a) + " of stage " + std::to_string(a->stage) + " is on " +
+                           a->device.to_string() + ", but " + here + "puts stages " +
+                           std::to_string(a->stage % P) + ", " +
+                           std::to_string(a->stage % P + P) + ", ... of a replica on one device, and " +
+                           describe(b) + " of stage " + std::to_string(b.stage) + " is on " +
+                           b.device.to_string());
+      auto [held, first] = owner.emplace(std::make_pair(a->replica, a->device), a);
+      const auto& c = *held->second;
+      if (!first && c.stage % P != a->stage % P)
+        fail(a->where, describe(*a) + " of stage " + std::to_string(a->stage) + " shares " +
+                           a->device.to_string() + " with " + describe(c) + " of stage " +
+                           std::to_string(c.stage) + ": " + here + "a device holds stages s, s + " +
+                           std::to_string(P) + ", ... only");
+    }
+  }
+
   void check_device_sharing() const {
     if (config_.parallel.share_devices)
       return;
     std::set<device_id> used;
     for (const auto* a : of_kind(actor_kind::layer))
       used.insert(a->device);
-    auto groups = t_.replicas * t_.stages;
+    const auto P = t_.stages / t_.virtual_stages;  // a stage a device, or v interleaved
+    auto groups = t_.replicas * P;
     if (static_cast<std::int64_t>(used.size()) >= groups)
       return;
-    auto message = "R * P = " + std::to_string(t_.replicas) + " x " + std::to_string(t_.stages) +
+    auto message = "R * P = " + std::to_string(t_.replicas) + " x " + std::to_string(P) +
                    " = " + std::to_string(groups) + " replica-stages need " +
                    std::to_string(groups) + " devices, and the layers use " +
                    std::to_string(used.size()) +
@@ -721,7 +767,7 @@ class validator {
     for (const auto* a : of_kind(actor_kind::layer)) {
       auto [found, fresh] = owner.emplace(a->device, a);
       const auto& b = *found->second;
-      if (!fresh && (b.replica != a->replica || b.stage != a->stage))
+      if (!fresh && (b.replica != a->replica || b.stage % P != a->stage % P))
         fail(a->where, describe(*a) + ", stage " + std::to_string(a->stage) + ", shares " +
                            a->device.to_string() + " with " + describe(b) + ", stage " +
                            std::to_string(b.stage) + ": " + message);

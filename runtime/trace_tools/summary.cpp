@@ -99,7 +99,11 @@ void summarize_devices(const trace_file& trace, trace_summary& out) {
 }
 
 void summarize_pipeline(const trace_file& trace, trace_summary& out) {
-  const double p = static_cast<double>(trace.stages), m = static_cast<double>(trace.microbatches);
+  // Interleaved: P devices of v stages each, which a micro-batch passes v times (see the
+  // header): as 1F1B over P stages with v M micro-batches.
+  const auto v = trace.virtual_stages, P = trace.stages / v;
+  const double p = static_cast<double>(P),
+               m = static_cast<double>(trace.microbatches * v);
   const bool zero_bubble = trace.schedule == "zb-h1";
   out.theory_bubble = zero_bubble ? (p - 1) / (3 * m + p - 1) : (p - 1) / (m + p - 1);
   if (trace.stages <= 1)
@@ -115,11 +119,11 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
       weight_by_device[job.device] += job.duration_us;
     }
   }
-  for (std::int64_t s = 0; s < trace.stages; ++s) {
+  for (std::int64_t s = 0; s < P; ++s) {
     stage_time stage;
     stage.stage = s;
     for (const auto& t : trace.tracks)
-      if (t.kind == "layer" && t.stage == s && t.replica <= 0 &&
+      if (t.kind == "layer" && t.stage >= 0 && t.stage % P == s && t.replica <= 0 &&
           std::find(stage.devices.begin(), stage.devices.end(), t.device) == stage.devices.end())
         stage.devices.push_back(t.device);
     double sum = 0;
@@ -141,6 +145,8 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
       stage.work_us /= static_cast<double>(stage.devices.size());
       stage.weight_us /= static_cast<double>(stage.devices.size());
     }
+    stage.work_us /= static_cast<double>(v);  // per pass of a micro-batch
+    stage.weight_us /= static_cast<double>(v);
     out.pipeline.push_back(stage);
   }
   double total = 0, slowest = 0, slowest_rest = 0, slowest_weight = 0;
@@ -308,6 +314,7 @@ trace_summary summarize_trace(const trace_file& trace) {
   out.run_us = trace.run_us();
   out.dropped_events = trace.dropped_events;
   out.stages = trace.stages;
+  out.virtual_stages = trace.virtual_stages;
   out.microbatches = trace.microbatches;
   out.replicas = trace.replicas;
   out.schedule = trace.schedule;
@@ -327,7 +334,11 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
                    static_cast<long long>(s.dropped_events));
   text += string_printf("trace %s: %.3f ms", s.path.c_str(), s.run_us / 1000);
   if (s.stages > 1)
-    text += string_printf(", %lld stages x %lld micro-batches%s%s", static_cast<long long>(s.stages),
+    text += string_printf(", %lld stages%s x %lld micro-batches%s%s", static_cast<long long>(s.stages),
+                   s.virtual_stages > 1
+                       ? string_printf(" (%lld a device, interleaved)",
+                                       static_cast<long long>(s.virtual_stages)).c_str()
+                       : "",
                    static_cast<long long>(s.microbatches), s.schedule.empty() ? "" : ", ",
                    s.schedule.c_str());
   if (s.replicas > 1)
@@ -368,6 +379,13 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
           " F = B = W; costed: for these stages' work W (backward_weight) and A (the rest),\n"
           " 1 - M work / (M max work + (P - 1) (max A - max W)))\n",
           static_cast<long long>(s.stages), static_cast<long long>(s.microbatches));
+    else if (s.virtual_stages > 1)
+      text += string_printf(
+          "(a row per device of the pipeline, by its first stage; theory: interleaved 1F1B's\n"
+          " (P - 1) / (v M + P - 1) with P = %lld, v = %lld, M = %lld, for equal stages; costed: for\n"
+          " these devices' work, 1F1B's over P stages of work / v and v M micro-batches)\n",
+          static_cast<long long>(s.stages / s.virtual_stages),
+          static_cast<long long>(s.virtual_stages), static_cast<long long>(s.microbatches));
     else
       text += string_printf(
           "(theory: (P - 1) / (M + P - 1) with P = %lld, M = %lld, for equal stages; costed: for\n"
@@ -444,6 +462,7 @@ std::string format_summary_json(const trace_summary& s) {
     out["warning"] = "the trace dropped events (a thread's buffer filled up): times undercount";
   out["replicas"] = s.replicas;
   out["stages"] = s.stages;
+  out["virtual_stages"] = s.virtual_stages;
   out["microbatches"] = s.microbatches;
   out["schedule"] = s.schedule;
   auto& actors = out["actors"] = json::array();

@@ -28,6 +28,11 @@
 //                 (P - 1) max(0, max_s a - max_s weight_s)), Qi et al.'s step time
 //                 M (F + B + W) + (P - 1) (F + B - W) for equal stages (the weight
 //                 gradients fill the drain; only F + B - W of each fill-or-drain is idle).
+//                 Interleaved (virtual_stages v > 1): a row per device of the pipeline
+//                 (stage s = the device's first stage, its devices those of stages s, s +
+//                 P, ...), theory (P - 1) / (v M + P - 1); costed as 1F1B over P stages
+//                 of work_s / v each and v M micro-batches (each micro-batch passes a
+//                 device v times), which is the formula for equal stages.
 //   step          train-phase jobs with args.step = N, from the first one's start to the
 //                 last one's end, on the busiest device of that step: compute (forward,
 //                 backward, loss, update), communication (copy, reduce, load), waiting (the rest).
@@ -98,14 +103,16 @@ struct trace_summary {
   std::string path;
   double run_us = 0;
   std::int64_t dropped_events = 0;
-  std::int64_t stages = 1;          // P
+  std::int64_t stages = 1;          // S = P v
+  std::int64_t virtual_stages = 1;  // v: stages a device (interleaved 1F1B)
   std::int64_t microbatches = 1;    // M
   std::int64_t replicas = 1;        // R
   std::string schedule;
   std::vector<actor_time> actors;    // by device (trace order), then name
   std::vector<device_time> devices;  // trace order; only devices with a stream or jobs
   std::vector<stage_time> pipeline;  // empty unless stages > 1
-  double theory_bubble = 0;          // (P - 1) / (M + P - 1); ZB-H1 (P - 1) / (3 M + P - 1)
+  double theory_bubble = 0;          // (P - 1) / (M + P - 1); ZB-H1 (P - 1) / (3 M + P - 1);
+                                     // interleaved (P - 1) / (v M + P - 1)
   std::vector<wire_traffic> wires;   // by from, to, kind
   std::vector<step_time> steps;      // by step
   step_time average;                 // mean over steps (step = -1, no actor)

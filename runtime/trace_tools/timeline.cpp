@@ -252,6 +252,7 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       "rect.backward-weight{fill:#b07aa1}rect.loss{fill:#8c8c8c}"
       "rect.update{fill:#6b6b6b}rect.reduce{fill:#a5a5a5}rect.copy{fill:#c8c8c8}"
       "rect.other{fill:#b4b4b4}rect.eval{opacity:0.4}rect.credit-wait{fill:url(#credit-hatch)}"
+      "rect.forward.odd-chunk{fill:#2a4d73}rect.backward.odd-chunk{fill:#356b2f}"
       "g.jobs "
       "rect{stroke:#fff;stroke-width:0.5}text.mb{fill:#fff;font-size:10px;pointer-events:none}</"
       "style>\n";
@@ -262,7 +263,11 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                  : ", steps " + std::to_string(window.first_step) + " to " +
                        std::to_string(window.last_step);
   if (trace.stages > 1)
-    title += string_printf(" (P = %lld, M = %lld%s%s)", static_cast<long long>(trace.stages),
+    title += string_printf(" (P = %lld%s, M = %lld%s%s)",
+                    static_cast<long long>(trace.stages / trace.virtual_stages),
+                    trace.virtual_stages > 1
+                        ? string_printf(", v = %lld", static_cast<long long>(trace.virtual_stages)).c_str()
+                        : "",
                     static_cast<long long>(trace.microbatches), trace.schedule.empty() ? "" : ", ",
                     trace.schedule.c_str());
   svg += string_printf("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
@@ -328,6 +333,13 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                     x, title_height - 4, x, plot_bottom, escape(m.name).c_str(), m.time_us / 1000);
     }
 
+  // Interleaved stages: a device's odd chunks (stage / P odd) in darker shades, as in
+  // Megatron's figure, so a micro-batch's two visits to a device tell apart.
+  std::map<std::string, bool> odd_chunk;  // by actor
+  if (trace.virtual_stages > 1)
+    for (const auto& t : trace.tracks)
+      if (t.stage >= 0)
+        odd_chunk[t.name] = (t.stage / (trace.stages / trace.virtual_stages)) % 2 == 1;
   svg += "</g>\n<g class=\"jobs\">\n";
   for (const auto& job : trace.jobs) {
     if (job.end_us() <= window.start_us || job.start_us >= window.end_us)
@@ -339,6 +351,8 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     double x1 = x_of(std::min(job.end_us(), window.end_us));
     double w = std::max(x1 - x0, 0.5);  // a very short job stays visible as a hairline
     std::string kind = css_class(job.name);
+    if (auto found = odd_chunk.find(job.actor); found != odd_chunk.end() && found->second)
+      kind += " odd-chunk";
     std::string details = job.name + " by " + (job.actor.empty() ? "?" : job.actor);
     if (job.step >= 0)
       details += string_printf(", %s %lld", job.eval ? "eval" : "step", static_cast<long long>(job.step));
@@ -420,6 +434,9 @@ std::string render_timeline_html(const trace_file& trace, const timeline_options
     html += std::string{"<span><i style=\"background:"} + colour + "\"></i>" + what + "</span>";
   html += "<span><i style=\"background:repeating-linear-gradient(45deg,#d62728 0 2px,#fbdada 2px "
           "5px)\"></i>credits exhausted (the sender had to wait)</span>";
+  if (trace.virtual_stages > 1)
+    html += "<span><i style=\"background:#2a4d73\"></i><i style=\"background:#356b2f\"></i>"
+            "forward and backward of a device's odd chunks (interleaved stages)</span>";
   html += "<span><i style=\"background:#4e79a7;opacity:0.4\"></i>eval phase</span></p>\n";
   html += "<div class=\"figure\">\n" + svg + "</div>\n</body>\n</html>\n";
   return html;

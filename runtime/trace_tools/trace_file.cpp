@@ -112,6 +112,11 @@ void read_other_data(const json& other, trace_file& out) {
   out.replicas = count("replicas");
   out.stages = count("stages");
   out.microbatches = count("microbatches");
+  out.virtual_stages = count("virtual_stages");
+  if (out.stages % out.virtual_stages != 0)
+    throw user_error(out.path + ": otherData.virtual_stages " +
+                     std::to_string(out.virtual_stages) + " does not divide stages " +
+                     std::to_string(out.stages) + "; expected a trace written by troupe run --trace");
   out.dropped_events = integer("dropped_events", 0);
   out.schedule = text(other, "schedule");
   out.config = text(other, "config");

@@ -84,7 +84,8 @@ struct trace_file {
   std::map<std::string, std::vector<trace_sample>> counters;  // "credits A -> B": by time
   std::vector<trace_marker> markers;
   std::int64_t replicas = 1;         // R
-  std::int64_t stages = 1;           // P
+  std::int64_t stages = 1;           // S = P * v
+  std::int64_t virtual_stages = 1;   // v: stages per device (interleaved 1F1B)
   std::int64_t microbatches = 1;     // M
   std::string schedule;              // "gpipe" | "1f1b" | "zb-h1" | ""
   std::string config;                // the config file the run used, if recorded

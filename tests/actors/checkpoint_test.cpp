@@ -32,7 +32,8 @@ constexpr std::int64_t resumed_at = 6;
 
 const char* const shipped[] = {
     "fashion_mlp",          "fashion_mlp_dp2",       "fashion_mlp_dp2_pp2", "fashion_mlp_mp2",
-    "fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe", "fashion_mlp_pp2_zbh1"};
+    "fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe", "fashion_mlp_pp2_zbh1",
+    "fashion_mlp_pp2_interleaved"};
 
 run_config shipped_config(const std::string& name, std::int64_t steps,
                           const std::string& checkpoints = "") {

@@ -108,6 +108,15 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
       {"hybrid ZB-H1 with ring averaging (R = 2, P = 2, M = 3, devices shared)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nmicrobatches = 3\n"
        "schedule = \"zb-h1\"\naveraging = \"ring\"\nshare_devices = true\n"},
+      {"pipeline interleaved 1F1B (P = 2, v = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nvirtual_stages = 2\n"
+       "microbatches = 4\nschedule = \"1f1b\"\n"},
+      {"pipeline interleaved, explicit uneven split (P = 2, v = 2, M = 6)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 0], [1, 2], [3, 3], [4, 4]]\n"
+       "virtual_stages = 2\nmicrobatches = 6\nschedule = \"1f1b\"\n"},
+      {"hybrid interleaved with ring averaging (R = 2, P = 2, v = 2, M = 2, devices shared)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nvirtual_stages = 2\n"
+       "microbatches = 2\nschedule = \"1f1b\"\naveraging = \"ring\"\nshare_devices = true\n"},
       {"pipeline with an explicit split (P = 2, M = 2)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 4]]\nmicrobatches = "
        "2\n"},
@@ -182,7 +191,9 @@ TEST_CASE("an ejected config runs and gives exactly the parameters of the config
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"
         "shard_optimizer = true\n",
-        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"gloo\"\n"}) {
+        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"gloo\"\n",
+        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nvirtual_stages = 2\n"
+        "microbatches = 4\nschedule = \"1f1b\"\n"}) {
     auto shorthand = parse_config(equivalence_config(parallel), "shorthand.toml");
     auto ejected_text = format_explicit(prepare_session(shorthand).graph, shorthand);
     auto ejected = parse_config(ejected_text, "ejected.toml");

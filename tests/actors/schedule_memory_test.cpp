@@ -198,3 +198,42 @@ TEST_CASE("ZB-H1 holds at most P micro-batches at each stage until their weight 
   CHECK(held["stage 1"].most <= 2);
   CHECK(held["stage 2"].most <= 1);
 }
+
+TEST_CASE("interleaved 1F1B never holds more than Megatron's bound on a device") {
+  // P = 2 devices, v = 2 stages each; each stage starts with a probe, so the probes of
+  // stages 0 and 2 (device 0) count what device 0 holds, those of 1 and 3 device 1's.
+  // The bound is 2 (P - d - 1) + (v - 1) P + 1: 5 on device 0, 3 on device 1, where
+  // per-wire credits of 1F1B over 4 stages would allow 4 + 2 and 3 + 1.
+  for (int microbatches : {4, 8}) {
+    {
+      std::lock_guard<std::mutex> guard{probes_mutex};
+      probes.clear();
+    }
+    auto stage = [](int device, int features) {
+      return test::layer("test_stash_probe", "id = \"device " + std::to_string(device) + "\"\n") +
+             test::linear(features);
+    };
+    auto text = R"(
+[run]
+steps = 6
+evaluate = false
+)" + test::data_section({32, 256, 8, 12, 3}) +
+                stage(0, 8) + stage(1, 8) + stage(0, 8) + stage(1, 3) + R"(
+[parallel]
+devices = ["cpu:0", "cpu:1"]
+stages = [[0, 1], [2, 3], [4, 5], [6, 7]]
+virtual_stages = 2
+microbatches = )" + std::to_string(microbatches) +
+                "\nschedule = \"1f1b\"\n";
+    test::run_ok(parse_config(text, "memory.toml"), test::quiet_options());
+    std::lock_guard<std::mutex> guard{probes_mutex};
+    INFO("M = " << microbatches);
+    CHECK(probes["device 0"].most <= 5);
+    CHECK(probes["device 1"].most <= 3);
+    // The schedule's warm-up fills the bound: device 1 always reaches it (its warm-up is
+    // the group of P forwards of chunk 0 and one of chunk 1, which never wait for it).
+    CHECK(probes["device 1"].most == 3);
+    CHECK(probes["device 0"].live == 0);
+    CHECK(probes["device 1"].live == 0);
+  }
+}

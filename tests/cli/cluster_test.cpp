@@ -79,7 +79,7 @@ TEST_CASE(
        "averaging = \"ring\"\n"},
   };
   for (const auto& w : wirings) {
-    INFO("wiring: " << w.name);
+    INFO("wiring: " << std::string{w.name});
     auto name = std::string("c") + std::to_string(&w - wirings.data());
     auto config = dir.write(name + ".toml", cluster_config(w.parallel));
     auto launched = run_troupe("launch -n " + std::to_string(w.nodes) + " " + config +

@@ -98,6 +98,21 @@ TEST_CASE("troupe trace reports bad input with exit code 2") {
   CHECK(typo.output.find("did you mean 'summary'") != std::string::npos);
 }
 
+TEST_CASE("the shipped interleaved trace is summarised per device with interleaved theory") {
+  auto trace = std::string{TROUPE_SOURCE_DIR} + "/docs/traces/fashion_mlp_pp2_interleaved.json";
+  auto summary = run_trace("summary " + trace);
+  INFO(summary.output);
+  CHECK(summary.exit_code == 0);
+  CHECK(summary.output.find("4 stages (2 a device, interleaved) x 4 micro-batches") !=
+        std::string::npos);
+  CHECK(summary.output.find("(P - 1) / (v M + P - 1) with P = 2, v = 2, M = 4") !=
+        std::string::npos);
+  CHECK(summary.output.find("11.1%") != std::string::npos);  // 1/9
+  auto svg = temp_path("interleaved.svg");
+  CHECK(run_trace("timeline " + trace + " -o " + svg).exit_code == 0);
+  CHECK(read(svg).find("P = 2, v = 2, M = 4, 1f1b") != std::string::npos);
+}
+
 TEST_CASE("troupe trace summary and timeline read the shipped traces of docs/traces") {
   for (const char* name : {"fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe"}) {
     auto trace = std::string{TROUPE_SOURCE_DIR} + "/docs/traces/" + name + ".json";

@@ -334,7 +334,7 @@ TEST_CASE("an unknown key in a fixed section is rejected with the nearest valid 
               "unknown key 'gama' in [optimizer.schedule]; did you mean 'gamma'?");
   check_error("[parallel]\nfrobnicate = 1\n" + minimal_model, 2, 1,
               "unknown key 'frobnicate' in [parallel]; valid keys: devices, data, pipeline, "
-              "stages, microbatches, schedule, averaging, share_devices, bucket_kib, "
+              "stages, microbatches, schedule, virtual_stages, averaging, share_devices, bucket_kib, "
               "shard_optimizer");
   // Two unknown keys: the first in the file is named (toml++ itself orders keys by name).
   check_error("[run]\nzzz = 1\naaa = 2\n" + minimal_model, 2, 1, "unknown key 'zzz' in [run]");

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "tests/config_text.hpp"
@@ -178,6 +179,88 @@ stages = [[0, 0], [1, 2]]
       CHECK(error.where().line == line);
       CHECK(error.where().column == column);
       CHECK(std::string(error.what()).find("stage 1 should start at layer 1") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("interleaved stages: stage s on the pipeline's device s mod P, wires with its bound") {
+  using namespace topology_test;
+  // Four layers, P = 2 devices, v = 2 stages each: layers 0 and 2 on cpu:0, 1 and 3 on
+  // cpu:1; the loss with the last stage.
+  const std::string text = header + R"(
+[parallel]
+devices = ["cpu:0", "cpu:1"]
+pipeline = 2
+virtual_stages = 2
+microbatches = 4
+schedule = "1f1b"
+
+)" + troupe::test::linear(4) + troupe::test::layer("relu") +
+                           troupe::test::linear(4) + troupe::test::linear(3);
+  std::vector<troupe::shape_t> shapes = {{features}, {4}, {4}, {4}, {classes}};
+  auto config = troupe::parse_config(text, "t.toml");
+  auto t = troupe::expand_shorthand(config, shapes);
+  troupe::validate_topology(t, config, classes);
+  CHECK(t.stages == 4);
+  CHECK(t.virtual_stages == 2);
+  for (const auto& [name, stage] : std::vector<std::pair<std::string, std::int32_t>>{
+           {"layer_0", 0}, {"layer_1", 1}, {"layer_2", 2}, {"layer_3", 3}, {"loss", 3}}) {
+    const auto* a = t.find(name);
+    REQUIRE(a != nullptr);
+    CHECK(a->stage == stage);
+    CHECK(a->device.index == stage % 2);
+  }
+  // The wires into device 0's stages carry its bound 2 (P - 0 - 1) + (v - 1) P + 1 = 5,
+  // into device 1's 3: they never bind, the device's sequencer keeps the bound.
+  std::map<std::string, std::int64_t> capacity;
+  for (const auto& w : t.wires)
+    if (w.kind == troupe::wire_kind::activations)
+      capacity[w.to] = w.capacity;
+  CHECK(capacity["layer_0"] == 5);
+  CHECK(capacity["layer_1"] == 3);
+  CHECK(capacity["layer_2"] == 5);
+  CHECK(capacity["layer_3"] == 3);
+  // The explicit form keeps virtual_stages, and reads back to the same stages and devices.
+  auto ejected = troupe::parse_config(troupe::format_explicit(t, config), "e.toml");
+  CHECK(ejected.parallel.virtual_stages == 2);
+
+  SUBCASE("a schedule other than 1F1B is refused at virtual_stages") {
+    auto bad = replaced(text, "schedule = \"1f1b\"", "schedule = \"gpipe\"");
+    auto [line, column] = position_of(bad, "2\nmicrobatches");
+    auto c = troupe::parse_config(bad, "t.toml");
+    try {
+      troupe::validate_topology(troupe::expand_shorthand(c, shapes), c, classes);
+      FAIL("expected a config_error");
+    } catch (const troupe::config_error& error) {
+      INFO(error.what());
+      CHECK(error.where().line == line);
+      CHECK(error.where().column == column);
+      CHECK(std::string(error.what()).find("set schedule = \"1f1b\" (found \"gpipe\")") !=
+            std::string::npos);
+    }
+  }
+  SUBCASE("micro-batches that are not a multiple of P are refused") {
+    auto bad = replaced(text, "microbatches = 4", "microbatches = 3");
+    auto c = troupe::parse_config(bad, "t.toml");
+    try {
+      troupe::validate_topology(troupe::expand_shorthand(c, shapes), c, classes);
+      FAIL("expected a config_error");
+    } catch (const troupe::config_error& error) {
+      INFO(error.what());
+      CHECK(std::string(error.what()).find("microbatches = 3 must be a multiple of the 2 devices") !=
+            std::string::npos);
+    }
+  }
+  SUBCASE("more stages than layers names both numbers") {
+    auto bad = replaced(text, "virtual_stages = 2", "virtual_stages = 3");
+    auto c = troupe::parse_config(bad, "t.toml");
+    try {
+      troupe::expand_shorthand(c, shapes);
+      FAIL("expected a config_error");
+    } catch (const troupe::config_error& error) {
+      INFO(error.what());
+      CHECK(std::string(error.what()).find("pipeline x virtual_stages = 2 x 3 = 6 stages, but "
+                                           "the model has only 4 layers") != std::string::npos);
     }
   }
 }

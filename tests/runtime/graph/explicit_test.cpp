@@ -413,4 +413,18 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "[data] batch_size 6 must split evenly into replicas (2) x microbatches (2) parts; "
                 "use a batch size that is a multiple of 4");
   }
+  SUBCASE("interleaved stages that are not on their device") {
+    // v = 2 over 2 stages: P = 1 device holds stages 0 and 1, but l2 (stage 1) is on cpu:1.
+    auto text = replaced(two_stages, "schedule = \"1f1b\"", "schedule = \"1f1b\"\nvirtual_stages = 2");
+    check_error(text, actor_table("l2"),
+                "'l2' (layer 2 of replica 0) of stage 1 is on cpu:1, but [parallel] "
+                "virtual_stages = 2: puts stages 0, 1, ... of a replica on one device, and 'l0' "
+                "(layer 0 of replica 0) of stage 0 is on cpu:0");
+    auto one_device = replaced_all(text, "device = \"cpu:1\"", "device = \"cpu:0\"");
+    CHECK_NOTHROW(load(one_device));
+  }
+  SUBCASE("interleaved stages with a schedule other than 1F1B") {
+    auto text = replaced(two_stages, "schedule = \"1f1b\"", "schedule = \"gpipe\"\nvirtual_stages = 2");
+    check_error(text, "2\n\n[[actor]]", "set schedule = \"1f1b\" (found \"gpipe\")");
+  }
 }

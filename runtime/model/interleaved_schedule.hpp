@@ -1,0 +1,126 @@
+// interleaved_schedule.hpp: interleaved 1F1B (Megatron-LM) as an order and a bound per device.
+//
+// Note [interleaved stages]
+// With `[parallel] virtual_stages = v`, a pipeline of P devices runs S = P v stages, stage
+// s on the pipeline's device d = s mod P, as chunk j = s / P of that device. A micro-batch
+// visits every device v times, so the pipeline fills and drains v times faster: the bubble
+// is (P - 1) / (v M + P - 1) of the step instead of (P - 1) / (M + P - 1) (Narayanan et
+// al., "Efficient Large-Scale Language Model Training on GPU Clusters", 2021).
+//
+// What a device runs next is not a new scheduler but one sequence of turns per device
+// (and replica), kept by a stage_sequencer that the device's layer actors share. It is
+// Megatron-LM's (forward_backward_pipelining_with_interleaving):
+// - forwards in groups of P micro-batches, each group through chunk 0, then chunk 1, ...,
+//   then the next group (the k-th forward of a step is forward_turn(k));
+// - backwards in the same order with the chunks reversed (backward_turn(k));
+// - on device d, a warm-up of W = 2 (P - d - 1) + (v - 1) P forwards, then forward W + k
+//   and backward k in turn, then the remaining backwards (turn(i) is the i-th of the 2 M v).
+// So the device holds at most stash_bound(d) = W + 1 micro-batches. (Megatron runs all
+// forwards first when M = P; the same warm-up works there too and holds less.)
+// A stage's first layer asks for its forward's turn and its last layer for its
+// backward's; the layers in between follow their messages. A backward's turn ends when
+// it reaches the stage's first layer (release()), so a stage's stash is freed before the
+// next forward starts. Jobs go to the device's in-order stream as they are admitted.
+// A simulation of this sequence (equal stages, P <= 6, v <= 4, M up to 5 P) finishes
+// every step with exactly the formula's bubble; tests/actors/tracing_test.cpp records it
+// on a real run and schedule_memory_test.cpp counts what a device holds.
+//
+// Per-wire credits cannot keep this bound: the chunks of one device peak at different
+// times of the step (at P = 2, v = 2, M >= 4 chunk 0 holds 4 micro-batches and chunk 1
+// holds 2, but never both at once: the device's bound is 5). So the wires into a device's
+// stages get stash_bound(d) credits, which never bind, and the sequencer keeps the bound.
+//
+// It does not run anything, know about actors, or handle evaluation passes (forward-only
+// batches skip it: they hold nothing).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/device.hpp"
+
+namespace troupe {
+
+/// One stage's turn: which stage (0 <= stage < P v) and which micro-batch of the step.
+struct stage_turn {
+  std::int64_t stage = 0;
+  std::int64_t microbatch = 0;
+  bool operator==(const stage_turn& other) const {
+    return stage == other.stage && microbatch == other.microbatch;
+  }
+};
+
+/// The shape of one interleaved pipeline: P devices, v stages each, M micro-batches a step
+/// (M a multiple of P, as in Megatron).
+struct interleaved_pipeline {
+  std::int64_t devices = 1;         // P
+  std::int64_t virtual_stages = 1;  // v
+  std::int64_t microbatches = 1;    // M
+
+  /// Forwards (backwards) a device runs in one step: M v.
+  std::int64_t passes() const { return microbatches * virtual_stages; }
+  /// The k-th forward of a step on device d (0 <= k < M v).
+  stage_turn forward_turn(std::int64_t device, std::int64_t k) const;
+  /// The k-th backward of a step on device d: forward_turn's order with the chunks reversed.
+  stage_turn backward_turn(std::int64_t device, std::int64_t k) const;
+  /// Forwards device d runs before its first backward: min(M v, 2 (P - d - 1) + (v - 1) P).
+  std::int64_t warmup(std::int64_t device) const;
+  /// The i-th of the 2 M v passes of a step on device d, and whether it is a forward.
+  stage_turn turn(std::int64_t device, std::int64_t i, bool& forward) const;
+  /// The most micro-batches device d holds: min(M v, warmup(d) + 1).
+  std::int64_t stash_bound(std::int64_t device) const;
+  /// (P - 1) / (v M + P - 1): the idle share of each device's step, for equal stages.
+  double bubble() const;
+};
+
+/// The turns of one device of one replica's pipeline (Note [interleaved stages]). Thread
+/// safe: the layer actors that share it may run on different threads. Wake-ups are called
+/// outside its lock and may be spurious: a woken actor asks again.
+class stage_sequencer {
+ public:
+  stage_sequencer(interleaved_pipeline pipeline, std::int64_t device);
+
+  /// `wake` is called when it may be `stage`'s turn (to forward or to go backward).
+  void on_turn(std::int64_t stage, std::function<void()> wake);
+
+  /// Whether the forward of (step, stage, micro-batch) may start now (its turn); if so the
+  /// turn is taken, and held() grows by one until release().
+  bool try_forward(std::int64_t step, std::int64_t stage, std::int64_t microbatch);
+  /// Whether the backward of (step, stage, micro-batch) may start now; if so the turn is
+  /// taken, and the next turn waits for release().
+  bool try_backward(std::int64_t step, std::int64_t stage, std::int64_t microbatch);
+  /// A micro-batch left the device: its stage's first layer started its backward.
+  void release();
+
+  std::int64_t held() const;
+  std::int64_t bound() const { return bound_; }
+  /// "interleaved turns on this device: next the forward of stage 2, micro-batch 1 of
+  /// step 3; holds 4 of 5 micro-batches": for the watchdog.
+  std::string describe() const;
+
+ private:
+  bool admit(std::int64_t step, const stage_turn& wanted, bool forward);
+  void wake_turn();
+
+  interleaved_pipeline pipeline_;
+  std::int64_t device_;
+  std::int64_t bound_;
+  mutable std::mutex mutex_;
+  std::int64_t step_ = -1;      // the step whose turns it counts; -1: none started yet
+  std::int64_t index_ = 0;      // turns of that step taken
+  bool backward_open_ = false;  // a backward took its turn, not yet released
+  std::int64_t held_ = 0;
+  std::map<std::int64_t, std::vector<std::function<void()>>> wake_;  // by stage
+};
+
+/// The sequencers of a run, by (device, replica) (actors/layer_actor.hpp makes them).
+using stage_sequencers =
+    std::map<std::pair<device_id, std::int32_t>, std::shared_ptr<stage_sequencer>>;
+
+}  // namespace troupe
