@@ -8,11 +8,12 @@
    median of each repetition's ratio of samples/s.
 2. Pipeline bubble: a model of two halves (3 x linear 512 + ReLU each, the second with the
    10-way head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8
-   micro-batches, GPipe, 1F1B, interleaved 1F1B (the halves cut into four quarters, 2 a
-   device: cpu:0 runs quarters 0 and 2; theory (P - 1) / (v M + P - 1), M = 2, 4, 8) and
-   ZB-H1. The measured bubble of a stage is its idle share of the
-   training time, 1 - busy / elapsed, from the device utilisation troupe reports (medians of
-   untraced runs). "theory" is (P - 1) / (M + P - 1), for equal stages with no
+   micro-batches, GPipe, 1F1B, interleaved 1F1B (four stages, 2 a device: cpu:0 runs
+   stages 0 and 2, which hold the same linear layers' worth as the first half; theory
+   (P - 1) / (v M + P - 1), M = 2, 4, 8) and ZB-H1 (--schedules picks some). The measured
+   bubble of a stage (of a device, interleaved) is its idle share of the training time,
+   1 - busy / elapsed, from the device utilisation troupe reports (medians of untraced
+   runs). "theory" is (P - 1) / (M + P - 1), for equal stages with no
    communication. The halves are not equal in work: the first layer computes no input
    gradient (half of a linear layer's backward), and the second half carries the head and
    the loss, so stage 0 does about 0.87-0.89 of stage 1's work. "costed" is the theory for the
@@ -134,8 +135,12 @@ def dp_runs(args, batch, workdir, wirings):
 
 def main():
     args = main_arguments(__doc__, repeats=3, batches="128,256,512,1024",
-                          extra=lambda parser: parser.add_argument(
-                              "--only", choices=["dp", "pipeline"], help="run one part only"))
+                          extra=lambda parser: (
+                              parser.add_argument("--only", choices=["dp", "pipeline"],
+                                                  help="run one part only"),
+                              parser.add_argument("--schedules",
+                                                  default="gpipe,1f1b,interleaved,zb-h1",
+                                                  help="the pipeline part's schedules")))
     with tempfile.TemporaryDirectory() as workdir:
         print("Data parallel: DP2 (cpu:0, cpu:1, ring) vs one device on one core, same global "
               f"batch, {args.steps} steps, medians of {args.repeats} (samples/s; speed-ups are "
@@ -160,16 +165,20 @@ def main():
         print(f"\nPipeline bubble, P = 2 (two halves of a 512-wide MLP), batch 256, "
               f"{args.steps} steps, medians of {args.repeats}; costed: the theory for the "
               "stages' traced work")
-        print(f"{'schedule':>8} {'M':>3} {'theory':>7} {'stage 0':>8} {'costed':>7} "
+        print(f"{'schedule':>11} {'M':>3} {'theory':>7} {'stage 0':>8} {'costed':>7} "
               f"{'stage 1':>8} {'costed':>7} {'samples/s':>10}")
-        halves, quarters = "[[0, 5], [6, 12]]", "[[0, 2], [3, 5], [6, 8], [9, 12]]"
-        for name, schedule, v, stages in [("gpipe", "gpipe", 1, halves),
+        # Interleaved: quarters that give each device the halves' layers' worth (cpu:0 the
+        # linear layers 0, 2 and 8, cpu:1 4, 6, 10 and the head).
+        halves, quarters = "[[0, 5], [6, 12]]", "[[0, 3], [4, 7], [8, 9], [10, 12]]"
+        for name, schedule, v, split in [("gpipe", "gpipe", 1, halves),
                                           ("1f1b", "1f1b", 1, halves),
-                                          ("interl.", "1f1b", 2, quarters),
+                                          ("interleaved", "1f1b", 2, quarters),
                                           ("zb-h1", "zb-h1", 1, halves)]:
+            if name not in args.schedules.split(","):
+                continue
             for m in [1, 2, 4, 8] if v == 1 else [2, 4, 8]:  # M a multiple of P
                 text = DEEP.format(steps=args.steps, batch=256, m=m, schedule=schedule,
-                                   layers=layers, stages=stages, v=v)
+                                   layers=layers, stages=split, v=v)
                 bubbles0, bubbles1, rates = [], [], []
                 for r in range(args.repeats):
                     done = run(args.binary, text, workdir, "pp")
@@ -179,7 +188,7 @@ def main():
                 stages = run(args.binary, text, workdir, "pp_traced",
                              trace=True)["summary"]["pipeline"]["stages"]
                 theory = 1 / ((3 * m if schedule == "zb-h1" else v * m) + 1)
-                print(f"{name:>8} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
+                print(f"{name:>11} {m:>3} {theory:>7.3f} {statistics.median(bubbles0):>8.3f} "
                       f"{stages[0]['theory']:>7.3f} {statistics.median(bubbles1):>8.3f} "
                       f"{stages[1]['theory']:>7.3f} {statistics.median(rates):>10.0f}",
                       flush=True)

@@ -13,12 +13,12 @@ forward/backward/weight-gradient/loss time / the step's span), the median over t
 after the first (which includes start-up), from a trace of the run; then the median of
 --repeats runs.
 
-Theory is (P - 1) / (M + P - 1), interleaved's (P - 1) / (v M + P - 1) and ZB-H1's
-(P - 1) / (3 M + P - 1). "costed" is the
-trace summary's theory for the stages' measured work (runtime/trace_tools/summary.hpp):
-under ZB-H1 the first layer computes no input gradient (nobody needs it), so stage 0
-has a third less backward work than the others and idles more than the equal-stage
-formula says. "worst" is the largest |measured - costed| over the stages: what the
+The model starts with a relu (microseconds), so that every delay layer computes an input
+gradient: under ZB-H1 a first layer computes none (nobody needs it), and stage 0 would
+have a third less backward work than the others. Theory is (P - 1) / (M + P - 1),
+interleaved's (P - 1) / (v M + P - 1) and ZB-H1's (P - 1) / (3 M + P - 1). "costed" is
+the trace summary's theory for the stages' measured work
+(runtime/trace_tools/summary.hpp). "worst" is the largest |measured - costed| over the stages: what the
 schedule and its hand-overs cost (a message and a thread wake-up per hand-over, and each
 device's handling of its actors' messages between jobs).
 
@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 
+from config_text import RELU
 from parallel_scaling import run as run_troupe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,12 +68,16 @@ MICRO_BATCH_WORK = {"forward", "backward", "backward_weight", "loss"}
 
 
 def step_bubbles(trace):
-    """{step: {stage pid: idle share of the step's span}} from a trace's training jobs."""
+    """{step: {stage pid: idle share of the step's span}} from a trace's training jobs, but
+    the relu's: it has no parameters to wait for, so it may start the next step's first
+    forwards (microseconds each) while this step drains, which would stretch that step's
+    span by the drain without changing the schedule."""
     jobs = {}
     for e in trace["traceEvents"]:
         args = e.get("args", {})
         if (e.get("ph") == "X" and e.get("cat") == "job" and e["name"] in MICRO_BATCH_WORK
-                and args.get("phase") == "train" and "step" in args):
+                and args.get("phase") == "train" and "step" in args
+                and args.get("actor") != "layer_0"):
             jobs.setdefault(args["step"], {}).setdefault(e["pid"], []).append(
                 (e["ts"], e["ts"] + e["dur"]))
     out = {}
@@ -115,7 +120,7 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         for p in [2, 4]:
             devices = ", ".join(f'"cpu:{d}"' for d in range(p))
-            layers = DELAY.format(forward_us=args.forward_us) * (2 * p)
+            layers = RELU + DELAY.format(forward_us=args.forward_us) * (2 * p)
             for name, schedule, v in [("gpipe", "gpipe", 1), ("1f1b", "1f1b", 1),
                                       ("interl.", "1f1b", 2), ("zb-h1", "zb-h1", 1)]:
                 for m in [4, 8]:
