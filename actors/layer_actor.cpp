@@ -109,9 +109,14 @@ std::string layer_actor::waiting_for() const {
          ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
   if (!queued_.empty())
     s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
-  if (!parked_.empty())
-    s += "; " + std::to_string(parked_.size()) + " pass(es) waiting for their turn (" +
+  if (!parked_.empty()) {
+    const auto& first = parked_.front();
+    const auto& tag = first.backward ? first.gradient.tag : first.activation.tag;
+    s += "; " + std::to_string(parked_.size()) + " pass(es) waiting for their turn (first: " +
+         (first.backward ? "backward" : "forward") + " of step " + std::to_string(tag.step) +
+         ", micro-batch " + std::to_string(tag.microbatch) + "; " +
          settings_->sequencer->describe() + ")";
+  }
   auto pending = std::count_if(weight_jobs_.begin(), weight_jobs_.end(),
                                [](const event& e) { return !e.reached(); });
   if (pending > 0)
@@ -160,7 +165,12 @@ void layer_actor::admit(pass work) {
 
 void layer_actor::drain() {
   while (!queued_.empty() && last_job_.reached()) {
-    auto it = std::find_if(queued_.begin(), queued_.end(), [](const pass& p) { return p.backward; });
+    // Backward first, as 1F1B wants; but a layer whose stage takes its turns keeps the
+    // order its sequencer admitted them in.
+    auto it = settings_->sequencer != nullptr
+                  ? queued_.begin()
+                  : std::find_if(queued_.begin(), queued_.end(),
+                                 [](const pass& p) { return p.backward; });
     if (it == queued_.end())
       it = queued_.begin();
     auto work = std::move(*it);
@@ -415,13 +425,14 @@ namespace troupe {
 namespace {
 
 // Note [ZB-H1's last stage]
-// ZB-H1 gives the last stage one credit more than 1F1B (capacity_into in
-// runtime/graph/expand.cpp), so that its next forward is there when a backward ends. With
-// several layers in that stage, the next micro-batch's first forward would then be queued
-// on the device before the loss's gradient reaches the stage's last layer, and the
-// backward the previous stage waits for would start a forward later (a trace of equal
+// ZB-H1 gives the stages after the first more credits than 1F1B (capacity_into in
+// runtime/graph/expand.cpp), so that a stage's next forward is there when a backward ends.
+// With several layers in the last stage, the next micro-batch's first forward would then
+// be queued on the device before the loss's gradient reaches the stage's last layer, and
+// the backward the previous stage waits for would start a forward later (a trace of equal
 // two-layer stages showed F0 F0 F1 B0 B0). So the last stage keeps 1F1B's own order there,
-// F0 B0 F1 B1 ..., through a sequencer of one stage (P = v = 1: no warm-up); its weight
+// F0 B0 F1 B1 ..., through a sequencer of one stage (P = v = 1: no warm-up), and gets M
+// credits (Note [credits and turns] in runtime/model/interleaved_schedule.hpp); its weight
 // gradients still fill the idle lane.
 bool zb_h1_last_stage(const topology& t, const actor_plan& a) {
   return t.schedule == pipeline_schedule::zb_h1 && t.virtual_stages == 1 &&

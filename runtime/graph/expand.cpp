@@ -13,7 +13,6 @@
 #include <limits>
 
 #include "runtime/base/limits.hpp"
-#include "runtime/model/interleaved_schedule.hpp"
 #include "runtime/model/layer.hpp"
 
 namespace troupe {
@@ -200,25 +199,25 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   auto device_of = [&](std::int64_t r, std::int64_t s) {
     return t.devices[static_cast<std::size_t>((r * P + s % P) % D)];
   };
-  const interleaved_pipeline interleaved{P, t.virtual_stages, M};
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
   // ZB-H1 gives stages after the first one credit more than 1F1B: a stage's next forward
   // is then already there when its backward ends, instead of one credit round trip later
   // (a gap its idle lane would fill with a whole weight gradient, Note [split backward]
   // in actors/layer_actor.cpp). Its memory bound, P micro-batches per stage, is kept by
   // the layers' stash limit instead.
-  // Interleaved 1F1B gives the wires into a device's stages that device's bound, which
-  // never binds: the device's sequencer keeps it (Note [interleaved stages]).
+  // A stage whose first layer waits for its turns (interleaved stages, ZB-H1's last
+  // stage) gets M, and its device's sequencer keeps the memory bound (Note [credits and
+  // turns] in runtime/model/interleaved_schedule.hpp).
   auto capacity_into = [&](std::int64_t s) -> std::int64_t {
     if (t.virtual_stages > 1)
-      return interleaved.stash_bound(s % P);
+      return M;
     switch (t.schedule) {
       case pipeline_schedule::gpipe:
         return M;
       case pipeline_schedule::one_f_one_b:
         return P - s;
       case pipeline_schedule::zb_h1:
-        return std::min(P, P - s + 1);
+        return s == P - 1 ? M : std::min(P, P - s + 1);
     }
     return M;
   };

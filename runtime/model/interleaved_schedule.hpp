@@ -27,8 +27,17 @@
 //
 // Per-wire credits cannot keep this bound: the chunks of one device peak at different
 // times of the step (at P = 2, v = 2, M >= 4 chunk 0 holds 4 micro-batches and chunk 1
-// holds 2, but never both at once: the device's bound is 5). So the wires into a device's
-// stages get stash_bound(d) credits, which never bind, and the sequencer keeps the bound.
+// holds 2, but never both at once: the device's bound is 5). The sequencer keeps it.
+//
+// Note [credits and turns]
+// A wire into a stage whose first layer waits for its turns needs M credits (or none).
+// Its sender may send a step's micro-batches out of order: a layer handles a forward
+// whose input is not written yet after the next one, whose input was. With fewer credits,
+// the later micro-batches, parked at the receiver until the earlier one's turn, hold all
+// of them, and the earlier one can never be sent: a deadlock (found under
+// AddressSanitizer's timing, with ZB-H1's last stage and 2 credits). With M, a step's
+// micro-batches are never held back by each other. validate_topology refuses fewer in
+// explicit configs.
 //
 // It does not run anything, know about actors, or handle evaluation passes (forward-only
 // batches skip it: they hold nothing).

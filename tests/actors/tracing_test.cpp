@@ -148,25 +148,22 @@ std::string fixed_cost(int micros) {
   return test::layer("delay", "forward_us = " + us + "\nbackward_us = " + us + "\n");
 }
 
+// `layers` on cpu:0 and cpu:1, M = 4, SGD, without evaluation; `parallel` is the rest of
+// [parallel] (the split and the schedule).
+std::string two_device_pipeline(int steps, const std::string& layers, const std::string& parallel) {
+  return "[run]\nsteps = " + std::to_string(steps) + "\nevaluate = false" +
+         test::data_section({16, 256, 8, 4, 4}) + layers +
+         "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\n"
+         "microbatches = 4\n" +
+         parallel;
+}
+
 // Two fixed-cost layers, one a stage (P = 2, M = 4), taking `micros0` and `micros1` us in
 // forward and again in backward.
 std::string fixed_pipeline(const std::string& schedule, int steps, int micros0 = 20000,
                            int micros1 = 20000) {
-  return R"(
-[run]
-steps = )" +
-         std::to_string(steps) + R"(
-evaluate = false)" +
-         test::data_section({16, 256, 8, 4, 4}) + fixed_cost(micros0) + fixed_cost(micros1) + R"(
-[optimizer]
-type = "sgd"
-lr = 0.01
-[parallel]
-devices = ["cpu:0", "cpu:1"]
-pipeline = 2
-microbatches = 4
-schedule = ")" +
-         schedule + "\"\n";
+  return two_device_pipeline(steps, fixed_cost(micros0) + fixed_cost(micros1),
+                             "pipeline = 2\nschedule = \"" + schedule + "\"\n");
 }
 
 struct job {
@@ -313,20 +310,8 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
   auto config = [](const std::string& schedule) {
     const std::string delay =
         test::layer("delay", "forward_us = 20000\nbackward_us = 40000\nweight_us = 20000\n");
-    return R"(
-[run]
-steps = 4
-evaluate = false)" +
-           test::data_section({16, 256, 8, 4, 4}) + test::layer("relu") + delay + delay + R"(
-[optimizer]
-type = "sgd"
-lr = 0.01
-[parallel]
-devices = ["cpu:0", "cpu:1"]
-stages = [[0, 1], [2, 2]]
-microbatches = 4
-schedule = ")" +
-           schedule + "\"\n";
+    return two_device_pipeline(4, test::layer("relu") + delay + delay,
+                               "stages = [[0, 1], [2, 2]]\nschedule = \"" + schedule + "\"\n");
   };
   std::map<std::string, double> bubble_of;
   for (const std::string schedule : {"1f1b", "zb-h1"}) {
@@ -398,20 +383,9 @@ TEST_CASE("ZB-H1's last stage of two layers runs each backward before the next f
   // before the loss's gradient reached the stage's last layer (F0 F0 F1 B0 B0 ...).
   const std::string delay =
       test::layer("delay", "forward_us = 5000\nbackward_us = 10000\nweight_us = 5000\n");
-  const std::string text = R"(
-[run]
-steps = 3
-evaluate = false)" + test::data_section({16, 256, 8, 4, 4}) +
-                           test::layer("relu") + delay + delay + delay + delay + R"(
-[optimizer]
-type = "sgd"
-lr = 0.01
-[parallel]
-devices = ["cpu:0", "cpu:1"]
-stages = [[0, 2], [3, 4]]
-microbatches = 4
-schedule = "zb-h1"
-)";
+  const std::string text =
+      two_device_pipeline(3, test::layer("relu") + delay + delay + delay + delay,
+                          "stages = [[0, 2], [3, 4]]\nschedule = \"zb-h1\"\n");
   auto path = temp_path("zb_h1_last_stage.json");
   REQUIRE(run(text, path).outcome.exit_code == exit_code::ok);
   auto trace = read_json(path);
@@ -432,22 +406,9 @@ TEST_CASE("interleaved 1F1B: the recorded order is Megatron's and the bubble its
   // Four fixed-cost layers, a stage each, on P = 2 devices with v = 2 stages a device:
   // device 0 runs stages 0 and 2 (chunks 0 and 1), device 1 stages 1 and 3. Each job takes
   // 20 ms. The bubble is (P - 1) / (v M + P - 1) = 1/9 at M = 4, against 1F1B's 1/5.
-  const std::string text = R"(
-[run]
-steps = 4
-evaluate = false)" + test::data_section({16, 256, 8, 4, 4}) +
-                           fixed_cost(20000) + fixed_cost(20000) + fixed_cost(20000) +
-                           fixed_cost(20000) + R"(
-[optimizer]
-type = "sgd"
-lr = 0.01
-[parallel]
-devices = ["cpu:0", "cpu:1"]
-pipeline = 2
-virtual_stages = 2
-microbatches = 4
-schedule = "1f1b"
-)";
+  const std::string text = two_device_pipeline(
+      4, fixed_cost(20000) + fixed_cost(20000) + fixed_cost(20000) + fixed_cost(20000),
+      "pipeline = 2\nvirtual_stages = 2\nschedule = \"1f1b\"\n");
   // "F1.2": a forward of chunk 1 (layer_2 or layer_3), micro-batch 2.
   auto order = [](const std::vector<job>& jobs) {
     std::string s;
