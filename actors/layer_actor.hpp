@@ -125,7 +125,7 @@ class layer_actor : public device_actor {
   std::vector<tensor> grads_;           // being accumulated for grads_step_
   std::int64_t grads_step_ = -1;
   std::int32_t backwards_done_ = 0;     // micro-batches of grads_step_ done
-  std::deque<pass> parked_;             // passes waiting for their turn (interleaved)
+  std::deque<pass> parked_;             // passes waiting for their turn (take_turns)
   std::deque<pass> queued_;             // Note [one job at a time] in layer_actor.cpp
   event last_job_;                      // this actor's last main-lane job in its stream
   std::deque<event> weight_jobs_;       // its idle-lane jobs, oldest first (some may have run)
