@@ -422,42 +422,18 @@ void layer_actor::backward(gradient_msg& message) {
 
 namespace troupe {
 
-namespace {
-
-// Note [ZB-H1's last stage]
-// ZB-H1 gives the stages after the first more credits than 1F1B (capacity_into in
-// runtime/graph/expand.cpp), so that a stage's next forward is there when a backward ends.
-// With several layers in the last stage, the next micro-batch's first forward would then
-// be queued on the device before the loss's gradient reaches the stage's last layer, and
-// the backward the previous stage waits for would start a forward later (a trace of equal
-// two-layer stages showed F0 F0 F1 B0 B0). So the last stage keeps 1F1B's own order there,
-// F0 B0 F1 B1 ..., through a sequencer of one stage (P = v = 1: no warm-up), and gets M
-// credits (Note [credits and turns] in runtime/model/interleaved_schedule.hpp); its weight
-// gradients still fill the idle lane.
-bool zb_h1_last_stage(const topology& t, const actor_plan& a) {
-  return t.schedule == pipeline_schedule::zb_h1 && t.virtual_stages == 1 &&
-         a.stage == t.stages - 1;
-}
-
-}  // namespace
-
 stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
-  if (t.virtual_stages <= 1 && t.schedule != pipeline_schedule::zb_h1)
+  if (t.virtual_stages <= 1)
     return out;
   const interleaved_pipeline pipeline{t.stages / t.virtual_stages, t.virtual_stages,
                                       t.microbatches};
   for (const auto& a : t.actors) {
     if (a.kind != actor_kind::layer)
       continue;
-    const bool last = zb_h1_last_stage(t, a);
-    if (t.virtual_stages <= 1 && !last)
-      continue;
     auto& sequencer = out[{a.device, a.replica}];
     if (sequencer == nullptr)
-      sequencer = last ? std::make_shared<stage_sequencer>(
-                             interleaved_pipeline{1, 1, t.microbatches}, 0)
-                       : std::make_shared<stage_sequencer>(pipeline, a.stage % pipeline.devices);
+      sequencer = std::make_shared<stage_sequencer>(pipeline, a.stage % pipeline.devices);
   }
   return out;
 }
@@ -495,17 +471,12 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                        s->split_backward = true;
                                        s->stash_limit = context.graph.stages;
                                      }
-                                     // Interleaved stages (Note [interleaved stages]), or
-                                     // ZB-H1's last stage (Note [ZB-H1's last stage]),
-                                     // whose one-stage sequencer numbers it 0.
-                                     const auto& graph = context.graph;
-                                     const bool last = zb_h1_last_stage(graph, plan);
+                                     // Interleaved stages (Note [interleaved stages]).
                                      auto sequencer =
                                          context.sequencers.find({plan.device, plan.replica});
-                                     if (sequencer != context.sequencers.end() &&
-                                         (graph.virtual_stages > 1 || last)) {
+                                     if (sequencer != context.sequencers.end()) {
                                        s->sequencer = sequencer->second;
-                                       s->stage = last ? 0 : plan.stage;
+                                       s->stage = plan.stage;
                                        s->first_of_stage = crosses_stage(context.graph, plan.name,
                                                                          plan.stage, true);
                                        s->last_of_stage = crosses_stage(context.graph, plan.name,

@@ -45,10 +45,8 @@ struct layer_actor_settings {
   bool split_backward = false;
   std::int64_t stash_limit = 0;
   // Interleaved 1F1B (Note [interleaved stages] in runtime/model/interleaved_schedule.hpp):
-  // the turns of its device, shared with the other stages there (and ZB-H1's last stage:
-  // its own, Note [ZB-H1's last stage]); null otherwise. A stage's first layer waits for
-  // its forwards' turns, its last layer for its backwards'; `stage` is in the sequencer's
-  // numbering.
+  // the turns of its device, shared with the other stages there; null otherwise. A
+  // stage's first layer waits for its forwards' turns, its last layer for its backwards'.
   std::shared_ptr<stage_sequencer> sequencer;
   std::int64_t stage = 0;
   bool first_of_stage = false;
@@ -56,8 +54,7 @@ struct layer_actor_settings {
 };
 
 /// One sequencer per (device, replica) of an interleaved pipeline (topology.virtual_stages
-/// > 1), or of ZB-H1's last stage (Note [ZB-H1's last stage] in layer_actor.cpp); empty
-/// otherwise.
+/// > 1), for the layers placed on this process's devices; empty otherwise.
 stage_sequencers make_stage_sequencers(const topology& t);
 
 /// Asks an actor to try its parked passes again: their stage's turn may have come.

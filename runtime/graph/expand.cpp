@@ -205,9 +205,9 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   // (a gap its idle lane would fill with a whole weight gradient, Note [split backward]
   // in actors/layer_actor.cpp). Its memory bound, P micro-batches per stage, is kept by
   // the layers' stash limit instead.
-  // A stage whose first layer waits for its turns (interleaved stages, ZB-H1's last
-  // stage) gets M, and its device's sequencer keeps the memory bound (Note [credits and
-  // turns] in runtime/model/interleaved_schedule.hpp).
+  // Interleaved stages wait for their turns: each gets M, and its device's sequencer
+  // keeps the memory bound (Note [credits and turns] in
+  // runtime/model/interleaved_schedule.hpp).
   auto capacity_into = [&](std::int64_t s) -> std::int64_t {
     if (t.virtual_stages > 1)
       return M;
@@ -217,7 +217,7 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
       case pipeline_schedule::one_f_one_b:
         return P - s;
       case pipeline_schedule::zb_h1:
-        return s == P - 1 ? M : std::min(P, P - s + 1);
+        return std::min(P, P - s + 1);
     }
     return M;
   };

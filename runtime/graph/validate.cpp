@@ -749,25 +749,22 @@ class validator {
     }
   }
 
-  // Note [credits and turns] in runtime/model/interleaved_schedule.hpp: a wire into a
-  // stage that waits for its turns (interleaved stages; ZB-H1's last stage) has M credits
-  // or none, else a micro-batch sent out of order can deadlock the run.
+  // Note [credits and turns] in runtime/model/interleaved_schedule.hpp: a wire into an
+  // interleaved stage, which waits for its turns, has M credits or none, else a
+  // micro-batch sent out of order can deadlock the run.
   void check_turn_credits() const {
-    const bool interleaved = t_.virtual_stages > 1;
-    if (!interleaved && t_.schedule != pipeline_schedule::zb_h1)
+    if (t_.virtual_stages == 1)
       return;
     for_each_activations_wire([&](const wire_plan& w, const actor_plan& from,
                                   const actor_plan& to) {
       const bool enters_stage = from.kind != actor_kind::layer || from.stage != to.stage;
-      const bool waits = interleaved || to.stage == t_.stages - 1;
-      if (to.kind != actor_kind::layer || !enters_stage || !waits || w.capacity == 0 ||
+      if (to.kind != actor_kind::layer || !enters_stage || w.capacity == 0 ||
           w.capacity >= t_.microbatches)
         return;
       fail(w.where, activations_wire(w) + "capacity " + std::to_string(w.capacity) +
                         " into stage " + std::to_string(to.stage) +
-                        ", which takes its micro-batches in turn (" +
-                        (interleaved ? "interleaved stages" : "ZB-H1's last stage") +
-                        "), needs microbatches = " + std::to_string(t_.microbatches) +
+                        ", which takes its micro-batches in turn (interleaved stages), needs "
+                        "microbatches = " + std::to_string(t_.microbatches) +
                         " credits or 0 (unbounded): with fewer, micro-batches sent out of order "
                         "can hold every credit while the one whose turn it is waits");
     });

@@ -35,7 +35,7 @@
 // whose input is not written yet after the next one, whose input was. With fewer credits,
 // the later micro-batches, parked at the receiver until the earlier one's turn, hold all
 // of them, and the earlier one can never be sent: a deadlock (found under
-// AddressSanitizer's timing, with ZB-H1's last stage and 2 credits). With M, a step's
+// AddressSanitizer's timing, when a ZB-H1 last stage took turns behind 2 credits). With M, a step's
 // micro-batches are never held back by each other. validate_topology refuses fewer in
 // explicit configs.
 //

@@ -377,31 +377,6 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
   CHECK(bubble_of["zb-h1"] < bubble_of["1f1b"]);
 }
 
-TEST_CASE("ZB-H1's last stage of two layers runs each backward before the next forward") {
-  // Note [ZB-H1's last stage] in actors/layer_actor.cpp: the last stage has a credit more
-  // than 1F1B, and without its own turns the next micro-batch's first forward would run
-  // before the loss's gradient reached the stage's last layer (F0 F0 F1 B0 B0 ...).
-  const std::string delay =
-      test::layer("delay", "forward_us = 5000\nbackward_us = 10000\nweight_us = 5000\n");
-  const std::string text =
-      two_device_pipeline(3, test::layer("relu") + delay + delay + delay + delay,
-                          "stages = [[0, 2], [3, 4]]\nschedule = \"zb-h1\"\n");
-  auto path = temp_path("zb_h1_last_stage.json");
-  REQUIRE(run(text, path).outcome.exit_code == exit_code::ok);
-  auto trace = read_json(path);
-  for (int step = 0; step < 3; ++step) {
-    auto jobs = stage_jobs(trace, step, {"layer_3", "layer_4"});
-    REQUIRE(jobs.size() == 1);
-    std::string main_lane;  // forwards and input gradients; weight gradients fill the gaps
-    for (const auto& j : jobs.begin()->second)
-      if (j.name != "backward_weight")
-        main_lane += (main_lane.empty() ? "" : " ") +
-                     std::string{j.name == "forward" ? "F" : "B"} + std::to_string(j.microbatch);
-    INFO("step " << step);
-    CHECK(main_lane == "F0 F0 B0 B0 F1 F1 B1 B1 F2 F2 B2 B2 F3 F3 B3 B3");
-  }
-}
-
 TEST_CASE("interleaved 1F1B: the recorded order is Megatron's and the bubble its theory") {
   // Four fixed-cost layers, a stage each, on P = 2 devices with v = 2 stages a device:
   // device 0 runs stages 0 and 2 (chunks 0 and 1), device 1 stages 1 and 3. Each job takes
