@@ -380,6 +380,10 @@ TEST_CASE("a value out of its range names the range and the value") {
               "[optimizer.schedule] step_size: expected an integer >= 1, found 0");
   check_error(minimal_model + "[parallel]\nmicrobatches = 0\n", 5, 16,
               "[parallel] microbatches: expected an integer in [1, 1048576], found 0");
+  check_error(minimal_model + "[parallel]\nvirtual_stages = 0\n", 5, 18,
+              "[parallel] virtual_stages: expected an integer in [1, 10000], found 0");
+  check_error(minimal_model + "[parallel]\nvirtual_stages = 4000000000\n", 5, 18,
+              "[parallel] virtual_stages: expected an integer in [1, 10000], found 4000000000");
   check_error(minimal_model + "[optimizer]\nbetas = [0.9, 1.5]\n", 5, 15,
               "[optimizer] betas[1]: expected a number in [0, 1), found 1.5");
   check_error(minimal_model + "[optimizer]\nbetas = [0.9]\n", 5, 9,
