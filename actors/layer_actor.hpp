@@ -53,8 +53,8 @@ struct layer_actor_settings {
   bool last_of_stage = false;
 };
 
-/// One sequencer per (device, replica) of an interleaved pipeline (topology.virtual_stages
-/// > 1), for the layers placed on this process's devices; empty otherwise.
+/// One sequencer per (device, replica) that holds layers of an interleaved pipeline
+/// (topology.virtual_stages > 1); empty otherwise.
 stage_sequencers make_stage_sequencers(const topology& t);
 
 /// Asks an actor to try its parked passes again: their stage's turn may have come.

@@ -35,8 +35,8 @@
 // whose input is not written yet after the next one, whose input was. With fewer credits,
 // the later micro-batches, parked at the receiver until the earlier one's turn, hold all
 // of them, and the earlier one can never be sent: a deadlock (found under
-// AddressSanitizer's timing, when a ZB-H1 last stage took turns behind 2 credits). With M, a step's
-// micro-batches are never held back by each other. validate_topology refuses fewer in
+// AddressSanitizer's timing, in a trial that gave a stage its turns behind 2 credits).
+// With M, a step's micro-batches are never held back by each other. validate_topology refuses fewer in
 // explicit configs.
 //
 // It does not run anything, know about actors, or handle evaluation passes (forward-only

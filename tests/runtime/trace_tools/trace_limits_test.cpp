@@ -92,6 +92,18 @@ TEST_CASE(
       doctest::Contains(
           "s.json: otherData.stages is 1000000000000, more than the limit of 1048576"),
       user_error);
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [], "otherData": {"virtual_stages": 1e12, "tracks": []}})",
+                  "v.json"),
+      doctest::Contains("v.json: otherData.virtual_stages is 1000000000000, more than the limit"),
+      user_error);
+  // Interleaved: v must divide the stages (the tools group stages s, s + P, ... by device).
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [], "otherData": {"stages": 4, "virtual_stages": 3, )"
+                  R"("tracks": []}})",
+                  "v.json"),
+      doctest::Contains("v.json: otherData.virtual_stages 3 does not divide stages 4"),
+      user_error);
 }
 
 TEST_CASE("a timeline of steps at timestamps near 1e18 microseconds is drawn, not looped over") {
