@@ -33,10 +33,27 @@ namespace troupe {
 
 std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
                                  std::int64_t classes) {
+  // A layer's output for the largest batch it sees must fit limits::max_tensor_elements,
+  // or a config (a conv2d of 65536 channels) would be killed for memory mid-run.
+  const auto batch = std::max(config.data.batch_size, config.data.eval_batch_size);
   std::vector<shape_t> shapes{{input_features}};
   for (const auto& layer_config : config.model.layers) {
     auto math = create_layer(layer_config);
     shapes.push_back(math->output_shape(shapes.back()));
+    std::int64_t values = batch;
+    bool fits = true;
+    for (auto d : shapes.back()) {
+      const auto product = checked_multiply(values, d);
+      fits = fits && product && *product <= limits::max_tensor_elements;
+      values = fits ? *product : 0;
+    }
+    if (!fits)
+      throw config_error(layer_config.where,
+                         "layer '" + layer_config.type + "' outputs " +
+                             shape_to_string(shapes.back()) + " per sample, more than the "
+                             "limit of " + std::to_string(limits::max_tensor_elements) +
+                             " values for a batch of " + std::to_string(batch) +
+                             "; use a smaller layer or batch");
   }
   const auto& out = shapes.back();
   if (out.size() != 1 || out[0] != classes) {

@@ -89,11 +89,12 @@ print(steps * batch / elapsed)
 """
 
 
-def run_troupe(binary, batch, steps, core, workdir):
-    config = os.path.join(workdir, f"bench_b{batch}.toml")
-    metrics = os.path.join(workdir, f"bench_b{batch}.jsonl")
+def run_troupe(binary, config_text, name, core, workdir):
+    """Runs troupe on `config_text` pinned to `core`; its samples/s from the metrics."""
+    config = os.path.join(workdir, f"{name}.toml")
+    metrics = os.path.join(workdir, f"{name}.jsonl")
     with open(config, "w") as f:
-        f.write(CONFIG.format(steps=steps, batch=batch, data=DATA))
+        f.write(config_text)
     subprocess.run(["taskset", "-c", str(core), binary, "run", config, "--quiet",
                     "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
@@ -101,21 +102,25 @@ def run_troupe(binary, batch, steps, core, workdir):
     return done["samples_per_s"]
 
 
-def run_pytorch(batch, steps, core):
-    out = subprocess.run(["taskset", "-c", str(core), "/usr/bin/python3", "-c", PYTORCH,
+def run_pytorch(script, batch, steps, core):
+    """Runs a PyTorch `script` (argv: batch, steps, data) pinned to `core`; its samples/s."""
+    out = subprocess.run(["taskset", "-c", str(core), "/usr/bin/python3", "-c", script,
                           str(batch), str(steps), DATA],
                          check=True, capture_output=True, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
+def side_by_side(description, title, troupe_config, pytorch_script, default_batches,
+                 default_samples):
+    """The whole benchmark: arguments, troupe and PyTorch in turn per repetition, the table.
+    troupe_config(batch, steps) gives the config text; pytorch_script trains the same."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", default="32,256")
+    parser.add_argument("--batches", default=default_batches)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--core", type=int, default=0)
-    parser.add_argument("--samples", type=int, default=120000,
+    parser.add_argument("--samples", type=int, default=default_samples,
                         help="training samples per run (steps = samples / batch)")
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
     args = parser.parse_args()
@@ -127,21 +132,27 @@ def main():
             steps = max(20, args.samples // batch)
             troupe_rates, torch_rates = [], []
             for r in range(args.repeats):
-                troupe_rates.append(run_troupe(args.binary, batch, steps, args.core, workdir))
-                torch_rates.append(run_pytorch(batch, steps, args.core))
+                troupe_rates.append(run_troupe(args.binary, troupe_config(batch, steps),
+                                               f"bench_b{batch}", args.core, workdir))
+                torch_rates.append(run_pytorch(pytorch_script, batch, steps, args.core))
                 print(f"batch {batch} run {r + 1}: troupe {troupe_rates[-1]:.0f} samples/s, "
                       f"pytorch {torch_rates[-1]:.0f} samples/s", file=sys.stderr)
             ratios = [a / b for a, b in zip(troupe_rates, torch_rates)]
             rows.append((batch, steps, statistics.median(troupe_rates),
                          statistics.median(torch_rates), statistics.median(ratios),
                          min(ratios), max(ratios)))
-    print(f"\nMLP 784-256-256-10, Adam, one core (taskset -c {args.core}), "
-          f"{args.repeats} runs each, medians")
+    print(f"\n{title}, one core (taskset -c {args.core}), {args.repeats} runs each, medians")
     print(f"{'batch':>6} {'steps':>6} {'troupe samples/s':>17} {'pytorch samples/s':>18} "
           f"{'ratio':>6} {'(min-max)':>12}")
     for batch, steps, t, p, ratio, lo, hi in rows:
         print(f"{batch:>6} {steps:>6} {t:>17.0f} {p:>18.0f} {ratio:>6.2f} "
               f"{f'({lo:.2f}-{hi:.2f})':>12}")
+
+
+def main():
+    side_by_side(__doc__, "MLP 784-256-256-10, Adam",
+                 lambda batch, steps: CONFIG.format(steps=steps, batch=batch, data=DATA),
+                 PYTORCH, "32,256", 120000)
 
 
 if __name__ == "__main__":

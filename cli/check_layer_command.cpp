@@ -36,12 +36,40 @@ setting_value parse_setting(const std::string& text, std::string& key) {
   return {value, where};
 }
 
+/// "7" -> (7); "1x28x28" (or "1,28,28") -> (1, 28, 28): the per-sample input shape.
+shape_t parse_input_shape(const std::string& text) {
+  const auto refuse = [&] {
+    return user_error("--input expects a size or sizes joined by 'x' (7, or 1x28x28 for an "
+                      "image), each a positive integer; found " +
+                      quote_user_text(text));
+  };
+  shape_t shape;
+  std::size_t start = 0;
+  while (true) {
+    const auto end = text.find_first_of("x,", start);
+    const auto part = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
+      throw refuse();
+    try {
+      shape.push_back(std::stoll(part));
+    } catch (const std::exception&) {
+      throw refuse();
+    }
+    if (shape.back() < 1 || shape.size() > 8)
+      throw refuse();
+    if (end == std::string::npos)
+      return shape;
+    start = end + 1;
+  }
+}
+
 }  // namespace
 
 exit_code check_layer_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()("input", po::value<std::int64_t>()->default_value(7),
-                        "input features per sample")(
+  options.add_options()("input", po::value<std::string>()->default_value("7"),
+                        "the per-sample input shape: features (7), or an image as CxHxW "
+                        "(1x28x28)")(
       "batch", po::value<std::int64_t>()->default_value(3), "samples")(
       "seed", po::value<std::uint64_t>()->default_value(1), "seed for inputs and parameters")(
       "set", po::value<std::vector<std::string>>()->composing(),
@@ -68,11 +96,11 @@ exit_code check_layer_command(const std::vector<std::string>& args) {
       layer.settings[key] = value;
     }
   gradient_check_options check;
-  check.input_shape = {values["input"].as<std::int64_t>()};
+  check.input_shape = parse_input_shape(values["input"].as<std::string>());
   check.batch = values["batch"].as<std::int64_t>();
   check.seed = values["seed"].as<std::uint64_t>();
-  if (check.input_shape[0] < 1 || check.batch < 1) {
-    std::fprintf(stderr, "troupe check-layer: --input and --batch must be at least 1\n");
+  if (check.batch < 1) {
+    std::fprintf(stderr, "troupe check-layer: --batch must be at least 1\n");
     return exit_code::bad_input;
   }
   auto result = check_layer_gradients(layer, check);

@@ -48,6 +48,32 @@ struct adam_hyper {
   std::int64_t step = 1;   // 1-based count of updates including this one
 };
 
+#if defined(__CUDACC__)
+#define TROUPE_HOST_DEVICE __host__ __device__
+#else
+#define TROUPE_HOST_DEVICE
+#endif
+
+/// The geometry of a 2-D sliding window over images (B, C, H, W), stored row-major (NCHW):
+/// a convolution's receptive field or a pooling window, with dilation 1. Output size per
+/// axis is floor((in + 2 pad - kernel) / stride) + 1, as torch.nn.Conv2d and MaxPool2d.
+/// Kernels check that every size is positive and the window fits the padded image.
+struct window2d {
+  int channels = 1;  // C
+  int height = 1;    // H
+  int width = 1;     // W
+  int kernel_h = 1;  // KH
+  int kernel_w = 1;  // KW
+  int stride_h = 1;
+  int stride_w = 1;
+  int pad_h = 0;
+  int pad_w = 0;
+
+  // OH and OW (also called from CUDA kernels).
+  TROUPE_HOST_DEVICE int out_h() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  TROUPE_HOST_DEVICE int out_w() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
 namespace ops {
 
 /// C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, row-major; op(X) = X or X^T.
@@ -89,6 +115,55 @@ TROUPE_ACTIVATION_OP(relu);
 TROUPE_ACTIVATION_OP(gelu);  // exact erf form, as torch.nn.GELU()
 TROUPE_ACTIVATION_OP(tanh);
 #undef TROUPE_ACTIVATION_OP
+
+/// Unfolds images for convolution as a GEMM: x (B, C, H, W) to cols (B, C KH KW, OH OW),
+/// cols[b][(c KH + i) KW + j][oh OW + ow] = x[b][c][oh sh - ph + i][ow sw - pw + j], or 0
+/// where that falls in the padding.
+struct im2col {
+  static constexpr const char* name = "im2col";
+  using function = void (*)(const context&, int batch, const window2d& window, const float* x,
+                            float* cols);
+};
+
+/// The adjoint of im2col: x (B, C, H, W) = the sum of every cols entry im2col would have
+/// read from that pixel (overwrites x). Deterministic: a fixed order of additions.
+struct col2im {
+  static constexpr const char* name = "col2im";
+  using function = void (*)(const context&, int batch, const window2d& window,
+                            const float* cols, float* x);
+};
+
+/// Max pooling: y (B, C, OH, OW) = the maximum of each window of x (B, C, H, W); padding
+/// counts as -infinity. argmax (B, C, OH, OW) gets the index h W + w of that maximum in its
+/// (H, W) plane, the first one in row-major order on ties; NaN wins, as in torch.
+struct max_pool2d_forward {
+  static constexpr const char* name = "max_pool2d_forward";
+  using function = void (*)(const context&, int batch, const window2d& window, const float* x,
+                            float* y, std::int32_t* argmax);
+};
+
+/// dx (B, C, H, W) = the sum of dy over the outputs whose argmax is that pixel (overwrites).
+struct max_pool2d_backward {
+  static constexpr const char* name = "max_pool2d_backward";
+  using function = void (*)(const context&, int batch, const window2d& window, const float* dy,
+                            const std::int32_t* argmax, float* dx);
+};
+
+/// Average pooling: y (B, C, OH, OW) = the sum of each window of x divided by KH KW
+/// (padding counts as zeros and is counted: torch's count_include_pad = True).
+struct avg_pool2d_forward {
+  static constexpr const char* name = "avg_pool2d_forward";
+  using function = void (*)(const context&, int batch, const window2d& window, const float* x,
+                            float* y);
+};
+
+/// dx (B, C, H, W) = the sum of dy / (KH KW) over the windows containing that pixel
+/// (overwrites).
+struct avg_pool2d_backward {
+  static constexpr const char* name = "avg_pool2d_backward";
+  using function = void (*)(const context&, int batch, const window2d& window, const float* dy,
+                            float* dx);
+};
 
 /// Softmax cross-entropy over rows of logits(rows, classes) with integer labels(rows).
 /// *loss_sum = sum over rows of -log softmax(logits)[label] (numerically stable).

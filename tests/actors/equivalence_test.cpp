@@ -40,6 +40,29 @@ momentum = 0.5
 )" + parallel;
 }
 
+/// A small conv net on 8x8 synthetic images: unflatten, conv (padded), relu, max pool,
+/// conv (strided), avg pool, flatten, linear. Every image layer sits in some stage of the
+/// pipelines below.
+std::string conv_config(const std::string& parallel) {
+  return R"(
+[run]
+steps = 20
+seed = 5
+evaluate = false
+)" + test::data_section({24, 480, 10, 64, 4}) +
+         test::layer("unflatten", "height = 8\nwidth = 8\n") +
+         test::layer("conv2d", "out = 4\nkernel = 3\npadding = 1\n") + test::layer("relu") +
+         test::layer("max_pool2d", "kernel = 2\n") +
+         test::layer("conv2d", "out = 6\nkernel = 2\nstride = 1\n") +
+         test::layer("avg_pool2d", "kernel = 3\nstride = 1\npadding = 1\n") +
+         test::layer("flatten") + test::linear(4) + R"(
+[optimizer]
+type = "adam"
+lr = 0.01
+
+)" + parallel;
+}
+
 std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
   auto config = parse_config(text, "equivalence.toml");
   auto options = test::quiet_options();
@@ -209,5 +232,33 @@ TEST_CASE("an ejected config runs and gives exactly the parameters of the config
     // The same actors on the same devices run the same sums in the same order: the
     // parameters agree bit for bit.
     CHECK(train(ejected_text) == train(equivalence_config(parallel)));
+  }
+}
+
+TEST_CASE("a conv net matches the single-device run under data, pipeline and hybrid wirings") {
+  const std::vector<std::pair<const char*, std::string>> wirings = {
+      {"data parallel, ring all-reduce (R = 2)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"},
+      {"pipeline GPipe (P = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\n"
+       "schedule = \"gpipe\"\n"},
+      {"pipeline 1F1B, the cut between the convolutions (P = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 3], [4, 7]]\n"
+       "microbatches = 4\nschedule = \"1f1b\"\n"},
+      {"pipeline ZB-H1, conv2d's split backward (P = 2, M = 4)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 4], [5, 7]]\n"
+       "microbatches = 4\nschedule = \"zb-h1\"\n"},
+      {"hybrid (R = 2, P = 2, M = 2, 1F1B, devices shared)",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nmicrobatches = 2\n"
+       "schedule = \"1f1b\"\naveraging = \"ring\"\nshare_devices = true\n"},
+  };
+  const auto single = train(conv_config(""));
+  for (const auto& [name, parallel] : wirings) {
+    const auto other = train(conv_config(parallel));
+    double difference = 0;
+    for (const auto& d : compare_parameters(single, other))
+      difference = std::max(difference, d.relative);
+    INFO(name << ": relative difference " << difference);
+    CHECK(difference <= 1e-5);
   }
 }

@@ -128,6 +128,15 @@ TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer
   auto layer = run_troupe("check-layer linear --set out=4 --input 6");
   CHECK(layer.exit_code == 0);
   CHECK(layer.output.find("linear: input (3, 6), output (3, 4)") != std::string::npos);
+  auto image = run_troupe("check-layer conv2d --set out=2 --set kernel=3 --set padding=1 "
+                          "--input 2x5x4 --batch 2");
+  INFO(image.output);
+  CHECK(image.exit_code == 0);
+  CHECK(image.output.find("conv2d: input (2, 2, 5, 4), output (2, 2, 5, 4)") != std::string::npos);
+  auto bad_shape = run_troupe("check-layer conv2d --set out=2 --set kernel=3 --input 2y5");
+  CHECK(bad_shape.exit_code == 2);
+  CHECK(bad_shape.output.find("--input expects a size or sizes joined by 'x'") !=
+        std::string::npos);
   auto unknown = run_troupe("check-layer linaer");
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.output.find("did you mean 'linear'?") != std::string::npos);

@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "troupe/error.hpp"
 #include "troupe/ops.hpp"
+#include "window_reference.hpp"
 
 namespace troupe::kernels {
 namespace {
@@ -715,6 +716,75 @@ TEST_CASE("CUDA axpy, scale, fill and copy match the CPU kernels") {
     CHECK_NOTHROW(
         lookup<ops::axpy>(device_type::cuda)(session.ctx(), 0, 1.0f, nullptr, nullptr));
     CHECK_NOTHROW(lookup<ops::copy>(device_type::cuda)(session.ctx(), 0, nullptr, nullptr));
+  }
+}
+
+TEST_CASE("CUDA im2col, col2im, max_pool2d and avg_pool2d match the CPU kernels") {
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  const int batch = 3;
+  std::uint32_t seed = 90;
+  for (auto w : test::window_geometries()) {
+    CAPTURE(w.kernel_h);
+    CAPTURE(w.stride_h);
+    CAPTURE(w.pad_h);
+    const auto x = random_floats(test::image_size(batch, w), -1.0f, 1.0f, ++seed);
+    const auto device_x = session.upload(x);
+
+    // im2col: a copy, identical. col2im: the GPU gathers where the CPU scatters, so a
+    // pixel's (at most KH KW) terms add in another order: KH KW roundings of |terms| < 1.
+    std::vector<float> cpu_cols(test::columns_size(batch, w));
+    lookup<ops::im2col>(device_type::cpu)(context{}, batch, w, x.data(), cpu_cols.data());
+    device_buffer<float> device_cols{cpu_cols.size()};
+    lookup<ops::im2col>(device_type::cuda)(session.ctx(), batch, w, device_x.get(),
+                                           device_cols.get());
+    check_close("im2col", session.download(device_cols), cpu_cols, 0.0, 0.0);
+    const double area = static_cast<double>(w.kernel_h) * w.kernel_w;
+    std::vector<float> cpu_image(x.size());
+    lookup<ops::col2im>(device_type::cpu)(context{}, batch, w, cpu_cols.data(), cpu_image.data());
+    device_buffer<float> device_image{x.size()};
+    lookup<ops::col2im>(device_type::cuda)(session.ctx(), batch, w, device_cols.get(),
+                                           device_image.get());
+    check_close("col2im", session.download(device_image), cpu_image, area * area * eps, 0.0);
+
+    // Pooling pads at most half the kernel.
+    w.pad_h = std::min(w.pad_h, w.kernel_h / 2);
+    w.pad_w = std::min(w.pad_w, w.kernel_w / 2);
+    const auto outputs = static_cast<std::size_t>(test::output_size(batch, w));
+    const auto dy = random_floats(outputs, -1.0f, 1.0f, ++seed);
+    const auto device_dy = session.upload(dy);
+
+    // Max: the same scan order, so the same values and argmax bit for bit; backward adds at
+    // most KH KW terms per pixel in another order.
+    std::vector<float> cpu_y(outputs);
+    std::vector<std::int32_t> cpu_argmax(outputs);
+    lookup<ops::max_pool2d_forward>(device_type::cpu)(context{}, batch, w, x.data(), cpu_y.data(),
+                                                      cpu_argmax.data());
+    device_buffer<float> device_y{outputs};
+    device_buffer<std::int32_t> device_argmax{outputs};
+    lookup<ops::max_pool2d_forward>(device_type::cuda)(session.ctx(), batch, w, device_x.get(),
+                                                       device_y.get(), device_argmax.get());
+    check_close("max_pool2d_forward", session.download(device_y), cpu_y, 0.0, 0.0);
+    CHECK(session.download(device_argmax) == cpu_argmax);
+    std::vector<float> cpu_dx(x.size());
+    lookup<ops::max_pool2d_backward>(device_type::cpu)(context{}, batch, w, dy.data(),
+                                                       cpu_argmax.data(), cpu_dx.data());
+    device_buffer<float> device_dx{x.size()};
+    lookup<ops::max_pool2d_backward>(device_type::cuda)(session.ctx(), batch, w, device_dy.get(),
+                                                        device_argmax.get(), device_dx.get());
+    check_close("max_pool2d_backward", session.download(device_dx), cpu_dx, area * eps, 0.0);
+
+    // Average: the same forward sums in the same order (a little slack for contraction);
+    // backward gathers up to KH KW scaled terms per pixel in another order.
+    lookup<ops::avg_pool2d_forward>(device_type::cpu)(context{}, batch, w, x.data(), cpu_y.data());
+    lookup<ops::avg_pool2d_forward>(device_type::cuda)(session.ctx(), batch, w, device_x.get(),
+                                                       device_y.get());
+    check_close("avg_pool2d_forward", session.download(device_y), cpu_y, 2 * eps, 0.0);
+    lookup<ops::avg_pool2d_backward>(device_type::cpu)(context{}, batch, w, dy.data(),
+                                                       cpu_dx.data());
+    lookup<ops::avg_pool2d_backward>(device_type::cuda)(session.ctx(), batch, w, device_dy.get(),
+                                                        device_dx.get());
+    check_close("avg_pool2d_backward", session.download(device_dx), cpu_dx, area * eps, 0.0);
   }
 }
 

@@ -1,0 +1,81 @@
+// window.hpp: what the image layers (conv2d, max_pool2d, avg_pool2d) share: reading
+// kernel/stride/padding settings, checking an input of shape (C, H, W), and the
+// ops::window2d geometry their kernels take.
+//
+// Square windows only (one `kernel`, `stride`, `padding` for both axes), as most configs
+// write them; the kernels take both axes, so rectangles are a settings change away.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/base/limits.hpp"
+#include "runtime/model/layer.hpp"
+#include "troupe/ops.hpp"
+
+namespace troupe {
+
+struct window_settings {
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+};
+
+/// Reads `kernel` (required), `stride` (default `default_stride`, 0 meaning "= kernel") and
+/// `padding` (default 0, at most `max_padding(kernel)`).
+template <class MaxPadding>
+window_settings read_window_settings(layer_settings& s, std::int64_t default_stride,
+                                     MaxPadding max_padding) {
+  constexpr std::int64_t max_side = 1 << 15;
+  window_settings w;
+  w.kernel = s.integer("kernel", 1, max_side);
+  w.stride = s.integer("stride", default_stride == 0 ? w.kernel : default_stride, 1, max_side);
+  w.padding = s.integer("padding", 0, 0, max_padding(w.kernel));
+  return w;
+}
+
+/// The window over a per-sample input (C, H, W); throws config_error at `where` naming the
+/// layer when the input is not an image or the window does not fit it.
+inline kernels::window2d make_window(const std::string& type, const source_position& where,
+                                     const window_settings& w, const shape_t& input) {
+  if (input.size() != 3)
+    throw config_error(where, "layer '" + type +
+                                  "' takes inputs of shape (channels, height, width), found " +
+                                  shape_to_string(input) +
+                                  "; an image from a data set arrives flat, so start the "
+                                  "model with { type = \"unflatten\", channels = 1, height = "
+                                  "28, width = 28 } (Fashion-MNIST's shape)");
+  for (auto d : input)
+    if (d > limits::max_sample_features)
+      throw config_error(where, "layer '" + type + "': input " + shape_to_string(input) +
+                                    " has a side past the limit of " +
+                                    std::to_string(limits::max_sample_features));
+  const auto padded_h = input[1] + 2 * w.padding, padded_w = input[2] + 2 * w.padding;
+  if (w.kernel > padded_h || w.kernel > padded_w)
+    throw config_error(where, "layer '" + type + "': a " + std::to_string(w.kernel) + "x" +
+                                  std::to_string(w.kernel) + " window does not fit the input " +
+                                  shape_to_string(input) + " padded by " +
+                                  std::to_string(w.padding));
+  kernels::window2d window;
+  window.channels = static_cast<int>(input[0]);
+  window.height = static_cast<int>(input[1]);
+  window.width = static_cast<int>(input[2]);
+  window.kernel_h = window.kernel_w = static_cast<int>(w.kernel);
+  window.stride_h = window.stride_w = static_cast<int>(w.stride);
+  window.pad_h = window.pad_w = static_cast<int>(w.padding);
+  return window;
+}
+
+/// The window for a (b, C, H, W) tensor x (what forward and backward get).
+inline kernels::window2d window_of(const window_settings& w, const tensor& x) {
+  kernels::window2d window;
+  window.channels = static_cast<int>(x.dim(1));
+  window.height = static_cast<int>(x.dim(2));
+  window.width = static_cast<int>(x.dim(3));
+  window.kernel_h = window.kernel_w = static_cast<int>(w.kernel);
+  window.stride_h = window.stride_w = static_cast<int>(w.stride);
+  window.pad_h = window.pad_w = static_cast<int>(w.padding);
+  return window;
+}
+
+}  // namespace troupe

@@ -1,0 +1,73 @@
+// max_pool2d_test.cpp: the CPU max pooling forward (values and argmax) and backward against
+// naive references on every geometry of window_reference.hpp, plus ties and NaN.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernel_test_support.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
+#include "window_reference.hpp"
+
+using namespace troupe;
+
+TEST_CASE("max_pool2d_forward takes each window's first maximum and its index") {
+  auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
+  auto backward = kernels::lookup<kernels::ops::max_pool2d_backward>(kernels::device_type::cpu);
+  std::uint32_t seed = 80;
+  for (auto w : test::window_geometries()) {
+    // Pooling pads at most half the kernel (as torch); clamp the shared geometries.
+    w.pad_h = std::min(w.pad_h, w.kernel_h / 2);
+    w.pad_w = std::min(w.pad_w, w.kernel_w / 2);
+    const int batch = 2;
+    CAPTURE(w.kernel_h);
+    CAPTURE(w.stride_h);
+    CAPTURE(w.pad_h);
+    const auto x = test::random_floats(test::image_size(batch, w), ++seed);
+    std::vector<float> y(test::output_size(batch, w), std::numeric_limits<float>::quiet_NaN());
+    std::vector<std::int32_t> argmax(y.size(), -7);
+    forward(test::cpu_context(), batch, w, x.data(), y.data(), argmax.data());
+    std::vector<double> want;
+    std::vector<std::int32_t> want_argmax;
+    test::reference_max_pool(batch, w, x, want, want_argmax);
+    TROUPE_CHECK_CLOSE(y, want, 0.0, 0.0);  // a selection: exact
+    CHECK(argmax == want_argmax);
+
+    // Backward: dx gets the sum of dy over the outputs that chose it.
+    const auto dy = test::random_floats(y.size(), ++seed);
+    std::vector<double> want_dx(test::image_size(batch, w), 0.0);
+    const auto out_plane = static_cast<std::int64_t>(w.out_h()) * w.out_w();
+    for (std::size_t o = 0; o < dy.size(); ++o)
+      want_dx[(o / out_plane) * w.height * w.width + want_argmax[o]] += dy[o];
+    std::vector<float> dx(want_dx.size(), std::numeric_limits<float>::quiet_NaN());
+    backward(test::cpu_context(), batch, w, dy.data(), argmax.data(), dx.data());
+    // At most KH KW windows choose one pixel: that many float additions of terms in [-1, 1).
+    TROUPE_CHECK_CLOSE(dx, want_dx, w.kernel_h * w.kernel_w * 6e-8 * w.kernel_h * w.kernel_w, 0.0);
+  }
+}
+
+TEST_CASE("max_pool2d_forward breaks ties by the first index and lets NaN win") {
+  auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
+  const auto w = test::make_window2d(1, 2, 4, 2, 2, 0);  // two 2x2 windows
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x{1, 3, 5, nan,  //
+                             3, 2, 5, 9};
+  std::vector<float> y(2);
+  std::vector<std::int32_t> argmax(2);
+  forward(test::cpu_context(), 1, w, x.data(), y.data(), argmax.data());
+  CHECK(y[0] == 3.0f);
+  CHECK(argmax[0] == 1);  // 3 at (0, 1) before 3 at (1, 0)
+  CHECK(std::isnan(y[1]));
+  CHECK(argmax[1] == 3);
+}
+
+TEST_CASE("max_pool2d_forward refuses padding that leaves a window empty") {
+  auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
+  const auto w = test::make_window2d(1, 4, 4, 2, 1, 2);
+  std::vector<float> x(16), y(64);
+  std::vector<std::int32_t> argmax(64);
+  CHECK_THROWS_WITH_AS(forward(test::cpu_context(), 1, w, x.data(), y.data(), argmax.data()),
+                       doctest::Contains("leaves windows with no pixel"), check_failure);
+}
