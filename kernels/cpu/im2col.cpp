@@ -6,11 +6,10 @@
 // writes contiguously (a plain copy at stride 1); the padding is written as zero spans, not
 // tested per element.
 // col2im walks the same order and adds into x, so every pixel's sum has one fixed order
-// (the CUDA kernel gathers instead; both orders are exact for the integer-free sums we
-// test, and the tests allow float rounding otherwise). No GEMM here.
+// (the CUDA kernel gathers instead, in another order; its test allows that rounding).
+// No GEMM here.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/vectorize.hpp"
 #include "kernels/window2d.hpp"
@@ -62,7 +61,9 @@ void unfold(int batch, const window2d& w, const float* x_in, float* x_out, const
               continue;
             }
             const std::int64_t source = image + static_cast<std::int64_t>(ih) * w.width;
-            const std::int64_t pixel = source + first * w.stride_w - w.pad_w + j;
+            // The first valid pixel; only formed when there is one (first < last).
+            const std::int64_t pixel =
+                first < last ? source + first * w.stride_w - w.pad_w + j : source;
             if constexpr (Adjoint) {
               if (w.stride_w == 1)
                 add_into(last - first, cols_in + at + first, x_out + pixel);

@@ -253,8 +253,9 @@ TEST_CASE("a conv net matches the single-device run under data, pipeline and hyb
        "schedule = \"1f1b\"\naveraging = \"ring\"\nshare_devices = true\n"},
   };
   const auto single = train(conv_config(""));
-  for (const auto& [name, parallel] : wirings) {
-    const auto other = train(conv_config(parallel));
+  for (const auto& wiring : wirings) {
+    const char* name = wiring.first;  // not a binding: INFO's lambda captures it (clang 14)
+    const auto other = train(conv_config(wiring.second));
     double difference = 0;
     for (const auto& d : compare_parameters(single, other))
       difference = std::max(difference, d.relative);

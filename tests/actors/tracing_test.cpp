@@ -19,6 +19,7 @@
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
+#include "tests/sanitizers.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
@@ -319,8 +320,11 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
     const double theory = schedule == "zb-h1" ? 1.0 / 13 : 1.0 / 5;
     // What depends on timing (the order where arrivals tie, the bubble) gets three runs:
     // another process on the machine can slow hand-overs past the grace in one of them.
+    // Five under a sanitizer: one ASan suite on a loaded VM missed the bubble three times
+    // running (each run twice as slow as alone), and passed 3 of 3 alone.
     int as_simulated = 0;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    const int attempts = testing::under_sanitizer ? 5 : 3;
+    for (int attempt = 0; attempt < attempts; ++attempt) {
       auto path = temp_path(schedule + "_split.json");
       auto result = run(config(schedule), path);
       REQUIRE(result.outcome.exit_code == exit_code::ok);
