@@ -1,4 +1,6 @@
-// linear.cpp: the fully connected layer y = x W^T + b, as torch.nn.Linear.
+// linear.cpp: the fully connected layer y = x W^T + b, as torch.nn.Linear: over the last
+// dimension, so (features) -> (out) and, for sequences, (T, features) -> (T, out) with
+// every position a row of the same GEMM.
 //
 // Parameters: weight (out, in) and optional bias (out). Settings:
 //   out  = 256        (required) output features
@@ -25,14 +27,16 @@ class linear final : public layer {
   std::string type() const override { return "linear"; }
 
   shape_t output_shape(const shape_t& input) const override {
-    if (input.size() != 1)
-      throw config_error(where_, "layer 'linear' takes inputs of shape (features), found " +
-                                     shape_to_string(input) + "; flatten first");
-    return {out_};
+    if (input.empty())
+      throw config_error(where_, "layer 'linear' takes inputs of shape (..., features), found " +
+                                     shape_to_string(input));
+    shape_t output = input;
+    output.back() = out_;
+    return output;
   }
 
   std::vector<param_spec> parameters(const shape_t& input) const override {
-    auto in = input.at(0);
+    auto in = input.back();
     std::vector<param_spec> specs{{"weight", {out_, in}, init_, in, out_}};
     if (bias_)
       specs.push_back({"bias", {out_}, init_kind::zeros, in, out_});
@@ -47,8 +51,8 @@ class linear final : public layer {
 
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
                const tensor& y, std::vector<tensor>& saved) const override {
-    const auto batch = static_cast<int>(x.dim(0));
-    const auto in = static_cast<int>(x.dim(1));
+    const auto in = static_cast<int>(x.shape().back());
+    const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
     const auto out = static_cast<int>(out_);
     // y (b, out) = x (b, in) * W^T (in, out)
     gemm_(context.kernels, false, true, batch, out, in, 1.0f, x.f32(), in, params[0].f32(), in,
@@ -73,8 +77,8 @@ class linear final : public layer {
                       const std::vector<tensor>& saved, const tensor& dy,
                       const tensor& dx) const override {
     const tensor& x = saved.at(0);
-    const auto batch = static_cast<int>(x.dim(0));
-    const auto in = static_cast<int>(x.dim(1));
+    const auto in = static_cast<int>(x.shape().back());
+    const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
     // dx (b, in) = dy (b, out) * W (out, in)
     gemm_(context.kernels, false, false, batch, in, static_cast<int>(out_), 1.0f, dy.f32(),
           static_cast<int>(out_), params[0].f32(), in, 0.0f, dx.f32(), in);
@@ -84,8 +88,8 @@ class linear final : public layer {
                        const std::vector<tensor>& saved, const tensor& dy,
                        std::vector<tensor>& grads, bool accumulate) const override {
     const tensor& x = saved.at(0);
-    const auto batch = static_cast<int>(x.dim(0));
-    const auto in = static_cast<int>(x.dim(1));
+    const auto in = static_cast<int>(x.shape().back());
+    const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
     const auto out = static_cast<int>(out_);
     const float beta = accumulate ? 1.0f : 0.0f;
     // dW (out, in) = dy^T (out, b) * x (b, in)
@@ -96,8 +100,8 @@ class linear final : public layer {
   }
 
   double cost(const shape_t& input) const override {
-    // Three GEMMs of 2 * in * out flops each (forward, dW, dx).
-    return 6.0 * static_cast<double>(input.at(0)) * static_cast<double>(out_);
+    // Three GEMMs of 2 * in * out flops per row (forward, dW, dx).
+    return 6.0 * static_cast<double>(element_count(input)) * static_cast<double>(out_);
   }
 
  private:

@@ -165,6 +165,45 @@ struct avg_pool2d_backward {
                             float* dx);
 };
 
+/// Layer normalisation over the last dimension, as torch.nn.LayerNorm: for each row of
+/// x(rows, cols), mean[r] and rstd[r] = 1 / sqrt(biased variance + eps) are written, and
+/// y = (x - mean) * rstd * gamma + beta (gamma, beta: (cols)).
+struct layer_norm_forward {
+  static constexpr const char* name = "layer_norm_forward";
+  using function = void (*)(const context&, int rows, int cols, const float* x,
+                            const float* gamma, const float* beta, float eps, float* y,
+                            float* mean, float* rstd);
+};
+
+/// Its backward, from forward's mean and rstd: dx = rstd (g - mean(g) - xhat mean(g xhat))
+/// with g = dy gamma and xhat = (x - mean) rstd, row by row (dx may be null); dgamma =
+/// accumulate * dgamma + sum over rows of dy xhat and dbeta likewise of dy (both may be null;
+/// accumulate is 0 or 1).
+struct layer_norm_backward {
+  static constexpr const char* name = "layer_norm_backward";
+  using function = void (*)(const context&, int rows, int cols, const float* x,
+                            const float* gamma, const float* mean, const float* rstd,
+                            const float* dy, float* dx, float accumulate, float* dgamma,
+                            float* dbeta);
+};
+
+/// Causal softmax of attention scores: rows of x(rows, cols) are the queries of sequences
+/// of cols positions, row r being position t = r mod cols; y[r][j] = softmax over j <= t
+/// of scale x[r][j], and 0 for j > t (the future is masked). y may be x (in place).
+struct causal_softmax_forward {
+  static constexpr const char* name = "causal_softmax_forward";
+  using function = void (*)(const context&, int rows, int cols, float scale, const float* x,
+                            float* y);
+};
+
+/// Its backward from y: dx = scale y (dy - sum over j of dy y), row by row (0 where masked).
+/// dx may be dy (in place).
+struct causal_softmax_backward {
+  static constexpr const char* name = "causal_softmax_backward";
+  using function = void (*)(const context&, int rows, int cols, float scale, const float* y,
+                            const float* dy, float* dx);
+};
+
 /// Softmax cross-entropy over rows of logits(rows, classes) with integer labels(rows).
 /// *loss_sum = sum over rows of -log softmax(logits)[label] (numerically stable).
 /// If dlogits is not null: dlogits = grad_scale * (softmax(logits) - onehot(label)).

@@ -60,6 +60,9 @@ class settings {
   /// 'outs' for layer 'linear'; did you mean 'out'?").
   void finish() const;
 
+  /// True if the table holds `key` (whichever form of a setting a kind reads).
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+
   /// The position of a key's value (or of the table if absent).
   source_position position(const std::string& key) const;
 

@@ -50,7 +50,8 @@ TEST_CASE("every registered layer's backward matches finite differences") {
       {"linear",
        {{make_layer("linear", {{"out", integer(5)}}), {7}, 3},
         {make_layer("linear", {{"out", integer(1)}}), {4}, 1},
-        {make_layer("linear", {{"out", integer(6)}, {"bias", flag(false)}}), {3}, 2}}},
+        {make_layer("linear", {{"out", integer(6)}, {"bias", flag(false)}}), {3}, 2},
+        {make_layer("linear", {{"out", integer(3)}}), {4, 5}, 2}}},
       {"relu", {{make_layer("relu"), {9}, 2}}},
       {"conv2d",
        {{make_layer("conv2d", {{"out", integer(3)}, {"kernel", integer(3)}}), {2, 5, 6}, 2},
@@ -70,10 +71,17 @@ TEST_CASE("every registered layer's backward matches finite differences") {
                                    {"padding", integer(1)}}),
          {2, 4, 4}, 1}}},
       {"flatten", {{make_layer("flatten"), {2, 3, 4}, 2}, {make_layer("flatten"), {5}, 1}}},
+      {"layer_norm",
+       {{make_layer("layer_norm"), {6}, 3}, {make_layer("layer_norm"), {3, 5}, 2}}},
+      {"attention",
+       {{make_layer("attention", {{"heads", integer(2)}}), {4, 6}, 2},
+        {make_layer("attention", {{"heads", integer(1)}, {"bias", flag(false)}}), {3, 4}, 1}}},
       {"unflatten",
        {{make_layer("unflatten", {{"channels", integer(2)}, {"height", integer(3)},
                                   {"width", integer(2)}}),
-         {12}, 2}}},
+         {12}, 2},
+        {make_layer("unflatten", {{"positions", integer(4)}, {"features", integer(3)}}), {12},
+         1}}},
       {"gelu", {{make_layer("gelu"), {9}, 2}}},
       {"tanh", {{make_layer("tanh"), {9}, 1}}},
       {"delay",
@@ -137,7 +145,7 @@ TEST_CASE("the gradient check fails a layer whose backward is wrong") {
   CHECK(result.failures[0].find("dx[") == 0);
 }
 
-TEST_CASE("linear maps (features) to (out) and declares weight and bias") {
+TEST_CASE("linear maps (..., features) to (..., out) and declares weight and bias") {
   auto l = create_layer(make_layer("linear", {{"out", integer(4)}}));
   CHECK(l->output_shape({3}) == shape_t{4});
   auto params = l->parameters({3});
@@ -146,9 +154,10 @@ TEST_CASE("linear maps (features) to (out) and declares weight and bias") {
   CHECK(params[0].shape == shape_t{4, 3});
   CHECK(params[1].shape == shape_t{4});
   CHECK(l->cost({3}) == doctest::Approx(6.0 * 3 * 4));
-  CHECK_THROWS_WITH_AS(l->output_shape({2, 3}),
-                       doctest::Contains("takes inputs of shape (features), found (2, 3)"),
-                       config_error);
+  // Over the last dimension, as torch.nn.Linear: a sequence of 5 positions keeps its 5.
+  CHECK(l->output_shape({5, 3}) == shape_t{5, 4});
+  CHECK(l->parameters({5, 3})[0].shape == shape_t{4, 3});
+  CHECK(l->cost({5, 3}) == doctest::Approx(6.0 * 15 * 4));
 }
 
 TEST_CASE("layer settings errors name the position, the setting and the nearest name") {

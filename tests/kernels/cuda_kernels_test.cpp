@@ -788,6 +788,80 @@ TEST_CASE("CUDA im2col, col2im, max_pool2d and avg_pool2d match the CPU kernels"
   }
 }
 
+TEST_CASE("CUDA layer_norm and causal_softmax match the CPU kernels forward and backward") {
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  // 300 columns: more than one block of threads per row, so the block-stride loops wrap.
+  for (const int cols : {7, 300}) {
+    const int rows = 33;
+    CAPTURE(cols);
+    const std::size_t n = static_cast<std::size_t>(rows) * cols;
+    const auto x = random_floats(n, -2.0f, 3.0f, 150 + cols);
+    const auto gamma = random_floats(cols, -1.0f, 1.0f, 151);
+    const auto beta = random_floats(cols, -1.0f, 1.0f, 152);
+    const auto dy = random_floats(n, -1.0f, 1.0f, 153);
+    const auto device_x = session.upload(x), device_gamma = session.upload(gamma),
+               device_beta = session.upload(beta), device_dy = session.upload(dy);
+
+    // Layer norm: the sums run in another order (a tree over the block against a row
+    // scan): cols roundings of terms of size <= 3 on statistics that scale O(1) outputs.
+    std::vector<float> y(n), mean(rows), rstd(rows);
+    lookup<ops::layer_norm_forward>(device_type::cpu)(context{}, rows, cols, x.data(),
+                                                      gamma.data(), beta.data(), 1e-5f,
+                                                      y.data(), mean.data(), rstd.data());
+    device_buffer<float> device_y{n}, device_mean{std::size_t(rows)}, device_rstd{std::size_t(rows)};
+    lookup<ops::layer_norm_forward>(device_type::cuda)(
+        session.ctx(), rows, cols, device_x.get(), device_gamma.get(), device_beta.get(), 1e-5f,
+        device_y.get(), device_mean.get(), device_rstd.get());
+    const double bound = cols * 4 * eps;
+    check_close("layer_norm_forward y", session.download(device_y), y, bound, 0.0);
+    check_close("layer_norm_forward rstd", session.download(device_rstd), rstd, 0.0, bound);
+    std::vector<float> dx(n), dgamma(cols), dbeta(cols);
+    lookup<ops::layer_norm_backward>(device_type::cpu)(context{}, rows, cols, x.data(),
+                                                       gamma.data(), mean.data(), rstd.data(),
+                                                       dy.data(), dx.data(), 0.0f,
+                                                       dgamma.data(), dbeta.data());
+    device_buffer<float> device_dx{n}, device_dgamma{std::size_t(cols)},
+        device_dbeta{std::size_t(cols)};
+    const auto cpu_mean = session.upload(mean), cpu_rstd = session.upload(rstd);
+    lookup<ops::layer_norm_backward>(device_type::cuda)(
+        session.ctx(), rows, cols, device_x.get(), device_gamma.get(), cpu_mean.get(),
+        cpu_rstd.get(), device_dy.get(), device_dx.get(), 0.0f, device_dgamma.get(),
+        device_dbeta.get());
+    check_close("layer_norm_backward dx", session.download(device_dx), dx, bound, 0.0);
+    check_close("layer_norm_backward dgamma", session.download(device_dgamma), dgamma,
+                rows * bound, 0.0);
+    check_close("layer_norm_backward dbeta", session.download(device_dbeta), dbeta, rows * eps,
+                0.0);
+
+    // Causal softmax over rows of `cols` positions (rows = sequences x cols, so the mask
+    // moves along); scale 0.3 as 1 / sqrt(head size) would be.
+    const int softmax_rows = 3 * cols;
+    const std::size_t m = static_cast<std::size_t>(softmax_rows) * cols;
+    const auto scores = random_floats(m, -4.0f, 4.0f, 154);
+    const auto dp = random_floats(m, -1.0f, 1.0f, 155);
+    std::vector<float> p(m), dscores(m);
+    lookup<ops::causal_softmax_forward>(device_type::cpu)(context{}, softmax_rows, cols, 0.3f,
+                                                          scores.data(), p.data());
+    lookup<ops::causal_softmax_backward>(device_type::cpu)(context{}, softmax_rows, cols, 0.3f,
+                                                           p.data(), dp.data(), dscores.data());
+    const auto device_scores = session.upload(scores), device_dp = session.upload(dp);
+    const auto device_cpu_p = session.upload(p);
+    device_buffer<float> device_p{m}, device_dscores{m};
+    lookup<ops::causal_softmax_forward>(device_type::cuda)(session.ctx(), softmax_rows, cols,
+                                                           0.3f, device_scores.get(),
+                                                           device_p.get());
+    lookup<ops::causal_softmax_backward>(device_type::cuda)(session.ctx(), softmax_rows, cols,
+                                                            0.3f, device_cpu_p.get(),
+                                                            device_dp.get(),
+                                                            device_dscores.get());
+    // expf of arguments up to 2.4 and sums of up to cols terms in another order.
+    check_close("causal_softmax_forward", session.download(device_p), p, 1e-7, cols * 4 * eps);
+    check_close("causal_softmax_backward", session.download(device_dscores), dscores,
+                cols * 4 * eps, cols * 4 * eps);
+  }
+}
+
 }  // namespace
 }  // namespace troupe::kernels
 
