@@ -29,6 +29,17 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   }
 }
 
+layer_context layer_actor::context_for(device& on, const micro_tag& tag, std::int64_t batch,
+                                       bool training) const {
+  layer_context context{on.id(), on.context(), training};
+  context.seed = settings_->seed;
+  context.step = tag.step;
+  context.layer = settings_->layer_index;
+  context.first_sample =
+      (static_cast<std::int64_t>(tag.replica) * settings_->microbatches + tag.microbatch) * batch;
+  return context;
+}
+
 std::string layer_actor::describe(const layer_actor_settings& settings, const char* pass,
                                   const micro_tag& tag) {
   return settings.name + " (" + settings.math->type() + ") " + pass + " of " +
@@ -286,7 +297,7 @@ void layer_actor::forward(activation_msg& message) {
   tensor y = tensor::empty(std::move(y_shape), dtype::f32, device.id());
   auto saved = std::make_shared<std::vector<tensor>>();
   const bool training = tag.stage == phase::train;
-  layer_context context{device.id(), device.context(), training};
+  const auto context = context_for(device, tag, x.dim(0), training);
 
   auto done = device.work().submit(
       // Captures the settings (which own the layer) so the job outlives the actor safely;
@@ -346,7 +357,7 @@ void layer_actor::backward(gradient_msg& message) {
   tensor dx;
   if (previous_wants_dx_)
     dx = tensor::empty(entry.input_shape, dtype::f32, device.id());
-  layer_context context{device.id(), device.context(), true};
+  const auto context = context_for(device, tag, entry.input_shape.at(0), true);
 
   event done;  // when the parameter gradients are written
   if (split_) {
@@ -463,6 +474,7 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                      s->replica = plan.replica;
                                      s->microbatches =
                                          static_cast<std::int32_t>(context.plan.microbatches);
+                                     s->seed = context.config.run.seed;
                                      s->input_shape = context.graph.shapes.at(
                                          static_cast<std::size_t>(plan.layer));
                                      s->on = &context.devices.at(plan.device);

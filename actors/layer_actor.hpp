@@ -36,6 +36,7 @@ struct layer_actor_settings {
   std::int32_t layer_index = 0;   // position in the model
   std::int32_t replica = 0;
   std::int32_t microbatches = 1;  // M: backward passes per step before grads go out
+  std::uint64_t seed = 0;         // [run] seed: the key of the layer's randomness
   shape_t input_shape;            // per sample
   device* on = nullptr;           // the device it runs on (outlives the actor)
   std::unique_ptr<layer> math;
@@ -97,6 +98,11 @@ class layer_actor : public device_actor {
   void forward(activation_msg& message);
   void backward(gradient_msg& message);
   void install(params_msg& message);
+  /// The context a pass of `tag` over a micro-batch of `batch` samples runs with: its
+  /// randomness keyed by (seed, step, layer, the micro-batch's first sample in the step),
+  /// the sample order the data loader uses (replica-major, then micro-batch).
+  layer_context context_for(device& on, const micro_tag& tag, std::int64_t batch,
+                            bool training) const;
   /// "layer_2 (linear) forward of step 3, micro-batch 1, replica 0": for errors only.
   static std::string describe(const layer_actor_settings& settings, const char* pass,
                               const micro_tag& tag);

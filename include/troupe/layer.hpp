@@ -69,11 +69,18 @@ class layer_settings : public settings {
   std::string type_;
 };
 
-/// What a layer's code gets to run with: the device it runs on and its kernel context.
+/// What a layer's code gets to run with: the device it runs on, its kernel context, and
+/// the key of its randomness (dropout): randomness is keyed by the run's seed, the step,
+/// the layer and the global index of each sample (DESIGN.md "Equivalence"), so every
+/// wiring draws the same numbers for the same sample.
 struct layer_context {
   device_id device;
   kernels::context kernels;
   bool training = true;
+  std::uint64_t seed = 0;         // [run] seed
+  std::int64_t step = 0;          // the training step of this pass
+  std::int32_t layer = 0;         // the layer's index in the model
+  std::int64_t first_sample = 0;  // the step's index of the micro-batch's first sample
 };
 
 class layer {

@@ -204,6 +204,17 @@ struct causal_softmax_backward {
                             const float* dy, float* dx);
 };
 
+/// Dropout with masks keyed by what they are for, not by who draws them: element c of row
+/// r (rows are samples, cols their values) is kept when the 24-bit draw of
+/// splitmix64(key ^ splitmix64((first_row + r) cols + c)) >> 40 is at least p 2^24
+/// (kernels/dropout_hash.hpp), and y = kept ? x / (1 - p) : 0. The backward is the same
+/// call on dy with the same key and first_row. y may be x (in place); 0 <= p < 1.
+struct dropout {
+  static constexpr const char* name = "dropout";
+  using function = void (*)(const context&, std::int64_t rows, std::int64_t cols, float p,
+                            std::uint64_t key, std::int64_t first_row, const float* x, float* y);
+};
+
 /// Softmax cross-entropy over rows of logits(rows, classes) with integer labels(rows).
 /// *loss_sum = sum over rows of -log softmax(logits)[label] (numerically stable).
 /// If dlogits is not null: dlogits = grad_scale * (softmax(logits) - onehot(label)).

@@ -31,7 +31,9 @@
 /// actor_spawn; layer_settings is a troupe::settings.
 /// 4: layer gains the optional split backward (splits_backward, backward_input,
 /// backward_weight); stream gains the idle lane.
-#define TROUPE_ABI_VERSION 4
+/// 5: layer_context gains the key of a layer's randomness (seed, step, layer,
+/// first_sample); ops.hpp gains window, normalisation, attention and dropout ops.
+#define TROUPE_ABI_VERSION 5
 
 namespace troupe {
 

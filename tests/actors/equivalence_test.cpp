@@ -64,7 +64,8 @@ lr = 0.01
 }
 
 /// A small sequence model on synthetic samples read as 6 positions of 8 features:
-/// layer_norm, causal attention, a per-position linear and gelu, then a classifier.
+/// layer_norm, causal attention, a per-position linear and gelu, dropout (its masks keyed
+/// by sample, so every wiring drops the same values), then a classifier.
 /// SGD, not Adam: the key part of attention's in_proj_bias has a true gradient of zero
 /// (softmax ignores a constant added to every score of a row), so its computed gradient is
 /// float noise, and Adam turns noise into steps of size lr whose signs follow the summation
@@ -79,7 +80,7 @@ evaluate = false
 )" + test::data_section({24, 480, 10, 48, 4}) +
          test::layer("unflatten", "positions = 6\nfeatures = 8\n") + test::layer("layer_norm") +
          test::layer("attention", "heads = 2\n") + test::linear(8) + test::layer("gelu") +
-         test::layer("flatten") + test::linear(4) + R"(
+         test::layer("dropout", "p = 0.2\n") + test::layer("flatten") + test::linear(4) + R"(
 [optimizer]
 type = "sgd"
 lr = 0.05
@@ -294,10 +295,10 @@ TEST_CASE("an attention model matches the single-device run under data, pipeline
       {"data parallel, ring all-reduce (R = 2)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"},
       {"pipeline 1F1B, attention on stage 0 (P = 2, M = 4)",
-       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 2], [3, 6]]\n"
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 2], [3, 7]]\n"
        "microbatches = 4\nschedule = \"1f1b\"\n"},
       {"pipeline ZB-H1 (P = 2, M = 4)",
-       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 1], [2, 6]]\n"
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 1], [2, 7]]\n"
        "microbatches = 4\nschedule = \"zb-h1\"\n"},
       {"hybrid (R = 2, P = 2, M = 2, GPipe, devices shared)",
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\npipeline = 2\nmicrobatches = 2\n"

@@ -71,6 +71,7 @@ TEST_CASE("every registered layer's backward matches finite differences") {
                                    {"padding", integer(1)}}),
          {2, 4, 4}, 1}}},
       {"flatten", {{make_layer("flatten"), {2, 3, 4}, 2}, {make_layer("flatten"), {5}, 1}}},
+      {"dropout", {{make_layer("dropout"), {10}, 3}, {make_layer("dropout"), {2, 5}, 2}}},
       {"layer_norm",
        {{make_layer("layer_norm"), {6}, 3}, {make_layer("layer_norm"), {3, 5}, 2}}},
       {"attention",

@@ -118,3 +118,35 @@ TEST_CASE("attention and layer_norm refuse inputs they cannot take, at their pos
   CHECK(specs[0].init == init_kind::ones);
   CHECK(specs[1].init == init_kind::zeros);
 }
+
+TEST_CASE("dropout is the identity in evaluation and keys its mask by sample in training") {
+  auto layer = create_layer(sequence_layer("dropout", {}));
+  layer->bind(device_type::cpu);
+  const tensor x = random_tensor({4, 10}, 3);
+  const tensor eval_y = tensor::empty({4, 10});
+  std::vector<tensor> saved;
+  layer_context evaluation;
+  evaluation.training = false;
+  layer->forward(evaluation, {}, x, eval_y, saved);
+  CHECK(std::vector<float>(eval_y.f32(), eval_y.f32() + 40) ==
+        std::vector<float>(x.f32(), x.f32() + 40));
+  // Training: samples 2 and 3 as a micro-batch of their own (first_sample = 2) get the
+  // masks they get inside the whole batch; another step gets other masks.
+  layer_context training;
+  training.seed = 42;
+  training.step = 7;
+  training.layer = 3;
+  const tensor whole = tensor::empty({4, 10});
+  layer->forward(training, {}, x, whole, saved);
+  training.first_sample = 2;
+  const tensor part = tensor::empty({2, 10});
+  layer->forward(training, {}, x.view(20, {2, 10}), part, saved);
+  CHECK(std::vector<float>(part.f32(), part.f32() + 20) ==
+        std::vector<float>(whole.f32() + 20, whole.f32() + 40));
+  training.first_sample = 0;
+  training.step = 8;
+  const tensor next_step = tensor::empty({4, 10});
+  layer->forward(training, {}, x, next_step, saved);
+  CHECK(std::vector<float>(next_step.f32(), next_step.f32() + 40) !=
+        std::vector<float>(whole.f32(), whole.f32() + 40));
+}

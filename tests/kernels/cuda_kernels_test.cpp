@@ -862,6 +862,22 @@ TEST_CASE("CUDA layer_norm and causal_softmax match the CPU kernels forward and 
   }
 }
 
+TEST_CASE("CUDA dropout keeps exactly the CPU's elements") {
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  const std::int64_t rows = 37, cols = 1001;
+  const auto x = random_floats(static_cast<std::size_t>(rows * cols), -1.0f, 1.0f, 160);
+  std::vector<float> cpu_y(x.size());
+  lookup<ops::dropout>(device_type::cpu)(context{}, rows, cols, 0.3f, 4242, 17, x.data(),
+                                         cpu_y.data());
+  const auto device_x = session.upload(x);
+  device_buffer<float> device_y{x.size()};
+  lookup<ops::dropout>(device_type::cuda)(session.ctx(), rows, cols, 0.3f, 4242, 17,
+                                          device_x.get(), device_y.get());
+  // The same hash, the same comparison, one multiplication: identical.
+  check_close("dropout", session.download(device_y), cpu_y, 0.0, 0.0);
+}
+
 }  // namespace
 }  // namespace troupe::kernels
 
