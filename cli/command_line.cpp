@@ -1,4 +1,5 @@
 // command_line.cpp: option parsing shared by the commands (one positional operand each).
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 
@@ -61,6 +62,29 @@ run_config load_config_and_plugins(const command_line& line) {
   auto config = load_config(line.config);
   load_config_plugins(config);
   return config;
+}
+
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  if (text.size() < suffix.size())
+    return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(text[text.size() - suffix.size() + i])) !=
+        suffix[i])
+      return false;
+  return true;
+}
+
+}  // namespace
+
+bool picture_is_html(const std::string& command, const std::string& output) {
+  if (ends_with(output, ".html") || ends_with(output, ".htm"))
+    return true;
+  if (ends_with(output, ".svg"))
+    return false;
+  throw user_error(command + ": -o '" + output +
+                   "': the name should end in .svg or .html (that picks the format)");
 }
 
 }  // namespace troupe::cli

@@ -27,6 +27,8 @@ exit_code check_layer_command(const std::vector<std::string>& args);
 exit_code trace_command(const std::vector<std::string>& args);
 /// `troupe export CHECKPOINT -o FILE`: a checkpoint's parameters for PyTorch.
 exit_code export_command(const std::vector<std::string>& args);
+/// `troupe plot METRICS.jsonl... -o FILE`: training curves of one or more runs.
+exit_code plot_command(const std::vector<std::string>& args);
 
 /// A command line of the form `troupe NAME [options] OPERAND`.
 struct command_line {
@@ -46,6 +48,11 @@ std::optional<exit_code> parse_command_line(const std::vector<std::string>& args
 /// Loads the plugins named with --plugin, then the config, then the plugins its [run]
 /// plugins lists (relative to the config file). Throws user_error.
 run_config load_config_and_plugins(const command_line& line);
+
+/// Whether a picture's -o path asks for HTML (.html, .htm) rather than SVG (.svg), any
+/// case; throws user_error ("<command>: -o '...': the name should end in .svg or .html")
+/// for anything else.
+bool picture_is_html(const std::string& command, const std::string& output);
 
 /// Loads the plugins named with --plugin (commands without a config).
 void load_command_line_plugins(const boost::program_options::variables_map& values);

@@ -28,6 +28,7 @@ const char* main_usage =
     "  check-layer NAME     check a layer's backward against finite differences\n"
     "  trace summary|timeline FILE  read a trace written by troupe run --trace\n"
     "  export CHECKPOINT -o FILE    a checkpoint's parameters as safetensors for PyTorch\n"
+    "  plot METRICS.jsonl... -o FILE  training curves of one or more runs (.svg, .html)\n"
     "\n"
     "options:\n"
     "  -h, --help           show this help (also: troupe <command> --help)\n"
@@ -55,6 +56,7 @@ const command_entry commands[] = {
     {"verify", troupe::cli::verify_command}, {"trace", troupe::cli::trace_command},
     {"layers", troupe::cli::layers_command}, {"check-layer", troupe::cli::check_layer_command},
     {"export", troupe::cli::export_command}, {"launch", troupe::cli::launch_command},
+    {"plot", troupe::cli::plot_command},
 };
 
 troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {

@@ -31,15 +31,6 @@ const char* trace_usage =
     "            green, the rest grey, red hatching where a sender ran out of credits;\n"
     "            .svg, or .html (the SVG with a legend and hover details)\n";
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  if (text.size() < suffix.size())
-    return false;
-  for (std::size_t i = 0; i < suffix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(text[text.size() - suffix.size() + i])) != suffix[i])
-      return false;
-  return true;
-}
-
 // Every write and the close checked (an ofstream reports a failed last flush to no one).
 void write_file(const std::string& path, const std::string& text) {
   write_whole_file(path, text, "the timeline");
@@ -112,10 +103,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
   if (!values.count("output"))
     throw user_error("troupe trace timeline: say where to draw it: -o schedule.svg or -o schedule.html");
   auto output = values["output"].as<std::string>();
-  bool html = ends_with(output, ".html") || ends_with(output, ".htm");
-  if (!html && !ends_with(output, ".svg"))
-    throw user_error("troupe trace timeline: -o '" + output +
-                     "': the name should end in .svg or .html (that picks the format)");
+  const bool html = picture_is_html("troupe trace timeline", output);
   timeline_options timeline;
   timeline.width = values["width"].as<double>();
   if (!(timeline.width >= 400 && timeline.width <= 100000))

@@ -123,7 +123,8 @@ TEST_CASE("each runtime folder includes only the folders below it, and never act
   // The order of README.md's layout table: a folder may use those before it.
   const std::vector<std::string> order{"base",  "trace",      "core",        "net",
                                        "config", "model",     "data",        "graph",
-                                       "plugin", "checkpoint", "trace_tools", "collective"};
+                                       "plugin", "checkpoint", "trace_tools", "collective",
+                                       "plot"};
   std::map<std::string, std::size_t> rank;
   for (std::size_t i = 0; i < order.size(); ++i)
     rank[order[i]] = i;

@@ -32,6 +32,8 @@ constexpr std::int64_t max_config_bytes = std::int64_t{16} << 20;
 /// The largest trace file read, in bytes (256 MiB): its parsed form takes several times
 /// that in memory. A longer run's trace can be kept under it with [run] trace_capacity.
 constexpr std::int64_t max_trace_bytes = std::int64_t{256} << 20;
+/// The largest metrics file `troupe plot` reads (256 MiB: a million steps' lines).
+constexpr std::int64_t max_metrics_bytes = std::int64_t{256} << 20;
 /// The most parts of one dotted TOML key or table header (`a.b.c` has 3).
 constexpr int max_toml_key_parts = 64;
 /// The deepest nesting of TOML arrays and inline tables (`[[1]]` is 2 deep).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/base/text_format.hpp"
+#include "runtime/base/xml_text.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -27,33 +28,6 @@ constexpr double axis_height = 34;
 constexpr double row_height = job_height + credit_height + row_gap;
 constexpr double label_min_width = 14;  // narrowest job that gets its micro-batch number
 constexpr double node_header_height = 20;  // above each node's rows, in a multi-node trace
-
-// Text from the trace (actor, device, wire, marker and config names are the user's
-// choice) as XML character data or an attribute value: the five special characters as
-// entities, and the control characters XML 1.0 cannot carry at all (not even as
-// references) as U+FFFD, so that no name can break or inject markup.
-std::string escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      case '\t':
-      case '\n':
-      case '\r': out += c; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          out += "\xEF\xBF\xBD";
-        else
-          out += c;
-    }
-  }
-  return out;
-}
 
 // A class name from a job name: letters, digits and '-' only, so CSS and tests can use it;
 // kinds this file has no colour for also get "other".
@@ -271,7 +245,7 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                     static_cast<long long>(trace.microbatches), trace.schedule.empty() ? "" : ", ",
                     trace.schedule.c_str());
   svg += string_printf("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
-                label_width, escape(title).c_str());
+                label_width, xml_text(title).c_str());
 
   // Node bands under everything: each node's rows on a shaded band with its name above.
   if (!rows.empty() && rows.front().node != rows.back().node) {
@@ -319,10 +293,10 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
   svg += "</g>\n<g class=\"rows\">\n";
   for (const auto& r : rows) {
     svg += string_printf("<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", r.y + 13,
-                  escape(r.device).c_str());
+                  xml_text(r.device).c_str());
     if (!r.label.empty())
       svg += string_printf("<text x=\"8\" y=\"%.1f\" fill=\"#555\">%s</text>\n", r.y + 27,
-                    escape(r.label).c_str());
+                    xml_text(r.label).c_str());
   }
   svg += "</g>\n<g class=\"markers\">\n";
   for (const auto& m : trace.markers)
@@ -330,7 +304,7 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       double x = x_of(m.time_us);
       svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
                     "stroke-dasharray=\"3,3\"><title>%s at %.3f ms</title></line>\n",
-                    x, title_height - 4, x, plot_bottom, escape(m.name).c_str(), m.time_us / 1000);
+                    x, title_height - 4, x, plot_bottom, xml_text(m.name).c_str(), m.time_us / 1000);
     }
 
   // Interleaved stages: a device's odd chunks (stage / P odd) in darker shades, as in
@@ -368,8 +342,8 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     svg += string_printf("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
                   "data-step=\"%lld\" data-microbatch=\"%d\" data-actor=\"%s\"><title>%s</title></rect>\n",
                   kind.c_str(), job.eval ? " eval" : "", x0, r->y, w, job_height,
-                  static_cast<long long>(job.step), job.microbatch, escape(job.actor).c_str(),
-                  escape(details).c_str());
+                  static_cast<long long>(job.step), job.microbatch, xml_text(job.actor).c_str(),
+                  xml_text(details).c_str());
     if ((job.name == "forward" || job.name == "backward" || job.name == "backward_weight") &&
         job.microbatch >= 0 && w >= label_min_width)
       svg += string_printf("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
@@ -403,8 +377,8 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                     "height=\"%.1f\" data-wire=\"%s\"><title>%s -&gt; %s: all %lld credits in use "
                     "for %.3f ms from %.3f ms (the sender could not send more)</title></rect>\n",
                     x0, r->y + job_height, std::max(x1 - x0, 0.5), credit_height,
-                    escape(sender + " -> " + receiver).c_str(), escape(sender).c_str(),
-                    escape(receiver).c_str(), static_cast<long long>(capacity),
+                    xml_text(sender + " -> " + receiver).c_str(), xml_text(sender).c_str(),
+                    xml_text(receiver).c_str(), static_cast<long long>(capacity),
                     (end - start) / 1000, start / 1000);
     }
   }
@@ -416,15 +390,15 @@ std::string render_timeline_html(const trace_file& trace, const timeline_options
   auto svg = render_timeline_svg(trace, options);
   std::string html =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>troupe "
-      "schedule: " + escape(trace.path) + "</title>\n<style>\n"
+      "schedule: " + xml_text(trace.path) + "</title>\n<style>\n"
       "body{font-family:sans-serif;margin:16px;color:#222}\n"
       ".legend span{display:inline-block;margin-right:16px}\n"
       ".legend i{display:inline-block;width:14px;height:14px;margin-right:4px;vertical-align:-2px}\n"
       "svg rect:hover{stroke:#000;stroke-width:1.5}\n"
       ".figure{overflow-x:auto}\n"
-      "</style>\n</head>\n<body>\n<h1>troupe schedule</h1>\n<p>" + escape(trace.path);
+      "</style>\n</head>\n<body>\n<h1>troupe schedule</h1>\n<p>" + xml_text(trace.path);
   if (!trace.config.empty())
-    html += " (config " + escape(trace.config) + ")";
+    html += " (config " + xml_text(trace.config) + ")";
   html += ". Hover over a job for its actor, step, micro-batch and times.</p>\n<p class=\"legend\">";
   const char* legend[][2] = {
       {"#4e79a7", "forward"}, {"#59a14f", "backward"}, {"#b07aa1", "backward_weight"},
