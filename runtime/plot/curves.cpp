@@ -198,8 +198,13 @@ std::string render_curves_svg(const std::vector<run_curves>& runs, double width)
                          "fill=\"none\" stroke=\"#444\"/>\n",
                          left_margin, top, plot_width, panel_height);
     const double value_step = tick_step(high - low, 5);
-    for (double v = std::ceil(low / value_step) * value_step; v <= high + 1e-12;
-         v += value_step) {
+    // Counted, not accumulated: where the values are huge and close, step < ulp(v), and
+    // v += step would never move.
+    const double first_tick = std::ceil(low / value_step) * value_step;
+    for (int tick = 0; tick <= 12; ++tick) {
+      const double v = first_tick + tick * value_step;
+      if (v > high + 1e-12 * std::fabs(high))
+        break;
       svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                            "stroke=\"#e4e4e4\"/><text x=\"%.1f\" y=\"%.1f\" "
                            "text-anchor=\"end\">%s</text>\n",
@@ -209,9 +214,9 @@ std::string render_curves_svg(const std::vector<run_curves>& runs, double width)
                                       : string_printf("%.3g", v).c_str());
     }
     const double step_step = tick_step(max_step, 6);
-    for (double s = 0; s <= max_step + 1e-9; s += step_step)
+    for (int tick = 0; tick <= 12 && tick * step_step <= max_step * (1 + 1e-12); ++tick)
       svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
-                           x_of(s), top + panel_height + 16, s);
+                           x_of(tick * step_step), top + panel_height + 16, tick * step_step);
     svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">step</text>\n",
                          left_margin + plot_width, top + panel_height + 32);
     for (std::size_t r = 0; r < runs.size(); ++r) {

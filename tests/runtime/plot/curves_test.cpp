@@ -92,6 +92,12 @@ TEST_CASE("the picture has a curve per run and panel, safe labels, and buckets l
   const auto only_training = render_curves_svg({runs[1]}, 900);
   CHECK(count(only_training, "class=\"panel\"") == 1);
   CHECK(render_curves_html(runs, 900).find("<!DOCTYPE html>") == 0);
+  // Huge values a hair apart (a diverged run): a few ticks, drawn at once, not a loop that
+  // never ends.
+  run_curves diverged;
+  diverged.label = "diverged";
+  diverged.train_loss = {{0, 1e20}, {1, 1e20 * (1 + 1e-15)}, {2, 1e20}};
+  CHECK(count(render_curves_svg({diverged}, 900), "stroke=\"#e4e4e4\"") <= 13);
 }
 
 TEST_CASE("troupe plot writes the picture, and refuses a bad suffix or mismatched labels") {
