@@ -11,31 +11,17 @@
 #include "actors/session.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/model/layer.hpp"
+#include "tests/actors/layer_test_support.hpp"
 
 using namespace troupe;
 
 namespace {
 
 layer_config image_layer(const std::string& type, std::map<std::string, std::int64_t> values) {
-  layer_config c;
-  c.type = type;
-  int line = 5;
-  for (const auto& [key, value] : values)
-    c.settings[key] = setting_value{value, {"cnn.toml", line++, 9}};
-  c.where = {"cnn.toml", 3, 1};
-  c.type_where = {"cnn.toml", 4, 8};
-  return c;
+  return test::layer_table("cnn.toml", type, values);
 }
 
-tensor random_tensor(shape_t shape, std::uint32_t seed) {
-  std::vector<float> values(static_cast<std::size_t>(element_count(shape)));
-  std::uint32_t state = seed;
-  for (auto& v : values) {
-    state = state * 1664525u + 1013904223u;  // a fixed LCG: the same inputs everywhere
-    v = static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 2.0f - 1.0f;
-  }
-  return tensor::from(values, std::move(shape));
-}
+using test::random_tensor;
 
 }  // namespace
 

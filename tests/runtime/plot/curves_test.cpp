@@ -65,6 +65,21 @@ TEST_CASE("a bad metrics file is an error naming the file and the line") {
   CHECK_THROWS_WITH_AS(read_metrics(write(d, "empty.jsonl", "{\"event\":\"done\"}\n"), "x"),
                        doctest::Contains("no training or evaluation lines"), user_error);
   CHECK_THROWS_AS(read_metrics(d.file("missing.jsonl"), "x"), user_error);
+  // Nested past the JSON depth limit: refused before the parser recurses.
+  CHECK_THROWS_WITH_AS(read_metrics(write(d, "deep.jsonl", std::string(100000, '[') + "\n"), "x"),
+                       doctest::Contains("deep.jsonl' line 1"), user_error);
+}
+
+TEST_CASE("troupe plot refuses an endless or nested metrics file with exit code 2") {
+  test::temp_directory d{"troupe-plot"};
+  // /dev/zero: read up to the 256 MiB limit and refused, not read forever.
+  auto endless = run_troupe("plot /dev/zero -o " + d.file("c.svg"));
+  CHECK(endless.exit_code == 2);
+  CHECK(endless.output.find("metrics file") != std::string::npos);
+  auto deep = run_troupe("plot " + write(d, "deep.jsonl", std::string(100000, '{') + "\n") +
+                         " -o " + d.file("c.svg"));
+  CHECK(deep.exit_code == 2);
+  CHECK(deep.output.find("line 1") != std::string::npos);
 }
 
 TEST_CASE("the picture has a curve per run and panel, safe labels, and buckets long runs") {
