@@ -125,10 +125,13 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                                    std::int64_t count, const micro_tag& tag,
                                    std::int64_t global_batch) {
   auto r = static_cast<std::size_t>(tag.replica);
-  auto y = tensor::empty({count}, dtype::i32, settings_.on);
+  // One label a sample, or one a position of a sequence (a language model's next tokens).
+  const auto positions = source.positions;
+  auto y = positions > 1 ? tensor::empty({count, positions}, dtype::i32, settings_.on)
+                         : tensor::empty({count}, dtype::i32, settings_.on);
   std::int32_t* ys = y.i32();
   for (std::int64_t i = 0; i < count; ++i)
-    ys[i] = source.labels[static_cast<std::size_t>(rows[i])];
+    std::copy_n(source.labels.begin() + rows[i] * positions, positions, ys + i * positions);
   labels_msg labels{tag, std::move(y), global_batch, trace_stamp{}};
   stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send(losses_.at(r), std::move(labels));

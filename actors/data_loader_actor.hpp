@@ -42,6 +42,7 @@ struct run_plan {
   bool evaluate = true;
   std::int64_t eval_batch_size = 0;
   std::int64_t eval_batches = 0;     // per evaluation: ceil(N_test / eval_batch_size)
+  std::int64_t positions = 1;        // labels a sample: > 1 for a language model's sequences
 
   /// Evaluations run after step s (0-based) when this is true.
   bool evaluates_after(std::int64_t step) const {

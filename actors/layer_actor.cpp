@@ -2,11 +2,14 @@
 #include "actors/layer_actor.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "actors/actor_kinds.hpp"
 #include "runtime/core/transfer.hpp"
+#include "troupe/inputs.hpp"
 
 namespace troupe {
 
@@ -18,6 +21,8 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   if (!has_params_)
     version_ = std::numeric_limits<std::int64_t>::max();  // any version will do
   split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
+  copy_ = kernels::lookup<kernels::ops::copy>(settings_->on->id().type);
+  axpy_ = kernels::lookup<kernels::ops::axpy>(settings_->on->id().type);
   if (settings_->sequencer != nullptr) {
     // Weak: the sequencer lives as long as the settings this actor owns.
     auto wake = [me = caf::actor_cast<caf::weak_actor_ptr>(this)] {
@@ -48,26 +53,136 @@ std::string layer_actor::describe(const layer_actor_settings& settings, const ch
          std::to_string(tag.replica);
 }
 
+namespace {
+
+// A message that came back once its tensor was ready (Note [no blocking waits] in
+// troupe/inputs.hpp), with the port it first came in on: sent by no one, it no longer
+// says. Local only.
+struct ported_activation {
+  activation_msg message;
+  std::int32_t port = 0;
+};
+struct ported_gradient {
+  gradient_msg message;
+  std::int32_t port = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ported_activation& x) {
+  return f(caf::meta::type_name("ported_activation"), x.message, x.port);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ported_gradient& x) {
+  return f(caf::meta::type_name("ported_gradient"), x.message, x.port);
+}
+
+}  // namespace
+
+// Note [ports]
+// A layer of a model beyond a chain has several activations wires in (an `add`, one per
+// input) or out (one to each layer that reads it). A message does not say which wire it
+// came on; its sender does, since no two wires of a layer join the same two actors
+// (validate_topology refuses that). Each wire out has its own credits, returned by the
+// gradient or release that comes back on it. A pass waits until every port has brought
+// its part: an `add`'s forward for all its inputs, a backward for the gradients of all
+// readers. Parts are summed in port order, which is the model's order in every wiring,
+// so a residual model computes the same floats on one device and in a pipeline. A
+// layer with one wire each way skips all of this.
+template <class Ports>
+std::int32_t layer_actor::port_of(const Ports& ports, std::int32_t carried) {
+  if (ports.size() == 1)
+    return 0;
+  const auto& sender = current_sender();
+  if (sender == nullptr)
+    return carried;  // came back once ready
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    const auto& peer = [&]() -> const caf::actor& {
+      if constexpr (std::is_same_v<typename Ports::value_type, in_port>)
+        return ports[i].peer;
+      else
+        return ports[i].wire.peer();
+    }();
+    if (peer && peer->id() == sender->id() && peer->node() == sender->node())
+      return static_cast<std::int32_t>(i);
+  }
+  throw std::logic_error(settings_->name + " got a message from actor " +
+                         std::to_string(sender->id()) + ", which none of its wires joins");
+}
+
+bool layer_actor::gathered(std::map<pass_key, gathering>& by_key, const pass_key& key,
+                           std::size_t ports, std::int32_t port, tensor part,
+                           std::vector<tensor>& out) {
+  auto& g = by_key[key];
+  if (g.parts.empty())
+    g.parts.resize(ports);
+  auto& slot = g.parts.at(static_cast<std::size_t>(port));
+  if (slot.defined())
+    throw std::logic_error(settings_->name + " got a second message on port " +
+                           std::to_string(port) + " for step " +
+                           std::to_string(std::get<1>(key)) + ", micro-batch " +
+                           std::to_string(std::get<2>(key)));
+  slot = std::move(part);
+  if (++g.count < ports)
+    return false;
+  out = std::move(g.parts);
+  by_key.erase(key);
+  return true;
+}
+
+void layer_actor::arrive_forward(activation_msg& message, std::int32_t port) {
+  if (pending_input(settings_->on->id(), {&message.x}) != nullptr) {
+    ported_activation later{std::move(message), port};
+    come_back_when_ready(this, &later.message.x, later);  // its event is copied out first
+    return;
+  }
+  auto span = handling_span("forward", message.trace, message.tag, bytes_of(message.x));
+  pass work{std::move(message), {}, false, {}};
+  if (ins_.size() > 1) {
+    const auto& tag = work.activation.tag;
+    std::vector<tensor> parts;
+    if (!gathered(inputs_in_, pass_key{tag.stage, tag.step, tag.microbatch}, ins_.size(), port,
+                  std::move(work.activation.x), parts))
+      return;
+    work.activation.x = std::move(parts.front());
+    work.more.assign(std::make_move_iterator(parts.begin() + 1),
+                     std::make_move_iterator(parts.end()));
+  }
+  if (work.activation.tag.version > version_) {
+    waiting_.push_back(std::move(work));
+    return;
+  }
+  offer(std::move(work));
+}
+
+void layer_actor::arrive_backward(gradient_msg& message, std::int32_t port) {
+  if (pending_input(settings_->on->id(), {&message.dx}) != nullptr) {
+    ported_gradient later{std::move(message), port};
+    come_back_when_ready<caf::message_priority::high>(this, &later.message.dx, later);
+    return;
+  }
+  auto span = handling_span("backward", message.trace, message.tag, bytes_of(message.dx));
+  auto& out = outs_.at(static_cast<std::size_t>(port));
+  out.wire.release(this);
+  record_counter("credits", out.track, out.wire.in_flight());
+  pass work{{}, std::move(message), true, {}};
+  if (outs_.size() > 1) {
+    const auto& tag = work.gradient.tag;
+    std::vector<tensor> parts;
+    if (!gathered(gradients_in_, pass_key{tag.stage, tag.step, tag.microbatch}, outs_.size(),
+                  port, std::move(work.gradient.dx), parts))
+      return;
+    work.gradient.dx = std::move(parts.front());
+    work.more.assign(std::make_move_iterator(parts.begin() + 1),
+                     std::make_move_iterator(parts.end()));
+  }
+  offer(std::move(work));
+}
+
 caf::message_handler layer_actor::handlers() {
   return {
-      [this](activation_msg& message) {
-        if (deferred_until_ready(message, {&message.x}))
-          return;
-        auto span = handling_span("forward", message.trace, message.tag, bytes_of(message.x));
-        if (message.tag.version > version_) {
-          waiting_.push_back(std::move(message));
-          return;
-        }
-        offer(pass{std::move(message), {}, false});
-      },
-      [this](gradient_msg& message) {
-        if (deferred_until_ready<caf::message_priority::high>(message, {&message.dx}))
-          return;
-        auto span = handling_span("backward", message.trace, message.tag, bytes_of(message.dx));
-        next_.release(this);
-        record_counter("credits", next_track_, next_.in_flight());
-        offer(pass{{}, std::move(message), true});
-      },
+      [this](activation_msg& message) { arrive_forward(message, port_of(ins_, 0)); },
+      [this](ported_activation& message) { arrive_forward(message.message, message.port); },
+      [this](gradient_msg& message) { arrive_backward(message, port_of(outs_, 0)); },
+      [this](ported_gradient& message) { arrive_backward(message.message, message.port); },
       [this](resume_atom) {
         resume_requested_ = false;
         drain();
@@ -83,8 +198,9 @@ caf::message_handler layer_actor::handlers() {
       },
       [this](release_msg& message) {
         auto span = handling_span("release", message.trace, message.tag, 0);
-        next_.release(this);
-        record_counter("credits", next_track_, next_.in_flight());
+        auto& out = outs_.at(static_cast<std::size_t>(port_of(outs_, 0)));
+        out.wire.release(this);
+        record_counter("credits", out.track, out.wire.in_flight());
       },
       [this](params_msg& message) {
         if (deferred_until_ready(message, message.params))
@@ -105,18 +221,37 @@ std::string layer_actor::waiting_for() const {
                   (has_params_ ? std::to_string(version_) : std::string{"-"});
   if (!waiting_.empty())
     s += "; " + std::to_string(waiting_.size()) + " forward(s) waiting for parameter version " +
-         std::to_string(waiting_.front().tag.version) + " from its optimizer";
-  if (next_.waiting() > 0)
-    s += "; " + std::to_string(next_.waiting()) + " activation(s) waiting for a credit on the wire to " +
-         next_name_ + " (capacity " + std::to_string(next_.capacity()) + ", " +
-         std::to_string(next_.in_flight()) + " in flight, released by gradients from " + next_name_ +
-         ")";
-  else if (next_.in_flight() > 0)
-    s += "; " + std::to_string(next_.in_flight()) + " micro-batch(es) sent to " + next_name_ +
-         " not released yet";
+         std::to_string(waiting_.front().activation.tag.version) + " from its optimizer";
+  std::string readers;
+  for (const auto& out : outs_) {
+    readers += (readers.empty() ? "" : ", ") + out.name;
+    if (out.wire.waiting() > 0)
+      s += "; " + std::to_string(out.wire.waiting()) +
+           " activation(s) waiting for a credit on the wire to " + out.name + " (capacity " +
+           std::to_string(out.wire.capacity()) + ", " + std::to_string(out.wire.in_flight()) +
+           " in flight, released by gradients from " + out.name + ")";
+    else if (out.wire.in_flight() > 0)
+      s += "; " + std::to_string(out.wire.in_flight()) + " micro-batch(es) sent to " + out.name +
+           " not released yet";
+  }
+  auto partial = [&](const std::map<pass_key, gathering>& by_key, const char* what,
+                     const auto& ports) {
+    if (by_key.empty())
+      return;
+    const auto& [key, g] = *by_key.begin();
+    std::string missing;
+    for (std::size_t i = 0; i < g.parts.size(); ++i)
+      if (!g.parts[i].defined())
+        missing += (missing.empty() ? "" : ", ") + ports[i].name;
+    s += "; " + std::to_string(by_key.size()) + " micro-batch(es) with some " + what +
+         " still to come (first: step " + std::to_string(std::get<1>(key)) + ", micro-batch " +
+         std::to_string(std::get<2>(key)) + ", waiting for " + missing + ")";
+  };
+  partial(inputs_in_, "inputs", ins_);
+  partial(gradients_in_, "gradients", outs_);
   if (!stash_.empty())
     s += "; holds " + std::to_string(stash_.size()) + " micro-batch(es) waiting for their gradient from " +
-         next_name_ + " (first: step " + std::to_string(std::get<0>(stash_.begin()->first)) +
+         readers + " (first: step " + std::to_string(std::get<0>(stash_.begin()->first)) +
          ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
   if (!queued_.empty())
     s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
@@ -138,14 +273,22 @@ std::string layer_actor::waiting_for() const {
 void layer_actor::connect(const wiring_msg& wiring) {
   auto out = wiring.out("activations");
   auto in = wiring.in("activations");
-  TROUPE_CHECK(out.size() == 1 && in.size() == 1,
-               settings_->name << " needs one activations wire in and one out");
-  next_.connect(out[0]);
-  next_name_ = out[0].peer_name;
-  next_track_ = out[0].peer_track;
-  previous_ = in[0].peer;
-  // Layers (and custom actors between layers) need dx; the data loader only the credit.
-  previous_wants_dx_ = in[0].peer_kind != "data_loader";
+  TROUPE_CHECK(!out.empty() && !in.empty(),
+               settings_->name << " needs activations wires in and out");
+  for (const auto& end : in)
+    // Layers (and custom actors between layers) need dx; the data loader only the credit.
+    ins_.push_back(in_port{end.peer, end.peer_name, end.peer_track,
+                           end.peer_kind != "data_loader"});
+  for (const auto& end : out) {
+    outs_.emplace_back();
+    outs_.back().wire.connect(end);
+    outs_.back().name = end.peer_name;
+    outs_.back().track = end.peer_track;
+  }
+  merges_ = ins_.size() > 1;
+  TROUPE_CHECK(!merges_ || settings_->math->type() == merge_layer_type,
+               settings_->name << " (" << settings_->math->type() << ") has " << ins_.size()
+                               << " activations wires in; only an 'add' reads several");
   auto grads = wiring.out("grads");
   TROUPE_CHECK(grads.size() == (has_params_ ? 1u : 0u),
                settings_->name << " needs " << (has_params_ ? "one grads wire" : "no grads wire"));
@@ -153,11 +296,11 @@ void layer_actor::connect(const wiring_msg& wiring) {
     grad_sink_ = grads[0].peer;
     grad_sink_track_ = grads[0].peer_track;
   }
-  previous_track_ = in[0].peer_track;
 }
 
 void layer_actor::release_peers() {
-  previous_ = nullptr;
+  for (auto& in : ins_)
+    in.peer = nullptr;
   grad_sink_ = nullptr;
 }
 
@@ -187,11 +330,11 @@ void layer_actor::drain() {
     auto work = std::move(*it);
     queued_.erase(it);
     if (work.backward) {
-      backward(work.gradient);
+      backward(work);
     } else {
       if (work.activation.tag.stage == phase::train)
         make_room();
-      forward(work.activation);
+      forward(work);
     }
   }
   if (!queued_.empty() && !resume_requested_) {
@@ -237,18 +380,40 @@ void layer_actor::take_turns() {
 }
 
 void layer_actor::send_release(const micro_tag& tag) {
-  release_msg release{tag};
-  stamp_send(release, previous_track_, "release", 0);
-  send<caf::message_priority::high>(previous_, std::move(release));
+  for (const auto& in : ins_) {
+    release_msg release{tag};
+    stamp_send(release, in.track, "release", 0);
+    send<caf::message_priority::high>(in.peer, std::move(release));
+  }
+}
+
+tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, const char* job) {
+  auto& device = *settings_->on;
+  for (auto& part : parts)
+    part = arrive(part, device);
+  if (parts.size() == 1)
+    return parts.front();
+  auto sum = tensor::empty(parts.front().shape(), dtype::f32, device.id());
+  auto done = device.work().submit(
+      [parts, sum, copy = copy_, axpy = axpy_, on = &device] {
+        const auto& context = on->context();
+        copy(context, static_cast<std::int64_t>(sum.bytes()), parts.front().raw(), sum.raw());
+        for (std::size_t k = 1; k < parts.size(); ++k)
+          axpy(context, sum.numel(), 1.0f, parts[k].f32(), sum.f32());
+      },
+      job_for(job, tag));
+  sum.set_ready(done);
+  last_job_ = done;
+  return sum;
 }
 
 void layer_actor::install(params_msg& message) {
   params_ = arrive(message.params, *settings_->on);
   version_ = message.version;
-  while (!waiting_.empty() && waiting_.front().tag.version <= version_) {
+  while (!waiting_.empty() && waiting_.front().activation.tag.version <= version_) {
     auto next = std::move(waiting_.front());
     waiting_.pop_front();
-    offer(pass{std::move(next), {}, false});
+    offer(std::move(next));
   }
 }
 
@@ -284,19 +449,26 @@ void layer_actor::make_room() {
   settings_->on->work().hurry(weight_jobs_[index - 1]);
 }
 
-void layer_actor::forward(activation_msg& message) {
+void layer_actor::forward(pass& work) {
+  auto& message = work.activation;
   const auto& tag = message.tag;
   if (has_params_ && tag.version != version_)
     throw std::logic_error(describe(*settings_, "forward", tag) + " needs parameter version " +
                            std::to_string(tag.version) + " but holds " +
                            std::to_string(version_));
   auto& device = *settings_->on;
+  const bool training = tag.stage == phase::train;
+  if (merges_) {  // an `add`: y is the sum of its inputs, and nothing is saved
+    work.more.insert(work.more.begin(), std::move(message.x));
+    auto y = summed(std::move(work.more), tag, "add");
+    finish_forward(tag, y.shape(), {}, std::move(y));
+    return;
+  }
   auto x = arrive(message.x, device);
   shape_t y_shape{x.dim(0)};
   y_shape.insert(y_shape.end(), output_shape_.begin(), output_shape_.end());
   tensor y = tensor::empty(std::move(y_shape), dtype::f32, device.id());
   auto saved = std::make_shared<std::vector<tensor>>();
-  const bool training = tag.stage == phase::train;
   const auto context = context_for(device, tag, x.dim(0), training);
 
   auto done = device.work().submit(
@@ -314,19 +486,27 @@ void layer_actor::forward(activation_msg& message) {
       job_for("forward", tag));
   y.set_ready(done);
   last_job_ = done;
-  if (training)
+  finish_forward(tag, x.shape(), std::move(saved), std::move(y));
+}
+
+void layer_actor::finish_forward(const micro_tag& tag, const shape_t& input_shape,
+                                 std::shared_ptr<std::vector<tensor>> saved, tensor y) {
+  if (tag.stage == phase::train)
     stash_.emplace(stash_key{tag.step, tag.microbatch},
-                   stash_entry{std::move(saved), params_, x.shape()});
+                   stash_entry{std::move(saved), params_, input_shape});
   else
     send_release(tag);
   record_counter("stash", 0, held());
-  activation_msg out{tag, std::move(y)};
-  stamp_send(out, next_track_, "forward", bytes_of(out.x));
-  next_.send(this, std::move(out));
-  record_counter("credits", next_track_, next_.in_flight());
+  for (auto& out : outs_) {  // the same y to every reader
+    activation_msg forward{tag, y};
+    stamp_send(forward, out.track, "forward", bytes_of(forward.x));
+    out.wire.send(this, std::move(forward));
+    record_counter("credits", out.track, out.wire.in_flight());
+  }
 }
 
-void layer_actor::backward(gradient_msg& message) {
+void layer_actor::backward(pass& work) {
+  auto& message = work.gradient;
   const auto& tag = message.tag;
   auto it = stash_.find(stash_key{tag.step, tag.microbatch});
   if (it == stash_.end())
@@ -337,7 +517,19 @@ void layer_actor::backward(gradient_msg& message) {
     settings_->sequencer->release();  // the micro-batch leaves this device's stash
 
   auto& device = *settings_->on;
-  auto dy = arrive(message.dx, device);
+  // Several readers: the sum of their gradients (Note [ports]).
+  work.more.insert(work.more.begin(), std::move(message.dx));
+  auto dy = summed(std::move(work.more), tag, "sum gradients");
+  if (merges_) {  // an `add` passes dy back to every input unchanged
+    record_counter("stash", 0, held());
+    for (const auto& in : ins_) {
+      gradient_msg back{tag, dy};
+      stamp_send(back, in.track, "backward", bytes_of(back.dx));
+      send<caf::message_priority::high>(in.peer, std::move(back));
+    }
+    return;
+  }
+  const bool wants_dx = ins_.front().wants_dx;
   if (has_params_ && grads_step_ != tag.step) {
     // One buffer, one view per parameter (see weight_grads_msg).
     std::int64_t total = 0;
@@ -355,13 +547,13 @@ void layer_actor::backward(gradient_msg& message) {
   }
   bool accumulate = backwards_done_ > 0;
   tensor dx;
-  if (previous_wants_dx_)
+  if (wants_dx)
     dx = tensor::empty(entry.input_shape, dtype::f32, device.id());
   const auto context = context_for(device, tag, entry.input_shape.at(0), true);
 
   event done;  // when the parameter gradients are written
   if (split_) {
-    if (previous_wants_dx_)
+    if (wants_dx)
       last_job_ = device.work().submit(
           [settings = settings_, context, entry, dy, dx, tag] {
             try {
@@ -386,7 +578,7 @@ void layer_actor::backward(gradient_msg& message) {
   } else {
     done = device.work().submit(
         [settings = settings_, context, entry, dy, dx, grads = grads_, accumulate,
-         need_dx = previous_wants_dx_, tag]() mutable {
+         need_dx = wants_dx, tag]() mutable {
           try {
             settings->math->backward(context, entry.params, *entry.saved, dy,
                                      need_dx ? &dx : nullptr, grads, accumulate);
@@ -399,11 +591,11 @@ void layer_actor::backward(gradient_msg& message) {
   }
   record_counter("stash", 0, held());
   // Gradients go back at high priority: with 1F1B credits this makes backward first.
-  if (previous_wants_dx_) {
+  if (wants_dx) {
     dx.set_ready(last_job_);
     gradient_msg back{tag, std::move(dx)};
-    stamp_send(back, previous_track_, "backward", bytes_of(back.dx));
-    send<caf::message_priority::high>(previous_, std::move(back));
+    stamp_send(back, ins_.front().track, "backward", bytes_of(back.dx));
+    send<caf::message_priority::high>(ins_.front().peer, std::move(back));
   } else {
     send_release(tag);
   }
@@ -445,25 +637,10 @@ stage_sequencers make_stage_sequencers(const topology& t) {
     auto& sequencer = out[{a.device, a.replica}];
     if (sequencer == nullptr)
       sequencer = std::make_shared<stage_sequencer>(pipeline, a.stage % pipeline.devices);
+    sequencer->add_layer(a.stage, a.layer);
   }
   return out;
 }
-
-namespace {
-
-// Whether the actor at the other end of `name`'s activations wire (in or out) belongs to
-// another stage than `stage` (or is not a layer: the loader, the loss, a custom actor).
-bool crosses_stage(const topology& t, const std::string& name, std::int32_t stage, bool incoming) {
-  for (const auto& w : t.wires) {
-    if (w.kind != wire_kind::activations || (incoming ? w.to : w.from) != name)
-      continue;
-    const auto* other = t.find(incoming ? w.from : w.to);
-    return other == nullptr || other->kind != actor_kind::layer || other->stage != stage;
-  }
-  return true;
-}
-
-}  // namespace
 
 TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                    "one model layer of one replica (settings: the layer's)",
@@ -489,10 +666,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                      if (sequencer != context.sequencers.end()) {
                                        s->sequencer = sequencer->second;
                                        s->stage = plan.stage;
-                                       s->first_of_stage = crosses_stage(context.graph, plan.name,
-                                                                         plan.stage, true);
-                                       s->last_of_stage = crosses_stage(context.graph, plan.name,
-                                                                        plan.stage, false);
+                                       s->first_of_stage =
+                                           s->sequencer->first_of(plan.stage, plan.layer);
+                                       s->last_of_stage =
+                                           s->sequencer->last_of(plan.stage, plan.layer);
                                      }
                                      return context.system.spawn<layer_actor>(std::move(s));
                                    });

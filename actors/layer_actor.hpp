@@ -11,6 +11,11 @@
 // a capacity in credits (credit_outbox.hpp); it returns the credit of its incoming wire
 // with the gradient it sends back, or with a release_msg when it sends none.
 //
+// In a model beyond a chain (runtime/graph/model_graph.hpp) it has several ports: an
+// `add` layer one activations wire in per input, whose micro-batches it sums; a layer
+// that several layers read one wire out to each, whose gradients it sums before its
+// backward (Note [ports] in layer_actor.cpp).
+//
 // It does not own parameters (the optimizer does) and knows nothing of data or loss. The
 // protocol around its math (wiring, failures, status, finish, readiness, tracing) is
 // device_actor's.
@@ -28,6 +33,7 @@
 #include "troupe/device.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 
@@ -74,6 +80,26 @@ class layer_actor : public device_actor {
 
  private:
   using stash_key = std::tuple<std::int64_t, std::int32_t>;  // (step, micro-batch)
+  using pass_key = std::tuple<phase, std::int64_t, std::int32_t>;  // (phase, step, micro-batch)
+
+  // Note [ports]: the wires in (inputs, in the order the layer names them) and out
+  // (readers, in model order), told apart by the actor at the other end.
+  struct in_port {
+    caf::actor peer;
+    std::string name;
+    std::uint32_t track = 0;
+    bool wants_dx = false;  // false for the data loader, which takes only the credit
+  };
+  struct out_port {
+    credit_outbox wire;
+    std::string name;
+    std::uint32_t track = 0;
+  };
+  // The parts of one micro-batch's pass arriving on several ports.
+  struct gathering {
+    std::vector<tensor> parts;  // by port
+    std::size_t count = 0;
+  };
 
   struct stash_entry {
     std::shared_ptr<std::vector<tensor>> saved;  // written by the forward job
@@ -81,13 +107,26 @@ class layer_actor : public device_actor {
     shape_t input_shape;                         // (b, input...)
   };
 
-  // A forward or a backward waiting for this actor's previous job to run.
+  // A forward or a backward waiting for this actor's previous job to run. With several
+  // ports, `more` holds the other ports' inputs (forward) or gradients (backward).
   struct pass {
     activation_msg activation;
     gradient_msg gradient;
     bool backward = false;
+    std::vector<tensor> more;
   };
 
+  /// Which port the message being handled came in on (by its sender); `ends` are the
+  /// ports' peers. A message that came back once ready (sent by no one) keeps `carried`.
+  template <class Ports>
+  std::int32_t port_of(const Ports& ports, std::int32_t carried);
+  void arrive_forward(activation_msg& message, std::int32_t port);
+  void arrive_backward(gradient_msg& message, std::int32_t port);
+  /// Files `part` under its port; true (and the parts in `out`) once every port has one.
+  bool gathered(std::map<pass_key, gathering>& by_key, const pass_key& key, std::size_t ports,
+                std::int32_t port, tensor part, std::vector<tensor>& out);
+  /// `parts` summed in order on this device (one job), or parts[0] alone.
+  tensor summed(std::vector<tensor> parts, const micro_tag& tag, const char* job);
   void send_release(const micro_tag& tag);
   void offer(pass work);
   void take_turns();
@@ -95,8 +134,12 @@ class layer_actor : public device_actor {
   void drain();
   void make_room();
   std::int64_t held();
-  void forward(activation_msg& message);
-  void backward(gradient_msg& message);
+  void forward(pass& work);
+  /// What every forward ends with: stash (training) or release (evaluation), then y to
+  /// every reader.
+  void finish_forward(const micro_tag& tag, const shape_t& input_shape,
+                      std::shared_ptr<std::vector<tensor>> saved, tensor y);
+  void backward(pass& work);
   void install(params_msg& message);
   /// The context a pass of `tag` over a micro-batch of `batch` samples runs with: its
   /// randomness keyed by (seed, step, layer, the micro-batch's first sample in the step),
@@ -111,19 +154,20 @@ class layer_actor : public device_actor {
   shape_t output_shape_;
   bool has_params_ = false;
   bool split_ = false;  // backward runs as backward_input now, backward_weight when idle
+  bool merges_ = false;  // an `add` of several inputs: sums them, sends dy back to each
+  kernels::ops::copy::function copy_ = nullptr;  // for sums over ports
+  kernels::ops::axpy::function axpy_ = nullptr;
   // Wires.
-  credit_outbox next_;          // activations out
-  caf::actor previous_;         // where activations come from; gradients / releases go back
-  bool previous_wants_dx_ = false;  // false for the data loader
+  std::vector<in_port> ins_;    // activations in; gradients / releases go back
+  std::vector<out_port> outs_;  // activations out
   caf::actor grad_sink_;
-  std::string next_name_;
-  std::uint32_t next_track_ = 0;  // trace tracks of its peers
-  std::uint32_t previous_track_ = 0;
   std::uint32_t grad_sink_track_ = 0;
   // State.
   std::vector<tensor> params_;
   std::int64_t version_ = -1;
-  std::deque<activation_msg> waiting_;  // forwards that arrived before their version
+  std::deque<pass> waiting_;            // forwards that arrived before their version
+  std::map<pass_key, gathering> inputs_in_;     // forwards with some ports still to come
+  std::map<pass_key, gathering> gradients_in_;  // backwards with some ports still to come
   std::map<stash_key, stash_entry> stash_;
   std::vector<tensor> grads_;           // being accumulated for grads_step_
   std::int64_t grads_step_ = -1;

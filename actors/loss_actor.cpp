@@ -87,19 +87,22 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   auto& work = device.work();
   auto logits = arrive(arrived_logits, device);
   auto y = arrive(labels.labels, device);
-  const auto rows = logits.dim(0);
+  // Rows: samples, or every position of every sample (logits (b, T, classes), labels
+  // (b, T)); the loss is the mean over rows, as torch's cross_entropy over (b T) rows.
+  TROUPE_CHECK(logits.shape().back() == settings_.classes,
+               settings_.name << ": logits have " << logits.shape().back()
+                              << " classes, expected " << settings_.classes);
+  const auto rows = logits.numel() / settings_.classes;
+  const auto positions = rows / logits.dim(0);
   TROUPE_CHECK(y.numel() == rows,
                settings_.name << ": " << rows << " logits rows but " << y.numel() << " labels");
-  TROUPE_CHECK(logits.dim(1) == settings_.classes,
-               settings_.name << ": logits have " << logits.dim(1) << " classes, expected "
-                              << settings_.classes);
   const bool training = tag.stage == phase::train;
   tensor dlogits;
   if (training)
     dlogits = tensor::empty(logits.shape(), dtype::f32, device.id());
   auto loss_sum = tensor::empty({1}, dtype::f32, device.id());
   auto correct = tensor::empty({1}, dtype::i32, device.id());
-  const float scale = 1.0f / static_cast<float>(labels.global_batch);
+  const float scale = 1.0f / static_cast<float>(labels.global_batch * positions);
 
   // The job captures everything by value: it may run after this actor has quit.
   auto done = work.submit([xent = softmax_xent_, accuracy = accuracy_,

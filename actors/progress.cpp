@@ -72,9 +72,15 @@ void progress::evaluation(std::int64_t epoch, double loss, double accuracy, std:
   std::ostringstream line;
   if (settings_.bar)
     line << '\n';
-  line << "epoch " << epoch + 1 << ": test loss " << std::fixed << std::setprecision(4) << loss
-       << ", test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% (" << samples
-       << " samples)\n";
+  if (settings_.plan.positions > 1)  // a language model: per character, on validation text
+    line << "epoch " << epoch + 1 << ": validation loss " << std::fixed << std::setprecision(4)
+         << loss << " (" << std::setprecision(3) << loss / std::log(2.0)
+         << " bits per character), next-character accuracy " << std::setprecision(2)
+         << 100.0 * accuracy << "% (" << samples << " characters)\n";
+  else
+    line << "epoch " << epoch + 1 << ": test loss " << std::fixed << std::setprecision(4) << loss
+         << ", test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% (" << samples
+         << " samples)\n";
   out_ << line.str() << std::flush;
 }
 

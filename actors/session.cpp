@@ -23,6 +23,9 @@
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/text.hpp"
+#include "runtime/graph/host_model.hpp"
+#include "runtime/graph/model_graph.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/plugin/plugin.hpp"
@@ -32,36 +35,57 @@
 namespace troupe {
 
 std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
-                                 std::int64_t classes) {
+                                 std::int64_t classes, std::int64_t positions) {
   // A layer's output for the largest batch it sees must fit limits::max_tensor_elements,
   // or a config (a conv2d of 65536 channels) would be killed for memory mid-run.
   const auto batch = std::max(config.data.batch_size, config.data.eval_batch_size);
-  std::vector<shape_t> shapes{{input_features}};
-  for (const auto& layer_config : config.model.layers) {
-    auto math = create_layer(layer_config);
-    shapes.push_back(math->output_shape(shapes.back()));
+  const auto inputs = resolve_inputs(config.model);
+  std::vector<const layer_config*> layers;
+  std::vector<source_position> where;
+  for (const auto& layer : config.model.layers) {
+    layers.push_back(&layer);
+    where.push_back(layer.where);
+  }
+  auto fits_limit = [&](std::size_t i, const shape_t& output) {
     std::int64_t values = batch;
     bool fits = true;
-    for (auto d : shapes.back()) {
+    for (auto d : output) {
       const auto product = checked_multiply(values, d);
       fits = fits && product && *product <= limits::max_tensor_elements;
       values = fits ? *product : 0;
     }
     if (!fits)
-      throw config_error(layer_config.where,
-                         "layer '" + layer_config.type + "' outputs " +
-                             shape_to_string(shapes.back()) + " per sample, more than the "
-                             "limit of " + std::to_string(limits::max_tensor_elements) +
+      throw config_error(layers[i]->where,
+                         "layer '" + layers[i]->type + "' outputs " + shape_to_string(output) +
+                             " per sample, more than the limit of " +
+                             std::to_string(limits::max_tensor_elements) +
                              " values for a batch of " + std::to_string(batch) +
                              "; use a smaller layer or batch");
+  };
+  const auto model = infer_shapes(layers, inputs, {input_features}, where, fits_limit);
+  // A layer that reads token ids must know every id the data holds (a text's vocabulary).
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto ids = create_layer(*layers[i])->input_ids();
+    if (ids > 0 && positions > 1 && inputs[i].front() == data_input && ids < classes)
+      throw config_error(layers[i]->where,
+                         "layer '" + layers[i]->type + "' reads token ids below " +
+                             std::to_string(ids) + ", and the text has " +
+                             std::to_string(classes) + " distinct tokens (bytes); set its vocab "
+                             "to " + std::to_string(classes));
   }
+  auto shapes = model.input;
+  shapes.push_back(model.output.back());
   const auto& out = shapes.back();
-  if (out.size() != 1 || out[0] != classes) {
+  const auto expected = loss_input_shape(classes, positions);
+  if (out != expected) {
     const auto& last = config.model.layers.back();
-    throw config_error(last.where, "the model's output shape " + shape_to_string(out) +
-                                       " must be (" + std::to_string(classes) +
-                                       "), one logit per class of the data set; change the "
-                                       "last layer's 'out'");
+    throw config_error(last.where,
+                       "the model's output shape " + shape_to_string(out) + " must be " +
+                           shape_to_string(expected) +
+                           (positions > 1 ? ", one logit per token of the vocabulary at each "
+                                            "of the sequence's positions"
+                                          : ", one logit per class of the data set") +
+                           "; change the last layer's 'out'");
   }
   return shapes;
 }
@@ -73,6 +97,8 @@ dataset_split load_data(const run_config& config) {
   if (d.source == data_source::synthetic)
     return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
                           d.synthetic_classes, config.run.seed);
+  if (d.source == data_source::text)
+    return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
   return load_fashion_mnist(d.path);
 }
 
@@ -111,6 +137,7 @@ run_plan make_plan(const run_config& config, const topology& graph, const datase
   plan.evaluate = config.run.evaluate && data.test.count > 0;
   plan.eval_batch_size = d.eval_batch_size;
   plan.eval_batches = (data.test.count + d.eval_batch_size - 1) / d.eval_batch_size;
+  plan.positions = data.train.positions;
   // The trainer counts every step and evaluation batch of the run (run_control): that
   // count must fit too.
   const auto eval_items = checked_multiply(plan.epochs + 1, plan.eval_batches);
@@ -259,10 +286,11 @@ session_prepared prepare_session(const run_config& config,
   if (config.is_explicit()) {
     p.graph = topology_from_explicit(config, p.data->train.features);
   } else {
-    auto shapes = check_model(config, p.data->train.features, p.data->train.classes);
+    auto shapes = check_model(config, p.data->train.features, p.data->train.classes,
+                              p.data->train.positions);
     p.graph = expand_shorthand(config, shapes);
   }
-  validate_topology(p.graph, config, p.data->train.classes);
+  validate_topology(p.graph, config, p.data->train.classes, p.data->train.positions);
   p.plan = make_plan(config, p.graph, *p.data);
   p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
   p.model = model_layers(p.graph);
@@ -435,6 +463,10 @@ std::string trace_path_of_node(const std::string& path, int rank) {
 
 }  // namespace
 
+// What a language model's run prints after training (session_result::sample).
+constexpr std::int64_t sample_length = 300;
+constexpr double sample_temperature = 0.8;
+
 session_result run_session(const run_config& config, const session_options& options) {
   // ---- everything that can fail on bad input, before any actor exists ----
   // Note [output checked up front]
@@ -455,6 +487,15 @@ session_result run_session(const run_config& config, const session_options& opti
     check_output_file(trace_path, "the trace file");
   auto prepared = prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
+  // A text source's vocabulary goes with the run: token ids mean nothing without it.
+  if (!metrics_path.empty() && !prepared.data->vocabulary.empty()) {
+    const auto path =
+        std::filesystem::path(metrics_path).replace_extension(".vocab.json").string();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << vocabulary_json(prepared.data->vocabulary);
+    if (!out)
+      throw user_error("cannot write the vocabulary to " + quote_user_text(path));
+  }
   // One process is one node (Note [joining a run] in cluster.cpp).
   const bool several_nodes = graph.nodes > 1;
   if (several_nodes && (!options.cluster || options.cluster->nodes != graph.nodes))
@@ -731,6 +772,11 @@ session_result run_session(const run_config& config, const session_options& opti
       // report reaches the trainer before the last gradients reach the first layers).
       if (outcome->exit_code == exit_code::ok) {
         auto parameters = collect_parameters(self, graph, everyone, outcome->steps);
+        if (!prepared.data->vocabulary.empty() && !config.is_explicit())
+          result.sample = sample_text(
+              host_model(config.model.layers, graph.inputs, graph.shapes, parameters),
+              prepared.data->vocabulary, config.data.context, "\n", sample_length,
+              config.run.seed, sample_temperature);
         if (options.keep_parameters)
           result.parameters = std::move(parameters);
       }

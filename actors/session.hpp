@@ -54,12 +54,15 @@ struct session_result {
   /// Final parameters per model layer (empty for parameterless layers), host copies;
   /// filled only with session_options::keep_parameters.
   std::vector<std::vector<std::vector<float>>> parameters;
+  /// A language model's text ([data] source = "text"), written after training from the
+  /// final parameters (host_model.hpp); empty otherwise.
+  std::string sample;
 };
 
 /// The model's per-sample shapes: shapes[i] is the input of layer i, shapes.back() the
 /// output. Throws config_error at the layer that does not fit.
 std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
-                                 std::int64_t classes);
+                                 std::int64_t classes, std::int64_t positions = 1);
 
 /// Everything a run needs that can be checked before spawning: data, the actor graph
 /// (expanded from the shorthand or read from an explicit config, then validated), how the

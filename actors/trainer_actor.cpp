@@ -193,8 +193,9 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   auto now = std::chrono::steady_clock::now();
   double interval = std::chrono::duration<double>(now - last_step_time_).count();
   last_step_time_ = now;
-  double rate = interval > 0 ? static_cast<double>(t.samples) / interval : 0;
   const auto& plan = settings_->plan;
+  // Samples, not the reports' rows (a sequence loss counts every position).
+  double rate = interval > 0 ? static_cast<double>(plan.batch_size) / interval : 0;
   samples_per_second_ = control_.steps_done() == plan.first_step + 1
                             ? rate
                             : 0.9 * samples_per_second_ + 0.1 * rate;

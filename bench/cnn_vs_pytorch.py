@@ -19,12 +19,11 @@ with `troupe plot` into DIR/curves.svg.
 
 Run from the repository root after scripts/build.sh. Not part of ctest.
 """
-import argparse
 import os
 import subprocess
 import sys
 
-from mlp_vs_pytorch import DATA, ROOT, TORCH_PROLOGUE, side_by_side
+from mlp_vs_pytorch import curves_arguments, plot_curves, DATA, ROOT, TORCH_PROLOGUE, side_by_side
 
 CONFIG_FILE = os.path.join(ROOT, "config", "fashion_cnn.toml")
 
@@ -139,18 +138,12 @@ def curves(directory, epochs, binary):
                     DATA, theirs], check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if troupe.wait() != 0:
         sys.exit("troupe run failed")
-    subprocess.run([binary, "plot", mine, theirs, "--labels", "troupe,PyTorch 1.13", "-o",
-                    os.path.join(directory, "curves.svg")], check=True)
+    plot_curves(binary, directory, mine, theirs)
 
 
 def main():
     if "--curves" in sys.argv:
-        parser = argparse.ArgumentParser(description=__doc__,
-                                         formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--curves", required=True)
-        parser.add_argument("--epochs", type=int, default=5)
-        parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
-        args = parser.parse_args()
+        args = curves_arguments(__doc__, "epochs", 5)
         curves(args.curves, args.epochs, args.binary)
         return
     side_by_side(__doc__, "conv net of config/fashion_cnn.toml, Adam", troupe_config, PYTORCH,

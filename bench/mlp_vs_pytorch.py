@@ -149,6 +149,23 @@ def side_by_side(description, title, troupe_config, pytorch_script, default_batc
               f"{f'({lo:.2f}-{hi:.2f})':>12}")
 
 
+def curves_arguments(description, length, default):
+    """The arguments of a benchmark's --curves mode: DIR, `--<length>` (epochs or steps)
+    and the binary."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--curves", required=True)
+    parser.add_argument(f"--{length}", type=int, default=default)
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    return parser.parse_args()
+
+
+def plot_curves(binary, directory, mine, theirs):
+    """troupe's and PyTorch's metrics on shared axes: DIR/curves.svg."""
+    subprocess.run([binary, "plot", mine, theirs, "--labels", "troupe,PyTorch 1.13", "-o",
+                    os.path.join(directory, "curves.svg")], check=True)
+
+
 def main():
     side_by_side(__doc__, "MLP 784-256-256-10, Adam",
                  lambda batch, steps: CONFIG.format(steps=steps, batch=batch, data=DATA),

@@ -1,6 +1,7 @@
 // run_command.cpp: `troupe run CONFIG.toml`: train.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "actors/cluster.hpp"
@@ -126,9 +127,14 @@ exit_code run_command(const std::vector<std::string>& args) {
   }
   std::printf("done: %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(outcome.steps),
               outcome.train_seconds, outcome.samples_per_second);
-  if (outcome.test_accuracy >= 0)
+  if (outcome.test_accuracy >= 0 && !result.sample.empty())  // a language model
+    std::printf(", validation loss %.4f (%.3f bits per character)", outcome.test_loss,
+                outcome.test_loss / std::log(2.0));
+  else if (outcome.test_accuracy >= 0)
     std::printf(", test accuracy %.2f%%", 100.0 * outcome.test_accuracy);
   std::printf("\n");
+  if (!result.sample.empty())
+    std::printf("sample of the model's text (temperature 0.8):\n%s\n", result.sample.c_str());
   if (outcome.device_utilisation.size() > 1) {
     std::printf("device utilisation:");
     for (const auto& [name, share] : outcome.device_utilisation)

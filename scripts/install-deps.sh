@@ -20,6 +20,7 @@ packages=(
   libgloo-dev                     # [parallel] averaging = "gloo": gloo's all-reduce over TCP
   doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
+  fortunes                        # real text: config/char_lm*.toml's data (/usr/share/games/fortunes)
   python3-torch                   # the reference: tests load troupe's exports into PyTorch
   clang libclang-rt-14-dev        # the sanitizer pass of the tests (scripts/sanitize.sh) and
                                   # libFuzzer (scripts/fuzz.sh)

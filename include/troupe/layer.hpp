@@ -41,6 +41,7 @@ enum class init_kind {
   xavier_uniform,   // U(-b, b), b = sqrt(6 / (fan_in + fan_out))
   xavier_normal,    // N(0, 2 / (fan_in + fan_out))
   torch_default,    // U(-b, b), b = 1 / sqrt(fan_in)          (torch.nn.Linear's default)
+  normal,           // N(0, 1)                                 (torch.nn.Embedding's default)
 };
 
 /// Parses "zeros", "kaiming", "kaiming_normal", "xavier", ...; false if unknown.
@@ -136,6 +137,11 @@ class layer {
   virtual void backward_weight(const layer_context& context, const std::vector<tensor>& params,
                                const std::vector<tensor>& saved, const tensor& dy,
                                std::vector<tensor>& grads, bool accumulate) const;
+
+  /// What the input holds: 0 for real values (the default), n > 0 for token ids, each an
+  /// integer in [0, n) stored as a float (an embedding's input). Gradient checks draw ids
+  /// for such a layer and do not check its dx (an id has no gradient).
+  virtual std::int64_t input_ids() const { return 0; }
 
   /// Estimated cost per sample, in floating-point operations of forward + backward,
   /// used to balance pipeline stages.

@@ -178,9 +178,9 @@ struct wiring_msg {
 /// Loss and accuracy of one micro-batch, reported once its loss has been computed.
 struct loss_report_msg {
   micro_tag tag;
-  double loss_sum = 0;       // sum over samples of the per-sample loss
-  std::int64_t correct = 0;  // samples whose argmax is the label
-  std::int64_t samples = 0;
+  double loss_sum = 0;       // sum over rows of the per-row loss
+  std::int64_t correct = 0;  // rows whose argmax is the label
+  std::int64_t samples = 0;  // rows: samples, or every position of them for a sequence loss
   trace_stamp trace;
 };
 

@@ -215,6 +215,28 @@ struct dropout {
                             std::uint64_t key, std::int64_t first_row, const float* x, float* y);
 };
 
+/// Embedding lookup: y[r, :] = table[ids[r], :] + positions[r mod period, :] over rows of
+/// dim values (positions may be null: no position term). ids are token ids stored as
+/// floats, exact integers in [0, vocab): the CPU kernel checks them; the CUDA kernel
+/// writes a row of zeros for one outside (no device-side error).
+struct embedding_forward {
+  static constexpr const char* name = "embedding_forward";
+  using function = void (*)(const context&, std::int64_t rows, std::int64_t dim,
+                            std::int64_t vocab, std::int64_t period, const float* ids,
+                            const float* table, const float* positions, float* y);
+};
+
+/// The embedding's parameter gradients: dtable = beta dtable + sum over rows r with
+/// ids[r] = t of dy[r, :] (row t), and likewise dpositions (period, dim) from rows r mod
+/// period (skipped when null). beta is 0 (overwrite) or 1 (accumulate). The CPU kernel
+/// sums rows in order; CUDA's atomic adds sum in any order.
+struct embedding_backward {
+  static constexpr const char* name = "embedding_backward";
+  using function = void (*)(const context&, std::int64_t rows, std::int64_t dim,
+                            std::int64_t vocab, std::int64_t period, const float* ids,
+                            const float* dy, float beta, float* dtable, float* dpositions);
+};
+
 /// Softmax cross-entropy over rows of logits(rows, classes) with integer labels(rows).
 /// *loss_sum = sum over rows of -log softmax(logits)[label] (numerically stable).
 /// If dlogits is not null: dlogits = grad_scale * (softmax(logits) - onehot(label)).

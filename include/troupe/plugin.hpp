@@ -33,7 +33,7 @@
 /// backward_weight); stream gains the idle lane.
 /// 5: layer_context gains the key of a layer's randomness (seed, step, layer,
 /// first_sample); ops.hpp gains window, normalisation, attention and dropout ops.
-#define TROUPE_ABI_VERSION 5
+#define TROUPE_ABI_VERSION 6
 
 namespace troupe {
 

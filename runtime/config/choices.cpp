@@ -12,6 +12,8 @@ const char* to_string(data_source value) {
       return "fashion-mnist";
     case data_source::synthetic:
       return "synthetic";
+    case data_source::text:
+      return "text";
   }
   TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
   return "";

@@ -421,6 +421,10 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("eval_batch_size", s.eval_batch_size, integer_range{1, limits::max_samples});
   r.read("shuffle", s.shuffle);
   r.read("prefetch", s.prefetch, integer_range{1, 64});
+  r.read("context", s.context, integer_range{1, 1 << 16});
+  r.read("validation_every", s.validation_every, integer_range{2, limits::max_samples});
+  if (s.source == data_source::text && !r.find("path"))
+    s.path = text_default_path;
   // The limits of make_synthetic (runtime/data/dataset.hpp), stated where they are read.
   const auto train_where =
       r.read("synthetic_train", s.synthetic_train, integer_range{1, limits::max_samples});
@@ -448,6 +452,16 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   }
   if (s.source == data_source::fashion_mnist)
     check_fashion_mnist_directory(s);
+  if (s.source == data_source::text) {
+    std::error_code error;
+    if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))
+      throw config_error(r.find("path") ? s.path_where : s.source_where,
+                         "[data] path: " + quote_user_text(s.path, limits::max_quoted_path_length) +
+                             " is neither a text file nor a directory of them" +
+                             (s.path == text_default_path
+                                  ? " (the fortunes package installs it: apt-get install fortunes)"
+                                  : ""));
+  }
   return s;
 }
 
@@ -488,8 +502,35 @@ layer_config read_layer(const section_reader& model, const toml::node& node, std
                            (type->is_string() ? "an empty string" : type_name(type->type())));
   layer.type = type->as_string()->get();
   layer.type_where = model.position(*type);
+  if (const auto* label = table.get("name")) {
+    layer.name_where = model.position(*label);
+    if (!label->is_string() || label->as_string()->get().empty() ||
+        label->as_string()->get().size() > limits::max_name_length)
+      throw config_error(layer.name_where,
+                         name + " name: expected the layer's name (a string of 1 to " +
+                             std::to_string(limits::max_name_length) +
+                             " bytes) that later layers' inputs can name, found " +
+                             (label->is_string() ? quote_user_text(label->as_string()->get())
+                                                 : type_name(label->type())));
+    layer.name = label->as_string()->get();
+  }
+  if (const auto* inputs = table.get("inputs")) {
+    const auto expected = " inputs: expected the names of earlier layers it reads, like "
+                          "inputs = [\"block1\", \"attn1\"]";
+    if (!inputs->is_array() || inputs->as_array()->empty())
+      throw config_error(model.position(*inputs),
+                         name + expected + ", found " +
+                             (inputs->is_array() ? "an empty array" : type_name(inputs->type())));
+    for (const auto& entry : *inputs->as_array()) {
+      if (!entry.is_string())
+        throw config_error(model.position(entry),
+                           name + expected + ", found " + type_name(entry.type()));
+      layer.inputs.push_back(entry.as_string()->get());
+      layer.inputs_where.push_back(model.position(entry));
+    }
+  }
   for (const auto& [key, value] : entries_in_order(table)) {
-    if (key->str() == "type")
+    if (key->str() == "type" || key->str() == "name" || key->str() == "inputs")
       continue;
     layer.settings.emplace(std::string(key->str()),
                            read_scalar(*value, position_in(model.file(), key->source()),

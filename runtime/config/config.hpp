@@ -31,9 +31,15 @@ namespace troupe {
 /// One entry of [[model.layers]].
 struct layer_config {
   std::string type;                               // registry name, e.g. "linear"
-  std::map<std::string, setting_value> settings;  // every key but `type`
+  std::map<std::string, setting_value> settings;  // every key but type, name and inputs
   source_position where;                          // the table's position
   source_position type_where;                     // the `type` value's position
+  // A model beyond a chain (runtime/graph/model_graph.hpp): the layer's own name, and
+  // the earlier layers' names it reads (empty: the layer before it).
+  std::string name;
+  source_position name_where;
+  std::vector<std::string> inputs;
+  std::vector<source_position> inputs_where;  // each name's position
 };
 
 struct run_section {
@@ -61,6 +67,9 @@ struct data_section {
   std::int64_t eval_batch_size = 1000;
   bool shuffle = true;
   std::int64_t prefetch = 2;             // batches prepared ahead of the one training
+  // text source only (runtime/data/text.hpp): a character-level language model's windows
+  std::int64_t context = 64;          // T characters a sample, each with its next one as label
+  std::int64_t validation_every = 10; // every n-th text record (a fortune) is validation
   // synthetic source only
   std::int64_t synthetic_train = 4096;
   std::int64_t synthetic_test = 1024;
@@ -195,6 +204,9 @@ struct run_config {
 /// The four files of a Fashion-MNIST directory, by their release names
 /// ("train-images-idx3-ubyte", ...), each stored raw or as NAME.gz.
 const std::vector<std::string>& fashion_mnist_file_names();
+
+/// [data] path of source = "text" when none is given: the fortunes package's files.
+inline constexpr const char* text_default_path = "/usr/share/games/fortunes";
 
 /// Where data file `name` is in `directory`: NAME.gz if that is a regular file, else NAME,
 /// else "" (neither). The one probe of the data files on disk: the loader checks that

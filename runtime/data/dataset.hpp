@@ -13,18 +13,21 @@
 
 namespace troupe {
 
-/// N samples of D features each, with integer class labels.
+/// N samples of D features each, with integer class labels: one per sample, or one per
+/// position of a sequence (a language model's next tokens, runtime/data/text.hpp).
 struct dataset {
   std::int64_t count = 0;            // N
   std::int64_t features = 0;         // D
   std::int64_t classes = 0;          // number of classes, labels in [0, classes)
-  std::vector<float> images;         // (N, D), normalised
-  std::vector<std::int32_t> labels;  // (N)
+  std::int64_t positions = 1;        // T labels per sample
+  std::vector<float> images;         // (N, D), normalised (a text's token ids, exactly)
+  std::vector<std::int32_t> labels;  // (N, T)
 };
 
 struct dataset_split {
   dataset train;
   dataset test;
+  std::string vocabulary;  // a text source's tokens: the byte of each id (text.hpp)
 };
 
 /// The raw contents of an IDX3 image file (magic 0x00000803).

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "runtime/base/limits.hpp"
 #include "runtime/model/layer.hpp"
@@ -28,6 +29,24 @@ bool topology::crosses_nodes(const wire_plan& wire) const {
   const auto* from = find(wire.from);
   const auto* to = find(wire.to);
   return from != nullptr && to != nullptr && from->device.node != to->device.node;
+}
+
+std::vector<bool> topology::skip_wires() const {
+  std::map<std::string, const actor_plan*> by_name;
+  for (const auto& a : actors)
+    by_name.emplace(a.name, &a);
+  auto layer_named = [&](const std::string& name) -> const actor_plan* {
+    auto found = by_name.find(name);
+    return found != by_name.end() && found->second->kind == actor_kind::layer ? found->second
+                                                                              : nullptr;
+  };
+  std::vector<bool> out;
+  for (const auto& w : wires) {
+    const auto* from = w.kind == wire_kind::activations ? layer_named(w.from) : nullptr;
+    const auto* to = from != nullptr ? layer_named(w.to) : nullptr;
+    out.push_back(to != nullptr && to->layer != from->layer + 1);
+  }
+  return out;
 }
 
 std::string actor_plan::kind_name() const {
@@ -173,6 +192,8 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   t.schedule = p.schedule;
   t.averaging = p.averaging;
   t.shapes = shapes;
+  t.inputs = resolve_inputs(config.model);
+  t.outputs = outputs_along(t.inputs, shapes);
   auto split = split_stages(config, shapes);
   t.stages = static_cast<std::int64_t>(split.first.size());
   t.virtual_stages = p.virtual_stages;
@@ -191,6 +212,16 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     throw config_error(p.where, "data = " + std::to_string(R) + " replicas of " +
                                     std::to_string(layers) + " layers make about " +
                                     std::to_string(actors) + " actors, more than the limit of " +
+                                    std::to_string(limits::max_actors));
+  // ... and an activations wire per edge of the model's graph (Note [input limits]).
+  std::int64_t edges = 0;
+  for (const auto& reads : t.inputs)
+    edges += static_cast<std::int64_t>(reads.size());
+  if (R * edges > limits::max_actors)
+    throw config_error(p.where, "data = " + std::to_string(R) + " replicas of a model with " +
+                                    std::to_string(edges) + " inputs between its layers make " +
+                                    std::to_string(R * edges) +
+                                    " activations wires, more than the limit of " +
                                     std::to_string(limits::max_actors));
   std::vector<std::int64_t> stage_of(static_cast<std::size_t>(layers));
   for (std::int64_t s = 0; s < S; ++s)
@@ -242,19 +273,25 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   add_actor("loader", actor_kind::data_loader, device_of(0, 0), -1, -1, -1);
   for (std::int64_t r = 0; r < R; ++r) {
     auto prefix = replica_prefix(R, r);
-    std::string previous = "loader";
+    auto layer_name = [&](std::int64_t i) { return prefix + "layer_" + std::to_string(i); };
     for (std::int64_t i = 0; i < layers; ++i) {
       auto s = stage_of[static_cast<std::size_t>(i)];
-      auto name = prefix + "layer_" + std::to_string(i);
-      auto& a = add_actor(name, actor_kind::layer, device_of(r, s), r, s, i);
+      auto& a = add_actor(layer_name(i), actor_kind::layer, device_of(r, s), r, s, i);
       a.math = config.model.layers[static_cast<std::size_t>(i)];
-      bool stage_starts = i == 0 || stage_of[static_cast<std::size_t>(i) - 1] != s;
-      add_wire(previous, name, wire_kind::activations, stage_starts ? capacity_into(s) : 0);
-      previous = name;
+      // One wire per input, in the order the layer names them.
+      for (auto j : t.inputs[static_cast<std::size_t>(i)]) {
+        if (j == data_input) {
+          add_wire("loader", layer_name(i), wire_kind::activations, capacity_into(s));
+          continue;
+        }
+        auto from = stage_of[static_cast<std::size_t>(j)];
+        add_wire(layer_name(j), layer_name(i), wire_kind::activations,
+                 from != s ? capacity_into(from + 1) : 0);
+      }
     }
     auto loss = prefix + "loss";
     add_actor(loss, actor_kind::loss, device_of(r, S - 1), r, S - 1, -1);
-    add_wire(previous, loss, wire_kind::activations, 0);
+    add_wire(layer_name(layers - 1), loss, wire_kind::activations, 0);
     add_wire("loader", loss, wire_kind::labels, 0);
   }
 

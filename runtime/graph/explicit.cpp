@@ -246,9 +246,13 @@ wire_plan read_wire(const table_config& table, std::size_t index) {
   return wire;
 }
 
-/// shapes[i] is the per-sample input of model layer i, shapes.back() the model's output,
-/// following the layer actors of the lowest replica that has each index.
-std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features) {
+/// The model's graph as the activations wires draw it, and its shapes: t.inputs[i] from
+/// the incoming activations wires of model layer i's actor in the lowest replica that has
+/// it (followed back through custom actors to a layer or the loader), t.shapes[i] the
+/// per-sample input of layer i and t.shapes.back() the model's output, t.outputs[i] layer
+/// i's output. A layer without incoming wires is read as the chain would (its error, a
+/// missing wire, is validate_topology's); what only this graph can get wrong fails here.
+void read_model_graph(topology& t, std::int64_t input_features) {
   std::map<std::int32_t, const actor_plan*> by_index;  // model index -> its lowest replica
   for (const auto& actor : t.actors) {
     if (actor.kind != actor_kind::layer)
@@ -257,8 +261,8 @@ std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features
     if (!slot || actor.replica < slot->replica)
       slot = &actor;
   }
-  std::vector<shape_t> shapes{{input_features}};
   const std::int32_t count = by_index.rbegin()->first + 1;
+  std::vector<const actor_plan*> layers;
   for (std::int32_t i = 0; i < count; ++i) {
     auto found = by_index.find(i);
     if (found == by_index.end()) {
@@ -268,9 +272,85 @@ std::vector<shape_t> model_shapes(const topology& t, std::int64_t input_features
                                          " has layer = " + std::to_string(last.layer) +
                                          "; number the model's layers 0, 1, 2, ... without gaps");
     }
-    shapes.push_back(create_layer(found->second->math)->output_shape(shapes.back()));
+    layers.push_back(found->second);
   }
-  return shapes;
+  std::map<std::string, const actor_plan*> by_name;
+  for (const auto& actor : t.actors)
+    by_name.emplace(actor.name, &actor);
+  std::map<std::string, std::vector<const wire_plan*>> incoming;  // activations, in order
+  for (const auto& w : t.wires)
+    if (w.kind == wire_kind::activations)
+      incoming[w.to].push_back(&w);
+  // The built-in actor an activations wire comes from, through custom actors (their
+  // first incoming activations wire each); null when there is none or it loops.
+  auto source_of = [&](const wire_plan& start) -> const actor_plan* {
+    const wire_plan* w = &start;
+    for (std::size_t hops = 0; hops <= t.wires.size(); ++hops) {
+      auto from = by_name.find(w->from);
+      if (from == by_name.end() || from->second->kind != actor_kind::custom)
+        return from == by_name.end() ? nullptr : from->second;
+      auto next = incoming.find(from->second->name);
+      if (next == incoming.end())
+        return nullptr;
+      w = next->second.front();
+    }
+    return nullptr;
+  };
+  t.inputs.assign(layers.size(), {});
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& a = *layers[i];
+    auto& reads = t.inputs[i];
+    const wire_plan* second = nullptr;
+    std::set<std::int32_t> seen;
+    auto wires = incoming.find(a.name);
+    for (const auto* in : wires == incoming.end() ? std::vector<const wire_plan*>{} : wires->second) {
+      const auto& w = *in;
+      const auto* from = source_of(w);
+      if (from == nullptr || (from->kind != actor_kind::layer && from->kind != actor_kind::data_loader))
+        continue;  // validate_topology names what is wrong with it
+      const auto j = from->kind == actor_kind::layer ? from->layer : data_input;
+      if (j != data_input && j >= static_cast<std::int32_t>(i))
+        throw config_error(w.where, "activations wire from " + quote_user_text(w.from) + " to " +
+                                        quote_user_text(w.to) + ": it goes back from layer " +
+                                        std::to_string(j) + " to layer " + std::to_string(i) +
+                                        " (a cycle, or layers numbered out of order); a layer "
+                                        "reads earlier layers only");
+      if (!seen.insert(j).second)
+        throw config_error(w.where, "activations wire from " + quote_user_text(w.from) + " to " +
+                                        quote_user_text(w.to) + ": a second wire from " +
+                                        (j == data_input ? std::string("the data loader")
+                                                         : "layer " + std::to_string(j)) +
+                                        " into layer " + std::to_string(i) +
+                                        "; one wire per input");
+      if (!reads.empty() && second == nullptr)
+        second = &w;
+      reads.push_back(j);
+    }
+    const bool merges = a.math.type == merge_layer_type;
+    if (reads.size() > 1 && !merges)
+      throw config_error(second->where,
+                         quote_user_text(a.name) + " (layer " + std::to_string(i) +
+                             ") has " + std::to_string(reads.size()) +
+                             " incoming activations wires, needs 1 (only an 'add' layer reads "
+                             "several); this one, from " + quote_user_text(second->from) +
+                             " to " + quote_user_text(second->to) + ", is one too many");
+    if (reads.size() == 1 && merges)
+      throw config_error(a.where, quote_user_text(a.name) +
+                                      " is an 'add' layer, which sums two or more inputs, and "
+                                      "one activations wire comes in");
+    if (reads.empty())
+      reads.push_back(static_cast<std::int32_t>(i) - 1);
+  }
+  std::vector<const layer_config*> configs;
+  std::vector<source_position> where;
+  for (const auto* a : layers) {
+    configs.push_back(&a->math);
+    where.push_back(a->where);
+  }
+  auto shapes = infer_shapes(configs, t.inputs, {input_features}, where);
+  t.shapes = shapes.input;
+  t.shapes.push_back(shapes.output.back());
+  t.outputs = shapes.output;
 }
 
 }  // namespace
@@ -306,7 +386,7 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
                        "an explicit config needs at least one [[actor]] with kind = \"layer\"");
   t.replicas = static_cast<std::int64_t>(replicas.size());
   t.stages = static_cast<std::int64_t>(stages.size());
-  t.shapes = model_shapes(t, input_features);
+  read_model_graph(t, input_features);
   return t;
 }
 

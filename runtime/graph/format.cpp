@@ -224,7 +224,9 @@ std::string format_table(const topology& t) {
   for (const auto& a : t.actors) {
     actors.push_back({a.name, a.kind_name(), a.device.to_string(), index_or_dash(a.replica),
                       index_or_dash(a.stage), index_or_dash(a.layer),
-                      a.kind == actor_kind::layer ? a.math.type : ""});
+                      a.kind != actor_kind::layer ? ""
+                      : a.math.name.empty()       ? a.math.type
+                                                  : a.math.type + " (" + a.math.name + ")"});
     if (nodes)
       actors.back().insert(actors.back().begin() + 2, "node" + std::to_string(a.device.node));
     if (any_settings)
@@ -233,9 +235,11 @@ std::string format_table(const topology& t) {
   std::vector<std::vector<std::string>> wires{{"from", "to", "kind", "capacity"}};
   if (nodes)
     wires[0].push_back("crosses");
-  for (const auto& w : t.wires) {
-    wires.push_back(
-        {w.from, w.to, to_string(w.kind), w.capacity > 0 ? std::to_string(w.capacity) : "-"});
+  const auto skips = t.skip_wires();
+  for (std::size_t i = 0; i < t.wires.size(); ++i) {
+    const auto& w = t.wires[i];
+    wires.push_back({w.from, w.to, to_string(w.kind) + std::string(skips[i] ? " (skip)" : ""),
+                     w.capacity > 0 ? std::to_string(w.capacity) : "-"});
     if (nodes) {
       const auto* from = t.find(w.from);
       const auto* to = t.find(w.to);
@@ -285,9 +289,11 @@ std::string format_dot(const topology& t) {
     if (nodes)
       out += "  }\n";
   }
-  for (const auto& w : t.wires) {
-    auto label =
-        to_string(w.kind) + (w.capacity > 0 ? " (" + std::to_string(w.capacity) + ")" : "");
+  const auto skips = t.skip_wires();
+  for (std::size_t i = 0; i < t.wires.size(); ++i) {
+    const auto& w = t.wires[i];
+    auto label = to_string(w.kind) + std::string(skips[i] ? " skip" : "") +
+                 (w.capacity > 0 ? " (" + std::to_string(w.capacity) + ")" : "");
     if (t.crosses_nodes(w))
       label += " [network]";
     out += "  " + dot_quote(w.from) + " -> " + dot_quote(w.to) + " [label=" + dot_quote(label) +

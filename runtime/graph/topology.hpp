@@ -25,7 +25,10 @@
 //                sit between a layer and its optimizer (layer -> clipper -> optimizer).
 //
 // Kinds of wires (from -> to), with the messages they carry:
-//   activations  loader/layer -> layer/loss: activation_msg forward. Gradients go back
+//   activations  loader/layer -> layer/loss: activation_msg forward, one wire per edge of
+//                the model's graph (model_graph.hpp): a skip connection is one more wire,
+//                an `add` layer has one in per input, a layer read by several has one
+//                out per reader, in the order of the model. Gradients go back
 //                along the same wire (gradient_msg), and that is also how the receiver
 //                returns a credit; forward-only receivers return a release_msg instead.
 //                `capacity` = credits: at most that many unreleased micro-batches on it.
@@ -43,6 +46,7 @@
 
 #include "runtime/config/config.hpp"
 #include "runtime/graph/kinds.hpp"
+#include "runtime/graph/model_graph.hpp"
 #include "troupe/device.hpp"
 #include "troupe/tensor.hpp"
 
@@ -86,12 +90,17 @@ struct topology {
   pipeline_schedule schedule = pipeline_schedule::gpipe;   // gpipe: the loss flushes
   averaging_method averaging = averaging_method::central;  // matters with R > 1
   std::vector<shape_t> shapes;        // shapes[i]: per-sample input of model layer i; back(): output
+  layer_inputs inputs;                // inputs[i]: the model layers layer i reads (model_graph.hpp)
+  std::vector<shape_t> outputs;       // outputs[i]: per-sample output of model layer i
   std::vector<actor_plan> actors;
   std::vector<wire_plan> wires;
 
   const actor_plan* find(const std::string& name) const;
   /// Whether a wire joins actors on two nodes (its messages cross the network).
   bool crosses_nodes(const wire_plan& wire) const;
+  /// For each wire, whether it is an activations wire between two layers that are not
+  /// neighbours in the model (a skip connection, model_graph.hpp).
+  std::vector<bool> skip_wires() const;
 };
 
 /// [parallel] devices as ids, each one this build can run: a config_error at the first it
@@ -109,6 +118,9 @@ struct stage_split {
 stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages);
 
 /// Expands [model] and [parallel] into actors and wires. `shapes` from check_model.
+/// A wire that crosses stages gets the credits of the stage after its sender's (a skip
+/// wire from stage 0 to stage 2 those of the wire into stage 1: its micro-batches are
+/// in flight as long as theirs), a wire within a stage none.
 /// Throws config_error for impossible requests (more stages than layers, R * P devices
 /// needed but fewer given without share_devices, a bad explicit stage split).
 topology expand_shorthand(const run_config& config, const std::vector<shape_t>& shapes);
@@ -126,7 +138,12 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
 /// reaches an optimizer and gets params from one (following grads and params wires
 /// through custom actors), every device is listed in [parallel] devices. Errors name the
 /// actor's or wire's position.
-void validate_topology(const topology& t, const run_config& config, std::int64_t classes);
+void validate_topology(const topology& t, const run_config& config, std::int64_t classes,
+                       std::int64_t positions = 1);
+
+/// What a loss takes per sample: (classes) logits, or (positions, classes) when the data
+/// gives a label per position of a sequence (a language model).
+shape_t loss_input_shape(std::int64_t classes, std::int64_t positions);
 
 /// A table of actors (name, kind, device, replica, stage, layer) and one of wires.
 std::string format_table(const topology& t);

@@ -97,10 +97,14 @@ std::string math_difference(const layer_config& reference, const layer_config& o
 
 class validator {
  public:
-  validator(const topology& t, const run_config& config, std::int64_t classes)
-      : t_(t), config_(config), classes_(classes) {
+  validator(const topology& t, const run_config& config, shape_t loss_input)
+      : t_(t), config_(config), loss_input_(std::move(loss_input)) {
     TROUPE_CHECK(!t.shapes.empty(), "a topology without shapes");
     layers_ = static_cast<std::int32_t>(t.shapes.size()) - 1;
+    TROUPE_CHECK(t.inputs.size() == static_cast<std::size_t>(layers_) &&
+                     t.outputs.size() == static_cast<std::size_t>(layers_),
+                 "a topology without its model graph");
+    consumers_ = consumers_of(t.inputs);
   }
 
   void run() {
@@ -337,10 +341,27 @@ class validator {
                             named(last->name) + " to it");
     }
     for (const auto* a : of_kind(actor_kind::layer)) {
-      expect_count(*a, incoming(*a, wire_kind::activations), 1, "incoming activations wires",
-                   "its input, from the data loader or the previous layer");
-      expect_count(*a, outgoing(*a, wire_kind::activations), 1, "outgoing activations wires",
-                   "to the next layer or the loss");
+      const auto& reads = t_.inputs[a->layer];
+      const auto readers = consumers_[a->layer].size() + (a->layer == layers_ - 1 ? 1 : 0);
+      expect_count(*a, incoming(*a, wire_kind::activations), reads.size(),
+                   "incoming activations wires",
+                   reads.size() == 1 ? "its input, from the data loader or the previous layer"
+                                     : "one per input of the model's layer " +
+                                           std::to_string(a->layer));
+      expect_count(*a, outgoing(*a, wire_kind::activations), readers,
+                   "outgoing activations wires",
+                   readers == 1 ? "to the next layer or the loss"
+                                : "one to each layer that reads layer " +
+                                      std::to_string(a->layer));
+      // Its ports are told apart by the actor at the other end (actors/layer_actor.cpp).
+      for (bool in : {true, false}) {
+        std::set<std::string> peers;
+        for (const auto* w : in ? incoming(*a, wire_kind::activations)
+                                : outgoing(*a, wire_kind::activations))
+          if (!peers.insert(in ? w->from : w->to).second)
+            fail(w->where, activations_wire(*w) + "a second activations wire between " +
+                               named(w->from) + " and " + named(w->to) + "; one wire per input");
+      }
     }
   }
 
@@ -414,8 +435,8 @@ class validator {
       if (is_custom(from) || is_custom(to))
         return;  // Note [custom actors]
       const auto& out =
-          from.kind == actor_kind::layer ? t_.shapes[from.layer + 1] : t_.shapes.front();
-      const auto& in = to.kind == actor_kind::layer ? t_.shapes[to.layer] : shape_t{classes_};
+          from.kind == actor_kind::layer ? t_.outputs[from.layer] : t_.shapes.front();
+      const auto& in = to.kind == actor_kind::layer ? t_.shapes[to.layer] : loss_input_;
       if (out == in)
         return;
       fail(w.where,
@@ -436,10 +457,16 @@ class validator {
                           " is layer " + std::to_string(to.layer));
       if (from.kind != actor_kind::layer)
         return;
-      if (to.kind == actor_kind::layer && to.layer != from.layer + 1)
+      const auto& readers = consumers_[from.layer];
+      if (to.kind == actor_kind::layer &&
+          std::find(readers.begin(), readers.end(), to.layer) == readers.end()) {
+        std::string feeds;
+        for (auto reader : readers)
+          feeds += (feeds.empty() ? "" : ", ") + std::to_string(reader);
         fail(w.where, here + "layer " + std::to_string(from.layer) + " must feed layer " +
-                          std::to_string(from.layer + 1) + ", not layer " +
+                          (feeds.empty() ? "none" : feeds) + ", not layer " +
                           std::to_string(to.layer));
+      }
       if (to.kind == actor_kind::loss && from.layer != layers_ - 1)
         fail(w.where, here + "only the model's last layer (" + std::to_string(layers_ - 1) +
                           ") feeds a loss, and " + named(from.name) + " is layer " +
@@ -810,8 +837,9 @@ class validator {
 
   const topology& t_;
   const run_config& config_;
-  std::int64_t classes_;
+  shape_t loss_input_;  // (classes), or (positions, classes) for a sequence's labels
   std::int32_t layers_ = 0;  // L, the model's layer count
+  std::vector<std::vector<std::int32_t>> consumers_;  // by model layer: the layers reading it
   std::map<std::string, std::size_t> index_;
   std::map<std::string, wire_list> incoming_, outgoing_;
   std::vector<bool> has_parameters_;  // by model layer index
@@ -819,8 +847,13 @@ class validator {
 
 }  // namespace
 
-void validate_topology(const topology& t, const run_config& config, std::int64_t classes) {
-  validator(t, config, classes).run();
+shape_t loss_input_shape(std::int64_t classes, std::int64_t positions) {
+  return positions > 1 ? shape_t{positions, classes} : shape_t{classes};
+}
+
+void validate_topology(const topology& t, const run_config& config, std::int64_t classes,
+                       std::int64_t positions) {
+  validator(t, config, loss_input_shape(classes, positions)).run();
 }
 
 }  // namespace troupe

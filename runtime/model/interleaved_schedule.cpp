@@ -124,6 +124,25 @@ void stage_sequencer::release() {
   wake_turn();
 }
 
+void stage_sequencer::add_layer(std::int64_t stage, std::int32_t layer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [span, fresh] = layers_.emplace(stage, std::make_pair(layer, layer));
+  span->second.first = std::min(span->second.first, layer);
+  span->second.second = std::max(span->second.second, layer);
+}
+
+bool stage_sequencer::first_of(std::int64_t stage, std::int32_t layer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto span = layers_.find(stage);
+  return span != layers_.end() && span->second.first == layer;
+}
+
+bool stage_sequencer::last_of(std::int64_t stage, std::int32_t layer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto span = layers_.find(stage);
+  return span != layers_.end() && span->second.second == layer;
+}
+
 std::int64_t stage_sequencer::held() const {
   std::lock_guard<std::mutex> guard{mutex_};
   return held_;

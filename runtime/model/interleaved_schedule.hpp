@@ -107,6 +107,13 @@ class stage_sequencer {
   /// A micro-batch left the device: its stage's first layer started its backward.
   void release();
 
+  /// Model layer `layer` belongs to `stage` (called for each before the run): a stage's
+  /// first layer takes its forwards' turns, its last its backwards'.
+  void add_layer(std::int64_t stage, std::int32_t layer);
+  /// Whether `layer` is the first (or last) model layer of `stage`.
+  bool first_of(std::int64_t stage, std::int32_t layer) const;
+  bool last_of(std::int64_t stage, std::int32_t layer) const;
+
   std::int64_t held() const;
   std::int64_t bound() const { return bound_; }
   /// "interleaved turns on this device: next the forward of stage 2, micro-batch 1 of
@@ -126,6 +133,7 @@ class stage_sequencer {
   bool backward_open_ = false;  // a backward took its turn, not yet released
   std::int64_t held_ = 0;
   std::map<std::int64_t, std::vector<std::function<void()>>> wake_;  // by stage
+  std::map<std::int64_t, std::pair<std::int32_t, std::int32_t>> layers_;  // stage: first, last
 };
 
 /// The sequencers of a run, by (device, replica) (actors/layer_actor.hpp makes them).

@@ -24,6 +24,7 @@ const std::vector<std::pair<std::string, init_kind>>& init_names() {
       {"xavier_uniform", init_kind::xavier_uniform},
       {"xavier_normal", init_kind::xavier_normal},
       {"torch", init_kind::torch_default},
+      {"normal", init_kind::normal},
   };
   return names;
 }
@@ -97,6 +98,9 @@ void initialise_parameter(const param_spec& param, std::uint64_t seed, std::int6
       break;
     case init_kind::torch_default:
       uniform(1.0 / std::sqrt(fan_in));
+      break;
+    case init_kind::normal:
+      normal(1.0);
       break;
   }
 }

@@ -33,7 +33,8 @@ constexpr std::int64_t resumed_at = 6;
 const char* const shipped[] = {
     "fashion_mlp",          "fashion_mlp_dp2",       "fashion_mlp_dp2_pp2", "fashion_mlp_mp2",
     "fashion_mlp_pp2_1f1b", "fashion_mlp_pp2_gpipe", "fashion_mlp_pp2_zbh1",
-    "fashion_mlp_pp2_interleaved", "fashion_cnn",         "fashion_cnn_pp2"};
+    "fashion_mlp_pp2_interleaved", "fashion_cnn",         "fashion_cnn_pp2",
+    "char_lm",              "char_lm_pp2",           "char_lm_dp2"};
 
 run_config shipped_config(const std::string& name, std::int64_t steps,
                           const std::string& checkpoints = "") {
@@ -92,7 +93,7 @@ TEST_CASE(
   const auto single = train(shipped_config("fashion_mlp", total_steps));
   for (const std::string name : shipped) {
     if (name.rfind("fashion_mlp", 0) != 0)
-      continue;  // another model (the conv nets): its own checkpoints only
+      continue;  // another model (the conv nets, the language models): its own checkpoints only
     INFO(name);
     const auto resumed = train(shipped_config(name, total_steps), checkpoint);
     double worst = 0;

@@ -71,6 +71,15 @@ TEST_CASE("every registered layer's backward matches finite differences") {
                                    {"padding", integer(1)}}),
          {2, 4, 4}, 1}}},
       {"flatten", {{make_layer("flatten"), {2, 3, 4}, 2}, {make_layer("flatten"), {5}, 1}}},
+      // Alone, an add reads one input (its sum over ports is the actor's, tested in
+      // tests/actors/residual_test.cpp).
+      {"add", {{make_layer("add"), {3, 4}, 2}}},
+      // Token ids in, drawn by the check (the layer's input_ids); dx is not checked.
+      {"embedding",
+       {{make_layer("embedding", {{"vocab", integer(7)}, {"dim", integer(3)}}), {5}, 3},
+        {make_layer("embedding",
+                    {{"vocab", integer(4)}, {"dim", integer(2)}, {"positions", flag(false)}}),
+         {6}, 2}}},
       {"dropout", {{make_layer("dropout"), {10}, 3}, {make_layer("dropout"), {2, 5}, 2}}},
       {"layer_norm",
        {{make_layer("layer_norm"), {6}, 3}, {make_layer("layer_norm"), {3, 5}, 2}}},

@@ -878,6 +878,47 @@ TEST_CASE("CUDA dropout keeps exactly the CPU's elements") {
   check_close("dropout", session.download(device_y), cpu_y, 0.0, 0.0);
 }
 
+TEST_CASE("CUDA embedding looks up and scatters as the CPU does") {
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  const std::int64_t vocab = 97, dim = 33, period = 64, rows = 4 * 64;
+  std::vector<float> ids(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<float>((i * 37 + i / 5) % vocab);  // repeats: scatters collide
+  const auto table = random_floats(static_cast<std::size_t>(vocab * dim), -1.0f, 1.0f, 161);
+  const auto positions = random_floats(static_cast<std::size_t>(period * dim), -1.0f, 1.0f, 162);
+  const auto dy = random_floats(static_cast<std::size_t>(rows * dim), -1.0f, 1.0f, 163);
+  std::vector<float> cpu_y(static_cast<std::size_t>(rows * dim));
+  lookup<ops::embedding_forward>(device_type::cpu)(context{}, rows, dim, vocab, period,
+                                                   ids.data(), table.data(), positions.data(),
+                                                   cpu_y.data());
+  std::vector<float> cpu_dtable(table.size()), cpu_dpositions(positions.size());
+  lookup<ops::embedding_backward>(device_type::cpu)(context{}, rows, dim, vocab, period,
+                                                    ids.data(), dy.data(), 0.0f,
+                                                    cpu_dtable.data(), cpu_dpositions.data());
+  const auto device_ids = session.upload(ids);
+  const auto device_table = session.upload(table);
+  const auto device_positions = session.upload(positions);
+  const auto device_dy = session.upload(dy);
+  device_buffer<float> device_y{cpu_y.size()}, device_dtable{table.size()},
+      device_dpositions{positions.size()};
+  lookup<ops::embedding_forward>(device_type::cuda)(session.ctx(), rows, dim, vocab, period,
+                                                    device_ids.get(), device_table.get(),
+                                                    device_positions.get(), device_y.get());
+  lookup<ops::embedding_backward>(device_type::cuda)(session.ctx(), rows, dim, vocab, period,
+                                                     device_ids.get(), device_dy.get(), 0.0f,
+                                                     device_dtable.get(),
+                                                     device_dpositions.get());
+  // The lookup is one addition either way: exact. The scatter sums up to rows / vocab + 1
+  // (token) or rows / period (position) values of |dy| <= 1 in another order.
+  check_close("embedding_forward", session.download(device_y), cpu_y, 0.0, 0.0);
+  const double eps = 1.2e-7;
+  check_close("embedding_backward table", session.download(device_dtable), cpu_dtable,
+              8 * eps, 8 * eps);
+  check_close("embedding_backward positions", session.download(device_dpositions),
+              cpu_dpositions, 8 * eps, 8 * eps);
+}
+
 }  // namespace
 }  // namespace troupe::kernels
 

@@ -324,14 +324,33 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
     auto at = position_of(text, "[[wire]]\nfrom = \"l0\"\nto = \"l2\"");
     check_error_at(
         text, at,
-        "'l0' (layer 0 of replica 0) has 2 outgoing activations wires, needs 1; this one, from "
-        "'l0' to 'l2', is one too many");
+        "'l2' (layer 2) has 2 incoming activations wires, needs 1 (only an 'add' layer reads "
+        "several); this one, from 'l0' to 'l2', is one too many");
+  }
+  SUBCASE("an add with one input") {
+    check_error(replaced(two_stages, "type = \"tanh\"", "type = \"add\""), actor_table("l1"),
+                "'l1' is an 'add' layer, which sums two or more inputs, and one activations wire "
+                "comes in");
+  }
+  SUBCASE("an add with two wires from one layer") {
+    auto text = replaced(two_stages, "type = \"tanh\"", "type = \"add\"") +
+                "\n[[wire]] # again\nfrom = \"l0\"\nto = \"l1\"\nkind = \"activations\"\n";
+    check_error(text, "[[wire]] # again",
+                "a second wire from layer 0 into layer 1; one wire per input");
+  }
+  SUBCASE("a layer that reads a later one") {
+    auto text = replaced(two_stages, "type = \"tanh\"", "type = \"add\"") +
+                "\n[[wire]]\nfrom = \"l2\"\nto = \"l1\"\nkind = \"activations\"\n";
+    check_error(text, "[[wire]]\nfrom = \"l2\"\nto = \"l1\"",
+                "it goes back from layer 2 to layer 1 (a cycle, or layers numbered out of "
+                "order); a layer reads earlier layers only");
   }
   SUBCASE("a cycle along activations") {
     auto text = replaced(two_stages, wire_table("loader", "l0") + "\nkind = \"activations\"\n", "");
     text = replaced(text, wire_table("l2", "loss"), wire_table("l2", "l0"));
     check_error(text, wire_table("l2", "l0"),
-                "activations wires form a cycle: 'l0' -> 'l1' -> 'l2' -> 'l0'");
+                "it goes back from layer 2 to layer 0 (a cycle, or layers numbered out of "
+                "order)");
   }
   SUBCASE("no loss") {
     auto text = replaced(two_stages,
