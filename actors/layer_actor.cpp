@@ -286,9 +286,10 @@ void layer_actor::connect(const wiring_msg& wiring) {
     outs_.back().track = end.peer_track;
   }
   merges_ = ins_.size() > 1;
-  TROUPE_CHECK(!merges_ || settings_->math->type() == merge_layer_type,
+  TROUPE_CHECK(!merges_ || settings_->math->sums_inputs(),
                settings_->name << " (" << settings_->math->type() << ") has " << ins_.size()
-                               << " activations wires in; only an 'add' reads several");
+                               << " activations wires in; only a layer that sums its inputs "
+                                  "reads several");
   auto grads = wiring.out("grads");
   TROUPE_CHECK(grads.size() == (has_params_ ? 1u : 0u),
                settings_->name << " needs " << (has_params_ ? "one grads wire" : "no grads wire"));

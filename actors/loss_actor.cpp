@@ -152,7 +152,9 @@ void loss_actor::send_back(gradient_msg message) {
 
 namespace troupe {
 
-TROUPE_REGISTER_BUILTIN_ACTOR_KIND("loss", "softmax cross-entropy after a replica's last layer",
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND("loss",
+                                   "softmax cross-entropy after a replica's last layer (at "
+                                   "every position of a sequence's labels)",
                                    [](const actor_plan& plan, spawn_context& context) {
                                      loss_actor_settings s;
                                      s.name = plan.name;

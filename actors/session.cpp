@@ -463,8 +463,7 @@ std::string trace_path_of_node(const std::string& path, int rank) {
 
 }  // namespace
 
-// What a language model's run prints after training (session_result::sample).
-constexpr std::int64_t sample_length = 300;
+// How a language model's run draws its text after training (session_result::sample).
 constexpr double sample_temperature = 0.8;
 
 session_result run_session(const run_config& config, const session_options& options) {
@@ -487,8 +486,12 @@ session_result run_session(const run_config& config, const session_options& opti
     check_output_file(trace_path, "the trace file");
   auto prepared = prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
-  // A text source's vocabulary goes with the run: token ids mean nothing without it.
-  if (!metrics_path.empty() && !prepared.data->vocabulary.empty()) {
+  // A text source's vocabulary goes with the run: token ids mean nothing without it. Next
+  // to a metrics file, not a device (--metrics /dev/null).
+  std::error_code no_file;
+  if (!metrics_path.empty() && !prepared.data->vocabulary.empty() &&
+      (std::filesystem::is_regular_file(metrics_path, no_file) ||
+       !std::filesystem::exists(metrics_path, no_file))) {
     const auto path =
         std::filesystem::path(metrics_path).replace_extension(".vocab.json").string();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -772,10 +775,11 @@ session_result run_session(const run_config& config, const session_options& opti
       // report reaches the trainer before the last gradients reach the first layers).
       if (outcome->exit_code == exit_code::ok) {
         auto parameters = collect_parameters(self, graph, everyone, outcome->steps);
-        if (!prepared.data->vocabulary.empty() && !config.is_explicit())
+        if (!prepared.data->vocabulary.empty() && !config.is_explicit() &&
+            options.sample_length > 0)
           result.sample = sample_text(
               host_model(config.model.layers, graph.inputs, graph.shapes, parameters),
-              prepared.data->vocabulary, config.data.context, "\n", sample_length,
+              prepared.data->vocabulary, config.data.context, "\n", options.sample_length,
               config.run.seed, sample_temperature);
         if (options.keep_parameters)
           result.parameters = std::move(parameters);

@@ -30,6 +30,7 @@ struct session_options {
   bool quiet = false;           // no progress output
   bool progress_bar = false;    // redraw a bar (a terminal) instead of printing lines
   bool keep_parameters = false; // copy the final parameters into the result
+  std::int64_t sample_length = 300;  // a language model's text after training; 0: none
   std::string metrics_path;     // overrides [run] metrics when not empty
   std::string trace_path;       // overrides [run] trace when not empty
   bool log_messages = false;    // print messages as they are handled...

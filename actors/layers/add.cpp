@@ -7,12 +7,19 @@
 
 namespace troupe {
 
+namespace {
+
+class add_layer final : public reshape_layer {
+ public:
+  add_layer() : reshape_layer("add", [](const shape_t& in) { return in; }) {}
+  bool sums_inputs() const override { return true; }
+};
+
+}  // namespace
+
 TROUPE_REGISTER_LAYER("add",
                       "the sum of two or more earlier layers' outputs of one shape, named by "
                       "inputs = [\"a\", \"b\"] (no settings)",
-                      [](layer_settings&) {
-                        return std::make_unique<reshape_layer>(
-                            "add", [](const shape_t& in) { return in; });
-                      });
+                      [](layer_settings&) { return std::make_unique<add_layer>(); });
 
 }  // namespace troupe

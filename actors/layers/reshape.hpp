@@ -1,6 +1,7 @@
 // reshape.hpp: the shared shape of layers that change a sample's shape and not its values
-// (flatten, unflatten): forward copies x into y and backward dy into dx, element for
-// element; only output_shape differs. Each is one registration in its own file.
+// (flatten, unflatten; add when it reads one input): forward copies x into y and backward
+// dy into dx, element for element; only output_shape differs. Each is one registration in
+// its own file.
 //
 // A copy and not a view: a layer writes into the y the runtime allocated for it (see
 // layer.hpp), and a micro-batch's copy is small next to the layers around it.
@@ -16,7 +17,7 @@
 
 namespace troupe {
 
-class reshape_layer final : public layer {
+class reshape_layer : public layer {
  public:
   using shape_rule = std::function<shape_t(const shape_t& input)>;
 

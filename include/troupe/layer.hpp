@@ -138,6 +138,12 @@ class layer {
                                const std::vector<tensor>& saved, const tensor& dy,
                                std::vector<tensor>& grads, bool accumulate) const;
 
+  /// Whether the layer reads two or more inputs of one shape, which its actor sums (a
+  /// residual connection's `add`, runtime/graph/model_graph.hpp): its layer_actor sends
+  /// their sum on as y, and dy back to each input, without calling forward or backward,
+  /// which see one input (as when the layer is checked alone). False: one input.
+  virtual bool sums_inputs() const { return false; }
+
   /// What the input holds: 0 for real values (the default), n > 0 for token ids, each an
   /// integer in [0, n) stored as a float (an embedding's input). Gradient checks draw ids
   /// for such a layer and do not check its dx (an id has no gradient).

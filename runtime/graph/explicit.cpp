@@ -326,18 +326,20 @@ void read_model_graph(topology& t, std::int64_t input_features) {
         second = &w;
       reads.push_back(j);
     }
-    const bool merges = a.math.type == merge_layer_type;
+    const bool merges = create_layer(a.math)->sums_inputs();
     if (reads.size() > 1 && !merges)
       throw config_error(second->where,
                          quote_user_text(a.name) + " (layer " + std::to_string(i) +
                              ") has " + std::to_string(reads.size()) +
-                             " incoming activations wires, needs 1 (only an 'add' layer reads "
-                             "several); this one, from " + quote_user_text(second->from) +
+                             " incoming activations wires, needs 1 (only a layer that sums its "
+                             "inputs, like 'add', reads several); this one, from " +
+                             quote_user_text(second->from) +
                              " to " + quote_user_text(second->to) + ", is one too many");
     if (reads.size() == 1 && merges)
-      throw config_error(a.where, quote_user_text(a.name) +
-                                      " is an 'add' layer, which sums two or more inputs, and "
-                                      "one activations wire comes in");
+      throw config_error(a.where, quote_user_text(a.name) + " is " +
+                                      quote_user_text(a.math.type) +
+                                      ", which sums two or more inputs, and one activations "
+                                      "wire comes in");
     if (reads.empty())
       reads.push_back(static_cast<std::int32_t>(i) - 1);
   }

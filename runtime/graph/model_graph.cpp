@@ -49,11 +49,12 @@ layer_inputs resolve_inputs(const model_section& model) {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& layer = layers[i];
     const auto title = layer_title(layer, i);
-    const bool merges = layer.type == merge_layer_type;
+    const bool merges = create_layer(layer)->sums_inputs();
     if (layer.inputs.empty()) {
       if (merges)
-        throw config_error(layer.where, title + ": 'add' sums two or more inputs; name them, "
-                                                "like inputs = [\"block1\", \"mlp_out\"]");
+        throw config_error(layer.where, title + ": " + quote_user_text(layer.type) +
+                                            " sums two or more inputs; name them, like "
+                                            "inputs = [\"block1\", \"mlp_out\"]");
       inputs[i] = {static_cast<std::int32_t>(i) - 1};
       continue;
     }
@@ -86,10 +87,12 @@ layer_inputs resolve_inputs(const model_section& model) {
     }
     if (merges && inputs[i].size() < 2)
       throw config_error(layer.inputs_where.front(),
-                         title + ": 'add' sums two or more inputs, and it names one");
+                         title + ": " + quote_user_text(layer.type) +
+                             " sums two or more inputs, and it names one");
     if (!merges && inputs[i].size() > 1)
       throw config_error(layer.inputs_where[1],
-                         title + ": only 'add' reads several inputs; a " +
+                         title + ": only a layer that sums its inputs (like 'add') reads "
+                                 "several; a " +
                              quote_user_text(layer.type) +
                              " layer reads one (sum them first with an 'add' layer)");
   }

@@ -7,11 +7,11 @@
 //   name = "block1"               type = "add"
 //   type = "linear"               inputs = ["block1", "mlp_out"]   # sums them
 //
-// Only `add` reads several inputs (it sums them, all of one shape); any layer's output may
-// feed several later layers, and the gradients they send back are summed. Inputs name
-// earlier layers only, so a model has no cycle by construction; every layer but the last
-// must feed some later layer, and only the first reads the data. A sequential model (no
-// names, no inputs) is the chain it always was.
+// Only a layer that sums its inputs (layer::sums_inputs, the built-in `add`) reads several,
+// all of one shape; any layer's output may feed several later layers, and the gradients
+// they send back are summed. Inputs name earlier layers only, so a model has no cycle by
+// construction; every layer but the last must feed some later layer, and only the first
+// reads the data. A sequential model (no names, no inputs) is the chain it always was.
 //
 // In the actor graph (topology.hpp) each edge of this graph is one activations wire per
 // replica: a skip connection is one more wire with its own credits, and a pipeline cut
@@ -33,17 +33,14 @@ inline constexpr std::int32_t data_input = -1;
 /// inputs[i]: the model layers layer i reads, in order (data_input for the data).
 using layer_inputs = std::vector<std::vector<std::int32_t>>;
 
-/// The layer type that reads several inputs and sums them.
-inline constexpr const char* merge_layer_type = "add";
-
 /// Each layer reads the one before it.
 layer_inputs sequential_inputs(std::size_t layers);
 
 /// The inputs of [model] layers, resolved from their `name`s and `inputs`. Throws
 /// config_error at the offending name: a name used twice, an input that names no
 /// earlier layer (a later one, itself, a typo), a name twice in one list, several inputs
-/// for a layer other than `add`, one input for `add`, a layer whose output no later layer
-/// reads.
+/// for a layer that does not sum them, one input for one that does, a layer whose output
+/// no later layer reads.
 layer_inputs resolve_inputs(const model_section& model);
 
 /// consumers[j]: the layers that read layer j's output, in order.

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +50,7 @@ TEST_CASE("a character-level transformer learns a text, keeps its vocabulary and
   auto config = parse_config(lm_config(text, "steps = 60\n", ""), "lm.toml");
   auto options = test::quiet_options();
   options.metrics_path = metrics;
+  options.sample_length = 300;
   const auto result = test::run_ok(config, options);
   // Uniform over 9 tokens is ln 9 = 2.2 per character; the line is all but certain.
   CHECK(result.outcome.test_loss < 0.3);
@@ -77,6 +79,8 @@ TEST_CASE("a language model computes the same under data and pipeline parallelis
     return test::run_ok(config, options).parameters;
   };
   const auto single = train("");
+  // Metrics to /dev/null (quiet_options): no vocabulary is written beside a device.
+  CHECK_FALSE(std::filesystem::exists("/dev/null.vocab.json"));
   for (const std::string parallel :
        {"[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 2], [3, 4]]\n"
@@ -96,4 +100,15 @@ TEST_CASE("an embedding whose vocab does not cover the text is refused at its ta
                        doctest::Contains("reads token ids below 8, and the text has 9 distinct "
                                          "tokens (bytes); set its vocab to 9"),
                        config_error);
+}
+
+TEST_CASE("the shipped language models plan on the fortunes text, their vocab its bytes") {
+  for (const std::string name : {"char_lm", "char_lm_pp2", "char_lm_dp2"}) {
+    CAPTURE(name);
+    const auto config = load_config(std::string{TROUPE_SOURCE_DIR} + "/config/" + name + ".toml");
+    const auto prepared = prepare_session(config);
+    CHECK(prepared.data->vocabulary.size() == 114);  // Debian 12's fortunes
+    CHECK(prepared.graph.shapes.back() == shape_t{64, 114});
+    CHECK(prepared.plan.positions == 64);
+  }
 }

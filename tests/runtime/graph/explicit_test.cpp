@@ -324,13 +324,13 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
     auto at = position_of(text, "[[wire]]\nfrom = \"l0\"\nto = \"l2\"");
     check_error_at(
         text, at,
-        "'l2' (layer 2) has 2 incoming activations wires, needs 1 (only an 'add' layer reads "
-        "several); this one, from 'l0' to 'l2', is one too many");
+        "'l2' (layer 2) has 2 incoming activations wires, needs 1 (only a layer that sums its "
+        "inputs, like 'add', reads several); this one, from 'l0' to 'l2', is one too many");
   }
   SUBCASE("an add with one input") {
     check_error(replaced(two_stages, "type = \"tanh\"", "type = \"add\""), actor_table("l1"),
-                "'l1' is an 'add' layer, which sums two or more inputs, and one activations wire "
-                "comes in");
+                "'l1' is 'add', which sums two or more inputs, and one activations wire comes "
+                "in");
   }
   SUBCASE("an add with two wires from one layer") {
     auto text = replaced(two_stages, "type = \"tanh\"", "type = \"add\"") +

@@ -157,7 +157,7 @@ TEST_CASE("names and inputs that do not make a graph are refused at their line:c
   }
   SUBCASE("several inputs for a layer that is not an add") {
     check_refused(replaced(residual, "type = \"add\"", "type = \"relu\""), "\"f\"]",
-                  "only 'add' reads several inputs; a 'relu' layer reads one");
+                  "only a layer that sums its inputs (like 'add') reads several; a 'relu' layer reads one");
   }
   SUBCASE("an add of one input") {
     check_refused(replaced(residual, "inputs = [\"h\", \"f\"]", "inputs = [\"f\"]"), "\"f\"]",
