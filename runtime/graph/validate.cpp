@@ -343,6 +343,9 @@ class validator {
     for (const auto* a : of_kind(actor_kind::layer)) {
       const auto& reads = t_.inputs[a->layer];
       const auto readers = consumers_[a->layer].size() + (a->layer == layers_ - 1 ? 1 : 0);
+      if (readers == 0)
+        fail(a->where, describe(*a) + " feeds nothing: no later layer reads its output (an "
+                                      "activations wire from it to a later layer is missing)");
       expect_count(*a, incoming(*a, wire_kind::activations), reads.size(),
                    "incoming activations wires",
                    reads.size() == 1 ? "its input, from the data loader or the previous layer"

@@ -327,6 +327,13 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
         "'l2' (layer 2) has 2 incoming activations wires, needs 1 (only a layer that sums its "
         "inputs, like 'add', reads several); this one, from 'l0' to 'l2', is one too many");
   }
+  SUBCASE("a layer whose output goes nowhere") {
+    auto text = replaced(two_stages,
+                         wire_table("l1", "l2") + "\nkind = \"activations\"\ncapacity = 3\n",
+                         wire_table("l0", "l2") + "\nkind = \"activations\"\ncapacity = 3\n");
+    check_error(text, actor_table("l1"),
+                "'l1' (layer 1 of replica 0) feeds nothing: no later layer reads its output");
+  }
   SUBCASE("an add with one input") {
     check_error(replaced(two_stages, "type = \"tanh\"", "type = \"add\""), actor_table("l1"),
                 "'l1' is 'add', which sums two or more inputs, and one activations wire comes "
