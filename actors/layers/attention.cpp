@@ -59,6 +59,7 @@ class attention final : public layer {
     gemm_ = kernels::lookup<kernels::ops::gemm>(type);
     bias_add_ = kernels::lookup<kernels::ops::bias_add>(type);
     bias_grad_ = kernels::lookup<kernels::ops::bias_grad>(type);
+    fill_ = kernels::lookup<kernels::ops::fill>(type);
     softmax_ = kernels::lookup<kernels::ops::causal_softmax_forward>(type);
     softmax_backward_ = kernels::lookup<kernels::ops::causal_softmax_backward>(type);
   }
@@ -142,6 +143,13 @@ class attention final : public layer {
     // Input projection: dW_in (3C, C) += dqkv^T x; db_in += column sums; dx = dqkv W_in.
     linear_backward(context, s.rows, s.c, 3 * s.c, x.f32(), w.in, d_qkv.f32(), beta, d_in,
                     d_in_bias, dx != nullptr ? dx->f32() : nullptr);
+    // Note [the key bias]: the key part of in_proj_bias, (C) from C on, adds q_i . b_k to
+    // every score of row i, which the softmax ignores: its gradient is exactly zero. The
+    // column sums above give it float noise instead, whose sign follows the summation order,
+    // and Adam turns noise into steps of size lr: one device and a pipeline drifted 1e-3
+    // apart in 20 steps (troupe verify config/char_lm_pp2.toml). So it is written as zero.
+    if (d_in_bias != nullptr)
+      fill_(context.kernels, s.c, 0.0f, d_in_bias + s.c);
   }
 
   double cost(const shape_t& input) const override {
@@ -219,6 +227,7 @@ class attention final : public layer {
   kernels::ops::gemm::function gemm_ = nullptr;
   kernels::ops::bias_add::function bias_add_ = nullptr;
   kernels::ops::bias_grad::function bias_grad_ = nullptr;
+  kernels::ops::fill::function fill_ = nullptr;
   kernels::ops::causal_softmax_forward::function softmax_ = nullptr;
   kernels::ops::causal_softmax_backward::function softmax_backward_ = nullptr;
 };

@@ -66,11 +66,11 @@ lr = 0.01
 /// A small sequence model on synthetic samples read as 6 positions of 8 features:
 /// layer_norm, causal attention, a per-position linear and gelu, dropout (its masks keyed
 /// by sample, so every wiring drops the same values), then a classifier.
-/// SGD, not Adam: the key part of attention's in_proj_bias has a true gradient of zero
-/// (softmax ignores a constant added to every score of a row), so its computed gradient is
-/// float noise, and Adam turns noise into steps of size lr whose signs follow the summation
-/// order: 3% apart after 2 steps between one device and M = 4 (troupe verify), as
-/// PyTorch would be. SGD keeps noise noise-sized.
+/// Adam: the key part of attention's in_proj_bias has a true gradient of zero (softmax
+/// ignores a constant added to every score of a row); computed, it was float noise that
+/// Adam turned into steps of size lr whose signs followed the summation order (3% apart
+/// after 2 steps between one device and M = 4), so this test used SGD. The layer now writes
+/// that gradient as zero (Note [the key bias] in actors/layers/attention.cpp).
 std::string sequence_config(const std::string& parallel) {
   return R"(
 [run]
@@ -82,9 +82,8 @@ evaluate = false
          test::layer("attention", "heads = 2\n") + test::linear(8) + test::layer("gelu") +
          test::layer("dropout", "p = 0.2\n") + test::layer("flatten") + test::linear(4) + R"(
 [optimizer]
-type = "sgd"
-lr = 0.05
-momentum = 0.5
+type = "adam"
+lr = 0.01
 
 )" + parallel;
 }

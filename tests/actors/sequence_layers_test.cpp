@@ -86,6 +86,36 @@ TEST_CASE("attention is causal multi-head self-attention with fused QKV and an o
   CHECK(worst <= 1e-5);
 }
 
+TEST_CASE("attention's key bias gets an exact zero gradient, the query and value biases theirs") {
+  // Note [the key bias] in actors/layers/attention.cpp: adding b_k to every key adds
+  // q_i . b_k to all of row i's scores, which the softmax ignores.
+  const int b = 2, t = 5, c = 6;
+  auto layer = create_layer(sequence_layer("attention", {{"heads", 2}}));
+  layer->bind(device_type::cpu);
+  const tensor x = random_tensor({b, t, c}, 11);
+  const std::vector<tensor> params{random_tensor({3 * c, c}, 12), random_tensor({3 * c}, 13),
+                                   random_tensor({c, c}, 14), random_tensor({c}, 15)};
+  const tensor y = tensor::empty({b, t, c});
+  std::vector<tensor> saved;
+  layer->forward(layer_context{}, params, x, y, saved);
+  std::vector<tensor> grads;
+  for (const auto& p : params)
+    grads.push_back(tensor::zeros(p.shape()));
+  const tensor dy = random_tensor({b, t, c}, 16);
+  for (bool accumulate : {false, true}) {
+    layer->backward(layer_context{}, params, saved, dy, nullptr, grads, accumulate);
+    double query = 0, key = 0, value = 0;
+    for (int i = 0; i < c; ++i) {
+      query += std::fabs(grads[1].f32()[i]);
+      key += std::fabs(grads[1].f32()[c + i]);
+      value += std::fabs(grads[1].f32()[2 * c + i]);
+    }
+    CHECK(key == 0.0);
+    CHECK(query > 1e-3);
+    CHECK(value > 1e-3);
+  }
+}
+
 TEST_CASE("attention and layer_norm refuse inputs they cannot take, at their position") {
   auto layer = create_layer(sequence_layer("attention", {{"heads", 4}}));
   CHECK_THROWS_WITH_AS(layer->output_shape({24}),
