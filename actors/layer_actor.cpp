@@ -174,7 +174,43 @@ void layer_actor::arrive_backward(gradient_msg& message, std::int32_t port) {
     work.more.assign(std::make_move_iterator(parts.begin() + 1),
                      std::make_move_iterator(parts.end()));
   }
-  offer(std::move(work));
+  offer_in_order(std::move(work));
+}
+
+// Note [backwards in order]
+// A layer's weight gradients of a step are the sum over its micro-batches, accumulated in
+// the order its backwards run; float addition makes that order part of the result. Every
+// schedule sends backwards in micro-batch order, but they need not arrive so: a gradient
+// from another device that is not written yet comes back later (Note [no blocking waits]),
+// and the next one, written by then, can overtake it; a layer read by several gathers its
+// parts over paths of different lengths (a skip wire's comes straight from a later stage).
+// So a layer with parameters holds a backward that arrives early until those before it
+// have gone: the same sums in the same order on every run, which a resume bit for bit and
+// an ejected config's identical parameters rely on. The credit came back on arrival.
+void layer_actor::offer_in_order(pass work) {
+  if (!has_params_) {
+    offer(std::move(work));
+    return;
+  }
+  const auto& tag = work.gradient.tag;
+  const stash_key key{tag.step, tag.microbatch};
+  if (std::get<0>(next_backward_) < 0)
+    next_backward_ = stash_key{tag.step, 0};  // the first step this actor sees
+  if (key < next_backward_) {  // its backward has run: backward() says so
+    offer(std::move(work));
+    return;
+  }
+  if (!early_.emplace(key, std::move(work)).second)
+    throw std::logic_error(describe(*settings_, "backward", tag) + " arrived twice");
+  for (auto next = early_.find(next_backward_); next != early_.end();
+       next = early_.find(next_backward_)) {
+    auto ready = std::move(next->second);
+    early_.erase(next);
+    const auto [step, microbatch] = next_backward_;
+    next_backward_ = microbatch + 1 == settings_->microbatches ? stash_key{step + 1, 0}
+                                                               : stash_key{step, microbatch + 1};
+    offer(std::move(ready));
+  }
 }
 
 caf::message_handler layer_actor::handlers() {
@@ -253,6 +289,10 @@ std::string layer_actor::waiting_for() const {
     s += "; holds " + std::to_string(stash_.size()) + " micro-batch(es) waiting for their gradient from " +
          readers + " (first: step " + std::to_string(std::get<0>(stash_.begin()->first)) +
          ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
+  if (!early_.empty())
+    s += "; " + std::to_string(early_.size()) + " backward(s) held until that of step " +
+         std::to_string(std::get<0>(next_backward_)) + ", micro-batch " +
+         std::to_string(std::get<1>(next_backward_)) + " arrives";
   if (!queued_.empty())
     s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
   if (!parked_.empty()) {
