@@ -75,6 +75,12 @@ text_corpus read_text_corpus(const std::string& path, std::int64_t validation_ev
   std::vector<std::string> records;
   std::int64_t total = 0;
   for (const auto& file : corpus.files) {
+    std::error_code error;  // the limit before the bytes: a huge file is not read to learn its size
+    const auto size = fs::file_size(file, error);
+    if (!error && static_cast<std::int64_t>(size) > limits::max_samples - total)
+      throw data_error("the text under " + quoted(path) + " is more than " +
+                       std::to_string(limits::max_samples) + " bytes (the limit), at " +
+                       quoted(file));
     std::ifstream in(file, std::ios::binary);
     if (!in)
       throw data_error("cannot open " + quoted(file));

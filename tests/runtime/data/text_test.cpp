@@ -67,4 +67,12 @@ TEST_CASE("a text without records is split by its last share; too little text is
                        doctest::Contains("holds no text files"), data_error);
   CHECK_THROWS_WITH_AS(read_text_corpus(dir / "missing", 10, 4),
                        doctest::Contains("is neither a text file nor a directory"), data_error);
+  // A device is not a text: /dev/zero is refused, not read forever.
+  CHECK_THROWS_WITH_AS(read_text_corpus("/dev/zero", 10, 4),
+                       doctest::Contains("is neither a text file nor a directory"), data_error);
+  // Past the limit (a sparse file of 2^28 + 1 bytes): refused before its bytes are read.
+  const auto huge = dir.write("huge.txt", "");
+  std::filesystem::resize_file(huge, (std::uintmax_t{1} << 28) + 1);
+  CHECK_THROWS_WITH_AS(read_text_corpus(huge, 10, 4), doctest::Contains("(the limit)"),
+                       data_error);
 }

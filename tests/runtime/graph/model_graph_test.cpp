@@ -195,5 +195,7 @@ TEST_CASE("names and inputs that do not make a graph are refused at their line:c
                   "found an empty array");
     check_refused(replaced(residual, "inputs = [\"h\", \"f\"]", "inputs = [\"h\", 2]"), "2]",
                   "found an integer");
+    check_refused(replaced(residual, "inputs = [\"h\", \"f\"]", "inputs = [[[\"h\"]]]"),
+                  "[[\"h\"]]]", "found an array");
   }
 }
