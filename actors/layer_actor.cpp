@@ -146,8 +146,15 @@ void layer_actor::arrive_forward(activation_msg& message, std::int32_t port) {
     work.more.assign(std::make_move_iterator(parts.begin() + 1),
                      std::make_move_iterator(parts.end()));
   }
-  if (work.activation.tag.version > version_) {
-    waiting_.push_back(std::move(work));
+  if (work.activation.tag.stage == phase::train)
+    offer_in_order(forwards_, std::move(work));
+  else
+    proceed(std::move(work));
+}
+
+void layer_actor::proceed(pass work) {
+  if (!work.backward && work.activation.tag.version > version_) {
+    waiting_.push_back(std::move(work));  // install() offers it
     return;
   }
   offer(std::move(work));
@@ -174,42 +181,60 @@ void layer_actor::arrive_backward(gradient_msg& message, std::int32_t port) {
     work.more.assign(std::make_move_iterator(parts.begin() + 1),
                      std::make_move_iterator(parts.end()));
   }
-  offer_in_order(std::move(work));
+  if (has_params_)
+    offer_in_order(backwards_, std::move(work));
+  else
+    proceed(std::move(work));
 }
 
-// Note [backwards in order]
+// Note [passes in order]
 // A layer's weight gradients of a step are the sum over its micro-batches, accumulated in
 // the order its backwards run; float addition makes that order part of the result. Every
-// schedule sends backwards in micro-batch order, but they need not arrive so: a gradient
-// from another device that is not written yet comes back later (Note [no blocking waits]),
-// and the next one, written by then, can overtake it; a layer read by several gathers its
-// parts over paths of different lengths (a skip wire's comes straight from a later stage).
-// So a layer with parameters holds a backward that arrives early until those before it
-// have gone: the same sums in the same order on every run, which a resume bit for bit and
-// an ejected config's identical parameters rely on. The credit came back on arrival.
-void layer_actor::offer_in_order(pass work) {
-  if (!has_params_) {
-    offer(std::move(work));
+// schedule sends passes in micro-batch order, but they need not arrive so: a message whose
+// tensor from another device is not written yet comes back later (Note [no blocking
+// waits]), and the next one, written by then, can overtake it; a layer read by several
+// gathers its parts over paths of different lengths (a skip wire's comes straight from a
+// later stage). So a layer with parameters holds a backward that arrives early until those
+// before it have gone: the same sums in the same order on every run, which a resume bit
+// for bit and an ejected config's identical parameters rely on. The credit came back on
+// arrival.
+// Holding backwards needs forwards in order too, on every layer: a forward that overtook
+// its predecessor takes the wire's credit, and with 1F1B's single credit at the last
+// boundary the overtaken micro-batch then waits for a credit that comes back only with
+// the overtaker's gradient, which the layers behind hold until the overtaken one's has
+// gone: a deadlock (seen once in 30 runs of a 3-stage 1F1B on two loaded cores). A
+// training forward that arrives early therefore waits here for those before it, which
+// their senders sent first and so are on their way. Evaluation passes are not ordered.
+// Only micro-batches of one step are ordered (the sums are per step; a synchronous step
+// cannot start at a layer before the last one's passes reached it), so a step whose
+// micro-batches never all come holds up no other.
+void layer_actor::offer_in_order(in_order& gate, pass work) {
+  const auto& tag = work.backward ? work.gradient.tag : work.activation.tag;
+  const auto step = tag.step;
+  const auto microbatch = tag.microbatch;
+  auto next = gate.next.find(step);
+  if (step <= gate.done_through ||
+      (next != gate.next.end() && microbatch < next->second)) {  // its pass has gone:
+    proceed(std::move(work));                                     // forward() or backward() says so
     return;
   }
-  const auto& tag = work.gradient.tag;
-  const stash_key key{tag.step, tag.microbatch};
-  if (std::get<0>(next_backward_) < 0)
-    next_backward_ = stash_key{tag.step, 0};  // the first step this actor sees
-  if (key < next_backward_) {  // its backward has run: backward() says so
-    offer(std::move(work));
-    return;
-  }
-  if (!early_.emplace(key, std::move(work)).second)
-    throw std::logic_error(describe(*settings_, "backward", tag) + " arrived twice");
-  for (auto next = early_.find(next_backward_); next != early_.end();
-       next = early_.find(next_backward_)) {
-    auto ready = std::move(next->second);
-    early_.erase(next);
-    const auto [step, microbatch] = next_backward_;
-    next_backward_ = microbatch + 1 == settings_->microbatches ? stash_key{step + 1, 0}
-                                                               : stash_key{step, microbatch + 1};
-    offer(std::move(ready));
+  if (gate.early.count({step, microbatch}) != 0)
+    throw std::logic_error(describe(*settings_, work.backward ? "backward" : "forward", tag) +
+                           " arrived twice");
+  gate.early.emplace(stash_key{step, microbatch}, std::move(work));
+  if (next == gate.next.end())
+    next = gate.next.emplace(step, 0).first;
+  for (auto ready = gate.early.find({step, next->second}); ready != gate.early.end();
+       ready = gate.early.find({step, next->second})) {
+    auto pass = std::move(ready->second);
+    gate.early.erase(ready);
+    if (++next->second == settings_->microbatches) {
+      gate.next.erase(next);
+      gate.done_through = std::max(gate.done_through, step);
+      proceed(std::move(pass));
+      return;
+    }
+    proceed(std::move(pass));
   }
 }
 
@@ -289,10 +314,17 @@ std::string layer_actor::waiting_for() const {
     s += "; holds " + std::to_string(stash_.size()) + " micro-batch(es) waiting for their gradient from " +
          readers + " (first: step " + std::to_string(std::get<0>(stash_.begin()->first)) +
          ", micro-batch " + std::to_string(std::get<1>(stash_.begin()->first)) + ")";
-  if (!early_.empty())
-    s += "; " + std::to_string(early_.size()) + " backward(s) held until that of step " +
-         std::to_string(std::get<0>(next_backward_)) + ", micro-batch " +
-         std::to_string(std::get<1>(next_backward_)) + " arrives";
+  auto held_back = [&](const in_order& gate, const char* what) {
+    if (gate.early.empty())
+      return;
+    const auto step = std::get<0>(gate.early.begin()->first);
+    auto next = gate.next.find(step);
+    s += "; " + std::to_string(gate.early.size()) + " " + what + "(s) held until that of step " +
+         std::to_string(step) + ", micro-batch " +
+         std::to_string(next == gate.next.end() ? 0 : next->second) + " arrives";
+  };
+  held_back(forwards_, "forward");
+  held_back(backwards_, "backward");
   if (!queued_.empty())
     s += "; " + std::to_string(queued_.size()) + " pass(es) queued behind its last job";
   if (!parked_.empty()) {

@@ -128,7 +128,16 @@ class layer_actor : public device_actor {
   /// `parts` summed in order on this device (one job), or parts[0] alone.
   tensor summed(std::vector<tensor> parts, const micro_tag& tag, const char* job);
   void send_release(const micro_tag& tag);
-  void offer_in_order(pass work);
+  /// Passes of one direction in micro-batch order within each step (Note [passes in
+  /// order]): the next micro-batch of each step, and the passes that came ahead of it.
+  struct in_order {
+    std::map<std::int64_t, std::int32_t> next;  // by step: the micro-batch that goes next
+    std::int64_t done_through = -1;             // the last step all of whose passes went
+    std::map<stash_key, pass> early;
+  };
+  void offer_in_order(in_order& gate, pass work);
+  /// A pass in its turn: a forward waits for its parameter version, then offer().
+  void proceed(pass work);
   void offer(pass work);
   void take_turns();
   void admit(pass work);
@@ -169,8 +178,8 @@ class layer_actor : public device_actor {
   std::deque<pass> waiting_;            // forwards that arrived before their version
   std::map<pass_key, gathering> inputs_in_;     // forwards with some ports still to come
   std::map<pass_key, gathering> gradients_in_;  // backwards with some ports still to come
-  std::map<stash_key, pass> early_;     // backwards ahead of next_backward_ (Note [backwards in order])
-  stash_key next_backward_{-1, 0};      // the (step, micro-batch) whose backward goes next
+  in_order forwards_;                   // training forwards (Note [passes in order])
+  in_order backwards_;                  // backwards of a layer with parameters
   std::map<stash_key, stash_entry> stash_;
   std::vector<tensor> grads_;           // being accumulated for grads_step_
   std::int64_t grads_step_ = -1;
