@@ -463,7 +463,7 @@ void layer_actor::send_release(const micro_tag& tag) {
 tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, const char* job) {
   auto& device = *settings_->on;
   for (auto& part : parts)
-    part = arrive(part, device);
+    part = arrive(part, device, job_for("copy", tag));
   if (parts.size() == 1)
     return parts.front();
   auto sum = tensor::empty(parts.front().shape(), dtype::f32, device.id());
@@ -537,7 +537,7 @@ void layer_actor::forward(pass& work) {
     finish_forward(tag, y.shape(), {}, std::move(y));
     return;
   }
-  auto x = arrive(message.x, device);
+  auto x = arrive(message.x, device, job_for("copy", tag));
   shape_t y_shape{x.dim(0)};
   y_shape.insert(y_shape.end(), output_shape_.begin(), output_shape_.end());
   tensor y = tensor::empty(std::move(y_shape), dtype::f32, device.id());

@@ -1,4 +1,4 @@
-// trace_command.cpp: `troupe trace summary|timeline FILE`: read a trace written by
+// trace_command.cpp: `troupe trace summary|explain|timeline FILE`: read a trace written by
 // `troupe run --trace` (docs/tracing.md). The analysis and drawing live in
 // runtime/trace_summary and runtime/trace_timeline; this file is options and files only.
 #include <cctype>
@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/base/output_file.hpp"
+#include "runtime/trace_tools/critical_path.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
 #include "troupe/error.hpp"
@@ -20,7 +21,9 @@ namespace {
 
 const char* trace_usage =
     "usage: troupe trace summary FILE [--json]\n"
+    "       troupe trace explain FILE [--step N] [--slowest K] [--json]\n"
     "       troupe trace timeline FILE -o schedule.svg|schedule.html [--steps A:B]\n"
+    "                             [--critical-path]\n"
     "\n"
     "Reads a trace written by troupe run CONFIG.toml --trace FILE (docs/tracing.md).\n"
     "  summary   where the time went: per actor (compute, message handling, waiting for\n"
@@ -29,7 +32,8 @@ const char* trace_usage =
     "            training step (compute, communication, waiting, the slowest actor)\n"
     "  timeline  the schedule as a picture: one row per device, forward jobs blue, backward\n"
     "            green, the rest grey, red hatching where a sender ran out of credits;\n"
-    "            .svg, or .html (the SVG with a legend and hover details)\n";
+    "            .svg, or .html (the SVG with a legend and hover details); with\n"
+    "            --critical-path, the jobs on each step's critical path outlined\n";
 
 // Every write and the close checked (an ofstream reports a failed last flush to no one).
 void write_file(const std::string& path, const std::string& text) {
@@ -40,7 +44,11 @@ void write_file(const std::string& path, const std::string& text) {
 
 exit_code trace_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()("json", "summary: print JSON (every step) instead of tables")(
+  options.add_options()("json", "summary, explain: print JSON (every step) instead of tables")(
+      "step", po::value<std::int64_t>(), "explain: only this training step")(
+      "slowest", po::value<std::int64_t>()->default_value(3),
+      "explain: how many of the slowest steps to show with their paths")(
+      "critical-path", "timeline: outline the jobs on each step's critical path")(
       "output,o", po::value<std::string>(), "timeline: write here; .svg or .html")(
       "steps", po::value<std::string>(),
       "timeline: the training steps to show, A:B (default 1:3 when the run has them, else all)")(
@@ -71,12 +79,12 @@ exit_code trace_command(const std::vector<std::string>& args) {
     return exit_code::ok;
   }
   auto what = values.count("what") ? values["what"].as<std::string>() : std::string{};
-  if (what != "summary" && what != "timeline") {
+  if (what != "summary" && what != "explain" && what != "timeline") {
     if (what.empty())
-      std::fprintf(stderr, "troupe trace: say summary or timeline\n\n");
+      std::fprintf(stderr, "troupe trace: say summary, explain or timeline\n\n");
     else
       std::fprintf(stderr, "troupe trace: unknown '%s'%s\n\n", what.c_str(),
-                   did_you_mean(what, {"summary", "timeline"}).c_str());
+                   did_you_mean(what, {"summary", "explain", "timeline"}).c_str());
     usage(stderr);
     return exit_code::bad_input;
   }
@@ -88,9 +96,34 @@ exit_code trace_command(const std::vector<std::string>& args) {
   }
   auto path = values["file"].as<std::string>();
 
+  auto refuse = [&](std::initializer_list<const char*> names, const char* whose) {
+    for (const auto* name : names)
+      if (values.count(name) && !values[name].defaulted())
+        throw user_error("troupe trace " + what + ": --" + name + " is " + whose + " option");
+  };
+  if (what != "timeline")
+    refuse({"output", "steps", "critical-path"}, "a timeline");
+  if (what != "explain")
+    refuse({"step", "slowest"}, "an explain");
+  if (what == "explain") {
+    std::int64_t only = -1;
+    if (values.count("step")) {
+      only = values["step"].as<std::int64_t>();
+      if (only < 0)
+        throw user_error("troupe trace explain: --step should be a step number (0 or more)");
+    }
+    const auto slowest = values["slowest"].as<std::int64_t>();
+    if (slowest < 1)
+      throw user_error("troupe trace explain: --slowest should be 1 or more");
+    auto explanation = explain_trace(load_trace(path), only);
+    std::fputs((values.count("json")
+                    ? format_explanation_json(explanation)
+                    : format_explanation_text(explanation, static_cast<std::size_t>(slowest)))
+                   .c_str(),
+               stdout);
+    return exit_code::ok;
+  }
   if (what == "summary") {
-    if (values.count("output") || values.count("steps"))
-      throw user_error("troupe trace summary: -o and --steps are timeline options");
     auto summary = summarize_trace(load_trace(path));
     std::fputs((values.count("json") ? format_summary_json(summary) : format_summary_text(summary))
                    .c_str(),
@@ -99,7 +132,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
   }
 
   if (values.count("json"))
-    throw user_error("troupe trace timeline: --json is a summary option");
+    throw user_error("troupe trace timeline: --json is a summary and explain option");
   if (!values.count("output"))
     throw user_error("troupe trace timeline: say where to draw it: -o schedule.svg or -o schedule.html");
   auto output = values["output"].as<std::string>();
@@ -110,6 +143,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
     throw user_error("troupe trace timeline: --width should be between 400 and 100000 px");
   if (values.count("steps"))
     parse_step_range(values["steps"].as<std::string>(), timeline);
+  timeline.critical_path = values.count("critical-path") > 0;
   auto trace = load_trace(path);
   auto window = choose_window(trace, timeline);
   write_file(output, html ? render_timeline_html(trace, timeline) : render_timeline_svg(trace, timeline));

@@ -3,9 +3,25 @@
 
 #include <cstring>
 
+#include "runtime/trace/current_handler.hpp"
+
 namespace troupe {
 
 tensor arrive(const tensor& t, device& here) {
+  // The copy is the receiving handler's: its actor and micro-batch (Note [critical path]).
+  job_label label;
+  trace::handler_tags tags;
+  if (trace::current_handler(tags)) {
+    label.actor = tags.track;
+    label.step = tags.step;
+    label.microbatch = tags.microbatch;
+    label.replica = tags.replica;
+    label.phase = tags.phase;
+  }
+  return arrive(t, here, label);
+}
+
+tensor arrive(const tensor& t, device& here, job_label label) {
   if (!t.defined() || t.device() == here.id())
     return t;
   TROUPE_CHECK(t.device().type == device_type::cpu && here.id().type == device_type::cpu,
@@ -14,7 +30,6 @@ tensor arrive(const tensor& t, device& here) {
   auto copy = tensor::empty(t.shape(), t.type(), here.id());
   auto& work = here.work();
   work.wait_for(t.ready());
-  job_label label;
   label.name = "copy";
   label.bytes = static_cast<std::int64_t>(t.bytes());
   copy.set_ready(work.submit([from = t, to = copy] { std::memcpy(to.raw(), from.raw(), from.bytes()); },

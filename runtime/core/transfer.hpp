@@ -12,8 +12,11 @@
 namespace troupe {
 
 /// `t` itself if it already lives on `here`; else a copy on `here` whose ready event is
-/// the copy job on here's stream (which first waits for t's ready event).
+/// the copy job on here's stream (which first waits for t's ready event). The job is
+/// labelled as the traced handler this thread is in (the receiver's), or as `like` says
+/// (its name becomes "copy"): a pass run later, outside a handler, says whose it is.
 tensor arrive(const tensor& t, device& here);
+tensor arrive(const tensor& t, device& here, job_label like);
 
 /// arrive() for each tensor.
 std::vector<tensor> arrive(const std::vector<tensor>& ts, device& here);

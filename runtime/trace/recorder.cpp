@@ -20,6 +20,8 @@
 // publishes the event to collect()).
 #include "troupe/trace.hpp"
 
+#include "runtime/trace/current_handler.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,6 +65,9 @@ struct thread_state {
 };
 
 thread_local thread_state this_thread;
+
+// The handler span this thread is inside (current_handler.hpp); handlers do not nest.
+thread_local const event* current_handler_event = nullptr;
 
 }  // namespace
 
@@ -455,15 +460,30 @@ handler_span::handler_span(std::uint32_t track, const char* name, std::uint32_t 
   event_.phase = phase;
   event_.bytes = bytes;
   event_.start_ns = now_ns();
+  current_handler_event = &event_;
   if (logging())
     log_message(event_);
 }
 
 handler_span::~handler_span() {
+  if (current_handler_event == &event_)
+    current_handler_event = nullptr;
   if (!active_ || !enabled())
     return;
   event_.duration_ns = now_ns() - event_.start_ns;
   record(event_);
+}
+
+bool current_handler(handler_tags& tags) {
+  const auto* h = current_handler_event;
+  if (h == nullptr)
+    return false;
+  tags.track = h->track;
+  tags.step = h->step;
+  tags.microbatch = h->microbatch;
+  tags.replica = h->replica;
+  tags.phase = h->phase;
+  return true;
 }
 
 }  // namespace troupe::trace

@@ -11,6 +11,7 @@
 
 #include "runtime/base/text_format.hpp"
 #include "runtime/base/xml_text.hpp"
+#include "runtime/trace_tools/critical_path.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -227,6 +228,8 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       "rect.update{fill:#6b6b6b}rect.reduce{fill:#a5a5a5}rect.copy{fill:#c8c8c8}"
       "rect.other{fill:#b4b4b4}rect.eval{opacity:0.4}rect.credit-wait{fill:url(#credit-hatch)}"
       "rect.forward.odd-chunk{fill:#2a4d73}rect.backward.odd-chunk{fill:#356b2f}"
+      "g.jobs rect.critical{stroke:#d62728;stroke-width:2.5}"
+      "line.critical-hop{stroke:#d62728;stroke-width:1.5}"
       "g.jobs "
       "rect{stroke:#fff;stroke-width:0.5}text.mb{fill:#fff;font-size:10px;pointer-events:none}</"
       "style>\n";
@@ -314,6 +317,21 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     for (const auto& t : trace.tracks)
       if (t.stage >= 0)
         odd_chunk[t.name] = (t.stage / (trace.stages / trace.virtual_stages)) % 2 == 1;
+  // Jobs on the shown steps' critical paths, in path order per step.
+  std::map<std::size_t, std::int64_t> critical;  // job -> its step
+  std::vector<std::vector<std::size_t>> paths;
+  if (options.critical_path) {
+    for (const auto& step : explain_trace(trace).steps) {
+      if (step.start_us + step.time_us <= window.start_us || step.start_us >= window.end_us)
+        continue;
+      paths.emplace_back();
+      for (const auto& piece : step.path)
+        if (piece.kind == path_kind::job && piece.job >= 0) {
+          critical[static_cast<std::size_t>(piece.job)] = step.step;
+          paths.back().push_back(static_cast<std::size_t>(piece.job));
+        }
+    }
+  }
   svg += "</g>\n<g class=\"jobs\">\n";
   for (const auto& job : trace.jobs) {
     if (job.end_us() <= window.start_us || job.start_us >= window.end_us)
@@ -339,6 +357,12 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       details += string_printf(", waited %.3f ms for the device", job.queued_us / 1000);
     if (job.bytes > 0)
       details += string_printf(", %lld bytes", static_cast<long long>(job.bytes));
+    const auto on_path = critical.find(static_cast<std::size_t>(&job - trace.jobs.data()));
+    if (on_path != critical.end()) {
+      kind += " critical";
+      details += string_printf("; on the critical path of step %lld",
+                               static_cast<long long>(on_path->second));
+    }
     svg += string_printf("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
                   "data-step=\"%lld\" data-microbatch=\"%d\" data-actor=\"%s\"><title>%s</title></rect>\n",
                   kind.c_str(), job.eval ? " eval" : "", x0, r->y, w, job_height,
@@ -382,7 +406,26 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                     (end - start) / 1000, start / 1000);
     }
   }
-  svg += "</g>\n</svg>\n";
+  svg += "</g>\n";
+  if (!paths.empty()) {
+    svg += "<g class=\"critical-path\">\n";
+    for (const auto& path : paths)
+      for (std::size_t k = 1; k < path.size(); ++k) {
+        const auto& a = trace.jobs[path[k - 1]];
+        const auto& b = trace.jobs[path[k]];
+        const row* ra = row_of(a.device);
+        const row* rb = row_of(b.device);
+        if (!ra || !rb || a.device == b.device)
+          continue;  // on one row the outlines show the path
+        const double from = std::clamp(a.end_us(), window.start_us, window.end_us);
+        const double to = std::clamp(b.start_us, window.start_us, window.end_us);
+        svg += string_printf(
+            "<line class=\"critical-hop\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\"/>\n",
+            x_of(from), ra->y + job_height / 2, x_of(to), rb->y + job_height / 2);
+      }
+    svg += "</g>\n";
+  }
+  svg += "</svg>\n";
   return svg;
 }
 
@@ -411,7 +454,11 @@ std::string render_timeline_html(const trace_file& trace, const timeline_options
   if (trace.virtual_stages > 1)
     html += "<span><i style=\"background:#2a4d73\"></i><i style=\"background:#356b2f\"></i>"
             "forward and backward of a device's odd chunks (interleaved stages)</span>";
-  html += "<span><i style=\"background:#4e79a7;opacity:0.4\"></i>eval phase</span></p>\n";
+  html += "<span><i style=\"background:#4e79a7;opacity:0.4\"></i>eval phase</span>";
+  if (options.critical_path)
+    html += "<span><i style=\"border:2.5px solid #d62728;box-sizing:border-box\"></i>on a step's "
+            "critical path (troupe trace explain)</span>";
+  html += "</p>\n";
   html += "<div class=\"figure\">\n" + svg + "</div>\n</body>\n</html>\n";
   return html;
 }

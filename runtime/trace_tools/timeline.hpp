@@ -16,6 +16,9 @@
 // (class="<job name> eval" in the eval phase), data-step, data-microbatch, data-actor,
 // and a <title> child: browsers show it on hover. The SVG is self-contained; the HTML page
 // embeds it with a legend and a little CSS, and loads nothing from elsewhere.
+// With critical_path, the jobs on each shown step's critical path (Note [critical path] in
+// critical_path.hpp) get class "critical" (a thick red outline) and a red line joins each
+// to the next one on the path, across devices.
 // It does not summarise (that is trace_summary.hpp) and draws no flow arrows.
 #pragma once
 
@@ -30,6 +33,8 @@ struct timeline_options {
   std::int64_t first_step = -1;  // the window, both inclusive; -1: the default window,
   std::int64_t last_step = -1;   // steps 1 to 3 if the run has them, else everything
   double width = 1600;           // of the whole picture, px
+  bool critical_path = false;    // outline the jobs on each step's critical path, joined
+                                 // by lines (critical_path.hpp)
 };
 
 /// The time interval a timeline shows.

@@ -16,6 +16,7 @@
 
 #include "actors/session.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/trace_tools/critical_path.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/timeline.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
@@ -299,6 +300,39 @@ TEST_CASE("for stages of unequal cost each stage idles as the summary's costed t
     CAPTURE(bubbles1[1]);
     CHECK(std::abs(bubbles0[1] - summary.pipeline[0].theory) <= 0.05);
     CHECK(std::abs(bubbles1[1] - summary.pipeline[1].theory) <= 0.05);
+  }
+}
+
+TEST_CASE("trace explain: a pipeline's slow stage is on every step's critical path") {
+  // Stage 1 takes 8 ms a forward and a backward, stage 0 2 ms: whatever the schedule,
+  // a step waits for cpu:1, and the path says so (Note [critical path]).
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    INFO(schedule);
+    auto path = temp_path(schedule + "_explain.json");
+    auto result = run(fixed_pipeline(schedule, 4, 2000, 8000), path);
+    REQUIRE(result.outcome.exit_code == exit_code::ok);
+    auto e = explain_trace(load_trace(path));
+    REQUIRE(e.steps.size() == 4);
+    for (const auto& step : e.steps) {
+      double sum = 0;
+      for (const auto& piece : step.path) {
+        sum += piece.duration_us;
+        if (piece.kind == path_kind::job) {
+          CHECK(!piece.actor.empty());
+          CHECK(piece.actor != "-");  // copies name the actor that received the tensor
+        }
+      }
+      CHECK(sum == doctest::Approx(step.time_us).epsilon(1e-9));
+      if (step.step == 0)
+        continue;  // start-up
+      REQUIRE_FALSE(step.actors.empty());
+      CAPTURE(step.step);
+      CHECK(step.actors[0].name == "layer_1");
+      CHECK(step.devices[0].name == "cpu:1");
+      // 8 of its 64 + 8 ms are stage 0's first forward and last backward.
+      CHECK(step.actors[0].share > 0.6);
+    }
+    CHECK(e.actors[0].name == "layer_1");
   }
 }
 

@@ -494,6 +494,21 @@ TEST_CASE("node0 merges every node's trace into one, clocks aligned, network wir
   CHECK(summary.output.find("across the network") != std::string::npos);
   CHECK(summary.output.find("r1.layer_0") != std::string::npos);
   CHECK(summary.output.find(" us") != std::string::npos);  // transit times, from both ends
+  // The critical paths of the merged trace tile each step and name devices with their node.
+  auto explained = run_troupe("trace explain --json " + trace);
+  REQUIRE(explained.exit_code == 0);
+  const auto explanation = nlohmann::json::parse(explained.output);
+  REQUIRE(explanation["steps"].size() == 5);
+  for (const auto& step : explanation["steps"]) {
+    double sum = 0;
+    for (const auto& piece : step["path"]) {
+      sum += piece["duration_us"].get<double>();
+      const auto device = piece.value("device", "");
+      if (!device.empty())
+        CHECK(processes.count(device) == 1);
+    }
+    CHECK(sum == doctest::Approx(step["time_us"].get<double>()).epsilon(1e-9));
+  }
 
   // Replica 1's batches were assembled on node1 from their rows: node1's device ran their
   // load jobs, and the loader's sends to r1.layer_0 carried its 12 row numbers (8 bytes

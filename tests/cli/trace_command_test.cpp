@@ -1,4 +1,4 @@
-// `troupe trace summary|timeline FILE` end to end: the binary on a written trace file,
+// `troupe trace summary|explain|timeline FILE` end to end: the binary on a written trace file,
 // its outputs, and exit code 2 with a message for bad input.
 #include <doctest/doctest.h>
 
@@ -146,4 +146,57 @@ TEST_CASE("troupe trace summary and timeline read the shipped traces of docs/tra
     CHECK(jobs == 3 * 4 * 5 * 2);  // 3 steps x 4 micro-batches x 5 layers x (F + B)
     CHECK(boxes >= jobs);
   }
+}
+
+TEST_CASE("troupe trace explain: the critical paths of a shipped trace, in text and JSON") {
+  auto trace = std::string{TROUPE_SOURCE_DIR} + "/docs/traces/fashion_mlp_pp2_1f1b.json";
+  auto text = run_trace("explain " + trace + " --slowest 2");
+  INFO(text.output);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.output.find("share of the steps' time on their critical paths") != std::string::npos);
+  CHECK(text.output.find("critical path, latest first") != std::string::npos);
+  auto json_run = run_trace("explain " + trace + " --json");
+  REQUIRE(json_run.exit_code == 0);
+  auto json = nlohmann::json::parse(json_run.output);
+  REQUIRE(json["steps"].size() > 1);
+  double total = 0;
+  for (const auto& step : json["steps"]) {
+    double sum = 0;
+    for (const auto& piece : step["path"])
+      sum += piece["duration_us"].get<double>();
+    CHECK(sum == doctest::Approx(step["time_us"].get<double>()).epsilon(1e-9));
+    total += step["time_us"].get<double>();
+  }
+  CHECK(total == doctest::Approx(json["total_us"].get<double>()));
+  auto one = nlohmann::json::parse(run_trace("explain " + trace + " --json --step 2").output);
+  REQUIRE(one["steps"].size() == 1);
+  CHECK(one["steps"][0]["step"] == 2);
+
+  auto svg = temp_path("critical.svg");
+  CHECK(run_trace("timeline " + trace + " -o " + svg + " --critical-path").exit_code == 0);
+  CHECK(read(svg).find(" critical\"") != std::string::npos);
+}
+
+TEST_CASE("troupe trace explain refuses what it cannot answer, with exit code 2") {
+  auto trace = write_trace("gpipe_explain.json", troupe::test::gpipe_trace().dump());
+  auto missing_step = run_trace("explain " + trace + " --step 9");
+  CHECK(missing_step.exit_code == 2);
+  CHECK(missing_step.output.find("no step 9 in the trace; it has steps 0 to 3") != std::string::npos);
+  auto zero = run_trace("explain " + trace + " --slowest 0");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("--slowest should be 1 or more") != std::string::npos);
+  auto summary_step = run_trace("summary " + trace + " --step 1");
+  CHECK(summary_step.exit_code == 2);
+  CHECK(summary_step.output.find("--step is an explain option") != std::string::npos);
+  auto explain_output = run_trace("explain " + trace + " -o " + temp_path("x.svg"));
+  CHECK(explain_output.exit_code == 2);
+  CHECK(explain_output.output.find("--output is a timeline option") != std::string::npos);
+  auto no_steps = nlohmann::json{{"traceEvents", nlohmann::json::array()},
+                                 {"otherData", {{"tracks", nlohmann::json::array()}}}};
+  auto empty = run_trace("explain " + write_trace("empty.json", no_steps.dump()));
+  CHECK(empty.exit_code == 2);
+  CHECK(empty.output.find("no training steps in the trace") != std::string::npos);
+  auto typo = run_trace("explian " + trace);
+  CHECK(typo.exit_code == 2);
+  CHECK(typo.output.find("did you mean 'explain'") != std::string::npos);
 }
