@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/huge_pages.hpp"
+
 namespace troupe {
 
 /// N samples of D features each, with integer class labels: one per sample, or one per
@@ -20,7 +22,9 @@ struct dataset {
   std::int64_t features = 0;         // D
   std::int64_t classes = 0;          // number of classes, labels in [0, classes)
   std::int64_t positions = 1;        // T labels per sample
-  std::vector<float> images;         // (N, D), normalised (a text's token ids, exactly)
+  // (N, D), normalised (a text's token ids, exactly); on huge pages (Note [huge pages for
+  // data sets] in runtime/base/huge_pages.hpp)
+  std::vector<float, huge_page_allocator<float>> images;
   std::vector<std::int32_t> labels;  // (N, T)
 };
 

@@ -49,7 +49,8 @@ TEST_CASE("a text's windows are token ids with the next token as label") {
   CHECK(split.train.features == 3);
   CHECK(split.train.positions == 3);
   CHECK(split.train.classes == 3);
-  CHECK(split.train.images == std::vector<float>{0, 1, 2, 0, 1, 2});
+  CHECK(std::vector<float>(split.train.images.begin(), split.train.images.end()) ==
+        std::vector<float>{0, 1, 2, 0, 1, 2});
   CHECK(split.train.labels == std::vector<std::int32_t>{1, 2, 0, 1, 2, 0});
   CHECK(split.test.count == 0);  // 3 bytes hold no window of 3 and its labels
 }
