@@ -140,8 +140,14 @@ class walker {
     if (position > 0) {
       const auto& before = trace_.jobs[stream[position - 1]];
       if (before.end_us() > submitted + slack_us) {  // the device was busy
-        gap(out, path_kind::queued, j, before.end_us());
-        out.back().peer = before.actor.empty() ? before.name : before.actor + " " + before.name;
+        if (j.start_us - before.end_us() <= slack_us) {
+          gap(out, path_kind::queued, j, before.end_us());
+          out.back().peer = before.actor.empty() ? before.name : before.actor + " " + before.name;
+        } else {
+          // Then idle, and the job still waited: an idle-lane job's grace (Note [idle
+          // lane] in runtime/core/device.cpp), or the thread's wake-up.
+          gap(out, path_kind::dispatch, j, before.end_us());
+        }
         return {&before, true, before.end_us()};
       }
     }

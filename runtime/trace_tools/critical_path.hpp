@@ -9,7 +9,9 @@
 // needed was there, and the trace says what those were:
 //   a job        ran when it was submitted (start - args.queued_us) and its stream was
 //                free: if the stream's previous job ended after the submission, that job
-//                held the device ("queued"); otherwise the handler of the submitting
+//                held the device ("queued", or "dispatch" for the time the device then
+//                idled before the job started: an idle-lane job's grace, a wake-up);
+//                otherwise the handler of the submitting
 //                actor that was running at the submission (or, when none was, the
 //                actor's last span before it: a job queued behind its previous one,
 //                Note [one job at a time]) made it;
@@ -48,7 +50,8 @@ enum class path_kind {
   queued,    // a job (or a handler on a CPU device's thread) waited for its device, busy
              // with `peer`'s job
   busy,      // a message waited while its actor handled the one before (from `peer`)
-  dispatch,  // from a job's submission to its start on an idle device
+  dispatch,  // from a job's submission (or its device's last job) to its start on an
+             // idle device
   handover,  // from the end of a span to what it set off (a callback, a resumed actor)
   transit,   // a message from its send to its handling; `credit`: it waited for a credit
   written,   // a message waited for its tensor, written by `peer`'s job on another device
