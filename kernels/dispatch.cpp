@@ -1,6 +1,8 @@
 // dispatch.cpp: the (op, device type) -> function table behind kernels.hpp.
 #include "troupe/kernel.hpp"
 
+#include <dlfcn.h>
+
 #include <map>
 #include <mutex>
 #include <typeindex>
@@ -27,10 +29,50 @@ table& the_table() {
   return instance;
 }
 
+// Note [CUDA kernels loaded on demand]
+// The CUDA kernels live in a library of their own, libtroupe_cuda.so.N beside
+// libtroupe.so.N, loaded the first time anyone looks up, checks or registers a CUDA kernel;
+// its static registrations then fill this table. Linked into libtroupe, cuBLAS and cuBLASLt
+// (about 700 MB) were mapped into every process that loaded it, GPU or not: 0.3-0.5 s at
+// each start on our VMs, a third of ctest's time (one process per test) and of every short
+// troupe command. Loading never happens twice; a library that does not load (no CUDA
+// runtime on the machine) leaves the table without CUDA kernels, and a lookup says why.
+std::once_flag cuda_loaded;
+bool cuda_loading = false;  // true on the loading thread while the library registers itself
+std::string cuda_load_error;
+
+void load_cuda_kernels() {
+#ifdef TROUPE_CUDA_LIBRARY
+  if (cuda_loading)
+    return;  // the library's own registrations, from inside dlopen
+  std::call_once(cuda_loaded, [] {
+    std::string path = TROUPE_CUDA_LIBRARY;
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&load_cuda_kernels), &self) != 0 &&
+        self.dli_fname != nullptr) {
+      const std::string here = self.dli_fname;
+      const auto slash = here.rfind('/');
+      if (slash != std::string::npos)
+        path = here.substr(0, slash + 1) + TROUPE_CUDA_LIBRARY;
+    }
+    cuda_loading = true;
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    cuda_loading = false;
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      cuda_load_error = "the CUDA kernels (" + path + ") did not load: " +
+                        (why != nullptr ? why : "no reason given");
+    }
+  });
+#endif
+}
+
 }  // namespace
 
 void register_kernel(const char* op, device_type type, erased_function fn,
                      const std::type_info& signature) {
+  if (type == device_type::cuda)
+    load_cuda_kernels();  // first troupe's, so that a clash is found here
   auto& t = the_table();
   std::lock_guard<std::mutex> guard{t.mutex};
   auto [it, inserted] =
@@ -41,6 +83,8 @@ void register_kernel(const char* op, device_type type, erased_function fn,
 
 erased_function find_kernel(const char* op, device_type type,
                             const std::type_info& signature) {
+  if (type == device_type::cuda)
+    load_cuda_kernels();
   auto& t = the_table();
   std::lock_guard<std::mutex> guard{t.mutex};
   auto it = t.entries.find(std::make_pair(std::string{op}, type));
@@ -55,7 +99,10 @@ erased_function find_kernel(const char* op, device_type type,
     }
     throw missing_kernel(std::string{"no kernel '"} + op + "' for device type '" +
                          to_string(type) + "'; it exists for: " +
-                         (have.empty() ? std::string{"no device type"} : have));
+                         (have.empty() ? std::string{"no device type"} : have) +
+                         (type == device_type::cuda && !cuda_load_error.empty()
+                              ? " (" + cuda_load_error + ")"
+                              : std::string{}));
   }
   if (it->second.signature != std::type_index{signature})
     throw std::logic_error(std::string{"kernel '"} + op +
@@ -64,6 +111,8 @@ erased_function find_kernel(const char* op, device_type type,
 }
 
 bool has_kernel(const char* op, device_type type) {
+  if (type == device_type::cuda)
+    load_cuda_kernels();
   auto& t = the_table();
   std::lock_guard<std::mutex> guard{t.mutex};
   return t.entries.count(std::make_pair(std::string{op}, type)) > 0;

@@ -37,6 +37,22 @@ if [ "$installed" != "$facade" ]; then
   exit 1
 fi
 echo "installed headers: the facade only ($(echo "$installed" | wc -l) files under include/troupe/)"
+# A build with CUDA installs its kernels' library beside libtroupe, which loads it from there
+# (Note [CUDA kernels loaded on demand] in kernels/dispatch.cpp); all it links must resolve.
+if compgen -G "build/libtroupe_cuda.so.*" > /dev/null; then
+  # The name libtroupe opens: its own SONAME's, for troupe_cuda (libtroupe_cuda.so.N).
+  soname=$(objdump -p "$prefix/lib/libtroupe.so" | awk '/SONAME/ {print $2}')
+  cuda_lib=${soname/libtroupe/libtroupe_cuda}
+  [ -e "$prefix/lib/$cuda_lib" ] || { echo "missing after install: lib/$cuda_lib" >&2; exit 1; }
+  if ldd "$prefix/lib/$cuda_lib" | grep -q "not found"; then
+    echo "the installed $cuda_lib does not resolve:" >&2
+    ldd "$prefix/lib/$cuda_lib" | grep "not found" >&2
+    exit 1
+  fi
+  ldd "$prefix/lib/libtroupe.so" | grep -q cublas &&
+    { echo "the installed libtroupe.so links cuBLAS; it should load libtroupe_cuda.so instead" >&2; exit 1; }
+  echo "installed $cuda_lib beside libtroupe.so; its libraries resolve"
+fi
 "$prefix/bin/troupe" --help > /dev/null  # finds its libtroupe.so through its RPATH
 
 step "build examples/custom_layer with CMake (find_package(troupe))"
