@@ -38,7 +38,10 @@ table& the_table() {
 // troupe command. Loading never happens twice; a library that does not load (no CUDA
 // runtime on the machine) leaves the table without CUDA kernels, and a lookup says why.
 std::once_flag cuda_loaded;
-bool cuda_loading = false;  // true on the loading thread while the library registers itself
+// True on the loading thread while the library registers itself (from inside dlopen,
+// inside call_once): those registrations must not wait for the load they are part of.
+// Any other thread waits in call_once until the load is done.
+thread_local bool cuda_loading = false;
 std::string cuda_load_error;
 
 void load_cuda_kernels() {
