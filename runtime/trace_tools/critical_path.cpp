@@ -52,9 +52,13 @@ class walker {
     node at{&trace_.jobs[last], true, trace_.jobs[last].end_us()};
     while (at.span != nullptr && seen.insert(at.span).second) {
       const auto& s = *at.span;
-      const double until = std::max(std::min(at.until, s.end_us()), s.start_us);
+      // Up to what it set off, and never past the piece after it: clocks of merged nodes
+      // may put a send a little after its handling.
+      double until = std::max(std::min(at.until, s.end_us()), s.start_us);
+      if (!out.empty())
+        until = std::min(until, out.back().start_us);
       out.push_back(at.job ? job_piece(s, at.span - trace_.jobs.data()) : handler_piece(s));
-      clip(out.back(), std::max(s.start_us, floor), until);
+      clip(out.back(), std::min(std::max(s.start_us, floor), until), until);
       if (s.start_us <= floor)
         return out;
       at = at.job ? cause_of_job(s, out) : cause_of_handler(s, out);
@@ -118,9 +122,11 @@ class walker {
     return p;
   }
 
-  // A gap before `s` from `from` (clamped to its start), appended to `out`.
+  // A gap before `s` (whose piece is out.back()) from `from`, clamped to that piece's
+  // start, appended to `out`.
   static void gap(std::vector<path_segment>& out, path_kind kind, const trace_span& s,
                   double from) {
+    const double to = out.back().start_us;
     path_segment p;
     p.kind = kind;
     p.name = s.name;
@@ -129,7 +135,7 @@ class walker {
     p.step = s.step;
     p.microbatch = s.microbatch;
     out.push_back(p);
-    clip(out.back(), std::min(from, s.start_us), s.start_us);
+    clip(out.back(), std::min(from, to), to);
   }
 
   node cause_of_job(const trace_span& j, std::vector<path_segment>& out) {

@@ -239,3 +239,48 @@ TEST_CASE("the timeline outlines the critical path and joins its hops across dev
   options.critical_path = false;
   CHECK(render_timeline_svg(hand(), options).find(" critical\"") == std::string::npos);
 }
+
+TEST_CASE("the critical path tiles a step even when merged clocks put a send after its handling") {
+  // node1's layer_1 handles at 100 a forward that node0's clock says was sent at 105
+  // (inside layer_0's handler 90..106): the pieces may not overlap.
+  using nlohmann::json;
+  json events = json::array();
+  const char* devices[] = {"cpu:0", "node1/cpu:0"};
+  for (int pid = 0; pid < 2; ++pid)
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
+                      {"args", {{"name", devices[pid]}}}});
+  const char* names[] = {"cpu:0 stream", "node1/cpu:0 stream", "layer_0", "layer_1"};
+  const int pids[] = {0, 1, 0, 1};
+  for (int i = 0; i < 4; ++i)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pids[i]}, {"tid", i + 1},
+                      {"args", {{"name", names[i]}}}});
+  auto args = [](const char* actor, double queued) {
+    return json{{"actor", actor}, {"step", 0}, {"microbatch", 0}, {"phase", "train"},
+                {"queued_us", queued}};
+  };
+  events.push_back({{"ph", "X"}, {"cat", "job"}, {"name", "forward"}, {"pid", 0}, {"tid", 1},
+                    {"ts", 80}, {"dur", 5}, {"args", args("layer_0", 0)}});
+  events.push_back({{"ph", "X"}, {"cat", "handler"}, {"name", "backward"}, {"pid", 0}, {"tid", 3},
+                    {"ts", 90}, {"dur", 16},
+                    {"args", {{"from", "layer_1"}, {"to", "layer_0"}, {"step", 0},
+                              {"microbatch", 0}, {"phase", "train"}, {"flow", 7}}}});
+  events.push_back({{"ph", "s"}, {"cat", "message"}, {"name", "forward"}, {"pid", 0}, {"tid", 3},
+                    {"ts", 105}, {"id", 8}});
+  events.push_back({{"ph", "X"}, {"cat", "handler"}, {"name", "forward"}, {"pid", 1}, {"tid", 4},
+                    {"ts", 100}, {"dur", 10},
+                    {"args", {{"from", "layer_0"}, {"to", "layer_1"}, {"step", 0},
+                              {"microbatch", 0}, {"phase", "train"}, {"flow", 8}}}});
+  events.push_back({{"ph", "X"}, {"cat", "job"}, {"name", "forward"}, {"pid", 1}, {"tid", 2},
+                    {"ts", 110}, {"dur", 90}, {"args", args("layer_1", 0)}});
+  json trace = {{"traceEvents", events}, {"otherData", {{"tracks", json::array()}}}};
+  auto e = explain_trace(parse_trace(trace.dump(), "skewed.json"));
+  REQUIRE(e.steps.size() == 1);
+  const auto& step = e.steps[0];
+  CHECK(step.time_us == 120);
+  CHECK(sum_of(step) == doctest::Approx(120));
+  for (std::size_t i = 1; i < step.path.size(); ++i) {
+    CAPTURE(i);
+    CHECK(step.path[i].start_us ==
+          doctest::Approx(step.path[i - 1].start_us + step.path[i - 1].duration_us));
+  }
+}
