@@ -26,7 +26,7 @@ const char* main_usage =
     "  verify CONFIG.toml   check that a parallel config computes what one device computes\n"
     "  layers               list the layer types and actor kinds configs can use\n"
     "  check-layer NAME     check a layer's backward against finite differences\n"
-    "  trace summary|timeline FILE  read a trace written by troupe run --trace\n"
+    "  trace summary|explain|timeline FILE  read a trace written by troupe run --trace\n"
     "  export CHECKPOINT -o FILE    a checkpoint's parameters as safetensors for PyTorch\n"
     "  plot METRICS.jsonl... -o FILE  training curves of one or more runs (.svg, .html)\n"
     "\n"

@@ -21,7 +21,7 @@ exit_code run_command(const std::vector<std::string>& args) {
       "steps", po::value<std::int64_t>(), "train this many steps (overrides [run] epochs/steps)")(
       "trace", po::value<std::string>(),
       "record every message and job into this Chrome trace (overrides [run] trace); open it in "
-      "Perfetto or read it with troupe trace summary|timeline")(
+      "Perfetto or read it with troupe trace summary|explain|timeline")(
       "log-messages", po::value<std::string>()->implicit_value(""),
       "print messages to stderr as they are handled; optional FILTER: actor=NAME,kind=KIND,step=N "
       "or a word")(

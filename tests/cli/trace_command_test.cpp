@@ -73,6 +73,9 @@ TEST_CASE("troupe trace reports bad input with exit code 2") {
   auto help = run_trace("--help");
   CHECK(help.exit_code == 0);
   CHECK(help.output.find("usage: troupe trace summary FILE") != std::string::npos);
+  CHECK(help.output.find("  explain   why each step took its time") != std::string::npos);
+  CHECK(troupe::testing::run_troupe("--help").output.find("trace summary|explain|timeline") !=
+        std::string::npos);
 
   auto missing = run_trace("summary " + temp_path("missing.json"));
   CHECK(missing.exit_code == 2);
