@@ -20,6 +20,8 @@ exit_code run_command(const std::vector<std::string>& args);
 /// `troupe launch -n N CONFIG.toml [run options]`: N processes of one run on this machine.
 exit_code launch_command(const std::vector<std::string>& args);
 exit_code plan_command(const std::vector<std::string>& args);
+/// `troupe calibrate CONFIG.toml`: what each op of the config costs here.
+exit_code calibrate_command(const std::vector<std::string>& args);
 exit_code verify_command(const std::vector<std::string>& args);
 exit_code layers_command(const std::vector<std::string>& args);
 exit_code check_layer_command(const std::vector<std::string>& args);

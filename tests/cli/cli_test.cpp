@@ -118,6 +118,22 @@ TEST_CASE("--log-messages prints the messages that match its filter as they are 
   CHECK(bad.output.find("unknown filter term 'colour=red'") != std::string::npos);
 }
 
+TEST_CASE("troupe calibrate prints each layer's times, or JSON, and refuses bad options") {
+  auto path = write_config("calibrate", std::string{small_model});
+  auto text = run_troupe("calibrate " + path + " --repeats 2");
+  INFO(text.output);
+  CHECK(text.exit_code == 0);
+  CHECK(text.output.find("forward") != std::string::npos);
+  CHECK(text.output.find("linear") != std::string::npos);
+  auto json = run_troupe("calibrate " + path + " --repeats 2 --json");
+  REQUIRE(json.exit_code == 0);
+  CHECK(json.output.find("\"layers\"") != std::string::npos);
+  auto zero = run_troupe("calibrate " + path + " --repeats 0");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("--repeats should be 1 or more") != std::string::npos);
+  CHECK(run_troupe("--help").output.find("calibrate CONFIG.toml") != std::string::npos);
+}
+
 TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer") {
   auto path = write_config("verify", std::string{small_model} +
                                          "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n");

@@ -1,0 +1,45 @@
+// calibrate_command.cpp: `troupe calibrate CONFIG.toml`: what each op of a config costs on
+// this machine (actors/calibrate.hpp); options and output only.
+#include <cstdio>
+
+#include "actors/calibrate.hpp"
+#include "cli/commands.hpp"
+#include "runtime/base/output_file.hpp"
+#include "troupe/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace troupe::cli {
+
+exit_code calibrate_command(const std::vector<std::string>& args) {
+  po::options_description options("options");
+  options.add_options()("repeats", po::value<std::int64_t>()->default_value(20),
+                        "time each op this many times (the median is kept)")(
+      "json", "print JSON instead of a table")("output,o", po::value<std::string>(),
+                                               "write the JSON here (and print the table)");
+  command_line line;
+  if (auto stop = parse_command_line(
+          args, "calibrate",
+          "Times every layer of CONFIG.toml at the input shape and micro-batch rows the\n"
+          "config gives it (global batch / (replicas x micro-batches)) on one CPU thread,\n"
+          "as a cpu:N device runs it: forward, backward, and backward_input /\n"
+          "backward_weight for layers that split their backward (ZB-H1); then the\n"
+          "optimizer's update per parameter and a copy's bandwidth. Medians of --repeats\n"
+          "runs after two warm-ups, on random inputs and parameters. The JSON is what a\n"
+          "simulation of the wiring would read (not built yet).",
+          options, line))
+    return *stop;
+  auto config = load_config_and_plugins(line);
+  const auto result = calibrate(config, line.config, line.values["repeats"].as<std::int64_t>());
+  const auto json = format_calibration_json(result);
+  if (line.values.count("output")) {
+    write_whole_file(line.values["output"].as<std::string>(), json, "the calibration");
+    std::fputs(format_calibration_text(result).c_str(), stdout);
+  } else {
+    std::fputs((line.values.count("json") ? json : format_calibration_text(result)).c_str(),
+               stdout);
+  }
+  return exit_code::ok;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,75 @@
+// troupe calibrate (actors/calibrate.hpp): fixed-cost layers time at their set costs, each
+// layer at the rows its wiring gives it, and the JSON says so.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/calibrate.hpp"
+#include "runtime/config/config.hpp"
+#include "tests/config_text.hpp"
+#include "troupe/error.hpp"
+
+using namespace troupe;
+
+namespace {
+
+// A relu, then two delay layers: 3 ms forward, 6 ms backward (2 ms of it the weight
+// gradient), and a linear layer; global batch 64 over R = 2 replicas and M = 4 micro-batches.
+std::string fixed_cost_config() {
+  return "[run]\nsteps = 1\nevaluate = false\n" + test::data_section({64, 256, 8, 6, 3}) +
+         test::layer("relu") +
+         test::layer("delay", "forward_us = 3000\nbackward_us = 6000\nweight_us = 2000\n") +
+         test::layer("delay", "forward_us = 3000\nbackward_us = 6000\nweight_us = 2000\n") +
+         test::linear(3) +
+         "[optimizer]\ntype = \"adamw\"\nlr = 0.01\n"
+         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
+         "pipeline = 2\nmicrobatches = 4\n";
+}
+
+}  // namespace
+
+TEST_CASE("calibrate times fixed-cost layers at their set costs, at the wiring's micro-batch rows") {
+  const auto config = parse_config(fixed_cost_config(), "calibrate.toml");
+  const auto c = calibrate(config, "calibrate.toml", 3);
+  CHECK(c.rows == 64 / (2 * 4));
+  CHECK(c.optimizer == "adamw");
+  REQUIRE(c.layers.size() == 4);  // replica 0's; every replica's are the same
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    CAPTURE(i);
+    CHECK(c.layers[i].layer == static_cast<std::int64_t>(i));
+    CHECK(c.layers[i].rows == 8);
+  }
+  CHECK(c.layers[0].type == "relu");
+  CHECK(c.layers[0].parameters == 0);
+  CHECK(c.layers[0].backward_input_us < 0);  // no split
+  // A sleep takes at least its time, and (on an idle machine) not much more; the bounds
+  // leave room for a loaded one.
+  for (int i : {1, 2}) {
+    CAPTURE(i);
+    const auto& d = c.layers[static_cast<std::size_t>(i)];
+    CHECK(d.type == "delay");
+    CHECK(d.input == shape_t{6});
+    CHECK(d.forward_us >= 3000);
+    CHECK(d.forward_us < 3000 * 2);
+    CHECK(d.backward_us >= 6000);
+    CHECK(d.backward_us < 6000 * 2);
+    CHECK(d.backward_input_us >= 4000);
+    CHECK(d.backward_input_us < 4000 * 2);
+    CHECK(d.backward_weight_us >= 2000);
+    CHECK(d.backward_weight_us < 2000 * 2);
+  }
+  CHECK(c.layers[3].type == "linear");
+  CHECK(c.layers[3].parameters == 6 * 3 + 3);
+  CHECK(c.layers[3].forward_us > 0);
+  CHECK(c.update_ns_per_parameter > 0);
+  CHECK(c.copy_bytes == 8 * 6 * 4);
+  CHECK(c.copy_gb_per_s > 0);
+
+  const auto json = nlohmann::json::parse(format_calibration_json(c));
+  CHECK(json["rows"] == 8);
+  REQUIRE(json["layers"].size() == 4);
+  CHECK(json["layers"][1]["backward_weight_us"].get<double>() == c.layers[1].backward_weight_us);
+  CHECK_FALSE(json["layers"][0].contains("backward_input_us"));
+  CHECK(format_calibration_text(c).find("delay") != std::string::npos);
+  CHECK_THROWS_AS(calibrate(config, "calibrate.toml", 0), user_error);
+}
