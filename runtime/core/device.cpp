@@ -40,6 +40,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -183,6 +184,9 @@ constexpr auto spin_before_sleep = std::chrono::microseconds(200);
 // About what a hand-over between two devices' threads takes (tens of microseconds on an
 // idle machine, hundreds on a busy one): Note [idle lane].
 constexpr auto idle_grace = std::chrono::microseconds(200);
+// ... or a tenth of the idle job just run, up to 2 ms: Note [idle lane].
+constexpr int idle_grace_share = 10;
+constexpr auto max_idle_grace = std::chrono::microseconds(2000);
 
 }  // namespace
 
@@ -242,6 +246,12 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
 // between the end of the forward on the previous stage and the message saying so, and
 // the forward, on the critical path, would wait a whole weight gradient. The first idle
 // job after main-lane work starts at once: that is a real gap.
+// The wait is a tenth of the idle job just run when that is longer (up to 2 ms): in a
+// schedule whose forward is due as a weight gradient ends, the two stages' clocks drift
+// apart by more than a hand-over when jobs are long (sleeps overshoot, cores are shared;
+// 20 ms fixed-cost jobs on our VMs missed a 200 us grace in most runs of an afternoon),
+// and waiting a tenth of a weight gradient costs at most that, where starting the next one
+// delays the forward by a whole one.
 event stream::submit_when_idle(job work, const job_label& label) {
   bool wake;
   std::uint64_t sequence;
@@ -392,8 +402,8 @@ void stream::run() {
       run_guarded(task);  // Note [one failure path]
       continue;
     }
+    auto started = std::chrono::steady_clock::now();
     if (!failed()) {
-      auto started = std::chrono::steady_clock::now();
       auto traced_start = trace_track_ != 0 && trace::enabled() ? trace::now_ns() : 0;
       run_guarded(next.work);
       if (traced_start != 0) {
@@ -420,8 +430,12 @@ void stream::run() {
             std::memory_order_relaxed);
     }
     next.work = nullptr;  // release what the job captured before reporting it done
-    if (next.idle_lane)
-      idle_from = std::chrono::steady_clock::now() + idle_grace;
+    if (next.idle_lane) {
+      const auto now = std::chrono::steady_clock::now();
+      idle_from = now + std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       (now - started) / idle_grace_share),
+                                   idle_grace, max_idle_grace);
+    }
     auto& progress = next.idle_lane ? *idle_progress_ : *progress_;
     progress.advance();
     if (progress.has_watchers())
