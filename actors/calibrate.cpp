@@ -100,8 +100,10 @@ const char* optimizer_name(optimizer_type type) {
 }  // namespace
 
 calibration calibrate(const run_config& config, const std::string& path, std::int64_t repeats) {
-  if (repeats < 1)
-    throw user_error("troupe calibrate: --repeats should be 1 or more");
+  constexpr std::int64_t most_repeats = 10000;  // a minute or so of the largest ops
+  if (repeats < 1 || repeats > most_repeats)
+    throw user_error("troupe calibrate: --repeats should be between 1 and " +
+                     std::to_string(most_repeats) + ", not " + std::to_string(repeats));
   const auto prepared = prepare_session(config);
   const auto& graph = prepared.graph;
   calibration out;

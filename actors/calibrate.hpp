@@ -45,7 +45,8 @@ struct calibration {
 };
 
 /// Times `config`'s layers (see above). `path` names the config in the result. Throws
-/// user_error for a config that does not expand (as troupe plan would) or repeats < 1.
+/// user_error for a config that does not expand (as troupe plan would) or repeats outside
+/// 1..10000.
 calibration calibrate(const run_config& config, const std::string& path, std::int64_t repeats);
 
 std::string format_calibration_text(const calibration& c);

@@ -218,23 +218,29 @@ void layer_actor::offer_in_order(in_order& gate, pass work) {
     proceed(std::move(work));                                     // forward() or backward() says so
     return;
   }
-  if (gate.early.count({step, microbatch}) != 0)
-    throw std::logic_error(describe(*settings_, work.backward ? "backward" : "forward", tag) +
-                           " arrived twice");
-  gate.early.emplace(stash_key{step, microbatch}, std::move(work));
   if (next == gate.next.end())
     next = gate.next.emplace(step, 0).first;
-  for (auto ready = gate.early.find({step, next->second}); ready != gate.early.end();
-       ready = gate.early.find({step, next->second})) {
-    auto pass = std::move(ready->second);
-    gate.early.erase(ready);
+  if (microbatch != next->second) {  // early: held until those before it have gone
+    if (gate.early.count({step, microbatch}) != 0)
+      throw std::logic_error(describe(*settings_, work.backward ? "backward" : "forward", tag) +
+                             " arrived twice");
+    gate.early.emplace(stash_key{step, microbatch}, std::move(work));
+    return;
+  }
+  // In turn (the usual case): it goes, then those it held up.
+  for (;;) {
     if (++next->second == settings_->microbatches) {
       gate.next.erase(next);
       gate.done_through = std::max(gate.done_through, step);
-      proceed(std::move(pass));
+      proceed(std::move(work));
       return;
     }
-    proceed(std::move(pass));
+    proceed(std::move(work));
+    auto ready = gate.early.find({step, next->second});
+    if (ready == gate.early.end())
+      return;
+    work = std::move(ready->second);
+    gate.early.erase(ready);
   }
 }
 

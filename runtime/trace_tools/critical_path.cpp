@@ -2,7 +2,6 @@
 #include "runtime/trace_tools/critical_path.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <set>
 
@@ -64,15 +63,8 @@ class walker {
       at = at.job ? cause_of_job(s, out) : cause_of_handler(s, out);
       if (at.span != nullptr && at.until < out.back().start_us) {
         // Contiguous: the span ended, then what it set off (a callback, a resumed actor).
-        path_segment handover;
-        handover.kind = path_kind::handover;
-        handover.name = at.span->name;
-        handover.actor = at.span->actor;
-        handover.device = at.span->device;
-        handover.step = at.span->step;
-        handover.microbatch = at.span->microbatch;
         const double to = out.back().start_us;
-        out.push_back(handover);
+        out.push_back(piece_of(path_kind::handover, *at.span));
         clip(out.back(), at.until, to);
       }
       if (at.span != nullptr && at.until < floor) {  // what it waited for ended before the step
@@ -98,27 +90,27 @@ class walker {
     piece.duration_us = std::max(0.0, to - from);
   }
 
-  static path_segment job_piece(const trace_span& j, std::ptrdiff_t index) {
+  // A piece about span `s`: its name, actor, device, step and micro-batch.
+  static path_segment piece_of(path_kind kind, const trace_span& s) {
     path_segment p;
-    p.kind = path_kind::job;
-    p.name = j.name;
-    p.actor = j.actor;
-    p.device = j.device;
-    p.step = j.step;
-    p.microbatch = j.microbatch;
+    p.kind = kind;
+    p.name = s.name;
+    p.actor = s.actor;
+    p.device = s.device;
+    p.step = s.step;
+    p.microbatch = s.microbatch;
+    return p;
+  }
+
+  static path_segment job_piece(const trace_span& j, std::ptrdiff_t index) {
+    auto p = piece_of(path_kind::job, j);
     p.job = index;
     return p;
   }
 
   static path_segment handler_piece(const trace_span& h) {
-    path_segment p;
-    p.kind = path_kind::handler;
-    p.name = h.name;
-    p.actor = h.actor;
-    p.device = h.device;
+    auto p = piece_of(path_kind::handler, h);
     p.peer = h.from;
-    p.step = h.step;
-    p.microbatch = h.microbatch;
     return p;
   }
 
@@ -127,14 +119,7 @@ class walker {
   static void gap(std::vector<path_segment>& out, path_kind kind, const trace_span& s,
                   double from) {
     const double to = out.back().start_us;
-    path_segment p;
-    p.kind = kind;
-    p.name = s.name;
-    p.actor = s.actor;
-    p.device = s.device;
-    p.step = s.step;
-    p.microbatch = s.microbatch;
-    out.push_back(p);
+    out.push_back(piece_of(kind, s));
     clip(out.back(), std::min(from, to), to);
   }
 
@@ -252,7 +237,10 @@ class walker {
 
   // The handler of h's actor handled just before h.
   const trace_span* previous_handler(const trace_span& h) const {
-    const auto& list = actor_handlers_.at(h.actor);
+    auto found = actor_handlers_.find(h.actor);
+    if (found == actor_handlers_.end())
+      return nullptr;
+    const auto& list = found->second;
     auto it = std::lower_bound(list.begin(), list.end(), &h,
                                [&](std::size_t i, const trace_span* p) {
                                  return &trace_.handlers[i] < p;
@@ -377,7 +365,9 @@ std::string where(const path_segment& p) {
 }
 
 // One line of a path, for people.
-std::string describe(const path_segment& p) {
+std::string describe(path_segment p) {
+  if (p.actor.empty())
+    p.actor = "(no actor)";  // a job or message the trace does not attribute
   switch (p.kind) {
     case path_kind::job:
       return p.actor + ": " + p.name + " on " + p.device + where(p);

@@ -130,7 +130,12 @@ TEST_CASE("troupe calibrate prints each layer's times, or JSON, and refuses bad 
   CHECK(json.output.find("\"layers\"") != std::string::npos);
   auto zero = run_troupe("calibrate " + path + " --repeats 0");
   CHECK(zero.exit_code == 2);
-  CHECK(zero.output.find("--repeats should be 1 or more") != std::string::npos);
+  CHECK(zero.output.find("--repeats should be between 1 and 10000, not 0") != std::string::npos);
+  auto huge = run_troupe("calibrate " + path + " --repeats 99999999999");
+  CHECK(huge.exit_code == 2);
+  CHECK(huge.output.find("not 99999999999") != std::string::npos);
+  auto words = run_troupe("calibrate " + path + " --repeats many");
+  CHECK(words.exit_code == 2);
   CHECK(run_troupe("--help").output.find("calibrate CONFIG.toml") != std::string::npos);
 }
 

@@ -284,3 +284,19 @@ TEST_CASE("the critical path tiles a step even when merged clocks put a send aft
           doctest::Approx(step.path[i - 1].start_us + step.path[i - 1].duration_us));
   }
 }
+
+TEST_CASE("explain walks a trace of odd causes without a crash: each step still tiles") {
+  // Handlers whose sends come after them and point at each other, a handler of no named
+  // actor, flows with no send, jobs with no actor, a negative and a huge queued_us, a gap
+  // of steps (tests/fuzz/corpus/trace/odd_causes.json, which the trace fuzzer replays).
+  auto trace = load_trace(std::string{TROUPE_SOURCE_DIR} +
+                          "/tests/fuzz/corpus/trace/odd_causes.json");
+  auto e = explain_trace(trace);
+  REQUIRE(e.steps.size() == 2);
+  for (const auto& step : e.steps) {
+    CAPTURE(step.step);
+    CHECK(sum_of(step) == doctest::Approx(step.time_us));
+  }
+  CHECK_FALSE(format_explanation_text(e).empty());
+  CHECK(nlohmann::json::parse(format_explanation_json(e))["steps"].size() == 2);
+}
