@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "actors/session.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/base/text_format.hpp"
 #include "troupe/error.hpp"
@@ -43,8 +46,19 @@ tensor random_tensor(shape_t shape, keyed_random& random, std::int64_t ids = 0) 
   return t;
 }
 
+// `reads_data`: the layer's input is the data set's batch, so its backward computes no
+// input gradient (layer_actor: nothing to send it to), as it is timed here.
+// Memory-bound ops (copies, sums, updates) in a run read what some other job wrote a while
+// ago, out of cache; timed on one buffer over and over they would run from cache, several
+// times faster. So they go round this many sets of their buffers, 64 MiB in all.
+std::int64_t cold_sets(std::int64_t bytes_a_set) {
+  constexpr std::int64_t beyond_caches = std::int64_t{8} << 20;
+  return std::clamp<std::int64_t>(beyond_caches / std::max<std::int64_t>(1, bytes_a_set), 1, 256);
+}
+
 layer_timing time_layer(const layer_config& config, std::int64_t index, const shape_t& input,
-                        std::int64_t rows, std::int64_t repeats, keyed_random& random) {
+                        bool reads_data, std::int64_t rows, std::int64_t repeats,
+                        keyed_random& random) {
   auto math = create_layer(config);
   math->bind(device_type::cpu);
   layer_timing out;
@@ -75,7 +89,7 @@ layer_timing time_layer(const layer_config& config, std::int64_t index, const sh
   });
   const auto dy = random_tensor(y_shape, random);
   auto dx = tensor::zeros(x_shape);
-  const bool wants_dx = math->input_ids() == 0;
+  const bool wants_dx = math->input_ids() == 0 && !reads_data;
   out.backward_us = median_us(repeats, [&] {
     math->backward(context, params, saved, dy, wants_dx ? &dx : nullptr, grads, false);
   });
@@ -86,6 +100,35 @@ layer_timing time_layer(const layer_config& config, std::int64_t index, const sh
         repeats, [&] { math->backward_weight(context, params, saved, dy, grads, false); });
   }
   return out;
+}
+
+// A message to an actor on another device: from a post to the task running on that
+// device's stream thread, which had gone to sleep waiting for work (its spin is 200 us;
+// Note [CPU streams] in device.cpp), as a device waiting for its next message has.
+double time_handover(std::int64_t repeats) {
+  stream there{device_id{}, 1};
+  auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  std::vector<double> times;
+  for (std::int64_t i = 0; i < repeats; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(400));
+    std::atomic<std::int64_t> ran{0};
+    const auto posted = now_ns();
+    there.post([&ran, &now_ns] { ran.store(now_ns()); });
+    there.drain_posted();
+    times.push_back(static_cast<double>(ran.load() - posted) / 1000);
+  }
+  // Wake-ups here come in two kinds (a few us, or tens when the VM's core slept as well),
+  // in proportions a median would flip between: the mean of all but the slowest tenth.
+  std::sort(times.begin(), times.end());
+  const auto kept = std::max<std::size_t>(1, times.size() - times.size() / 10);
+  double sum = 0;
+  for (std::size_t i = 0; i < kept; ++i)
+    sum += times[i];
+  return sum / static_cast<double>(kept);
 }
 
 const char* optimizer_name(optimizer_type type) {
@@ -120,7 +163,11 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
     if (actor.kind != actor_kind::layer || actor.replica > 0)
       continue;
     const auto& input = graph.shapes.at(static_cast<std::size_t>(actor.layer));
-    out.layers.push_back(time_layer(actor.math, actor.layer, input, out.rows, repeats, random));
+    const auto& reads = graph.inputs.at(static_cast<std::size_t>(actor.layer));
+    const bool reads_data =
+        std::find(reads.begin(), reads.end(), data_input) != reads.end();
+    out.layers.push_back(
+        time_layer(actor.math, actor.layer, input, reads_data, out.rows, repeats, random));
     std::int64_t elements = out.rows;
     for (auto d : input)
       elements *= d;
@@ -135,16 +182,25 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
     parameters += l.parameters;
   if (parameters > 0) {
     const kernels::context device_context;
-    auto param = random_tensor({parameters}, random);
-    auto grad = random_tensor({parameters}, random);
-    auto state1 = tensor::zeros({parameters});
-    auto state2 = tensor::zeros({parameters});
+    const auto sets = cold_sets(4 * parameters * static_cast<std::int64_t>(sizeof(float)));
+    auto all = tensor::zeros({sets, 4, parameters});
+    std::int64_t set = 0;
+    tensor param, grad, state1, state2;
+    auto next = [&] {  // the next set of buffers (cold_sets)
+      set = (set + 1) % sets;
+      param = all.view(set * 4 * parameters, {parameters});
+      grad = all.view((set * 4 + 1) * parameters, {parameters});
+      state1 = all.view((set * 4 + 2) * parameters, {parameters});
+      state2 = all.view((set * 4 + 3) * parameters, {parameters});
+    };
+    next();
     double us = 0;
     if (config.optimizer.type == optimizer_type::sgd) {
       const auto update = kernels::lookup<kernels::ops::sgd_update>(device_type::cpu);
       kernels::sgd_hyper hyper;
       hyper.lr = static_cast<float>(config.optimizer.lr);
       us = median_us(repeats, [&] {
+        next();
         update(device_context, parameters, param.f32(), param.f32(), grad.f32(), state1.f32(),
                hyper);
       });
@@ -154,6 +210,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
       hyper.lr = static_cast<float>(config.optimizer.lr);
       hyper.decoupled = config.optimizer.type == optimizer_type::adamw;
       us = median_us(repeats, [&] {
+        next();
         update(device_context, parameters, param.f32(), param.f32(), grad.f32(), state1.f32(),
                state2.f32(), hyper);
       });
@@ -163,12 +220,74 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
 
   // A copy between two CPU devices is a memcpy of the activation (runtime/core/transfer.cpp).
   out.copy_bytes = largest * static_cast<std::int64_t>(sizeof(float));
-  std::vector<char> from(static_cast<std::size_t>(out.copy_bytes), 1),
-      to(static_cast<std::size_t>(out.copy_bytes));
-  const double copy_us =
-      median_us(repeats, [&] { std::memcpy(to.data(), from.data(), from.size()); });
+  const auto copy_sets = cold_sets(2 * out.copy_bytes);
+  std::vector<char> buffers(static_cast<std::size_t>(2 * out.copy_bytes * copy_sets), 1);
+  std::int64_t copy_set = 0;
+  const double copy_us = median_us(repeats, [&] {
+    copy_set = (copy_set + 1) % copy_sets;
+    char* from = buffers.data() + 2 * out.copy_bytes * copy_set;
+    std::memcpy(from + out.copy_bytes, from, static_cast<std::size_t>(out.copy_bytes));
+  });
   out.copy_gb_per_s = copy_us > 0 ? static_cast<double>(out.copy_bytes) / (copy_us * 1000) : 0;
+  // A loader's batch: a micro-batch of random rows of the data set gathered into one
+  // buffer (gather_rows in actors/batch_assembler_actor.cpp), from the data set itself.
+  {
+    const auto& train = prepared.data->train;
+    const auto features = train.features;
+    std::vector<float> batch(static_cast<std::size_t>(out.rows * features));
+    std::vector<std::int64_t> picked(static_cast<std::size_t>(out.rows));
+    const double us = median_us(repeats, [&] {
+      for (auto& row : picked)
+        row = static_cast<std::int64_t>(random.below(static_cast<std::uint64_t>(train.count)));
+      for (std::size_t i = 0; i < picked.size(); ++i)
+        std::memcpy(batch.data() + static_cast<std::int64_t>(i) * features,
+                    train.images.data() + picked[i] * features,
+                    static_cast<std::size_t>(features) * sizeof(float));
+    });
+    out.load_gb_per_s =
+        us > 0 ? static_cast<double>(batch.size() * sizeof(float)) / (us * 1000) : 0;
+  }
+  // An averager's sum: y += x over the same bytes (actors/*_averager_actor.cpp).
+  {
+    const kernels::context device_context;
+    const auto axpy = kernels::lookup<kernels::ops::axpy>(device_type::cpu);
+    const auto sets = cold_sets(2 * out.copy_bytes);
+    auto xy = random_tensor({sets, 2, largest}, random);
+    std::int64_t set = 0;
+    const double us = median_us(repeats, [&] {
+      set = (set + 1) % sets;
+      float* x = xy.f32() + set * 2 * largest;
+      axpy(device_context, largest, 1.0f, x, x + largest);
+    });
+    out.reduce_gb_per_s = us > 0 ? static_cast<double>(out.copy_bytes) / (us * 1000) : 0;
+  }
+  // The loss of one micro-batch: every position's cross-entropy and accuracy (loss_actor).
+  {
+    const kernels::context device_context;
+    const auto& last = graph.shapes.back();
+    const std::int64_t classes = last.empty() ? 1 : last.back();
+    std::int64_t rows = out.rows;
+    for (std::size_t i = 0; i + 1 < last.size(); ++i)
+      rows *= last[i];
+    const auto xent = kernels::lookup<kernels::ops::softmax_xent>(device_type::cpu);
+    const auto accuracy = kernels::lookup<kernels::ops::accuracy>(device_type::cpu);
+    auto logits = random_tensor({rows, classes}, random);
+    auto labels = random_tensor({rows}, random, classes);
+    auto ids = tensor::empty({rows}, dtype::i32);
+    for (std::int64_t i = 0; i < rows; ++i)
+      ids.i32()[i] = static_cast<std::int32_t>(labels.f32()[i]);
+    auto dlogits = tensor::zeros({rows, classes});
+    auto loss = tensor::zeros({1});
+    auto correct = tensor::empty({1}, dtype::i32);
+    out.loss_us = median_us(repeats, [&] {
+      xent(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
+           ids.i32(), 1.0f, loss.f32(), dlogits.f32());
+      accuracy(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
+               ids.i32(), correct.i32());
+    });
+  }
   kernels::set_cpu_kernel_threads(threads_before);
+  out.handover_us = time_handover(std::min<std::int64_t>(repeats, 50));
   return out;
 }
 
@@ -186,9 +305,12 @@ std::string format_calibration_text(const calibration& c) {
                           l.forward_us, l.backward_us, split(l.backward_input_us).c_str(),
                           split(l.backward_weight_us).c_str());
   }
-  text += string_printf("update (%s): %.3f ns a parameter; copy: %.2f GB/s at %lld bytes\n",
+  text += string_printf("update (%s): %.3f ns a parameter; copy: %.2f GB/s at %lld bytes; sum: "
+                        "%.2f GB/s; a batch's gather: %.2f GB/s; loss: %.1f us a micro-batch; a message to "
+                        "another device's thread: %.1f us\n",
                         c.optimizer.c_str(), c.update_ns_per_parameter, c.copy_gb_per_s,
-                        static_cast<long long>(c.copy_bytes));
+                        static_cast<long long>(c.copy_bytes), c.reduce_gb_per_s, c.load_gb_per_s,
+                        c.loss_us, c.handover_us);
   return text;
 }
 
@@ -214,8 +336,79 @@ std::string format_calibration_json(const calibration& c) {
                         {"update_ns_per_parameter", c.update_ns_per_parameter},
                         {"copy_bytes", c.copy_bytes},
                         {"copy_gb_per_s", c.copy_gb_per_s},
+                        {"reduce_gb_per_s", c.reduce_gb_per_s},
+                        {"load_gb_per_s", c.load_gb_per_s},
+                        {"loss_us", c.loss_us},
+                        {"handover_us", c.handover_us},
                         {"layers", std::move(layers)}};
   return out.dump(2) + "\n";
+}
+
+calibration parse_calibration_json(const std::string& text, const std::string& path) {
+  auto fail = [&](const std::string& what) -> user_error {
+    return user_error(quote_user_text(path) + ": not a calibration from troupe calibrate --json: " +
+                      what);
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string{"invalid JSON ("} + e.what() + ")");
+  }
+  if (!j.is_object())
+    throw fail("the top level is not an object");
+  auto number = [&](const nlohmann::json& o, const char* key, const std::string& where) {
+    auto found = o.find(key);
+    if (found == o.end() || !found->is_number())
+      throw fail(where + "\"" + key + "\" is missing or not a number");
+    const double v = found->get<double>();
+    if (!std::isfinite(v) || v < 0)
+      throw fail(where + "\"" + key + "\" is " + shortest_text(v) + ", expected a time or rate >= 0");
+    return v;
+  };
+  auto string = [&](const nlohmann::json& o, const char* key) {
+    auto found = o.find(key);
+    if (found == o.end() || !found->is_string())
+      throw fail(std::string{"\""} + key + "\" is missing or not a string");
+    return found->get<std::string>();
+  };
+  calibration c;
+  c.config = string(j, "config");
+  c.device = string(j, "device");
+  c.optimizer = string(j, "optimizer");
+  c.repeats = static_cast<std::int64_t>(number(j, "repeats", ""));
+  c.rows = static_cast<std::int64_t>(number(j, "rows", ""));
+  if (c.rows < 1)
+    throw fail("\"rows\" should be at least 1");
+  c.update_ns_per_parameter = number(j, "update_ns_per_parameter", "");
+  c.copy_bytes = static_cast<std::int64_t>(number(j, "copy_bytes", ""));
+  c.copy_gb_per_s = number(j, "copy_gb_per_s", "");
+  c.reduce_gb_per_s = number(j, "reduce_gb_per_s", "");
+  c.load_gb_per_s = number(j, "load_gb_per_s", "");
+  c.loss_us = number(j, "loss_us", "");
+  c.handover_us = number(j, "handover_us", "");
+  auto layers = j.find("layers");
+  if (layers == j.end() || !layers->is_array())
+    throw fail("\"layers\" is missing or not an array");
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const auto& row = (*layers)[i];
+    const auto where = "layers[" + std::to_string(i) + "]: ";
+    if (!row.is_object())
+      throw fail(where + "not an object");
+    layer_timing l;
+    l.layer = static_cast<std::int64_t>(number(row, "layer", where));
+    l.type = row.value("type", std::string{});
+    l.rows = static_cast<std::int64_t>(number(row, "rows", where));
+    l.parameters = static_cast<std::int64_t>(number(row, "parameters", where));
+    l.forward_us = number(row, "forward_us", where);
+    l.backward_us = number(row, "backward_us", where);
+    if (row.contains("backward_input_us")) {
+      l.backward_input_us = number(row, "backward_input_us", where);
+      l.backward_weight_us = number(row, "backward_weight_us", where);
+    }
+    c.layers.push_back(std::move(l));
+  }
+  return c;
 }
 
 }  // namespace troupe

@@ -8,7 +8,7 @@
 // activation. Each is run `repeats` times after two warm-ups on a CPU device of this
 // process (one thread, as a cpu:N device runs), with the layer's own code and kernels, on
 // random inputs and parameters. The result is JSON a simulator reads; the text is for
-// people. Not here: the simulation (not built yet), GPUs (no GPU on this machine).
+// people (actors/simulate.hpp reads it). Not here: GPUs (no GPU on this machine).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,10 @@ struct calibration {
   double update_ns_per_parameter = 0;
   double copy_gb_per_s = 0;         // a copy of copy_bytes
   std::int64_t copy_bytes = 0;
+  double reduce_gb_per_s = 0;       // an averager's sum (axpy), bytes added a second
+  double load_gb_per_s = 0;         // a loader's gather of a micro-batch's random rows
+  double loss_us = 0;               // the loss of one micro-batch (cross-entropy, accuracy)
+  double handover_us = 0;           // a message to another device's thread, until handled
   std::vector<layer_timing> layers;  // in model order
 };
 
@@ -51,5 +55,9 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
 
 std::string format_calibration_text(const calibration& c);
 std::string format_calibration_json(const calibration& c);
+
+/// Reads what format_calibration_json wrote. Throws user_error naming `path` and the field
+/// for anything else (not JSON, a missing or mistyped field, negative times).
+calibration parse_calibration_json(const std::string& text, const std::string& path);
 
 }  // namespace troupe

@@ -79,12 +79,15 @@ void central_averager_actor::receive(weight_grads_msg& message) {
       ++step.summed;
       continue;
     }
+    auto label = job_for_step("reduce", message.step, settings_.replica);
+    for (const auto& g : add)
+      label.bytes += static_cast<std::int64_t>(g.bytes());  // the simulator prices it by them
     done = work.submit(
         [axpy = axpy_, context = on().context(), sums = step.sums, add = std::move(add)] {
           for (std::size_t i = 0; i < sums.size(); ++i)
             axpy(context, add[i].numel(), 1.0f, add[i].f32(), sums[i].f32());
         },
-        job_for_step("reduce", message.step, settings_.replica));
+        label);
     submitted = true;
     ++step.summed;
   }

@@ -62,6 +62,15 @@ bool device_scheduler::place(caf::actor_system& system, const caf::actor& actor,
   return true;
 }
 
+bool device_scheduler::simulate(caf::actor_system& system, simulation& world) {
+  auto* self = dynamic_cast<device_scheduler*>(&system.scheduler());
+  if (self == nullptr)
+    return false;
+  self->world_unit_ = std::make_unique<unit>(system, *self, nullptr);
+  self->world_.store(&world);
+  return true;
+}
+
 void device_scheduler::enqueue(caf::resumable* job) {
   unit* home = nullptr;
   {
@@ -72,6 +81,10 @@ void device_scheduler::enqueue(caf::resumable* job) {
   }
   if (home != nullptr) {
     home->home->post([this, job, home] { resume(job, home, max_throughput()); });
+    return;
+  }
+  if (auto* world = world_.load()) {
+    world->post_host([this, job] { resume(job, world_unit_.get(), 1); });
     return;
   }
   {

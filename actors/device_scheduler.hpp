@@ -21,6 +21,7 @@
 #include <caf/all.hpp>
 #include <caf/detail/thread_safe_actor_clock.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "runtime/core/simulation.hpp"
 #include "troupe/device.hpp"
 
 namespace troupe {
@@ -47,6 +49,11 @@ class device_scheduler : public caf::scheduler::abstract_coordinator {
   /// caf::lazy_init to place it before it runs at all). Returns false (and does nothing)
   /// when `system` does not run this scheduler.
   static bool place(caf::actor_system& system, const caf::actor& actor, stream& home);
+
+  /// From now on, the actors not placed on a device (the trainer, the data loader) take
+  /// their turns on `world`'s thread at its virtual time, as a simulated run's devices do
+  /// (runtime/core/simulation.hpp). `world` must outlive the actor system.
+  static bool simulate(caf::actor_system& system, simulation& world);
 
   void enqueue(caf::resumable* job) override;
   caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
@@ -69,6 +76,8 @@ class device_scheduler : public caf::scheduler::abstract_coordinator {
   std::unordered_map<stream*, std::unique_ptr<unit>> units_;  // one per stream used
 
   std::unique_ptr<unit> host_unit_;
+  std::unique_ptr<unit> world_unit_;           // made before world_ is set
+  std::atomic<simulation*> world_{nullptr};
   std::mutex host_mutex_;
   std::condition_variable host_ready_;
   std::deque<caf::resumable*> host_queue_;  // guarded by host_mutex_

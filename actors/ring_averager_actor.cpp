@@ -152,7 +152,7 @@ void ring_averager_actor::receive_local(weight_grads_msg& message) {
             offset += g.numel();
           }
         },
-        reduce_job(message.step));
+        reduce_job(message.step, n));
   }
 
   const auto step_index = message.step;
@@ -256,7 +256,7 @@ void ring_averager_actor::reduce_scatter(step_state& step, const ring_msg& messa
         if (last)  // the full sum is ours to keep, and the first to be gathered
           copy(context, where.size * float_bytes, sum.raw(), own);
       },
-      reduce_job(message.step)));
+      reduce_job(message.step, where.size)));
   if (last && sharded()) {
     if (--step.reduced_left == 0)
       hand_reduced(message.step);
@@ -278,7 +278,7 @@ void ring_averager_actor::all_gather(step_state& step, const ring_msg& message) 
       [copy = copy_, context = on().context(), flat = step.flat, received, where] {
         copy(context, where.size * float_bytes, received.raw(), flat.f32() + where.offset);
       },
-      reduce_job(message.step));
+      reduce_job(message.step, where.size));
   if (step.schedule.forwards_gathered(message.round))  // a received tensor is never written
     send_ring(message.step, message.bucket, ring_phase::all_gather, message.round + 1,
               message.chunk, received);
@@ -293,7 +293,7 @@ tensor ring_averager_actor::copy_out(const step_state& step, std::int32_t bucket
       [copy = copy_, context = on().context(), flat = step.flat, out, where] {
         copy(context, where.size * float_bytes, flat.f32() + where.offset, out.raw());
       },
-      reduce_job(-1)));
+      reduce_job(-1, where.size)));
   return out;
 }
 

@@ -71,8 +71,11 @@ class ring_averager_actor final : public device_actor {
   bool sharded() const { return settings_.shard_optimizer && settings_.replicas > 1; }
   void hand_reduced(std::int64_t step_index);
   void start_gather(shard_msg& updated);
-  job_label reduce_job(std::int64_t step) const {
-    return job_for_step("reduce", step, settings_.replica);
+  /// `values`: how many floats the job reads (the simulator prices it by them).
+  job_label reduce_job(std::int64_t step, std::int64_t values) const {
+    auto label = job_for_step("reduce", step, settings_.replica);
+    label.bytes = values * static_cast<std::int64_t>(sizeof(float));
+    return label;
   }
 
   grad_averager_settings settings_;

@@ -499,8 +499,10 @@ session_result run_session(const run_config& config, const session_options& opti
     if (!out)
       throw user_error("cannot write the vocabulary to " + quote_user_text(path));
   }
-  // One process is one node (Note [joining a run] in cluster.cpp).
-  const bool several_nodes = graph.nodes > 1;
+  // One process is one node (Note [joining a run] in cluster.cpp); a simulation plays every
+  // node in this process.
+  auto* const world = options.world;
+  const bool several_nodes = graph.nodes > 1 && world == nullptr;
   if (several_nodes && (!options.cluster || options.cluster->nodes != graph.nodes))
     throw user_error("this config runs on " + std::to_string(graph.nodes) +
                      " nodes ([cluster] nodes): start it with troupe launch -n " +
@@ -529,7 +531,9 @@ session_result run_session(const run_config& config, const session_options& opti
   // its code (Note [recorders and threads] in runtime/trace/recorder.cpp), with tracks for
   // every device stream and actor (and the trainer), registered before anything runs.
   trace::recorder_settings trace_settings;
-  trace_settings.record = !trace_path.empty();
+  trace_settings.record = !trace_path.empty() || world != nullptr;
+  if (world != nullptr)
+    trace_settings.virtual_clock = &world->clock();
   trace_settings.capacity = static_cast<std::size_t>(config.run.trace_capacity);
   trace_settings.log_messages = options.log_messages;
   trace_settings.log_filter = options.log_filter;
@@ -538,11 +542,18 @@ session_result run_session(const run_config& config, const session_options& opti
   trace::thread_binding bound_here{recorder};
   // Several nodes on one machine take turns at its cores: node k's cpu:N is a core after
   // those of the nodes before it (Note [CPU streams] in device.cpp).
-  const auto local_devices = devices_of_node(graph, node.rank);
-  device_set devices{local_devices, node.local_rank * static_cast<int>(local_devices.size())};
-  note_shared_cores(local_devices, node.local_rank * static_cast<int>(local_devices.size()));
+  const auto local_devices = world != nullptr ? graph.devices : devices_of_node(graph, node.rank);
+  auto device_storage = world != nullptr
+                     ? std::make_unique<device_set>(local_devices, *world)
+                     : std::make_unique<device_set>(
+                           local_devices, node.local_rank * static_cast<int>(local_devices.size()));
+  if (world == nullptr)
+    note_shared_cores(local_devices, node.local_rank * static_cast<int>(local_devices.size()));
+  device_set& devices = *device_storage;
   stream_bindings bound_streams{devices, recorder};
-  auto on_this_node = [&](const actor_plan& a) { return a.device.node == node.rank; };
+  auto on_this_node = [&](const actor_plan& a) {
+    return world != nullptr || a.device.node == node.rank;
+  };
   std::map<std::string, std::uint32_t> tracks;
   std::uint32_t trainer_track = 0;
   if (recorder->recording() || recorder->logging()) {
@@ -559,6 +570,8 @@ session_result run_session(const run_config& config, const session_options& opti
     if (coordinator)
       trainer_track = recorder->register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
+  if (world != nullptr)
+    world->name_tracks(tracks);
   // Note [the trace on every path]: whatever ends the run, an exception from the code
   // below included, the trace of what was recorded is written before it propagates.
   std::exception_ptr escaped;
@@ -572,6 +585,8 @@ session_result run_session(const run_config& config, const session_options& opti
     // on one host thread (Note [actors on device threads] in device_scheduler.cpp).
     system_config.load<device_scheduler>();
     caf::actor_system system{system_config};
+    if (world != nullptr)
+      device_scheduler::simulate(system, *world);
 
     auto trainer_config = std::make_shared<trainer_settings>();
     caf::actor trainer;
@@ -805,9 +820,13 @@ session_result run_session(const run_config& config, const session_options& opti
   recorder->freeze();
   // A worker's trace went to node0 (unless the run ended before node0 asked for it).
   std::string trace_error;
+  if (world != nullptr)
+    result.trace_json = recorder->json(trace_metadata(config, graph, prepared.plan, result.outcome));
   if (!trace_path.empty() && !trace_sent) {
     try {
-      auto text = recorder->json(trace_metadata(config, graph, prepared.plan, result.outcome));
+      auto text = world != nullptr ? result.trace_json
+                                   : recorder->json(trace_metadata(config, graph, prepared.plan,
+                                                                   result.outcome));
       if (!node_traces.empty())
         text = trace::merge_node_traces(text, node_traces);
       text += '\n';

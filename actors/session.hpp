@@ -20,6 +20,7 @@
 #include "actors/trainer_actor.hpp"
 #include "runtime/checkpoint/restore.hpp"
 #include "runtime/collective/gloo_allreduce.hpp"
+#include "runtime/core/simulation.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/graph/topology.hpp"
@@ -45,6 +46,10 @@ struct session_options {
   /// empty prefix, one unique to this session. A multi-node run passes the store every
   /// node reaches and the run's prefix (the same on every node), and the node's address.
   gloo_rendezvous gloo;
+  /// A simulated run (`troupe simulate`): every device of every node in this process, as
+  /// streams on `simulation`'s virtual clock (runtime/core/simulation.hpp); the trace is
+  /// recorded in virtual time and returned in session_result::trace_json.
+  simulation* world = nullptr;
 };
 
 struct session_result {
@@ -58,6 +63,8 @@ struct session_result {
   /// A language model's text ([data] source = "text"), written after training from the
   /// final parameters (host_model.hpp); empty otherwise.
   std::string sample;
+  /// A simulated run's trace (session_options::world), as `troupe run --trace` writes it.
+  std::string trace_json;
 };
 
 /// The model's per-sample shapes: shapes[i] is the input of layer i, shapes.back() the

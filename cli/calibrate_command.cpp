@@ -24,9 +24,9 @@ exit_code calibrate_command(const std::vector<std::string>& args) {
           "config gives it (global batch / (replicas x micro-batches)) on one CPU thread,\n"
           "as a cpu:N device runs it: forward, backward, and backward_input /\n"
           "backward_weight for layers that split their backward (ZB-H1); then the\n"
-          "optimizer's update per parameter and a copy's bandwidth. Medians of --repeats\n"
-          "runs after two warm-ups, on random inputs and parameters. The JSON is what a\n"
-          "simulation of the wiring would read (not built yet).",
+          "optimizer's update per parameter, a copy's and a sum's bandwidth, and the loss\n"
+          "of a micro-batch. Medians of --repeats runs after two warm-ups, on random inputs\n"
+          "and parameters. The JSON is what troupe simulate --calibration reads.",
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);

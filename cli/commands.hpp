@@ -22,6 +22,8 @@ exit_code launch_command(const std::vector<std::string>& args);
 exit_code plan_command(const std::vector<std::string>& args);
 /// `troupe calibrate CONFIG.toml`: what each op of the config costs here.
 exit_code calibrate_command(const std::vector<std::string>& args);
+/// `troupe simulate CONFIG.toml`: the config's run predicted on simulated devices.
+exit_code simulate_command(const std::vector<std::string>& args);
 exit_code verify_command(const std::vector<std::string>& args);
 exit_code layers_command(const std::vector<std::string>& args);
 exit_code check_layer_command(const std::vector<std::string>& args);

@@ -27,6 +27,7 @@ const char* main_usage =
     "  layers               list the layer types and actor kinds configs can use\n"
     "  check-layer NAME     check a layer's backward against finite differences\n"
     "  calibrate CONFIG.toml  time each layer of a config at its shapes on this machine\n"
+    "  simulate CONFIG.toml   predict a wiring's step time, bubble and critical path\n"
     "  trace summary|explain|timeline FILE  read a trace written by troupe run --trace\n"
     "  export CHECKPOINT -o FILE    a checkpoint's parameters as safetensors for PyTorch\n"
     "  plot METRICS.jsonl... -o FILE  training curves of one or more runs (.svg, .html)\n"
@@ -58,6 +59,7 @@ const command_entry commands[] = {
     {"layers", troupe::cli::layers_command}, {"check-layer", troupe::cli::check_layer_command},
     {"export", troupe::cli::export_command}, {"launch", troupe::cli::launch_command},
     {"plot", troupe::cli::plot_command},     {"calibrate", troupe::cli::calibrate_command},
+    {"simulate", troupe::cli::simulate_command},
 };
 
 troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {

@@ -59,6 +59,7 @@ int this_node();
 void set_this_node(int node);
 
 class stream;
+class simulation;  // runtime/core/simulation.hpp: streams on a virtual clock
 
 /// What a job is, for traces: which actor submitted it, doing what, for which micro-batch.
 /// `name` must have static storage ("forward", "backward", "copy", ...).
@@ -70,6 +71,7 @@ struct job_label {
   std::int32_t replica = -1;
   std::uint8_t phase = 0;  // 0 train, 1 eval
   std::int64_t bytes = 0;  // copies: bytes moved
+  std::int32_t from_node = -1;  // copies: the node of the tensor copied from
 };
 
 /// How far one stream has got: how many of its jobs have completed, the host threads
@@ -138,6 +140,9 @@ class stream {
   /// core: an index into the process's allowed CPUs (taken modulo their count), or -1
   /// to leave the thread unbound.
   stream(device_id device, int core);
+  /// A stream of a simulated run: no thread of its own; `world` runs its jobs and tasks
+  /// on its virtual clock (Note [simulated streams] in runtime/core/simulation.cpp).
+  stream(device_id device, simulation& world);
   ~stream();
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -184,7 +189,7 @@ class stream {
   void drain_posted();
 
   /// True on this stream's own thread.
-  bool on_own_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
+  bool on_own_thread() const;
 
   /// The event of the last main-lane job submitted so far.
   event last() const;
@@ -208,12 +213,16 @@ class stream {
   }
 
  private:
+  friend class simulation;
   event enqueue(job work, bool busy, const job_label& label);
+  /// Tells whoever runs this stream (its worker, or the simulation) that there is work.
+  void wake(bool worker_sleeping);
   void run();
   /// Runs `work` (a posted task, event callbacks) on the stream's thread; an exception
   /// fails the stream, as one from a job does.
   template <class Work>
   void run_guarded(Work&& work);
+  void run_guarded_job(const job& work);  // the same, for the simulation
   void fail(std::exception_ptr error);
 
   device_id device_;
@@ -225,6 +234,7 @@ class stream {
     job_label label;
     std::int64_t submitted_ns = 0;  // when tracing
     bool idle_lane = false;         // advances idle_progress_, not progress_
+    event waits_on;                 // simulated streams: a wait's event (work is empty)
   };
   std::deque<entry> queue_;
   std::deque<entry> idle_queue_;  // guarded by mutex_; runs when queue_ is empty
@@ -239,6 +249,7 @@ class stream {
   bool worker_sleeping_ = false;  // guarded by mutex_
   error_handler on_error_;        // guarded by mutex_
   std::uint32_t trace_track_ = 0;
+  simulation* world_ = nullptr;  // a simulated stream's; then worker_ never runs
   std::thread worker_;
 };
 
@@ -246,6 +257,7 @@ class stream {
 class device {
  public:
   device(device_id id, int core);
+  device(device_id id, simulation& world);  // a simulated device
   const device_id& id() const { return id_; }
   stream& work() { return *stream_; }
   const kernels::context& context() const { return context_; }
@@ -265,6 +277,8 @@ class device_set {
   /// `first_core`: the core of cpu:0, for several processes on one machine (cpu:N runs on
   /// core first_core + N, modulo the cores this process may use).
   explicit device_set(const std::vector<device_id>& ids, int first_core = 0);
+  /// Simulated devices: their streams run on `world`'s virtual clock, one thread for all.
+  device_set(const std::vector<device_id>& ids, simulation& world);
   ~device_set();
   device_set(const device_set&) = delete;
   device_set& operator=(const device_set&) = delete;

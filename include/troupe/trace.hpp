@@ -71,6 +71,9 @@ struct recorder_settings {
   /// Added to every flow id: a run over several nodes gives each node its own range
   /// (rank << 48), so the arrows of messages between nodes join in the merged trace.
   std::uint64_t flow_base = 0;
+  /// A simulated run's clock (runtime/core/simulation.hpp), in nanoseconds: when set, every
+  /// time recorded is read from it instead of the steady clock.
+  const std::atomic<std::int64_t>* virtual_clock = nullptr;
 };
 
 /// The trace of one session. Thread-safe: any thread may register tracks and take flow
@@ -143,6 +146,7 @@ class recorder {
   std::string track_name(std::uint32_t id) const;
 
   const std::int64_t origin_ns_;  // steady_clock, when made
+  const std::atomic<std::int64_t>* virtual_clock_;
   const std::size_t capacity_;
   const log_filter filter_;
   std::atomic<bool> recording_;

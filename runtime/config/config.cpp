@@ -166,7 +166,10 @@ number_range unit_interval() { return {0.0, false, 1.0}; }  // [0, 1)
 // ---- positions and table entries ----
 
 source_position position_in(const std::string& file, const toml::source_region& region) {
-  return {file, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
+  // A key or value set on the command line (--set) names the --set.
+  const auto& where = region.path && !region.path->empty() && *region.path != file ? *region.path
+                                                                                   : file;
+  return {where, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
 }
 
 // toml::table is ordered by key name; errors should come in the order a user reads the file.
@@ -908,8 +911,55 @@ std::string shortest_text(double value) {
   return text;
 }
 
+namespace {
+
+// load_config's overrides: each "section.key=value" set in the parsed file's [section].
+void apply_overrides(toml::table& root, const std::vector<std::string>& overrides) {
+  for (const auto& text : overrides) {
+    const std::string where_name = "--set " + quote_user_text(text);
+    const source_position where{where_name, 0, 0};
+    const auto equals = text.find('=');
+    const auto dot = text.find('.');
+    if (equals == std::string::npos || dot == std::string::npos || dot > equals || dot == 0 ||
+        dot + 1 == equals)
+      throw config_error(where, "expected SECTION.KEY=VALUE, e.g. parallel.data=64");
+    const auto section = text.substr(0, dot);
+    const auto key = text.substr(dot + 1, equals - dot - 1);
+    if (key.find('.') != std::string::npos)
+      throw config_error(where, "expected SECTION.KEY=VALUE with one dot before the '=', found " +
+                                    quote_user_text(text.substr(0, equals)));
+    // Parsed as a file of its own, named by the --set, so that every error in what it sets
+    // (a wrong type, an unknown key, a value out of range) names the --set.
+    const auto snippet = "[" + section + "]\n" + key + " = " + text.substr(equals + 1) + "\n";
+    toml::table parsed;
+    try {
+      check_toml_limits(snippet, where_name);
+      parsed = toml::parse(snippet, std::string_view{where_name});
+    } catch (const toml::parse_error& error) {
+      throw config_error(where, "cannot read it as TOML (strings need quotes: " + section + "." +
+                                    key + "=\"...\"): " + std::string(error.description()));
+    }
+    if (parsed.size() != 1 || !parsed.begin()->second.is_table() ||
+        parsed.begin()->second.as_table()->size() != 1)
+      throw config_error(where, "expected SECTION.KEY=VALUE with one dot before the '='");
+    auto* table = root.get(section);
+    if (table == nullptr) {
+      const auto whole = parsed.begin();  // moved: a copy would lose the --set's positions
+      root.insert_or_assign(whole->first, std::move(whole->second));
+      continue;
+    }
+    if (!table->is_table())
+      throw config_error(where, "[" + section + "] is not a table in the config, cannot set " +
+                                    quote_user_text(key) + " in it");
+    const auto entry = parsed.begin()->second.as_table()->begin();  // a pair lives in it
+    table->as_table()->insert_or_assign(entry->first, std::move(entry->second));
+  }
+}
+
+}  // namespace
+
 run_config parse_config(const std::string& text, const std::string& name,
-                        const std::string& directory) {
+                        const std::string& directory, const std::vector<std::string>& overrides) {
   check_toml_limits(text, name);  // what toml++ would recurse over (toml_limits.hpp)
   toml::table root;
   try {
@@ -920,6 +970,7 @@ run_config parse_config(const std::string& text, const std::string& name,
       description[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(description[0])));
     throw config_error(position_in(name, error.source()), "invalid TOML: " + description);
   }
+  apply_overrides(root, overrides);
   check_key_lengths(root, name);
   reject_unknown_sections(root, name);
 
@@ -951,10 +1002,12 @@ run_config parse_config(const std::string& text, const std::string& name,
   return config;
 }
 
-run_config load_config(const std::string& path) {
+run_config load_config(const std::string& path) { return load_config(path, {}); }
+
+run_config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   const auto text = read_file_capped(path, limits::max_config_bytes, "config file");
   auto directory = fs::path(path).parent_path().string();
-  return parse_config(text, path, directory.empty() ? "." : directory);
+  return parse_config(text, path, directory.empty() ? "." : directory, overrides);
 }
 
 }  // namespace troupe

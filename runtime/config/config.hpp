@@ -222,8 +222,14 @@ std::string shortest_text(double value);
 /// file) with file:line:col.
 run_config load_config(const std::string& path);
 
+/// The same with `overrides` applied first, each "section.key=value" with a TOML value
+/// (e.g. "parallel.data=64", "parallel.schedule=\"1f1b\""): the key is set in the file's
+/// [section] as if written there, and errors in it name "--set section.key=value".
+run_config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
 /// The same, from a string; `name` is used as the file name in errors.
 run_config parse_config(const std::string& text, const std::string& name,
-                        const std::string& directory = ".");
+                        const std::string& directory = ".",
+                        const std::vector<std::string>& overrides = {});
 
 }  // namespace troupe

@@ -45,6 +45,7 @@
 #include <chrono>
 
 #include "runtime/core/device_name.hpp"
+#include "runtime/core/simulation.hpp"
 #include "troupe/error.hpp"
 #include "troupe/trace.hpp"
 
@@ -190,6 +191,13 @@ constexpr auto max_idle_grace = std::chrono::microseconds(2000);
 
 }  // namespace
 
+std::int64_t idle_lane_grace_ns(std::int64_t job_ns) {
+  const std::int64_t share = job_ns / idle_grace_share;
+  return std::clamp<std::int64_t>(
+      share, std::chrono::duration_cast<std::chrono::nanoseconds>(idle_grace).count(),
+      std::chrono::duration_cast<std::chrono::nanoseconds>(max_idle_grace).count());
+}
+
 stream::stream(device_id device, int core) : device_(device) {
   worker_ = std::thread([this, core] {
     bind_to_core(core);
@@ -199,7 +207,29 @@ stream::stream(device_id device, int core) : device_(device) {
   });
 }
 
+stream::stream(device_id device, simulation& world) : device_(device), world_(&world) {
+  world.attach(*this);
+}
+
+bool stream::on_own_thread() const {
+  return world_ != nullptr ? world_->on_own_thread()
+                           : std::this_thread::get_id() == worker_.get_id();
+}
+
+void stream::wake(bool worker_sleeping) {
+  if (world_ != nullptr)
+    world_->wake();
+  else if (worker_sleeping)
+    work_ready_.notify_one();
+}
+
 stream::~stream() {
+  if (world_ != nullptr) {  // as a worker does: run everything queued before going
+    synchronize();
+    drain_posted();
+    world_->detach(*this);
+    return;
+  }
   {
     std::lock_guard<std::mutex> guard{mutex_};
     stopping_ = true;
@@ -213,17 +243,16 @@ event stream::submit(job work, const job_label& label) {
 }
 
 event stream::enqueue(job work, bool busy, const job_label& label) {
-  bool wake;
+  bool sleeping;
   std::uint64_t sequence;
   auto submitted = trace::enabled() ? trace::now_ns() : 0;
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    queue_.push_back(entry{std::move(work), busy, label, submitted});
+    queue_.push_back(entry{std::move(work), busy, label, submitted, false, {}});
     sequence = ++submitted_;
-    wake = worker_sleeping_;
+    sleeping = worker_sleeping_;
   }
-  if (wake)
-    work_ready_.notify_one();
+  wake(sleeping);
   return event{progress_, sequence};
 }
 
@@ -253,17 +282,16 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
 // and waiting a tenth of a weight gradient costs at most that, where starting the next one
 // delays the forward by a whole one.
 event stream::submit_when_idle(job work, const job_label& label) {
-  bool wake;
+  bool sleeping;
   std::uint64_t sequence;
   auto submitted = trace::enabled() ? trace::now_ns() : 0;
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    idle_queue_.push_back(entry{std::move(work), true, label, submitted, true});
+    idle_queue_.push_back(entry{std::move(work), true, label, submitted, true, {}});
     sequence = ++idle_submitted_;
-    wake = worker_sleeping_;
+    sleeping = worker_sleeping_;
   }
-  if (wake)
-    work_ready_.notify_one();
+  wake(sleeping);
   return event{idle_progress_, sequence};
 }
 
@@ -279,14 +307,15 @@ void stream::hurry(const event& e) {
 }
 
 void stream::post(job task) {
-  bool wake;
+  bool sleeping;
   {
     std::lock_guard<std::mutex> guard{mutex_};
     posted_.push_back(std::move(task));
-    wake = worker_sleeping_;
+    sleeping = worker_sleeping_;
   }
-  if (wake)
-    work_ready_.notify_one();
+  if (world_ != nullptr)
+    world_->posted_to(*this);
+  wake(sleeping);
 }
 
 void stream::drain_posted() {
@@ -309,7 +338,19 @@ void stream::wait_for(const event& e) {
     hurry(e);  // Note [idle lane]
     return;
   }
-  enqueue([e] { e.wait(); }, false, job_label{"wait"});
+  if (world_ == nullptr) {
+    enqueue([e] { e.wait(); }, false, job_label{"wait"});
+    return;
+  }
+  // A simulated stream's wait holds its place until the event is reached (simulation.cpp).
+  bool sleeping;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    queue_.push_back(entry{nullptr, false, job_label{"wait"}, 0, false, e});
+    ++submitted_;
+    sleeping = worker_sleeping_;
+  }
+  wake(sleeping);
 }
 
 event stream::last() const {
@@ -353,6 +394,8 @@ void stream::run_guarded(Work&& work) {
     fail(std::current_exception());
   }
 }
+
+void stream::run_guarded_job(const job& work) { run_guarded(work); }
 
 void stream::run() {
   // Note [idle lane]: after an idle job, the next one waits idle_grace for main-lane work.
@@ -432,15 +475,21 @@ void stream::run() {
     next.work = nullptr;  // release what the job captured before reporting it done
     if (next.idle_lane) {
       const auto now = std::chrono::steady_clock::now();
-      idle_from = now + std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(
-                                       (now - started) / idle_grace_share),
-                                   idle_grace, max_idle_grace);
+      idle_from = now + std::chrono::nanoseconds(idle_lane_grace_ns(
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(now - started)
+                                .count()));
     }
     auto& progress = next.idle_lane ? *idle_progress_ : *progress_;
     progress.advance();
     if (progress.has_watchers())
       run_guarded([&progress] { progress.fire_due(); });
   }
+}
+
+device::device(device_id id, simulation& world) : id_(id) {
+  TROUPE_CHECK(id.type == device_type::cpu,
+               "device " << id.to_string() << " cannot be simulated yet (CPU devices only)");
+  stream_ = std::make_unique<stream>(id, world);
 }
 
 device::device(device_id id, int core) : id_(id) {
@@ -465,15 +514,28 @@ blas_threads_scope& the_blas_threads_scope() {
 
 }  // namespace
 
-device_set::device_set(const std::vector<device_id>& ids, int first_core) {
-  {
-    auto& scope = the_blas_threads_scope();
-    std::lock_guard<std::mutex> guard{scope.mutex};
-    if (scope.live++ == 0) {
-      scope.found = kernels::cpu_kernel_threads();
-      kernels::set_cpu_kernel_threads(1);  // each CPU device is one core (Note [CPU streams])
-    }
+namespace {
+
+// Note [OpenBLAS threads]: the first live device_set makes CPU kernels use one thread.
+void enter_blas_threads_scope() {
+  auto& scope = the_blas_threads_scope();
+  std::lock_guard<std::mutex> guard{scope.mutex};
+  if (scope.live++ == 0) {
+    scope.found = kernels::cpu_kernel_threads();
+    kernels::set_cpu_kernel_threads(1);  // each CPU device is one core (Note [CPU streams])
   }
+}
+
+}  // namespace
+
+device_set::device_set(const std::vector<device_id>& ids, simulation& world) {
+  enter_blas_threads_scope();
+  for (const auto& id : ids)
+    devices_.push_back(std::make_unique<device>(id, world));
+}
+
+device_set::device_set(const std::vector<device_id>& ids, int first_core) {
+  enter_blas_threads_scope();
   for (const auto& id : ids)
     devices_.push_back(
         std::make_unique<device>(id, id.type == device_type::cpu ? first_core + id.index : -1));

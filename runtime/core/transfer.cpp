@@ -32,6 +32,7 @@ tensor arrive(const tensor& t, device& here, job_label label) {
   work.wait_for(t.ready());
   label.name = "copy";
   label.bytes = static_cast<std::int64_t>(t.bytes());
+  label.from_node = t.device().node;
   copy.set_ready(work.submit([from = t, to = copy] { std::memcpy(to.raw(), from.raw(), from.bytes()); },
                              label));
   return copy;

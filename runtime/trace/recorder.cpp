@@ -103,6 +103,7 @@ recorder::log_filter recorder::parse_filter(const std::string& text) {
 
 recorder::recorder(const recorder_settings& settings)
     : origin_ns_(steady_ns()),
+      virtual_clock_(settings.virtual_clock),
       capacity_(std::max<std::size_t>(settings.capacity, 16)),
       filter_(settings.log_messages ? parse_filter(settings.log_filter) : log_filter{}),
       recording_(settings.record),
@@ -119,7 +120,10 @@ recorder::~recorder() {
     detail::observing_recorders.fetch_sub(1);
 }
 
-std::int64_t recorder::now_ns() const { return steady_ns() - origin_ns_; }
+std::int64_t recorder::now_ns() const {
+  return virtual_clock_ != nullptr ? virtual_clock_->load(std::memory_order_relaxed)
+                                   : steady_ns() - origin_ns_;
+}
 
 std::uint32_t recorder::register_track(const track_info& info) {
   std::lock_guard<std::mutex> guard{mutex_};

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
@@ -137,6 +139,44 @@ TEST_CASE("troupe calibrate prints each layer's times, or JSON, and refuses bad 
   auto words = run_troupe("calibrate " + path + " --repeats many");
   CHECK(words.exit_code == 2);
   CHECK(run_troupe("--help").output.find("calibrate CONFIG.toml") != std::string::npos);
+}
+
+TEST_CASE("troupe simulate predicts a step from a calibration, or times one, and refuses bad options") {
+  auto path = write_config("simulate", std::string{small_model} +
+                                           "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n");
+  auto text = run_troupe("simulate " + path + " --repeats 2 --steps 4");
+  INFO(text.output);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.output.find("predicted step:") != std::string::npos);
+  CHECK(text.output.find("critical path") != std::string::npos);
+  // From a calibration file, with the config changed on the command line, JSON out and a
+  // trace that troupe trace reads.
+  auto calibration = troupe::test::temp_file("simulate_calibration.json");
+  REQUIRE(run_troupe("calibrate " + path + " --repeats 2 -o " + calibration).exit_code == 0);
+  auto trace = troupe::test::temp_file("simulate_trace.json");
+  auto json = run_troupe("simulate " + path + " --calibration " + calibration +
+                         " --set parallel.data=1 --steps 3 --json --trace " + trace);
+  INFO(json.output);
+  REQUIRE(json.exit_code == 0);
+  auto j = nlohmann::json::parse(json.output);
+  CHECK(j["replicas"] == 1);
+  CHECK(j["step_us"].get<double>() > 0);
+  CHECK(run_troupe("trace summary " + trace).exit_code == 0);
+  auto bad_set = run_troupe("simulate " + path + " --set parallel.data");
+  CHECK(bad_set.exit_code == 2);
+  CHECK(bad_set.output.find("expected SECTION.KEY=VALUE") != std::string::npos);
+  auto bad_link = run_troupe("simulate " + path + " --link fast");
+  CHECK(bad_link.exit_code == 2);
+  CHECK(bad_link.output.find("--link 'fast'") != std::string::npos);
+  auto missing = run_troupe("simulate " + path + " --calibration /nonexistent.json");
+  CHECK(missing.exit_code == 2);
+  auto garbage = run_troupe("simulate " + path + " --calibration " + path);
+  CHECK(garbage.exit_code == 2);
+  CHECK(garbage.output.find("not a calibration") != std::string::npos);
+  auto steps = run_troupe("simulate " + path + " --steps 1");
+  CHECK(steps.exit_code == 2);
+  CHECK(run_troupe("--help").output.find("simulate CONFIG.toml") != std::string::npos);
+  CHECK(run_troupe("simulate --help").output.find("--link") != std::string::npos);
 }
 
 TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer") {

@@ -1,0 +1,406 @@
+// simulate.cpp: a config's run on simulated devices, and what it predicts.
+//
+// Note [what a job costs]
+// The simulation (runtime/core/simulation.hpp) asks what each job costs; the answer comes
+// from the job's label, the actor that submitted it and the calibration of this machine:
+// - a layer's forward, backward, backward_weight: the calibrated time of that layer's
+//   pass; "backward" of a layer that splits its backward under ZB-H1 is its input part.
+//   Times scale linearly with the micro-batch rows when the simulated config's differ
+//   from the calibration's (a --set of the batch or of the wiring): an approximation, as
+//   small GEMMs are slower per row than large ones.
+// - the loss: the calibrated loss of a micro-batch, scaled the same way;
+// - an optimizer's update: its parameters times the calibrated time per parameter;
+// - a copy: its bytes at the calibrated copy bandwidth; from another node, the link's
+//   latency plus its bytes over the link's bandwidth (when --link is given). The copy
+//   occupies the receiving device, as a copy on arrival does: a network that overlaps
+//   compute is not modelled;
+// - a loader's batch (load): its bytes at the calibrated gather bandwidth (random rows of
+//   the data set); an averager's sums and copies (reduce): their bytes at the calibrated
+//   sum bandwidth;
+// - anything else (a checkpoint, a plugin's own job): nothing, and counted.
+// Each message handled keeps its device handler_us (2 us by default, about what a
+// handler takes here).
+#include "actors/simulate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/session.hpp"
+#include "runtime/base/limits.hpp"
+#include "runtime/base/text_format.hpp"
+#include "runtime/core/simulation.hpp"
+#include "runtime/trace_tools/summary.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Note [what a job costs].
+class job_prices {
+ public:
+  job_prices(const topology& graph, const run_plan& plan, const calibration& costs,
+             const link_cost& link)
+      : costs_(costs), link_(link), zb_h1_(graph.schedule == pipeline_schedule::zb_h1) {
+    for (const auto& a : graph.actors)
+      actors_[a.name] = &a;
+    for (const auto& l : costs.layers)
+      layers_[l.layer] = &l;
+    const auto rows = plan.batch_size / std::max<std::int64_t>(1, plan.replicas * plan.microbatches);
+    row_scale_ = static_cast<double>(rows) / static_cast<double>(std::max<std::int64_t>(1, costs.rows));
+  }
+
+  std::int64_t operator()(const job_label& label, const device_id& device,
+                          const std::string& actor_name) const {
+    const std::string name = label.name;
+    const actor_plan* actor = nullptr;
+    auto found = actors_.find(actor_name);
+    if (found != actors_.end())
+      actor = found->second;
+    const layer_timing* layer = nullptr;
+    if (actor != nullptr && actor->layer >= 0) {
+      auto l = layers_.find(actor->layer);
+      if (l != layers_.end())
+        layer = l->second;
+    }
+    auto us = [](double v) { return static_cast<std::int64_t>(std::llround(v * 1000)); };
+    auto bytes_at = [](std::int64_t bytes, double gb_per_s) {
+      return gb_per_s > 0 ? static_cast<std::int64_t>(static_cast<double>(bytes) / gb_per_s) : 0;
+    };
+    if (layer != nullptr && actor->kind == actor_kind::layer) {
+      if (name == "forward")
+        return us(layer->forward_us * row_scale_);
+      if (name == "backward")
+        return us((zb_h1_ && layer->backward_input_us >= 0 ? layer->backward_input_us
+                                                           : layer->backward_us) *
+                  row_scale_);
+      if (name == "backward_weight")
+        return us(std::max(0.0, layer->backward_weight_us) * row_scale_);
+    }
+    if (name == "loss")
+      return us(costs_.loss_us * row_scale_);
+    if (name == "update" && layer != nullptr)
+      return static_cast<std::int64_t>(costs_.update_ns_per_parameter *
+                                       static_cast<double>(layer->parameters));
+    if (name == "copy") {
+      if (link_.given && label.from_node >= 0 && label.from_node != device.node)
+        return static_cast<std::int64_t>(link_.latency_ns +
+                                         static_cast<double>(label.bytes) / link_.bytes_per_ns);
+      return bytes_at(label.bytes, costs_.copy_gb_per_s);
+    }
+    if (name == "load")
+      return bytes_at(label.bytes, costs_.load_gb_per_s);
+    if (name == "reduce")
+      return bytes_at(label.bytes, costs_.reduce_gb_per_s);
+    ++unpriced_;
+    return 0;
+  }
+
+  std::uint64_t unpriced() const { return unpriced_; }
+
+ private:
+  const calibration& costs_;
+  link_cost link_;
+  bool zb_h1_;
+  double row_scale_ = 1;
+  std::map<std::string, const actor_plan*> actors_;
+  std::map<std::int64_t, const layer_timing*> layers_;
+  mutable std::uint64_t unpriced_ = 0;  // the simulation's thread only
+};
+
+double median(std::vector<double> values) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  const auto n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Per device, the most micro-batches its stages held at once. A layer holds a micro-batch's
+// activations from the start of its forward to the end of the job that frees them: its
+// backward, or with a split backward its weight-gradient job (the streams' order, as the
+// memory tests' probes count). A stage holds the most any of its layers holds; a device
+// what its stages (several, when interleaved) hold.
+std::vector<std::pair<std::string, std::int64_t>> peak_held(const trace_file& trace) {
+  std::set<std::string> split;  // layers with weight-gradient jobs
+  for (const auto& j : trace.jobs)
+    if (j.name == "backward_weight")
+      split.insert(j.actor);
+  struct change {
+    double time;
+    int delta;
+    std::string layer;
+  };
+  std::map<std::string, std::vector<change>> changes;  // by device
+  std::map<std::string, std::int32_t> stage_of;
+  for (const auto& j : trace.jobs) {
+    const auto* track = trace.find_track(j.actor);
+    if (track == nullptr || track->kind != "layer")
+      continue;
+    stage_of[j.actor] = track->stage;
+    if (j.name == "forward")
+      changes[track->device].push_back({j.start_us, +1, j.actor});
+    else if (j.name == (split.count(j.actor) > 0 ? "backward_weight" : "backward"))
+      changes[track->device].push_back({j.end_us(), -1, j.actor});
+  }
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (auto& [device, list] : changes) {
+    // At one time, what is freed goes before what is taken: a job that ends as the next starts.
+    std::stable_sort(list.begin(), list.end(), [](const change& a, const change& b) {
+      return a.time != b.time ? a.time < b.time : a.delta < b.delta;
+    });
+    std::map<std::string, std::int64_t> now;  // each layer's
+    std::int64_t most = 0;
+    for (const auto& c : list) {
+      now[c.layer] += c.delta;
+      std::map<std::int32_t, std::int64_t> stages;
+      for (const auto& [layer, held] : now)
+        stages[stage_of[layer]] = std::max(stages[stage_of[layer]], held);
+      std::int64_t held = 0;
+      for (const auto& [stage, n] : stages)
+        held += n;
+      most = std::max(most, held);
+    }
+    out.emplace_back(device, most);
+  }
+  return out;
+}
+
+double number_with_unit(const std::string& text, std::size_t& at, const std::string& whole) {
+  while (at < text.size() && text[at] == ' ')
+    ++at;
+  const char* begin = text.c_str() + at;
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(v) || v < 0)
+    throw user_error("--link " + quote_user_text(whole) +
+                     ": expected a bandwidth and a latency, e.g. \"25 GB/s, 5 us\"");
+  at += static_cast<std::size_t>(end - begin);
+  while (at < text.size() && text[at] == ' ')
+    ++at;
+  return v;
+}
+
+}  // namespace
+
+link_cost parse_link(const std::string& whole) {
+  std::string text = whole;
+  if (text.size() > 200)
+    throw user_error("--link: the text is longer than 200 characters");
+  const auto colon = text.find(':');
+  if (colon != std::string::npos) {
+    const auto scope = text.substr(0, colon);
+    if (scope.find_first_not_of(' ') != std::string::npos &&
+        scope.substr(scope.find_first_not_of(' ')).rfind("node", 0) != 0)
+      throw user_error("--link " + quote_user_text(whole) +
+                       ": only links between nodes are simulated (\"node: 25 GB/s, 5 us\")");
+    text = text.substr(colon + 1);
+  }
+  auto bad = [&] {
+    return user_error("--link " + quote_user_text(whole) +
+                      ": expected a bandwidth and a latency, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s "
+                      "or MB/s; ns, us or ms)");
+  };
+  std::size_t at = 0;
+  link_cost out;
+  const double bandwidth = number_with_unit(text, at, whole);
+  auto unit_is = [&](const char* unit) {
+    const std::string u = unit;
+    if (text.compare(at, u.size(), u) != 0)
+      return false;
+    at += u.size();
+    return true;
+  };
+  if (unit_is("GB/s"))
+    out.bytes_per_ns = bandwidth;
+  else if (unit_is("Gb/s"))
+    out.bytes_per_ns = bandwidth / 8;
+  else if (unit_is("MB/s"))
+    out.bytes_per_ns = bandwidth / 1000;
+  else
+    throw bad();
+  while (at < text.size() && (text[at] == ' ' || text[at] == ','))
+    ++at;
+  const double latency = number_with_unit(text, at, whole);
+  if (unit_is("ns"))
+    out.latency_ns = latency;
+  else if (unit_is("us"))
+    out.latency_ns = latency * 1e3;
+  else if (unit_is("ms"))
+    out.latency_ns = latency * 1e6;
+  else
+    throw bad();
+  while (at < text.size() && text[at] == ' ')
+    ++at;
+  if (at != text.size() || out.bytes_per_ns <= 0)
+    throw bad();
+  out.given = true;
+  return out;
+}
+
+prediction simulate_run(const run_config& original, const calibration& costs,
+                        const simulate_options& options) {
+  if (options.steps < 2 || options.steps > 100000)
+    throw user_error("troupe simulate: --steps should be between 2 and 100000, not " +
+                     std::to_string(options.steps));
+  if (!(options.handler_us >= 0) || options.handler_us > 1e6)
+    throw user_error("troupe simulate: --handler-us should be between 0 and 1e6");
+  if (options.handover_us > 1e6 || std::isnan(options.handover_us))
+    throw user_error("troupe simulate: --handover-us should be at most 1e6");
+  if (options.cores < 0 || options.cores > 1 << 20)
+    throw user_error("troupe simulate: --cores should be between 0 and 1048576");
+  run_config config = original;
+  config.run.steps = options.steps;
+  config.run.evaluate = false;
+  config.run.metrics.clear();
+  config.run.trace.clear();
+  config.run.checkpoint.clear();
+  const auto prepared = prepare_session(config);
+  for (const auto& a : prepared.graph.actors)
+    if (a.kind == actor_kind::layer && a.replica == 0 &&
+        std::none_of(costs.layers.begin(), costs.layers.end(),
+                     [&](const layer_timing& l) { return l.layer == a.layer; }))
+      throw user_error("the calibration (of " + quote_user_text(costs.config) +
+                       ") has no timing of layer " + std::to_string(a.layer) +
+                       ": calibrate this model (troupe calibrate CONFIG --json -o FILE)");
+  job_prices prices{prepared.graph, prepared.plan, costs, options.link};
+  simulation::settings world_settings;
+  world_settings.cost = [&prices](const job_label& label, const device_id& device,
+                                  const std::string& actor) { return prices(label, device, actor); };
+  world_settings.handler_ns = static_cast<std::int64_t>(options.handler_us * 1000);
+  world_settings.handover_ns = static_cast<std::int64_t>(
+      (options.handover_us >= 0 ? options.handover_us : costs.handover_us) * 1000);
+  world_settings.cores = options.cores;
+  const auto wall_start = std::chrono::steady_clock::now();
+  session_result result;
+  std::uint64_t jobs = 0;
+  {
+    simulation world{world_settings};
+    session_options session;
+    session.quiet = true;
+    session.sample_length = 0;
+    session.world = &world;
+    result = run_session(config, session);
+    jobs = world.jobs_run();
+  }
+  if (result.outcome.exit_code != exit_code::ok)
+    throw user_error("the simulated run failed: " + result.outcome.failure,
+                     result.outcome.exit_code);
+
+  prediction p;
+  p.config = original.path;
+  p.steps = options.steps;
+  p.devices = static_cast<std::int64_t>(prepared.graph.devices.size());
+  p.nodes = prepared.graph.nodes;
+  p.replicas = prepared.plan.replicas;
+  p.microbatches = prepared.plan.microbatches;
+  p.batch_size = prepared.plan.batch_size;
+  p.jobs = jobs;
+  p.unpriced_jobs = prices.unpriced();
+  p.trace_json = result.trace_json;
+  const auto trace = parse_trace(result.trace_json, "(simulated)");
+  p.explanation = explain_trace(trace);
+  p.explanation.path = "simulated " + original.path;
+  std::vector<double> later;
+  for (const auto& s : p.explanation.steps) {
+    if (s.step == 0)
+      p.first_step_us = s.time_us;
+    else
+      later.push_back(s.time_us);
+  }
+  p.step_us = median(later);
+  p.samples_per_second =
+      p.step_us > 0 ? static_cast<double>(p.batch_size) / (p.step_us * 1e-6) : 0;
+  const auto summary = summarize_trace(trace);
+  p.stages = summary.stages;
+  p.schedule = summary.schedule;
+  p.theory_bubble = summary.theory_bubble;
+  for (const auto& s : summary.pipeline)
+    p.pipeline.push_back({s.stage, s.devices, s.bubble, s.theory});
+  p.peak_held = peak_held(trace);
+  p.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return p;
+}
+
+std::string format_prediction_text(const prediction& p) {
+  std::string text = string_printf(
+      "%s, simulated: %lld devices on %lld node(s), %lld replica(s) x %lld stage(s), %lld "
+      "micro-batch(es)%s%s, batch %lld\n",
+      p.config.c_str(), static_cast<long long>(p.devices), static_cast<long long>(p.nodes),
+      static_cast<long long>(p.replicas), static_cast<long long>(p.stages),
+      static_cast<long long>(p.microbatches), p.schedule.empty() ? "" : ", schedule ",
+      p.schedule.c_str(), static_cast<long long>(p.batch_size));
+  text += string_printf(
+      "predicted step: %.3f ms (median of steps 1-%lld; step 0 %.3f ms), %.0f samples/s\n",
+      p.step_us / 1000, static_cast<long long>(p.steps - 1), p.first_step_us / 1000,
+      p.samples_per_second);
+  if (!p.pipeline.empty()) {
+    text += string_printf("pipeline bubble (theory %.3f for equal stages):\n", p.theory_bubble);
+    for (const auto& s : p.pipeline) {
+      std::string devices;
+      for (const auto& d : s.devices)
+        devices += (devices.empty() ? "" : ",") + d;
+      text += string_printf("  stage %lld on %s: %.3f (theory for its costs %.3f)\n",
+                            static_cast<long long>(s.stage), devices.c_str(), s.bubble, s.theory);
+    }
+  }
+  if (!p.peak_held.empty()) {
+    text += "peak micro-batches held (activations kept for a backward):";
+    std::size_t shown = 0;
+    for (const auto& [device, held] : p.peak_held) {
+      if (shown++ == 8) {
+        text += string_printf(" ... (%zu devices)", p.peak_held.size());
+        break;
+      }
+      text += string_printf(" %s %lld", device.c_str(), static_cast<long long>(held));
+    }
+    text += "\n";
+  }
+  text += string_printf("simulated %llu jobs in %.2f s here",
+                        static_cast<unsigned long long>(p.jobs), p.wall_seconds);
+  if (p.unpriced_jobs > 0)
+    text += string_printf(" (%llu with no calibrated cost, taken as 0)",
+                          static_cast<unsigned long long>(p.unpriced_jobs));
+  text += "\n\n" + format_explanation_text(p.explanation, 1);
+  return text;
+}
+
+std::string format_prediction_json(const prediction& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : p.pipeline)
+    stages.push_back(
+        {{"stage", s.stage}, {"devices", s.devices}, {"bubble", s.bubble}, {"theory", s.theory}});
+  nlohmann::json held = nlohmann::json::object();
+  for (const auto& [device, n] : p.peak_held)
+    held[device] = n;
+  nlohmann::json out = {{"config", p.config},
+                        {"steps", p.steps},
+                        {"devices", p.devices},
+                        {"nodes", p.nodes},
+                        {"replicas", p.replicas},
+                        {"stages", p.stages},
+                        {"microbatches", p.microbatches},
+                        {"batch_size", p.batch_size},
+                        {"schedule", p.schedule},
+                        {"step_us", p.step_us},
+                        {"first_step_us", p.first_step_us},
+                        {"samples_per_second", p.samples_per_second},
+                        {"theory_bubble", p.theory_bubble},
+                        {"pipeline", std::move(stages)},
+                        {"peak_microbatches_held", std::move(held)},
+                        {"jobs", p.jobs},
+                        {"unpriced_jobs", p.unpriced_jobs},
+                        {"wall_seconds", p.wall_seconds},
+                        {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
+  return out.dump(2) + "\n";
+}
+
+}  // namespace troupe

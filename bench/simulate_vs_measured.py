@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""simulate_vs_measured.py: troupe simulate's predicted step time next to the measured one.
+
+For each shipped config, side by side in one run: `troupe run CONFIG --steps N --trace T`
+(several-node configs under `troupe launch`), its median step time read by `troupe trace
+explain` (steps after the first), and `troupe simulate CONFIG --steps N --cores C --json`
+(which times the config's layers here first, or reads --calibration), whose step time is
+read the same way from the simulated trace. Medians of --repeats of each; the ratio is
+predicted / measured. Then, with --scale, predictions for data parallelism of the MLP over
+8, 64 and 512 devices (8 a node, the link given), batch 64 a replica.
+
+    /usr/bin/python3 bench/simulate_vs_measured.py [--repeats 3] [--steps 60] [--scale]
+
+Run from the repository root after scripts/build.sh. Benchmarks are not tests: this is
+how the README's table was made.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+TROUPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "troupe")
+
+
+def troupe(*args):
+    out = subprocess.run([TROUPE, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"troupe {' '.join(args)} failed ({out.returncode}):\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def nodes_of(config):
+    with open(config) as f:
+        m = re.search(r"^nodes\s*=\s*(\d+)", f.read(), re.M)
+    return int(m.group(1)) if m else 1
+
+
+def median_step_ms(trace):
+    steps = json.loads(troupe("trace", "explain", trace, "--json"))["steps"]
+    return statistics.median(s["time_us"] for s in steps if s["step"] > 0) / 1000
+
+
+def measure(config, steps, directory):
+    trace = os.path.join(directory, "run.json")
+    nodes = nodes_of(config)
+    common = [config, "--steps", str(steps), "--trace", trace, "--quiet", "--metrics", "/dev/null"]
+    if nodes > 1:
+        troupe("launch", "-n", str(nodes), *common)
+    else:
+        troupe("run", *common)
+    return median_step_ms(trace)
+
+
+def predict(config, steps, cores, link, extra=()):
+    args = ["simulate", config, "--steps", str(steps), "--json", "--cores", str(cores), *extra]
+    if link:
+        args += ["--link", link]
+    return json.loads(troupe(*args))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 2,
+                        help="the cores this machine's devices share (troupe simulate --cores)")
+    parser.add_argument("--link", default="1 GB/s, 60 us",
+                        help="between the processes of a several-node config here (loopback)")
+    parser.add_argument("--configs", nargs="*", default=None)
+    parser.add_argument("--scale", action="store_true",
+                        help="also predict DP over 8, 64, 512 devices")
+    parser.add_argument("--scale-link", default="25 GB/s, 5 us")
+    args = parser.parse_args()
+    configs = args.configs or sorted(
+        os.path.join("config", c) for c in os.listdir("config") if c.endswith(".toml"))
+    print(f"| config | measured step (ms) | predicted (ms) | predicted / measured |")
+    print(f"|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as directory:
+        for config in configs:
+            measured, predicted = [], []
+            for _ in range(args.repeats):
+                measured.append(measure(config, args.steps, directory))
+                link = args.link if nodes_of(config) > 1 else None
+                predicted.append(predict(config, args.steps, args.cores, link)["step_us"] / 1000)
+            m, p = statistics.median(measured), statistics.median(predicted)
+            print(f"| {os.path.basename(config)} | {m:.3f} | {p:.3f} | {p / m:.2f} |", flush=True)
+    if not args.scale:
+        return
+    print()
+    print(f"| devices (8 a node, link {args.scale_link}) | batch | predicted step (ms) | samples/s "
+          f"| simulated in (s) |")
+    print("|---|---|---|---|---|")
+    for devices in (8, 64, 512):
+        nodes = max(1, devices // 8)
+        names = ", ".join(f'"node{n}/cpu:{i}"' for n in range(nodes) for i in range(min(8, devices)))
+        sets = ["--set", f"parallel.data={devices}", "--set", f"parallel.devices=[{names}]",
+                "--set", f"data.batch_size={64 * devices}", "--set", f"cluster.nodes={nodes}"]
+        p = predict("config/fashion_mlp.toml", 4, 0, args.scale_link, sets)
+        print(f"| {devices} on {nodes} node(s) | {64 * devices} | {p['step_us'] / 1000:.3f} "
+              f"| {p['samples_per_second']:.0f} | {p['wall_seconds']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+// simulate_command.cpp: `troupe simulate CONFIG.toml`: a prediction of the config's step
+// time, bubble and critical path from a simulated run (actors/simulate.hpp); options and
+// output only.
+#include <cstdio>
+
+#include "actors/simulate.hpp"
+#include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
+#include "runtime/base/output_file.hpp"
+#include "runtime/plugin/plugin.hpp"
+#include "troupe/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace troupe::cli {
+
+exit_code simulate_command(const std::vector<std::string>& args) {
+  po::options_description options("options");
+  options.add_options()(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "change the config before simulating: SECTION.KEY=VALUE with a TOML value "
+      "(repeatable), e.g. --set parallel.data=64 --set data.batch_size=8192")(
+      "calibration", po::value<std::string>(),
+      "job costs from this file (troupe calibrate CONFIG --json -o FILE); without it the "
+      "config's layers are timed first, here, at the simulated config's shapes")(
+      "repeats", po::value<std::int64_t>()->default_value(20),
+      "without --calibration: time each op this many times")(
+      "link", po::value<std::string>(),
+      "the network between nodes, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s or MB/s; ns, us or "
+      "ms); without it a copy between nodes costs what one between devices does")(
+      "steps", po::value<std::int64_t>()->default_value(20), "training steps to simulate")(
+      "handler-us", po::value<double>()->default_value(2.0),
+      "device time of each message an actor handles, in microseconds")(
+      "handover-us", po::value<double>(),
+      "how much later a message to another device's thread is handled, in microseconds "
+      "(default: the calibration's measure of a thread's wake-up)")(
+      "cores", po::value<int>()->default_value(0),
+      "the cores the devices share, device k on core k mod cores as troupe run places "
+      "them (e.g. 2 to predict four devices on this 2-core machine); 0: a core each")(
+      "trace", po::value<std::string>(),
+      "write the simulated run's trace here (virtual times; troupe trace summary, explain "
+      "and timeline read it)")("json", "print JSON instead of text");
+  command_line line;
+  if (auto stop = parse_command_line(
+          args, "simulate",
+          "Predicts a wiring before it runs: runs CONFIG.toml's actors, credits, turns and\n"
+          "schedules as troupe run does, on simulated devices whose jobs take the times a\n"
+          "calibration of this machine gives (scaled by the rows they compute), any number\n"
+          "of devices and nodes in this process. Prints the predicted step time and\n"
+          "samples/s, the bubble of each pipeline stage, the micro-batches each device\n"
+          "holds at its peak, and a step's critical path. The layers' math runs for real,\n"
+          "one job at a time, so simulating N devices takes about as long as the run would\n"
+          "on one core.",
+          options, line))
+    return *stop;
+  load_command_line_plugins(line.values);
+  std::vector<std::string> sets;
+  if (line.values.count("set"))
+    sets = line.values["set"].as<std::vector<std::string>>();
+  auto config = load_config(line.config, sets);
+  load_config_plugins(config);
+  simulate_options o;
+  o.steps = line.values["steps"].as<std::int64_t>();
+  o.handler_us = line.values["handler-us"].as<double>();
+  if (line.values.count("handover-us"))
+    o.handover_us = line.values["handover-us"].as<double>();
+  o.cores = line.values["cores"].as<int>();
+  if (line.values.count("link"))
+    o.link = parse_link(line.values["link"].as<std::string>());
+  if (line.values.count("trace"))
+    check_output_file(line.values["trace"].as<std::string>(), "the trace file");
+  calibration costs;
+  if (line.values.count("calibration")) {
+    const auto path = line.values["calibration"].as<std::string>();
+    costs = parse_calibration_json(
+        read_file_capped(path, limits::max_config_bytes, "calibration file"), path);
+  } else {
+    costs = calibrate(config, line.config, line.values["repeats"].as<std::int64_t>());
+  }
+  const auto p = simulate_run(config, costs, o);
+  if (line.values.count("trace"))
+    write_whole_file(line.values["trace"].as<std::string>(), p.trace_json + "\n",
+                     "the trace file");
+  std::fputs((line.values.count("json") ? format_prediction_json(p) : format_prediction_text(p))
+                 .c_str(),
+             stdout);
+  return exit_code::ok;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,355 @@
+// simulation.cpp: streams on a virtual clock.
+//
+// Note [simulated streams]
+// A simulated stream has no thread. One thread, the simulation's, plays every stream as
+// its worker would, on a virtual clock:
+// 1. It runs what is due now and takes no time: the host actors' turns (post_host), then
+//    each stream's posted tasks (its actors' handlers) in the order posted, for a stream
+//    that is between jobs (a CPU device runs handlers between its jobs, on its thread).
+//    A handler keeps its device for handler_ns: the stream takes nothing else until then.
+// 2. When nothing more is due now, each free stream starts its next job as its worker
+//    would: the main lane first, a wait only once its event is reached, the idle lane only
+//    when the main lane is empty. A job started at t ends at t + cost(label).
+// 3. When nothing can start, the clock moves to the earliest end (ties in the order they
+//    were scheduled, so a run repeats exactly), and that job runs then: its work (the real
+//    math, so that values, messages and results are those of a real run), its trace span
+//    [start, end), its stream's progress, its events' callbacks.
+// Steps 1 and 2 before 3 mean that every message sent at time t is handled at t, before
+// any device picks its next job at t: messages take no time. The idle lane keeps its grace
+// after an idle job (Note [idle lane] in device.cpp), as the runtime's streams do. Everything the simulation does is on its one thread, in one order, so
+// a simulated run is deterministic; other threads (the session's, CAF's clock) only add
+// work and wake it.
+//
+// Costs come from the cost function (the simulate command prices a job from a calibration
+// of this machine: actors/simulate.cpp). Job work still runs for real here, one job at a
+// time, so a simulation of N devices takes about as long as the run would on one core.
+#include "runtime/core/simulation.hpp"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "troupe/error.hpp"
+#include "troupe/trace.hpp"
+
+namespace troupe {
+
+simulation::simulation(settings s) : settings_(std::move(s)) {
+  TROUPE_CHECK(settings_.cost != nullptr, "a simulation needs a cost function");
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "troupe sim");
+    run();
+  });
+}
+
+simulation::~simulation() {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    stopping_ = true;
+  }
+  woken_.notify_all();
+  thread_.join();
+}
+
+void simulation::wake() {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    pending_ = true;
+  }
+  woken_.notify_all();
+}
+
+void simulation::posted_to(stream& s) {
+  if (!on_own_thread() || settings_.handover_ns <= 0)
+    return;  // the session's thread, before the run: nothing is timed yet
+  auto found = slot_of_.find(&s);
+  if (found == slot_of_.end() || found->second == current_)
+    return;  // a stream not taken in yet; or a message between actors of one device
+  auto* target = found->second;
+  if (target->handed_at <= now_ns()) {
+    target->handed_at = now_ns() + settings_.handover_ns;
+    agenda_.push(due{target->handed_at, order_++, target, false});
+  }
+}
+
+void simulation::post_host(std::function<void()> task) {
+  if (on_own_thread() && settings_.handover_ns > 0 && current_ != &host_slot_ &&
+      current_ != nullptr && host_slot_.handed_at <= now_ns()) {
+    host_slot_.handed_at = now_ns() + settings_.handover_ns;
+    agenda_.push(due{host_slot_.handed_at, order_++, &host_slot_, false});
+  }
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    host_.push_back(std::move(task));
+    pending_ = true;
+  }
+  woken_.notify_all();
+}
+
+void simulation::name_tracks(const std::map<std::string, std::uint32_t>& tracks) {
+  std::lock_guard<std::mutex> guard{mutex_};
+  for (const auto& [name, track] : tracks)
+    names_[track] = name;
+}
+
+void simulation::attach(stream& s) {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    joining_.push_back(&s);
+    members_changed_.store(true);
+    pending_ = true;
+  }
+  woken_.notify_all();
+}
+
+void simulation::detach(stream& s) {
+  TROUPE_CHECK(!on_own_thread(), "a simulated stream cannot be destroyed by its simulation");
+  std::unique_lock<std::mutex> lock{mutex_};
+  leaving_.push_back(&s);
+  members_changed_.store(true);
+  pending_ = true;
+  woken_.notify_all();
+  left_.wait(lock, [&] {
+    return std::find(leaving_.begin(), leaving_.end(), &s) == leaving_.end() || stopping_;
+  });
+}
+
+void simulation::update_members() {
+  if (!members_changed_.exchange(false))
+    return;
+  std::vector<stream*> joining, leaving;
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    joining.swap(joining_);
+    leaving = leaving_;
+  }
+  for (auto* s : joining) {
+    slots_.push_back(std::make_unique<slot>());
+    slots_.back()->on = s;
+    slots_.back()->free_at = now_ns();
+    slot_of_[s] = slots_.back().get();
+    if (settings_.cores > 0) {
+      slots_.back()->core = made_ % settings_.cores;
+      core_busy_.resize(static_cast<std::size_t>(settings_.cores), false);
+    }
+    ++made_;
+  }
+  // A slot is never freed (an agenda entry may still name it): a gone stream's is empty.
+  for (auto* s : leaving)
+    for (auto& sl : slots_)
+      if (sl->on == s) {
+        sl->on = nullptr;
+        slot_of_.erase(s);
+      }
+  if (!leaving.empty()) {
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      for (auto* s : leaving)
+        leaving_.erase(std::find(leaving_.begin(), leaving_.end(), s));
+    }
+    left_.notify_all();
+  }
+}
+
+bool simulation::run_host_tasks() {
+  bool ran = false;
+  if (host_slot_.handed_at > now_ns())
+    return false;
+  current_ = &host_slot_;
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      if (host_.empty()) {
+        current_ = nullptr;
+        return ran;
+      }
+      task = std::move(host_.front());
+      host_.pop_front();
+    }
+    task();
+    ran = true;
+  }
+}
+
+bool simulation::run_posted_tasks() {
+  bool ran = false;
+  const auto now = now_ns();
+  for (auto& sl : slots_) {
+    auto* s = sl->on;
+    if (s == nullptr || sl->running || sl->free_at > now || sl->handed_at > now)
+      continue;
+    stream::job task;
+    {
+      std::lock_guard<std::mutex> guard{s->mutex_};
+      if (s->posted_.empty())
+        continue;
+      task = std::move(s->posted_.front());
+      s->posted_.pop_front();
+    }
+    current_ = sl.get();
+    s->run_guarded_job(task);  // Note [one failure path] in device.cpp
+    current_ = nullptr;
+    ran = true;
+    if (settings_.handler_ns > 0) {
+      sl->free_at = now + settings_.handler_ns;
+      agenda_.push(due{sl->free_at, order_++, sl.get(), false});
+    }
+  }
+  return ran;
+}
+
+bool simulation::start_jobs() {
+  bool started = false;
+  const auto now = now_ns();
+  const auto count = slots_.size();
+  rotation_ = count == 0 ? 0 : (rotation_ + 1) % count;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto& sl = slots_[(rotation_ + i) % count];
+    auto* s = sl->on;
+    if (s == nullptr || sl->running || sl->free_at > now)
+      continue;
+    if (sl->core >= 0 && core_busy_[static_cast<std::size_t>(sl->core)])
+      continue;
+    bool waited = false;
+    {
+      std::lock_guard<std::mutex> guard{s->mutex_};
+      if (!s->posted_.empty())
+        continue;  // its handlers first (step 1 runs them)
+      if (!s->queue_.empty()) {
+        auto& head = s->queue_.front();
+        if (!head.work) {  // a wait for another stream's event
+          if (!head.waits_on.reached())
+            continue;
+          s->queue_.pop_front();
+          waited = true;
+        } else {
+          sl->current = std::move(head);
+          s->queue_.pop_front();
+        }
+      } else if (!s->idle_queue_.empty()) {
+        if (now < sl->idle_from) {  // the grace after an idle job (Note [idle lane])
+          if (!sl->idle_wake) {
+            sl->idle_wake = true;
+            agenda_.push(due{sl->idle_from, order_++, sl.get(), false});
+          }
+          continue;
+        }
+        sl->current = std::move(s->idle_queue_.front());
+        s->idle_queue_.pop_front();
+      } else {
+        continue;
+      }
+    }
+    started = true;
+    if (waited) {  // a wait counts in the stream's order, as on a worker
+      current_ = sl.get();
+      s->progress_->advance();
+      if (s->progress_->has_watchers())
+        s->run_guarded_job([s] { s->progress_->fire_due(); });
+      current_ = nullptr;
+      continue;
+    }
+    sl->running = true;
+    sl->started = now;
+    if (sl->core >= 0)
+      core_busy_[static_cast<std::size_t>(sl->core)] = true;
+    std::string actor;
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      auto found = names_.find(sl->current.label.actor);
+      if (found != names_.end())
+        actor = found->second;
+    }
+    const auto cost = std::max<std::int64_t>(0, settings_.cost(sl->current.label, s->device_, actor));
+    agenda_.push(due{now + cost, order_++, sl.get(), true});
+  }
+  return started;
+}
+
+void simulation::finish(slot& sl) {
+  auto* s = sl.on;
+  sl.running = false;
+  if (sl.core >= 0)
+    core_busy_[static_cast<std::size_t>(sl.core)] = false;
+  auto next = std::move(sl.current);
+  sl.current = stream::entry{};
+  const auto now = now_ns();
+  if (s == nullptr)
+    return;
+  current_ = &sl;  // what the job and its callbacks send leaves from this device
+  if (!s->failed()) {
+    s->run_guarded_job(next.work);
+    if (s->trace_track_ != 0 && trace::enabled()) {
+      trace::event e;
+      e.type = trace::event_type::job;
+      e.start_ns = sl.started;
+      e.duration_ns = now - sl.started;
+      e.value = next.submitted_ns > 0 ? sl.started - next.submitted_ns : 0;  // queued
+      e.track = s->trace_track_;
+      e.peer = next.label.actor;
+      e.name = next.label.name;
+      e.step = next.label.step;
+      e.microbatch = next.label.microbatch;
+      e.replica = next.label.replica;
+      e.phase = next.label.phase;
+      e.bytes = next.label.bytes;
+      trace::record(e);
+    }
+    if (next.busy)
+      s->busy_nanoseconds_.fetch_add(now - sl.started, std::memory_order_relaxed);
+  }
+  next.work = nullptr;  // release what the job captured before reporting it done
+  if (next.idle_lane)
+    sl.idle_from = now + idle_lane_grace_ns(now - sl.started);
+  jobs_run_.fetch_add(1);
+  auto& progress = next.idle_lane ? *s->idle_progress_ : *s->progress_;
+  progress.advance();
+  if (progress.has_watchers())
+    s->run_guarded_job([&progress] { progress.fire_due(); });
+  current_ = nullptr;
+}
+
+bool simulation::advance() {
+  while (!agenda_.empty()) {
+    auto next = agenda_.top();
+    agenda_.pop();
+    now_.store(std::max(now_ns(), next.at), std::memory_order_relaxed);
+    if (next.job) {
+      finish(*next.on);
+      return true;
+    }
+    next.on->idle_wake = false;  // at worst a second wake-up is scheduled: harmless
+    if (next.on->on != nullptr || next.on == &host_slot_)
+      return true;  // a handler's time, a hand-over or an idle grace ended
+  }
+  return false;
+}
+
+void simulation::run() {
+  for (;;) {
+    update_members();
+    bool did = run_host_tasks();
+    did = run_posted_tasks() || did;
+    if (did)
+      continue;  // everything due now first (Note [simulated streams], step 1)
+    if (start_jobs())
+      continue;
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      if (pending_) {  // another thread added work since: look again before time moves
+        pending_ = false;
+        continue;
+      }
+    }
+    if (advance())
+      continue;
+    std::unique_lock<std::mutex> lock{mutex_};
+    woken_.wait(lock, [&] { return pending_ || stopping_; });
+    if (stopping_ && !pending_ && host_.empty())
+      return;
+    pending_ = false;
+  }
+}
+
+}  // namespace troupe

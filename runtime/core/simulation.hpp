@@ -1,0 +1,151 @@
+// simulation.hpp: a run's device streams on a virtual clock (`troupe simulate`, issue 16).
+//
+// A simulated run is a real run, the same actors, messages, credits, turns and stream
+// lanes, whose devices are simulated streams: one thread (the simulation's) runs every
+// stream's jobs and posted tasks, and each job takes the time a cost function says on a
+// virtual clock instead of the time it takes here. Traces recorded in the run carry the
+// virtual times, so `trace summary` and `trace explain` read a prediction as they read a
+// measurement. See Note [simulated streams] in the .cpp.
+//
+//   simulation world{{cost, handler_ns}};
+//   device_set devices{ids, world};        // streams without threads
+//   ... spawn actors, device_scheduler::simulate(system, world), run ...
+//   world.now_ns();                        // the virtual time reached
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "troupe/device.hpp"
+
+namespace troupe {
+
+/// Note [idle lane] in device.cpp: after an idle-lane job of `job_ns`, how long a stream
+/// waits for main-lane work before it takes the next idle job.
+std::int64_t idle_lane_grace_ns(std::int64_t job_ns);
+
+class simulation {
+ public:
+  /// What a job costs in virtual nanoseconds: its label as submitted, its device, and the
+  /// name of the actor that submitted it (empty when unknown).
+  using cost_function =
+      std::function<std::int64_t(const job_label& label, const device_id& device,
+                                 const std::string& actor)>;
+  struct settings {
+    cost_function cost;
+    /// Each message an actor on a device handles keeps that device this long (a CPU
+    /// device runs its actors' handlers between its jobs, on its one thread).
+    std::int64_t handler_ns = 0;
+    /// A message from one thread to another (between devices, or between a device and the
+    /// host actors) is handled this much later: a thread's wake-up on real streams.
+    std::int64_t handover_ns = 0;
+    /// The cores the devices share, in the order they are made (device k on core k mod
+    /// cores, as cpu:N of a process is on core N mod its cores): a core runs one device's
+    /// job at a time. 0: every device has a core of its own.
+    int cores = 0;
+  };
+
+  /// Starts the simulation's thread; streams attach as they are made.
+  explicit simulation(settings s);
+  /// Stops the thread. Every stream made on it must be gone.
+  ~simulation();
+  simulation(const simulation&) = delete;
+  simulation& operator=(const simulation&) = delete;
+
+  /// The virtual time, in nanoseconds since the simulation began.
+  std::int64_t now_ns() const { return now_.load(std::memory_order_relaxed); }
+  const std::atomic<std::int64_t>& clock() const { return now_; }
+
+  /// Runs `task` on the simulation's thread at the current virtual time, taking none of
+  /// it: the host actors (trainer, loader) of a simulated run (device_scheduler).
+  void post_host(std::function<void()> task);
+
+  /// Which actor each trace track is, for the cost function.
+  void name_tracks(const std::map<std::string, std::uint32_t>& tracks);
+
+  bool on_own_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+  /// Jobs run so far (all streams), and those whose label the cost function priced at 0
+  /// because it did not know them (a plugin's own job names).
+  std::uint64_t jobs_run() const { return jobs_run_.load(); }
+
+ private:
+  friend class stream;
+  /// stream::post's note: a task for `s` was posted (a message for one of its actors).
+  void posted_to(stream& s);
+  void attach(stream& s);
+  void detach(stream& s);
+  void wake();
+  void run();
+  bool run_host_tasks();
+  bool run_posted_tasks();
+  bool start_jobs();
+  /// Advances the clock to the next job's end (or handler's), finishing that job; false
+  /// when nothing is running.
+  bool advance();
+  /// Takes in the streams made and lets go of those going (on the simulation's thread).
+  void update_members();
+
+  struct slot {
+    stream* on = nullptr;
+    bool running = false;      // a job is under way
+    std::int64_t started = 0;  // its virtual start
+    std::int64_t free_at = 0;  // the end of the handler time it is in
+    std::int64_t idle_from = 0;  // the next idle-lane job not before (Note [idle lane])
+    std::int64_t handed_at = 0;  // its posted tasks not before (a hand-over from elsewhere)
+    int core = -1;               // settings::cores
+    bool idle_wake = false;      // an agenda entry at idle_from is pending
+    stream::entry current;     // the job under way
+  };
+  void finish(slot& s);
+
+  struct due {
+    std::int64_t at;
+    std::uint64_t order;  // ties in the order they were scheduled: a run repeats exactly
+    slot* on;
+    bool job;  // false: the end of a handler's time
+    friend bool operator>(const due& a, const due& b) {
+      return a.at != b.at ? a.at > b.at : a.order > b.order;
+    }
+  };
+
+  settings settings_;
+  std::atomic<std::int64_t> now_{0};
+  std::atomic<std::uint64_t> jobs_run_{0};
+
+  mutable std::mutex mutex_;
+  std::condition_variable woken_;
+  bool pending_ = false;                      // guarded by mutex_
+  bool stopping_ = false;                     // guarded by mutex_
+  std::vector<stream*> joining_;              // guarded by mutex_
+  std::vector<stream*> leaving_;              // guarded by mutex_
+  std::atomic<bool> members_changed_{false};
+  std::deque<std::function<void()>> host_;    // guarded by mutex_
+  std::map<std::uint32_t, std::string> names_;  // guarded by mutex_
+
+  // The simulation thread's own.
+  std::priority_queue<due, std::vector<due>, std::greater<>> agenda_;
+  std::uint64_t order_ = 0;
+  std::vector<std::unique_ptr<slot>> slots_;
+  std::unordered_map<const stream*, slot*> slot_of_;
+  slot host_slot_;              // the host actors' (on == nullptr): its handed_at
+  slot* current_ = nullptr;     // whose task or job runs now (&host_slot_: a host actor's)
+  std::vector<bool> core_busy_;
+  std::size_t rotation_ = 0;    // where start_jobs begins: cores shared in turn
+  int made_ = 0;                // streams attached so far
+  std::condition_variable left_;  // a leaving stream's slot is gone
+  std::thread thread_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,317 @@
+// troupe simulate (actors/simulate.hpp, runtime/core/simulation.hpp): simulated pipelines
+// reach each schedule's theory, a simulated run computes what the run computes, the
+// prediction of a fixed-cost pipeline is within 10% of the measured step, hundreds of
+// devices simulate here, and the inputs (links, --set, calibration files) are checked.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/simulate.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/trace_tools/critical_path.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
+#include "tests/actors/session_support.hpp"
+#include "tests/config_text.hpp"
+#include "tests/temp_files.hpp"
+#include "troupe/error.hpp"
+
+using namespace troupe;
+
+namespace {
+
+// Delay layers (fixed costs) on cpu:0 and cpu:1, M = 4, SGD, no evaluation.
+std::string two_device_pipeline(const std::string& layers, const std::string& parallel,
+                                int steps = 6) {
+  return "[run]\nsteps = " + std::to_string(steps) + "\nevaluate = false" +
+         test::data_section({16, 256, 8, 4, 4}) + layers +
+         "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\n"
+         "microbatches = 4\n" +
+         parallel;
+}
+
+std::string delay(int forward_us, int input_us, int weight_us) {
+  return test::layer("delay", "forward_us = " + std::to_string(forward_us) +
+                                  "\nbackward_us = " + std::to_string(input_us + weight_us) +
+                                  "\nweight_us = " + std::to_string(weight_us) + "\n");
+}
+
+// A calibration that prices each delay layer at exactly its settings and everything else
+// at nothing: the simulated step is the schedule's arithmetic.
+calibration exact_costs(const run_config& config, double forward_us, double input_us,
+                        double weight_us) {
+  calibration c;
+  c.config = config.path;
+  c.rows = config.data.batch_size / (config.parallel.data * config.parallel.microbatches);
+  for (std::size_t i = 0; i < config.model.layers.size(); ++i) {
+    layer_timing l;
+    l.layer = static_cast<std::int64_t>(i);
+    l.type = config.model.layers[i].type;
+    l.rows = c.rows;
+    if (l.type == "delay") {
+      l.forward_us = forward_us;
+      l.backward_us = input_us + weight_us;
+      l.backward_input_us = input_us;
+      l.backward_weight_us = weight_us;
+    }
+    c.layers.push_back(l);
+  }
+  return c;
+}
+
+simulate_options exact_options(std::int64_t steps = 6) {
+  simulate_options o;
+  o.steps = steps;
+  o.handler_us = 0;
+  o.handover_us = 0;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("simulated pipelines of equal stages reach each schedule's theory") {
+  // F = 1 ms, backward 2 ms (1 ms input part, 1 ms weight part) a stage; P = 2, M = 4.
+  struct schedule_case {
+    std::string name;
+    std::string layers;
+    std::string parallel;
+    double bubble;   // (P - 1) / (M + P - 1); ZB-H1 (P - 1) / (3 M + P - 1); v = 2: / (v M + P - 1)
+    double step_ms;  // a device's work / (1 - bubble)
+  };
+  const std::vector<schedule_case> cases = {
+      {"gpipe", delay(1000, 1000, 1000) + delay(1000, 1000, 1000),
+       "pipeline = 2\nschedule = \"gpipe\"\n", 1.0 / 5, 15},
+      {"1f1b", delay(1000, 1000, 1000) + delay(1000, 1000, 1000),
+       "pipeline = 2\nschedule = \"1f1b\"\n", 1.0 / 5, 15},
+      // ZB-H1 needs the first stage's delay to send an input gradient: a relu before it.
+      {"zb-h1", test::layer("relu") + delay(1000, 1000, 1000) + delay(1000, 1000, 1000),
+       "stages = [[0, 1], [2, 2]]\nschedule = \"zb-h1\"\n", 1.0 / 13, 13},
+      {"interleaved", delay(500, 500, 500) + delay(500, 500, 500) + delay(500, 500, 500) +
+                          delay(500, 500, 500),
+       "pipeline = 2\nvirtual_stages = 2\nschedule = \"1f1b\"\n", 1.0 / 9, 13.5},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const auto config = parse_config(two_device_pipeline(c.layers, c.parallel), c.name + ".toml");
+    const bool halves = c.name == "interleaved";
+    const auto costs = exact_costs(config, halves ? 500 : 1000, halves ? 500 : 1000,
+                                   halves ? 500 : 1000);
+    const auto p = simulate_run(config, costs, exact_options());
+    REQUIRE(p.pipeline.size() == 2);
+    CHECK(p.theory_bubble == doctest::Approx(c.bubble));
+    for (const auto& stage : p.pipeline) {
+      CAPTURE(stage.stage);
+      CHECK(stage.bubble == doctest::Approx(c.bubble).epsilon(0.02));
+    }
+    CHECK(p.step_us / 1000 == doctest::Approx(c.step_ms).epsilon(0.01));
+    CHECK(p.samples_per_second == doctest::Approx(16 / (c.step_ms / 1000)).epsilon(0.01));
+    CHECK(p.unpriced_jobs == 0);
+    // The memory bound of each schedule: 1F1B and ZB-H1 hold at most P micro-batches on
+    // stage 0, GPipe all M.
+    for (const auto& [device, held] : p.peak_held) {
+      CAPTURE(device);
+      if (c.name == "gpipe")
+        CHECK(held == 4);
+      else if (c.name == "interleaved")  // Megatron's warm-up: 2 (P - d - 1) + (v - 1) P, + 1
+        CHECK(held == (device == "cpu:0" ? 5 : 3));
+      else
+        CHECK(held <= 2);
+    }
+    // The critical path covers each step.
+    REQUIRE(p.explanation.steps.size() == 6);
+    CHECK(p.explanation.steps.back().time_us == doctest::Approx(c.step_ms * 1000).epsilon(0.01));
+  }
+}
+
+TEST_CASE("a simulated run runs the same code: the same parameters as the run") {
+  // DP2 x PP2 with 1F1B over four simulated devices against the same run on real streams.
+  const auto text = "[run]\nsteps = 5\nevaluate = false" + test::data_section({32, 256, 8, 6, 3}) +
+                    test::linear(8) + test::layer("relu") + test::linear(3) +
+                    "[optimizer]\ntype = \"adam\"\nlr = 0.01\n[parallel]\n"
+                    "devices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
+                    "pipeline = 2\nmicrobatches = 2\nschedule = \"1f1b\"\n";
+  const auto config = parse_config(text, "same.toml");
+  auto options = test::quiet_options();
+  options.keep_parameters = true;
+  const auto real = test::run_ok(config, options);
+
+  simulation::settings s;
+  s.cost = [](const job_label& label, const device_id&, const std::string&) -> std::int64_t {
+    return std::string{label.name} == "forward" ? 3000000 : 1000000;  // ns
+  };
+  s.handler_ns = 500;
+  s.handover_ns = 2000;
+  s.cores = 3;  // four devices on three cores
+  std::int64_t simulated_ns = 0;
+  session_result simulated;
+  {
+    simulation world{s};
+    options.world = &world;
+    simulated = test::run_ok(config, options);
+    simulated_ns = world.now_ns();
+    CHECK(world.jobs_run() > 100);
+  }
+  REQUIRE(simulated.parameters.size() == real.parameters.size());
+  for (std::size_t i = 0; i < real.parameters.size(); ++i) {
+    CAPTURE(i);
+    CHECK(simulated.parameters[i] == real.parameters[i]);  // bit for bit
+  }
+  // Time went by on the virtual clock, as the costs say: 5 steps of at least 2 micro-batches
+  // through 2 stages' forwards at 3 ms each.
+  CHECK(simulated_ns >= 5 * 2 * 2 * 3000000LL);
+  REQUIRE_FALSE(simulated.trace_json.empty());
+  const auto trace = parse_trace(simulated.trace_json, "simulated");
+  for (const auto& job : trace.jobs)
+    if (job.name == "forward")
+      CHECK(job.duration_us == doctest::Approx(3000));
+}
+
+TEST_CASE("the predicted step of a fixed-cost pipeline is within 10% of the measured one") {
+  // 1F1B, P = 2, M = 4, forwards 4 ms, backwards 8 ms: the layers are timed here
+  // (calibrate), the run is measured from its trace, and both step times are the median
+  // of the steps after the first, read the same way (explain_trace).
+  const auto config = parse_config(
+      two_device_pipeline(delay(4000, 8000, 0) + delay(4000, 8000, 0),
+                          "pipeline = 2\nschedule = \"1f1b\"\n", 8),
+      "measured.toml");
+  const auto costs = calibrate(config, "measured.toml", 5);
+  simulate_options o;
+  o.steps = 8;
+  const auto p = simulate_run(config, costs, o);
+  CHECK(p.step_us == doctest::Approx(60000).epsilon(0.1));  // (M + P - 1) (F + B)
+  // Timing on a shared machine: the best of three measured runs.
+  double best = 1e9;
+  for (int attempt = 0; attempt < 3 && std::abs(best / p.step_us - 1) > 0.1; ++attempt) {
+    auto options = test::quiet_options();
+    options.trace_path = test::temp_file("troupe_simulate_measured.json");
+    test::run_ok(config, options);
+    const auto e = explain_trace(load_trace(options.trace_path));
+    std::vector<double> steps;
+    for (const auto& s : e.steps)
+      if (s.step > 0)
+        steps.push_back(s.time_us);
+    std::sort(steps.begin(), steps.end());
+    const double measured = steps[steps.size() / 2];
+    if (std::abs(measured / p.step_us - 1) < std::abs(best / p.step_us - 1))
+      best = measured;
+  }
+  INFO("measured " << best << " us, predicted " << p.step_us << " us");
+  CHECK(std::abs(p.step_us / best - 1) <= 0.1);
+}
+
+TEST_CASE("hundreds of devices simulate on this machine: DP 256 over 4 nodes with a link") {
+  const auto text = "[run]\nsteps = 3\nevaluate = false" +
+                    test::data_section({1024, 2048, 8, 6, 3}) + test::linear(8) +
+                    test::layer("relu") + test::linear(3) +
+                    "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n";
+  std::vector<std::string> sets = {"parallel.data=256", "cluster.nodes=4"};
+  const auto path = test::temp_file("troupe_simulate_big.toml");
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  // Each node's devices: node k has cpu:0 .. cpu:63.
+  std::string devices = "parallel.devices=[";
+  for (int node = 0; node < 4; ++node)
+    for (int i = 0; i < 64; ++i)
+      devices += std::string{node + i > 0 ? ", " : ""} + "\"node" + std::to_string(node) +
+                 "/cpu:" + std::to_string(i) + "\"";
+  sets.push_back(devices + "]");
+  const auto config = load_config(path, sets);
+  const auto costs = exact_costs(config, 0, 0, 0);
+  auto o = exact_options(3);
+  const auto local = simulate_run(config, costs, o);
+  CHECK(local.devices == 256);
+  CHECK(local.nodes == 4);
+  CHECK(local.replicas == 256);
+  o.link = parse_link("node: 1 GB/s, 100 us");
+  const auto slow = simulate_run(config, costs, o);
+  // The ring's messages between nodes now wait for the link: a slower step.
+  CHECK(slow.step_us > local.step_us + 100);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("links and --set overrides and calibration files: what is accepted and what is refused") {
+  auto link = parse_link("25 GB/s, 5 us");
+  CHECK(link.given);
+  CHECK(link.bytes_per_ns == doctest::Approx(25));
+  CHECK(link.latency_ns == doctest::Approx(5000));
+  link = parse_link("node: 100 Gb/s, 2 ms");
+  CHECK(link.bytes_per_ns == doctest::Approx(12.5));
+  CHECK(link.latency_ns == doctest::Approx(2e6));
+  CHECK(parse_link("800 MB/s,300ns").latency_ns == doctest::Approx(300));
+  for (const char* bad : {"", "fast", "25 GB/s", "25 GB/s, 5", "25 GB/s, 5 us, 3", "-1 GB/s, 1 us",
+                          "0 GB/s, 1 us", "25 GiB/s, 5 us", "device: 25 GB/s, 5 us", "nan GB/s, 1 us"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_link(bad), user_error);
+  }
+
+  const std::string base = "[run]\nsteps = 1\n" + test::data_section({16, 64, 4, 4, 2}) +
+                           test::linear(2);
+  const auto path = test::temp_file("troupe_simulate_set.toml");
+  {
+    std::ofstream out(path);
+    out << base;
+  }
+  auto c = load_config(path, {"parallel.data=2", "parallel.devices=[\"cpu:0\", \"cpu:1\"]",
+                               "optimizer.lr=0.5", "data.batch_size=32"});
+  CHECK(c.parallel.data == 2);
+  CHECK(c.optimizer.lr == doctest::Approx(0.5));
+  CHECK(c.data.batch_size == 32);
+  auto refused = [&](const std::string& set, const std::string& message) {
+    CAPTURE(set);
+    try {
+      load_config(path, {set});
+      FAIL("accepted");
+    } catch (const config_error& e) {
+      CHECK(std::string{e.what()}.find(message) != std::string::npos);
+      CHECK(std::string{e.what()}.find("--set") != std::string::npos);
+    }
+  };
+  refused("parallel.data", "expected SECTION.KEY=VALUE");
+  refused("data=2", "expected SECTION.KEY=VALUE");
+  refused("parallel.a.b=2", "one dot");
+  refused("parallel.schedule=1f1b", "strings need quotes");
+  refused("parallel.=1", "expected SECTION.KEY=VALUE");
+  refused("run.steps=1\n[data]\nbatch_size=4", "SECTION.KEY=VALUE");
+  refused("parallel.data=-3", "data");
+  refused("parallel.colour=3", "unknown key 'colour'");
+  refused("colour.x=3", "colour");
+  refused("run.steps=\"many\"", "steps");
+  std::filesystem::remove(path);
+
+  const auto config = parse_config(two_device_pipeline(delay(100, 100, 100), "data = 2\n"), "j.toml");
+  auto costs = exact_costs(config, 10, 20, 30);
+  costs.loss_us = 4;
+  costs.handover_us = 7;
+  const auto back = parse_calibration_json(format_calibration_json(costs), "c.json");
+  REQUIRE(back.layers.size() == 1);
+  CHECK(back.layers[0].backward_weight_us == 30);
+  CHECK(back.loss_us == 4);
+  CHECK(back.handover_us == 7);
+  CHECK(back.rows == costs.rows);
+  for (const char* bad : {"", "[]", "{}", "{\"config\": 3}", "nul"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_calibration_json(bad, "c.json"), user_error);
+  }
+  auto j = nlohmann::json::parse(format_calibration_json(costs));
+  j["layers"][0]["forward_us"] = -1;
+  CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
+                       doctest::Contains("layers[0]: \"forward_us\" is -1"), user_error);
+  j = nlohmann::json::parse(format_calibration_json(costs));
+  j["rows"] = 0;
+  CHECK_THROWS_AS(parse_calibration_json(j.dump(), "c.json"), user_error);
+  // A calibration of another model: a layer it has no timing of.
+  auto short_costs = costs;
+  short_costs.layers.clear();
+  CHECK_THROWS_WITH_AS(simulate_run(config, short_costs, exact_options()),
+                       doctest::Contains("has no timing of layer 0"), user_error);
+  auto o = exact_options();
+  o.steps = 1;
+  CHECK_THROWS_AS(simulate_run(config, costs, o), user_error);
+}
