@@ -46,61 +46,101 @@ tensor random_tensor(shape_t shape, keyed_random& random, std::int64_t ids = 0) 
   return t;
 }
 
-// `reads_data`: the layer's input is the data set's batch, so its backward computes no
-// input gradient (layer_actor: nothing to send it to), as it is timed here.
 // Memory-bound ops (copies, sums, updates) in a run read what some other job wrote a while
 // ago, out of cache; timed on one buffer over and over they would run from cache, several
-// times faster. So they go round this many sets of their buffers, 64 MiB in all.
+// times faster. So they go round this many sets of their buffers, 8 MiB in all.
 std::int64_t cold_sets(std::int64_t bytes_a_set) {
   constexpr std::int64_t beyond_caches = std::int64_t{8} << 20;
   return std::clamp<std::int64_t>(beyond_caches / std::max<std::int64_t>(1, bytes_a_set), 1, 256);
 }
 
-layer_timing time_layer(const layer_config& config, std::int64_t index, const shape_t& input,
-                        bool reads_data, std::int64_t rows, std::int64_t repeats,
-                        keyed_random& random) {
-  auto math = create_layer(config);
-  math->bind(device_type::cpu);
-  layer_timing out;
-  out.layer = index;
-  out.type = config.type;
-  out.input = input;
-  out.rows = rows;
-  layer_context context;
-  context.training = true;
-  context.layer = static_cast<std::int32_t>(index);
-  shape_t x_shape{rows};
-  x_shape.insert(x_shape.end(), input.begin(), input.end());
-  const auto x = random_tensor(x_shape, random, math->input_ids());
-  std::vector<tensor> params, grads;
-  for (const auto& spec : math->parameters(input)) {
-    params.push_back(random_tensor(spec.shape, random));
-    grads.push_back(tensor::zeros(spec.shape));
-    out.parameters += params.back().numel();
-  }
-  shape_t y_shape{rows};
-  const auto per_sample = math->output_shape(input);
-  y_shape.insert(y_shape.end(), per_sample.begin(), per_sample.end());
-  auto y = tensor::zeros(y_shape);
-  std::vector<tensor> saved;
-  out.forward_us = median_us(repeats, [&] {
-    saved.clear();
-    math->forward(context, params, x, y, saved);
-  });
-  const auto dy = random_tensor(y_shape, random);
-  auto dx = tensor::zeros(x_shape);
-  const bool wants_dx = math->input_ids() == 0 && !reads_data;
-  out.backward_us = median_us(repeats, [&] {
-    math->backward(context, params, saved, dy, wants_dx ? &dx : nullptr, grads, false);
-  });
-  if (math->splits_backward()) {
-    out.backward_input_us =
-        median_us(repeats, [&] { math->backward_input(context, params, saved, dy, dx); });
-    out.backward_weight_us = median_us(
-        repeats, [&] { math->backward_weight(context, params, saved, dy, grads, false); });
-  }
-  return out;
+double elapsed_us(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - since)
+      .count();
 }
+
+double median_of(std::vector<double> times) {
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+// One layer's passes on random inputs and parameters, each timed when run. `reads_data`:
+// the layer's input is the data set's batch, so its backward computes no input gradient
+// (layer_actor: nothing to send it to), as it is timed here.
+class layer_bench {
+ public:
+  layer_bench(const layer_config& config, std::int64_t index, const shape_t& input,
+              bool reads_data, std::int64_t rows, keyed_random& random)
+      : math_(create_layer(config)) {
+    math_->bind(device_type::cpu);
+    timing.layer = index;
+    timing.type = config.type;
+    timing.input = input;
+    timing.rows = rows;
+    context_.training = true;
+    context_.layer = static_cast<std::int32_t>(index);
+    shape_t x_shape{rows};
+    x_shape.insert(x_shape.end(), input.begin(), input.end());
+    x_ = random_tensor(x_shape, random, math_->input_ids());
+    for (const auto& spec : math_->parameters(input)) {
+      params_.push_back(random_tensor(spec.shape, random));
+      grads_.push_back(tensor::zeros(spec.shape));
+      timing.parameters += params_.back().numel();
+    }
+    shape_t y_shape{rows};
+    const auto per_sample = math_->output_shape(input);
+    y_shape.insert(y_shape.end(), per_sample.begin(), per_sample.end());
+    y_ = tensor::zeros(y_shape);
+    dy_ = random_tensor(y_shape, random);
+    dx_ = tensor::zeros(x_shape);
+    wants_dx_ = math_->input_ids() == 0 && !reads_data;
+  }
+
+  // One round: the forward (when `forward`), else the backwards, each timed into its list.
+  void run(bool forward, bool keep) {
+    auto start = std::chrono::steady_clock::now();
+    if (forward) {
+      saved_.clear();
+      math_->forward(context_, params_, x_, y_, saved_);
+      if (keep)
+        forward_.push_back(elapsed_us(start));
+      return;
+    }
+    math_->backward(context_, params_, saved_, dy_, wants_dx_ ? &dx_ : nullptr, grads_, false);
+    if (keep)
+      backward_.push_back(elapsed_us(start));
+    if (!math_->splits_backward())
+      return;
+    start = std::chrono::steady_clock::now();
+    math_->backward_input(context_, params_, saved_, dy_, dx_);
+    if (keep)
+      input_.push_back(elapsed_us(start));
+    start = std::chrono::steady_clock::now();
+    math_->backward_weight(context_, params_, saved_, dy_, grads_, false);
+    if (keep)
+      weight_.push_back(elapsed_us(start));
+  }
+
+  layer_timing finish() {
+    timing.forward_us = median_of(forward_);
+    timing.backward_us = median_of(backward_);
+    if (math_->splits_backward()) {
+      timing.backward_input_us = median_of(input_);
+      timing.backward_weight_us = median_of(weight_);
+    }
+    return timing;
+  }
+
+  layer_timing timing;
+
+ private:
+  std::unique_ptr<layer> math_;
+  layer_context context_;
+  tensor x_, y_, dy_, dx_;
+  std::vector<tensor> params_, grads_, saved_;
+  bool wants_dx_ = true;
+  std::vector<double> forward_, backward_, input_, weight_;
+};
 
 // A message to an actor on another device: from a post to the task running on that
 // device's stream thread, which had gone to sleep waiting for work (its spin is 200 us;
@@ -159,6 +199,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   kernels::set_cpu_kernel_threads(1);
   keyed_random random{config.run.seed, 0xca11b};
   std::int64_t largest = 1;
+  std::vector<std::unique_ptr<layer_bench>> benches;
   for (const auto& actor : graph.actors) {
     if (actor.kind != actor_kind::layer || actor.replica > 0)
       continue;
@@ -166,15 +207,27 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
     const auto& reads = graph.inputs.at(static_cast<std::size_t>(actor.layer));
     const bool reads_data =
         std::find(reads.begin(), reads.end(), data_input) != reads.end();
-    out.layers.push_back(
-        time_layer(actor.math, actor.layer, input, reads_data, out.rows, repeats, random));
+    benches.push_back(
+        std::make_unique<layer_bench>(actor.math, actor.layer, input, reads_data, out.rows, random));
     std::int64_t elements = out.rows;
     for (auto d : input)
       elements *= d;
     largest = std::max(largest, elements);
   }
-  std::sort(out.layers.begin(), out.layers.end(),
-            [](const layer_timing& a, const layer_timing& b) { return a.layer < b.layer; });
+  std::sort(benches.begin(), benches.end(),
+            [](const auto& a, const auto& b) { return a->timing.layer < b->timing.layer; });
+  // Each round runs every forward in the model's order, then every backward in reverse, as a
+  // device running the whole model does: a layer finds the caches as the layers before it
+  // left them (timed alone, over and over, a layer would run from warm caches, and a
+  // transformer's layers about 15% faster than in a run). Two rounds warm up.
+  for (std::int64_t round = 0; round < repeats + 2; ++round) {
+    for (auto& b : benches)
+      b->run(true, round >= 2);
+    for (auto it = benches.rbegin(); it != benches.rend(); ++it)
+      (*it)->run(false, round >= 2);
+  }
+  for (auto& b : benches)
+    out.layers.push_back(b->finish());
 
   // The update: every parameter of the model in one flat buffer, as the optimizers hold it.
   std::int64_t parameters = 0;

@@ -10,10 +10,10 @@
 //   small GEMMs are slower per row than large ones.
 // - the loss: the calibrated loss of a micro-batch, scaled the same way;
 // - an optimizer's update: its parameters times the calibrated time per parameter;
-// - a copy: its bytes at the calibrated copy bandwidth; from another node, the link's
-//   latency plus its bytes over the link's bandwidth (when --link is given). The copy
-//   occupies the receiving device, as a copy on arrival does: a network that overlaps
-//   compute is not modelled;
+// - a copy: its bytes at the calibrated copy bandwidth; from another node, its bytes over
+//   the link's bandwidth (when --link is given; the link's latency delays every message
+//   between nodes, runtime/core/simulation.hpp). The copy occupies the receiving device,
+//   as a copy on arrival does: a network that overlaps compute is not modelled;
 // - a loader's batch (load): its bytes at the calibrated gather bandwidth (random rows of
 //   the data set); an averager's sums and copies (reduce): their bytes at the calibrated
 //   sum bandwidth;
@@ -91,8 +91,7 @@ class job_prices {
                                        static_cast<double>(layer->parameters));
     if (name == "copy") {
       if (link_.given && label.from_node >= 0 && label.from_node != device.node)
-        return static_cast<std::int64_t>(link_.latency_ns +
-                                         static_cast<double>(label.bytes) / link_.bytes_per_ns);
+        return static_cast<std::int64_t>(static_cast<double>(label.bytes) / link_.bytes_per_ns);
       return bytes_at(label.bytes, costs_.copy_gb_per_s);
     }
     if (name == "load")
@@ -114,14 +113,6 @@ class job_prices {
   std::map<std::int64_t, const layer_timing*> layers_;
   mutable std::uint64_t unpriced_ = 0;  // the simulation's thread only
 };
-
-double median(std::vector<double> values) {
-  if (values.empty())
-    return 0;
-  std::sort(values.begin(), values.end());
-  const auto n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // Per device, the most micro-batches its stages held at once. A layer holds a micro-batch's
 // activations from the start of its forward to the end of the job that frees them: its
@@ -189,6 +180,25 @@ double number_with_unit(const std::string& text, std::size_t& at, const std::str
 }
 
 }  // namespace
+
+double step_period_us(const trace_file& trace, double* first_us) {
+  std::map<std::int64_t, double> ends;  // each training step's last job's end
+  double first = -1;
+  for (const auto& j : trace.jobs) {
+    if (j.step < 0 || j.eval)
+      continue;
+    ends[j.step] = std::max(ends[j.step], j.end_us());
+    if (first < 0 || j.start_us < first)
+      first = j.start_us;
+  }
+  if (first_us != nullptr)
+    *first_us = ends.empty() ? 0 : ends.begin()->second - first;
+  if (ends.size() < 2)
+    return 0;
+  const auto& [first_step, first_end] = *ends.begin();
+  const auto& [last_step, last_end] = *ends.rbegin();
+  return (last_end - first_end) / static_cast<double>(last_step - first_step);
+}
 
 link_cost parse_link(const std::string& whole) {
   std::string text = whole;
@@ -262,6 +272,9 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   config.run.metrics.clear();
   config.run.trace.clear();
   config.run.checkpoint.clear();
+  // The prediction is read from the trace, which one thread records whole: a ring over
+  // hundreds of replicas is millions of events a step.
+  config.run.trace_capacity = std::int64_t{1} << 30;
   const auto prepared = prepare_session(config);
   for (const auto& a : prepared.graph.actors)
     if (a.kind == actor_kind::layer && a.replica == 0 &&
@@ -278,6 +291,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   world_settings.handover_ns = static_cast<std::int64_t>(
       (options.handover_us >= 0 ? options.handover_us : costs.handover_us) * 1000);
   world_settings.cores = options.cores;
+  world_settings.node_latency_ns = static_cast<std::int64_t>(options.link.latency_ns);
   const auto wall_start = std::chrono::steady_clock::now();
   session_result result;
   std::uint64_t jobs = 0;
@@ -306,16 +320,12 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.unpriced_jobs = prices.unpriced();
   p.trace_json = result.trace_json;
   const auto trace = parse_trace(result.trace_json, "(simulated)");
+  if (trace.dropped_events > 0)
+    throw user_error("the simulated run's trace dropped " + std::to_string(trace.dropped_events) +
+                     " events: the prediction would be wrong; simulate fewer --steps");
   p.explanation = explain_trace(trace);
   p.explanation.path = "simulated " + original.path;
-  std::vector<double> later;
-  for (const auto& s : p.explanation.steps) {
-    if (s.step == 0)
-      p.first_step_us = s.time_us;
-    else
-      later.push_back(s.time_us);
-  }
-  p.step_us = median(later);
+  p.step_us = step_period_us(trace, &p.first_step_us);
   p.samples_per_second =
       p.step_us > 0 ? static_cast<double>(p.batch_size) / (p.step_us * 1e-6) : 0;
   const auto summary = summarize_trace(trace);
@@ -339,7 +349,7 @@ std::string format_prediction_text(const prediction& p) {
       static_cast<long long>(p.microbatches), p.schedule.empty() ? "" : ", schedule ",
       p.schedule.c_str(), static_cast<long long>(p.batch_size));
   text += string_printf(
-      "predicted step: %.3f ms (median of steps 1-%lld; step 0 %.3f ms), %.0f samples/s\n",
+      "predicted step: %.3f ms (the mean of steps 1-%lld; step 0 %.3f ms), %.0f samples/s\n",
       p.step_us / 1000, static_cast<long long>(p.steps - 1), p.first_step_us / 1000,
       p.samples_per_second);
   if (!p.pipeline.empty()) {
@@ -401,6 +411,104 @@ std::string format_prediction_json(const prediction& p) {
                         {"wall_seconds", p.wall_seconds},
                         {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
   return out.dump(2) + "\n";
+}
+
+std::vector<wiring_candidate> search_wirings(const run_config& config, const calibration& costs,
+                                             const simulate_options& options,
+                                             std::int64_t devices) {
+  if (devices < 1 || devices > 4096)
+    throw user_error("troupe simulate: --search should be between 1 and 4096 devices, not " +
+                     std::to_string(devices));
+  if (config.is_explicit())
+    throw user_error("troupe simulate --search wires a shorthand config ([parallel]); " +
+                     quote_user_text(config.path) + " lists its actors and wires itself");
+  const auto layers = static_cast<std::int64_t>(config.model.layers.size());
+  const auto batch = config.data.batch_size;
+  std::vector<wiring_candidate> tried;
+  for (std::int64_t r = 1; r <= devices; ++r)
+    for (std::int64_t p = 1; r * p <= devices && p <= layers; ++p) {
+      std::vector<std::int64_t> ms = p == 1 ? std::vector<std::int64_t>{1}
+                                            : std::vector<std::int64_t>{p, 2 * p, 4 * p};
+      for (auto m : ms) {
+        if (batch % (r * m) != 0)
+          continue;
+        std::vector<std::pair<std::string, std::int64_t>> schedules;
+        if (p == 1)
+          schedules = {{"-", 1}};
+        else
+          schedules = {{"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}};
+        if (p > 1 && 2 * p <= layers)
+          schedules.push_back({"1f1b", 2});
+        for (const auto& [schedule, v] : schedules) {
+          wiring_candidate c;
+          c.data = r;
+          c.pipeline = p;
+          c.microbatches = m;
+          c.schedule = schedule;
+          c.virtual_stages = v;
+          run_config candidate = config;
+          auto& parallel = candidate.parallel;
+          parallel.data = r;
+          parallel.pipeline = p;
+          parallel.microbatches = m;
+          parallel.schedule = schedule == "zb-h1"  ? pipeline_schedule::zb_h1
+                              : schedule == "1f1b" ? pipeline_schedule::one_f_one_b
+                                                   : pipeline_schedule::gpipe;
+          parallel.virtual_stages = v;
+          parallel.stage_ranges.clear();  // balanced by cost
+          parallel.share_devices = false;
+          parallel.devices.clear();
+          for (std::int64_t d = 0; d < r * p; ++d) {
+            device_config dc;
+            dc.name = "cpu:" + std::to_string(d);
+            dc.id = device_id{device_type::cpu, static_cast<int>(d), 0};
+            dc.where = parallel.where;
+            parallel.devices.push_back(dc);
+          }
+          candidate.cluster.nodes = 0;
+          try {
+            const auto predicted = simulate_run(candidate, costs, options);
+            c.step_us = predicted.step_us;
+            c.samples_per_second = predicted.samples_per_second;
+            for (const auto& [device, held] : predicted.peak_held)
+              c.peak_held = std::max(c.peak_held, held);
+          } catch (const config_error& e) {
+            c.refused = e.what();
+          }
+          tried.push_back(std::move(c));
+        }
+      }
+    }
+  std::stable_sort(tried.begin(), tried.end(),
+                   [](const wiring_candidate& a, const wiring_candidate& b) {
+                     if (a.refused.empty() != b.refused.empty())
+                       return a.refused.empty();
+                     return a.samples_per_second > b.samples_per_second;
+                   });
+  return tried;
+}
+
+std::string format_search_text(const std::vector<wiring_candidate>& tried, std::size_t top) {
+  std::string text = string_printf("%4s %4s %4s %-8s %3s %12s %12s %14s\n", "R", "P", "M",
+                                   "schedule", "v", "step (ms)", "samples/s", "peak held");
+  std::size_t shown = 0, refused = 0;
+  for (const auto& c : tried) {
+    if (!c.refused.empty()) {
+      ++refused;
+      continue;
+    }
+    if (shown++ == top)
+      continue;
+    text += string_printf("%4lld %4lld %4lld %-8s %3lld %12.3f %12.0f %14lld\n",
+                          static_cast<long long>(c.data), static_cast<long long>(c.pipeline),
+                          static_cast<long long>(c.microbatches), c.schedule.c_str(),
+                          static_cast<long long>(c.virtual_stages), c.step_us / 1000,
+                          c.samples_per_second, static_cast<long long>(c.peak_held));
+  }
+  text += string_printf("(%zu wirings simulated, the best %zu shown; %zu refused by the config's "
+                        "rules)\n",
+                        tried.size() - refused, std::min(top, tried.size() - refused), refused);
+  return text;
 }
 
 }  // namespace troupe

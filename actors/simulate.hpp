@@ -6,9 +6,9 @@
 // scaled to the rows it computes, and a copy between nodes takes a link's latency plus
 // its bytes over the link's bandwidth. Any number of devices and nodes run in this one
 // process. The run is recorded as a trace in virtual time, and the prediction is read
-// from it with the same tools as a measured trace: step time and samples/s from the steps'
-// critical paths (critical_path.hpp), the bubble of each pipeline stage (summary.hpp),
-// and each device's peak of micro-batches held. See Note [what a job costs] in the .cpp.
+// from it with the same tools as a measured trace: step time and samples/s (step_period_us),
+// the bubble of each pipeline stage (summary.hpp), each device's peak of micro-batches held
+// and every step's critical path (critical_path.hpp). See Note [what a job costs] in the .cpp.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include "actors/calibrate.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
 
 namespace troupe {
 
@@ -56,7 +57,7 @@ struct prediction {
   std::int64_t microbatches = 1;
   std::int64_t batch_size = 0;
   std::string schedule;
-  double step_us = 0;        // median over the steps after the first
+  double step_us = 0;        // step_period_us: the mean step after the first
   double first_step_us = 0;  // the first: pipelines fill, pools warm
   double samples_per_second = 0;
   double theory_bubble = 0;  // (P - 1) / (M + P - 1) and the like (trace summary)
@@ -70,6 +71,11 @@ struct prediction {
   double wall_seconds = 0;          // what the simulation took here
 };
 
+/// A run's step time from its trace: the time from the end of step 0's last job to the end
+/// of the last step's, over the steps between (training jobs only). The same for a measured
+/// trace and a simulated one; first_us gets step 0's (from the first job). 0 with < 2 steps.
+double step_period_us(const trace_file& trace, double* first_us = nullptr);
+
 /// Runs `config` simulated. `costs` is a calibration of the same model (its layers by
 /// index; rows may differ: times scale with rows). Throws config_error / user_error for a
 /// config that does not run, a calibration of another model, a run that fails.
@@ -78,5 +84,27 @@ prediction simulate_run(const run_config& config, const calibration& costs,
 
 std::string format_prediction_text(const prediction& p);
 std::string format_prediction_json(const prediction& p);
+
+/// One wiring tried by search_wirings.
+struct wiring_candidate {
+  std::int64_t data = 1;           // R
+  std::int64_t pipeline = 1;       // P
+  std::int64_t microbatches = 1;   // M
+  std::string schedule;            // "gpipe", "1f1b", "zb-h1"; "-" without a pipeline
+  std::int64_t virtual_stages = 1; // v (interleaved 1F1B)
+  double step_us = 0;
+  double samples_per_second = 0;
+  std::int64_t peak_held = 0;      // the most micro-batches a device held
+  std::string refused;             // why the config refused it (then nothing else is set)
+};
+
+/// `troupe simulate --search D`: every wiring of `config`'s model that fits D devices of
+/// one node (R x P <= D; M in 1, P, 2P, 4P that divide the batch; GPipe, 1F1B, ZB-H1 and
+/// interleaved 1F1B with v = 2 where the model has the layers; stages balanced by cost),
+/// each simulated with `options`, fastest first (refused ones last).
+std::vector<wiring_candidate> search_wirings(const run_config& config, const calibration& costs,
+                                             const simulate_options& options, std::int64_t devices);
+
+std::string format_search_text(const std::vector<wiring_candidate>& tried, std::size_t top);
 
 }  // namespace troupe

@@ -27,7 +27,7 @@ TROUPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build",
 
 
 def troupe(*args):
-    out = subprocess.run([TROUPE, *args], capture_output=True, text=True)
+    out = subprocess.run([TROUPE, *args], capture_output=True, text=True, errors="replace")
     if out.returncode != 0:
         sys.exit(f"troupe {' '.join(args)} failed ({out.returncode}):\n{out.stdout}{out.stderr}")
     return out.stdout
@@ -68,8 +68,9 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2,
                         help="the cores this machine's devices share (troupe simulate --cores)")
-    parser.add_argument("--link", default="1 GB/s, 60 us",
-                        help="between the processes of a several-node config here (loopback)")
+    parser.add_argument("--link", default="1.3 GB/s, 30 us",
+                        help="between the processes of a several-node config here: loopback, 1.3 GB/s as "
+                        "bench/link_bench.cpp measures it, 30 us assumed")
     parser.add_argument("--configs", nargs="*", default=None)
     parser.add_argument("--scale", action="store_true",
                         help="also predict DP over 8, 64, 512 devices")

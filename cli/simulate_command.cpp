@@ -28,7 +28,8 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "link", po::value<std::string>(),
       "the network between nodes, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s or MB/s; ns, us or "
       "ms); without it a copy between nodes costs what one between devices does")(
-      "steps", po::value<std::int64_t>()->default_value(20), "training steps to simulate")(
+      "steps", po::value<std::int64_t>()->default_value(20),
+      "training steps to simulate (with --search: 6 a wiring unless given)")(
       "handler-us", po::value<double>()->default_value(2.0),
       "device time of each message an actor handles, in microseconds")(
       "handover-us", po::value<double>(),
@@ -37,6 +38,10 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "cores", po::value<int>()->default_value(0),
       "the cores the devices share, device k on core k mod cores as troupe run places "
       "them (e.g. 2 to predict four devices on this 2-core machine); 0: a core each")(
+      "search", po::value<std::int64_t>(),
+      "try every wiring of the model that fits this many devices (data x pipeline, "
+      "micro-batches, schedules) and print the fastest by predicted samples/s")(
+      "top", po::value<std::int64_t>()->default_value(5), "with --search: how many to print")(
       "trace", po::value<std::string>(),
       "write the simulated run's trace here (virtual times; troupe trace summary, explain "
       "and timeline read it)")("json", "print JSON instead of text");
@@ -76,6 +81,19 @@ exit_code simulate_command(const std::vector<std::string>& args) {
         read_file_capped(path, limits::max_config_bytes, "calibration file"), path);
   } else {
     costs = calibrate(config, line.config, line.values["repeats"].as<std::int64_t>());
+  }
+  if (line.values.count("search")) {
+    if (line.values.count("trace") || line.values.count("json"))
+      throw user_error("troupe simulate: --search prints a table; --trace and --json are for one "
+                       "wiring");
+    const auto top = line.values["top"].as<std::int64_t>();
+    if (top < 1 || top > 1000)
+      throw user_error("troupe simulate: --top should be between 1 and 1000");
+    if (line.values["steps"].defaulted())
+      o.steps = 6;  // per wiring: a few steps after the first
+    const auto tried = search_wirings(config, costs, o, line.values["search"].as<std::int64_t>());
+    std::fputs(format_search_text(tried, static_cast<std::size_t>(top)).c_str(), stdout);
+    return exit_code::ok;
   }
   const auto p = simulate_run(config, costs, o);
   if (line.values.count("trace"))

@@ -218,7 +218,7 @@ bool stream::on_own_thread() const {
 
 void stream::wake(bool worker_sleeping) {
   if (world_ != nullptr)
-    world_->wake();
+    world_->wake(*this);
   else if (worker_sleeping)
     work_ready_.notify_one();
 }

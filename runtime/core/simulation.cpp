@@ -6,6 +6,9 @@
 // 1. It runs what is due now and takes no time: the host actors' turns (post_host), then
 //    each stream's posted tasks (its actors' handlers) in the order posted, for a stream
 //    that is between jobs (a CPU device runs handlers between its jobs, on its thread).
+//    Only the streams marked are looked at: those given work, whose job ended, whose
+//    awaited event was reached, whose handler time, hand-over or core came free. So a
+//    step of hundreds of devices costs what its events cost, not events x devices.
 //    A handler keeps its device for handler_ns: the stream takes nothing else until then.
 // 2. When nothing more is due now, each free stream starts its next job as its worker
 //    would: the main lane first, a wait only once its event is reached, the idle lane only
@@ -51,33 +54,53 @@ simulation::~simulation() {
   thread_.join();
 }
 
-void simulation::wake() {
+void simulation::mark(slot* s) {
+  if (s == nullptr || s->on == nullptr)
+    return;
+  if (!s->marked) {
+    s->marked = true;
+    marked_.push_back(s);
+  }
+}
+
+void simulation::wake(stream& s) {
+  if (on_own_thread()) {
+    auto found = slot_of_.find(&s);
+    if (found != slot_of_.end())
+      mark(found->second);
+    return;
+  }
   {
     std::lock_guard<std::mutex> guard{mutex_};
+    woken_streams_.push_back(&s);
     pending_ = true;
   }
   woken_.notify_all();
 }
 
+// A message from the device (or host) running now to `target`'s thread: handled a
+// hand-over later, and a network's latency later again between nodes.
+void simulation::hand_over(slot* target) {
+  if (!on_own_thread() || current_ == nullptr || target == current_)
+    return;  // the session's thread, before the run; or actors of one device
+  const auto delay =
+      settings_.handover_ns + (current_->node != target->node ? settings_.node_latency_ns : 0);
+  if (delay <= 0 || target->handed_at > now_ns())
+    return;  // one already pending: the later messages are handled with it
+  target->handed_at = now_ns() + delay;
+  agenda_.push(due{target->handed_at, order_++, target, false});
+}
+
 void simulation::posted_to(stream& s) {
-  if (!on_own_thread() || settings_.handover_ns <= 0)
-    return;  // the session's thread, before the run: nothing is timed yet
+  if (!on_own_thread())
+    return;
   auto found = slot_of_.find(&s);
-  if (found == slot_of_.end() || found->second == current_)
-    return;  // a stream not taken in yet; or a message between actors of one device
-  auto* target = found->second;
-  if (target->handed_at <= now_ns()) {
-    target->handed_at = now_ns() + settings_.handover_ns;
-    agenda_.push(due{target->handed_at, order_++, target, false});
-  }
+  if (found != slot_of_.end())
+    hand_over(found->second);
 }
 
 void simulation::post_host(std::function<void()> task) {
-  if (on_own_thread() && settings_.handover_ns > 0 && current_ != &host_slot_ &&
-      current_ != nullptr && host_slot_.handed_at <= now_ns()) {
-    host_slot_.handed_at = now_ns() + settings_.handover_ns;
-    agenda_.push(due{host_slot_.handed_at, order_++, &host_slot_, false});
-  }
+  hand_over(&host_slot_);
   {
     std::lock_guard<std::mutex> guard{mutex_};
     host_.push_back(std::move(task));
@@ -115,39 +138,54 @@ void simulation::detach(stream& s) {
 }
 
 void simulation::update_members() {
-  if (!members_changed_.exchange(false))
-    return;
-  std::vector<stream*> joining, leaving;
+  std::vector<stream*> woken;
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    joining.swap(joining_);
-    leaving = leaving_;
+    woken.swap(woken_streams_);
   }
-  for (auto* s : joining) {
-    slots_.push_back(std::make_unique<slot>());
-    slots_.back()->on = s;
-    slots_.back()->free_at = now_ns();
-    slot_of_[s] = slots_.back().get();
-    if (settings_.cores > 0) {
-      slots_.back()->core = made_ % settings_.cores;
-      core_busy_.resize(static_cast<std::size_t>(settings_.cores), false);
-    }
-    ++made_;
-  }
-  // A slot is never freed (an agenda entry may still name it): a gone stream's is empty.
-  for (auto* s : leaving)
-    for (auto& sl : slots_)
-      if (sl->on == s) {
-        sl->on = nullptr;
-        slot_of_.erase(s);
-      }
-  if (!leaving.empty()) {
+  if (members_changed_.exchange(false)) {
+    std::vector<stream*> joining, leaving;
     {
       std::lock_guard<std::mutex> guard{mutex_};
-      for (auto* s : leaving)
-        leaving_.erase(std::find(leaving_.begin(), leaving_.end(), s));
+      joining.swap(joining_);
+      leaving = leaving_;
     }
-    left_.notify_all();
+    for (auto* s : joining) {
+      slots_.push_back(std::make_unique<slot>());
+      auto* sl = slots_.back().get();
+      sl->on = s;
+      sl->node = s->device_.node;
+      sl->free_at = now_ns();
+      slot_of_[s] = sl;
+      if (settings_.cores > 0) {
+        sl->core = made_ % settings_.cores;
+        core_busy_.resize(static_cast<std::size_t>(settings_.cores), false);
+        core_waiters_.resize(static_cast<std::size_t>(settings_.cores));
+      }
+      ++made_;
+      mark(sl);
+    }
+    // A slot is never freed (an agenda entry may still name it): a gone stream's is empty.
+    for (auto* s : leaving) {
+      auto found = slot_of_.find(s);
+      if (found != slot_of_.end()) {
+        found->second->on = nullptr;
+        slot_of_.erase(found);
+      }
+    }
+    if (!leaving.empty()) {
+      {
+        std::lock_guard<std::mutex> guard{mutex_};
+        for (auto* s : leaving)
+          leaving_.erase(std::find(leaving_.begin(), leaving_.end(), s));
+      }
+      left_.notify_all();
+    }
+  }
+  for (auto* s : woken) {
+    auto found = slot_of_.find(s);
+    if (found != slot_of_.end())
+      mark(found->second);
   }
 }
 
@@ -172,28 +210,43 @@ bool simulation::run_host_tasks() {
   }
 }
 
+// One posted task of each marked stream that can take one now; a stream with more stays
+// marked. Every stream looked at is checked for a job afterwards (start_jobs).
 bool simulation::run_posted_tasks() {
   bool ran = false;
   const auto now = now_ns();
-  for (auto& sl : slots_) {
+  std::vector<slot*> marked;
+  marked.swap(marked_);
+  for (auto* sl : marked) {
+    sl->marked = false;
     auto* s = sl->on;
-    if (s == nullptr || sl->running || sl->free_at > now || sl->handed_at > now)
+    if (s == nullptr)
       continue;
+    if (!sl->to_check) {
+      sl->to_check = true;
+      to_check_.push_back(sl);
+    }
+    if (sl->running || sl->free_at > now || sl->handed_at > now)
+      continue;  // its finish or the agenda marks it again
     stream::job task;
+    bool more = false;
     {
       std::lock_guard<std::mutex> guard{s->mutex_};
       if (s->posted_.empty())
         continue;
       task = std::move(s->posted_.front());
       s->posted_.pop_front();
+      more = !s->posted_.empty();
     }
-    current_ = sl.get();
+    current_ = sl;
     s->run_guarded_job(task);  // Note [one failure path] in device.cpp
     current_ = nullptr;
     ran = true;
     if (settings_.handler_ns > 0) {
       sl->free_at = now + settings_.handler_ns;
-      agenda_.push(due{sl->free_at, order_++, sl.get(), false});
+      agenda_.push(due{sl->free_at, order_++, sl, false});
+    } else if (more) {
+      mark(sl);
     }
   }
   return ran;
@@ -202,27 +255,37 @@ bool simulation::run_posted_tasks() {
 bool simulation::start_jobs() {
   bool started = false;
   const auto now = now_ns();
-  const auto count = slots_.size();
-  rotation_ = count == 0 ? 0 : (rotation_ + 1) % count;
-  for (std::size_t i = 0; i < count; ++i) {
-    auto& sl = slots_[(rotation_ + i) % count];
+  std::vector<slot*> checking;
+  checking.swap(to_check_);
+  for (auto* sl : checking) {
+    sl->to_check = false;
     auto* s = sl->on;
     if (s == nullptr || sl->running || sl->free_at > now)
       continue;
-    if (sl->core >= 0 && core_busy_[static_cast<std::size_t>(sl->core)])
+    if (sl->core >= 0 && core_busy_[static_cast<std::size_t>(sl->core)]) {
+      core_waiters_[static_cast<std::size_t>(sl->core)].push_back(sl);
       continue;
+    }
     bool waited = false;
+    event arm;  // a wait not reached yet: its event marks this slot when it is
     {
       std::lock_guard<std::mutex> guard{s->mutex_};
       if (!s->posted_.empty())
-        continue;  // its handlers first (step 1 runs them)
+        continue;  // its handlers first (they mark it again)
       if (!s->queue_.empty()) {
         auto& head = s->queue_.front();
         if (!head.work) {  // a wait for another stream's event
-          if (!head.waits_on.reached())
-            continue;
-          s->queue_.pop_front();
-          waited = true;
+          if (!head.waits_on.reached()) {
+            if (!sl->wait_armed) {
+              sl->wait_armed = true;
+              arm = head.waits_on;
+            }
+            if (!arm.owner)
+              continue;
+          } else {
+            s->queue_.pop_front();
+            waited = true;
+          }
         } else {
           sl->current = std::move(head);
           s->queue_.pop_front();
@@ -231,7 +294,7 @@ bool simulation::start_jobs() {
         if (now < sl->idle_from) {  // the grace after an idle job (Note [idle lane])
           if (!sl->idle_wake) {
             sl->idle_wake = true;
-            agenda_.push(due{sl->idle_from, order_++, sl.get(), false});
+            agenda_.push(due{sl->idle_from, order_++, sl, false});
           }
           continue;
         }
@@ -241,13 +304,21 @@ bool simulation::start_jobs() {
         continue;
       }
     }
+    if (arm.owner) {
+      arm.then([this, sl] {
+        sl->wait_armed = false;
+        mark(sl);
+      });
+      continue;
+    }
     started = true;
     if (waited) {  // a wait counts in the stream's order, as on a worker
-      current_ = sl.get();
+      current_ = sl;
       s->progress_->advance();
       if (s->progress_->has_watchers())
         s->run_guarded_job([s] { s->progress_->fire_due(); });
       current_ = nullptr;
+      mark(sl);
       continue;
     }
     sl->running = true;
@@ -262,7 +333,7 @@ bool simulation::start_jobs() {
         actor = found->second;
     }
     const auto cost = std::max<std::int64_t>(0, settings_.cost(sl->current.label, s->device_, actor));
-    agenda_.push(due{now + cost, order_++, sl.get(), true});
+    agenda_.push(due{now + cost, order_++, sl, true});
   }
   return started;
 }
@@ -270,13 +341,19 @@ bool simulation::start_jobs() {
 void simulation::finish(slot& sl) {
   auto* s = sl.on;
   sl.running = false;
-  if (sl.core >= 0)
+  if (sl.core >= 0) {
     core_busy_[static_cast<std::size_t>(sl.core)] = false;
+    auto& waiters = core_waiters_[static_cast<std::size_t>(sl.core)];
+    for (auto* w : waiters)
+      mark(w);
+    waiters.clear();
+  }
   auto next = std::move(sl.current);
   sl.current = stream::entry{};
   const auto now = now_ns();
   if (s == nullptr)
     return;
+  mark(&sl);
   current_ = &sl;  // what the job and its callbacks send leaves from this device
   if (!s->failed()) {
     s->run_guarded_job(next.work);
@@ -320,8 +397,12 @@ bool simulation::advance() {
       return true;
     }
     next.on->idle_wake = false;  // at worst a second wake-up is scheduled: harmless
-    if (next.on->on != nullptr || next.on == &host_slot_)
-      return true;  // a handler's time, a hand-over or an idle grace ended
+    if (next.on == &host_slot_)
+      return true;  // the host actors may take their turns
+    if (next.on->on != nullptr) {
+      mark(next.on);  // a handler's time, a hand-over or an idle grace ended
+      return true;
+    }
   }
   return false;
 }
@@ -331,7 +412,7 @@ void simulation::run() {
     update_members();
     bool did = run_host_tasks();
     did = run_posted_tasks() || did;
-    if (did)
+    if (did || !marked_.empty())
       continue;  // everything due now first (Note [simulated streams], step 1)
     if (start_jobs())
       continue;
@@ -342,6 +423,8 @@ void simulation::run() {
         continue;
       }
     }
+    if (!marked_.empty())
+      continue;
     if (advance())
       continue;
     std::unique_lock<std::mutex> lock{mutex_};

@@ -50,6 +50,9 @@ class simulation {
     /// A message from one thread to another (between devices, or between a device and the
     /// host actors) is handled this much later: a thread's wake-up on real streams.
     std::int64_t handover_ns = 0;
+    /// ... and a message between devices of two nodes this much later again: a network's
+    /// latency (the copy of its tensors then takes their bytes over the link's bandwidth).
+    std::int64_t node_latency_ns = 0;
     /// The cores the devices share, in the order they are made (device k on core k mod
     /// cores, as cpu:N of a process is on core N mod its cores): a core runs one device's
     /// job at a time. 0: every device has a core of its own.
@@ -82,14 +85,19 @@ class simulation {
 
  private:
   friend class stream;
+  struct slot;
   /// stream::post's note: a task for `s` was posted (a message for one of its actors).
   void posted_to(stream& s);
+  void hand_over(slot* target);
   void attach(stream& s);
   void detach(stream& s);
-  void wake();
+  /// `s` has new work (a job, a task): from another thread, or on this one.
+  void wake(stream& s);
   void run();
   bool run_host_tasks();
+  /// Runs the posted tasks of the streams marked since; true if any ran.
   bool run_posted_tasks();
+  /// Lets the streams checked since start their next jobs; true if any did.
   bool start_jobs();
   /// Advances the clock to the next job's end (or handler's), finishing that job; false
   /// when nothing is running.
@@ -105,10 +113,17 @@ class simulation {
     std::int64_t idle_from = 0;  // the next idle-lane job not before (Note [idle lane])
     std::int64_t handed_at = 0;  // its posted tasks not before (a hand-over from elsewhere)
     int core = -1;               // settings::cores
+    int node = 0;                // its device's (the host actors': node 0)
     bool idle_wake = false;      // an agenda entry at idle_from is pending
+    bool marked = false;         // in marked_
+    bool to_check = false;       // in to_check_
+    bool wait_armed = false;     // its head wait's event calls back when reached
     stream::entry current;     // the job under way
   };
   void finish(slot& s);
+  /// `s` may have something to do now: its tasks, then (once no task anywhere can run) its
+  /// next job. Only the slots marked are looked at (Note [simulated streams]).
+  void mark(slot* s);
 
   struct due {
     std::int64_t at;
@@ -138,11 +153,14 @@ class simulation {
   std::priority_queue<due, std::vector<due>, std::greater<>> agenda_;
   std::uint64_t order_ = 0;
   std::vector<std::unique_ptr<slot>> slots_;
+  std::vector<slot*> marked_;     // may run a task
+  std::vector<slot*> to_check_;   // may start a job
+  std::vector<std::vector<slot*>> core_waiters_;  // by core: slots waiting for it
+  std::vector<stream*> woken_streams_;  // guarded by mutex_: from other threads
   std::unordered_map<const stream*, slot*> slot_of_;
   slot host_slot_;              // the host actors' (on == nullptr): its handed_at
   slot* current_ = nullptr;     // whose task or job runs now (&host_slot_: a host actor's)
   std::vector<bool> core_busy_;
-  std::size_t rotation_ = 0;    // where start_jobs begins: cores shared in turn
   int made_ = 0;                // streams attached so far
   std::condition_variable left_;  // a leaving stream's slot is gone
   std::thread thread_;
