@@ -497,7 +497,7 @@ std::string format_search_text(const std::vector<wiring_candidate>& tried, std::
       ++refused;
       continue;
     }
-    if (shown++ == top)
+    if (shown++ >= top)
       continue;
     text += string_printf("%4lld %4lld %4lld %-8s %3lld %12.3f %12.0f %14lld\n",
                           static_cast<long long>(c.data), static_cast<long long>(c.pipeline),

@@ -317,3 +317,40 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   o.steps = 1;
   CHECK_THROWS_AS(simulate_run(config, costs, o), user_error);
 }
+
+TEST_CASE("simulate --search tries every wiring of a device budget and puts the fastest first") {
+  // Two fixed-cost layers (1 ms forward, 2 ms backward at 4 rows; times scale with rows),
+  // batch 16, on a budget of 2 devices: DP2 computes 8 rows a replica, 2 x (2 + 4) = 12 ms a
+  // step; a 1F1B pipeline of M = 4 takes (M + P - 1)(F + B) = 5 x 3 = 15 ms, of M = 8 at 2
+  // rows 9 x 1.5 = 13.5 ms; one device 2 x (4 + 8) = 24 ms.
+  const auto config = parse_config(
+      two_device_pipeline(delay(1000, 1000, 1000) + delay(1000, 1000, 1000), ""), "search.toml");
+  const auto costs = exact_costs(config, 1000, 1000, 1000);
+  const auto tried = search_wirings(config, costs, exact_options(4), 2);
+  REQUIRE_FALSE(tried.empty());
+  for (const auto& c : tried) {
+    CAPTURE(c.data);
+    CAPTURE(c.pipeline);
+    CHECK(c.data * c.pipeline <= 2);
+    CHECK(c.refused.empty());
+  }
+  CHECK(tried[0].data == 2);
+  CHECK(tried[0].pipeline == 1);
+  CHECK(tried[0].step_us == doctest::Approx(12000).epsilon(0.02));
+  for (std::size_t i = 1; i < tried.size(); ++i)
+    CHECK(tried[i - 1].samples_per_second >= tried[i].samples_per_second);
+  auto find = [&](std::int64_t r, std::int64_t p, std::int64_t m, const std::string& schedule) {
+    for (const auto& c : tried)
+      if (c.data == r && c.pipeline == p && c.microbatches == m && c.schedule == schedule &&
+          c.virtual_stages == 1)
+        return c;
+    FAIL("not tried: R " << r << ", P " << p << ", M " << m << ", " << schedule);
+    return wiring_candidate{};
+  };
+  CHECK(find(1, 1, 1, "-").step_us == doctest::Approx(24000).epsilon(0.02));
+  CHECK(find(1, 2, 4, "1f1b").step_us == doctest::Approx(15000).epsilon(0.02));
+  CHECK(find(1, 2, 8, "1f1b").step_us == doctest::Approx(13500).epsilon(0.02));
+  CHECK(find(1, 2, 4, "gpipe").peak_held == 4);
+  CHECK(format_search_text(tried, 3).find("the best 3 shown") != std::string::npos);
+  CHECK_THROWS_AS(search_wirings(config, costs, exact_options(4), 0), user_error);
+}

@@ -177,6 +177,13 @@ TEST_CASE("troupe simulate predicts a step from a calibration, or times one, and
   CHECK(steps.exit_code == 2);
   CHECK(run_troupe("--help").output.find("simulate CONFIG.toml") != std::string::npos);
   CHECK(run_troupe("simulate --help").output.find("--link") != std::string::npos);
+  auto search = run_troupe("simulate " + path + " --calibration " + calibration +
+                           " --search 2 --top 2");
+  INFO(search.output);
+  CHECK(search.exit_code == 0);
+  CHECK(search.output.find("the best 2 shown") != std::string::npos);
+  CHECK(run_troupe("simulate " + path + " --search 2 --json").exit_code == 2);
+  CHECK(run_troupe("simulate " + path + " --search 0").exit_code == 2);
 }
 
 TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer") {
