@@ -193,11 +193,22 @@ double step_period_us(const trace_file& trace, double* first_us) {
   }
   if (first_us != nullptr)
     *first_us = ends.empty() ? 0 : ends.begin()->second - first;
-  if (ends.size() < 2)
+  // The mean of the steps after the first without the slowest and fastest tenth: one slow
+  // step (a page fault storm, another process on the machine) does not move it, and steps
+  // that overlap (a model without parameters: nothing orders one step after the next) and
+  // end in pairs, one at once after the other, still average to their period.
+  std::vector<double> periods;
+  for (auto it = std::next(ends.begin()); it != ends.end(); ++it)
+    periods.push_back((it->second - std::prev(it)->second) /
+                      static_cast<double>(it->first - std::prev(it)->first));
+  if (periods.empty())
     return 0;
-  const auto& [first_step, first_end] = *ends.begin();
-  const auto& [last_step, last_end] = *ends.rbegin();
-  return (last_end - first_end) / static_cast<double>(last_step - first_step);
+  std::sort(periods.begin(), periods.end());
+  const auto cut = periods.size() / 10;
+  double sum = 0;
+  for (std::size_t i = cut; i < periods.size() - cut; ++i)
+    sum += periods[i];
+  return sum / static_cast<double>(periods.size() - 2 * cut);
 }
 
 link_cost parse_link(const std::string& whole) {

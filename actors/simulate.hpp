@@ -57,7 +57,7 @@ struct prediction {
   std::int64_t microbatches = 1;
   std::int64_t batch_size = 0;
   std::string schedule;
-  double step_us = 0;        // step_period_us: the mean step after the first
+  double step_us = 0;        // step_period_us: the (trimmed) mean step after the first
   double first_step_us = 0;  // the first: pipelines fill, pools warm
   double samples_per_second = 0;
   double theory_bubble = 0;  // (P - 1) / (M + P - 1) and the like (trace summary)
@@ -71,9 +71,10 @@ struct prediction {
   double wall_seconds = 0;          // what the simulation took here
 };
 
-/// A run's step time from its trace: the time from the end of step 0's last job to the end
-/// of the last step's, over the steps between (training jobs only). The same for a measured
-/// trace and a simulated one; first_us gets step 0's (from the first job). 0 with < 2 steps.
+/// A run's step time from its trace: the mean, over the steps after the first less the
+/// slowest and the fastest tenth, of the time from the end of the step before's last job
+/// to the end of its own (training jobs only). The same for a measured trace and a simulated one; first_us gets step 0's (from the
+/// first job). 0 with < 2 steps.
 double step_period_us(const trace_file& trace, double* first_us = nullptr);
 
 /// Runs `config` simulated. `costs` is a calibration of the same model (its layers by

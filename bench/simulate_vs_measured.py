@@ -2,10 +2,10 @@
 """simulate_vs_measured.py: troupe simulate's predicted step time next to the measured one.
 
 For each shipped config, side by side in one run: `troupe run CONFIG --steps N --trace T`
-(several-node configs under `troupe launch`), its median step time read by `troupe trace
-explain` (steps after the first), and `troupe simulate CONFIG --steps N --cores C --json`
-(which times the config's layers here first, or reads --calibration), whose step time is
-read the same way from the simulated trace. Medians of --repeats of each; the ratio is
+(several-node configs under `troupe launch`), its step time read from the trace as troupe
+simulate reads a simulated one (the trimmed mean time between the steps' last jobs),
+and `troupe simulate CONFIG --steps N --cores C --json` (which times the config's layers
+here first). Medians of --repeats of each; the ratio is
 predicted / measured. Then, with --scale, predictions for data parallelism of the MLP over
 8, 64 and 512 devices (8 a node, the link given), batch 64 a replica.
 
@@ -39,9 +39,24 @@ def nodes_of(config):
     return int(m.group(1)) if m else 1
 
 
-def median_step_ms(trace):
-    steps = json.loads(troupe("trace", "explain", trace, "--json"))["steps"]
-    return statistics.median(s["time_us"] for s in steps if s["step"] > 0) / 1000
+def step_ms(trace):
+    """The mean time between the training steps' last jobs after step 0, without the
+    slowest and fastest tenth, in ms: what troupe simulate reports (step_period_us in
+    actors/simulate.cpp)."""
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    ends = {}
+    for e in events:
+        args = e.get("args", {})
+        if e.get("ph") == "X" and e.get("cat") == "job" and args.get("phase", "train") == "train":
+            step = args.get("step", -1)
+            if step >= 0:
+                ends[step] = max(ends.get(step, 0), e["ts"] + e["dur"])
+    steps = sorted(ends)
+    periods = sorted((ends[b] - ends[a]) / (b - a) for a, b in zip(steps, steps[1:]))
+    cut = len(periods) // 10
+    kept = periods[cut:len(periods) - cut]
+    return sum(kept) / len(kept) / 1000
 
 
 def measure(config, steps, directory):
@@ -52,7 +67,7 @@ def measure(config, steps, directory):
         troupe("launch", "-n", str(nodes), *common)
     else:
         troupe("run", *common)
-    return median_step_ms(trace)
+    return step_ms(trace)
 
 
 def predict(config, steps, cores, link, extra=()):
@@ -76,10 +91,11 @@ def main():
                         help="also predict DP over 8, 64, 512 devices")
     parser.add_argument("--scale-link", default="25 GB/s, 5 us")
     args = parser.parse_args()
-    configs = args.configs or sorted(
+    configs = args.configs if args.configs is not None else sorted(
         os.path.join("config", c) for c in os.listdir("config") if c.endswith(".toml"))
-    print(f"| config | measured step (ms) | predicted (ms) | predicted / measured |")
-    print(f"|---|---|---|---|")
+    if configs:
+        print("| config | measured step (ms) | predicted (ms) | predicted / measured |")
+        print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         for config in configs:
             measured, predicted = [], []
@@ -100,7 +116,7 @@ def main():
         names = ", ".join(f'"node{n}/cpu:{i}"' for n in range(nodes) for i in range(min(8, devices)))
         sets = ["--set", f"parallel.data={devices}", "--set", f"parallel.devices=[{names}]",
                 "--set", f"data.batch_size={64 * devices}", "--set", f"cluster.nodes={nodes}"]
-        p = predict("config/fashion_mlp.toml", 4, 0, args.scale_link, sets)
+        p = predict("config/fashion_mlp.toml", 3, 0, args.scale_link, sets)
         print(f"| {devices} on {nodes} node(s) | {64 * devices} | {p['step_us'] / 1000:.3f} "
               f"| {p['samples_per_second']:.0f} | {p['wall_seconds']:.1f} |", flush=True)
 
