@@ -298,12 +298,16 @@ event stream::submit_when_idle(job work, const job_label& label) {
 void stream::hurry(const event& e) {
   if (e.owner != idle_progress_)
     return;
-  std::lock_guard<std::mutex> guard{mutex_};
-  // The idle jobs that left idle_queue_ (run, running or hurried) are its first ones.
-  while (!idle_queue_.empty() && idle_submitted_ - idle_queue_.size() < e.sequence) {
-    queue_.push_back(std::move(idle_queue_.front()));
-    idle_queue_.pop_front();
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    // The idle jobs that left idle_queue_ (run, running or hurried) are its first ones.
+    while (!idle_queue_.empty() && idle_submitted_ - idle_queue_.size() < e.sequence) {
+      queue_.push_back(std::move(idle_queue_.front()));
+      idle_queue_.pop_front();
+    }
   }
+  if (world_ != nullptr)  // its main lane has work now: the simulation looks at it again
+    world_->wake(*this);
 }
 
 void stream::post(job task) {
