@@ -328,6 +328,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.microbatches = prepared.plan.microbatches;
   p.batch_size = prepared.plan.batch_size;
   p.jobs = jobs;
+  p.handover_us = static_cast<double>(world_settings.handover_ns) / 1000;
+  p.handler_us = options.handler_us;
   p.unpriced_jobs = prices.unpriced();
   p.trace_json = result.trace_json;
   const auto trace = parse_trace(result.trace_json, "(simulated)");
@@ -385,8 +387,10 @@ std::string format_prediction_text(const prediction& p) {
     }
     text += "\n";
   }
-  text += string_printf("simulated %llu jobs in %.2f s here",
-                        static_cast<unsigned long long>(p.jobs), p.wall_seconds);
+  text += string_printf("simulated %llu jobs in %.2f s here (a handler %.1f us, a hand-over "
+                        "between threads %.1f us)",
+                        static_cast<unsigned long long>(p.jobs), p.wall_seconds, p.handler_us,
+                        p.handover_us);
   if (p.unpriced_jobs > 0)
     text += string_printf(" (%llu with no calibrated cost, taken as 0)",
                           static_cast<unsigned long long>(p.unpriced_jobs));
@@ -420,6 +424,8 @@ std::string format_prediction_json(const prediction& p) {
                         {"jobs", p.jobs},
                         {"unpriced_jobs", p.unpriced_jobs},
                         {"wall_seconds", p.wall_seconds},
+                        {"handler_us", p.handler_us},
+                        {"handover_us", p.handover_us},
                         {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
   return out.dump(2) + "\n";
 }

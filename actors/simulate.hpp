@@ -69,6 +69,8 @@ struct prediction {
   std::uint64_t jobs = 0;
   std::uint64_t unpriced_jobs = 0;  // jobs the calibration had no cost for (taken as 0)
   double wall_seconds = 0;          // what the simulation took here
+  double handover_us = 0;           // what a message to another thread was taken to cost
+  double handler_us = 0;
 };
 
 /// A run's step time from its trace: the mean, over the steps after the first less the
