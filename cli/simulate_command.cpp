@@ -27,7 +27,8 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "without --calibration: time each op this many times")(
       "link", po::value<std::string>(),
       "the network between nodes, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s or MB/s; ns, us or "
-      "ms); without it a copy between nodes costs what one between devices does")(
+      "ms): messages between nodes are handled its latency later and their tensors copied at "
+      "its bandwidth; without it nodes are as close as devices")(
       "steps", po::value<std::int64_t>()->default_value(20),
       "training steps to simulate (with --search: 6 a wiring unless given)")(
       "handler-us", po::value<double>()->default_value(2.0),
@@ -67,8 +68,11 @@ exit_code simulate_command(const std::vector<std::string>& args) {
   simulate_options o;
   o.steps = line.values["steps"].as<std::int64_t>();
   o.handler_us = line.values["handler-us"].as<double>();
-  if (line.values.count("handover-us"))
+  if (line.values.count("handover-us")) {
     o.handover_us = line.values["handover-us"].as<double>();
+    if (!(o.handover_us >= 0))
+      throw user_error("troupe simulate: --handover-us should be at least 0");
+  }
   o.cores = line.values["cores"].as<int>();
   if (line.values.count("link"))
     o.link = parse_link(line.values["link"].as<std::string>());
