@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/session.hpp"
+#include "runtime/base/json_input.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/base/text_format.hpp"
@@ -406,11 +407,13 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
     return user_error(quote_user_text(path) + ": not a calibration from troupe calibrate --json: " +
                       what);
   };
+  // Nesting measured before nlohmann recurses, repeated keys refused (json_input.hpp).
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string{"invalid JSON ("} + e.what() + ")");
+    j = parse_untrusted_json(text.data(), text.data() + text.size(),
+                             "calibration file " + quote_user_text(path));
+  } catch (const data_error& e) {
+    throw fail(e.what());
   }
   if (!j.is_object())
     throw fail("the top level is not an object");

@@ -45,6 +45,7 @@
 #include <chrono>
 
 #include "runtime/core/device_name.hpp"
+#include "runtime/core/job_span.hpp"
 #include "runtime/core/simulation.hpp"
 #include "troupe/error.hpp"
 #include "troupe/trace.hpp"
@@ -190,6 +191,24 @@ constexpr int idle_grace_share = 10;
 constexpr auto max_idle_grace = std::chrono::microseconds(2000);
 
 }  // namespace
+
+void record_job_span(std::uint32_t track, const job_label& label, std::int64_t submitted_ns,
+                     std::int64_t start_ns, std::int64_t duration_ns) {
+  trace::event e;
+  e.type = trace::event_type::job;
+  e.start_ns = start_ns;
+  e.duration_ns = duration_ns;
+  e.value = submitted_ns > 0 ? start_ns - submitted_ns : 0;  // queued
+  e.track = track;
+  e.peer = label.actor;
+  e.name = label.name;
+  e.step = label.step;
+  e.microbatch = label.microbatch;
+  e.replica = label.replica;
+  e.phase = label.phase;
+  e.bytes = label.bytes;
+  trace::record(e);
+}
 
 std::int64_t idle_lane_grace_ns(std::int64_t job_ns) {
   const std::int64_t share = job_ns / idle_grace_share;
@@ -453,22 +472,9 @@ void stream::run() {
     if (!failed()) {
       auto traced_start = trace_track_ != 0 && trace::enabled() ? trace::now_ns() : 0;
       run_guarded(next.work);
-      if (traced_start != 0) {
-        trace::event e;
-        e.type = trace::event_type::job;
-        e.start_ns = traced_start;
-        e.duration_ns = trace::now_ns() - traced_start;
-        e.value = next.submitted_ns > 0 ? traced_start - next.submitted_ns : 0;  // queued
-        e.track = trace_track_;
-        e.peer = next.label.actor;
-        e.name = next.label.name;
-        e.step = next.label.step;
-        e.microbatch = next.label.microbatch;
-        e.replica = next.label.replica;
-        e.phase = next.label.phase;
-        e.bytes = next.label.bytes;
-        trace::record(e);
-      }
+      if (traced_start != 0)
+        record_job_span(trace_track_, next.label, next.submitted_ns, traced_start,
+                        trace::now_ns() - traced_start);
       if (next.busy)
         busy_nanoseconds_.fetch_add(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 
+#include "runtime/core/job_span.hpp"
 #include "troupe/error.hpp"
 #include "troupe/trace.hpp"
 
@@ -357,22 +358,9 @@ void simulation::finish(slot& sl) {
   current_ = &sl;  // what the job and its callbacks send leaves from this device
   if (!s->failed()) {
     s->run_guarded_job(next.work);
-    if (s->trace_track_ != 0 && trace::enabled()) {
-      trace::event e;
-      e.type = trace::event_type::job;
-      e.start_ns = sl.started;
-      e.duration_ns = now - sl.started;
-      e.value = next.submitted_ns > 0 ? sl.started - next.submitted_ns : 0;  // queued
-      e.track = s->trace_track_;
-      e.peer = next.label.actor;
-      e.name = next.label.name;
-      e.step = next.label.step;
-      e.microbatch = next.label.microbatch;
-      e.replica = next.label.replica;
-      e.phase = next.label.phase;
-      e.bytes = next.label.bytes;
-      trace::record(e);
-    }
+    if (s->trace_track_ != 0 && trace::enabled())
+      record_job_span(s->trace_track_, next.label, next.submitted_ns, sl.started,
+                      now - sl.started);
     if (next.busy)
       s->busy_nanoseconds_.fetch_add(now - sl.started, std::memory_order_relaxed);
   }

@@ -79,8 +79,7 @@ class simulation {
 
   bool on_own_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
-  /// Jobs run so far (all streams), and those whose label the cost function priced at 0
-  /// because it did not know them (a plugin's own job names).
+  /// Jobs run so far, over all streams.
   std::uint64_t jobs_run() const { return jobs_run_.load(); }
 
  private:

@@ -304,10 +304,14 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   CHECK(back.loss_us == 4);
   CHECK(back.handover_us == 7);
   CHECK(back.rows == costs.rows);
-  for (const char* bad : {"", "[]", "{}", "{\"config\": 3}", "nul"}) {
+  for (const char* bad : {"", "[]", "{}", "{\"config\": 3}", "nul", "{\"rows\": 1, \"rows\": 2}"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_calibration_json(bad, "c.json"), user_error);
   }
+  // Nested 100000 deep: refused before anything recurses over it.
+  CHECK_THROWS_WITH_AS(parse_calibration_json(std::string(100000, '[') + std::string(100000, ']'),
+                                              "c.json"),
+                       doctest::Contains("calibration file 'c.json'"), user_error);
   auto j = nlohmann::json::parse(format_calibration_json(costs));
   j["layers"][0]["forward_us"] = -1;
   CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
