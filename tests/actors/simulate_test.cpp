@@ -292,6 +292,8 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   refused("parallel.colour=3", "unknown key 'colour'");
   refused("colour.x=3", "colour");
   refused("run.steps=\"many\"", "steps");
+  refused("run.steps=" + std::string(100000, '['), "nest more than 64 levels");  // nested
+  refused("run.steps=\"" + std::string(1 << 20, 'a') + "\"", "bytes)");       // a megabyte
   std::filesystem::remove(path);
 
   const auto config = parse_config(two_device_pipeline(delay(100, 100, 100), "data = 2\n"), "j.toml");
