@@ -2,6 +2,7 @@
 #include "actors/calibrate.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -204,32 +205,69 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   kernels::set_cpu_kernel_threads(1);
   keyed_random random{config.run.seed, 0xca11b};
   std::int64_t largest = 1;
-  std::vector<std::unique_ptr<layer_bench>> benches;
-  for (const auto& actor : graph.actors) {
-    if (actor.kind != actor_kind::layer || actor.replica > 0)
-      continue;
-    const auto& input = graph.shapes.at(static_cast<std::size_t>(actor.layer));
-    const auto& reads = graph.inputs.at(static_cast<std::size_t>(actor.layer));
-    const bool reads_data =
-        std::find(reads.begin(), reads.end(), data_input) != reads.end();
-    benches.push_back(
-        std::make_unique<layer_bench>(actor.math, actor.layer, input, reads_data, out.rows, random));
-    std::int64_t elements = out.rows;
-    for (auto d : input)
-      elements *= d;
-    largest = std::max(largest, elements);
-  }
-  std::sort(benches.begin(), benches.end(),
-            [](const auto& a, const auto& b) { return a->timing.layer < b->timing.layer; });
+  auto make_benches = [&] {
+    std::vector<std::unique_ptr<layer_bench>> made;
+    for (const auto& actor : graph.actors) {
+      if (actor.kind != actor_kind::layer || actor.replica > 0)
+        continue;
+      const auto& input = graph.shapes.at(static_cast<std::size_t>(actor.layer));
+      const auto& reads = graph.inputs.at(static_cast<std::size_t>(actor.layer));
+      const bool reads_data = std::find(reads.begin(), reads.end(), data_input) != reads.end();
+      made.push_back(std::make_unique<layer_bench>(actor.math, actor.layer, input, reads_data,
+                                                   out.rows, random));
+      std::int64_t elements = out.rows;
+      for (auto d : input)
+        elements *= d;
+      largest = std::max(largest, elements);
+    }
+    std::sort(made.begin(), made.end(),
+              [](const auto& a, const auto& b) { return a->timing.layer < b->timing.layer; });
+    return made;
+  };
+  auto benches = make_benches();
   // Each round runs every forward in the model's order, then every backward in reverse, as a
   // device running the whole model does: a layer finds the caches as the layers before it
   // left them (timed alone, over and over, a layer would run from warm caches, and a
   // transformer's layers about 15% faster than in a run). Two rounds warm up.
-  for (std::int64_t round = 0; round < repeats + 2; ++round) {
-    for (auto& b : benches)
-      b->run(true, round >= 2);
-    for (auto it = benches.rbegin(); it != benches.rend(); ++it)
-      (*it)->run(false, round >= 2);
+  auto round = [](std::vector<std::unique_ptr<layer_bench>>& set, bool keep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (auto& b : set)
+      b->run(true, keep);
+    for (auto it = set.rbegin(); it != set.rend(); ++it)
+      (*it)->run(false, keep);
+    return elapsed_us(start);
+  };
+  std::vector<double> alone;
+  for (std::int64_t r = 0; r < repeats + 2; ++r) {
+    const double us = round(benches, r >= 2);
+    if (r >= 2)
+      alone.push_back(us);
+  }
+  // Contention (Note [what a job costs] in simulate.cpp): the same rounds on two threads at
+  // once, each with its own tensors, as two devices of a machine run; the factor is how much
+  // longer a round takes then. Devices share the memory system (and on a VM, more).
+  if (std::thread::hardware_concurrency() >= 2 && !benches.empty()) {
+    auto other = make_benches();
+    const std::int64_t rounds = std::min<std::int64_t>(repeats, 20) + 2;
+    std::vector<double> together;
+    std::atomic<int> ready{0};
+    std::thread second{[&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      for (std::int64_t r = 0; r < rounds + 2; ++r)  // outlasts the first thread's rounds
+        round(other, false);
+    }};
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    for (std::int64_t r = 0; r < rounds; ++r) {
+      const double us = round(benches, false);
+      if (r >= 2)
+        together.push_back(us);
+    }
+    second.join();
+    out.contention = std::max(1.0, median_of(together) / median_of(alone));
   }
   for (auto& b : benches)
     out.layers.push_back(b->finish());
@@ -365,10 +403,10 @@ std::string format_calibration_text(const calibration& c) {
   }
   text += string_printf("update (%s): %.3f ns a parameter; copy: %.2f GB/s at %lld bytes; sum: "
                         "%.2f GB/s; a batch's gather: %.2f GB/s; loss: %.1f us a micro-batch; a message to "
-                        "another device's thread: %.1f us\n",
+                        "another device's thread: %.1f us; two devices at once: %.2fx as long\n",
                         c.optimizer.c_str(), c.update_ns_per_parameter, c.copy_gb_per_s,
                         static_cast<long long>(c.copy_bytes), c.reduce_gb_per_s, c.load_gb_per_s,
-                        c.loss_us, c.handover_us);
+                        c.loss_us, c.handover_us, c.contention);
   return text;
 }
 
@@ -398,6 +436,7 @@ std::string format_calibration_json(const calibration& c) {
                         {"load_gb_per_s", c.load_gb_per_s},
                         {"loss_us", c.loss_us},
                         {"handover_us", c.handover_us},
+                        {"contention", c.contention},
                         {"layers", std::move(layers)}};
   return out.dump(2) + "\n";
 }
@@ -447,6 +486,12 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
   c.load_gb_per_s = number(j, "load_gb_per_s", "");
   c.loss_us = number(j, "loss_us", "");
   c.handover_us = number(j, "handover_us", "");
+  if (j.contains("contention")) {  // calibrations before it was measured: none
+    c.contention = number(j, "contention", "");
+    if (c.contention < 1 || c.contention > 100)
+      throw fail("\"contention\" is " + shortest_text(c.contention) +
+                 ", expected a factor between 1 and 100");
+  }
   auto layers = j.find("layers");
   if (layers == j.end() || !layers->is_array())
     throw fail("\"layers\" is missing or not an array");

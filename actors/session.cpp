@@ -550,6 +550,8 @@ session_result run_session(const run_config& config, const session_options& opti
   if (world == nullptr)
     note_shared_cores(local_devices, node.local_rank * static_cast<int>(local_devices.size()));
   device_set& devices = *device_storage;
+  for (const auto& d : local_devices)
+    reset_storage_peak(d);  // the run summary's peak memory is this run's
   stream_bindings bound_streams{devices, recorder};
   auto on_this_node = [&](const actor_plan& a) {
     return world != nullptr || a.device.node == node.rank;

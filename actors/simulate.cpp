@@ -19,7 +19,9 @@
 //   sum bandwidth;
 // - anything else (a checkpoint, a plugin's own job): nothing, and counted.
 // Each message handled keeps its device handler_us (2 us by default, about what a
-// handler takes here).
+// handler takes here). A job that starts while another device of its node computes takes
+// the calibration's contention factor times as long (two threads running the model's
+// passes at once against one; simulation::settings::contention).
 #include "actors/simulate.hpp"
 
 #include <algorithm>
@@ -114,12 +116,19 @@ class job_prices {
   mutable std::uint64_t unpriced_ = 0;  // the simulation's thread only
 };
 
-// Per device, the most micro-batches its stages held at once. A layer holds a micro-batch's
-// activations from the start of its forward to the end of the job that frees them: its
-// backward, or with a split backward its weight-gradient job (the streams' order, as the
-// memory tests' probes count). A stage holds the most any of its layers holds; a device
-// what its stages (several, when interleaved) hold.
-std::vector<std::pair<std::string, std::int64_t>> peak_held(const trace_file& trace) {
+// Note [what a device holds]
+// Per device, the most micro-batches its stages held at once, and the most bytes. A layer
+// holds a micro-batch's activations from the start of its forward to the end of the job
+// that frees them: its backward, or with a split backward its weight-gradient job (the
+// streams' order, as the memory tests' probes count). A stage holds the most any of its
+// layers holds; a device what its stages (several, when interleaved) hold.
+// The bytes are not a formula: a simulated run's jobs run their real kernels on real
+// tensors, in the order and at the moments of the simulated schedule, so the storage
+// pool's count of each device's bytes (storage_bytes_peak, include/troupe/tensor.hpp)
+// is the simulated run's peak: weights, gradients, optimizer state, the activations its
+// schedule keeps, the messages on their way and the averagers' buffers, as `troupe run`
+// counts them for its summary (without evaluation, which a simulation does not run).
+std::vector<device_memory> device_memories(const trace_file& trace, const topology& graph) {
   std::set<std::string> split;  // layers with weight-gradient jobs
   for (const auto& j : trace.jobs)
     if (j.name == "backward_weight")
@@ -141,14 +150,17 @@ std::vector<std::pair<std::string, std::int64_t>> peak_held(const trace_file& tr
     else if (j.name == (split.count(j.actor) > 0 ? "backward_weight" : "backward"))
       changes[track->device].push_back({j.end_us(), -1, j.actor});
   }
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  for (auto& [device, list] : changes) {
+  std::vector<device_memory> out;
+  for (const auto& device : graph.devices) {
+    device_memory m;
+    m.device = device.to_string();
+    m.peak_bytes = storage_bytes_peak(device);
+    auto& list = changes[m.device];
     // At one time, what is freed goes before what is taken: a job that ends as the next starts.
     std::stable_sort(list.begin(), list.end(), [](const change& a, const change& b) {
       return a.time != b.time ? a.time < b.time : a.delta < b.delta;
     });
     std::map<std::string, std::int64_t> now;  // each layer's
-    std::int64_t most = 0;
     for (const auto& c : list) {
       now[c.layer] += c.delta;
       std::map<std::int32_t, std::int64_t> stages;
@@ -157,9 +169,9 @@ std::vector<std::pair<std::string, std::int64_t>> peak_held(const trace_file& tr
       std::int64_t held = 0;
       for (const auto& [stage, n] : stages)
         held += n;
-      most = std::max(most, held);
+      m.held = std::max(m.held, held);
     }
-    out.emplace_back(device, most);
+    out.push_back(std::move(m));
   }
   return out;
 }
@@ -275,6 +287,9 @@ prediction simulate_run(const run_config& original, const calibration& costs,
     throw user_error("troupe simulate: --handler-us should be between 0 and 1e6");
   if (options.handover_us > 1e6 || std::isnan(options.handover_us))
     throw user_error("troupe simulate: --handover-us should be at most 1e6");
+  if (options.contention > 100 || (options.contention >= 0 && options.contention < 1) ||
+      std::isnan(options.contention))
+    throw user_error("troupe simulate: --contention should be a factor between 1 and 100");
   if (options.cores < 0 || options.cores > 1 << 20)
     throw user_error("troupe simulate: --cores should be between 0 and 1048576");
   run_config config = original;
@@ -302,6 +317,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   world_settings.handover_ns = static_cast<std::int64_t>(
       (options.handover_us >= 0 ? options.handover_us : costs.handover_us) * 1000);
   world_settings.cores = options.cores;
+  world_settings.contention = options.contention >= 0 ? options.contention : costs.contention;
   world_settings.node_latency_ns = static_cast<std::int64_t>(options.link.latency_ns);
   const auto wall_start = std::chrono::steady_clock::now();
   session_result result;
@@ -330,6 +346,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.jobs = jobs;
   p.handover_us = static_cast<double>(world_settings.handover_ns) / 1000;
   p.handler_us = options.handler_us;
+  p.contention = world_settings.contention;
   p.unpriced_jobs = prices.unpriced();
   p.trace_json = result.trace_json;
   const auto trace = parse_trace(result.trace_json, "(simulated)");
@@ -347,7 +364,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.theory_bubble = summary.theory_bubble;
   for (const auto& s : summary.pipeline)
     p.pipeline.push_back({s.stage, s.devices, s.bubble, s.theory});
-  p.peak_held = peak_held(trace);
+  p.memory = device_memories(trace, prepared.graph);
   p.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return p;
@@ -375,22 +392,25 @@ std::string format_prediction_text(const prediction& p) {
                             static_cast<long long>(s.stage), devices.c_str(), s.bubble, s.theory);
     }
   }
-  if (!p.peak_held.empty()) {
-    text += "peak micro-batches held (activations kept for a backward):";
-    std::size_t shown = 0;
-    for (const auto& [device, held] : p.peak_held) {
-      if (shown++ == 8) {
-        text += string_printf(" ... (%zu devices)", p.peak_held.size());
-        break;
-      }
-      text += string_printf(" %s %lld", device.c_str(), static_cast<long long>(held));
-    }
+  if (!p.memory.empty()) {
+    // The devices holding the most first (a pipeline's first stage, under 1F1B).
+    auto memory = p.memory;
+    std::stable_sort(memory.begin(), memory.end(), [](const device_memory& a, const device_memory& b) {
+      return a.peak_bytes > b.peak_bytes;
+    });
+    text += "peak memory per device (tensors held at once; Note [what a device holds]):";
+    for (std::size_t i = 0; i < memory.size() && i < 8; ++i)
+      text += string_printf("%s %s %s (%lld micro-batch(es) held)", i == 0 ? "" : ",",
+                            memory[i].device.c_str(), human_bytes(memory[i].peak_bytes).c_str(),
+                            static_cast<long long>(memory[i].held));
+    if (memory.size() > 8)
+      text += string_printf(" ... (%zu devices)", memory.size());
     text += "\n";
   }
   text += string_printf("simulated %llu jobs in %.2f s here (a handler %.1f us, a hand-over "
-                        "between threads %.1f us)",
+                        "between threads %.1f us, two devices at once %.2fx as long)",
                         static_cast<unsigned long long>(p.jobs), p.wall_seconds, p.handler_us,
-                        p.handover_us);
+                        p.handover_us, p.contention);
   if (p.unpriced_jobs > 0)
     text += string_printf(" (%llu with no calibrated cost, taken as 0)",
                           static_cast<unsigned long long>(p.unpriced_jobs));
@@ -403,9 +423,10 @@ std::string format_prediction_json(const prediction& p) {
   for (const auto& s : p.pipeline)
     stages.push_back(
         {{"stage", s.stage}, {"devices", s.devices}, {"bubble", s.bubble}, {"theory", s.theory}});
-  nlohmann::json held = nlohmann::json::object();
-  for (const auto& [device, n] : p.peak_held)
-    held[device] = n;
+  nlohmann::json memory = nlohmann::json::array();
+  for (const auto& m : p.memory) {
+    memory.push_back({{"device", m.device}, {"peak_held", m.held}, {"peak_bytes", m.peak_bytes}});
+  }
   nlohmann::json out = {{"config", p.config},
                         {"steps", p.steps},
                         {"devices", p.devices},
@@ -420,12 +441,13 @@ std::string format_prediction_json(const prediction& p) {
                         {"samples_per_second", p.samples_per_second},
                         {"theory_bubble", p.theory_bubble},
                         {"pipeline", std::move(stages)},
-                        {"peak_microbatches_held", std::move(held)},
+                        {"memory", std::move(memory)},
                         {"jobs", p.jobs},
                         {"unpriced_jobs", p.unpriced_jobs},
                         {"wall_seconds", p.wall_seconds},
                         {"handler_us", p.handler_us},
                         {"handover_us", p.handover_us},
+                        {"contention", p.contention},
                         {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
   return out.dump(2) + "\n";
 }
@@ -487,8 +509,10 @@ std::vector<wiring_candidate> search_wirings(const run_config& config, const cal
             const auto predicted = simulate_run(candidate, costs, options);
             c.step_us = predicted.step_us;
             c.samples_per_second = predicted.samples_per_second;
-            for (const auto& [device, held] : predicted.peak_held)
-              c.peak_held = std::max(c.peak_held, held);
+            for (const auto& m : predicted.memory) {
+              c.peak_held = std::max(c.peak_held, m.held);
+              c.peak_bytes = std::max(c.peak_bytes, m.peak_bytes);
+            }
           } catch (const config_error& e) {
             c.refused = e.what();
           }
@@ -506,8 +530,9 @@ std::vector<wiring_candidate> search_wirings(const run_config& config, const cal
 }
 
 std::string format_search_text(const std::vector<wiring_candidate>& tried, std::size_t top) {
-  std::string text = string_printf("%4s %4s %4s %-8s %3s %12s %12s %14s\n", "R", "P", "M",
-                                   "schedule", "v", "step (ms)", "samples/s", "peak held");
+  std::string text = string_printf("%4s %4s %4s %-8s %3s %12s %12s %10s %12s\n", "R", "P", "M",
+                                   "schedule", "v", "step (ms)", "samples/s", "peak held",
+                                   "peak memory");
   std::size_t shown = 0, refused = 0;
   for (const auto& c : tried) {
     if (!c.refused.empty()) {
@@ -516,11 +541,12 @@ std::string format_search_text(const std::vector<wiring_candidate>& tried, std::
     }
     if (shown++ >= top)
       continue;
-    text += string_printf("%4lld %4lld %4lld %-8s %3lld %12.3f %12.0f %14lld\n",
+    text += string_printf("%4lld %4lld %4lld %-8s %3lld %12.3f %12.0f %10lld %12s\n",
                           static_cast<long long>(c.data), static_cast<long long>(c.pipeline),
                           static_cast<long long>(c.microbatches), c.schedule.c_str(),
                           static_cast<long long>(c.virtual_stages), c.step_us / 1000,
-                          c.samples_per_second, static_cast<long long>(c.peak_held));
+                          c.samples_per_second, static_cast<long long>(c.peak_held),
+                          human_bytes(c.peak_bytes).c_str());
   }
   text += string_printf("(%zu wirings simulated, the best %zu shown; %zu refused by the config's "
                         "rules)\n",

@@ -38,6 +38,7 @@ struct simulate_options {
   double handler_us = 2;    // the device time of each message an actor handles
   double handover_us = -1;  // a message between threads; < 0: the calibration's
   int cores = 0;            // cores the devices share (0: a core each)
+  double contention = -1;   // two devices of a node at once; < 0: the calibration's
 };
 
 struct stage_prediction {
@@ -45,6 +46,13 @@ struct stage_prediction {
   std::vector<std::string> devices;
   double bubble = 0;  // 1 - utilisation over the simulated steps
   double theory = 0;  // the schedule's, for these stages' costs (trace summary)
+};
+
+/// What a device holds at its peak (Note [what a device holds] in simulate.cpp).
+struct device_memory {
+  std::string device;
+  std::int64_t held = 0;        // the most micro-batches its layers held at once
+  std::int64_t peak_bytes = 0;  // the most bytes of tensors it held at once
 };
 
 struct prediction {
@@ -62,8 +70,8 @@ struct prediction {
   double samples_per_second = 0;
   double theory_bubble = 0;  // (P - 1) / (M + P - 1) and the like (trace summary)
   std::vector<stage_prediction> pipeline;  // empty unless stages > 1
-  /// Per device, the most micro-batches its layers held at once (their "stash").
-  std::vector<std::pair<std::string, std::int64_t>> peak_held;
+  /// Per device, its peak of micro-batches held (the layers' "stash") and of bytes.
+  std::vector<device_memory> memory;
   trace_explanation explanation;  // every step's critical path
   std::string trace_json;         // the simulated run's trace, virtual times
   std::uint64_t jobs = 0;
@@ -71,6 +79,7 @@ struct prediction {
   double wall_seconds = 0;          // what the simulation took here
   double handover_us = 0;           // what a message to another thread was taken to cost
   double handler_us = 0;
+  double contention = 1;            // what a job took longer with another device computing
 };
 
 /// A run's step time from its trace: the mean, over the steps after the first less the
@@ -98,6 +107,7 @@ struct wiring_candidate {
   double step_us = 0;
   double samples_per_second = 0;
   std::int64_t peak_held = 0;      // the most micro-batches a device held
+  std::int64_t peak_bytes = 0;     // the most bytes a device held (device_memory)
   std::string refused;             // why the config refused it (then nothing else is set)
 };
 

@@ -244,7 +244,9 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
       auto busy = d->work().busy_seconds();
       auto name = d->id().to_string();
       outcome.device_utilisation.emplace_back(name, busy / elapsed);
-      devices[name] = {{"busy_s", busy}, {"utilisation", busy / elapsed}};
+      const auto peak = storage_bytes_peak(d->id());
+      outcome.device_peak_bytes.emplace_back(name, peak);
+      devices[name] = {{"busy_s", busy}, {"utilisation", busy / elapsed}, {"peak_bytes", peak}};
     }
   }
   if (metrics_.is_open()) {

@@ -38,6 +38,8 @@ struct run_outcome {
   double samples_per_second = 0;  // training samples / train_seconds
   /// Per device: the share of train_seconds its stream spent computing (1 - idle share).
   std::vector<std::pair<std::string, double>> device_utilisation;
+  /// Per device: the most bytes of tensors it held at once (storage_bytes_peak).
+  std::vector<std::pair<std::string, std::int64_t>> device_peak_bytes;
 };
 
 struct trainer_settings {

@@ -5,7 +5,9 @@
 // 64 MiB, each answered by an 8-byte acknowledgement, through troupe's own tensor
 // serialisation (include/troupe/tensor_inspect.hpp: the header, then the bytes in one block,
 // validated on arrival), the actor systems set up as a run's nodes are
-// (configure_cluster_system). Prints GB/s per size: the median of 9 rounds of 8 tensors.
+// (configure_cluster_system). Prints GB/s per size: the median of 9 rounds of 8 tensors;
+// then a message's latency: half the median round trip of a one-float tensor and its
+// acknowledgement (what `troupe simulate --link` takes as a link's latency).
 //
 // Not a test (bench/nodes.py runs it); not a collective (averaging is measured by the DP
 // runs of bench/nodes.py).
@@ -88,6 +90,16 @@ int main() {
       std::sort(rates.begin(), rates.end());
       std::printf("%10lld %10.2f\n", static_cast<long long>(mib), rates[rates.size() / 2]);
     }
+    auto small = tensor::zeros({1});
+    std::vector<double> trips;
+    for (int i = 0; i < 201; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      self->request(*remote, caf::infinite, small).receive([](std::int64_t) {}, [](caf::error&) {});
+      trips.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(trips.begin(), trips.end());
+    std::printf("latency (half a round trip, median of %zu): %.1f us\n", trips.size(),
+                trips[trips.size() / 2] / 2);
   }
   (void)!::write(to_child[1], "x", 1);
   ::waitpid(child, nullptr, 0);

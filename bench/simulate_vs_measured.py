@@ -59,15 +59,48 @@ def step_ms(trace):
     return sum(kept) / len(kept) / 1000
 
 
+def peak_bytes(metrics):
+    """The most bytes any device held at once, from the run's last metrics record (the
+    coordinator's devices only, in a several-node run)."""
+    with open(metrics) as f:
+        done = [json.loads(line) for line in f if '"event"' in line][-1]
+    return max(d["peak_bytes"] for d in done["devices"].values())
+
+
+def without_evaluation(config, directory):
+    """A copy of the config that does not evaluate: a simulation runs training steps only,
+    and an evaluation's batches would be in the measured peak memory."""
+    with open(config) as f:
+        text = f.read()
+    copy = os.path.join(directory, os.path.basename(config))
+    with open(copy, "w") as f:
+        f.write(re.sub(r"^\[run\]$", "[run]\nevaluate = false", text, count=1, flags=re.M))
+    return copy
+
+
 def measure(config, steps, directory):
+    config = without_evaluation(config, directory)
     trace = os.path.join(directory, "run.json")
+    metrics = os.path.join(directory, "metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
     nodes = nodes_of(config)
-    common = [config, "--steps", str(steps), "--trace", trace, "--quiet", "--metrics", "/dev/null"]
+    common = [config, "--steps", str(steps), "--trace", trace, "--quiet", "--metrics", metrics]
     if nodes > 1:
         troupe("launch", "-n", str(nodes), *common)
     else:
         troupe("run", *common)
-    return step_ms(trace)
+    return step_ms(trace), peak_bytes(metrics)
+
+
+def measured_link():
+    """Loopback between two troupe nodes, as troupe_link_bench measures it: the GB/s of a
+    64 MiB tensor and half the round trip of a one-float one."""
+    bench = os.path.join(os.path.dirname(TROUPE), "troupe_link_bench")
+    out = subprocess.run([bench], capture_output=True, text=True, check=True).stdout
+    rate = float(re.search(r"^\s*64\s+([\d.]+)", out, re.M).group(1))
+    latency = float(re.search(r"latency .*: ([\d.]+) us", out).group(1))
+    return f"{rate:.2f} GB/s, {latency:.0f} us"
 
 
 def predict(config, steps, cores, link, extra=()):
@@ -83,28 +116,42 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2,
                         help="the cores this machine's devices share (troupe simulate --cores)")
-    parser.add_argument("--link", default="1.3 GB/s, 30 us",
-                        help="between the processes of a several-node config here: loopback, 1.3 GB/s as "
-                        "bench/link_bench.cpp measures it, 30 us assumed")
+    parser.add_argument("--link", default=None,
+                        help="between the processes of a several-node config here; default: "
+                        "loopback as bench/link_bench.cpp measures it in this run (GB/s at 64 MiB, "
+                        "half a small message's round trip)")
     parser.add_argument("--configs", nargs="*", default=None)
     parser.add_argument("--scale", action="store_true",
                         help="also predict DP over 8, 64, 512 devices")
     parser.add_argument("--scale-link", default="25 GB/s, 5 us")
     args = parser.parse_args()
+    if args.link is None:
+        args.link = measured_link()
+        print(f"link between processes here (bench/link_bench.cpp): {args.link}")
     configs = args.configs if args.configs is not None else sorted(
         os.path.join("config", c) for c in os.listdir("config") if c.endswith(".toml"))
     if configs:
-        print("| config | measured step (ms) | predicted (ms) | predicted / measured |")
-        print("|---|---|---|---|")
+        print("| config | measured step (ms) | predicted (ms) | predicted / measured "
+              "| measured peak memory (MiB) | predicted (MiB) | predicted / measured |")
+        print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         for config in configs:
-            measured, predicted = [], []
+            measured, predicted, measured_bytes, predicted_bytes = [], [], [], []
             for _ in range(args.repeats):
-                measured.append(measure(config, args.steps, directory))
+                step, peak = measure(config, args.steps, directory)
+                measured.append(step)
+                measured_bytes.append(peak)
                 link = args.link if nodes_of(config) > 1 else None
-                predicted.append(predict(config, args.steps, args.cores, link)["step_us"] / 1000)
+                p = predict(config, args.steps, args.cores, link)
+                predicted.append(p["step_us"] / 1000)
+                # the coordinator's devices, as measured
+                predicted_bytes.append(max(d["peak_bytes"] for d in p["memory"]
+                                           if not d["device"].startswith("node")
+                                           or d["device"].startswith("node0/")))
             m, p = statistics.median(measured), statistics.median(predicted)
-            print(f"| {os.path.basename(config)} | {m:.3f} | {p:.3f} | {p / m:.2f} |", flush=True)
+            mb, pb = statistics.median(measured_bytes) / 2**20, statistics.median(predicted_bytes) / 2**20
+            print(f"| {os.path.basename(config)} | {m:.3f} | {p:.3f} | {p / m:.2f} "
+                  f"| {mb:.2f} | {pb:.2f} | {pb / mb:.2f} |", flush=True)
     if not args.scale:
         return
     print()

@@ -9,6 +9,7 @@
 #include "actors/session.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
+#include "runtime/base/text_format.hpp"
 
 namespace po = boost::program_options;
 
@@ -139,6 +140,12 @@ exit_code run_command(const std::vector<std::string>& args) {
     std::printf("device utilisation:");
     for (const auto& [name, share] : outcome.device_utilisation)
       std::printf(" %s %.0f%%", name.c_str(), 100.0 * share);
+    std::printf("\n");
+  }
+  if (!outcome.device_peak_bytes.empty()) {
+    std::printf("peak memory (tensors held at once):");
+    for (const auto& [name, bytes] : outcome.device_peak_bytes)
+      std::printf(" %s %s", name.c_str(), human_bytes(bytes).c_str());
     std::printf("\n");
   }
   return exit_code::ok;

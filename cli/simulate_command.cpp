@@ -36,12 +36,16 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "handover-us", po::value<double>(),
       "how much later a message to another device's thread is handled, in microseconds "
       "(default: the calibration's measure of a thread's wake-up)")(
+      "contention", po::value<double>(),
+      "how many times longer a job takes while another device of its node computes "
+      "(default: the calibration's measure, two threads running the model at once)")(
       "cores", po::value<int>()->default_value(0),
       "the cores the devices share, device k on core k mod cores as troupe run places "
       "them (e.g. 2 to predict four devices on this 2-core machine); 0: a core each")(
       "search", po::value<std::int64_t>(),
       "try every wiring of the model that fits this many devices (data x pipeline, "
-      "micro-batches, schedules) and print the fastest by predicted samples/s")(
+      "micro-batches, schedules) and print the fastest by predicted samples/s, with each "
+      "one's peak memory")(
       "top", po::value<std::int64_t>()->default_value(5), "with --search: how many to print")(
       "trace", po::value<std::string>(),
       "write the simulated run's trace here (virtual times; troupe trace summary, explain "
@@ -53,10 +57,11 @@ exit_code simulate_command(const std::vector<std::string>& args) {
           "schedules as troupe run does, on simulated devices whose jobs take the times a\n"
           "calibration of this machine gives (scaled by the rows they compute), any number\n"
           "of devices and nodes in this process. Prints the predicted step time and\n"
-          "samples/s, the bubble of each pipeline stage, the micro-batches each device\n"
-          "holds at its peak, and a step's critical path. The layers' math runs for real,\n"
-          "one job at a time, so simulating N devices takes about as long as the run would\n"
-          "on one core.",
+          "samples/s, the bubble of each pipeline stage, each device's peak memory (the\n"
+          "bytes of tensors and the micro-batches it holds at once, counted as the\n"
+          "simulated run allocates them), and a step's critical path. The layers' math runs\n"
+          "for real, one job at a time, so simulating N devices takes about as long as the\n"
+          "run would on one core, and needs the memory the run would.",
           options, line))
     return *stop;
   load_command_line_plugins(line.values);
@@ -68,6 +73,11 @@ exit_code simulate_command(const std::vector<std::string>& args) {
   simulate_options o;
   o.steps = line.values["steps"].as<std::int64_t>();
   o.handler_us = line.values["handler-us"].as<double>();
+  if (line.values.count("contention")) {
+    o.contention = line.values["contention"].as<double>();
+    if (!(o.contention >= 1))
+      throw user_error("troupe simulate: --contention should be a factor of at least 1");
+  }
   if (line.values.count("handover-us")) {
     o.handover_us = line.values["handover-us"].as<double>();
     if (!(o.handover_us >= 0))

@@ -1,6 +1,7 @@
 // text_format.cpp: measure, then write.
 #include "runtime/base/text_format.hpp"
 
+#include <cstdint>
 #include <cstdio>
 
 #include "troupe/check.hpp"
@@ -25,6 +26,17 @@ std::string string_printf(const char* pattern, ...) {
   auto out = string_vprintf(pattern, args);
   va_end(args);
   return out;
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024)
+    return string_printf("%.2f GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024)
+    return string_printf("%.2f MiB", b / (1024.0 * 1024));
+  if (b >= 1024.0)
+    return string_printf("%.1f KiB", b / 1024.0);
+  return string_printf("%lld B", static_cast<long long>(bytes));
 }
 
 }  // namespace troupe

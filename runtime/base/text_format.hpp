@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdarg>
+#include <cstdint>
 #include <string>
 
 namespace troupe {
@@ -16,5 +17,8 @@ std::string string_printf(const char* pattern, ...) __attribute__((format(printf
 
 /// The va_list form of string_printf.
 std::string string_vprintf(const char* pattern, va_list args) __attribute__((format(printf, 1, 0)));
+
+/// "3.25 MiB", "12.0 KiB", "300 B": a byte count for a person to read.
+std::string human_bytes(std::int64_t bytes);
 
 }  // namespace troupe

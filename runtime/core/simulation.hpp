@@ -57,6 +57,9 @@ class simulation {
     /// cores, as cpu:N of a process is on core N mod its cores): a core runs one device's
     /// job at a time. 0: every device has a core of its own.
     int cores = 0;
+    /// A job that starts while a device of another core of its node runs one takes this
+    /// many times its cost: devices share a machine's memory system (calibrate measures it).
+    double contention = 1;
   };
 
   /// Starts the simulation's thread; streams attach as they are made.
@@ -160,6 +163,7 @@ class simulation {
   slot host_slot_;              // the host actors' (on == nullptr): its handed_at
   slot* current_ = nullptr;     // whose task or job runs now (&host_slot_: a host actor's)
   std::vector<bool> core_busy_;
+  std::map<int, int> running_on_node_;  // jobs under way, by node (settings::contention)
   int made_ = 0;                // streams attached so far
   std::condition_variable left_;  // a leaving stream's slot is gone
   std::thread thread_;

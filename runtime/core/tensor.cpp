@@ -5,7 +5,9 @@
 // allocation reaches malloc.
 #include "troupe/tensor.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,11 +51,16 @@ std::int64_t element_count(const shape_t& shape) {
 
 namespace {
 
+// The pool also counts each device's bytes held in tensors, now and at the most since a
+// reset: under the lock it takes anyway, so counting costs an addition. A simulated run's
+// devices (runtime/core/simulation.hpp) are counted as real ones: their jobs allocate
+// what the run's would, which is how `troupe simulate` predicts memory.
 class cpu_pool {
  public:
-  void* allocate(std::size_t bytes) {
+  void* allocate(const device_id& device, std::size_t bytes) {
     {
       std::lock_guard<std::mutex> guard{mutex_};
+      count(device, static_cast<std::int64_t>(bytes));
       auto it = free_.find(bytes);
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
@@ -63,19 +70,52 @@ class cpu_pool {
     }
     std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr)
+    if (p == nullptr) {
+      std::lock_guard<std::mutex> guard{mutex_};
+      count(device, -static_cast<std::int64_t>(bytes));
       throw std::bad_alloc();
+    }
     return p;
   }
 
-  void release(void* p, std::size_t bytes) {
+  void release(const device_id& device, void* p, std::size_t bytes) {
     std::lock_guard<std::mutex> guard{mutex_};
+    count(device, -static_cast<std::int64_t>(bytes));
     free_[bytes].push_back(p);
   }
 
+  std::int64_t live(const device_id& device) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto it = bytes_.find(device);
+    return it == bytes_.end() ? 0 : it->second.live;
+  }
+
+  std::int64_t peak(const device_id& device) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto it = bytes_.find(device);
+    return it == bytes_.end() ? 0 : it->second.peak;
+  }
+
+  void reset_peak(const device_id& device) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto& b = bytes_[device];
+    b.peak = b.live;
+  }
+
  private:
+  struct held {
+    std::int64_t live = 0;
+    std::int64_t peak = 0;
+  };
+  void count(const device_id& device, std::int64_t bytes) {  // under the lock
+    auto& b = bytes_[device];
+    b.live += bytes;
+    b.peak = std::max(b.peak, b.live);
+  }
+
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::map<device_id, held> bytes_;
 };
 
 // Never destroyed: a thread that outlives main (a gloo worker waiting out its timeout
@@ -92,11 +132,23 @@ cpu_pool& the_cpu_pool() {
 storage::storage(device_id device, std::size_t bytes) : device_(device), bytes_(bytes) {
   TROUPE_CHECK(device.type == device_type::cpu,
                "storage on " << device.to_string() << " needs the CUDA device layer");
-  data_ = the_cpu_pool().allocate(bytes);
+  data_ = the_cpu_pool().allocate(device_, bytes);
 }
 
 storage::~storage() {
-  the_cpu_pool().release(data_, bytes_);
+  the_cpu_pool().release(device_, data_, bytes_);
+}
+
+std::int64_t storage_bytes_live(const device_id& device) {
+  return the_cpu_pool().live(device);
+}
+
+std::int64_t storage_bytes_peak(const device_id& device) {
+  return the_cpu_pool().peak(device);
+}
+
+void reset_storage_peak(const device_id& device) {
+  the_cpu_pool().reset_peak(device);
 }
 
 tensor tensor::empty(shape_t shape, dtype type, device_id device) {

@@ -288,17 +288,6 @@ void summarize_steps(const trace_file& trace, trace_summary& out) {
   out.average.waiting_us /= n;
 }
 
-std::string human_bytes(std::int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024)
-    return string_printf("%.2f GiB", b / (1024.0 * 1024 * 1024));
-  if (b >= 1024.0 * 1024)
-    return string_printf("%.2f MiB", b / (1024.0 * 1024));
-  if (b >= 1024.0)
-    return string_printf("%.1f KiB", b / 1024.0);
-  return string_printf("%lld B", static_cast<long long>(bytes));
-}
-
 int width_of(const std::vector<std::string>& names, int at_least) {
   int width = at_least;
   for (const auto& n : names)

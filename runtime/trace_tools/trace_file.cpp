@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <exception>
+#include <functional>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -126,6 +128,8 @@ void read_other_data(const json& other, trace_file& out) {
     out.tracks.push_back({text(t, "name"), text(t, "kind"), text(t, "device"), small(t, "replica"),
                           small(t, "stage"), small(t, "layer")});
   }
+  for (std::size_t i = 0; i < out.tracks.size(); ++i)
+    out.track_index.emplace(out.tracks[i].name, i);
   auto wires = other.find("wires");
   if (wires != other.end() && wires->is_array())
     for (const auto& w : *wires) {
@@ -139,11 +143,122 @@ void read_other_data(const json& other, trace_file& out) {
 }  // namespace
 
 const trace_track* trace_file::find_track(const std::string& name) const {
+  if (track_index.size() == tracks.size()) {  // as parse_trace leaves it
+    auto found = track_index.find(name);
+    return found == track_index.end() ? nullptr : &tracks[found->second];
+  }
   for (const auto& t : tracks)
     if (t.name == name)
       return &t;
   return nullptr;
 }
+
+namespace {
+
+// Note [reading a trace as it streams]
+// A trace of a large simulated run (a ring over hundreds of replicas) has tens of millions
+// of events; as one nlohmann document it took several times the text's size again and did
+// not fit in memory. So the text is read through nlohmann's SAX interface: everything but
+// the elements of "traceEvents" is built as a document (otherData, small), and each event
+// is built alone, handed to `take` with its index and dropped. The values and errors are
+// those of the whole document's parse.
+class event_stream final : public nlohmann::json_sax<json> {
+ public:
+  explicit event_stream(std::function<void(const json&, std::size_t)> take)
+      : take_(std::move(take)) {}
+
+  json& root() { return root_; }
+  bool saw_events() const { return saw_events_; }
+  // The parser's complaint, when parse_error was called.
+  std::size_t error_byte = 0;
+  std::string error;
+
+  bool null() override { return value(json{}); }
+  bool boolean(bool v) override { return value(json(v)); }
+  bool number_integer(number_integer_t v) override { return value(json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return value(json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return value(json(v)); }
+  bool string(string_t& v) override { return value(json(std::move(v))); }
+  bool binary(binary_t& v) override { return value(json::binary(std::move(v))); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    stack_.push_back(put(json::object()));
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    // The top-level object's first "traceEvents" array: its elements stream.
+    if (stack_.size() == 1 && stack_.back() == &root_ && root_.is_object() &&
+        key_ == "traceEvents" && !saw_events_) {
+      saw_events_ = true;
+      stack_.push_back(nullptr);
+      return true;
+    }
+    stack_.push_back(put(json::array()));
+    return true;
+  }
+  bool end_object() override { return end(); }
+  bool end_array() override { return end(); }
+  bool parse_error(std::size_t byte, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    error_byte = byte;
+    // A number past the double range ("1e400") is nlohmann's out_of_range: its message
+    // names the number (cut short: it may be long); a syntax error, its byte.
+    error = e.id == 406 ? ": not JSON: " + quote_user_text(e.what(), 160)
+                        : ": not JSON (at byte " + std::to_string(byte) + ")";
+    return false;
+  }
+
+ private:
+  // Where a new value goes: the root, the event being built, or its container.
+  json* put(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json* parent = stack_.back();
+    if (parent == nullptr) {
+      event_ = std::move(v);
+      return &event_;
+    }
+    if (parent->is_array()) {
+      parent->push_back(std::move(v));
+      return &parent->back();
+    }
+    auto& slot = (*parent)[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json v) {
+    put(std::move(v));
+    if (!stack_.empty() && stack_.back() == nullptr)
+      emit();
+    return true;
+  }
+  bool end() {
+    const bool events_closed = stack_.back() == nullptr;
+    stack_.pop_back();
+    if (!events_closed && !stack_.empty() && stack_.back() == nullptr)
+      emit();
+    return true;
+  }
+  void emit() {
+    take_(event_, index_++);
+    event_ = json{};
+  }
+
+  std::function<void(const json&, std::size_t)> take_;
+  json root_;
+  json event_;
+  std::vector<json*> stack_;  // nullptr: the "traceEvents" array
+  string_t key_;
+  bool saw_events_ = false;
+  std::size_t index_ = 0;
+};
+
+}  // namespace
 
 trace_file parse_trace(const std::string& text, const std::string& path) {
   // nlohmann parses deep nesting without recursion, but its dump() and destructor recurse
@@ -154,107 +269,131 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
                      std::to_string(max_json_depth) + " levels deep at byte " +
                      std::to_string(too_deep) +
                      "; expected a trace written by troupe run --trace (it nests 4 deep)");
-  json root;
+  trace_file out;
+  out.path = path;
+  // Events name their process (device) and thread (track) by number; the metadata events
+  // that name them may come anywhere, so names are given once all are read.
+  struct ids {
+    std::int64_t pid;
+    std::int64_t tid;
+  };
+  std::map<std::int64_t, std::string> process_names;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names;
+  std::vector<ids> job_ids, handler_ids;
+  std::map<std::uint64_t, ids> send_ids;
+  double first = std::numeric_limits<double>::infinity();
+  double last = -first;
+  // The first event that is wrong, thrown once the document is known to be a trace at all.
+  std::exception_ptr wrong_event;
+  auto take = [&](const json& e, std::size_t i) {
+    if (wrong_event)
+      return;
+    try {
+      event_reader read{path, i, e};
+      if (!e.is_object())
+        read.fail("an event should be an object, found " + describe_json_value(e));
+      auto ph = read.text(e, "ph");
+      auto pid = to_int(read.number(e, "pid", 0));
+      if (ph == "M") {
+        auto name = read.text(read.args(), "name");
+        if (read.text(e, "name") == "process_name")
+          process_names[pid] = name;
+        else if (read.text(e, "name") == "thread_name")
+          thread_names[{pid, to_int(read.number(e, "tid", 0))}] = name;
+        return;
+      }
+      double ts = read.number(e, "ts", std::numeric_limits<double>::quiet_NaN());
+      if (ts != ts)
+        read.fail("\"ts\" is missing (every event but metadata has a timestamp)");
+      auto tid = to_int(read.number(e, "tid", 0));
+      const auto& args = read.args();
+      first = std::min(first, ts);
+      last = std::max(last, ts);
+      if (ph == "X") {
+        trace_span span;
+        span.name = read.text(e, "name");
+        span.start_us = ts;
+        span.duration_us = std::max(0.0, read.number(e, "dur", 0));
+        last = std::max(last, span.end_us());
+        span.step = to_int(read.number(args, "step", -1));
+        span.microbatch = static_cast<std::int32_t>(read.number(args, "microbatch", -1));
+        span.replica = static_cast<std::int32_t>(read.number(args, "replica", -1));
+        span.eval = read.text(args, "phase") == "eval";
+        span.bytes = to_int(read.number(args, "bytes", 0));
+        auto category = read.text(e, "cat");
+        if (category == "job") {
+          span.actor = read.text(args, "actor");
+          span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
+          out.jobs.push_back(std::move(span));
+          job_ids.push_back({pid, tid});
+        } else if (category == "handler") {
+          span.from = read.text(args, "from");
+          span.actor = read.text(args, "to");
+          span.flow = static_cast<std::uint64_t>(std::max(0.0, read.number(args, "flow", 0)));
+          out.handlers.push_back(std::move(span));
+          handler_ids.push_back({pid, tid});
+        }
+      } else if (ph == "s") {
+        auto id = read.number(e, "id", 0);
+        if (id > 0) {
+          out.sends[static_cast<std::uint64_t>(id)] = {ts, std::string{},
+                                                       to_int(read.number(args, "bytes", -1))};
+          send_ids[static_cast<std::uint64_t>(id)] = {pid, tid};
+        }
+      } else if (ph == "C") {
+        out.counters[read.text(e, "name")].push_back({ts, read.number(args, "value", 0)});
+      } else if (ph == "i" && read.text(e, "cat") == "marker") {
+        out.markers.push_back({read.text(e, "name"), ts, to_int(read.number(args, "step", -1))});
+      }
+    } catch (const user_error&) {
+      wrong_event = std::current_exception();
+    }
+  };
+  event_stream stream{take};
+  bool parsed = false;
   try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw user_error(path + ": not JSON (at byte " + std::to_string(e.byte) +
-                     "); expected a trace written by troupe run --trace");
+    parsed = json::sax_parse(text, &stream);
   } catch (const json::exception& e) {
-    // A number past the double range ("1e400") is nlohmann's out_of_range, not a
-    // parse_error; its message names the number (cut short: it may be long).
     throw user_error(path + ": not JSON: " + quote_user_text(e.what(), 160) +
                      "; expected a trace written by troupe run --trace");
   }
-  auto events = root.is_object() ? root.find("traceEvents") : root.end();
+  if (!parsed)
+    throw user_error(path + stream.error + "; expected a trace written by troupe run --trace");
+  const auto& root = stream.root();
   auto other = root.is_object() ? root.find("otherData") : root.end();
-  if (!root.is_object() || events == root.end() || !events->is_array() || other == root.end() ||
-      !other->is_object() || !other->contains("tracks") || !other->at("tracks").is_array())
+  if (!root.is_object() || !stream.saw_events() || other == root.end() || !other->is_object() ||
+      !other->contains("tracks") || !other->at("tracks").is_array())
     throw user_error(path +
                      ": not a troupe trace: expected an object with a \"traceEvents\" array and an "
                      "\"otherData\" object with \"tracks\" (written by troupe run --trace)");
-  trace_file out;
-  out.path = path;
   read_other_data(*other, out);
+  if (wrong_event)
+    std::rethrow_exception(wrong_event);
 
-  // Metadata first: it names the processes (devices) and threads (tracks) events refer to.
-  std::map<std::int64_t, std::string> process_names;
-  std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names;
-  for (std::size_t i = 0; i < events->size(); ++i) {
-    const auto& e = (*events)[i];
-    event_reader read{path, i, e};
-    if (!e.is_object())
-      read.fail("an event should be an object, found " + describe_json_value(e));
-    if (read.text(e, "ph") != "M")
-      continue;
-    auto pid = to_int(read.number(e, "pid", 0));
-    auto name = read.text(read.args(), "name");
-    if (read.text(e, "name") == "process_name")
-      process_names[pid] = name;
-    else if (read.text(e, "name") == "thread_name")
-      thread_names[{pid, to_int(read.number(e, "tid", 0))}] = name;
-  }
   for (const auto& [pid, name] : process_names)
     out.devices.push_back(name);
-
-  double first = std::numeric_limits<double>::infinity();
-  double last = -first;
-  for (std::size_t i = 0; i < events->size(); ++i) {
-    const auto& e = (*events)[i];
-    event_reader read{path, i, e};
-    auto ph = read.text(e, "ph");
-    if (ph == "M")
-      continue;
-    double ts = read.number(e, "ts", std::numeric_limits<double>::quiet_NaN());
-    if (ts != ts)
-      read.fail("\"ts\" is missing (every event but metadata has a timestamp)");
-    auto pid = to_int(read.number(e, "pid", 0));
-    auto tid = to_int(read.number(e, "tid", 0));
-    const auto& args = read.args();
-    first = std::min(first, ts);
-    last = std::max(last, ts);
-    if (ph == "X") {
-      trace_span span;
-      span.name = read.text(e, "name");
-      span.start_us = ts;
-      span.duration_us = std::max(0.0, read.number(e, "dur", 0));
-      last = std::max(last, span.end_us());
-      auto device = process_names.find(pid);
-      span.device = device == process_names.end() ? std::to_string(pid) : device->second;
-      auto thread = thread_names.find({pid, tid});
-      span.track = thread == thread_names.end() ? std::string{} : thread->second;
-      span.step = to_int(read.number(args, "step", -1));
-      span.microbatch = static_cast<std::int32_t>(read.number(args, "microbatch", -1));
-      span.replica = static_cast<std::int32_t>(read.number(args, "replica", -1));
-      span.eval = read.text(args, "phase") == "eval";
-      span.bytes = to_int(read.number(args, "bytes", 0));
-      auto category = read.text(e, "cat");
-      if (category == "job") {
-        span.actor = read.text(args, "actor");
-        span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
-        out.jobs.push_back(std::move(span));
-      } else if (category == "handler") {
-        span.from = read.text(args, "from");
-        span.actor = read.text(args, "to");
-        span.flow = static_cast<std::uint64_t>(std::max(0.0, read.number(args, "flow", 0)));
-        if (span.actor.empty())
-          span.actor = span.track;
-        out.handlers.push_back(std::move(span));
-      }
-    } else if (ph == "s") {
-      auto id = read.number(e, "id", 0);
-      if (id > 0) {
-        auto thread = thread_names.find({pid, tid});
-        out.sends[static_cast<std::uint64_t>(id)] = {
-            ts, thread == thread_names.end() ? std::string{} : thread->second,
-            to_int(read.number(args, "bytes", -1))};
-      }
-    } else if (ph == "C") {
-      out.counters[read.text(e, "name")].push_back({ts, read.number(args, "value", 0)});
-    } else if (ph == "i" && read.text(e, "cat") == "marker") {
-      out.markers.push_back({read.text(e, "name"), ts, to_int(read.number(args, "step", -1))});
-    }
+  auto device_of = [&](const ids& at) {
+    auto device = process_names.find(at.pid);
+    return device == process_names.end() ? std::to_string(at.pid) : device->second;
+  };
+  auto track_of = [&](const ids& at) {
+    auto thread = thread_names.find({at.pid, at.tid});
+    return thread == thread_names.end() ? std::string{} : thread->second;
+  };
+  for (std::size_t i = 0; i < out.jobs.size(); ++i) {
+    out.jobs[i].device = device_of(job_ids[i]);
+    out.jobs[i].track = track_of(job_ids[i]);
   }
+  for (std::size_t i = 0; i < out.handlers.size(); ++i) {
+    auto& span = out.handlers[i];
+    span.device = device_of(handler_ids[i]);
+    span.track = track_of(handler_ids[i]);
+    if (span.actor.empty())
+      span.actor = span.track;
+  }
+  for (auto& [id, send] : out.sends)
+    send.from = track_of(send_ids[id]);
+
   if (first > last)
     first = last = 0;
   out.first_us = first;

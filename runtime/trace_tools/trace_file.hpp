@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace troupe {
@@ -92,6 +93,10 @@ struct trace_file {
   std::int64_t dropped_events = 0;
   double first_us = 0;               // the earliest timestamp of any event
   double last_us = 0;                // the latest end of any event
+
+  /// tracks by name, when their names differ (parse_trace fills it; find_track uses it
+  /// while it has an entry for every track, and looks through `tracks` otherwise).
+  std::unordered_map<std::string, std::size_t> track_index;
 
   /// The track called `name`, or nullptr.
   const trace_track* find_track(const std::string& name) const;

@@ -114,9 +114,9 @@ TEST_CASE("simulated pipelines of equal stages reach each schedule's theory") {
     CHECK(p.unpriced_jobs == 0);
     // The memory bound of each schedule: 1F1B and ZB-H1 hold at most P micro-batches on
     // stage 0, GPipe all M.
-    for (const auto& entry : p.peak_held) {  // no structured binding: clang 14's INFO
-      const std::string device = entry.first;
-      const auto held = entry.second;
+    for (const auto& m : p.memory) {
+      const std::string device = m.device;
+      const auto held = m.held;
       CAPTURE(device);
       if (c.name == "gpipe")
         CHECK(held == 4);
@@ -199,6 +199,47 @@ TEST_CASE("the predicted step of a fixed-cost pipeline is within 10% of the meas
   }
   INFO("measured " << best << " us, predicted " << p.step_us << " us");
   CHECK(std::abs(p.step_us / best - 1) <= 0.1);
+}
+
+TEST_CASE("the predicted peak memory of each device is the run's") {
+  // Real layers (their tensors are what is counted), wired three ways; the run's peak per
+  // device (the run summary's) against the simulated run's, which allocates the same
+  // tensors in the simulated schedule's order.
+  const std::string model = test::data_section({64, 512, 8, 64, 4}) + test::linear(256) +
+                            test::layer("relu") + test::linear(256) + test::layer("relu") +
+                            test::linear(4) + "[optimizer]\ntype = \"adam\"\nlr = 0.01\n";
+  const std::vector<std::string> wirings = {
+      "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\n"
+      "schedule = \"gpipe\"\n",
+      "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\n"
+      "schedule = \"1f1b\"\n",
+      "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n",
+  };
+  for (const auto& wiring : wirings) {
+    INFO(wiring);
+    const auto config =
+        parse_config("[run]\nsteps = 6\nevaluate = false" + model + wiring, "memory.toml");
+    const auto costs = calibrate(config, "memory.toml", 3);
+    simulate_options o;
+    o.steps = 6;
+    const auto p = simulate_run(config, costs, o);
+    const auto real = test::run_ok(config, test::quiet_options());
+    REQUIRE(real.outcome.device_peak_bytes.size() == 2);
+    REQUIRE(p.memory.size() == 2);
+    for (std::size_t d = 0; d < 2; ++d) {
+      const std::string device = p.memory[d].device;
+      const auto predicted = static_cast<double>(p.memory[d].peak_bytes);
+      const auto measured = static_cast<double>(real.outcome.device_peak_bytes[d].second);
+      CAPTURE(device);
+      CAPTURE(predicted);
+      CAPTURE(measured);
+      CHECK(real.outcome.device_peak_bytes[d].first == device);
+      // Adam's weights alone: 256 x 65 + 256 x 257 + 4 x 257 floats, five copies, split over
+      // the devices; a device holds more than a tenth of them.
+      CHECK(predicted > 0.1 * 4 * 5 * (256 * 65 + 256 * 257 + 4 * 257));
+      CHECK(predicted == doctest::Approx(measured).epsilon(0.1));
+    }
+  }
 }
 
 TEST_CASE("a hundred devices and more simulate on this machine: DP 128 over 4 nodes with a link") {
@@ -364,6 +405,7 @@ TEST_CASE("simulate --search tries every wiring of a device budget and puts the 
   CHECK(find(1, 2, 4, "1f1b").step_us == doctest::Approx(15000).epsilon(0.02));
   CHECK(find(1, 2, 8, "1f1b").step_us == doctest::Approx(13500).epsilon(0.02));
   CHECK(find(1, 2, 4, "gpipe").peak_held == 4);
+  CHECK(find(1, 2, 4, "gpipe").peak_bytes > 0);
   CHECK(format_search_text(tried, 3).find("the best 3 shown") != std::string::npos);
   CHECK_THROWS_AS(search_wirings(config, costs, exact_options(4), 0), user_error);
 }
