@@ -109,11 +109,10 @@ class tensor {
   event ready_;
 };
 
-/// Bytes of tensors a device of this process holds: now, and at the most since
+/// The most bytes of tensors a device of this process held at once since
 /// reset_storage_peak (the run summary's peak memory; a simulated run's devices count too,
 /// which is how `troupe simulate` predicts it). A block counts while a tensor holds it, not
 /// while it waits in the pool for reuse.
-std::int64_t storage_bytes_live(const device_id& device);
 std::int64_t storage_bytes_peak(const device_id& device);
 void reset_storage_peak(const device_id& device);
 

@@ -84,12 +84,6 @@ class cpu_pool {
     free_[bytes].push_back(p);
   }
 
-  std::int64_t live(const device_id& device) {
-    std::lock_guard<std::mutex> guard{mutex_};
-    auto it = bytes_.find(device);
-    return it == bytes_.end() ? 0 : it->second.live;
-  }
-
   std::int64_t peak(const device_id& device) {
     std::lock_guard<std::mutex> guard{mutex_};
     auto it = bytes_.find(device);
@@ -137,10 +131,6 @@ storage::storage(device_id device, std::size_t bytes) : device_(device), bytes_(
 
 storage::~storage() {
   the_cpu_pool().release(device_, data_, bytes_);
-}
-
-std::int64_t storage_bytes_live(const device_id& device) {
-  return the_cpu_pool().live(device);
 }
 
 std::int64_t storage_bytes_peak(const device_id& device) {

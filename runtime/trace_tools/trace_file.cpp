@@ -170,7 +170,6 @@ class event_stream final : public nlohmann::json_sax<json> {
   json& root() { return root_; }
   bool saw_events() const { return saw_events_; }
   // The parser's complaint, when parse_error was called.
-  std::size_t error_byte = 0;
   std::string error;
 
   bool null() override { return value(json{}); }
@@ -203,7 +202,6 @@ class event_stream final : public nlohmann::json_sax<json> {
   bool end_array() override { return end(); }
   bool parse_error(std::size_t byte, const std::string&,
                    const nlohmann::detail::exception& e) override {
-    error_byte = byte;
     // A number past the double range ("1e400") is nlohmann's out_of_range: its message
     // names the number (cut short: it may be long); a syntax error, its byte.
     error = e.id == 406 ? ": not JSON: " + quote_user_text(e.what(), 160)

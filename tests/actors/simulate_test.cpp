@@ -362,6 +362,24 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   j = nlohmann::json::parse(format_calibration_json(costs));
   j["rows"] = 0;
   CHECK_THROWS_AS(parse_calibration_json(j.dump(), "c.json"), user_error);
+  // The contention factor: read back, optional (older files), checked.
+  costs.contention = 1.25;
+  CHECK(parse_calibration_json(format_calibration_json(costs), "c.json").contention == 1.25);
+  j = nlohmann::json::parse(format_calibration_json(costs));
+  j.erase("contention");
+  CHECK(parse_calibration_json(j.dump(), "c.json").contention == 1);
+  for (const nlohmann::json bad : {nlohmann::json(0.5), nlohmann::json(1e9), nlohmann::json("x"),
+                                   nlohmann::json::array({1})}) {
+    CAPTURE(bad.dump());
+    j["contention"] = bad;
+    CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
+                         doctest::Contains("\"contention\""), user_error);
+  }
+  costs.contention = 1;
+  auto crowded = exact_options();
+  crowded.contention = 0.5;
+  CHECK_THROWS_WITH_AS(simulate_run(config, costs, crowded), doctest::Contains("--contention"),
+                       user_error);
   // A calibration of another model: a layer it has no timing of.
   auto short_costs = costs;
   short_costs.layers.clear();
