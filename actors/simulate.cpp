@@ -348,8 +348,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.handler_us = options.handler_us;
   p.contention = world_settings.contention;
   p.unpriced_jobs = prices.unpriced();
-  p.trace_json = result.trace_json;
   const auto trace = parse_trace(result.trace_json, "(simulated)");
+  p.trace_json = std::move(result.trace_json);  // gigabytes, for a ring over 512 replicas
   if (trace.dropped_events > 0)
     throw user_error("the simulated run's trace dropped " + std::to_string(trace.dropped_events) +
                      " events: the prediction would be wrong; simulate fewer --steps");

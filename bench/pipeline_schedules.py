@@ -23,6 +23,7 @@ schedule and its hand-overs cost (a message and a thread wake-up per hand-over, 
 device's handling of its actors' messages between jobs).
 
     /usr/bin/python3 bench/pipeline_schedules.py [--repeats 3] [--steps 12] [--forward-us 2000]
+        [--only zb-h1 ...] [--pipelines 2 ...]
 
 Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
 part of ctest.
@@ -109,6 +110,10 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--forward-us", type=int, default=2000)
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="these schedules only (gpipe, 1f1b, interl., zb-h1)")
+    parser.add_argument("--pipelines", nargs="*", type=int, default=[2, 4],
+                        help="the P to run (default 2 and 4)")
     args = parser.parse_args()
     if not os.path.exists(args.binary):
         sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
@@ -118,11 +123,13 @@ def main():
     print(f"{'P':>2} {'schedule':>8} {'M':>3} {'theory':>7}  {'measured, stages 0..P-1':<28} "
           f"{'costed, stages 0..P-1':<28} {'worst':>6} {'samples/s':>10}")
     with tempfile.TemporaryDirectory() as workdir:
-        for p in [2, 4]:
+        for p in args.pipelines:
             devices = ", ".join(f'"cpu:{d}"' for d in range(p))
             layers = RELU + DELAY.format(forward_us=args.forward_us) * (2 * p)
             for name, schedule, v in [("gpipe", "gpipe", 1), ("1f1b", "1f1b", 1),
                                       ("interl.", "1f1b", 2), ("zb-h1", "zb-h1", 1)]:
+                if args.only is not None and name not in args.only:
+                    continue
                 for m in [4, 8]:
                     text = CONFIG.format(steps=args.steps, layers=layers, devices=devices, p=p,
                                          v=v, m=m, schedule=schedule)

@@ -266,23 +266,45 @@ std::string recorder::json(const std::string& metadata) const {
     return track == 0 || track > all_tracks.size() ? "-" : all_tracks[track - 1].name;
   };
 
-  nlohmann::json out;
-  auto& list = out["traceEvents"] = nlohmann::json::array();
+  // Note [writing a trace as it is made]
+  // The text is what one JSON document of the whole trace would dump to (its keys sorted:
+  // displayTimeUnit, otherData, traceEvents), but each event is built alone, appended and
+  // dropped: a document of every event took about a kilobyte an event, which a simulated
+  // ring over hundreds of replicas (millions of chunk jobs) could not hold.
+  auto other = metadata.empty() ? nlohmann::json::object() : nlohmann::json::parse(metadata);
+  other["dropped_events"] = dropped();
+  nlohmann::json track_list = nlohmann::json::array();
+  for (const auto& t : all_tracks)
+    track_list.push_back({{"name", t.name},
+                          {"kind", t.kind},
+                          {"device", t.device},
+                          {"replica", t.replica},
+                          {"stage", t.stage},
+                          {"layer", t.layer}});
+  other["tracks"] = track_list;
+  std::string text = R"({"displayTimeUnit":"ms","otherData":)" + other.dump() +
+                     R"(,"traceEvents":[)";
+  bool first_event = true;
+  auto add = [&](const nlohmann::json& e) {
+    text += first_event ? "" : ",";
+    first_event = false;
+    text += e.dump();
+  };
   for (std::size_t p = 0; p < devices.size(); ++p) {
-    list.push_back(
+    add(
         {{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"args", {{"name", devices[p]}}}});
-    list.push_back(
+    add(
         {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"args", {{"sort_index", p}}}});
   }
   for (std::size_t i = 0; i < all_tracks.size(); ++i) {
     auto id = static_cast<std::uint32_t>(i + 1);
-    list.push_back({{"ph", "M"},
+    add({{"ph", "M"},
                     {"name", "thread_name"},
                     {"pid", pid_of(id)},
                     {"tid", id},
                     {"args", {{"name", all_tracks[i].name}}}});
     // Streams first in each process, then actors in registration order.
-    list.push_back({{"ph", "M"},
+    add({{"ph", "M"},
                     {"name", "thread_sort_index"},
                     {"pid", pid_of(id)},
                     {"tid", id},
@@ -320,31 +342,31 @@ std::string recorder::json(const std::string& metadata) const {
         args["to"] = name_of(e.track);
         if (e.flow != 0)
           args["flow"] = e.flow;
-        list.push_back(slice("handler", e, std::move(args)));
+        add(slice("handler", e, std::move(args)));
         if (e.flow != 0) {
           auto arrow_end = on_track("f", "message", e);
           arrow_end["bp"] = "e";
           arrow_end["id"] = e.flow;
-          list.push_back(std::move(arrow_end));
+          add(std::move(arrow_end));
         }
         break;
       case event_type::send: {
         auto arrow_start = on_track("s", "message", e);
         arrow_start["id"] = e.flow;
         arrow_start["args"] = {{"to", name_of(e.peer)}, {"bytes", e.bytes}};
-        list.push_back(std::move(arrow_start));
+        add(std::move(arrow_start));
         break;
       }
       case event_type::job:
         args["actor"] = name_of(e.peer);
         args["queued_us"] = us(e.value);
-        list.push_back(slice("job", e, std::move(args)));
+        add(slice("job", e, std::move(args)));
         break;
       case event_type::counter: {
         std::string counter = std::string{e.name} + " " + name_of(e.track);
         if (e.peer != 0)
           counter += " -> " + name_of(e.peer);
-        list.push_back({{"ph", "C"},
+        add({{"ph", "C"},
                         {"name", counter},
                         {"pid", pid_of(e.track)},
                         {"ts", us(e.start_ns)},
@@ -352,7 +374,7 @@ std::string recorder::json(const std::string& metadata) const {
         break;
       }
       case event_type::marker:
-        list.push_back({{"ph", "i"},
+        add({{"ph", "i"},
                         {"s", "g"},
                         {"cat", "marker"},
                         {"name", std::string{e.name} + " " + std::to_string(e.step)},
@@ -363,20 +385,8 @@ std::string recorder::json(const std::string& metadata) const {
         break;
     }
   }
-  out["displayTimeUnit"] = "ms";
-  auto other = metadata.empty() ? nlohmann::json::object() : nlohmann::json::parse(metadata);
-  other["dropped_events"] = dropped();
-  nlohmann::json track_list = nlohmann::json::array();
-  for (const auto& t : all_tracks)
-    track_list.push_back({{"name", t.name},
-                          {"kind", t.kind},
-                          {"device", t.device},
-                          {"replica", t.replica},
-                          {"stage", t.stage},
-                          {"layer", t.layer}});
-  other["tracks"] = track_list;
-  out["otherData"] = other;
-  return out.dump();
+  text += "]}";
+  return text;
 }
 
 // ---- binding threads, and the calls actors and streams make ----
