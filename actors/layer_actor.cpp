@@ -167,9 +167,6 @@ void layer_actor::arrive_backward(gradient_msg& message, std::int32_t port) {
     return;
   }
   auto span = handling_span("backward", message.trace, message.tag, bytes_of(message.dx));
-  auto& out = outs_.at(static_cast<std::size_t>(port));
-  out.wire.release(this);
-  record_counter("credits", out.track, out.wire.in_flight());
   pass work{{}, std::move(message), true, {}};
   if (outs_.size() > 1) {
     const auto& tag = work.gradient.tag;
@@ -248,7 +245,21 @@ caf::message_handler layer_actor::handlers() {
   return {
       [this](activation_msg& message) { arrive_forward(message, port_of(ins_, 0)); },
       [this](ported_activation& message) { arrive_forward(message.message, message.port); },
-      [this](gradient_msg& message) { arrive_backward(message, port_of(outs_, 0)); },
+      [this](gradient_msg& message) {
+        // Note [credits back on arrival]
+        // A gradient returns its wire's credit when it arrives, before its tensor is
+        // written: the reader sent it as it submitted its backward, so its stash is freed
+        // by a job already in its stream, ahead of any forward the credit lets in. The next
+        // forward then reaches the reader while that backward runs, instead of a hand-over
+        // after it ends and another after the gradient is read: 1F1B's order on the reader
+        // (it runs in its stream's order) with no gap for an idle-lane job (a zero-bubble
+        // weight gradient) to fill and the forward to wait behind.
+        const auto port = port_of(outs_, 0);
+        auto& out = outs_.at(static_cast<std::size_t>(port));
+        out.wire.release(this);
+        record_counter("credits", out.track, out.wire.in_flight());
+        arrive_backward(message, port);
+      },
       [this](ported_gradient& message) { arrive_backward(message.message, message.port); },
       [this](resume_atom) {
         resume_requested_ = false;

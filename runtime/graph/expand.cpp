@@ -231,11 +231,10 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     return t.devices[static_cast<std::size_t>((r * P + s % P) % D)];
   };
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
-  // ZB-H1 gives stages after the first one credit more than 1F1B: a stage's next forward
-  // is then already there when its backward ends, instead of one credit round trip later
-  // (a gap its idle lane would fill with a whole weight gradient, Note [split backward]
-  // in actors/layer_actor.cpp). Its memory bound, P micro-batches per stage, is kept by
-  // the layers' stash limit instead.
+  // ZB-H1 has 1F1B's: a credit comes back as the reader submits its backward (Note
+  // [credits back on arrival] in actors/layer_actor.cpp), so a stage's next forward is
+  // there before its backward ends. Its memory bound, P micro-batches per stage (weight
+  // gradients still to run keep theirs), is kept by the layers' stash limit.
   // Interleaved stages wait for their turns: each gets M, and its device's sequencer
   // keeps the memory bound (Note [credits and turns] in
   // runtime/model/interleaved_schedule.hpp).
@@ -246,9 +245,8 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
       case pipeline_schedule::gpipe:
         return M;
       case pipeline_schedule::one_f_one_b:
-        return P - s;
       case pipeline_schedule::zb_h1:
-        return std::min(P, P - s + 1);
+        return P - s;
     }
     return M;
   };
