@@ -131,7 +131,16 @@ bool layer_actor::gathered(std::map<pass_key, gathering>& by_key, const pass_key
 void layer_actor::arrive_forward(activation_msg& message, std::int32_t port) {
   if (pending_input(settings_->on->id(), {&message.x}) != nullptr) {
     ported_activation later{std::move(message), port};
-    come_back_when_ready(this, &later.message.x, later);  // its event is copied out first
+    // The device's idle lane may wait for it (Note [looking ahead before an idle job] in
+    // runtime/core/device.cpp), unless it will first hurry this layer's weight gradients
+    // itself, having no room for its stash then (Note [split backward]).
+    std::function<bool()> room;
+    if (split_ && settings_->stash_limit > 0)
+      room = [holding = holding_, limit = settings_->stash_limit] {
+        return holding->load(std::memory_order_relaxed) < limit;
+      };
+    come_back_when_ready(this, &later.message.x, later,  // its event is copied out first
+                         &settings_->on->work(), std::move(room));
     return;
   }
   auto span = handling_span("forward", message.trace, message.tag, bytes_of(message.x));
@@ -163,7 +172,8 @@ void layer_actor::proceed(pass work) {
 void layer_actor::arrive_backward(gradient_msg& message, std::int32_t port) {
   if (pending_input(settings_->on->id(), {&message.dx}) != nullptr) {
     ported_gradient later{std::move(message), port};
-    come_back_when_ready<caf::message_priority::high>(this, &later.message.dx, later);
+    come_back_when_ready<caf::message_priority::high>(this, &later.message.dx, later,
+                                                      &settings_->on->work());
     return;
   }
   auto span = handling_span("backward", message.trace, message.tag, bytes_of(message.dx));
@@ -581,11 +591,13 @@ void layer_actor::forward(pass& work) {
 
 void layer_actor::finish_forward(const micro_tag& tag, const shape_t& input_shape,
                                  std::shared_ptr<std::vector<tensor>> saved, tensor y) {
-  if (tag.stage == phase::train)
+  if (tag.stage == phase::train) {
+    holding_->fetch_add(1, std::memory_order_relaxed);
     stash_.emplace(stash_key{tag.step, tag.microbatch},
                    stash_entry{std::move(saved), params_, input_shape});
-  else
+  } else {
     send_release(tag);
+  }
   record_counter("stash", 0, held());
   for (auto& out : outs_) {  // the same y to every reader
     activation_msg forward{tag, y};
@@ -603,6 +615,7 @@ void layer_actor::backward(pass& work) {
     throw std::logic_error(describe(*settings_, "backward", tag) + " has no stashed forward");
   auto entry = std::move(it->second);
   stash_.erase(it);
+  holding_->fetch_sub(1, std::memory_order_relaxed);
   if (settings_->sequencer != nullptr && settings_->first_of_stage)
     settings_->sequencer->release();  // the micro-batch leaves this device's stash
 
@@ -653,15 +666,18 @@ void layer_actor::backward(pass& work) {
             }
           },
           job_for("backward", tag));
+    holding_->fetch_add(1, std::memory_order_relaxed);  // until the job has run
     done = device.work().submit_when_idle(  // Note [split backward]
         [settings = settings_, context, entry = std::move(entry), dy, grads = grads_, accumulate,
-         tag]() mutable {
+         tag, holding = holding_]() mutable {
           try {
             settings->math->backward_weight(context, entry.params, *entry.saved, dy, grads,
                                             accumulate);
           } catch (const std::exception& e) {
+            holding->fetch_sub(1, std::memory_order_relaxed);
             throw std::runtime_error(describe(*settings, "backward_weight", tag) + ": " + e.what());
           }
+          holding->fetch_sub(1, std::memory_order_relaxed);
         },
         job_for("backward_weight", tag));
     weight_jobs_.push_back(done);

@@ -21,6 +21,7 @@
 // device_actor's.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -188,6 +189,9 @@ class layer_actor : public device_actor {
   std::deque<pass> queued_;             // Note [one job at a time] in layer_actor.cpp
   event last_job_;                      // this actor's last main-lane job in its stream
   std::deque<event> weight_jobs_;       // its idle-lane jobs, oldest first (some may have run)
+  /// Micro-batches held (held() as its weight-gradient jobs run), for the device's idle
+  /// lane deciding on another thread whether a forward on its way has room (arrive_forward).
+  std::shared_ptr<std::atomic<std::int64_t>> holding_ = std::make_shared<std::atomic<std::int64_t>>(0);
   std::deque<weight_grads_msg> unwritten_;  // sent once their weight gradients have run
   bool resume_requested_ = false;
 };

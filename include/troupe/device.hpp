@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "troupe/kernel.hpp"
@@ -97,7 +98,24 @@ class stream_progress {
   /// others still run and the first exception is rethrown after them.
   void fire_due();
 
+  /// About how long until `sequence` jobs have completed, at `now_ns` of the stream's
+  /// clock: 0 if they have (Note [looking ahead before an idle job] in device.cpp).
+  std::int64_t eta_ns(std::uint64_t sequence, std::int64_t now_ns) const;
+  /// The stream's side: a job expected to end at `until_ns` started (0: none runs now);
+  /// `main_lane`: it is the next of this progress's count.
+  void note_running(std::int64_t until_ns, bool main_lane) {
+    running_main_lane_.store(main_lane, std::memory_order_relaxed);
+    running_until_ns_.store(until_ns, std::memory_order_release);
+  }
+  /// The stream's side: how long its next main-lane job will take, as far as it knows.
+  void note_next(std::int64_t estimate_ns) {
+    next_estimate_ns_.store(estimate_ns, std::memory_order_relaxed);
+  }
+
  private:
+  std::atomic<std::int64_t> running_until_ns_{0};
+  std::atomic<bool> running_main_lane_{false};
+  std::atomic<std::int64_t> next_estimate_ns_{0};
   mutable std::mutex mutex_;
   std::condition_variable done_;
   std::atomic<std::uint64_t> completed_{0};
@@ -131,6 +149,8 @@ struct event {
   void then(std::function<void()> callback) const;
 };
 
+struct expected_events;  // a stream's messages on their way (device.cpp)
+
 /// An in-order queue of jobs run by one worker thread.
 class stream {
  public:
@@ -163,6 +183,24 @@ class stream {
 
   /// The trace track of this stream (0: not traced).
   void set_trace_track(std::uint32_t track) { trace_track_ = track; }
+
+  /// Main-lane work for this stream follows once `e`, another stream's event, is reached:
+  /// an actor placed here put a message aside until a tensor is written (include/troupe/
+  /// inputs.hpp). An idle job that would still run when it is due waits for it (Note
+  /// [looking ahead before an idle job] in device.cpp). Call done() on what it returns
+  /// once the message is back in the actor's mailbox; it may outlive the stream. While
+  /// `wanted` (if given; called on this stream's thread) says false, it is not waited for.
+  class expectation {
+   public:
+    expectation() = default;
+    void done();
+
+   private:
+    friend class stream;
+    std::shared_ptr<expected_events> set_;
+    event on_;
+  };
+  expectation expect(const event& e, std::function<bool()> wanted = {});
 
   /// Makes later jobs of this stream wait until `e` is reached (no-op for this stream's
   /// own events, which stream order already guarantees). This blocks the stream, so work
@@ -224,6 +262,20 @@ class stream {
   void run_guarded(Work&& work);
   void run_guarded_job(const job& work);  // the same, for the simulation
   void fail(std::exception_ptr error);
+  // Note [looking ahead before an idle job]; all under mutex_.
+  /// How long the idle lane's head should wait, at `now_ns`, for main-lane work due before
+  /// it would end; 0: run it now.
+  std::int64_t idle_hold_ns(std::int64_t now_ns);
+  /// About how long a job with `label` takes here (0: none like it has run yet).
+  std::int64_t estimate_ns(const job_label& label) const;
+  /// A job with `label` took `took_ns`.
+  void learn(const job_label& label, std::int64_t took_ns);
+  /// Tells progress_ what the main lane's head will take.
+  void note_next_job();
+  /// A job with `label` starts at `now_ns` (the worker's or the simulation's side).
+  void note_start(const job_label& label, bool idle_lane, std::int64_t now_ns);
+  /// The stream's clock: steady nanoseconds, or the simulation's virtual ones.
+  std::int64_t clock_ns() const;
 
   device_id device_;
   mutable std::mutex mutex_;
@@ -249,6 +301,9 @@ class stream {
   bool worker_sleeping_ = false;  // guarded by mutex_
   error_handler on_error_;        // guarded by mutex_
   std::uint32_t trace_track_ = 0;
+  std::unordered_map<std::uint64_t, std::int64_t> estimates_;  // guarded by mutex_
+  std::int64_t held_since_ns_ = -1;  // guarded by mutex_: the idle head waits since then
+  std::shared_ptr<expected_events> expected_;
   simulation* world_ = nullptr;  // a simulated stream's; then worker_ never runs
   std::thread worker_;
 };

@@ -14,6 +14,7 @@
 
 #include <caf/all.hpp>
 
+#include <functional>
 #include <initializer_list>
 
 #include "troupe/device.hpp"
@@ -41,16 +42,21 @@ inline const tensor* pending_input(const device_id& here, const std::vector<tens
 /// If `pending` is not null, arranges for `message` to come back to `self` once that
 /// tensor is ready (the handler then checks the rest) and returns true: the caller
 /// returns and handles the message then. Returns false when nothing is pending.
+/// `here`, the stream `self` handles its messages on, if it has one, is told the message
+/// is on its way (stream::expect; `wanted` as there).
 template <caf::message_priority Priority = caf::message_priority::normal, class Message>
-bool come_back_when_ready(caf::event_based_actor* self, const tensor* pending, Message& message) {
+bool come_back_when_ready(caf::event_based_actor* self, const tensor* pending, Message& message,
+                          stream* here = nullptr, std::function<bool()> wanted = {}) {
   if (pending == nullptr)
     return false;
   auto me = caf::actor_cast<caf::actor>(self);
   // The event is copied out first: `pending` points into `message`, which moves into the
   // callback below.
   const event written = pending->ready();
-  written.then([me, message = std::move(message)]() mutable {
+  auto coming = here != nullptr ? here->expect(written, std::move(wanted)) : stream::expectation{};
+  written.then([me, message = std::move(message), coming = std::move(coming)]() mutable {
     caf::anon_send<Priority>(me, std::move(message));
+    coming.done();  // after: the message is in the mailbox, its handling posted
   });
   return true;
 }

@@ -43,6 +43,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <string_view>
 
 #include "runtime/core/device_name.hpp"
 #include "runtime/core/job_span.hpp"
@@ -149,6 +151,18 @@ void stream_progress::fire_due() {
     std::rethrow_exception(first);
 }
 
+std::int64_t stream_progress::eta_ns(std::uint64_t sequence, std::int64_t now_ns) const {
+  const auto done = completed();
+  if (sequence <= done)
+    return 0;
+  const auto until = running_until_ns_.load(std::memory_order_acquire);
+  const bool main_lane = until > 0 && running_main_lane_.load(std::memory_order_relaxed);
+  const std::int64_t rest = until > 0 ? std::max<std::int64_t>(0, until - now_ns) : 0;
+  // The jobs after the one running, each guessed to take what the next one will.
+  const auto after = static_cast<std::int64_t>(sequence - done) - (main_lane ? 1 : 0);
+  return rest + after * next_estimate_ns_.load(std::memory_order_relaxed);
+}
+
 int allowed_core_count() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -183,12 +197,6 @@ void bind_to_core(int core) {
 }
 
 constexpr auto spin_before_sleep = std::chrono::microseconds(200);
-// About what a hand-over between two devices' threads takes (tens of microseconds on an
-// idle machine, hundreds on a busy one): Note [idle lane].
-constexpr auto idle_grace = std::chrono::microseconds(200);
-// ... or a tenth of the idle job just run, up to 2 ms: Note [idle lane].
-constexpr int idle_grace_share = 10;
-constexpr auto max_idle_grace = std::chrono::microseconds(2000);
 
 }  // namespace
 
@@ -210,14 +218,8 @@ void record_job_span(std::uint32_t track, const job_label& label, std::int64_t s
   trace::record(e);
 }
 
-std::int64_t idle_lane_grace_ns(std::int64_t job_ns) {
-  const std::int64_t share = job_ns / idle_grace_share;
-  return std::clamp<std::int64_t>(
-      share, std::chrono::duration_cast<std::chrono::nanoseconds>(idle_grace).count(),
-      std::chrono::duration_cast<std::chrono::nanoseconds>(max_idle_grace).count());
-}
-
-stream::stream(device_id device, int core) : device_(device) {
+stream::stream(device_id device, int core)
+    : device_(device), expected_(std::make_shared<expected_events>()) {
   worker_ = std::thread([this, core] {
     bind_to_core(core);
     // Named for profilers and debuggers: "troupe cpu:1" (15 characters at most).
@@ -226,7 +228,8 @@ stream::stream(device_id device, int core) : device_(device) {
   });
 }
 
-stream::stream(device_id device, simulation& world) : device_(device), world_(&world) {
+stream::stream(device_id device, simulation& world)
+    : device_(device), expected_(std::make_shared<expected_events>()), world_(&world) {
   world.attach(*this);
 }
 
@@ -268,11 +271,125 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
   {
     std::lock_guard<std::mutex> guard{mutex_};
     queue_.push_back(entry{std::move(work), busy, label, submitted, false, {}});
+    if (queue_.size() == 1)
+      note_next_job();
     sequence = ++submitted_;
     sleeping = worker_sleeping_;
   }
   wake(sleeping);
   return event{progress_, sequence};
+}
+
+// Note [looking ahead before an idle job]
+// An idle job (a zero-bubble weight gradient) is not preempted: main-lane work that
+// arrives while it runs waits for its end. If that work is a pipeline's next forward or
+// backward, the stage after or before waits too, and the bubble the idle lane was to fill
+// grows instead. So before it starts one, the stream looks at what is on its way: the
+// messages its actors put aside until a tensor of another stream is written (expect(),
+// from include/troupe/inputs.hpp). Each producing stream publishes, on its progress,
+// when the job it runs should end and what its next main-lane job should take (estimates
+// learnt from the jobs of the same actor and name it has run, a quarter of each new one).
+// If one such message is due before the idle job would end, the idle job waits for it:
+// at most its own estimated length in all, since waiting longer than the job would take
+// cannot be better than running it. A job never run before has no estimate and runs.
+// The same decision is made by real workers and by simulated streams (simulation.cpp),
+// so `troupe simulate` predicts it.
+struct expected_events {
+  struct expected {
+    event on;
+    std::function<bool()> wanted;  // empty: always
+  };
+  std::mutex mutex;
+  std::vector<expected> events;
+};
+
+void stream::expectation::done() {
+  if (set_ == nullptr)
+    return;
+  std::lock_guard<std::mutex> guard{set_->mutex};
+  auto& events = set_->events;
+  for (auto it = events.begin(); it != events.end(); ++it)
+    if (it->on.owner == on_.owner && it->on.sequence == on_.sequence) {
+      events.erase(it);
+      break;
+    }
+  set_ = nullptr;
+}
+
+stream::expectation stream::expect(const event& e, std::function<bool()> wanted) {
+  expectation out;
+  if (e.owner == nullptr || e.owner == progress_ || e.owner == idle_progress_)
+    return out;
+  out.set_ = expected_;
+  out.on_ = e;
+  std::lock_guard<std::mutex> guard{expected_->mutex};
+  expected_->events.push_back({e, std::move(wanted)});
+  return out;
+}
+
+namespace {
+
+std::uint64_t estimate_key(const job_label& label) {
+  return (static_cast<std::uint64_t>(label.actor) << 32) ^
+         static_cast<std::uint64_t>(std::hash<std::string_view>{}(label.name));
+}
+
+std::int64_t steady_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::int64_t stream::clock_ns() const {
+  return world_ != nullptr ? world_->now_ns() : steady_clock_ns();
+}
+
+std::int64_t stream::estimate_ns(const job_label& label) const {
+  auto found = estimates_.find(estimate_key(label));
+  return found == estimates_.end() ? 0 : found->second;
+}
+
+void stream::learn(const job_label& label, std::int64_t took_ns) {
+  auto& e = estimates_[estimate_key(label)];
+  e = e == 0 ? std::max<std::int64_t>(1, took_ns) : (3 * e + took_ns) / 4;
+}
+
+void stream::note_next_job() {
+  progress_->note_next(queue_.empty() ? 0 : estimate_ns(queue_.front().label));
+}
+
+void stream::note_start(const job_label& label, bool idle_lane, std::int64_t now_ns) {
+  const auto estimate = estimate_ns(label);
+  progress_->note_running(now_ns + std::max<std::int64_t>(1, estimate), !idle_lane);
+  note_next_job();
+}
+
+std::int64_t stream::idle_hold_ns(std::int64_t now_ns) {
+  if (idle_queue_.empty())
+    return 0;
+  const auto length = estimate_ns(idle_queue_.front().label);
+  if (length <= 0 || (held_since_ns_ >= 0 && now_ns - held_since_ns_ >= length))
+    return 0;
+  std::int64_t soonest = length;
+  {
+    std::lock_guard<std::mutex> guard{expected_->mutex};
+    for (const auto& e : expected_->events)
+      if (!e.wanted || e.wanted())
+        soonest = std::min(soonest, e.on.owner->eta_ns(e.on.sequence, now_ns));
+  }
+  // Waiting costs the device the wait; running costs the message what is left of the job
+  // when it comes. Bench/pipeline_schedules.py (and simulations of it) came out best
+  // waiting only for what is due within the first half of the job.
+  if (2 * soonest >= length)
+    return 0;
+  if (held_since_ns_ < 0)
+    held_since_ns_ = now_ns;
+  // Looked at again when the message comes (it wakes the stream), or when it should have.
+  constexpr std::int64_t recheck_ns = 20'000;
+  return std::clamp<std::int64_t>(soonest, recheck_ns,
+                                  std::max<std::int64_t>(recheck_ns, length - (now_ns - held_since_ns_)));
 }
 
 // Note [idle lane]
@@ -288,18 +405,11 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
 // an idle event of its own stream instead of blocking the worker on it, which would wait
 // for itself.
 //
-// Idle jobs do not run back to back at once: after one, the worker waits idle_grace for
-// main-lane work before it takes the next. A pipeline stage whose weight gradient filled
-// the wait for its next forward would otherwise start another one in the microseconds
-// between the end of the forward on the previous stage and the message saying so, and
-// the forward, on the critical path, would wait a whole weight gradient. The first idle
-// job after main-lane work starts at once: that is a real gap.
-// The wait is a tenth of the idle job just run when that is longer (up to 2 ms): in a
-// schedule whose forward is due as a weight gradient ends, the two stages' clocks drift
-// apart by more than a hand-over when jobs are long (sleeps overshoot, cores are shared;
-// 20 ms fixed-cost jobs on our VMs missed a 200 us grace in most runs of an afternoon),
-// and waiting a tenth of a weight gradient costs at most that, where starting the next one
-// delays the forward by a whole one.
+// An idle job that would delay main-lane work already on its way waits for it (Note
+// [looking ahead before an idle job]). That replaced a fixed grace after each idle job
+// (200 us, or a tenth of the job), which every weight gradient paid whether or not a
+// forward was coming: ZB-H1's measured bubble went from 0.108 / 0.070 / 0.251 / 0.156 to
+// 0.088 / 0.052 / 0.237 / 0.168 (P = 2, 4; M = 4, 8; bench/pipeline_schedules.py).
 event stream::submit_when_idle(job work, const job_label& label) {
   bool sleeping;
   std::uint64_t sequence;
@@ -323,7 +433,9 @@ void stream::hurry(const event& e) {
     while (!idle_queue_.empty() && idle_submitted_ - idle_queue_.size() < e.sequence) {
       queue_.push_back(std::move(idle_queue_.front()));
       idle_queue_.pop_front();
+      held_since_ns_ = -1;
     }
+    note_next_job();
   }
   if (world_ != nullptr)  // its main lane has work now: the simulation looks at it again
     world_->wake(*this);
@@ -421,17 +533,35 @@ void stream::run_guarded(Work&& work) {
 void stream::run_guarded_job(const job& work) { run_guarded(work); }
 
 void stream::run() {
-  // Note [idle lane]: after an idle job, the next one waits idle_grace for main-lane work.
+  // The idle lane's head not before (Note [looking ahead before an idle job]).
   auto idle_from = std::chrono::steady_clock::time_point{};
+  // Under mutex_: nothing to run now (an idle job may wait for main-lane
+  // work due before it would end: Note [looking ahead before an idle job]).
   auto idle = [this, &idle_from] {
-    return queue_.empty() && posted_.empty() &&
-           (idle_queue_.empty() || std::chrono::steady_clock::now() < idle_from);
+    if (!queue_.empty() || !posted_.empty())
+      return false;
+    if (idle_queue_.empty())
+      return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < idle_from)
+      return true;
+    const auto hold = idle_hold_ns(steady_clock_ns());
+    if (hold <= 0)
+      return false;
+    idle_from = now + std::chrono::nanoseconds(hold);
+    return true;
   };
+  job_label ran_label;  // the last job's, and how long it took: learnt under the lock
+  std::int64_t ran_ns = -1;
   for (;;) {
     entry next;
     job task;
     {
       std::unique_lock<std::mutex> lock{mutex_};
+      if (ran_ns >= 0) {
+        learn(ran_label, ran_ns);
+        ran_ns = -1;
+      }
       if (idle() && !stopping_) {
         lock.unlock();
         auto until = std::chrono::steady_clock::now() + spin_before_sleep;
@@ -457,9 +587,12 @@ void stream::run() {
       } else if (!queue_.empty()) {
         next = std::move(queue_.front());
         queue_.pop_front();
+        note_start(next.label, false, steady_clock_ns());
       } else if (!idle_queue_.empty()) {
         next = std::move(idle_queue_.front());
         idle_queue_.pop_front();
+        held_since_ns_ = -1;
+        note_start(next.label, true, steady_clock_ns());
       } else {
         return;  // stopping, and everything submitted has run
       }
@@ -483,12 +616,11 @@ void stream::run() {
             std::memory_order_relaxed);
     }
     next.work = nullptr;  // release what the job captured before reporting it done
-    if (next.idle_lane) {
-      const auto now = std::chrono::steady_clock::now();
-      idle_from = now + std::chrono::nanoseconds(idle_lane_grace_ns(
-                            std::chrono::duration_cast<std::chrono::nanoseconds>(now - started)
-                                .count()));
-    }
+    progress_->note_running(0, false);
+    ran_label = next.label;
+    ran_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::steady_clock::now() - started)
+                 .count();
     auto& progress = next.idle_lane ? *idle_progress_ : *progress_;
     progress.advance();
     if (progress.has_watchers())

@@ -18,8 +18,9 @@
 //    math, so that values, messages and results are those of a real run), its trace span
 //    [start, end), its stream's progress, its events' callbacks.
 // Steps 1 and 2 before 3 mean that every message sent at time t is handled at t, before
-// any device picks its next job at t: messages take no time. The idle lane keeps its grace
-// after an idle job (Note [idle lane] in device.cpp), as the runtime's streams do. Everything the simulation does is on its one thread, in one order, so
+// any device picks its next job at t: messages take no time. An idle-lane job waits
+// for main-lane work due before it would end (Note [looking ahead before an idle job] in
+// device.cpp), as the runtime's streams do, with the same estimates. Everything the simulation does is on its one thread, in one order, so
 // a simulated run is deterministic; other threads (the session's, CAF's clock) only add
 // work and wake it.
 //
@@ -292,9 +293,17 @@ bool simulation::start_jobs() {
         } else {
           sl->current = std::move(head);
           s->queue_.pop_front();
+          s->note_start(sl->current.label, false, now);
         }
       } else if (!s->idle_queue_.empty()) {
-        if (now < sl->idle_from) {  // the grace after an idle job (Note [idle lane])
+        // Main-lane work due before this one would end (Note [looking ahead before an
+        // idle job] in device.cpp).
+        if (now >= sl->idle_from) {
+          const auto hold = s->idle_hold_ns(now);
+          if (hold > 0)
+            sl->idle_from = now + hold;
+        }
+        if (now < sl->idle_from) {
           if (!sl->idle_wake) {
             sl->idle_wake = true;
             agenda_.push(due{sl->idle_from, order_++, sl, false});
@@ -303,6 +312,8 @@ bool simulation::start_jobs() {
         }
         sl->current = std::move(s->idle_queue_.front());
         s->idle_queue_.pop_front();
+        s->held_since_ns_ = -1;
+        s->note_start(sl->current.label, true, now);
       } else {
         continue;
       }
@@ -371,8 +382,11 @@ void simulation::finish(slot& sl) {
       s->busy_nanoseconds_.fetch_add(now - sl.started, std::memory_order_relaxed);
   }
   next.work = nullptr;  // release what the job captured before reporting it done
-  if (next.idle_lane)
-    sl.idle_from = now + idle_lane_grace_ns(now - sl.started);
+  s->progress_->note_running(0, false);
+  {
+    std::lock_guard<std::mutex> guard{s->mutex_};
+    s->learn(next.label, now - sl.started);
+  }
   jobs_run_.fetch_add(1);
   auto& progress = next.idle_lane ? *s->idle_progress_ : *s->progress_;
   progress.advance();
@@ -394,7 +408,7 @@ bool simulation::advance() {
     if (next.on == &host_slot_)
       return true;  // the host actors may take their turns
     if (next.on->on != nullptr) {
-      mark(next.on);  // a handler's time, a hand-over or an idle grace ended
+      mark(next.on);  // a handler's time, a hand-over or an idle job's wait ended
       return true;
     }
   }

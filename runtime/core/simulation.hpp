@@ -31,10 +31,6 @@
 
 namespace troupe {
 
-/// Note [idle lane] in device.cpp: after an idle-lane job of `job_ns`, how long a stream
-/// waits for main-lane work before it takes the next idle job.
-std::int64_t idle_lane_grace_ns(std::int64_t job_ns);
-
 class simulation {
  public:
   /// What a job costs in virtual nanoseconds: its label as submitted, its device, and the
@@ -112,7 +108,7 @@ class simulation {
     bool running = false;      // a job is under way
     std::int64_t started = 0;  // its virtual start
     std::int64_t free_at = 0;  // the end of the handler time it is in
-    std::int64_t idle_from = 0;  // the next idle-lane job not before (Note [idle lane])
+    std::int64_t idle_from = 0;  // the next idle-lane job not before (it waits for work)
     std::int64_t handed_at = 0;  // its posted tasks not before (a hand-over from elsewhere)
     int core = -1;               // settings::cores
     int node = 0;                // its device's (the host actors': node 0)

@@ -135,8 +135,9 @@ class walker {
           gap(out, path_kind::queued, j, before.end_us());
           out.back().peer = before.actor.empty() ? before.name : before.actor + " " + before.name;
         } else {
-          // Then idle, and the job still waited: an idle-lane job's grace (Note [idle
-          // lane] in runtime/core/device.cpp), or the thread's wake-up.
+          // Then idle, and the job still waited: an idle-lane job waiting for work on its
+          // way (Note [looking ahead before an idle job] in runtime/core/device.cpp), or
+          // the thread's wake-up.
           gap(out, path_kind::dispatch, j, before.end_us());
         }
         return {&before, true, before.end_us()};

@@ -10,7 +10,8 @@
 //   a job        ran when it was submitted (start - args.queued_us) and its stream was
 //                free: if the stream's previous job ended after the submission, that job
 //                held the device ("queued", or "dispatch" for the time the device then
-//                idled before the job started: an idle-lane job's grace, a wake-up);
+//                idled before the job started: an idle-lane job waiting for work on its
+//                way, a wake-up);
 //                otherwise the handler of the submitting
 //                actor that was running at the submission (or, when none was, the
 //                actor's last span before it: a job queued behind its previous one,

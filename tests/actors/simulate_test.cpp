@@ -394,7 +394,10 @@ TEST_CASE("simulate --search tries every wiring of a device budget and puts the 
   // Two fixed-cost layers (1 ms forward, 2 ms backward at 4 rows; times scale with rows),
   // batch 16, on a budget of 2 devices: DP2 computes 8 rows a replica, 2 x (2 + 4) = 12 ms a
   // step; a 1F1B pipeline of M = 4 takes (M + P - 1)(F + B) = 5 x 3 = 15 ms, of M = 8 at 2
-  // rows 9 x 1.5 = 13.5 ms; one device 2 x (4 + 8) = 24 ms.
+  // rows 9 x 1.5 = 13.5 ms; one device 2 x (4 + 8) = 24 ms. ZB-H1 ties with DP2 at any M:
+  // the first layer computes no input gradient, so stage 0 has 8 ms of work a step and
+  // stage 1 12 ms, which its weight gradients pack without a gap (the last ones overlap
+  // the next step's first forwards on stage 0).
   const auto config = parse_config(
       two_device_pipeline(delay(1000, 1000, 1000) + delay(1000, 1000, 1000), ""), "search.toml");
   const auto costs = exact_costs(config, 1000, 1000, 1000);
@@ -406,8 +409,6 @@ TEST_CASE("simulate --search tries every wiring of a device budget and puts the 
     CHECK(c.data * c.pipeline <= 2);
     CHECK(c.refused.empty());
   }
-  CHECK(tried[0].data == 2);
-  CHECK(tried[0].pipeline == 1);
   CHECK(tried[0].step_us == doctest::Approx(12000).epsilon(0.02));
   for (std::size_t i = 1; i < tried.size(); ++i)
     CHECK(tried[i - 1].samples_per_second >= tried[i].samples_per_second);
@@ -419,6 +420,8 @@ TEST_CASE("simulate --search tries every wiring of a device budget and puts the 
     FAIL("not tried: R " << r << ", P " << p << ", M " << m << ", " << schedule);
     return wiring_candidate{};
   };
+  CHECK(find(2, 1, 1, "-").step_us == doctest::Approx(12000).epsilon(0.02));
+  CHECK(find(1, 2, 8, "zb-h1").step_us == doctest::Approx(12000).epsilon(0.02));
   CHECK(find(1, 1, 1, "-").step_us == doctest::Approx(24000).epsilon(0.02));
   CHECK(find(1, 2, 4, "1f1b").step_us == doctest::Approx(15000).epsilon(0.02));
   CHECK(find(1, 2, 8, "1f1b").step_us == doctest::Approx(13500).epsilon(0.02));

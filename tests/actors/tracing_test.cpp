@@ -353,7 +353,7 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
     INFO(schedule);
     const double theory = schedule == "zb-h1" ? 1.0 / 13 : 1.0 / 5;
     // What depends on timing (the order where arrivals tie, the bubble) gets three runs:
-    // another process on the machine can slow hand-overs past the grace in one of them.
+    // another process on the machine can slow a hand-over in one of them.
     // Five under a sanitizer: one ASan suite on a loaded VM missed the bubble three times
     // running (each run twice as slow as alone), and passed 3 of 3 alone.
     int as_simulated = 0;
@@ -374,9 +374,8 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
           // Simulated by hand with unit jobs: stage 0 holds at most P = 2 micro-batches
           // (forwarded, weight gradient not yet run), so it hurries W0 before F2; stage 1
           // runs its weight gradients while it waits for stage 0's next forward. Where a
-          // forward's arrival ties with a weight gradient's end, a hand-over slower than
-          // the idle lane's grace (a loaded machine, a sanitizer) lets the next weight
-          // gradient go first: one step of three as simulated is enough, and every step
+          // forward's arrival ties with a weight gradient's end, a slow hand-over (a
+          // loaded machine, a sanitizer) can let the next weight gradient go first: one step of three as simulated is enough, and every step
           // keeps the bound (at most 2 forwards ahead of the weight gradients a stage).
           as_simulated += stage0 == "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3" &&
                           stage1 == "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3";
