@@ -1,13 +1,22 @@
 // device_actor.cpp: the protocol every device-placed actor shares (see the header).
 #include "troupe/device_actor.hpp"
 
+#include <atomic>
+
 #include "actors/failures.hpp"
 #include "troupe/check.hpp"
 
 namespace troupe {
 
+namespace {
+std::atomic<std::uint32_t> sources{0};
+}  // namespace
+
 device_actor::device_actor(caf::actor_config& config, std::string name, device* on)
-    : caf::event_based_actor(config), name_(std::move(name)), on_(on) {}
+    : caf::event_based_actor(config),
+      name_(std::move(name)),
+      on_(on),
+      source_(sources.fetch_add(1, std::memory_order_relaxed) + 1) {}
 
 caf::behavior device_actor::make_behavior() {
   // An exception in any handler (or in connect) ends the run through the trainer, naming

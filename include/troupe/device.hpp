@@ -73,6 +73,8 @@ struct job_label {
   std::uint8_t phase = 0;  // 0 train, 1 eval
   std::int64_t bytes = 0;  // copies: bytes moved
   std::int32_t from_node = -1;  // copies: the node of the tensor copied from
+  std::uint32_t source = 0;  // who submitted it, traced or not (0: unknown): its device's
+                             // estimates of a job's length are by source and name
 };
 
 /// How far one stream has got: how many of its jobs have completed, the host threads
@@ -274,8 +276,6 @@ class stream {
   void note_next_job();
   /// A job with `label` starts at `now_ns` (the worker's or the simulation's side).
   void note_start(const job_label& label, bool idle_lane, std::int64_t now_ns);
-  /// The stream's clock: steady nanoseconds, or the simulation's virtual ones.
-  std::int64_t clock_ns() const;
 
   device_id device_;
   mutable std::mutex mutex_;

@@ -175,10 +175,14 @@ class device_actor : public caf::event_based_actor {
   }
   /// Labels of the jobs it submits (see micro_batch_job and step_job above).
   job_label job_for(const char* name, const micro_tag& tag, std::int64_t bytes = 0) const {
-    return micro_batch_job(name, track_, tag, bytes);
+    auto label = micro_batch_job(name, track_, tag, bytes);
+    label.source = source_;
+    return label;
   }
   job_label job_for_step(const char* name, std::int64_t step, std::int32_t replica = -1) const {
-    return step_job(name, track_, step, replica);
+    auto label = step_job(name, track_, step, replica);
+    label.source = source_;
+    return label;
   }
 
  private:
@@ -186,6 +190,7 @@ class device_actor : public caf::event_based_actor {
   device* on_;
   trainer_handle trainer_;
   std::uint32_t track_ = 0;
+  std::uint32_t source_;  // job_label::source, unique in the process
 };
 
 }  // namespace troupe

@@ -33,7 +33,9 @@
 /// backward_weight); stream gains the idle lane.
 /// 5: layer_context gains the key of a layer's randomness (seed, step, layer,
 /// first_sample); ops.hpp gains window, normalisation, attention and dropout ops.
-#define TROUPE_ABI_VERSION 6
+/// 7: stream and stream_progress gain the idle lane's look-ahead (expect, estimates);
+/// job_label gains source; device_actor gains its source id.
+#define TROUPE_ABI_VERSION 7
 
 namespace troupe {
 

@@ -286,12 +286,14 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
 // backward, the stage after or before waits too, and the bubble the idle lane was to fill
 // grows instead. So before it starts one, the stream looks at what is on its way: the
 // messages its actors put aside until a tensor of another stream is written (expect(),
-// from include/troupe/inputs.hpp). Each producing stream publishes, on its progress,
-// when the job it runs should end and what its next main-lane job should take (estimates
-// learnt from the jobs of the same actor and name it has run, a quarter of each new one).
-// If one such message is due before the idle job would end, the idle job waits for it:
-// at most its own estimated length in all, since waiting longer than the job would take
-// cannot be better than running it. A job never run before has no estimate and runs.
+// from include/troupe/inputs.hpp; a forward only while its layer has room to stash it,
+// since one without room first hurries that layer's weight gradients anyway). Each
+// producing stream publishes, on its progress, when the job it runs should end and what
+// its next main-lane job should take: estimates learnt from the jobs of the same actor
+// and name it has run (each new duration weighs a quarter). If one such message is due
+// within the first half of the idle job, the idle job waits for it: at most its own
+// estimated length in all, since waiting longer than the job would take cannot be better
+// than running it. A job never run before has no estimate and runs.
 // The same decision is made by real workers and by simulated streams (simulation.cpp),
 // so `troupe simulate` predicts it.
 struct expected_events {
@@ -330,7 +332,7 @@ stream::expectation stream::expect(const event& e, std::function<bool()> wanted)
 namespace {
 
 std::uint64_t estimate_key(const job_label& label) {
-  return (static_cast<std::uint64_t>(label.actor) << 32) ^
+  return (static_cast<std::uint64_t>(label.source != 0 ? label.source : label.actor) << 32) ^
          static_cast<std::uint64_t>(std::hash<std::string_view>{}(label.name));
 }
 
@@ -341,10 +343,6 @@ std::int64_t steady_clock_ns() {
 }
 
 }  // namespace
-
-std::int64_t stream::clock_ns() const {
-  return world_ != nullptr ? world_->now_ns() : steady_clock_ns();
-}
 
 std::int64_t stream::estimate_ns(const job_label& label) const {
   auto found = estimates_.find(estimate_key(label));
@@ -361,6 +359,7 @@ void stream::note_next_job() {
 }
 
 void stream::note_start(const job_label& label, bool idle_lane, std::int64_t now_ns) {
+  held_since_ns_ = -1;  // whatever waited, something runs now
   const auto estimate = estimate_ns(label);
   progress_->note_running(now_ns + std::max<std::int64_t>(1, estimate), !idle_lane);
   note_next_job();
@@ -591,7 +590,6 @@ void stream::run() {
       } else if (!idle_queue_.empty()) {
         next = std::move(idle_queue_.front());
         idle_queue_.pop_front();
-        held_since_ns_ = -1;
         note_start(next.label, true, steady_clock_ns());
       } else {
         return;  // stopping, and everything submitted has run

@@ -312,7 +312,6 @@ bool simulation::start_jobs() {
         }
         sl->current = std::move(s->idle_queue_.front());
         s->idle_queue_.pop_front();
-        s->held_since_ns_ = -1;
         s->note_start(sl->current.label, true, now);
       } else {
         continue;
