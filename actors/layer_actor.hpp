@@ -191,7 +191,8 @@ class layer_actor : public device_actor {
   std::deque<event> weight_jobs_;       // its idle-lane jobs, oldest first (some may have run)
   /// Micro-batches held (held() as its weight-gradient jobs run), for the device's idle
   /// lane deciding on another thread whether a forward on its way has room (arrive_forward).
-  std::shared_ptr<std::atomic<std::int64_t>> holding_ = std::make_shared<std::atomic<std::int64_t>>(0);
+  std::shared_ptr<std::atomic<std::int64_t>> holding_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
   std::deque<weight_grads_msg> unwritten_;  // sent once their weight gradients have run
   bool resume_requested_ = false;
 };

@@ -387,8 +387,8 @@ std::int64_t stream::idle_hold_ns(std::int64_t now_ns) {
     held_since_ns_ = now_ns;
   // Looked at again when the message comes (it wakes the stream), or when it should have.
   constexpr std::int64_t recheck_ns = 20'000;
-  return std::clamp<std::int64_t>(soonest, recheck_ns,
-                                  std::max<std::int64_t>(recheck_ns, length - (now_ns - held_since_ns_)));
+  const auto left = std::max<std::int64_t>(recheck_ns, length - (now_ns - held_since_ns_));
+  return std::clamp<std::int64_t>(soonest, recheck_ns, left);
 }
 
 // Note [idle lane]

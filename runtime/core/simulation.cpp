@@ -19,10 +19,10 @@
 //    [start, end), its stream's progress, its events' callbacks.
 // Steps 1 and 2 before 3 mean that every message sent at time t is handled at t, before
 // any device picks its next job at t: messages take no time. An idle-lane job waits
-// for main-lane work due before it would end (Note [looking ahead before an idle job] in
-// device.cpp), as the runtime's streams do, with the same estimates. Everything the simulation does is on its one thread, in one order, so
-// a simulated run is deterministic; other threads (the session's, CAF's clock) only add
-// work and wake it.
+// for main-lane work due in its first half (Note [looking ahead before an idle job] in
+// device.cpp), as the runtime's streams do, with the same estimates. Everything the
+// simulation does is on its one thread, in one order, so a simulated run is
+// deterministic; other threads (the session's, CAF's clock) only add work and wake it.
 //
 // Costs come from the cost function (the simulate command prices a job from a calibration
 // of this machine: actors/simulate.cpp), times settings::contention for a job that starts

@@ -375,8 +375,9 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
           // (forwarded, weight gradient not yet run), so it hurries W0 before F2; stage 1
           // runs its weight gradients while it waits for stage 0's next forward. Where a
           // forward's arrival ties with a weight gradient's end, a slow hand-over (a
-          // loaded machine, a sanitizer) can let the next weight gradient go first: one step of three as simulated is enough, and every step
-          // keeps the bound (at most 2 forwards ahead of the weight gradients a stage).
+          // loaded machine, a sanitizer) can let the next weight gradient go first: one
+          // step of three as simulated is enough, and every step keeps the bound (at most
+          // 2 forwards ahead of the weight gradients a stage).
           as_simulated += stage0 == "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3" &&
                           stage1 == "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3";
           for (const auto& order : {stage0, stage1}) {
