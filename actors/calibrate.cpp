@@ -24,6 +24,11 @@ namespace troupe {
 
 namespace {
 
+// The most a calibration's contention may say (a file's is checked against it). A measure
+// above it is the machine's noise (two rounds of a tiny model on a loaded machine), and is
+// recorded as this: a calibration must be readable by the simulate that asked for it.
+constexpr double max_contention = 100;
+
 // The median of `repeats` runs of `run`, after two that warm caches and pools, in us.
 double median_us(std::int64_t repeats, const std::function<void()>& run) {
   run();
@@ -267,7 +272,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
         together.push_back(us);
     }
     second.join();
-    out.contention = std::max(1.0, median_of(together) / median_of(alone));
+    out.contention = std::clamp(median_of(together) / median_of(alone), 1.0, max_contention);
   }
   for (auto& b : benches)
     out.layers.push_back(b->finish());
@@ -488,9 +493,9 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
   c.handover_us = number(j, "handover_us", "");
   if (j.contains("contention")) {  // calibrations before it was measured: none
     c.contention = number(j, "contention", "");
-    if (c.contention < 1 || c.contention > 100)
+    if (c.contention < 1 || c.contention > max_contention)
       throw fail("\"contention\" is " + shortest_text(c.contention) +
-                 ", expected a factor between 1 and 100");
+                 ", expected a factor between 1 and " + shortest_text(max_contention));
   }
   auto layers = j.find("layers");
   if (layers == j.end() || !layers->is_array())
