@@ -293,7 +293,8 @@ event stream::enqueue(job work, bool busy, const job_label& label) {
 // and name it has run (each new duration weighs a quarter). If one such message is due
 // within the first half of the idle job, the idle job waits for it: at most its own
 // estimated length in all, since waiting longer than the job would take cannot be better
-// than running it. A job never run before has no estimate and runs.
+// than running it. A job never run before has no estimate and runs. Streams keep and
+// publish estimates only once some stream of the process has had an idle job.
 // The same decision is made by real workers and by simulated streams (simulation.cpp),
 // so `troupe simulate` predicts it.
 struct expected_events {
@@ -331,6 +332,10 @@ stream::expectation stream::expect(const event& e, std::function<bool()> wanted)
 
 namespace {
 
+// Whether any stream of the process has had an idle job: until then no stream keeps
+// estimates or publishes them, and runs without a zero-bubble schedule pay nothing.
+std::atomic<bool> idle_lanes_used{false};
+
 std::uint64_t estimate_key(const job_label& label) {
   return (static_cast<std::uint64_t>(label.source != 0 ? label.source : label.actor) << 32) ^
          static_cast<std::uint64_t>(std::hash<std::string_view>{}(label.name));
@@ -350,16 +355,22 @@ std::int64_t stream::estimate_ns(const job_label& label) const {
 }
 
 void stream::learn(const job_label& label, std::int64_t took_ns) {
+  if (!idle_lanes_used.load(std::memory_order_relaxed))
+    return;
   auto& e = estimates_[estimate_key(label)];
   e = e == 0 ? std::max<std::int64_t>(1, took_ns) : (3 * e + took_ns) / 4;
 }
 
 void stream::note_next_job() {
+  if (!idle_lanes_used.load(std::memory_order_relaxed))
+    return;
   progress_->note_next(queue_.empty() ? 0 : estimate_ns(queue_.front().label));
 }
 
 void stream::note_start(const job_label& label, bool idle_lane, std::int64_t now_ns) {
   held_since_ns_ = -1;  // whatever waited, something runs now
+  if (!idle_lanes_used.load(std::memory_order_relaxed))
+    return;
   const auto estimate = estimate_ns(label);
   progress_->note_running(now_ns + std::max<std::int64_t>(1, estimate), !idle_lane);
   note_next_job();
@@ -415,6 +426,7 @@ event stream::submit_when_idle(job work, const job_label& label) {
   auto submitted = trace::enabled() ? trace::now_ns() : 0;
   {
     std::lock_guard<std::mutex> guard{mutex_};
+    idle_lanes_used.store(true, std::memory_order_relaxed);
     idle_queue_.push_back(entry{std::move(work), true, label, submitted, true, {}});
     sequence = ++idle_submitted_;
     sleeping = worker_sleeping_;
