@@ -484,7 +484,8 @@ session_result run_session(const run_config& config, const session_options& opti
     check_output_file(metrics_path, "the metrics file");
   if (!trace_path.empty())
     check_output_file(trace_path, "the trace file");
-  auto prepared = prepare_session(config, options.resume);
+  auto prepared = options.data != nullptr ? prepare_session(config, options.data, options.resume)
+                                          : prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
   // A text source's vocabulary goes with the run: token ids mean nothing without it. Next
   // to a metrics file, not a device (--metrics /dev/null).

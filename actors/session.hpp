@@ -50,6 +50,9 @@ struct session_options {
   /// streams on `simulation`'s virtual clock (runtime/core/simulation.hpp); the trace is
   /// recorded in virtual time and returned in session_result::trace_json.
   simulation* world = nullptr;
+  /// The config's data set, already loaded (a simulation's, which prepared the session to
+  /// price its jobs); null: run_session loads it.
+  std::shared_ptr<const dataset_split> data;
 };
 
 struct session_result {

@@ -328,6 +328,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
     session.quiet = true;
     session.sample_length = 0;
     session.world = &world;
+    session.data = prepared.data;  // loaded once (Fashion-MNIST: 220 MB)
     result = run_session(config, session);
     jobs = world.jobs_run();
   }
