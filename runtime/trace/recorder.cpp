@@ -282,8 +282,8 @@ std::string recorder::json(const std::string& metadata) const {
                           {"stage", t.stage},
                           {"layer", t.layer}});
   other["tracks"] = track_list;
-  std::string text = R"({"displayTimeUnit":"ms","otherData":)" + other.dump() +
-                     R"(,"traceEvents":[)";
+  std::string text =
+      R"({"displayTimeUnit":"ms","otherData":)" + other.dump() + R"(,"traceEvents":[)";
   bool first_event = true;
   auto add = [&](const nlohmann::json& e) {
     text += first_event ? "" : ",";
@@ -291,24 +291,22 @@ std::string recorder::json(const std::string& metadata) const {
     text += e.dump();
   };
   for (std::size_t p = 0; p < devices.size(); ++p) {
-    add(
-        {{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"args", {{"name", devices[p]}}}});
-    add(
-        {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"args", {{"sort_index", p}}}});
+    add({{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"args", {{"name", devices[p]}}}});
+    add({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"args", {{"sort_index", p}}}});
   }
   for (std::size_t i = 0; i < all_tracks.size(); ++i) {
     auto id = static_cast<std::uint32_t>(i + 1);
     add({{"ph", "M"},
-                    {"name", "thread_name"},
-                    {"pid", pid_of(id)},
-                    {"tid", id},
-                    {"args", {{"name", all_tracks[i].name}}}});
+         {"name", "thread_name"},
+         {"pid", pid_of(id)},
+         {"tid", id},
+         {"args", {{"name", all_tracks[i].name}}}});
     // Streams first in each process, then actors in registration order.
     add({{"ph", "M"},
-                    {"name", "thread_sort_index"},
-                    {"pid", pid_of(id)},
-                    {"tid", id},
-                    {"args", {{"sort_index", all_tracks[i].kind == "stream" ? 0 : id}}}});
+         {"name", "thread_sort_index"},
+         {"pid", pid_of(id)},
+         {"tid", id},
+         {"args", {{"sort_index", all_tracks[i].kind == "stream" ? 0 : id}}}});
   }
   auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
   // The fields of every event drawn on an actor's or a stream's track (the JSON objects
@@ -367,21 +365,21 @@ std::string recorder::json(const std::string& metadata) const {
         if (e.peer != 0)
           counter += " -> " + name_of(e.peer);
         add({{"ph", "C"},
-                        {"name", counter},
-                        {"pid", pid_of(e.track)},
-                        {"ts", us(e.start_ns)},
-                        {"args", {{"value", e.value}}}});
+             {"name", counter},
+             {"pid", pid_of(e.track)},
+             {"ts", us(e.start_ns)},
+             {"args", {{"value", e.value}}}});
         break;
       }
       case event_type::marker:
         add({{"ph", "i"},
-                        {"s", "g"},
-                        {"cat", "marker"},
-                        {"name", std::string{e.name} + " " + std::to_string(e.step)},
-                        {"pid", pids["host"]},
-                        {"tid", 0},
-                        {"ts", us(e.start_ns)},
-                        {"args", {{"step", e.step}, {"epoch", e.value}}}});
+             {"s", "g"},
+             {"cat", "marker"},
+             {"name", std::string{e.name} + " " + std::to_string(e.step)},
+             {"pid", pids["host"]},
+             {"tid", 0},
+             {"ts", us(e.start_ns)},
+             {"args", {{"step", e.step}, {"epoch", e.value}}}});
         break;
     }
   }
