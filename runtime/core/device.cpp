@@ -418,8 +418,9 @@ std::int64_t stream::idle_hold_ns(std::int64_t now_ns) {
 // An idle job that would delay main-lane work already on its way waits for it (Note
 // [looking ahead before an idle job]). That replaced a fixed grace after each idle job
 // (200 us, or a tenth of the job), which every weight gradient paid whether or not a
-// forward was coming: ZB-H1's measured bubble went from 0.108 / 0.070 / 0.251 / 0.156 to
-// 0.088 / 0.052 / 0.237 / 0.168 (P = 2, 4; M = 4, 8; bench/pipeline_schedules.py).
+// forward was coming: ZB-H1's measured bubble on its worst stage went from 0.108 / 0.070 /
+// 0.251 / 0.156 to 0.088 / 0.050 / 0.215 / 0.141 (P = 2, 4 at M = 4, 8; theory 0.077 /
+// 0.040 / 0.200 / 0.111; bench/pipeline_schedules.py).
 event stream::submit_when_idle(job work, const job_label& label) {
   bool sleeping;
   std::uint64_t sequence;
