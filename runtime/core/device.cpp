@@ -445,7 +445,6 @@ void stream::hurry(const event& e) {
     while (!idle_queue_.empty() && idle_submitted_ - idle_queue_.size() < e.sequence) {
       queue_.push_back(std::move(idle_queue_.front()));
       idle_queue_.pop_front();
-      held_since_ns_ = -1;
     }
     note_next_job();
   }
@@ -557,7 +556,8 @@ void stream::run() {
     const auto now = std::chrono::steady_clock::now();
     if (now < idle_from)
       return true;
-    const auto hold = idle_hold_ns(steady_clock_ns());
+    const auto hold = idle_hold_ns(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
     if (hold <= 0)
       return false;
     idle_from = now + std::chrono::nanoseconds(hold);
