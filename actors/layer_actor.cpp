@@ -524,7 +524,9 @@ void layer_actor::install(params_msg& message) {
 // dx goes back at once, as an unsplit backward's does; the second goes to the device's
 // idle lane (Note [idle lane] in runtime/core/device.cpp), so it runs when the device
 // would otherwise wait for its neighbours. Until it has run, the micro-batch's saved
-// activations stay alive: with 1F1B's credits a stage holds P - s micro-batches waiting
+// activations stay alive: in 1F1B's order (its turns, Note [zero-bubble turns] in
+// runtime/model/interleaved_schedule.hpp, or its credits where a replica's stages share a
+// device) a stage holds P - s micro-batches waiting
 // for their gradient, and with deferred weight gradients up to stash_limit (P: 1F1B's
 // peak, at stage 0) waiting for either. A forward that would exceed it first hurries the
 // oldest weight gradients into the main lane, ahead of itself. The weight gradients of a
@@ -558,6 +560,8 @@ void layer_actor::forward(pass& work) {
                            std::to_string(version_));
   auto& device = *settings_->on;
   const bool training = tag.stage == phase::train;
+  if (training && settings_->sequencer != nullptr && settings_->last_of_stage)
+    settings_->sequencer->forward_passed();  // the stage's next turn may come
   if (merges_) {  // an `add`: y is the sum of its inputs, and nothing is saved
     work.more.insert(work.more.begin(), std::move(message.x));
     auto y = summed(std::move(work.more), tag, "add");
@@ -733,10 +737,10 @@ namespace troupe {
 
 stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
-  if (t.virtual_stages <= 1)
+  if (!t.takes_turns())
     return out;
   const interleaved_pipeline pipeline{t.stages / t.virtual_stages, t.virtual_stages,
-                                      t.microbatches};
+                                      t.microbatches, t.virtual_stages == 1};
   for (const auto& a : t.actors) {
     if (a.kind != actor_kind::layer)
       continue;

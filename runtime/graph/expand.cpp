@@ -31,6 +31,19 @@ bool topology::crosses_nodes(const wire_plan& wire) const {
   return from != nullptr && to != nullptr && from->device.node != to->device.node;
 }
 
+bool topology::takes_turns() const {
+  if (virtual_stages > 1)
+    return true;
+  if (schedule != pipeline_schedule::zb_h1 || stages < 2)
+    return false;
+  std::map<std::pair<device_id, std::int32_t>, std::int32_t> stage_on;
+  for (const auto& a : actors)
+    if (a.kind == actor_kind::layer &&
+        stage_on.emplace(std::make_pair(a.device, a.replica), a.stage).first->second != a.stage)
+      return false;
+  return true;
+}
+
 std::vector<bool> topology::skip_wires() const {
   std::map<std::string, const actor_plan*> by_name;
   for (const auto& a : actors)
@@ -231,15 +244,16 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     return t.devices[static_cast<std::size_t>((r * P + s % P) % D)];
   };
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
-  // ZB-H1 has 1F1B's: a credit comes back as the reader submits its backward (Note
-  // [credits back on arrival] in actors/layer_actor.cpp), so a stage's next forward is
-  // there before its backward ends. Its memory bound, P micro-batches per stage (weight
-  // gradients still to run keep theirs), is kept by the layers' stash limit.
-  // Interleaved stages wait for their turns: each gets M, and its device's sequencer
-  // keeps the memory bound (Note [credits and turns] in
-  // runtime/model/interleaved_schedule.hpp).
+  // Stages that wait for their turns (interleaved, and ZB-H1 when a replica's stages have
+  // a device each: topology::takes_turns, which is P <= D here) get M each, and their device's
+  // sequencer keeps the memory bound (Note [credits and turns] in
+  // runtime/model/interleaved_schedule.hpp). ZB-H1 with shared devices has 1F1B's: a
+  // credit comes back as the reader submits its backward (Note [credits back on arrival]
+  // in actors/layer_actor.cpp), and the layers' stash limit keeps its bound, P
+  // micro-batches per stage (weight gradients still to run keep theirs).
+  const bool turns = t.virtual_stages > 1 || (t.schedule == pipeline_schedule::zb_h1 && P <= D);
   auto capacity_into = [&](std::int64_t s) -> std::int64_t {
-    if (t.virtual_stages > 1)
+    if (turns)
       return M;
     switch (t.schedule) {
       case pipeline_schedule::gpipe:

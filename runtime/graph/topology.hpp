@@ -101,6 +101,10 @@ struct topology {
   /// For each wire, whether it is an activations wire between two layers that are not
   /// neighbours in the model (a skip connection, model_graph.hpp).
   std::vector<bool> skip_wires() const;
+  /// Whether its stages take turns on their devices (a stage_sequencer each: Note
+  /// [interleaved stages], Note [zero-bubble turns]): interleaved stages, and ZB-H1 when
+  /// no device holds two stages of one replica.
+  bool takes_turns() const;
 };
 
 /// [parallel] devices as ids, each one this build can run: a config_error at the first it

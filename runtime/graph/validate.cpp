@@ -779,11 +779,11 @@ class validator {
     }
   }
 
-  // Note [credits and turns] in runtime/model/interleaved_schedule.hpp: a wire into an
-  // interleaved stage, which waits for its turns, has M credits or none, else a
+  // Note [credits and turns] in runtime/model/interleaved_schedule.hpp: a wire into a
+  // stage that waits for its turns (interleaved, or ZB-H1) has M credits or none, else a
   // micro-batch sent out of order can deadlock the run.
   void check_turn_credits() const {
-    if (t_.virtual_stages == 1)
+    if (!t_.takes_turns())
       return;
     for_each_activations_wire([&](const wire_plan& w, const actor_plan& from,
                                   const actor_plan& to) {
@@ -793,7 +793,8 @@ class validator {
         return;
       fail(w.where, activations_wire(w) + "capacity " + std::to_string(w.capacity) +
                         " into stage " + std::to_string(to.stage) +
-                        ", which takes its micro-batches in turn (interleaved stages), needs "
+                        ", which takes its micro-batches in turn (" +
+                        (t_.virtual_stages > 1 ? "interleaved stages" : "ZB-H1") + "), needs "
                         "microbatches = " + std::to_string(t_.microbatches) +
                         " credits or 0 (unbounded): with fewer, micro-batches sent out of order "
                         "can hold every credit while the one whose turn it is waits");

@@ -33,6 +33,8 @@ stage_turn interleaved_pipeline::backward_turn(std::int64_t device, std::int64_t
 }
 
 std::int64_t interleaved_pipeline::warmup(std::int64_t device) const {
+  if (one_f_one_b)
+    return std::min(passes(), devices - device - 1);
   return std::min(passes(), 2 * (devices - device - 1) + (virtual_stages - 1) * devices);
 }
 
@@ -65,7 +67,9 @@ double interleaved_pipeline::bubble() const {
 
 stage_sequencer::stage_sequencer(interleaved_pipeline pipeline, std::int64_t device)
     : pipeline_(pipeline), device_(device), bound_(pipeline.stash_bound(device)) {
-  TROUPE_CHECK(pipeline.microbatches % pipeline.devices == 0,
+  TROUPE_CHECK(!pipeline.one_f_one_b || pipeline.virtual_stages == 1,
+               "1F1B's turns with v = " << pipeline.virtual_stages);
+  TROUPE_CHECK(pipeline.one_f_one_b || pipeline.microbatches % pipeline.devices == 0,
                "M = " << pipeline.microbatches << " is not a multiple of P = " << pipeline.devices);
   TROUPE_CHECK(device >= 0 && device < pipeline.devices, "device " << device);
 }
@@ -83,29 +87,34 @@ bool stage_sequencer::admit(std::int64_t step, const stage_turn& wanted, bool fo
     step_ = step;
     index_ = 0;
   }
-  if (step != step_ || index_ == turns || backward_open_)
+  if (step != step_ || index_ == turns || backward_open_ || forward_open_)
     return false;
   bool is_forward = false;
   auto turn = pipeline_.turn(device_, index_, is_forward);
   if (is_forward != forward || !(turn == wanted))
     return false;
   ++index_;
-  if (forward)
+  if (forward) {
     ++held_;
-  else
+    forward_open_ = true;
+  } else {
     backward_open_ = true;
+  }
   return true;
 }
 
 bool stage_sequencer::try_forward(std::int64_t step, std::int64_t stage, std::int64_t microbatch) {
-  bool admitted;
+  std::lock_guard<std::mutex> guard{mutex_};
+  return admit(step, {stage, microbatch}, true);  // the next turn waits for forward_passed()
+}
+
+void stage_sequencer::forward_passed() {
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    admitted = admit(step, {stage, microbatch}, true);
+    TROUPE_CHECK(forward_open_, "a forward passed its stage with no forward open");
+    forward_open_ = false;
   }
-  if (admitted)
-    wake_turn();
-  return admitted;
+  wake_turn();
 }
 
 bool stage_sequencer::try_backward(std::int64_t step, std::int64_t stage, std::int64_t microbatch) {
@@ -172,6 +181,8 @@ std::string stage_sequencer::describe() const {
     next = "step " + std::to_string(step_ + 1) + "'s first forward";
   } else if (backward_open_) {
     next = "the open backward reaching its stage's first layer";
+  } else if (forward_open_) {
+    next = "the open forward reaching its stage's last layer";
   } else {
     bool forward = false;
     auto t = pipeline_.turn(device_, index_, forward);
@@ -179,7 +190,8 @@ std::string stage_sequencer::describe() const {
            std::to_string(t.stage) + ", micro-batch " + std::to_string(t.microbatch) + " of step " +
            std::to_string(step_);
   }
-  return "interleaved turns on this device: next " + next + "; holds " + std::to_string(held_) +
+  return std::string{pipeline_.one_f_one_b ? "zero-bubble" : "interleaved"} +
+         " turns on this device: next " + next + "; holds " + std::to_string(held_) +
          " of " + std::to_string(bound_) + " micro-batches";
 }
 

@@ -25,6 +25,29 @@
 // every step with exactly the formula's bubble; tests/actors/tracing_test.cpp records it
 // on a real run and schedule_memory_test.cpp counts what a device holds.
 //
+// A turn is a stage's whole pass: a forward's turn ends when it reaches the stage's last
+// layer (forward_passed()), a backward's when it reaches the first (release()), so a
+// stage of several layers runs a pass through before the next turn's starts (the next
+// backward's last layer would otherwise go between the layers of a forward on its way to
+// the next stage, which then waits a backward longer).
+//
+// Note [zero-bubble turns]
+// ZB-H1 (Note [split backward] in actors/layer_actor.cpp) takes turns too, v = 1 with
+// Megatron's 1F1B order: P - d - 1 forwards, then one forward and one backward in turn
+// (one_f_one_b; M need not be a multiple of P). Priorities alone (backward first, weight
+// gradients when the device would idle, 1F1B's credits) let a backward that arrived early
+// go before the forward 1F1B runs first; that forward then reached the next stages late,
+// and at P = 4, M = 8 on fixed-cost layers every stage idled 0.14 of the step for the
+// formula's 0.111: the hand-made ZB-H1 order (the paper's figure) takes 27 units of a
+// forward's time, this took 28. A simulation of the hand-made order with a hand-over of
+// 1.5% of a job and 5% jitter per job stays within 0.01 of the formula. With turns,
+// `troupe simulate` of that pipeline gives 0.113-0.123 for hand-overs of 0-100 us (0.131-0.183
+// without), and the benchmark measures 0.121-0.123 (bench/pipeline_schedules.py). The
+// weight gradients keep to the idle lane; the bound of P micro-batches a stage, those
+// with a weight gradient still to run included, stays the layers' stash limit. A replica
+// whose stages share a device takes no turns (topology::takes_turns): the turns of one
+// device are one stage's here.
+//
 // Per-wire credits cannot keep this bound: the chunks of one device peak at different
 // times of the step (at P = 2, v = 2, M >= 4 chunk 0 holds 4 micro-batches and chunk 1
 // holds 2, but never both at once: the device's bound is 5). The sequencer keeps it.
@@ -71,6 +94,9 @@ struct interleaved_pipeline {
   std::int64_t devices = 1;         // P
   std::int64_t virtual_stages = 1;  // v
   std::int64_t microbatches = 1;    // M
+  /// v = 1 and 1F1B's warm-up, P - d - 1 forwards (ZB-H1's turns: Note [zero-bubble
+  /// turns]); false: Megatron's interleaved warm-up.
+  bool one_f_one_b = false;
 
   /// Forwards (backwards) a device runs in one step: M v.
   std::int64_t passes() const { return microbatches * virtual_stages; }
@@ -78,7 +104,8 @@ struct interleaved_pipeline {
   stage_turn forward_turn(std::int64_t device, std::int64_t k) const;
   /// The k-th backward of a step on device d: forward_turn's order with the chunks reversed.
   stage_turn backward_turn(std::int64_t device, std::int64_t k) const;
-  /// Forwards device d runs before its first backward: min(M v, 2 (P - d - 1) + (v - 1) P).
+  /// Forwards device d runs before its first backward: min(M v, 2 (P - d - 1) + (v - 1) P),
+  /// or 1F1B's P - d - 1.
   std::int64_t warmup(std::int64_t device) const;
   /// The i-th of the 2 M v passes of a step on device d, and whether it is a forward.
   stage_turn turn(std::int64_t device, std::int64_t i, bool& forward) const;
@@ -106,6 +133,9 @@ class stage_sequencer {
   bool try_backward(std::int64_t step, std::int64_t stage, std::int64_t microbatch);
   /// A micro-batch left the device: its stage's first layer started its backward.
   void release();
+  /// The forward whose turn was taken reached its stage's last layer: the next turn may
+  /// come (a stage's layers keep a pass together, as a one-layer stage's job does).
+  void forward_passed();
 
   /// Model layer `layer` belongs to `stage` (called for each before the run): a stage's
   /// first layer takes its forwards' turns, its last its backwards'.
@@ -131,6 +161,7 @@ class stage_sequencer {
   std::int64_t step_ = -1;      // the step whose turns it counts; -1: none started yet
   std::int64_t index_ = 0;      // turns of that step taken
   bool backward_open_ = false;  // a backward took its turn, not yet released
+  bool forward_open_ = false;   // a forward took its turn, not yet at its stage's last layer
   std::int64_t held_ = 0;
   std::map<std::int64_t, std::vector<std::function<void()>>> wake_;  // by stage
   std::map<std::int64_t, std::pair<std::int32_t, std::int32_t>> layers_;  // stage: first, last

@@ -72,6 +72,33 @@ TEST_CASE("a device's turns: Megatron's warm-up, then one forward and one backwa
         "F3.3 B3.3 B1.2 B1.3");
 }
 
+TEST_CASE("ZB-H1's turns are 1F1B's: P - d - 1 forwards, then one forward and one backward") {
+  // Megatron's non-interleaved 1F1B (Note [zero-bubble turns]); M need not be a multiple of P.
+  const interleaved_pipeline p{4, 1, 5, true};
+  auto sequence = [&](std::int64_t device) {
+    std::string out;
+    for (std::int64_t i = 0; i < 2 * p.passes(); ++i) {
+      bool forward = false;
+      auto t = p.turn(device, i, forward);
+      CHECK(t.stage == device);
+      out += std::string{forward ? "F" : "B"} + std::to_string(t.microbatch);
+    }
+    return out;
+  };
+  CHECK(p.warmup(0) == 3);
+  CHECK(sequence(0) == "F0F1F2F3B0F4B1B2B3B4");
+  CHECK(p.stash_bound(0) == 4);
+  CHECK(sequence(3) == "F0B0F1B1F2B2F3B3F4B4");
+  CHECK(p.stash_bound(3) == 1);
+  stage_sequencer s{p, 1};
+  CHECK(s.describe() ==
+        "zero-bubble turns on this device: next the first step's first forward; holds 0 of 3 "
+        "micro-batches");
+  const interleaved_pipeline few{4, 1, 2, true};  // fewer micro-batches than the warm-up
+  CHECK(few.warmup(0) == 2);
+  CHECK(few.stash_bound(0) == 2);
+}
+
 TEST_CASE("the sequencer admits only the pass whose turn it is") {
   stage_sequencer s{interleaved_pipeline{2, 2, 4}, 0};
   std::vector<std::int64_t> woken;
@@ -80,11 +107,18 @@ TEST_CASE("the sequencer admits only the pass whose turn it is") {
   CHECK_FALSE(s.try_forward(7, 2, 0));  // chunk 1 waits for chunk 0's group
   CHECK_FALSE(s.try_forward(7, 0, 1));  // micro-batch 1 waits for 0
   CHECK(s.try_forward(7, 0, 0));        // the run may start at any step
+  CHECK_FALSE(s.try_forward(7, 0, 1));  // until that forward reaches its stage's last layer
+  CHECK(s.describe() ==
+        "interleaved turns on this device: next the open forward reaching its stage's last "
+        "layer; holds 1 of 5 micro-batches");
+  s.forward_passed();
   CHECK(s.try_forward(7, 0, 1));
+  s.forward_passed();
   CHECK(woken.back() == 2);  // chunk 1's turn has come
-  CHECK(s.try_forward(7, 2, 0));
-  CHECK(s.try_forward(7, 2, 1));
-  CHECK(s.try_forward(7, 0, 2));
+  for (auto [stage, microbatch] : {std::pair{2, 0}, {2, 1}, {0, 2}}) {
+    CHECK(s.try_forward(7, stage, microbatch));
+    s.forward_passed();
+  }
   CHECK(s.held() == 5);
   CHECK(s.describe() ==
         "interleaved turns on this device: next the backward of stage 2, micro-batch 0 of "
@@ -97,6 +131,7 @@ TEST_CASE("the sequencer admits only the pass whose turn it is") {
   s.release();
   CHECK(woken == std::vector<std::int64_t>{0});
   CHECK(s.try_forward(7, 0, 3));
+  s.forward_passed();
   CHECK(s.held() == 5);
   CHECK_FALSE(s.try_forward(8, 0, 0));  // step 8 starts only when step 7 is done
 }
@@ -125,6 +160,7 @@ TEST_CASE("the sequencer runs whole steps in its sequence and moves on to the ne
       if (forwards < p.passes()) {
         auto t = p.forward_turn(1, forwards);
         if (s.try_forward(step, t.stage, t.microbatch)) {
+          s.forward_passed();
           forwarded.insert({t.stage, t.microbatch});
           ++forwards;
           order += "F";
