@@ -14,7 +14,9 @@
 #include <caf/all.hpp>
 
 #include <deque>
+#include <type_traits>
 
+#include "troupe/device_actor.hpp"
 #include "troupe/error.hpp"
 #include "troupe/messages.hpp"
 
@@ -39,7 +41,7 @@ class basic_credit_outbox {
   void send(Self* self, Message message) {
     if (capacity_ == 0 || in_flight_ < capacity_) {
       ++in_flight_;
-      self->send(peer_, std::move(message));
+      send_now(self, std::move(message));
     } else {
       waiting_.push_back(std::move(message));
     }
@@ -52,12 +54,22 @@ class basic_credit_outbox {
     --in_flight_;
     if (!waiting_.empty()) {
       ++in_flight_;
-      self->send(peer_, std::move(waiting_.front()));
+      send_now(self, std::move(waiting_.front()));
       waiting_.pop_front();
     }
   }
 
  private:
+  // A device actor holds a message for another node until its tensors are written (Note
+  // [nothing unwritten to the network] in actors/device_actor.cpp).
+  template <class Self>
+  void send_now(Self* self, Message message) {
+    if constexpr (std::is_base_of_v<device_actor, Self>)
+      self->send_written(peer_, std::move(message));
+    else
+      self->send(peer_, std::move(message));
+  }
+
   caf::actor peer_;
   std::int64_t capacity_ = 0;
   std::int64_t in_flight_ = 0;

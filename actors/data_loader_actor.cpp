@@ -134,7 +134,7 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
     std::copy_n(source.labels.begin() + rows[i] * positions, positions, ys + i * positions);
   labels_msg labels{tag, std::move(y), global_batch, trace_stamp{}};
   stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
-  send(losses_.at(r), std::move(labels));
+  send_written(losses_.at(r), std::move(labels));  // Note [nothing unwritten to the network]
   std::vector<std::int64_t> picked(rows, rows + count);
   if (relayed_.at(r).connected()) {
     // Only the row numbers cross to the first layer's node (batch_assembler_actor.hpp).

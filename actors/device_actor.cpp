@@ -29,6 +29,8 @@ caf::behavior device_actor::make_behavior() {
   });
   attach_functor([this] {
     trainer_ = nullptr;
+    other_nodes_.clear();
+    held_for_network_.clear();
     release_peers();
   });
   return caf::behavior{handlers().or_else(
@@ -37,9 +39,52 @@ caf::behavior device_actor::make_behavior() {
         // typed handle says so at every send (Note [typed handles] in messages.hpp).
         trainer_ = caf::actor_cast<trainer_handle>(wiring.trainer);
         track_ = wiring.track;
+        const int here = on_ != nullptr ? on_->id().node : this_node();
+        for (const auto* ends : {&wiring.outgoing, &wiring.incoming})
+          for (const auto& end : *ends) {
+            device_id peer;
+            if (device_id::parse(end.peer_device, peer) && peer.node != here && end.peer)
+              other_nodes_.push_back(end.peer);
+          }
         connect(wiring);
       },
-      [this](status_atom) { return status(); }, [this](finish_atom) { quit(); })};
+      [this](status_atom) { return status(); }, [this](finish_atom) { quit(); },
+      [this](remote_flush_atom) {
+        network_flush_asked_ = false;
+        send_to_network();
+      })};
+}
+
+// Note [nothing unwritten to the network]
+// A message to an actor of another node is serialised by CAF's network thread of this
+// process (the BASP broker on the multiplexer), and serialising a tensor waits until it
+// is written (include/troupe/tensor_inspect.hpp). Sent as soon as its job was submitted,
+// an activation made the network thread wait for that job: 3783 of 4000 tensors a run
+// of config/fashion_mlp_pp2_2nodes.toml's first node sent, 657 ms of its 2.8 s, during
+// which nothing else this process sent or received moved (a gradient coming back waited
+// behind the forward going out). So a message to another node is held here until its
+// tensors are written (the producing job's event calls back), and what this actor sends
+// to other nodes keeps its order behind it. Messages within the process go at once, as
+// before: their receivers wait on the events themselves (Note [no blocking waits]).
+void device_actor::send_to_network() {
+  while (!held_for_network_.empty()) {
+    auto& head = held_for_network_.front();
+    auto& waits = head.unwritten;
+    while (!waits.empty() && waits.back().reached())
+      waits.pop_back();
+    if (!waits.empty()) {
+      if (!network_flush_asked_) {
+        network_flush_asked_ = true;
+        waits.back().then([me = caf::actor_cast<caf::actor>(this)] {
+          caf::anon_send<caf::message_priority::high>(me, remote_flush_atom::value);
+        });
+      }
+      return;
+    }
+    auto send = std::move(head.send);
+    held_for_network_.pop_front();
+    send();
+  }
 }
 
 void device_actor::connect(const wiring_msg&) {}

@@ -632,7 +632,7 @@ void layer_actor::backward(pass& work) {
     for (const auto& in : ins_) {
       gradient_msg back{tag, dy};
       stamp_send(back, in.track, "backward", bytes_of(back.dx));
-      send<caf::message_priority::high>(in.peer, std::move(back));
+      send_written<caf::message_priority::high>(in.peer, std::move(back));
     }
     return;
   }
@@ -705,7 +705,7 @@ void layer_actor::backward(pass& work) {
     dx.set_ready(last_job_);
     gradient_msg back{tag, std::move(dx)};
     stamp_send(back, ins_.front().track, "backward", bytes_of(back.dx));
-    send<caf::message_priority::high>(ins_.front().peer, std::move(back));
+    send_written<caf::message_priority::high>(ins_.front().peer, std::move(back));
   } else {
     send_release(tag);
   }

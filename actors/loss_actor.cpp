@@ -132,7 +132,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
 void loss_actor::send_back(gradient_msg message) {
   stamp_send(message, last_layer_track_, "backward", bytes_of(message.dx));
   if (!settings_.flush || settings_.microbatches == 1) {
-    send<caf::message_priority::high>(last_layer_, std::move(message));
+    send_written<caf::message_priority::high>(last_layer_, std::move(message));
     return;
   }
   const auto step = message.tag.step;
@@ -144,7 +144,7 @@ void loss_actor::send_back(gradient_msg message) {
     return a.tag.microbatch < b.tag.microbatch;
   });
   for (auto& m : held)
-    send<caf::message_priority::high>(last_layer_, std::move(m));
+    send_written<caf::message_priority::high>(last_layer_, std::move(m));
   held_.erase(step);
 }
 

@@ -90,7 +90,7 @@ void ring_averager_actor::connect(const wiring_msg& wiring) {
   TROUPE_CHECK(ring.size() == 1, settings_.name << " needs one ring wire out");
   next_ = ring[0].peer;
   for (auto& message : outbox_)
-    send(next_, std::move(message));
+    send_written(next_, std::move(message));
   outbox_.clear();
 }
 
@@ -303,7 +303,7 @@ void ring_averager_actor::send_ring(std::int64_t step, std::int32_t bucket, ring
       step,  settings_.layer_index, bucket,       static_cast<std::int32_t>(phase), round,
       chunk, std::move(data),       trace_stamp{}};
   if (next_)
-    send(next_, std::move(message));
+    send_written(next_, std::move(message));
   else
     outbox_.push_back(std::move(message));
 }

@@ -40,6 +40,10 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+
+#include <deque>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -77,6 +81,32 @@ inline job_label step_job(const char* name, std::uint32_t track, std::int64_t st
   label.replica = replica;
   return label;
 }
+
+/// The tensors a message carries, for send_written (none for a message without any).
+inline std::vector<const tensor*> tensors_sent(const activation_msg& m) { return {&m.x}; }
+inline std::vector<const tensor*> tensors_sent(const gradient_msg& m) { return {&m.dx}; }
+inline std::vector<const tensor*> tensors_sent(const labels_msg& m) { return {&m.labels}; }
+inline std::vector<const tensor*> tensors_sent(const ring_msg& m) { return {&m.data}; }
+inline std::vector<const tensor*> tensors_sent(const shard_msg& m) { return {&m.flat}; }
+inline std::vector<const tensor*> tensors_sent(const weight_grads_msg& m) {
+  std::vector<const tensor*> out;
+  for (const auto& g : m.grads)
+    out.push_back(&g);
+  return out;
+}
+inline std::vector<const tensor*> tensors_sent(const params_msg& m) {
+  std::vector<const tensor*> out;
+  for (const auto& p : m.params)
+    out.push_back(&p);
+  return out;
+}
+template <class Message>
+std::vector<const tensor*> tensors_sent(const Message&) {
+  return {};
+}
+
+/// Asks a device actor to send what it held back for another node (send_written).
+using remote_flush_atom = caf::atom_constant<caf::atom("rflush")>;
 
 class device_actor : public caf::event_based_actor {
  public:
@@ -163,6 +193,33 @@ class device_actor : public caf::event_based_actor {
   trace::handler_span handling_span(const weight_grads_msg& message) const {
     return handling(track_, message);
   }
+  // (Public: credit_outbox sends for the actor that owns it.)
+ public:
+  /// Sends `message` to `peer`: at once to an actor of this process; to one on another
+  /// node once every tensor it carries is written, keeping the order of what this actor
+  /// sends to other nodes (Note [nothing unwritten to the network] in device_actor.cpp).
+  template <caf::message_priority Priority = caf::message_priority::normal, class Message>
+  void send_written(const caf::actor& peer, Message message) {
+    if (!on_another_node(peer)) {
+      this->template send<Priority>(peer, std::move(message));
+      return;
+    }
+    std::vector<event> unwritten;
+    for (const auto* t : tensors_sent(message))
+      if (t->defined() && !t->ready().reached())
+        unwritten.push_back(t->ready());
+    if (unwritten.empty() && held_for_network_.empty()) {
+      this->template send<Priority>(peer, std::move(message));
+      return;
+    }
+    held_for_network_.push_back(
+        {std::move(unwritten), [this, peer, m = std::move(message)]() mutable {
+           this->template send<Priority>(peer, std::move(m));
+         }});
+    send_to_network();
+  }
+
+ protected:
   /// Stamps `message` as sent by this actor to the actor on `receiver_track`.
   template <class Message>
   void stamp_send(Message& message, std::uint32_t receiver_track, const char* name,
@@ -191,6 +248,23 @@ class device_actor : public caf::event_based_actor {
   trainer_handle trainer_;
   std::uint32_t track_ = 0;
   std::uint32_t source_;  // job_label::source, unique in the process
+
+  /// Whether `peer` is an actor of another node: of another process, or placed on another
+  /// node's device in a simulated run (all of whose nodes are in one process).
+  bool on_another_node(const caf::actor& peer) const {
+    return peer && (peer->node() != node() ||
+                    std::find(other_nodes_.begin(), other_nodes_.end(), peer) != other_nodes_.end());
+  }
+  std::vector<caf::actor> other_nodes_;  // its wires' peers on other nodes' devices
+  /// Sends the messages held for other nodes whose tensors are written, in order, and
+  /// asks to be called again when the first one left is.
+  void send_to_network();
+  struct held_send {
+    std::vector<event> unwritten;
+    std::function<void()> send;
+  };
+  std::deque<held_send> held_for_network_;
+  bool network_flush_asked_ = false;  // a remote_flush_atom is on its way
 };
 
 }  // namespace troupe

@@ -35,7 +35,8 @@
 /// first_sample); ops.hpp gains window, normalisation, attention and dropout ops.
 /// 7: stream and stream_progress gain the idle lane's look-ahead (expect, estimates);
 /// job_label gains source; device_actor gains its source id.
-#define TROUPE_ABI_VERSION 7
+/// 8: device_actor gains send_written (what it holds back for other nodes).
+#define TROUPE_ABI_VERSION 8
 
 namespace troupe {
 
