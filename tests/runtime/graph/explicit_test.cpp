@@ -453,6 +453,18 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "micro-batches in turn (interleaved stages), needs microbatches = 4 credits or 0");
     CHECK_NOTHROW(load(replaced(one_device, "capacity = 3", "capacity = 4")));
   }
+  SUBCASE("ZB-H1's stages take turns when each has its device, and then need M credits") {
+    // Note [zero-bubble turns]: the wire into stage 1 needs M = 4 credits, not 3.
+    auto text = replaced(two_stages, "schedule = \"1f1b\"", "schedule = \"zb-h1\"");
+    check_error(text, wire_table("l1", "l2"),
+                "activations wire from 'l1' to 'l2': capacity 3 into stage 1, which takes its "
+                "micro-batches in turn (ZB-H1), needs microbatches = 4 credits or 0");
+    CHECK(load(replaced(text, "capacity = 3", "capacity = 4")).takes_turns());
+    // Both stages on one device: no turns (1F1B's credits and priorities), any capacity.
+    auto shared = replaced_all(text, "device = \"cpu:1\"", "device = \"cpu:0\"");
+    shared = replaced(shared, "schedule = \"zb-h1\"", "schedule = \"zb-h1\"\nshare_devices = true");
+    CHECK_FALSE(load(shared).takes_turns());
+  }
   SUBCASE("interleaved stages with a schedule other than 1F1B") {
     auto text = replaced(two_stages, "schedule = \"1f1b\"", "schedule = \"gpipe\"\nvirtual_stages = 2");
     check_error(text, "2\n\n[[actor]]", "set schedule = \"1f1b\" (found \"gpipe\")");
