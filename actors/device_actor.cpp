@@ -61,8 +61,8 @@ caf::behavior device_actor::make_behavior() {
 // is written (include/troupe/tensor_inspect.hpp). Sent as soon as its job was submitted,
 // an activation made the network thread wait for that job: 3783 of 4000 tensors a run
 // of config/fashion_mlp_pp2_2nodes.toml's first node sent, 657 ms of its 2.8 s, during
-// which nothing else this process sent or received moved (a gradient coming back waited
-// behind the forward going out). So a message to another node is held here until its
+// which that one thread (middleman.workers = 0) read and wrote nothing else for this
+// process. So a message to another node is held here until its
 // tensors are written (the producing job's event calls back), and what this actor sends
 // to other nodes keeps its order behind it. Messages within the process go at once, as
 // before: their receivers wait on the events themselves (Note [no blocking waits]).

@@ -556,8 +556,7 @@ void layer_actor::forward(pass& work) {
   const auto& tag = message.tag;
   if (has_params_ && tag.version != version_)
     throw std::logic_error(describe(*settings_, "forward", tag) + " needs parameter version " +
-                           std::to_string(tag.version) + " but holds " +
-                           std::to_string(version_));
+                           std::to_string(tag.version) + " but holds " + std::to_string(version_));
   auto& device = *settings_->on;
   const bool training = tag.stage == phase::train;
   if (training && settings_->sequencer != nullptr && settings_->last_of_stage)
@@ -739,8 +738,8 @@ stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
   if (!t.takes_turns())
     return out;
-  const interleaved_pipeline pipeline{t.stages / t.virtual_stages, t.virtual_stages,
-                                      t.microbatches, t.virtual_stages == 1};
+  const interleaved_pipeline pipeline{t.stages / t.virtual_stages, t.virtual_stages, t.microbatches,
+                                      t.virtual_stages == 1};
   for (const auto& a : t.actors) {
     if (a.kind != actor_kind::layer)
       continue;

@@ -41,7 +41,6 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
-
 #include <deque>
 #include <functional>
 #include <initializer_list>
@@ -252,8 +251,8 @@ class device_actor : public caf::event_based_actor {
   /// Whether `peer` is an actor of another node: of another process, or placed on another
   /// node's device in a simulated run (all of whose nodes are in one process).
   bool on_another_node(const caf::actor& peer) const {
-    return peer && (peer->node() != node() ||
-                    std::find(other_nodes_.begin(), other_nodes_.end(), peer) != other_nodes_.end());
+    return peer && (peer->node() != node() || std::find(other_nodes_.begin(), other_nodes_.end(),
+                                                        peer) != other_nodes_.end());
   }
   std::vector<caf::actor> other_nodes_;  // its wires' peers on other nodes' devices
   /// Sends the messages held for other nodes whose tensors are written, in order, and

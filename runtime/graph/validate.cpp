@@ -794,8 +794,8 @@ class validator {
       fail(w.where, activations_wire(w) + "capacity " + std::to_string(w.capacity) +
                         " into stage " + std::to_string(to.stage) +
                         ", which takes its micro-batches in turn (" +
-                        (t_.virtual_stages > 1 ? "interleaved stages" : "ZB-H1") + "), needs "
-                        "microbatches = " + std::to_string(t_.microbatches) +
+                        (t_.virtual_stages > 1 ? "interleaved stages" : "ZB-H1") +
+                        "), needs microbatches = " + std::to_string(t_.microbatches) +
                         " credits or 0 (unbounded): with fewer, micro-batches sent out of order "
                         "can hold every credit while the one whose turn it is waits");
     });

@@ -191,8 +191,8 @@ std::string stage_sequencer::describe() const {
            std::to_string(step_);
   }
   return std::string{pipeline_.one_f_one_b ? "zero-bubble" : "interleaved"} +
-         " turns on this device: next " + next + "; holds " + std::to_string(held_) +
-         " of " + std::to_string(bound_) + " micro-batches";
+         " turns on this device: next " + next + "; holds " + std::to_string(held_) + " of " +
+         std::to_string(bound_) + " micro-batches";
 }
 
 }  // namespace troupe

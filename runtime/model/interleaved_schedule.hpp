@@ -59,8 +59,8 @@
 // the later micro-batches, parked at the receiver until the earlier one's turn, hold all
 // of them, and the earlier one can never be sent: a deadlock (found under
 // AddressSanitizer's timing, in a trial that gave a stage its turns behind 2 credits).
-// With M, a step's micro-batches are never held back by each other. validate_topology refuses fewer in
-// explicit configs.
+// With M, a step's micro-batches are never held back by each other. validate_topology refuses fewer
+// in explicit configs.
 //
 // It does not run anything, know about actors, or handle evaluation passes (forward-only
 // batches skip it: they hold nothing).
@@ -163,7 +163,7 @@ class stage_sequencer {
   bool backward_open_ = false;  // a backward took its turn, not yet released
   bool forward_open_ = false;   // a forward took its turn, not yet at its stage's last layer
   std::int64_t held_ = 0;
-  std::map<std::int64_t, std::vector<std::function<void()>>> wake_;  // by stage
+  std::map<std::int64_t, std::vector<std::function<void()>>> wake_;       // by stage
   std::map<std::int64_t, std::pair<std::int32_t, std::int32_t>> layers_;  // stage: first, last
 };
 

@@ -345,19 +345,20 @@ TEST_CASE("a hundred devices and more simulate on this machine: DP 128 over 4 no
   std::filesystem::remove(path);
 }
 
-TEST_CASE("a message to another node leaves once its tensor is written, and crosses the link after") {
+TEST_CASE(
+    "a message to another node leaves once its tensor is written, and crosses the link after") {
   // Two stages on two nodes, one micro-batch, 1 ms a job: the activation and the gradient
   // that cross are each sent as their job is submitted, but go on the network only once
   // it has run (Note [nothing unwritten to the network] in actors/device_actor.cpp), so a
   // 2 ms link adds 2 ms to the step twice. When the link's time ran alongside the job's,
   // it added 1 ms twice.
-  const auto config = parse_config(
-      "[run]\nsteps = 4\nevaluate = false" + test::data_section({8, 64, 4, 4, 4}) +
-          test::layer("relu") + delay(1000, 1000, 0) + delay(1000, 1000, 0) +
-          "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[cluster]\nnodes = 2\n[parallel]\n"
-          "devices = [\"node0/cpu:0\", \"node1/cpu:0\"]\nstages = [[0, 1], [2, 2]]\n"
-          "microbatches = 1\nschedule = \"gpipe\"\n",
-      "two_nodes.toml");
+  const auto config =
+      parse_config("[run]\nsteps = 4\nevaluate = false" + test::data_section({8, 64, 4, 4, 4}) +
+                       test::layer("relu") + delay(1000, 1000, 0) + delay(1000, 1000, 0) +
+                       "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[cluster]\nnodes = 2\n[parallel]\n"
+                       "devices = [\"node0/cpu:0\", \"node1/cpu:0\"]\nstages = [[0, 1], [2, 2]]\n"
+                       "microbatches = 1\nschedule = \"gpipe\"\n",
+                   "two_nodes.toml");
   const auto costs = exact_costs(config, 1000, 1000, 0);
   auto o = exact_options(4);
   const auto near = simulate_run(config, costs, o);

@@ -466,7 +466,8 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
     CHECK_FALSE(load(shared).takes_turns());
   }
   SUBCASE("interleaved stages with a schedule other than 1F1B") {
-    auto text = replaced(two_stages, "schedule = \"1f1b\"", "schedule = \"gpipe\"\nvirtual_stages = 2");
+    auto text =
+        replaced(two_stages, "schedule = \"1f1b\"", "schedule = \"gpipe\"\nvirtual_stages = 2");
     check_error(text, "2\n\n[[actor]]", "set schedule = \"1f1b\" (found \"gpipe\")");
   }
 }
