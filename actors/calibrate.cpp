@@ -388,10 +388,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
     });
   }
   kernels::set_cpu_kernel_threads(threads_before);
-  // Not `repeats`: with 20 wake-ups the share of slow ones, and so the mean, moved by 10-20%
-  // from one calibration to the next (59-73 us), and with it a DP2 step's prediction (1.28-1.44
-  // ms); 200 take 0.1 s.
-  out.handover_us = time_handover(200);
+  out.handover_us = time_handover(std::min<std::int64_t>(repeats, 50));
   return out;
 }
 
