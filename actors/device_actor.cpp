@@ -62,9 +62,9 @@ caf::behavior device_actor::make_behavior() {
 // an activation made the network thread wait for that job: 3783 of 4000 tensors a run
 // of config/fashion_mlp_pp2_2nodes.toml's first node sent, 657 ms of its 2.8 s, during
 // which that one thread (middleman.workers = 0) read and wrote nothing else for this
-// process. So a message to another node is held here until its
-// tensors are written (the producing job's event calls back), and what this actor sends
-// to other nodes keeps its order behind it. Messages within the process go at once, as
+// process. So a message to another node is held here until its tensors are written (the
+// producing job's event calls back), and what this actor sends to other nodes keeps its
+// order behind it. Messages within the process go at once, as
 // before: their receivers wait on the events themselves (Note [no blocking waits]).
 void device_actor::send_to_network() {
   while (!held_for_network_.empty()) {

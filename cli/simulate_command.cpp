@@ -27,8 +27,9 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "without --calibration: time each op this many times")(
       "link", po::value<std::string>(),
       "the network between nodes, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s or MB/s; ns, us or "
-      "ms): messages between nodes are handled its latency later and their tensors copied at "
-      "its bandwidth; without it nodes are as close as devices")(
+      "ms): a message between nodes leaves once its tensors are written, is handled its "
+      "latency later and its tensors copied at its bandwidth; without it nodes are as close "
+      "as devices")(
       "steps", po::value<std::int64_t>()->default_value(20),
       "training steps to simulate (with --search: 6 a wiring unless given)")(
       "handler-us", po::value<double>()->default_value(2.0),
