@@ -58,13 +58,16 @@ class ring_averager_actor final : public device_actor {
   void receive_local(weight_grads_msg& message);
   void receive_ring(ring_msg& message);
   void take_pending(std::int64_t step_index, std::int32_t bucket);
-  /// The chunk `message` carries, on our device, after checking it is the one this replica
+  /// The chunk `message` carries, for our device's next job to read (where it lies, if it
+  /// can: runtime/core/transfer.hpp's read_in_place), after checking it is the one this replica
   /// receives in `phase` and round message.round; `where` is set to its span of the flat vector.
   tensor receive_chunk(step_state& step, const ring_msg& message, ring_phase phase,
                        flat_span& where);
   void reduce_scatter(step_state& step, const ring_msg& message);
   void all_gather(step_state& step, const ring_msg& message);
-  tensor copy_out(const step_state& step, std::int32_t bucket, std::int32_t chunk);
+  /// A view of `chunk` of `bucket` in step.flat, ready when step.flat is (Note [chunks in
+  /// place] in the .cpp: no copy is taken of what we send).
+  tensor chunk_view(const step_state& step, std::int32_t bucket, std::int32_t chunk) const;
   void send_ring(std::int64_t step, std::int32_t bucket, ring_phase phase, std::int32_t round,
                  std::int32_t chunk, tensor data);
   void finish_if_done(std::int64_t step_index);

@@ -38,6 +38,23 @@ tensor arrive(const tensor& t, device& here, job_label label) {
   return copy;
 }
 
+// Note [reading a peer in place]
+// A copy on arrival gives the receiver a tensor on its own device, which it may keep and
+// hand to any job. A job that reads a tensor once, right away, needs no copy of its own
+// when the sender's memory is as addressable as its own: CPU devices of one process
+// share it (as GPUs with peer access read each other's over NVLink). The ring
+// all-reduce's sums and gathers read what a neighbour sent that way; the copy first
+// doubled the bytes each moved (a reduce read 2 and wrote 1 buffers; with the copy, 4
+// and 2). A tensor from another node stays a copy: its bytes were deserialised here,
+// but its device names the sender's.
+tensor read_in_place(const tensor& t, device& here) {
+  if (!t.defined() || t.device().node != here.id().node || t.device().type != device_type::cpu ||
+      here.id().type != device_type::cpu)
+    return arrive(t, here);
+  here.work().wait_for(t.ready());
+  return t;
+}
+
 std::vector<tensor> arrive(const std::vector<tensor>& ts, device& here) {
   std::vector<tensor> out;
   out.reserve(ts.size());

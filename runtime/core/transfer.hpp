@@ -18,6 +18,12 @@ namespace troupe {
 tensor arrive(const tensor& t, device& here);
 tensor arrive(const tensor& t, device& here, job_label like);
 
+/// `t` itself, to be read by jobs on `here` that are submitted next, when its bytes are
+/// in this process's memory as `here`'s are (both CPU devices of this node): `here`'s
+/// stream waits for t's ready event instead of copying (Note [reading a peer in place]
+/// in transfer.cpp). Else arrive(t, here). The jobs must only read it.
+tensor read_in_place(const tensor& t, device& here);
+
 /// arrive() for each tensor.
 std::vector<tensor> arrive(const std::vector<tensor>& ts, device& here);
 

@@ -235,6 +235,43 @@ TEST_CASE_FIXTURE(averagers,
 }
 
 TEST_CASE_FIXTURE(averagers,
+                  "between CPU devices of one process the ring copies nothing: it reads what a "
+                  "neighbour sent where it lies and sums its own chunk in place") {
+  // Note [chunks in place] in actors/ring_averager_actor.cpp and Note [reading a peer in
+  // place] in runtime/core/transfer.cpp. What a device allocates while the ring runs shows
+  // it: with two replicas nothing at all besides the buffer handed over (before: a copy
+  // of the chunk sent, a copy of the chunk received and a sum, each a chunk long); with
+  // three, one partial sum per bucket, which goes on to the next replica.
+  const std::int64_t n = 1000;
+  for (std::int32_t R : {2, 3}) {
+    CAPTURE(R);
+    devices.synchronize();
+    for (std::int32_t r = 0; r < R; ++r)
+      reset_storage_peak({device_type::cpu, r});
+    auto ring = spawn_ring(system, devices, self, R, n);
+    std::vector<std::vector<float>> inputs;
+    for (std::int32_t r = 0; r < R; ++r) {
+      inputs.push_back(flatten(make_grads({{n}}, 0, r, {device_type::cpu, r})));
+      auto buffer = tensor::from(inputs.back(), {n}, {device_type::cpu, r});
+      self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, {buffer}});
+    }
+    auto results = collect(self, R);
+    devices.synchronize();
+    const auto expected = ring_allreduce_reference(inputs, n);
+    const std::int64_t chunk_bytes = (n / R + 1) * static_cast<std::int64_t>(sizeof(float));
+    for (std::int32_t r = 0; r < R; ++r) {
+      CAPTURE(r);
+      CHECK(flatten(results.at({0, r})) == expected);
+      const auto peak = storage_bytes_peak({device_type::cpu, r});
+      CHECK(peak >= n * static_cast<std::int64_t>(sizeof(float)));
+      CHECK(peak <= n * static_cast<std::int64_t>(sizeof(float)) + (R - 2) * chunk_bytes);
+    }
+    finish(self, ring);
+  }
+  devices.synchronize();
+}
+
+TEST_CASE_FIXTURE(averagers,
                   "the ring keeps two consecutive steps apart when their messages interleave") {
 
   const std::vector<shape_t> shapes = {{5, 3}, {5}};
