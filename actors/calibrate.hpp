@@ -45,6 +45,9 @@ struct calibration {
   double load_gb_per_s = 0;         // a loader's gather of a micro-batch's random rows
   double loss_us = 0;               // the loss of one micro-batch (cross-entropy, accuracy)
   double handover_us = 0;           // a message to another device's thread, until handled
+  double handler_us = -1;           // a message handled on a device's thread, the mean over a
+                                    // short run of the model (-1: not measured; Note [what a
+                                    // handler costs] in calibrate.cpp)
   double contention = 1;            // a round of the model's passes on two threads at once / alone
   std::vector<layer_timing> layers;  // in model order
 };

@@ -18,8 +18,8 @@
 //   the data set); an averager's sums and copies (reduce): their bytes at the calibrated
 //   sum bandwidth;
 // - anything else (a checkpoint, a plugin's own job): nothing, and counted.
-// Each message handled keeps its device handler_us (2 us by default, about what a
-// handler takes here). A job that starts while another device of its node computes takes
+// Each message handled keeps its device handler_us (the calibration's measure of the
+// model's handlers, Note [what a handler costs] in calibrate.cpp, unless --handler-us says). A job that starts while another device of its node computes takes
 // the calibration's contention factor times as long (two threads running the model's
 // passes at once against one; simulation::settings::contention).
 #include "actors/simulate.hpp"
@@ -283,7 +283,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   if (options.steps < 2 || options.steps > 100000)
     throw user_error("troupe simulate: --steps should be between 2 and 100000, not " +
                      std::to_string(options.steps));
-  if (!(options.handler_us >= 0) || options.handler_us > 1e6)
+  if (std::isnan(options.handler_us) || options.handler_us > 1e6)
     throw user_error("troupe simulate: --handler-us should be between 0 and 1e6");
   if (options.handover_us > 1e6 || std::isnan(options.handover_us))
     throw user_error("troupe simulate: --handover-us should be at most 1e6");
@@ -313,7 +313,10 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   simulation::settings world_settings;
   world_settings.cost = [&prices](const job_label& label, const device_id& device,
                                   const std::string& actor) { return prices(label, device, actor); };
-  world_settings.handler_ns = static_cast<std::int64_t>(options.handler_us * 1000);
+  const double handler_us = options.handler_us >= 0 ? options.handler_us
+                           : costs.handler_us >= 0  ? costs.handler_us
+                                                    : default_handler_us;
+  world_settings.handler_ns = static_cast<std::int64_t>(handler_us * 1000);
   world_settings.handover_ns = static_cast<std::int64_t>(
       (options.handover_us >= 0 ? options.handover_us : costs.handover_us) * 1000);
   world_settings.cores = options.cores;
@@ -346,7 +349,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.batch_size = prepared.plan.batch_size;
   p.jobs = jobs;
   p.handover_us = static_cast<double>(world_settings.handover_ns) / 1000;
-  p.handler_us = options.handler_us;
+  p.handler_us = handler_us;
   p.contention = world_settings.contention;
   p.unpriced_jobs = prices.unpriced();
   const auto trace = parse_trace(result.trace_json, "(simulated)");

@@ -22,6 +22,10 @@
 
 namespace troupe {
 
+/// What a handler keeps its device for when neither --handler-us nor the calibration says
+/// (an explicit config's calibration does not measure it: Note [what a handler costs]).
+constexpr double default_handler_us = 2;
+
 /// A network link between nodes: "25 GB/s, 5 us" (GB/s, Gb/s or MB/s; ns, us or ms), or
 /// with the "node: " in front.
 struct link_cost {
@@ -35,7 +39,8 @@ link_cost parse_link(const std::string& text);
 struct simulate_options {
   std::int64_t steps = 20;  // training steps simulated (no evaluation, no checkpoints)
   link_cost link;           // between nodes; not given: as a copy between devices
-  double handler_us = 2;    // the device time of each message an actor handles
+  double handler_us = -1;   // the device time of each message an actor handles; < 0: the
+                            // calibration's measure, or default_handler_us without one
   double handover_us = -1;  // a message between threads; < 0: the calibration's
   int cores = 0;            // cores the devices share (0: a core each)
   double contention = -1;   // two devices of a node at once; < 0: the calibration's

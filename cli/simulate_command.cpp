@@ -32,8 +32,10 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "as devices")(
       "steps", po::value<std::int64_t>()->default_value(20),
       "training steps to simulate (with --search: 6 a wiring unless given)")(
-      "handler-us", po::value<double>()->default_value(2.0),
-      "device time of each message an actor handles, in microseconds")(
+      "handler-us", po::value<double>(),
+      "device time of each message an actor handles, in microseconds (default: the "
+      "calibration's measure, the mean handler of a short run of the model on one device; "
+      "2 for an explicit config)")(
       "handover-us", po::value<double>(),
       "how much later a message to another device's thread is handled, in microseconds "
       "(default: the calibration's measure of a thread's wake-up)")(
@@ -73,7 +75,11 @@ exit_code simulate_command(const std::vector<std::string>& args) {
   load_config_plugins(config);
   simulate_options o;
   o.steps = line.values["steps"].as<std::int64_t>();
-  o.handler_us = line.values["handler-us"].as<double>();
+  if (line.values.count("handler-us")) {
+    o.handler_us = line.values["handler-us"].as<double>();
+    if (!(o.handler_us >= 0))
+      throw user_error("troupe simulate: --handler-us should be between 0 and 1e6");
+  }
   if (line.values.count("contention")) {
     o.contention = line.values["contention"].as<double>();
     if (!(o.contention >= 1))

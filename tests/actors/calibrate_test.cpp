@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/calibrate.hpp"
+#include "actors/session.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/graph/topology.hpp"
 #include "tests/config_text.hpp"
 #include "troupe/error.hpp"
 
@@ -72,4 +74,28 @@ TEST_CASE("calibrate times fixed-cost layers at their set costs, at the wiring's
   CHECK_FALSE(json["layers"][0].contains("backward_input_us"));
   CHECK(format_calibration_text(c).find("delay") != std::string::npos);
   CHECK_THROWS_AS(calibrate(config, "calibrate.toml", 0), user_error);
+
+  // Handlers (Note [what a handler costs]): measured in a short run of the model on one
+  // device; a message's handling takes some microseconds, not nothing and not a job's time.
+  CHECK(c.handler_us > 0.1);
+  CHECK(c.handler_us < 1000);
+  CHECK(json["handler_us"].get<double>() == c.handler_us);
+  CHECK(format_calibration_text(c).find("a message handled: ") != std::string::npos);
+  CHECK(parse_calibration_json(format_calibration_json(c), "c.json").handler_us == c.handler_us);
+}
+
+TEST_CASE("calibrate does not measure handlers of an explicit config, and says so") {
+  // An explicit config has no one-device form to run (troupe verify refuses it alike).
+  const auto shorthand = parse_config(
+      "[run]\nsteps = 1\nevaluate = false\n" + test::data_section({16, 64, 8, 6, 3}) +
+          test::linear(3) + "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n",
+      "shorthand.toml");
+  const auto ejected =
+      parse_config(format_explicit(prepare_session(shorthand).graph, shorthand), "explicit.toml");
+  REQUIRE(ejected.is_explicit());
+  const auto c = calibrate(ejected, "explicit.toml", 2);
+  CHECK(c.handler_us < 0);
+  CHECK_FALSE(nlohmann::json::parse(format_calibration_json(c)).contains("handler_us"));
+  CHECK(format_calibration_text(c).find("a message handled: not measured") != std::string::npos);
+  CHECK(parse_calibration_json(format_calibration_json(c), "c.json").handler_us < 0);
 }

@@ -452,7 +452,7 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   j = nlohmann::json::parse(format_calibration_json(costs));
   j.erase("contention");
   CHECK(parse_calibration_json(j.dump(), "c.json").contention == 1);
-  for (const nlohmann::json bad : {nlohmann::json(0.5), nlohmann::json(1e9), nlohmann::json("x"),
+  for (const nlohmann::json& bad : {nlohmann::json(0.5), nlohmann::json(1e9), nlohmann::json("x"),
                                    nlohmann::json::array({1})}) {
     CAPTURE(bad.dump());
     j["contention"] = bad;
@@ -460,6 +460,25 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
                          doctest::Contains("\"contention\""), user_error);
   }
   costs.contention = 1;
+  // The handler's device time: --handler-us, else the calibration's measure, else 2 us.
+  {
+    auto measured = costs;
+    measured.handler_us = 50;
+    auto o = exact_options();
+    o.handler_us = -1;
+    const auto with_measured = simulate_run(config, measured, o);
+    CHECK(with_measured.handler_us == 50);
+    measured.handler_us = -1;
+    CHECK(simulate_run(config, measured, o).handler_us == default_handler_us);
+    o.handler_us = 0;
+    const auto without = simulate_run(config, measured, o);
+    CHECK(without.handler_us == 0);
+    // Each step handles several messages on each device: 50 us each shows in the step.
+    CHECK(with_measured.step_us > without.step_us + 100);
+    o.handler_us = std::nan("");
+    CHECK_THROWS_WITH_AS(simulate_run(config, measured, o), doctest::Contains("--handler-us"),
+                         user_error);
+  }
   auto crowded = exact_options();
   crowded.contention = 0.5;
   CHECK_THROWS_WITH_AS(simulate_run(config, costs, crowded), doctest::Contains("--contention"),
