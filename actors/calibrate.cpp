@@ -194,14 +194,14 @@ double time_handover(std::int64_t repeats) {
 // own model on one device (single_device_form, as troupe verify runs it: 40 steps, a
 // micro-batch's rows a step, traced), the handlers' time over the messages handled on a
 // device's thread in steps 10-39 (the first allocate, spawn and fill caches; the host's
-// trainer and loader have no device). The mean, not the
-// median: most handlers take 1-2 us, a few 10-30 (a first layer's backward allocates the
-// step's gradient buffer and releases the batch), and a step pays for all of them. The
-// shipped MLP measures 3.1-3.3 us here (char_lm 4.1-4.4), against the 2 us simulate assumed
-// before, which put its DP2 prediction at 0.88-0.89 of the measured step (now 0.96-0.97). Traced, as the benchmark's measured runs
-// are (bench/simulate_vs_measured.py); an untraced handler is somewhat cheaper. An explicit
-// config (no single-device form) or a run that fails is not measured: -1, and simulate
-// takes its default.
+// trainer and loader have no device). The mean, not the median: most handlers take 1-2 us,
+// a few 10-30 (a first layer's backward allocates the step's gradient buffer and releases
+// the batch), and a step pays for all of them. The shipped MLP measures 3.1-3.3 us here
+// (char_lm 4.1-4.4), against the 2 us simulate assumed before, which put its DP2 prediction
+// at 0.88-0.89 of the measured step (now 0.96-0.97). Traced, as the benchmark's measured
+// runs are (bench/simulate_vs_measured.py); an untraced handler is somewhat cheaper. An
+// explicit config (no single-device form) or a run that fails is not measured: -1, and
+// simulate takes its default.
 double time_handlers(const run_config& config, const session_prepared& prepared,
                      std::int64_t rows) {
   if (config.is_explicit())
@@ -471,15 +471,15 @@ std::string format_calibration_text(const calibration& c) {
                           l.forward_us, l.backward_us, split(l.backward_input_us).c_str(),
                           split(l.backward_weight_us).c_str());
   }
-  text += string_printf("update (%s): %.3f ns a parameter; copy: %.2f GB/s at %lld bytes; sum: "
-                        "%.2f GB/s; a batch's gather: %.2f GB/s; loss: %.1f us a micro-batch; a message to "
-                        "another device's thread: %.1f us; two devices at once: %.2fx as long; a message "
-                        "handled: %s\n",
-                        c.optimizer.c_str(), c.update_ns_per_parameter, c.copy_gb_per_s,
-                        static_cast<long long>(c.copy_bytes), c.reduce_gb_per_s, c.load_gb_per_s,
-                        c.loss_us, c.handover_us, c.contention,
-                        c.handler_us < 0 ? "not measured"
-                                         : string_printf("%.1f us", c.handler_us).c_str());
+  text += string_printf(
+      "update (%s): %.3f ns a parameter; copy: %.2f GB/s at %lld bytes; sum: "
+      "%.2f GB/s; a batch's gather: %.2f GB/s; loss: %.1f us a micro-batch; a message to "
+      "another device's thread: %.1f us; two devices at once: %.2fx as long; a message "
+      "handled: %s\n",
+      c.optimizer.c_str(), c.update_ns_per_parameter, c.copy_gb_per_s,
+      static_cast<long long>(c.copy_bytes), c.reduce_gb_per_s, c.load_gb_per_s, c.loss_us,
+      c.handover_us, c.contention,
+      c.handler_us < 0 ? "not measured" : string_printf("%.1f us", c.handler_us).c_str());
   return text;
 }
 

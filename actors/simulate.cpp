@@ -19,9 +19,10 @@
 //   sum bandwidth;
 // - anything else (a checkpoint, a plugin's own job): nothing, and counted.
 // Each message handled keeps its device handler_us (the calibration's measure of the
-// model's handlers, Note [what a handler costs] in calibrate.cpp, unless --handler-us says). A job that starts while another device of its node computes takes
-// the calibration's contention factor times as long (two threads running the model's
-// passes at once against one; simulation::settings::contention).
+// model's handlers, Note [what a handler costs] in calibrate.cpp, unless --handler-us
+// says). A job that starts while another device of its node computes takes the
+// calibration's contention factor times as long (two threads running the model's passes at
+// once against one; simulation::settings::contention).
 #include "actors/simulate.hpp"
 
 #include <algorithm>
@@ -314,7 +315,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   world_settings.cost = [&prices](const job_label& label, const device_id& device,
                                   const std::string& actor) { return prices(label, device, actor); };
   const double handler_us = options.handler_us >= 0 ? options.handler_us
-                           : costs.handler_us >= 0  ? costs.handler_us
+                            : costs.handler_us >= 0 ? costs.handler_us
                                                     : default_handler_us;
   world_settings.handler_ns = static_cast<std::int64_t>(handler_us * 1000);
   world_settings.handover_ns = static_cast<std::int64_t>(

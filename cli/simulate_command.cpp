@@ -16,10 +16,9 @@ namespace troupe::cli {
 
 exit_code simulate_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()(
-      "set", po::value<std::vector<std::string>>()->composing(),
-      "change the config before simulating: SECTION.KEY=VALUE with a TOML value "
-      "(repeatable), e.g. --set parallel.data=64 --set data.batch_size=8192")(
+  options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
+                        "change the config before simulating: SECTION.KEY=VALUE with a TOML value "
+                        "(repeatable), e.g. --set parallel.data=64 --set data.batch_size=8192")(
       "calibration", po::value<std::string>(),
       "job costs from this file (troupe calibrate CONFIG --json -o FILE); without it the "
       "config's layers are timed first, here, at the simulated config's shapes")(
@@ -29,9 +28,8 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "the network between nodes, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s or MB/s; ns, us or "
       "ms): a message between nodes leaves once its tensors are written, is handled its "
       "latency later and its tensors copied at its bandwidth; without it nodes are as close "
-      "as devices")(
-      "steps", po::value<std::int64_t>()->default_value(20),
-      "training steps to simulate (with --search: 6 a wiring unless given)")(
+      "as devices")("steps", po::value<std::int64_t>()->default_value(20),
+                    "training steps to simulate (with --search: 6 a wiring unless given)")(
       "handler-us", po::value<double>(),
       "device time of each message an actor handles, in microseconds (default: the "
       "calibration's measure, the mean handler of a short run of the model on one device; "
@@ -48,8 +46,8 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "search", po::value<std::int64_t>(),
       "try every wiring of the model that fits this many devices (data x pipeline, "
       "micro-batches, schedules) and print the fastest by predicted samples/s, with each "
-      "one's peak memory")(
-      "top", po::value<std::int64_t>()->default_value(5), "with --search: how many to print")(
+      "one's peak memory")("top", po::value<std::int64_t>()->default_value(5),
+                           "with --search: how many to print")(
       "trace", po::value<std::string>(),
       "write the simulated run's trace here (virtual times; troupe trace summary, explain "
       "and timeline read it)")("json", "print JSON instead of text");

@@ -86,10 +86,10 @@ TEST_CASE("calibrate times fixed-cost layers at their set costs, at the wiring's
 
 TEST_CASE("calibrate does not measure handlers of an explicit config, and says so") {
   // An explicit config has no one-device form to run (troupe verify refuses it alike).
-  const auto shorthand = parse_config(
-      "[run]\nsteps = 1\nevaluate = false\n" + test::data_section({16, 64, 8, 6, 3}) +
-          test::linear(3) + "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n",
-      "shorthand.toml");
+  const auto shorthand =
+      parse_config("[run]\nsteps = 1\nevaluate = false\n" + test::data_section({16, 64, 8, 6, 3}) +
+                       test::linear(3) + "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n",
+                   "shorthand.toml");
   const auto ejected =
       parse_config(format_explicit(prepare_session(shorthand).graph, shorthand), "explicit.toml");
   REQUIRE(ejected.is_explicit());

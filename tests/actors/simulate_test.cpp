@@ -453,7 +453,7 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   j.erase("contention");
   CHECK(parse_calibration_json(j.dump(), "c.json").contention == 1);
   for (const nlohmann::json& bad : {nlohmann::json(0.5), nlohmann::json(1e9), nlohmann::json("x"),
-                                   nlohmann::json::array({1})}) {
+                                    nlohmann::json::array({1})}) {
     CAPTURE(bad.dump());
     j["contention"] = bad;
     CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
