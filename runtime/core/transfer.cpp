@@ -22,8 +22,15 @@ tensor arrive(const tensor& t, device& here) {
 }
 
 tensor arrive(const tensor& t, device& here, job_label label) {
-  if (!t.defined() || t.device() == here.id())
+  if (!t.defined())
     return t;
+  if (t.device() == here.id()) {
+    // Written by a main-lane job of here's stream: stream order covers it, and wait_for
+    // returns at once. By an idle-lane job (stream::submit_when_idle): that job may run
+    // after jobs submitted later, so it is hurried ahead of them (Note [idle lane]).
+    here.work().wait_for(t.ready());
+    return t;
+  }
   TROUPE_CHECK(t.device().type == device_type::cpu && here.id().type == device_type::cpu,
                "copies between " << t.device().to_string() << " and " << here.id().to_string()
                                  << " need the CUDA device layer");

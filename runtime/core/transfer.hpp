@@ -11,7 +11,8 @@
 
 namespace troupe {
 
-/// `t` itself if it already lives on `here`; else a copy on `here` whose ready event is
+/// `t` itself if it already lives on `here` (an idle-lane job that writes it is hurried,
+/// so that jobs submitted next see it written); else a copy on `here` whose ready event is
 /// the copy job on here's stream (which first waits for t's ready event). The job is
 /// labelled as the traced handler this thread is in (the receiver's), or as `like` says
 /// (its name becomes "copy"): a pass run later, outside a handler, says whose it is.

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/core/transfer.hpp"
 #include "troupe/device.hpp"
 #include "troupe/error.hpp"
 
@@ -325,6 +326,33 @@ TEST_CASE("a stream that waits for its own idle event hurries it instead of wait
   after.wait();  // would hang if the worker blocked on its own idle lane
   CHECK(order == std::vector<std::string>{"idle", "after"});
   CHECK(w.reached());
+}
+
+TEST_CASE("a tensor an idle-lane job writes is written before the jobs of its arrival") {
+  // Consumers on the producer's own device trust stream order (include/troupe/inputs.hpp);
+  // an idle job is not in it, so arrive() hurries it. Without that, the consumer below
+  // read the tensor before the idle job wrote it, which ran only once the lane emptied.
+  device_set devices{{device_id{device_type::cpu, 0}}};
+  auto& here = devices.at({device_type::cpu, 0});
+  std::atomic<bool> release{false};
+  hold_until(here.work(), release);
+  auto x = tensor::zeros({4}, dtype::f32, here.id());
+  here.work().wait_for(x.ready());
+  x.set_ready(here.work().submit_when_idle([x] {
+    for (int i = 0; i < 4; ++i)
+      x.f32()[i] = 7.0f;
+  }));
+  auto seen = arrive(x, here);
+  CHECK(seen.raw() == x.raw());  // the same tensor: nothing is copied on one device
+  float sum = -1;
+  auto read = here.work().submit([seen, &sum] {
+    sum = 0;
+    for (int i = 0; i < 4; ++i)
+      sum += seen.f32()[i];
+  });
+  release = true;
+  read.wait();
+  CHECK(sum == 28.0f);
 }
 
 TEST_CASE("a callback on an idle event runs when that idle job has run") {
