@@ -25,10 +25,10 @@ tensor arrive(const tensor& t, device& here, job_label label) {
   if (!t.defined())
     return t;
   if (t.device() == here.id()) {
-    // Written by a main-lane job of here's stream: stream order covers it, and wait_for
-    // returns at once. By an idle-lane job (stream::submit_when_idle): that job may run
-    // after jobs submitted later, so it is hurried ahead of them (Note [idle lane]).
-    here.work().wait_for(t.ready());
+    // Written by a main-lane job of here's stream: stream order covers it (hurry leaves
+    // such an event alone). By an idle-lane job (stream::submit_when_idle): that job may
+    // run after jobs submitted later, so it is hurried ahead of them (Note [idle lane]).
+    here.work().hurry(t.ready());
     return t;
   }
   TROUPE_CHECK(t.device().type == device_type::cpu && here.id().type == device_type::cpu,
