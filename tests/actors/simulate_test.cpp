@@ -296,7 +296,13 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
       // Adam's weights alone: 256 x 65 + 256 x 257 + 4 x 257 floats, five copies, split over
       // the devices; a device holds more than a tenth of them.
       CHECK(predicted > 0.1 * 4 * 5 * (256 * 65 + 256 * 257 + 4 * 257));
-      CHECK(predicted == doctest::Approx(measured).epsilon(0.1));
+      // Which tensors overlap in time depends on the schedule: under ThreadSanitizer (runs
+      // 5-10x slower) the real DP2 run held 0.19 MB less at its peak than the simulated
+      // schedule in 2 of 5 runs (1.62 MB for 1.81) since the ring's neighbours read chunks
+      // in place (Note [chunks in place]), which decides how long a gradient buffer lives;
+      // never in the plain and ASan builds (6 runs each, and 5 with both cores busy).
+      CHECK(predicted ==
+            doctest::Approx(measured).epsilon(testing::under_thread_sanitizer ? 0.15 : 0.1));
     }
   }
 }
