@@ -27,8 +27,8 @@ exit_code calibrate_command(const std::vector<std::string>& args) {
           "optimizer's update per parameter, a copy's and a sum's bandwidth, and the loss\n"
           "of a micro-batch. Medians of --repeats runs after two warm-ups, on random inputs\n"
           "and parameters. Then a thread's wake-up, and the mean time an actor's handler\n"
-          "takes in a 30-step traced run of the model on one device (not for an explicit\n"
-          "config). The JSON is what troupe simulate --calibration reads.",
+          "takes in steps 10-39 of a 40-step traced run of the model on one device (not for\n"
+          "an explicit config). The JSON is what troupe simulate --calibration reads.",
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);
