@@ -5,8 +5,9 @@
 // and, for training micro-batches, sends dlogits (scaled by 1 / global batch) back to the
 // last layer, which also returns that wire's credit. With `flush` (GPipe) it holds the
 // dlogits of a step until all M micro-batches of the step have their loss, then sends
-// them in micro-batch order: all forwards, then all backwards. When a loss job has run it
-// reports loss and accuracy to the trainer. The protocol around that (wiring, failures,
+// them in micro-batch order: all forwards, then all backwards. When the last loss job of a
+// step has run it reports the step's loss and accuracy to the trainer (an evaluation
+// batch's job, that batch's). The protocol around that (wiring, failures,
 // status, finish, readiness, tracing) is device_actor's.
 #pragma once
 
@@ -57,6 +58,17 @@ class loss_actor : public device_actor {
   std::map<key, tensor> logits_;      // logits waiting for labels
   std::map<key, labels_msg> labels_;  // labels waiting for logits
   std::map<std::int64_t, std::vector<gradient_msg>> held_;  // flush: per step
+
+  // Note [one report a step] in loss_actor.cpp.
+  struct step_sums {  // written only by the step's loss jobs
+    loss_report_msg report;
+    std::int32_t done = 0;  // loss jobs that have added theirs
+  };
+  struct step_entry {
+    std::shared_ptr<step_sums> sums;
+    std::int32_t submitted = 0;  // loss jobs submitted for the step
+  };
+  std::map<std::int64_t, step_entry> step_sums_;  // training steps with jobs still to submit
 };
 
 }  // namespace troupe

@@ -1,6 +1,8 @@
 // run_control.cpp: counting reports into steps, evaluations and the end of a run.
 #include "actors/run_control.hpp"
 
+#include <algorithm>
+
 namespace troupe {
 
 namespace {
@@ -26,7 +28,7 @@ run_control::run_control(const run_plan& plan) : plan_(plan), steps_done_(plan.f
 }
 
 report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std::int64_t correct,
-                                     std::int64_t samples) {
+                                     std::int64_t samples, std::int32_t microbatches) {
   report_effect effect;
   if (items_left_ == 0)
     return effect;
@@ -46,7 +48,8 @@ report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std:
     t.loss_sum += loss_sum;
     t.correct += correct;
     t.samples += samples;
-    if (++t.reports == plan_.replicas * plan_.microbatches) {
+    t.reports += std::max<std::int32_t>(1, microbatches);
+    if (t.reports >= plan_.replicas * plan_.microbatches) {
       effect.item_done = true;
       effect.step = tag.step;
       effect.totals = t;

@@ -1,11 +1,12 @@
 // run_control.hpp: what the trainer counts to know where a run is and when it is over.
 //
 // A run is a list of items: every training step, and after each evaluation point every
-// evaluation batch. Loss reports arrive per micro-batch (R x M per step, one per
-// evaluation batch); run_control adds them up and says, for each report, whether it
-// completed an item (the trainer returns a credit to the data loader), a step, an
-// evaluation, or the whole run. It is plain bookkeeping: it sends nothing, prints nothing
-// and keeps no time (the trainer actor composes it with progress, metrics and watchdog).
+// evaluation batch. Loss reports arrive per replica and step (the sums of its M
+// micro-batches: R a step) and per evaluation batch; run_control adds them up and says,
+// for each report, whether it completed an item (the trainer returns a credit to the data
+// loader), a step, an evaluation, or the whole run. It is plain bookkeeping: it sends nothing,
+// prints nothing and keeps no time (the trainer actor composes it with progress, metrics and
+// watchdog).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ struct report_totals {
   double loss_sum = 0;
   std::int64_t correct = 0;
   std::int64_t samples = 0;
-  std::int64_t reports = 0;
+  std::int64_t reports = 0;  // micro-batches reported
 
   double mean_loss() const { return loss_sum / static_cast<double>(samples); }
   double accuracy() const { return static_cast<double>(correct) / static_cast<double>(samples); }
@@ -41,9 +42,10 @@ class run_control {
  public:
   explicit run_control(const run_plan& plan);
 
-  /// Counts a report; reports after the end (or for nothing) change nothing.
+  /// Counts a report of `microbatches` micro-batches' sums; reports after the end (or for
+  /// nothing) change nothing.
   report_effect on_report(const micro_tag& tag, double loss_sum, std::int64_t correct,
-                          std::int64_t samples);
+                          std::int64_t samples, std::int32_t microbatches = 1);
 
   /// Items (steps and evaluation batches) still to come.
   std::int64_t items_left() const { return items_left_; }

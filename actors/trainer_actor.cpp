@@ -87,7 +87,8 @@ void trainer_actor::start() {
 void trainer_actor::on_report(const loss_report_msg& report) {
   if (ended_)
     return;
-  auto effect = control_.on_report(report.tag, report.loss_sum, report.correct, report.samples);
+  auto effect = control_.on_report(report.tag, report.loss_sum, report.correct, report.samples,
+                                   report.microbatches);
   if (effect.item_done)
     send(settings_->loader, credit_atom::value);
   if (effect.step)

@@ -175,12 +175,15 @@ struct wiring_msg {
   std::vector<wire_end> in(const std::string& kind) const;
 };
 
-/// Loss and accuracy of one micro-batch, reported once its loss has been computed.
+/// Loss and accuracy of a replica's training step (the sums over its M micro-batches, sent
+/// once the last loss job of the step has run: Note [one report a step] in loss_actor.cpp)
+/// or of one evaluation batch.
 struct loss_report_msg {
-  micro_tag tag;
-  double loss_sum = 0;       // sum over rows of the per-row loss
-  std::int64_t correct = 0;  // rows whose argmax is the label
-  std::int64_t samples = 0;  // rows: samples, or every position of them for a sequence loss
+  micro_tag tag;                  // of the micro-batch whose loss job sent it
+  double loss_sum = 0;            // sum over rows of the per-row loss
+  std::int64_t correct = 0;       // rows whose argmax is the label
+  std::int64_t samples = 0;       // rows: samples, or every position of them for a sequence loss
+  std::int32_t microbatches = 1;  // micro-batches these sums cover
   trace_stamp trace;
 };
 
@@ -235,7 +238,7 @@ typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
   return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples,
-           x.trace);
+           x.microbatches, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {

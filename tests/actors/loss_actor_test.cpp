@@ -99,8 +99,23 @@ labels_msg labels_of(const micro_tag& tag, const std::vector<std::int32_t>& y) {
 
 void check_report(const loss_report_msg& got, const expected_loss& want) {
   CHECK(got.samples == rows);
+  CHECK(got.microbatches == 1);
   CHECK(got.correct == want.correct);
   CHECK(std::abs(got.loss_sum - want.loss_sum) <= 2e-5);
+}
+
+/// One report for a step's M micro-batches: the sums of theirs (Note [one report a step]).
+void check_step_report(const loss_report_msg& got, const std::vector<expected_loss>& want) {
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  for (const auto& w : want) {
+    loss_sum += w.loss_sum;
+    correct += w.correct;
+  }
+  CHECK(got.microbatches == static_cast<std::int32_t>(want.size()));
+  CHECK(got.samples == rows * static_cast<std::int64_t>(want.size()));
+  CHECK(got.correct == correct);
+  CHECK(std::abs(got.loss_sum - loss_sum) <= 2e-5 * static_cast<double>(want.size()));
 }
 
 void check_dlogits(const tensor& got, const expected_loss& want) {
@@ -134,24 +149,24 @@ struct loss_fixture : actor_fixture {
 TEST_CASE_FIXTURE(loss_fixture,
                   "labels first or logits first, the loss actor reports the same loss and sends "
                   "the same dlogits") {
-  auto actor = spawn(2, false);
+  auto actor = spawn(1, false);
   const auto z = logits_values(1);
   const auto y = label_values(2);
   const auto want = reference(z, y);
-  // Micro-batch 0: labels, then logits. Micro-batch 1: the same numbers the other way round.
+  // Step 0: labels, then logits. Step 1: the same numbers the other way round.
   self->send(actor, labels_of(tag_of(0, 0), y));
   self->send(actor, logits_of(tag_of(0, 0), z));
   auto report0 = next<loss_report_msg>("the report of labels-first");
   auto back0 = next<gradient_msg>("dlogits of labels-first");
-  self->send(actor, logits_of(tag_of(0, 1), z));
-  self->send(actor, labels_of(tag_of(0, 1), y));
+  self->send(actor, logits_of(tag_of(1, 0), z));
+  self->send(actor, labels_of(tag_of(1, 0), y));
   auto report1 = next<loss_report_msg>("the report of logits-first");
   auto back1 = next<gradient_msg>("dlogits of logits-first");
 
-  CHECK(report0.tag.microbatch == 0);
-  CHECK(report1.tag.microbatch == 1);
-  CHECK(back0.tag.microbatch == 0);
-  CHECK(back1.tag.microbatch == 1);
+  CHECK(report0.tag.step == 0);
+  CHECK(report1.tag.step == 1);
+  CHECK(back0.tag.step == 0);
+  CHECK(back1.tag.step == 1);
   check_report(report0, want);
   check_dlogits(back0.dx, want);
   CHECK(report1.loss_sum == report0.loss_sum);
@@ -201,8 +216,7 @@ TEST_CASE_FIXTURE(loss_fixture,
     auto actor = spawn(M, true);
     for (std::int32_t m = 0; m + 1 < M; ++m) {
       send_pair(actor, m);
-      check_report(next<loss_report_msg>("a report"), want.back());
-      expect_quiet("dlogits are held until the step's last micro-batch");
+      expect_quiet("dlogits are held and the report waits until the step's last micro-batch");
     }
     send_pair(actor, M - 1);
     for (std::int32_t m = 0; m < M; ++m) {
@@ -212,18 +226,32 @@ TEST_CASE_FIXTURE(loss_fixture,
       CHECK(back.tag.microbatch == m);
       check_dlogits(back.dx, want[static_cast<std::size_t>(m)]);
     }
-    check_report(next<loss_report_msg>("the last report"), want.back());
+    check_step_report(next<loss_report_msg>("the step's report"), want);
+    expect_quiet("one report a step");
     finish(actor);
   }
-  SUBCASE("no flush (1F1B): each micro-batch's dlogits go back at once") {
+  SUBCASE("no flush (1F1B): each micro-batch's dlogits go back at once; one report a step") {
     auto actor = spawn(M, false);
     for (std::int32_t m = 0; m < M; ++m) {
       send_pair(actor, m);
       auto back = next<gradient_msg>("dlogits");
       CHECK(back.tag.microbatch == m);
       check_dlogits(back.dx, want.back());
-      next<loss_report_msg>("a report");
+      if (m + 1 < M)
+        expect_quiet("no report before the step's last micro-batch");
     }
+    check_step_report(next<loss_report_msg>("the step's report"), want);
+    // The next step starts its own sums.
+    const auto z = logits_values(40);
+    const auto y = label_values(41);
+    std::vector<expected_loss> next_step;
+    for (std::int32_t m = 0; m < M; ++m) {
+      next_step.push_back(reference(z, y));
+      self->send(actor, logits_of(tag_of(4, m), z));
+      self->send(actor, labels_of(tag_of(4, m), y));
+      next<gradient_msg>("dlogits");
+    }
+    check_step_report(next<loss_report_msg>("the next step's report"), next_step);
     finish(actor);
   }
 }

@@ -60,6 +60,23 @@ TEST_CASE("a step is complete after R x M reports, in any order of steps") {
   CHECK_FALSE(done_0.run_done);
 }
 
+TEST_CASE("a replica's report of its M micro-batches counts M: a step is R such reports") {
+  run_control control{plan_of(2, 10, false)};  // R = 2, M = 2
+  auto e = control.on_report(train(0), 3.0, 2, 4, 2);
+  CHECK_FALSE(e.item_done);  // one replica's step
+  e = control.on_report(train(1), 1.0, 1, 4, 2);
+  CHECK_FALSE(e.item_done);
+  e = control.on_report(train(0), 5.0, 3, 4, 2);
+  REQUIRE(e.step);
+  CHECK(*e.step == 0);
+  CHECK(e.totals.samples == 8);
+  CHECK(e.totals.reports == 4);
+  CHECK(e.totals.mean_loss() == doctest::Approx(8.0 / 8));
+  CHECK(e.totals.accuracy() == doctest::Approx(5.0 / 8));
+  e = control.on_report(train(1), 1.0, 1, 4, 2);
+  CHECK(e.run_done);
+}
+
 TEST_CASE("evaluation batches are items, and the evaluation completes after the last batch") {
   // 2 epochs of 2 steps, an evaluation of 3 batches after each: 2 x (2 + 3) items.
   run_control control{plan_of(4, 2, true)};

@@ -111,7 +111,7 @@ extern "C" int troupe_fuzz_write_seeds(const char* directory) {
   shard.flat = matrix;
   shard.spans = {0, 6};
   write("shard", 0, caf::make_message(shard));
-  write("loss_report", 0, caf::make_message(loss_report_msg{tag, 1.25, 1, 2, {}}));
+  write("loss_report", 0, caf::make_message(loss_report_msg{tag, 1.25, 1, 2, 1, {}}));
   write("failure", 0, caf::make_message(failure_msg{"layer_1", "fails on purpose"}));
   batch_rows_msg rows;
   rows.tag = tag;
