@@ -48,6 +48,9 @@ struct calibration {
   double handler_us = -1;           // a message handled on a device's thread, the mean over a
                                     // short run of the model (-1: not measured; Note [what a
                                     // handler costs] in calibrate.cpp)
+  double host_us = -1;              // a host thread's turn (trainer, loader), its CPU time
+                                    // with wake-up and sleep (-1: not measured; Note [what a
+                                    // host turn costs] in calibrate.cpp)
   double contention = 1;            // a round of the model's passes on two threads at once / alone
   std::vector<layer_timing> layers;  // in model order
 };

@@ -21,6 +21,7 @@
 #include "actors/device_scheduler.hpp"
 
 #include <pthread.h>
+#include <time.h>
 
 namespace troupe {
 
@@ -37,6 +38,26 @@ class device_scheduler::unit : public caf::execution_unit {
  public:
   stream* const home;  // nullptr: the host thread
 };
+
+namespace {
+
+std::mutex host_turns_mutex;
+std::vector<std::int64_t>* host_turns = nullptr;  // guarded by host_turns_mutex
+std::atomic<bool> recording_host_turns{false};
+
+std::int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
+}  // namespace
+
+void device_scheduler::record_host_turns(std::vector<std::int64_t>* into) {
+  std::lock_guard<std::mutex> guard{host_turns_mutex};
+  host_turns = into;
+  recording_host_turns.store(into != nullptr);
+}
 
 device_scheduler::device_scheduler(caf::actor_system& system) : abstract_coordinator(system) {}
 
@@ -113,6 +134,7 @@ void device_scheduler::resume(caf::resumable* job, caf::execution_unit* on,
 
 void device_scheduler::run_host() {
   system().thread_started();
+  std::int64_t last_turn_cpu = -1;  // record_host_turns: the CPU time at the last turn's end
   for (;;) {
     caf::resumable* job;
     {
@@ -128,6 +150,13 @@ void device_scheduler::run_host() {
     // goes to its device after its next message instead of keeping the host thread for as
     // long as its mailbox has messages.
     resume(job, host_unit_.get(), 1);
+    if (recording_host_turns.load(std::memory_order_relaxed)) {
+      const auto cpu = thread_cpu_ns();
+      std::lock_guard<std::mutex> guard{host_turns_mutex};
+      if (host_turns != nullptr && last_turn_cpu >= 0)
+        host_turns->push_back(cpu - last_turn_cpu);
+      last_turn_cpu = cpu;
+    }
   }
   system().thread_terminates();
 }

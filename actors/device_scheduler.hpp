@@ -28,6 +28,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/core/simulation.hpp"
 #include "troupe/device.hpp"
@@ -57,6 +58,12 @@ class device_scheduler : public caf::scheduler::abstract_coordinator {
 
   void enqueue(caf::resumable* job) override;
   caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
+
+  /// While `into` is set (nullptr: no longer), every host thread of this process appends
+  /// the CPU time of each of its turns to it: from the end of its previous turn, so its
+  /// sleep and wake-up count. calibrate measures a host turn with it (Note [what a host
+  /// turn costs] in actors/calibrate.cpp). Read `into` only once it is unset.
+  static void record_host_turns(std::vector<std::int64_t>* into);
 
  protected:
   void start() override;

@@ -291,6 +291,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   if (options.contention > 100 || (options.contention >= 0 && options.contention < 1) ||
       std::isnan(options.contention))
     throw user_error("troupe simulate: --contention should be a factor between 1 and 100");
+  if (std::isnan(options.host_us) || options.host_us > 1e6)
+    throw user_error("troupe simulate: --host-us should be between 0 and 1e6");
   if (options.cores < 0 || options.cores > 1 << 20)
     throw user_error("troupe simulate: --cores should be between 0 and 1048576");
   run_config config = original;
@@ -321,6 +323,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   world_settings.handover_ns = static_cast<std::int64_t>(
       (options.handover_us >= 0 ? options.handover_us : costs.handover_us) * 1000);
   world_settings.cores = options.cores;
+  const double host_us = options.host_us >= 0 ? options.host_us : std::max(0.0, costs.host_us);
+  world_settings.host_ns = static_cast<std::int64_t>(host_us * 1000);
   world_settings.contention = options.contention >= 0 ? options.contention : costs.contention;
   world_settings.node_latency_ns = static_cast<std::int64_t>(options.link.latency_ns);
   const auto wall_start = std::chrono::steady_clock::now();
@@ -351,6 +355,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.jobs = jobs;
   p.handover_us = static_cast<double>(world_settings.handover_ns) / 1000;
   p.handler_us = handler_us;
+  p.host_us = host_us;
   p.contention = world_settings.contention;
   p.unpriced_jobs = prices.unpriced();
   const auto trace = parse_trace(result.trace_json, "(simulated)");
@@ -412,10 +417,12 @@ std::string format_prediction_text(const prediction& p) {
       text += string_printf(" ... (%zu devices)", memory.size());
     text += "\n";
   }
-  text += string_printf("simulated %llu jobs in %.2f s here (a handler %.1f us, a hand-over "
-                        "between threads %.1f us, two devices at once %.2fx as long)",
-                        static_cast<unsigned long long>(p.jobs), p.wall_seconds, p.handler_us,
-                        p.handover_us, p.contention);
+  text += string_printf(
+      "simulated %llu jobs in %.2f s here (a handler %.1f us, a hand-over "
+      "between threads %.1f us, two devices at once %.2fx as long, a host "
+      "turn %.1f us of a core)",
+      static_cast<unsigned long long>(p.jobs), p.wall_seconds, p.handler_us, p.handover_us,
+      p.contention, p.host_us);
   if (p.unpriced_jobs > 0)
     text += string_printf(" (%llu with no calibrated cost, taken as 0)",
                           static_cast<unsigned long long>(p.unpriced_jobs));
@@ -432,28 +439,30 @@ std::string format_prediction_json(const prediction& p) {
   for (const auto& m : p.memory) {
     memory.push_back({{"device", m.device}, {"peak_held", m.held}, {"peak_bytes", m.peak_bytes}});
   }
-  nlohmann::json out = {{"config", p.config},
-                        {"steps", p.steps},
-                        {"devices", p.devices},
-                        {"nodes", p.nodes},
-                        {"replicas", p.replicas},
-                        {"stages", p.stages},
-                        {"microbatches", p.microbatches},
-                        {"batch_size", p.batch_size},
-                        {"schedule", p.schedule},
-                        {"step_us", p.step_us},
-                        {"first_step_us", p.first_step_us},
-                        {"samples_per_second", p.samples_per_second},
-                        {"theory_bubble", p.theory_bubble},
-                        {"pipeline", std::move(stages)},
-                        {"memory", std::move(memory)},
-                        {"jobs", p.jobs},
-                        {"unpriced_jobs", p.unpriced_jobs},
-                        {"wall_seconds", p.wall_seconds},
-                        {"handler_us", p.handler_us},
-                        {"handover_us", p.handover_us},
-                        {"contention", p.contention},
-                        {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
+  nlohmann::json out = {
+      {"config", p.config},
+      {"steps", p.steps},
+      {"devices", p.devices},
+      {"nodes", p.nodes},
+      {"replicas", p.replicas},
+      {"stages", p.stages},
+      {"microbatches", p.microbatches},
+      {"batch_size", p.batch_size},
+      {"schedule", p.schedule},
+      {"step_us", p.step_us},
+      {"first_step_us", p.first_step_us},
+      {"samples_per_second", p.samples_per_second},
+      {"theory_bubble", p.theory_bubble},
+      {"pipeline", std::move(stages)},
+      {"memory", std::move(memory)},
+      {"jobs", p.jobs},
+      {"unpriced_jobs", p.unpriced_jobs},
+      {"wall_seconds", p.wall_seconds},
+      {"handler_us", p.handler_us},
+      {"handover_us", p.handover_us},
+      {"host_us", p.host_us},
+      {"contention", p.contention},
+      {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
   return out.dump(2) + "\n";
 }
 

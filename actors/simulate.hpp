@@ -43,6 +43,8 @@ struct simulate_options {
                             // calibration's measure, or default_handler_us without one
   double handover_us = -1;  // a message between threads; < 0: the calibration's
   int cores = 0;            // cores the devices share (0: a core each)
+  double host_us = -1;      // a host actor's turn, of a core (with cores); < 0: the
+                            // calibration's measure, or 0 without one
   double contention = -1;   // two devices of a node at once; < 0: the calibration's
 };
 
@@ -84,6 +86,7 @@ struct prediction {
   double wall_seconds = 0;          // what the simulation took here
   double handover_us = 0;           // what a message to another thread was taken to cost
   double handler_us = 0;
+  double host_us = 0;               // what a host turn took of a core (with cores)
   double contention = 1;            // what a job took longer with another device computing
 };
 

@@ -40,6 +40,10 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "contention", po::value<double>(),
       "how many times longer a job takes while another device of its node computes "
       "(default: the calibration's measure, two threads running the model at once)")(
+      "host-us", po::value<double>(),
+      "with --cores: what each turn of a host actor (the trainer, the loader) takes of a "
+      "core, in microseconds (default: the calibration's measure, the host thread's CPU "
+      "time a turn; 0 without one)")(
       "cores", po::value<int>()->default_value(0),
       "the cores the devices share, device k on core k mod cores as troupe run places "
       "them (e.g. 2 to predict four devices on this 2-core machine); 0: a core each")(
@@ -82,6 +86,11 @@ exit_code simulate_command(const std::vector<std::string>& args) {
     o.contention = line.values["contention"].as<double>();
     if (!(o.contention >= 1))
       throw user_error("troupe simulate: --contention should be a factor of at least 1");
+  }
+  if (line.values.count("host-us")) {
+    o.host_us = line.values["host-us"].as<double>();
+    if (!(o.host_us >= 0))
+      throw user_error("troupe simulate: --host-us should be between 0 and 1e6");
   }
   if (line.values.count("handover-us")) {
     o.handover_us = line.values["handover-us"].as<double>();

@@ -105,6 +105,8 @@ void simulation::posted_to(stream& s) {
 
 void simulation::post_host(std::function<void()> task) {
   hand_over(&host_slot_);
+  if (on_own_thread() && current_ != nullptr && current_ != &host_slot_)
+    host_waker_core_ = current_->core;
   {
     std::lock_guard<std::mutex> guard{mutex_};
     host_.push_back(std::move(task));
@@ -163,7 +165,8 @@ void simulation::update_members() {
       slot_of_[s] = sl;
       if (settings_.cores > 0) {
         sl->core = made_ % settings_.cores;
-        core_busy_.resize(static_cast<std::size_t>(settings_.cores), false);
+        core_job_.resize(static_cast<std::size_t>(settings_.cores), nullptr);
+        core_free_at_.resize(static_cast<std::size_t>(settings_.cores), 0);
         core_waiters_.resize(static_cast<std::size_t>(settings_.cores));
       }
       ++made_;
@@ -211,6 +214,17 @@ bool simulation::run_host_tasks() {
     }
     task();
     ran = true;
+    if (settings_.host_ns > 0 && !core_job_.empty()) {
+      // A free core if there is one, else the waker's (Note [what shares a core]).
+      const auto now = now_ns();
+      int core = host_waker_core_ >= 0 ? host_waker_core_ : 0;
+      for (std::size_t c = 0; c < core_job_.size(); ++c)
+        if (core_job_[c] == nullptr && core_free_at_[c] <= now) {
+          core = static_cast<int>(c);
+          break;
+        }
+      take_core(core, settings_.host_ns);
+    }
   }
 }
 
@@ -232,6 +246,10 @@ bool simulation::run_posted_tasks() {
     }
     if (sl->running || sl->free_at > now || sl->handed_at > now)
       continue;  // its finish or the agenda marks it again
+    if (sl->core >= 0 && core_free_at_[static_cast<std::size_t>(sl->core)] > now) {
+      agenda_.push(due{core_free_at_[static_cast<std::size_t>(sl->core)], order_++, sl, false});
+      continue;  // another device's handler or a host turn has the core
+    }
     stream::job task;
     bool more = false;
     {
@@ -248,12 +266,39 @@ bool simulation::run_posted_tasks() {
     ran = true;
     if (settings_.handler_ns > 0) {
       sl->free_at = now + settings_.handler_ns;
+      if (sl->core >= 0)
+        take_core(sl->core, settings_.handler_ns);
       agenda_.push(due{sl->free_at, order_++, sl, false});
     } else if (more) {
       mark(sl);
     }
   }
   return ran;
+}
+
+// Note [what shares a core]
+// With settings::cores, devices share cores as the threads of a process do (cpu:N on
+// core N mod cores), and so does everything else a core runs besides jobs:
+// - a job holds its core: another device's job there waits for it (core_waiters_);
+// - a handler runs when its device is between jobs, and takes handler_ns of its core: a
+//   job of another device running there ends that much later (the kernel preempts it for
+//   the handler's thread), or, on a core without a job, another device's handler or job
+//   waits until then (core_free_at_). Four devices on two cores handle twice the messages
+//   a core that two devices on two cores do;
+// - a host actor's turn (the trainer's report, the loader's batch) takes host_ns of a core
+//   on a machine whose cores all compute: the real host thread is one more thread, and a
+//   core without a job (its device between jobs) runs it first; with none, the core of
+//   the device whose message woke it (the kernel wakes a thread near its waker) runs it,
+//   preempting that job. host_ns is what the host thread costs a turn, its wake-up and
+//   sleep included (calibrate measures it); without cores, every thread has a core and
+//   neither costs a device anything.
+void simulation::take_core(int core, std::int64_t ns) {
+  const auto c = static_cast<std::size_t>(core);
+  if (core_job_[c] != nullptr) {
+    core_job_[c]->preempted_ns += ns;
+    return;
+  }
+  core_free_at_[c] = std::max(core_free_at_[c], now_ns()) + ns;  // who waits, looks again then
 }
 
 bool simulation::start_jobs() {
@@ -266,9 +311,13 @@ bool simulation::start_jobs() {
     auto* s = sl->on;
     if (s == nullptr || sl->running || sl->free_at > now)
       continue;
-    if (sl->core >= 0 && core_busy_[static_cast<std::size_t>(sl->core)]) {
+    if (sl->core >= 0 && core_job_[static_cast<std::size_t>(sl->core)] != nullptr) {
       core_waiters_[static_cast<std::size_t>(sl->core)].push_back(sl);
       continue;
+    }
+    if (sl->core >= 0 && core_free_at_[static_cast<std::size_t>(sl->core)] > now) {
+      agenda_.push(due{core_free_at_[static_cast<std::size_t>(sl->core)], order_++, sl, false});
+      continue;  // a handler of another device or a host turn has the core
     }
     bool waited = false;
     event arm;  // a wait not reached yet: its event marks this slot when it is
@@ -338,7 +387,7 @@ bool simulation::start_jobs() {
     sl->started = now;
     const bool crowded = running_on_node_[sl->node]++ > 0;
     if (sl->core >= 0)
-      core_busy_[static_cast<std::size_t>(sl->core)] = true;
+      core_job_[static_cast<std::size_t>(sl->core)] = sl;
     std::string actor;
     {
       std::lock_guard<std::mutex> guard{mutex_};
@@ -359,7 +408,7 @@ void simulation::finish(slot& sl) {
   sl.running = false;
   --running_on_node_[sl.node];
   if (sl.core >= 0) {
-    core_busy_[static_cast<std::size_t>(sl.core)] = false;
+    core_job_[static_cast<std::size_t>(sl.core)] = nullptr;
     auto& waiters = core_waiters_[static_cast<std::size_t>(sl.core)];
     for (auto* w : waiters)
       mark(w);
@@ -399,6 +448,11 @@ bool simulation::advance() {
     auto next = agenda_.top();
     agenda_.pop();
     now_.store(std::max(now_ns(), next.at), std::memory_order_relaxed);
+    if (next.job && next.on->preempted_ns > 0) {  // Note [what shares a core]
+      agenda_.push(due{next.at + next.on->preempted_ns, order_++, next.on, true});
+      next.on->preempted_ns = 0;
+      continue;
+    }
     if (next.job) {
       finish(*next.on);
       return true;

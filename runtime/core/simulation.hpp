@@ -56,6 +56,10 @@ class simulation {
     /// A job that starts while a device of another core of its node runs one takes this
     /// many times its cost: devices share a machine's memory system (calibrate measures it).
     double contention = 1;
+    /// Each turn of a host actor (the trainer, the loader) takes this long of a core, with
+    /// `cores` set: a free one, else the core of the device whose message woke it, whose job
+    /// then ends that much later (Note [what shares a core] in simulation.cpp).
+    std::int64_t host_ns = 0;
   };
 
   /// Starts the simulation's thread; streams attach as they are made.
@@ -111,6 +115,7 @@ class simulation {
     std::int64_t idle_from = 0;  // the next idle-lane job not before (it waits for work)
     std::int64_t handed_at = 0;  // its posted tasks not before (a hand-over from elsewhere)
     int core = -1;               // settings::cores
+    std::int64_t preempted_ns = 0;  // its job ends this much later (Note [what shares a core])
     int node = 0;                // its device's (the host actors': node 0)
     bool idle_wake = false;      // an agenda entry at idle_from is pending
     bool marked = false;         // in marked_
@@ -158,7 +163,11 @@ class simulation {
   std::unordered_map<const stream*, slot*> slot_of_;
   slot host_slot_;              // the host actors' (on == nullptr): its handed_at
   slot* current_ = nullptr;     // whose task or job runs now (&host_slot_: a host actor's)
-  std::vector<bool> core_busy_;
+  std::vector<slot*> core_job_;             // by core: whose job runs on it
+  std::vector<std::int64_t> core_free_at_;  // by core: the end of a handler's or host turn's time
+  int host_waker_core_ = -1;                // the core of the device that woke the host actors
+  /// `ns` of `core` taken by a handler or a host turn (Note [what shares a core]).
+  void take_core(int core, std::int64_t ns);
   std::map<int, int> running_on_node_;  // jobs under way, by node (settings::contention)
   int made_ = 0;                // streams attached so far
   std::condition_variable left_;  // a leaving stream's slot is gone

@@ -82,6 +82,13 @@ TEST_CASE("calibrate times fixed-cost layers at their set costs, at the wiring's
   CHECK(json["handler_us"].get<double>() == c.handler_us);
   CHECK(format_calibration_text(c).find("a message handled: ") != std::string::npos);
   CHECK(parse_calibration_json(format_calibration_json(c), "c.json").handler_us == c.handler_us);
+  // A host turn (Note [what a host turn costs]): the host thread's CPU time a turn, its
+  // wake-up included: more than nothing, less than a millisecond.
+  CHECK(c.host_us > 0.1);
+  CHECK(c.host_us < 1000);
+  CHECK(json["host_us"].get<double>() == c.host_us);
+  CHECK(format_calibration_text(c).find("a host turn: ") != std::string::npos);
+  CHECK(parse_calibration_json(format_calibration_json(c), "c.json").host_us == c.host_us);
 }
 
 TEST_CASE("calibrate does not measure handlers of an explicit config, and says so") {
@@ -98,4 +105,6 @@ TEST_CASE("calibrate does not measure handlers of an explicit config, and says s
   CHECK_FALSE(nlohmann::json::parse(format_calibration_json(c)).contains("handler_us"));
   CHECK(format_calibration_text(c).find("a message handled: not measured") != std::string::npos);
   CHECK(parse_calibration_json(format_calibration_json(c), "c.json").handler_us < 0);
+  CHECK(c.host_us < 0);
+  CHECK(format_calibration_text(c).find("a host turn: not measured") != std::string::npos);
 }

@@ -1,0 +1,148 @@
+// Simulated streams sharing cores (runtime/core/simulation.hpp, Note [what shares a core]):
+// a job holds its core, a handler takes its time from the core it runs on (preempting
+// another device's job there), and a host turn takes a free core, else the waker's.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/core/simulation.hpp"
+
+using namespace troupe;
+
+namespace {
+
+constexpr std::int64_t us = 1000;  // ns
+
+/// Every job costs its label's microseconds: "A 1000" is 1 ms.
+simulation::settings settings_with(int cores, std::int64_t handler_ns, std::int64_t host_ns,
+                                   std::int64_t handover_ns) {
+  simulation::settings s;
+  s.cost = [](const job_label& label, const device_id&, const std::string&) -> std::int64_t {
+    const char* space = std::strchr(label.name, ' ');
+    return space == nullptr ? 0 : std::stoll(space + 1) * us;
+  };
+  s.cores = cores;
+  s.handler_ns = handler_ns;
+  s.host_ns = host_ns;
+  s.handover_ns = handover_ns;
+  return s;
+}
+
+/// When each named thing happened on the virtual clock.
+struct clock_log {
+  explicit clock_log(simulation& w) : world(w) {}
+  simulation& world;
+  std::mutex mutex;
+  std::map<std::string, std::int64_t> at;
+  void note(const std::string& what) {
+    std::lock_guard<std::mutex> guard{mutex};
+    at[what] = world.now_ns();
+  }
+  std::int64_t operator[](const std::string& what) {
+    std::lock_guard<std::mutex> guard{mutex};
+    REQUIRE(at.count(what) == 1);
+    return at[what];
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a simulated handler takes its time from its core: it preempts another device's job there") {
+  for (int cores : {0, 2}) {
+    CAPTURE(cores);
+    simulation world{settings_with(cores, 100 * us, 0, 0)};
+    clock_log log{world};
+    {
+      // a and c share core 0 when there are two cores; b has core 1.
+      stream a{{device_type::cpu, 0}, world};
+      stream b{{device_type::cpu, 1}, world};
+      stream c{{device_type::cpu, 2}, world};
+      a.submit([&] { log.note("A"); }, {"A 1000"});
+      b.submit(
+          [&] {
+            log.note("B");
+            c.post([&] { log.note("handler on c"); });
+          },
+          {"B 500"});
+      a.synchronize();
+      b.synchronize();
+      c.drain_posted();
+    }
+    CHECK(log["B"] == 500 * us);
+    CHECK(log["handler on c"] == 500 * us);
+    // With a core each, nothing is shared; on two cores c's handler ran on A's core.
+    CHECK(log["A"] == (cores == 0 ? 1000 : 1100) * us);
+  }
+}
+
+TEST_CASE(
+    "a simulated handler on a core without a job holds it: the next job there starts after it") {
+  simulation world{settings_with(1, 100 * us, 0, 0)};
+  clock_log log{world};
+  {
+    stream a{{device_type::cpu, 0}, world};
+    stream b{{device_type::cpu, 1}, world};  // core 0 too
+    a.submit(
+        [&] {
+          log.note("A1");
+          b.post([&] { log.note("handler on b"); });
+        },
+        {"A1 1000"});
+    a.submit([&] { log.note("A2"); }, {"A2 1000"});
+    a.synchronize();
+    b.drain_posted();
+  }
+  CHECK(log["A1"] == 1000 * us);
+  CHECK(log["handler on b"] == 1000 * us);
+  CHECK(log["A2"] == 2100 * us);
+}
+
+TEST_CASE("a simulated host turn takes a free core, else preempts the job of its waker's core") {
+  struct expected {
+    int cores;
+    std::int64_t a_us;  // A on core 0 from 0
+    bool second_job;    // b's B2 (1 ms) follows B1 on core 1
+    std::int64_t a_end_us;
+    std::int64_t b2_end_us;
+  };
+  // B1 (0.5 ms) wakes the host; its turn (0.2 ms) comes a hand-over (0.1 ms) later, at 0.6.
+  for (const auto& want : {
+           expected{0, 1000, true, 1000, 1500},  // a core each: the host's own
+           expected{2, 1000, true, 1000, 1700},  // both cores compute: B2, the waker's, waits
+           expected{2, 550, true, 550, 1500},    // A has ended: its core runs the host
+           expected{2, 1000, false, 1000, -1},   // b's core is free
+       }) {
+    CAPTURE(want.cores);
+    CAPTURE(want.a_us);
+    CAPTURE(want.second_job);
+    simulation world{settings_with(want.cores, 0, 200 * us, 100 * us)};
+    clock_log log{world};
+    const std::string a_label = "A " + std::to_string(want.a_us);
+    {
+      stream a{{device_type::cpu, 0}, world};
+      stream b{{device_type::cpu, 1}, world};
+      a.submit([&] { log.note("A"); }, {a_label.c_str()});
+      b.submit(
+          [&] {
+            log.note("B1");
+            world.post_host([&] { log.note("host"); });
+          },
+          {"B1 500"});
+      if (want.second_job)
+        b.submit([&] { log.note("B2"); }, {"B2 1000"});
+      a.synchronize();
+      b.synchronize();
+    }
+    CHECK(log["B1"] == 500 * us);
+    CHECK(log["host"] == 600 * us);
+    CHECK(log["A"] == want.a_end_us * us);
+    if (want.second_job)
+      CHECK(log["B2"] == want.b2_end_us * us);
+  }
+}
