@@ -62,7 +62,9 @@ class device_scheduler : public caf::scheduler::abstract_coordinator {
   /// While `into` is set (nullptr: no longer), every host thread of this process appends
   /// the CPU time of each of its turns to it: from the end of its previous turn, so its
   /// sleep and wake-up count. calibrate measures a host turn with it (Note [what a host
-  /// turn costs] in actors/calibrate.cpp). Read `into` only once it is unset.
+  /// turn costs] in actors/calibrate.cpp). One recorder at a time (a second call replaces
+  /// the first's, and two sessions at once record into the same); read `into` only once it
+  /// is unset.
   static void record_host_turns(std::vector<std::int64_t>* into);
 
  protected:

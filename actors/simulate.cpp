@@ -13,7 +13,9 @@
 // - a copy: its bytes at the calibrated copy bandwidth; from another node, its bytes over
 //   the link's bandwidth (when --link is given; the link's latency delays every message
 //   between nodes, runtime/core/simulation.hpp). The copy occupies the receiving device,
-//   as a copy on arrival does: a network that overlaps compute is not modelled;
+//   as a copy on arrival does: a network that overlaps compute is not modelled. With
+//   --cores, the sender's network thread takes the same bytes over the same bandwidth of
+//   the sending device's core (Note [what shares a core] in simulation.cpp);
 // - a loader's batch (load): its bytes at the calibrated gather bandwidth (random rows of
 //   the data set); an averager's sums and copies (reduce): their bytes at the calibrated
 //   sum bandwidth;
@@ -327,6 +329,11 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   world_settings.host_ns = static_cast<std::int64_t>(host_us * 1000);
   world_settings.contention = options.contention >= 0 ? options.contention : costs.contention;
   world_settings.node_latency_ns = static_cast<std::int64_t>(options.link.latency_ns);
+  // The sender's side of a message to another node, as the receiver's copy is priced.
+  const double network_bytes_per_ns =
+      options.link.given ? options.link.bytes_per_ns : costs.copy_gb_per_s;
+  if (network_bytes_per_ns > 0)
+    world_settings.network_ns_per_byte = 1 / network_bytes_per_ns;
   const auto wall_start = std::chrono::steady_clock::now();
   session_result result;
   std::uint64_t jobs = 0;

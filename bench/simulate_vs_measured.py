@@ -5,8 +5,9 @@ For each shipped config, side by side in one run: `troupe run CONFIG --steps N -
 (several-node configs under `troupe launch`), its step time read from the trace as troupe
 simulate reads a simulated one (the trimmed mean time between the steps' last jobs),
 and `troupe simulate CONFIG --steps N --cores C --json` (which times the config's layers
-here first). Medians of --repeats of each; the ratio is
-predicted / measured. Then, with --scale, predictions for data parallelism of the MLP over
+here first). --repeats rounds over all the configs (each round measures and predicts
+every config once, so that each config's runs spread over the whole benchmark); medians
+of the rounds, and the range of each round's own ratio. The ratio is predicted / measured. Then, with --scale, predictions for data parallelism of the MLP over
 8, 64 and 512 devices (8 a node, the link given), batch 64 a replica.
 
     /usr/bin/python3 bench/simulate_vs_measured.py [--repeats 3] [--steps 60] [--scale]
@@ -130,28 +131,36 @@ def main():
         print(f"link between processes here (bench/link_bench.cpp): {args.link}")
     configs = args.configs if args.configs is not None else sorted(
         os.path.join("config", c) for c in os.listdir("config") if c.endswith(".toml"))
-    if configs:
-        print("| config | measured step (ms) | predicted (ms) | predicted / measured "
-              "| measured peak memory (MiB) | predicted (MiB) | predicted / measured |")
-        print("|---|---|---|---|---|---|---|")
+    # Rounds over the configs, not one config's repetitions in a row: this VM's speed moves in
+    # phases of minutes (a DP2 step 1.05 ms and 1.45 ms a quarter of an hour apart), and a
+    # config measured only within one phase would take that phase for its median.
+    runs = {config: [] for config in configs}
     with tempfile.TemporaryDirectory() as directory:
-        for config in configs:
-            measured, predicted, measured_bytes, predicted_bytes = [], [], [], []
-            for _ in range(args.repeats):
+        for _ in range(args.repeats):
+            for config in configs:
                 step, peak = measure(config, args.steps, directory)
-                measured.append(step)
-                measured_bytes.append(peak)
                 link = args.link if nodes_of(config) > 1 else None
                 p = predict(config, args.steps, args.cores, link)
-                predicted.append(p["step_us"] / 1000)
                 # the coordinator's devices, as measured
-                predicted_bytes.append(max(d["peak_bytes"] for d in p["memory"]
-                                           if not d["device"].startswith("node")
-                                           or d["device"].startswith("node0/")))
-            m, p = statistics.median(measured), statistics.median(predicted)
-            mb, pb = statistics.median(measured_bytes) / 2**20, statistics.median(predicted_bytes) / 2**20
-            print(f"| {os.path.basename(config)} | {m:.3f} | {p:.3f} | {p / m:.2f} "
-                  f"| {mb:.2f} | {pb:.2f} | {pb / mb:.2f} |", flush=True)
+                predicted_peak = max(d["peak_bytes"] for d in p["memory"]
+                                     if not d["device"].startswith("node")
+                                     or d["device"].startswith("node0/"))
+                runs[config].append((step, p["step_us"] / 1000, peak, predicted_peak))
+    if configs:
+        print("| config | measured step (ms) | predicted (ms) | predicted / measured "
+              "| each round's ratio | measured peak memory (MiB) | predicted (MiB) "
+              "| predicted / measured |")
+        print("|---|---|---|---|---|---|---|---|")
+    for config in configs:
+        rows = runs[config]
+        m = statistics.median(r[0] for r in rows)
+        p = statistics.median(r[1] for r in rows)
+        ratios = sorted(r[1] / r[0] for r in rows)
+        mb = statistics.median(r[2] for r in rows) / 2**20
+        pb = statistics.median(r[3] for r in rows) / 2**20
+        print(f"| {os.path.basename(config)} | {m:.3f} | {p:.3f} | {p / m:.2f} "
+              f"| {ratios[0]:.2f}-{ratios[-1]:.2f} | {mb:.2f} | {pb:.2f} | {pb / mb:.2f} |",
+              flush=True)
     if not args.scale:
         return
     print()

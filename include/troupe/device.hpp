@@ -228,6 +228,12 @@ class stream {
   /// Blocks the calling thread (not this stream's) until every task posted so far has run.
   void drain_posted();
 
+  /// An actor placed here sent `bytes` of tensors to another node. A real stream does
+  /// nothing (the process's network thread serialises them); a simulated one tells its
+  /// simulation, whose core model charges that thread's work to this device's core (Note
+  /// [what shares a core] in runtime/core/simulation.cpp).
+  void sent_to_network(std::int64_t bytes);
+
   /// True on this stream's own thread.
   bool on_own_thread() const;
 

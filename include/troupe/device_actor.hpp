@@ -204,15 +204,23 @@ class device_actor : public caf::event_based_actor {
       return;
     }
     std::vector<event> unwritten;
+    std::int64_t bytes = 0;
     for (const auto* t : tensors_sent(message))
-      if (t->defined() && !t->ready().reached())
-        unwritten.push_back(t->ready());
+      if (t->defined()) {
+        bytes += static_cast<std::int64_t>(t->bytes());
+        if (!t->ready().reached())
+          unwritten.push_back(t->ready());
+      }
     if (unwritten.empty() && held_for_network_.empty()) {
+      if (on_ != nullptr)
+        on_->work().sent_to_network(bytes);
       this->template send<Priority>(peer, std::move(message));
       return;
     }
     held_for_network_.push_back(
-        {std::move(unwritten), [this, peer, m = std::move(message)]() mutable {
+        {std::move(unwritten), [this, peer, bytes, m = std::move(message)]() mutable {
+           if (on_ != nullptr)
+             on_->work().sent_to_network(bytes);
            this->template send<Priority>(peer, std::move(m));
          }});
     send_to_network();

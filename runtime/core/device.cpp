@@ -464,6 +464,11 @@ void stream::post(job task) {
   wake(sleeping);
 }
 
+void stream::sent_to_network(std::int64_t bytes) {
+  if (world_ != nullptr)
+    world_->sent_to_network(*this, bytes);
+}
+
 void stream::drain_posted() {
   std::mutex done_mutex;
   std::condition_variable done_signal;

@@ -103,6 +103,16 @@ void simulation::posted_to(stream& s) {
     hand_over(found->second);
 }
 
+void simulation::sent_to_network(stream& s, std::int64_t bytes) {
+  if (!on_own_thread() || settings_.network_ns_per_byte <= 0 || bytes <= 0)
+    return;
+  auto found = slot_of_.find(&s);
+  if (found == slot_of_.end() || found->second->core < 0)
+    return;
+  take_core(found->second->core,
+            static_cast<std::int64_t>(static_cast<double>(bytes) * settings_.network_ns_per_byte));
+}
+
 void simulation::post_host(std::function<void()> task) {
   hand_over(&host_slot_);
   if (on_own_thread() && current_ != nullptr && current_ != &host_slot_)
@@ -290,8 +300,12 @@ bool simulation::run_posted_tasks() {
 //   core without a job (its device between jobs) runs it first; with none, the core of
 //   the device whose message woke it (the kernel wakes a thread near its waker) runs it,
 //   preempting that job. host_ns is what the host thread costs a turn, its wake-up and
-//   sleep included (calibrate measures it); without cores, every thread has a core and
-//   neither costs a device anything.
+//   sleep included (calibrate measures it);
+// - a message to another node is serialised and written by the sending process's network
+//   thread: its bytes times network_ns_per_byte (the link's time a byte: over loopback, the
+//   CPU time of the copies is what limits a link) of the sending device's core, as a handler
+//   takes it. The receiving device already pays its copy job (actors/simulate.cpp).
+//   Without cores, every thread has a core and none of these costs a device anything.
 void simulation::take_core(int core, std::int64_t ns) {
   const auto c = static_cast<std::size_t>(core);
   if (core_job_[c] != nullptr) {

@@ -60,6 +60,9 @@ class simulation {
     /// `cores` set: a free one, else the core of the device whose message woke it, whose job
     /// then ends that much later (Note [what shares a core] in simulation.cpp).
     std::int64_t host_ns = 0;
+    /// With `cores` set: what sending a byte to another node takes of the sender's core
+    /// (the process's network thread serialising and writing it; Note [what shares a core]).
+    double network_ns_per_byte = 0;
   };
 
   /// Starts the simulation's thread; streams attach as they are made.
@@ -90,6 +93,8 @@ class simulation {
   struct slot;
   /// stream::post's note: a task for `s` was posted (a message for one of its actors).
   void posted_to(stream& s);
+  /// An actor on `s` sent `bytes` to another node (stream::sent_to_network).
+  void sent_to_network(stream& s, std::int64_t bytes);
   void hand_over(slot* target);
   void attach(stream& s);
   void detach(stream& s);

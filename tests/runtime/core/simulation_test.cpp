@@ -146,3 +146,35 @@ TEST_CASE("a simulated host turn takes a free core, else preempts the job of its
       CHECK(log["B2"] == want.b2_end_us * us);
   }
 }
+
+TEST_CASE("a simulated send to another node takes its bytes' time of the sender's core") {
+  for (int cores : {0, 2}) {
+    CAPTURE(cores);
+    auto s = settings_with(cores, 0, 0, 0);
+    s.network_ns_per_byte = 100;  // 1000 bytes: 100 us
+    simulation world{s};
+    clock_log log{world};
+    {
+      stream a{{device_type::cpu, 0}, world};
+      stream b{{device_type::cpu, 1}, world};
+      a.submit(
+          [&] {
+            log.note("A");
+            a.sent_to_network(1000);  // A's core is free now: the next job there waits
+          },
+          {"A 300"});
+      a.submit([&] { log.note("A2"); }, {"A2 300"});
+      b.submit(
+          [&] {
+            log.note("B");
+            a.sent_to_network(1000);  // on a's core, while A2 runs there: A2 ends later
+          },
+          {"B 500"});
+      a.synchronize();
+      b.synchronize();
+    }
+    CHECK(log["A"] == 300 * us);
+    CHECK(log["B"] == 500 * us);
+    CHECK(log["A2"] == (cores == 0 ? 600 : 800) * us);  // 400 to 700, and 100 more from 500
+  }
+}
