@@ -243,9 +243,15 @@ handler_costs time_handlers(const run_config& config, const session_prepared& pr
   options.data = prepared.data;
   std::vector<std::int64_t> host_turns;
   try {
-    device_scheduler::record_host_turns(&host_turns);
-    auto result = run_session(one, options);
-    device_scheduler::record_host_turns(nullptr);
+    auto result = [&] {
+      struct recording {  // until the session has ended, however it ends
+        explicit recording(std::vector<std::int64_t>* into) {
+          device_scheduler::record_host_turns(into);
+        }
+        ~recording() { device_scheduler::record_host_turns(nullptr); }
+      } recorded{&host_turns};
+      return run_session(one, options);
+    }();
     if (result.outcome.exit_code == exit_code::ok && !result.trace_written.empty()) {
       const auto trace = load_trace(result.trace_written);
       double handling = 0;
@@ -266,7 +272,6 @@ handler_costs time_handlers(const run_config& config, const session_prepared& pr
       }
     }
   } catch (const std::exception&) {
-    device_scheduler::record_host_turns(nullptr);
     out = handler_costs{};  // the model did not run as one device here (a plugin's layer refuses)
   }
   std::error_code ignored;
