@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "runtime/core/gpu.hpp"
+
 namespace troupe {
 
 std::string batch_assembler_name(int node) { return "loader@node" + std::to_string(node); }
@@ -12,12 +14,21 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
   const auto features = source.features;
   auto x = tensor::empty({static_cast<std::int64_t>(rows.size()), features}, dtype::f32, on.id());
   label.bytes = bytes_of(x);
+  // On a GPU the rows are gathered into host memory by its stream's thread and go over in
+  // one asynchronous copy, which keeps the host rows until it has run (Note [GPU streams]).
+  auto* gpu = on.work().gpu();
+  const auto host = gpu != nullptr ? tensor::empty(x.shape(), dtype::f32,
+                                                   device_id{device_type::cpu, 0, on.id().node})
+                                   : x;
   // `data` keeps the images alive until the job has run.
-  auto gather = [data, images = source.images.data(), features, x, picked = std::move(rows)] {
-    float* xs = x.f32();
+  auto gather = [data, images = source.images.data(), features, x, host, gpu,
+                 picked = std::move(rows)] {
+    float* xs = host.f32();
     for (std::size_t i = 0; i < picked.size(); ++i)
       std::memcpy(xs + static_cast<std::int64_t>(i) * features, images + picked[i] * features,
                   static_cast<std::size_t>(features) * sizeof(float));
+    if (gpu != nullptr)
+      gpu->copy(x.raw(), host.raw(), x.bytes());
   };
   x.set_ready(on.work().submit(std::move(gather), label));
   return x;

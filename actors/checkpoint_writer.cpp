@@ -53,10 +53,13 @@ class checkpoint_writer : public caf::event_based_actor {
     if (pending.directory.empty())
       pending.directory = make_checkpoint_directory(settings_.root, shard.step);
     std::vector<safetensors_tensor_ref> refs;
+    std::vector<tensor> host;  // a GPU's copies come to the host first
+    host.reserve(shard.tensors.size());
     for (std::size_t i = 0; i < shard.tensors.size(); ++i) {
-      const auto& t = shard.tensors[i];
-      t.wait_ready();  // this thread is nobody's stream: waiting here stops no device
-      refs.push_back({shard.names.at(i), safetensors_dtype::f32, t.shape(), t.raw()});
+      // This thread is nobody's stream: waiting here stops no device.
+      host.push_back(shard.tensors[i].on_host());
+      refs.push_back(
+          {shard.names.at(i), safetensors_dtype::f32, host.back().shape(), host.back().raw()});
     }
     if (!shard.copied || !shard.copied->load())
       throw std::runtime_error("the copy for shard '" + shard.file + "' of step " +

@@ -127,8 +127,13 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
   auto r = static_cast<std::size_t>(tag.replica);
   // One label a sample, or one a position of a sequence (a language model's next tokens).
   const auto positions = source.positions;
-  auto y = positions > 1 ? tensor::empty({count, positions}, dtype::i32, settings_.on)
-                         : tensor::empty({count}, dtype::i32, settings_.on);
+  // Written here, on the host: a loader on a GPU keeps its labels in host memory, and the
+  // loss copies them over when they arrive (runtime/core/transfer.hpp).
+  const auto on = settings_.on.type == device_type::cuda
+                      ? device_id{device_type::cpu, 0, settings_.on.node}
+                      : settings_.on;
+  auto y = positions > 1 ? tensor::empty({count, positions}, dtype::i32, on)
+                         : tensor::empty({count}, dtype::i32, on);
   std::int32_t* ys = y.i32();
   for (std::int64_t i = 0; i < count; ++i)
     std::copy_n(source.labels.begin() + rows[i] * positions, positions, ys + i * positions);

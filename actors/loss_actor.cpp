@@ -2,8 +2,10 @@
 #include "actors/loss_actor.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "actors/actor_kinds.hpp"
+#include "runtime/core/gpu.hpp"
 #include "runtime/core/transfer.hpp"
 #include "troupe/error.hpp"
 
@@ -127,34 +129,55 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
       step_sums_.erase(tag.step);  // the jobs hold the sums from here
   }
 
+  // What the step's last loss job reports: the sums of its micro-batches (read on the
+  // host, once the values are written).
+  auto report = [tag, rows, sums, microbatches = settings_.microbatches, report_to = trainer(),
+                 track = track()](float loss, std::int32_t right) {
+    loss_report_msg report{tag, static_cast<double>(loss), static_cast<std::int64_t>(right), rows};
+    if (sums != nullptr) {  // the jobs of one stream end one at a time, in order
+      sums->report.loss_sum += report.loss_sum;
+      sums->report.correct += report.correct;
+      sums->report.samples += report.samples;
+      if (++sums->done < microbatches)
+        return;
+      report.loss_sum = sums->report.loss_sum;
+      report.correct = sums->report.correct;
+      report.samples = sums->report.samples;
+      report.microbatches = microbatches;
+    }
+    stamp(report, track, 0, "report", 0);
+    caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
+  };
+  auto* gpu = work.gpu();
+  // On a GPU the job only issues the kernels: the two sums come to the host by an
+  // asynchronous copy, and are reported when the GPU has run it (Note [GPU streams]).
+  tensor host_sums;
+  if (gpu != nullptr)
+    host_sums = tensor::empty({2}, dtype::f32, device_id{device_type::cpu, 0, device.id().node});
   // The job captures everything by value: it may run after this actor has quit.
   auto done = work.submit(
       [xent = softmax_xent_, accuracy = accuracy_, context = device.context(),
-       classes = static_cast<int>(settings_.classes), tag, logits, y, dlogits, loss_sum, correct,
-       scale, rows, training, sums, microbatches = settings_.microbatches, report_to = trainer(),
-       track = track()] {
+       classes = static_cast<int>(settings_.classes), logits, y, dlogits, loss_sum, correct, scale,
+       rows, training, gpu, host_sums, report] {
         const int n = static_cast<int>(rows);
         xent(context, n, classes, logits.f32(), y.i32(), scale, loss_sum.f32(),
              training ? dlogits.f32() : nullptr);
         accuracy(context, n, classes, logits.f32(), y.i32(), correct.i32());
-        // On a CPU stream the values are final here; a GPU stream synchronises first.
-        loss_report_msg report{tag, static_cast<double>(*loss_sum.f32()),
-                               static_cast<std::int64_t>(*correct.i32()), rows};
-        if (sums != nullptr) {  // the jobs of one stream run one at a time, in order
-          sums->report.loss_sum += report.loss_sum;
-          sums->report.correct += report.correct;
-          sums->report.samples += report.samples;
-          if (++sums->done < microbatches)
-            return;
-          report.loss_sum = sums->report.loss_sum;
-          report.correct = sums->report.correct;
-          report.samples = sums->report.samples;
-          report.microbatches = microbatches;
+        if (gpu == nullptr) {  // a CPU stream's values are final here
+          report(*loss_sum.f32(), *correct.i32());
+          return;
         }
-        stamp(report, track, 0, "report", 0);
-        caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
+        gpu->copy(host_sums.raw(), loss_sum.raw(), sizeof(float));
+        gpu->copy(static_cast<char*>(host_sums.raw()) + sizeof(float), correct.raw(),
+                  sizeof(std::int32_t));
       },
       job_for("loss", tag));
+  if (gpu != nullptr)
+    done.then([host_sums, report] {
+      std::int32_t right = 0;
+      std::memcpy(&right, host_sums.f32() + 1, sizeof right);
+      report(host_sums.f32()[0], right);
+    });
   if (!training) {
     release_msg release{tag};
     stamp_send(release, last_layer_track_, "release", 0);

@@ -2,9 +2,11 @@
 #include "actors/optimizer_actor.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "actors/actor_kinds.hpp"
 #include "runtime/checkpoint/restore.hpp"
+#include "runtime/core/gpu.hpp"
 #include "runtime/core/transfer.hpp"
 
 namespace troupe {
@@ -68,25 +70,40 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
     std::copy(found->second.begin(), found->second.end(), to.f32());
     return true;
   };
+  // Written on the host: a GPU's state is made in host memory, then copied over once.
+  const bool on_gpu = id.type == device_type::cuda;
+  auto staged = [&](const tensor& t) {
+    return on_gpu && t.defined()
+               ? tensor::zeros(t.shape(), dtype::f32, device_id{device_type::cpu, 0, id.node})
+               : t;
+  };
+  const auto params_host = staged(params_flat_);
+  const auto momentum_host = staged(momentum_flat_);
+  const auto second_host = staged(second_flat_);
   const auto states = state_names();
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < settings_.params.size(); ++i) {
     const auto& spec = settings_.params[i];
-    // Initialised on the host, then owned by this actor's device.
-    auto p = params_flat_.view(offset, spec.shape);
+    auto p = params_host.view(offset, spec.shape);
     if (!take_start(spec.name, p))
       initialise_parameter(spec, settings_.seed, settings_.layer_index,
                            static_cast<std::int64_t>(i), p.f32());
-    params_.push_back(p);
+    params_.push_back(params_flat_.view(offset, spec.shape));
     momentum_.push_back(momentum_flat_.view(offset, spec.shape));
     if (second_flat_.defined())
       second_.push_back(second_flat_.view(offset, spec.shape));
     if (!states.empty())
-      take_start(spec.name + "." + states[0], momentum_.back());
+      take_start(spec.name + "." + states[0], momentum_host.view(offset, spec.shape));
     if (states.size() > 1)
-      take_start(spec.name + "." + states[1], second_.back());
+      take_start(spec.name + "." + states[1], second_host.view(offset, spec.shape));
     offset += element_count(spec.shape);
   }
+  if (on_gpu)
+    for (const auto& [host, there] :
+         {std::pair{params_host, params_flat_}, std::pair{momentum_host, momentum_flat_},
+          std::pair{second_host, second_flat_}})
+      if (there.defined())
+        gpu::require_backend().copy_now(there.raw(), host.raw(), there.bytes());
   version_ = settings_.start_version;
   settings_.start = nullptr;  // read once
 }
@@ -344,9 +361,11 @@ void optimizer_actor::checkpoint(std::int64_t version) {
     copies.push_back(tensor::empty(source.shape(), dtype::f32, settings_.on->id()));
   auto copied = std::make_shared<std::atomic<bool>>(false);
   auto done = settings_.on->work().submit(
-      [sources, copies, copied] {
+      [copy = kernels::lookup<kernels::ops::copy>(settings_.on->id().type),
+       context = settings_.on->context(), sources, copies, copied] {
         for (std::size_t i = 0; i < sources.size(); ++i)
-          std::copy(sources[i].f32(), sources[i].f32() + sources[i].numel(), copies[i].f32());
+          copy(context, static_cast<std::int64_t>(sources[i].bytes()), sources[i].raw(),
+               copies[i].raw());
         copied->store(true);
       },
       job_for_step("checkpoint", version));

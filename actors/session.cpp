@@ -22,6 +22,7 @@
 #include "runtime/base/output_file.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
+#include "runtime/core/gpu.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/data/text.hpp"
 #include "runtime/graph/host_model.hpp"
@@ -544,6 +545,16 @@ session_result run_session(const run_config& config, const session_options& opti
   // Several nodes on one machine take turns at its cores: node k's cpu:N is a core after
   // those of the nodes before it (Note [CPU streams] in device.cpp).
   const auto local_devices = world != nullptr ? graph.devices : devices_of_node(graph, node.rank);
+  // A cuda:N this machine lacks is the config's error, at the place that names it.
+  if (world == nullptr)
+    for (const auto& d : config.parallel.devices)
+      if (d.id.type == device_type::cuda && d.id.node == node.rank) {
+        try {
+          gpu::require_device(d.id.index);
+        } catch (const user_error& e) {
+          throw config_error(d.where, "device '" + d.name + "': " + e.what());
+        }
+      }
   auto device_storage = world != nullptr
                      ? std::make_unique<device_set>(local_devices, *world)
                      : std::make_unique<device_set>(

@@ -113,6 +113,35 @@ erased_function find_kernel(const char* op, device_type type,
   return it->second.fn;
 }
 
+erased_function replace_kernel(const char* op, device_type type, erased_function fn,
+                               const std::type_info& signature) {
+  if (type == device_type::cuda)
+    load_cuda_kernels();  // its registrations first, so that they are what is replaced
+  auto& t = the_table();
+  std::lock_guard<std::mutex> guard{t.mutex};
+  const auto key = std::make_pair(std::string{op}, type);
+  auto it = t.entries.find(key);
+  erased_function previous = it == t.entries.end() ? nullptr : it->second.fn;
+  if (fn == nullptr) {
+    if (it != t.entries.end())
+      t.entries.erase(it);
+  } else if (it == t.entries.end()) {
+    t.entries.emplace(key, entry{fn, signature});
+  } else {
+    it->second = entry{fn, signature};
+  }
+  return previous;
+}
+
+std::string load_cuda_library() {
+  load_cuda_kernels();
+#ifdef TROUPE_CUDA_LIBRARY
+  return cuda_load_error;
+#else
+  return "this troupe was built without CUDA (cmake -DTROUPE_CUDA=ON needs the CUDA toolkit)";
+#endif
+}
+
 bool has_kernel(const char* op, device_type type) {
   if (type == device_type::cuda)
     load_cuda_kernels();

@@ -60,7 +60,10 @@ int this_node();
 void set_this_node(int node);
 
 class stream;
-class simulation;  // runtime/core/simulation.hpp: streams on a virtual clock
+class simulation;
+namespace gpu {
+class queue;  // runtime/core/gpu.hpp: a GPU's work queue
+}  // namespace gpu
 
 /// What a job is, for traces: which actor submitted it, doing what, for which micro-batch.
 /// `name` must have static storage ("forward", "backward", "copy", ...).
@@ -165,6 +168,9 @@ class stream {
   /// A stream of a simulated run: no thread of its own; `world` runs its jobs and tasks
   /// on its virtual clock (Note [simulated streams] in runtime/core/simulation.cpp).
   stream(device_id device, simulation& world);
+  /// A GPU's stream: its thread issues each job's kernels to `queue`, and a job's event is
+  /// reached when the GPU has run them (Note [GPU streams] in runtime/core/gpu.hpp).
+  stream(device_id device, std::unique_ptr<gpu::queue> queue);
   ~stream();
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -250,6 +256,8 @@ class stream {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   const device_id& device() const { return device_; }
+  /// A GPU stream's queue (copies are issued to it); nullptr on a CPU stream.
+  gpu::queue* gpu() const { return gpu_.get(); }
   std::uint64_t completed() const { return progress_->completed(); }
 
   /// Seconds this stream has spent running jobs (not waiting for other streams' events,
@@ -269,6 +277,11 @@ class stream {
   template <class Work>
   void run_guarded(Work&& work);
   void run_guarded_job(const job& work);  // the same, for the simulation
+  /// A GPU stream's end of a job: its event is reached, and `captures` released, once
+  /// the GPU has run what it issued (Note [GPU streams]).
+  void finish_on_gpu(job captures, bool idle_lane);
+  /// Releases (on this thread) the captures of jobs the GPU has run.
+  void release_retired();
   void fail(std::exception_ptr error);
   // Note [looking ahead before an idle job]; all under mutex_.
   /// How long the idle lane's head should wait, at `now_ns`, for main-lane work due before
@@ -311,6 +324,12 @@ class stream {
   std::int64_t held_since_ns_ = -1;  // guarded by mutex_: the idle head waits since then
   std::shared_ptr<expected_events> expected_;
   simulation* world_ = nullptr;  // a simulated stream's; then worker_ never runs
+  std::unique_ptr<gpu::queue> gpu_;  // a GPU stream's
+  struct retired_jobs {
+    std::mutex mutex;
+    std::vector<job> captures;
+  };
+  retired_jobs retired_;  // a GPU stream's jobs that the GPU has run
   std::thread worker_;
 };
 
@@ -319,6 +338,7 @@ class device {
  public:
   device(device_id id, int core);
   device(device_id id, simulation& world);  // a simulated device
+  ~device();
   const device_id& id() const { return id_; }
   stream& work() { return *stream_; }
   const kernels::context& context() const { return context_; }

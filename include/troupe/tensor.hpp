@@ -57,9 +57,9 @@ class tensor {
 
   /// Uninitialised memory from the device's pool. Ready at once (nothing writes it yet).
   static tensor empty(shape_t shape, dtype type = dtype::f32, device_id device = {});
-  /// Zero-filled host memory, written on the calling thread.
+  /// Zero-filled, written on the calling thread (a GPU's: by a synchronous copy).
   static tensor zeros(shape_t shape, dtype type = dtype::f32, device_id device = {});
-  /// A CPU tensor holding a copy of `values`.
+  /// A tensor holding a copy of `values`, written on the calling thread (as zeros()).
   static tensor from(const std::vector<float>& values, shape_t shape, device_id device = {});
 
   bool defined() const { return storage_ != nullptr; }
@@ -91,9 +91,12 @@ class tensor {
   /// own thread, which would then wait for itself).
   void wait_ready() const { ready_.wait(); }
 
-  /// A host copy of the values (waits first).
+  /// A host copy of the values (waits first; a GPU's: a synchronous copy).
   std::vector<float> to_vector() const;
   std::vector<std::int32_t> to_int_vector() const;
+  /// Waits until written; then this tensor if its bytes are host memory, else a copy on
+  /// cpu:0 of this node (synchronous). Undefined stays undefined.
+  tensor on_host() const;
 
   /// A tensor of the same storage with another shape of the same element count.
   tensor reshaped(shape_t shape) const;

@@ -39,13 +39,13 @@ inline caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor& x) {
   if constexpr (std::is_same<Inspector, caf::serializer>::value) {
-    x.wait_ready();
-    shape_t shape = x.shape();
-    auto type = static_cast<std::uint8_t>(x.type());
-    auto bytes = static_cast<std::uint64_t>(x.defined() ? x.bytes() : 0);
+    const tensor host = x.on_host();  // waits; a GPU's values come over first
+    shape_t shape = host.shape();
+    auto type = static_cast<std::uint8_t>(host.type());
+    auto bytes = static_cast<std::uint64_t>(host.defined() ? host.bytes() : 0);
     if (auto err = f(shape, type, bytes))
       return err;
-    return bytes > 0 ? f.apply_raw(bytes, x.raw()) : caf::error{};
+    return bytes > 0 ? f.apply_raw(bytes, host.raw()) : caf::error{};
   } else if constexpr (std::is_same<Inspector, caf::deserializer>::value) {
     std::uint8_t type = 0;
     std::uint64_t bytes = 0;

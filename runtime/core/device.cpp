@@ -47,6 +47,7 @@
 #include <string_view>
 
 #include "runtime/core/device_name.hpp"
+#include "runtime/core/gpu.hpp"
 #include "runtime/core/job_span.hpp"
 #include "runtime/core/simulation.hpp"
 #include "troupe/error.hpp"
@@ -233,6 +234,15 @@ stream::stream(device_id device, simulation& world)
   world.attach(*this);
 }
 
+stream::stream(device_id device, std::unique_ptr<gpu::queue> queue)
+    : device_(device), expected_(std::make_shared<expected_events>()), gpu_(std::move(queue)) {
+  worker_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), ("troupe " + device_.to_string()).substr(0, 15).c_str());
+    run_guarded([this] { gpu_->enter_thread(); });  // its GPU is this thread's current one
+    run();
+  });
+}
+
 bool stream::on_own_thread() const {
   return world_ != nullptr ? world_->on_own_thread()
                            : std::this_thread::get_id() == worker_.get_id();
@@ -258,6 +268,41 @@ stream::~stream() {
   }
   work_ready_.notify_all();
   worker_.join();
+  if (gpu_) {
+    // Every job's callback has run after this (they refer to this stream), and so the
+    // captures they retired can go.
+    gpu_->synchronize();
+    release_retired();
+  }
+}
+
+// Note [GPU streams] in runtime/core/gpu.hpp.
+void stream::finish_on_gpu(job captures, bool idle_lane) {
+  auto reached = [this, progress = idle_lane ? idle_progress_ : progress_] {
+    progress->advance();
+    if (progress->has_watchers())
+      run_guarded([&progress] { progress->fire_due(); });
+  };
+  try {
+    gpu_->when_done([this, reached, captures = std::move(captures)]() mutable {
+      {
+        std::lock_guard<std::mutex> guard{retired_.mutex};
+        retired_.captures.push_back(std::move(captures));
+      }
+      reached();
+    });
+  } catch (...) {
+    reached();  // nothing waits forever for a job the GPU cannot report (Note [one failure path])
+    throw;
+  }
+}
+
+void stream::release_retired() {
+  std::vector<job> done;
+  {
+    std::lock_guard<std::mutex> guard{retired_.mutex};
+    done.swap(retired_.captures);
+  }
 }
 
 event stream::submit(job work, const job_label& label) {
@@ -613,6 +658,8 @@ void stream::run() {
         return;  // stopping, and everything submitted has run
       }
     }
+    if (gpu_)
+      release_retired();
     if (task) {
       run_guarded(task);  // Note [one failure path]
       continue;
@@ -631,12 +678,16 @@ void stream::run() {
                 .count(),
             std::memory_order_relaxed);
     }
-    next.work = nullptr;  // release what the job captured before reporting it done
     progress_->note_running(0, false);
     ran_label = next.label;
     ran_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                  std::chrono::steady_clock::now() - started)
                  .count();
+    if (gpu_) {
+      run_guarded([&] { finish_on_gpu(std::move(next.work), next.idle_lane); });
+      continue;
+    }
+    next.work = nullptr;  // release what the job captured before reporting it done
     auto& progress = next.idle_lane ? *idle_progress_ : *progress_;
     progress.advance();
     if (progress.has_watchers())
@@ -645,16 +696,24 @@ void stream::run() {
 }
 
 device::device(device_id id, simulation& world) : id_(id) {
-  TROUPE_CHECK(id.type == device_type::cpu,
-               "device " << id.to_string() << " cannot be simulated yet (CPU devices only)");
+  if (id.type != device_type::cpu)
+    throw user_error("device " + id.to_string() +
+                     " cannot be simulated: troupe simulate models CPU devices only");
   stream_ = std::make_unique<stream>(id, world);
 }
 
 device::device(device_id id, int core) : id_(id) {
-  TROUPE_CHECK(id.type == device_type::cpu,
-               "device " << id.to_string() << " needs the CUDA device layer, not built yet");
+  if (id.type == device_type::cuda) {
+    gpu::require_device(id.index);  // a user_error naming what the machine has
+    auto queue = gpu::require_backend().make_queue(id.index);
+    context_ = queue->context();
+    stream_ = std::make_unique<stream>(id, std::move(queue));
+    return;
+  }
   stream_ = std::make_unique<stream>(id, core);
 }
+
+device::~device() = default;
 
 namespace {
 

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/core/gpu.hpp"
+
 namespace troupe {
 
 std::size_t size_of(dtype type) {
@@ -124,22 +126,51 @@ cpu_pool& the_cpu_pool() {
 }  // namespace
 
 storage::storage(device_id device, std::size_t bytes) : device_(device), bytes_(bytes) {
-  TROUPE_CHECK(device.type == device_type::cpu,
-               "storage on " << device.to_string() << " needs the CUDA device layer");
-  data_ = the_cpu_pool().allocate(device_, bytes);
+  data_ = device.type == device_type::cuda ? gpu::allocate(device.index, bytes)
+                                           : the_cpu_pool().allocate(device_, bytes);
 }
 
 storage::~storage() {
-  the_cpu_pool().release(device_, data_, bytes_);
+  if (device_.type == device_type::cuda)
+    gpu::release(device_.index, data_, bytes_);
+  else
+    the_cpu_pool().release(device_, data_, bytes_);
 }
 
 std::int64_t storage_bytes_peak(const device_id& device) {
-  return the_cpu_pool().peak(device);
+  return device.type == device_type::cuda ? gpu::memory(device.index).peak
+                                          : the_cpu_pool().peak(device);
 }
 
 void reset_storage_peak(const device_id& device) {
-  the_cpu_pool().reset_peak(device);
+  if (device.type == device_type::cuda)
+    gpu::reset_memory_peak(device.index);
+  else
+    the_cpu_pool().reset_peak(device);
 }
+
+namespace {
+
+// Host bytes into a tensor made on the calling thread: a GPU's through a synchronous copy.
+void write_from_host(const tensor& t, const void* bytes) {
+  if (t.device().type == device_type::cuda)
+    gpu::require_backend().copy_now(t.raw(), bytes, t.bytes());
+  else
+    std::memcpy(t.raw(), bytes, t.bytes());
+}
+
+// A written tensor's bytes on the host: a GPU's through a synchronous copy.
+template <class T>
+std::vector<T> read_to_host(const tensor& t, const T* p) {
+  t.wait_ready();
+  if (t.device().type != device_type::cuda)
+    return std::vector<T>(p, p + t.numel());
+  std::vector<T> out(static_cast<std::size_t>(t.numel()));
+  gpu::require_backend().copy_now(out.data(), p, t.bytes());
+  return out;
+}
+
+}  // namespace
 
 tensor tensor::empty(shape_t shape, dtype type, device_id device) {
   for (auto d : shape)
@@ -154,7 +185,10 @@ tensor tensor::empty(shape_t shape, dtype type, device_id device) {
 
 tensor tensor::zeros(shape_t shape, dtype type, device_id device) {
   auto t = empty(std::move(shape), type, device);
-  std::memset(t.raw(), 0, t.bytes());
+  if (device.type == device_type::cuda)
+    write_from_host(t, std::vector<char>(t.bytes(), 0).data());
+  else
+    std::memset(t.raw(), 0, t.bytes());
   return t;
 }
 
@@ -162,7 +196,7 @@ tensor tensor::from(const std::vector<float>& values, shape_t shape, device_id d
   TROUPE_CHECK(static_cast<std::int64_t>(values.size()) == element_count(shape),
                values.size() << " values for shape " << shape_to_string(shape));
   auto t = empty(std::move(shape), dtype::f32, device);
-  std::memcpy(t.raw(), values.data(), t.bytes());
+  write_from_host(t, values.data());
   return t;
 }
 
@@ -183,16 +217,19 @@ std::int32_t* tensor::i32() const {
   return static_cast<std::int32_t*>(raw());
 }
 
-std::vector<float> tensor::to_vector() const {
-  wait_ready();
-  const float* p = f32();
-  return std::vector<float>(p, p + numel());
-}
+std::vector<float> tensor::to_vector() const { return read_to_host(*this, f32()); }
 
-std::vector<std::int32_t> tensor::to_int_vector() const {
+std::vector<std::int32_t> tensor::to_int_vector() const { return read_to_host(*this, i32()); }
+
+tensor tensor::on_host() const {
+  if (!defined())
+    return *this;
   wait_ready();
-  const std::int32_t* p = i32();
-  return std::vector<std::int32_t>(p, p + numel());
+  if (device().type != device_type::cuda)
+    return *this;
+  auto host = empty(shape_, type_, device_id{device_type::cpu, 0, this_node()});
+  gpu::require_backend().copy_now(host.raw(), raw(), bytes());
+  return host;
 }
 
 tensor tensor::view(std::int64_t element_offset, shape_t shape) const {

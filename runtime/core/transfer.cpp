@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "runtime/core/gpu.hpp"
 #include "runtime/trace/current_handler.hpp"
 
 namespace troupe {
@@ -31,17 +32,28 @@ tensor arrive(const tensor& t, device& here, job_label label) {
     here.work().hurry(t.ready());
     return t;
   }
-  TROUPE_CHECK(t.device().type == device_type::cpu && here.id().type == device_type::cpu,
-               "copies between " << t.device().to_string() << " and " << here.id().to_string()
-                                 << " need the CUDA device layer");
   auto copy = tensor::empty(t.shape(), t.type(), here.id());
   auto& work = here.work();
   work.wait_for(t.ready());
   label.name = "copy";
   label.bytes = static_cast<std::int64_t>(t.bytes());
   label.from_node = t.device().node;
-  copy.set_ready(work.submit([from = t, to = copy] { std::memcpy(to.raw(), from.raw(), from.bytes()); },
-                             label));
+  if (auto* queue = work.gpu()) {
+    // Onto a GPU, from the host or another GPU: issued to its queue, which keeps both
+    // tensors until the GPU has copied (Note [GPU streams] in runtime/core/gpu.hpp).
+    copy.set_ready(work.submit(
+        [queue, from = t, to = copy] { queue->copy(to.raw(), from.raw(), from.bytes()); }, label));
+  } else if (t.device().type == device_type::cuda && t.device().node == here.id().node) {
+    // Off a GPU onto a CPU device: its thread copies, as it would memcpy.
+    copy.set_ready(work.submit(
+        [from = t, to = copy] {
+          gpu::require_backend().copy_now(to.raw(), from.raw(), from.bytes());
+        },
+        label));
+  } else {
+    copy.set_ready(work.submit(
+        [from = t, to = copy] { std::memcpy(to.raw(), from.raw(), from.bytes()); }, label));
+  }
   return copy;
 }
 

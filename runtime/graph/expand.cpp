@@ -101,14 +101,11 @@ stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages
   return split;
 }
 
-// The one place that says which devices this build can run.
+// The one place that says which devices a config may name. Whether a cuda:N is on the
+// machine is known only where it runs (session.cpp); a plan needs no GPU.
 std::vector<device_id> runnable_devices(const run_config& config) {
   std::vector<device_id> ids;
   for (const auto& device : config.parallel.devices) {
-    if (device.id.type != device_type::cpu)
-      throw config_error(device.where, "device '" + device.name +
-                                           "': this build runs on CPU devices only (the CUDA "
-                                           "device layer is not built yet); use 'cpu:N'");
     if (device.id.node >= config.nodes()) {
       const auto& c = config.cluster;
       throw config_error(

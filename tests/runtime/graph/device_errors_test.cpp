@@ -72,10 +72,19 @@ TEST_CASE("cpu:1234567 in a shorthand config's devices exits 2 naming file:line:
   check_config_error("run", shorthand, "\"cpu:1234567\"", "[parallel] devices: " + out_of_range);
 }
 
-TEST_CASE("a CUDA device in a CPU-only build is a config error in either form") {
-  auto text =
-      replaced(two_stages, "devices = [\"cpu:0\", \"cpu:1\"]", "devices = [\"cpu:0\", \"cuda:1\"]");
-  const std::string cpu_only = "device 'cuda:1': this build runs on CPU devices only";
-  check_config_error("plan", text, "\"cuda:1\"", cpu_only);
-  check_config_error("plan", replaced(shorthand, "cpu:1234567", "cuda:1"), "\"cuda:1\"", cpu_only);
+TEST_CASE(
+    "a CUDA device is planned without a GPU and refused at its place when run where it is not") {
+  // Every "cpu:1" of the two-stage config (its devices and the second stage's actors).
+  std::string text = two_stages;
+  for (auto at = text.find("\"cpu:1\""); at != std::string::npos; at = text.find("\"cpu:1\"", at))
+    text.replace(at, 7, "\"cuda:999\"");
+  temp_directory directory;
+  auto plan = run_troupe("plan " + directory.write("config.toml", text));
+  INFO("plan: " << plan.output);
+  CHECK(plan.exit_code == 0);
+  CHECK(plan.output.find("cuda:999") != std::string::npos);
+  // No machine has a thousand GPUs: the run is refused, naming what this one has.
+  const std::string absent = "device 'cuda:999': cuda:999 is not on this machine";
+  check_config_error("run", text, "\"cuda:999\"]", absent);  // the devices entry
+  check_config_error("run", replaced(shorthand, "cpu:1234567", "cuda:999"), "\"cuda:999\"", absent);
 }
