@@ -555,10 +555,12 @@ session_result run_session(const run_config& config, const session_options& opti
           throw config_error(d.where, "device '" + d.name + "': " + e.what());
         }
       }
-  auto device_storage = world != nullptr
-                     ? std::make_unique<device_set>(local_devices, *world)
-                     : std::make_unique<device_set>(
-                           local_devices, node.local_rank * static_cast<int>(local_devices.size()));
+  auto device_storage =
+      world != nullptr
+          ? std::make_unique<device_set>(local_devices, *world)
+          : std::make_unique<device_set>(local_devices,
+                                         node.local_rank * static_cast<int>(local_devices.size()),
+                                         device_options{config.run.tf32});
   if (world == nullptr)
     note_shared_cores(local_devices, node.local_rank * static_cast<int>(local_devices.size()));
   device_set& devices = *device_storage;

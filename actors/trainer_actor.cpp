@@ -11,6 +11,7 @@
 
 #include "actors/interrupts.hpp"
 #include "actors/step_markers.hpp"
+#include "runtime/core/gpu.hpp"
 #include "troupe/traced.hpp"
 
 namespace troupe {
@@ -201,6 +202,14 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
                             ? rate
                             : 0.9 * samples_per_second_ + 0.1 * rate;
   mark_step_done(step, plan.steps_per_epoch);
+  if (settings_->devices != nullptr && trace::enabled())
+    for (const auto& d : settings_->devices->all())
+      if (d->id().type == device_type::cuda) {
+        // A GPU's memory in the trace, on its track: held in tensors now, and the most.
+        const auto figures = gpu::memory(d->id().index);
+        trace_counter("bytes", d->work().trace_track(), 0, figures.current);
+        trace_counter("peak bytes", d->work().trace_track(), 0, figures.peak);
+      }
   auto& outcome = *settings_->outcome;
   outcome.steps = control_.steps_done();
   outcome.last_loss = t.mean_loss();
@@ -248,6 +257,12 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
       const auto peak = storage_bytes_peak(d->id());
       outcome.device_peak_bytes.emplace_back(name, peak);
       devices[name] = {{"busy_s", busy}, {"utilisation", busy / elapsed}, {"peak_bytes", peak}};
+      if (d->id().type == device_type::cuda) {
+        // The caching allocator's: what it holds from the GPU, and how often it asked.
+        const auto figures = gpu::memory(d->id().index);
+        devices[name]["reserved_bytes"] = figures.reserved;
+        devices[name]["device_allocations"] = figures.raw_allocations;
+      }
     }
   }
   if (metrics_.is_open()) {

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the one script to run on a machine with an NVIDIA GPU (CUDA under
 # /usr/local/cuda): installs missing Debian packages if it can, builds troupe with the CUDA
-# kernels, runs the CUDA test cases (every CUDA kernel against the CPU kernel) and ends
-# with a short table of what passed.
+# kernels, runs the CUDA tests (every CUDA kernel against the CPU kernel; 20 training steps
+# on cuda:0 against cpu:0; data parallel over two GPUs against one where there are two),
+# then benchmarks the large MLP's step (bench/gpu_mlp_bench.cpp: FP32 and TF32 against its
+# GEMMs timed alone; bench/gpu_mlp_torch.py: PyTorch's step, if PyTorch is there) and ends
+# with a short table.
 #
-# It does not benchmark, does not touch the GPU's settings and does not build the CPU-only
-# configuration. Each step has a timeout, short enough that a normal run fits a 15-minute
-# device loan (apt without network fails fast); a failed step makes the later ones "skipped".
+# It does not touch the GPU's settings and does not build the CPU-only configuration. Each
+# step has a timeout, short enough that a normal run fits a 15-minute device loan (apt
+# without network fails fast); a failed required step makes the later ones "skipped".
 # Exit status: 0 only if the CUDA tests ran on a real device and passed.
 #
 #   scripts/gpu-check.sh            # from anywhere; builds in <repo>/build
@@ -89,7 +92,8 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 run_step configure 120 required cmake -S . -B build "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON
-run_step build 420 required cmake --build build -j "$jobs" --target troupe_cuda_tests
+run_step build 420 required cmake --build build -j "$jobs" --target troupe_cuda_tests \
+  troupe_gpu_bench
 
 # ---- 4. the CUDA tests ----
 run_step test 180 required ./build/troupe_cuda_tests
@@ -99,6 +103,17 @@ if [[ -f $logs/test.log ]] && grep -q "skipped: no CUDA device" "$logs/test.log"
   failed=1
 fi
 summary=$(grep -h "test cases:" "$logs/test.log" 2>/dev/null | tail -n 1 || true)
+# What the training tests measured (largest parameter differences, cudaMalloc calls).
+measured=$(grep -h -E "against cpu:0|against cuda:0|caching allocator" "$logs/test.log" 2>/dev/null |
+  sed 's/.*MESSAGE: //' || true)
+
+# ---- 5. benchmarks (optional: a slow or failed one does not fail the check) ----
+run_step bench 240 optional ./build/troupe_gpu_bench
+if command -v python3 >/dev/null; then
+  run_step torch 120 optional python3 bench/gpu_mlp_torch.py
+else
+  record torch "skipped: no python3" 0
+fi
 
 # ---- the table ----
 echo
@@ -109,4 +124,8 @@ for row in "${rows[@]}"; do
   printf '%-10s %-60s %8s\n' "$step" "$result" "$took"
 done
 [[ -n $summary ]] && echo "${summary#\[doctest\] }"
+[[ -n $measured ]] && echo "$measured"
+for log in bench torch; do
+  [[ -f $logs/$log.log ]] && grep -E "^(math|fp32|tf32|skipped)" "$logs/$log.log" || true
+done
 exit "$failed"

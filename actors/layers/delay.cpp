@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "runtime/model/layer.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 
@@ -30,6 +31,12 @@ class delay_layer final : public layer {
         spin_(s.text("mode", "sleep", {"sleep", "spin"}) == "spin") {}
 
   std::string type() const override { return "delay"; }
+  // Its time is the host thread's and its copies are the host's: CPU devices only.
+  void bind(device_type type) override {
+    if (type != device_type::cpu)
+      throw user_error(std::string{"the delay layer runs on CPU devices only, not on "} +
+                       kernels::to_string(type));
+  }
   shape_t output_shape(const shape_t& input) const override { return input; }
   std::vector<param_spec> parameters(const shape_t&) const override {
     return {{"unused", {1}, init_kind::zeros, 1, 1}};

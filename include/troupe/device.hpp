@@ -191,6 +191,7 @@ class stream {
 
   /// The trace track of this stream (0: not traced).
   void set_trace_track(std::uint32_t track) { trace_track_ = track; }
+  std::uint32_t trace_track() const { return trace_track_; }
 
   /// Main-lane work for this stream follows once `e`, another stream's event, is reached:
   /// an actor placed here put a message aside until a tensor is written (include/troupe/
@@ -333,10 +334,15 @@ class stream {
   std::thread worker_;
 };
 
+/// How a run's GPUs compute ([run] tf32); CPU devices ignore it.
+struct device_options {
+  bool tf32 = false;  // GEMMs on TF32 tensor cores
+};
+
 /// A device: its id, its stream and the kernel context its kernels run with.
 class device {
  public:
-  device(device_id id, int core);
+  device(device_id id, int core, const device_options& options = {});
   device(device_id id, simulation& world);  // a simulated device
   ~device();
   const device_id& id() const { return id_; }
@@ -357,7 +363,8 @@ class device_set {
  public:
   /// `first_core`: the core of cpu:0, for several processes on one machine (cpu:N runs on
   /// core first_core + N, modulo the cores this process may use).
-  explicit device_set(const std::vector<device_id>& ids, int first_core = 0);
+  explicit device_set(const std::vector<device_id>& ids, int first_core = 0,
+                      const device_options& options = {});
   /// Simulated devices: their streams run on `world`'s virtual clock, one thread for all.
   device_set(const std::vector<device_id>& ids, simulation& world);
   ~device_set();

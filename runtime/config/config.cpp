@@ -367,6 +367,7 @@ run_section read_run(const section_reader& r) {
   r.read("checkpoint_every", s.checkpoint_every, at_least(0));
   r.read("checkpoint_keep", s.checkpoint_keep, at_least(1));
   r.read("checkpoint_keep_best", s.checkpoint_keep_best);
+  r.read("tf32", s.tf32);
   if (const auto* plugins = r.find("plugins")) {
     const auto* array = plugins->as_array();
     if (!array)

@@ -57,6 +57,7 @@ struct run_section {
   std::int64_t checkpoint_every = 0;   // steps between checkpoints; 0: only at the end
   std::int64_t checkpoint_keep = 3;    // the newest this many are kept
   bool checkpoint_keep_best = false;   // also keep the one with the best test accuracy
+  bool tf32 = false;  // GPU GEMMs on TF32 tensor cores (10-bit mantissa inputs) instead of FP32
   source_position where;
 };
 

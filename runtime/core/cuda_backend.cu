@@ -4,7 +4,7 @@
 //
 // Every CUDA and cuBLAS call is checked; a failure names the device ("cuda:1: CUDA call
 // failed: cudaStreamCreateWithFlags(...): cudaErrorInvalidDevice (...)"). Nothing here
-// touches a GPU at static initialisation: installing the backend only makes an object, so
+// touches a GPU at static initialisation: providing the backend only makes an object, so
 // loading the library on a machine without a GPU works, and device_count says why there
 // is none.
 #include <cublas_v2.h>
@@ -12,6 +12,8 @@
 
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -78,12 +80,14 @@ void CUDART_CB run_host_callback(void* data) {
 
 class cuda_queue final : public gpu::queue {
  public:
-  explicit cuda_queue(int device) : device_(device) {
+  cuda_queue(int device, bool tf32) : device_(device) {
     current_device here{device};
     CUDA_ON(device, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     try {
       CUBLAS_ON(device, cublasCreate(&blas_));
       CUBLAS_ON(device, cublasSetStream(blas_, stream_));
+      CUBLAS_ON(device, cublasSetMathMode(blas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                      : CUBLAS_DEFAULT_MATH));
     } catch (...) {
       if (blas_ != nullptr)
         cublasDestroy(blas_);
@@ -164,8 +168,31 @@ class cuda_gpu_backend final : public gpu::backend {
     return out.str();
   }
 
-  std::unique_ptr<gpu::queue> make_queue(int device) override {
-    return std::make_unique<cuda_queue>(device);
+  std::unique_ptr<gpu::queue> make_queue(int device, bool tf32) override {
+    enable_peer_access(device);
+    return std::make_unique<cuda_queue>(device, tf32);
+  }
+
+  // Lets `device` read and write the memory of every GPU it can reach directly (NVLink,
+  // PCIe peer to peer), once: a copy between two such GPUs then goes straight across
+  // instead of through host memory. Where it cannot, copies still work, staged by CUDA.
+  void enable_peer_access(int device) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    if (!peers_enabled_.insert(device).second)
+      return;
+    std::string why;
+    const int count = device_count(why);
+    current_device here{device};
+    for (int peer = 0; peer < count; ++peer) {
+      int can = 0;
+      if (peer == device || cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess || !can)
+        continue;
+      const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
+      if (status == cudaErrorPeerAccessAlreadyEnabled)
+        cudaGetLastError();
+      else
+        CUDA_ON(device, status);
+    }
   }
 
   void* allocate(int device, std::size_t bytes) override {
@@ -194,6 +221,10 @@ class cuda_gpu_backend final : public gpu::backend {
     cudaGetDevice(&device);
     CUDA_ON(device, cudaMemcpy(to, from, bytes, cudaMemcpyDefault));
   }
+
+ private:
+  std::mutex mutex_;
+  std::set<int> peers_enabled_;  // guarded by mutex_
 };
 
 // Provided at load (Note [CUDA kernels loaded on demand] in kernels/dispatch.cpp).

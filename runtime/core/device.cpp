@@ -702,10 +702,10 @@ device::device(device_id id, simulation& world) : id_(id) {
   stream_ = std::make_unique<stream>(id, world);
 }
 
-device::device(device_id id, int core) : id_(id) {
+device::device(device_id id, int core, const device_options& options) : id_(id) {
   if (id.type == device_type::cuda) {
     gpu::require_device(id.index);  // a user_error naming what the machine has
-    auto queue = gpu::require_backend().make_queue(id.index);
+    auto queue = gpu::require_backend().make_queue(id.index, options.tf32);
     context_ = queue->context();
     stream_ = std::make_unique<stream>(id, std::move(queue));
     return;
@@ -751,11 +751,12 @@ device_set::device_set(const std::vector<device_id>& ids, simulation& world) {
     devices_.push_back(std::make_unique<device>(id, world));
 }
 
-device_set::device_set(const std::vector<device_id>& ids, int first_core) {
+device_set::device_set(const std::vector<device_id>& ids, int first_core,
+                       const device_options& options) {
   enter_blas_threads_scope();
   for (const auto& id : ids)
-    devices_.push_back(
-        std::make_unique<device>(id, id.type == device_type::cpu ? first_core + id.index : -1));
+    devices_.push_back(std::make_unique<device>(
+        id, id.type == device_type::cpu ? first_core + id.index : -1, options));
 }
 
 device_set::~device_set() {

@@ -3,7 +3,7 @@
 //
 // libtroupe does not link the CUDA runtime (Note [CUDA kernels loaded on demand] in
 // kernels/dispatch.cpp): the first `cuda:N` device loads libtroupe_cuda, whose static
-// initialiser provides its backend here. A device of type cuda then gets a gpu_queue (a
+// initialiser provides its backend here. A device of type cuda then gets a gpu::queue (a
 // CUDA stream and a cuBLAS handle: its kernels' context), memory from a caching allocator
 // over the backend's raw allocation (runtime/core/caching_allocator.hpp), and copies.
 //
@@ -61,7 +61,8 @@ class backend {
   virtual int device_count(std::string& why) = 0;
   /// "NVIDIA H200, 139 GiB" or the like.
   virtual std::string describe(int device) = 0;
-  virtual std::unique_ptr<queue> make_queue(int device) = 0;
+  /// `tf32`: its GEMMs may use TF32 tensor cores (cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH).
+  virtual std::unique_ptr<queue> make_queue(int device, bool tf32) = 0;
   /// Raw device memory (cudaMalloc): throws, naming the device and the size, when there is
   /// none; release gives it back (cudaFree). The caching allocator calls these rarely.
   virtual void* allocate(int device, std::size_t bytes) = 0;

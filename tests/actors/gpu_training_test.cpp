@@ -13,14 +13,19 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
+#include "tests/jsonl.hpp"
 #include "tests/kernels/kernel_test_support.hpp"
 #include "tests/runtime/core/fake_gpu.hpp"
+#include "tests/temp_files.hpp"
 
 using namespace troupe;
 using troupe::testing::fake_gpu_kernels;
@@ -98,6 +103,96 @@ TEST_CASE("training on cuda devices of a fake GPU gives the parameters of the CP
     const auto difference = largest_difference(cpu, train(gpu_config(w.parallel)));
     INFO(name << ": relative difference " << difference);
     CHECK(difference <= 1e-5);
+  }
+}
+
+TEST_CASE(
+    "a GPU's memory: nothing allocated from it per step, its figures in the metrics and the "
+    "trace") {
+  // Two runs of 5 and 20 steps, each on a GPU of its own (a fresh caching allocator): the
+  // longer run asks the device for hardly more blocks than the shorter one. Not exactly as
+  // many: when jobs run late, one more tensor of a size may be alive at once (40 and 41 were
+  // seen under a loaded ctest), while allocating each step's tensors anew would add tens a
+  // step (15 steps more here).
+  auto allocations_after = [](int steps, const std::string& metrics, const std::string& trace) {
+    fake_gpu_scope fake{1};
+    fake_gpu_kernels kernels;
+    auto text = gpu_config("[parallel]\ndevices = [\"cuda:0\"]\nmicrobatches = 2\n");
+    text.replace(text.find("steps = 20"), 10, "steps = " + std::to_string(steps));
+    auto options = test::quiet_options(metrics);
+    options.trace_path = trace;
+    test::run_ok(parse_config(text, "gpu.toml"), options);
+    return fake->raw_allocations();
+  };
+  const auto metrics = test::temp_file("troupe_test_gpu_metrics.jsonl");
+  const auto trace = test::temp_file("troupe_test_gpu_trace.json");
+  const int short_run = allocations_after(5, "/dev/null", "");
+  const int long_run = allocations_after(20, metrics, trace);
+  CHECK(short_run > 0);
+  CHECK(long_run <= short_run + 3);
+
+  std::ifstream in{metrics};
+  bool found = false;
+  for (const auto& record : test::read_jsonl(in))
+    if (record.value("event", "") == "done") {
+      const auto& gpu = record.at("devices").at("cuda:0");
+      CHECK(gpu.at("peak_bytes").get<std::int64_t>() > 0);
+      CHECK(gpu.at("reserved_bytes").get<std::int64_t>() >=
+            gpu.at("peak_bytes").get<std::int64_t>());
+      CHECK(gpu.at("device_allocations").get<int>() == long_run);  // the same allocator's count
+      found = true;
+    }
+  CHECK(found);
+
+  const auto loaded = load_trace(trace);
+  int samples = 0;
+  for (const auto& [name, values] : loaded.counters)
+    if (name.rfind("bytes cuda:0", 0) == 0 || name.rfind("peak bytes cuda:0", 0) == 0) {
+      samples += static_cast<int>(values.size());
+      for (const auto& v : values)
+        CHECK(v.value > 0);
+    }
+  CHECK(samples == 2 * 20);  // both counters, once a step
+}
+
+TEST_CASE(
+    "a checkpoint written on a GPU resumes on a CPU, and one of a CPU on a GPU, bit for bit") {
+  fake_gpu_scope fake{1};
+  fake_gpu_kernels kernels;
+  // Adam's moments and the parameters go through the checkpoint: copied on the GPU, read
+  // back on the host, written; read, made on the host and copied to the GPU.
+  auto run = [](const std::string& device, std::int64_t steps, const std::string& checkpoints,
+                const std::string& resume) {
+    auto config =
+        parse_config(gpu_config("[parallel]\ndevices = [\"" + device + "\"]\n"), "gpu.toml");
+    config.run.steps = steps;
+    config.run.checkpoint = checkpoints;
+    auto options = test::quiet_options();
+    options.keep_parameters = true;
+    options.resume = resume;
+    return test::run_ok(config, options).parameters;
+  };
+  const auto straight = run("cpu:0", 12, "", "");
+  for (const auto& [first, second] : {std::pair{"cuda:0", "cpu:0"}, std::pair{"cpu:0", "cuda:0"}}) {
+    INFO(first << " then " << second);
+    test::temp_directory d{"troupe-gpu-resume"};
+    run(first, 6, d.file("checkpoints"), "");
+    const auto latest = latest_checkpoint(d.file("checkpoints"));
+    REQUIRE(latest);
+    CHECK(run(second, 12, "", latest->path) == straight);
+  }
+}
+
+TEST_CASE("[run] tf32 asks each GPU's queue for TF32 GEMMs, and only then") {
+  for (const bool tf32 : {false, true}) {
+    fake_gpu_scope fake{2};
+    fake_gpu_kernels kernels;
+    auto text = gpu_config("[parallel]\ndevices = [\"cuda:0\", \"cuda:1\"]\ndata = 2\n");
+    text.replace(text.find("steps = 20"), 10,
+                 std::string{"steps = 2\ntf32 = "} + (tf32 ? "true" : "false"));
+    test::run_ok(parse_config(text, "gpu.toml"), test::quiet_options());
+    CHECK(fake->queues_made() == 2);
+    CHECK(fake->tf32_queues() == (tf32 ? 2 : 0));
   }
 }
 

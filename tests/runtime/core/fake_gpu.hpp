@@ -9,6 +9,7 @@
 // that whole training runs on cuda:N can run here, asynchronously as on a GPU.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -124,7 +125,9 @@ class fake_gpu_backend final : public gpu::backend {
     return devices_;
   }
   std::string describe(int device) override { return "fake " + std::to_string(device); }
-  std::unique_ptr<gpu::queue> make_queue(int device) override {
+  std::unique_ptr<gpu::queue> make_queue(int device, bool tf32) override {
+    queues_made_ += 1;
+    tf32_queues_ += tf32 ? 1 : 0;
     return std::make_unique<fake_gpu_queue>(engines_.at(static_cast<std::size_t>(device)));
   }
   void* allocate(int, std::size_t bytes) override {
@@ -137,6 +140,9 @@ class fake_gpu_backend final : public gpu::backend {
     std::memcpy(to, from, bytes);
   }
   fake_gpu_engine& engine(int device) { return *engines_.at(static_cast<std::size_t>(device)); }
+  /// Queues made, and of them with TF32 GEMMs ([run] tf32).
+  int queues_made() const { return queues_made_; }
+  int tf32_queues() const { return tf32_queues_; }
   int raw_allocations() {
     std::lock_guard<std::mutex> guard{mutex_};
     return raw_allocations_;
@@ -146,6 +152,8 @@ class fake_gpu_backend final : public gpu::backend {
   int devices_;
   std::mutex mutex_;
   int raw_allocations_ = 0;
+  std::atomic<int> queues_made_{0};
+  std::atomic<int> tf32_queues_{0};
   std::vector<std::shared_ptr<fake_gpu_engine>> engines_;
 };
 
