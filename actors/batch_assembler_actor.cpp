@@ -14,12 +14,11 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
   const auto features = source.features;
   auto x = tensor::empty({static_cast<std::int64_t>(rows.size()), features}, dtype::f32, on.id());
   label.bytes = bytes_of(x);
-  // On a GPU the rows are gathered into host memory by its stream's thread and go over in
-  // one asynchronous copy, which keeps the host rows until it has run (Note [GPU streams]).
+  // On a GPU the rows are gathered into page-locked host memory by its stream's thread and
+  // go over in one asynchronous copy, which keeps the host rows until it has run (Note [GPU
+  // streams]).
   auto* gpu = on.work().gpu();
-  const auto host = gpu != nullptr ? tensor::empty(x.shape(), dtype::f32,
-                                                   device_id{device_type::cpu, 0, on.id().node})
-                                   : x;
+  const auto host = gpu != nullptr ? tensor::empty_pinned(x.shape()) : x;
   // `data` keeps the images alive until the job has run.
   auto gather = [data, images = source.images.data(), features, x, host, gpu,
                  picked = std::move(rows)] {

@@ -127,13 +127,11 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
   auto r = static_cast<std::size_t>(tag.replica);
   // One label a sample, or one a position of a sequence (a language model's next tokens).
   const auto positions = source.positions;
-  // Written here, on the host: a loader on a GPU keeps its labels in host memory, and the
-  // loss copies them over when they arrive (runtime/core/transfer.hpp).
-  const auto on = settings_.on.type == device_type::cuda
-                      ? device_id{device_type::cpu, 0, settings_.on.node}
-                      : settings_.on;
-  auto y = positions > 1 ? tensor::empty({count, positions}, dtype::i32, on)
-                         : tensor::empty({count}, dtype::i32, on);
+  // Written here, on the host: a loader on a GPU keeps its labels in (page-locked) host
+  // memory, and the loss copies them over when they arrive (runtime/core/transfer.hpp).
+  const shape_t shape = positions > 1 ? shape_t{count, positions} : shape_t{count};
+  auto y = settings_.on.type == device_type::cuda ? tensor::empty_pinned(shape, dtype::i32)
+                                                  : tensor::empty(shape, dtype::i32, settings_.on);
   std::int32_t* ys = y.i32();
   for (std::int64_t i = 0; i < count; ++i)
     std::copy_n(source.labels.begin() + rows[i] * positions, positions, ys + i * positions);

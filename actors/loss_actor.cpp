@@ -153,7 +153,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   // asynchronous copy, and are reported when the GPU has run it (Note [GPU streams]).
   tensor host_sums;
   if (gpu != nullptr)
-    host_sums = tensor::empty({2}, dtype::f32, device_id{device_type::cpu, 0, device.id().node});
+    host_sums = tensor::empty_pinned({2});
   // The job captures everything by value: it may run after this actor has quit.
   auto done = work.submit(
       [xent = softmax_xent_, accuracy = accuracy_, context = device.context(),

@@ -37,6 +37,10 @@ std::int64_t element_count(const shape_t& shape);
 class storage {
  public:
   storage(device_id device, std::size_t bytes);
+  /// Page-locked host memory (a CPU device's), which a GPU copies from and to while the
+  /// host goes on; from the GPU backend's pinned pool, or plain host memory without one.
+  struct pinned_t {};
+  storage(device_id device, std::size_t bytes, pinned_t);
   ~storage();
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
@@ -49,6 +53,7 @@ class storage {
   device_id device_;
   std::size_t bytes_;
   void* data_;
+  bool pinned_ = false;
 };
 
 class tensor {
@@ -57,6 +62,10 @@ class tensor {
 
   /// Uninitialised memory from the device's pool. Ready at once (nothing writes it yet).
   static tensor empty(shape_t shape, dtype type = dtype::f32, device_id device = {});
+  /// Uninitialised page-locked host memory of cpu:0 of this node, for copies to and from
+  /// a GPU that the host does not wait for (runtime/core/gpu.hpp); plain host memory where
+  /// there is no GPU backend. Ready at once.
+  static tensor empty_pinned(shape_t shape, dtype type = dtype::f32);
   /// Zero-filled, written on the calling thread (a GPU's: by a synchronous copy).
   static tensor zeros(shape_t shape, dtype type = dtype::f32, device_id device = {});
   /// A tensor holding a copy of `values`, written on the calling thread (as zeros()).

@@ -214,6 +214,16 @@ class cuda_gpu_backend final : public gpu::backend {
     cudaFree(memory);  // at exit the driver may be gone; nothing to do about an error then
   }
 
+  void* allocate_host(std::size_t bytes) override {
+    void* memory = nullptr;
+    int device = 0;
+    cudaGetDevice(&device);
+    CUDA_ON(device, cudaHostAlloc(&memory, bytes, cudaHostAllocPortable));
+    return memory;
+  }
+
+  void release_host(void* memory) override { cudaFreeHost(memory); }
+
   void copy_now(void* to, const void* from, std::size_t bytes) override {
     if (bytes == 0)
       return;

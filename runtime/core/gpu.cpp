@@ -1,6 +1,7 @@
 // gpu.cpp: the installed GPU backend and each GPU's caching allocator (gpu.hpp).
 #include "runtime/core/gpu.hpp"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -34,10 +35,29 @@ registry& the_registry() {
   return *r;
 }
 
+constexpr int pinned_host = -1;  // the allocators' key of page-locked host memory
+
 caching_allocator& allocator_of(int device) {
   auto& r = the_registry();
   std::lock_guard<std::mutex> guard{r.mutex};
   auto& slot = r.allocators[device];
+  if (!slot && device == pinned_host) {
+    std::weak_ptr<backend> owner = r.current_shared();
+    std::string why;
+    if (owner.expired() || owner.lock()->device_count(why) == 0) {
+      // No GPU (a CUDA library without a driver, or none at all): plain host memory does.
+      slot = std::make_unique<caching_allocator>(
+          "host", [](std::size_t bytes) { return std::aligned_alloc(64, bytes); },
+          [](void* block) { std::free(block); });
+    } else {
+      slot = std::make_unique<caching_allocator>(
+          "pinned host", [owner](std::size_t bytes) { return owner.lock()->allocate_host(bytes); },
+          [owner](void* block) {
+            if (auto b = owner.lock())
+              b->release_host(block);
+          });
+    }
+  }
   if (!slot) {
     TROUPE_CHECK(r.current() != nullptr, "cuda:" << device << " memory without a GPU backend");
     std::weak_ptr<backend> owner = r.current_shared();
@@ -103,6 +123,17 @@ void require_device(int device) {
   }
   throw user_error(out.str());
 }
+
+void* allocate_pinned(std::size_t bytes) {
+  try {
+    require_backend();  // loads libtroupe_cuda, whose backend pins
+  } catch (const user_error&) {
+    // No GPU backend: the pool is of plain host memory (allocator_of).
+  }
+  return allocator_of(pinned_host).allocate(bytes);
+}
+
+void release_pinned(void* memory) { allocator_of(pinned_host).release(memory); }
 
 void* allocate(int device, std::size_t bytes) { return allocator_of(device).allocate(bytes); }
 

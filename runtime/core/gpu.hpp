@@ -67,6 +67,9 @@ class backend {
   /// none; release gives it back (cudaFree). The caching allocator calls these rarely.
   virtual void* allocate(int device, std::size_t bytes) = 0;
   virtual void release(int device, void* memory) = 0;
+  /// Raw page-locked host memory (cudaHostAlloc, portable to every GPU), and back.
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void release_host(void* memory) = 0;
   /// A synchronous copy between any two places (cudaMemcpy): host code that must read a
   /// value now (a loss, a checkpoint) and tensors made on the host thread.
   virtual void copy_now(void* to, const void* from, std::size_t bytes) = 0;
@@ -92,7 +95,13 @@ void require_device(int device);
 void* allocate(int device, std::size_t bytes);
 void release(int device, void* memory, std::size_t bytes);
 
-/// The caching allocator's figures for cuda:N (traces and the run summary).
+/// Page-locked host memory from a caching allocator over backend::allocate_host; plain
+/// host memory (64-byte aligned) when no backend can be had (tensor::empty_pinned).
+void* allocate_pinned(std::size_t bytes);
+void release_pinned(void* memory);
+
+/// The caching allocator's figures for cuda:N (traces and the run summary); -1: the
+/// pinned host memory's.
 struct memory_figures {
   std::int64_t current = 0;          // bytes in tensors now
   std::int64_t peak = 0;             // the most at once since reset_peak

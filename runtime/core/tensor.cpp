@@ -130,8 +130,13 @@ storage::storage(device_id device, std::size_t bytes) : device_(device), bytes_(
                                            : the_cpu_pool().allocate(device_, bytes);
 }
 
+storage::storage(device_id device, std::size_t bytes, pinned_t)
+    : device_(device), bytes_(bytes), data_(gpu::allocate_pinned(bytes)), pinned_(true) {}
+
 storage::~storage() {
-  if (device_.type == device_type::cuda)
+  if (pinned_)
+    gpu::release_pinned(data_);
+  else if (device_.type == device_type::cuda)
     gpu::release(device_.index, data_, bytes_);
   else
     the_cpu_pool().release(device_, data_, bytes_);
@@ -179,6 +184,18 @@ tensor tensor::empty(shape_t shape, dtype type, device_id device) {
   t.type_ = type;
   t.storage_ =
       std::make_shared<storage>(device, static_cast<std::size_t>(element_count(shape)) * size_of(type));
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+tensor tensor::empty_pinned(shape_t shape, dtype type) {
+  for (auto d : shape)
+    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  tensor t;
+  t.type_ = type;
+  t.storage_ = std::make_shared<storage>(
+      device_id{device_type::cpu, 0, this_node()},
+      static_cast<std::size_t>(element_count(shape)) * size_of(type), storage::pinned_t{});
   t.shape_ = std::move(shape);
   return t;
 }

@@ -114,7 +114,9 @@ TEST_CASE(
   // many: when jobs run late, one more tensor of a size may be alive at once (40 and 41 were
   // seen under a loaded ctest), while allocating each step's tensors anew would add tens a
   // step (15 steps more here).
-  auto allocations_after = [](int steps, const std::string& metrics, const std::string& trace) {
+  std::vector<int> host_allocations;
+  auto allocations_after = [&host_allocations](int steps, const std::string& metrics,
+                                               const std::string& trace) {
     fake_gpu_scope fake{1};
     fake_gpu_kernels kernels;
     auto text = gpu_config("[parallel]\ndevices = [\"cuda:0\"]\nmicrobatches = 2\n");
@@ -122,6 +124,9 @@ TEST_CASE(
     auto options = test::quiet_options(metrics);
     options.trace_path = trace;
     test::run_ok(parse_config(text, "gpu.toml"), options);
+    // Page-locked host memory (batches and labels on their way over, losses on their way
+    // back) comes from a pool too.
+    host_allocations.push_back(fake->host_allocations());
     return fake->raw_allocations();
   };
   const auto metrics = test::temp_file("troupe_test_gpu_metrics.jsonl");
@@ -130,6 +135,9 @@ TEST_CASE(
   const int long_run = allocations_after(20, metrics, trace);
   CHECK(short_run > 0);
   CHECK(long_run <= short_run + 3);
+  REQUIRE(host_allocations.size() == 2);
+  CHECK(host_allocations[0] > 0);
+  CHECK(host_allocations[1] <= host_allocations[0] + 3);
 
   std::ifstream in{metrics};
   bool found = false;
@@ -181,6 +189,22 @@ TEST_CASE(
     REQUIRE(latest);
     CHECK(run(second, 12, "", latest->path) == straight);
   }
+}
+
+TEST_CASE("evaluation on a GPU reports the test loss and accuracy of the CPU run") {
+  auto evaluated = [](const std::string& device) {
+    auto text = gpu_config("[parallel]\ndevices = [\"" + device + "\"]\nmicrobatches = 2\n");
+    text.replace(text.find("evaluate = false"), 16, "evaluate = true");
+    return test::run_ok(parse_config(text, "gpu.toml"), test::quiet_options()).outcome;
+  };
+  const auto cpu = evaluated("cpu:0");
+  fake_gpu_scope fake{1};
+  fake_gpu_kernels kernels;
+  const auto gpu = evaluated("cuda:0");
+  CHECK(cpu.test_accuracy > 0);
+  CHECK(gpu.test_accuracy == cpu.test_accuracy);
+  CHECK(gpu.test_loss == cpu.test_loss);
+  CHECK(gpu.last_loss == cpu.last_loss);
 }
 
 TEST_CASE("[run] tf32 asks each GPU's queue for TF32 GEMMs, and only then") {

@@ -136,6 +136,12 @@ class fake_gpu_backend final : public gpu::backend {
     return ::operator new(bytes);
   }
   void release(int, void* memory) override { ::operator delete(memory); }
+  void* allocate_host(std::size_t bytes) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    ++host_allocations_;
+    return ::operator new(bytes);
+  }
+  void release_host(void* memory) override { ::operator delete(memory); }
   void copy_now(void* to, const void* from, std::size_t bytes) override {
     std::memcpy(to, from, bytes);
   }
@@ -143,6 +149,10 @@ class fake_gpu_backend final : public gpu::backend {
   /// Queues made, and of them with TF32 GEMMs ([run] tf32).
   int queues_made() const { return queues_made_; }
   int tf32_queues() const { return tf32_queues_; }
+  int host_allocations() {
+    std::lock_guard<std::mutex> guard{mutex_};
+    return host_allocations_;
+  }
   int raw_allocations() {
     std::lock_guard<std::mutex> guard{mutex_};
     return raw_allocations_;
@@ -152,6 +162,7 @@ class fake_gpu_backend final : public gpu::backend {
   int devices_;
   std::mutex mutex_;
   int raw_allocations_ = 0;
+  int host_allocations_ = 0;
   std::atomic<int> queues_made_{0};
   std::atomic<int> tf32_queues_{0};
   std::vector<std::shared_ptr<fake_gpu_engine>> engines_;

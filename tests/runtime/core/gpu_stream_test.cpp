@@ -4,6 +4,7 @@
 // where a GPU is (scripts/gpu-check.sh); this is the runtime's side of it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -144,6 +145,18 @@ TEST_CASE("GPU tensors' memory is cached: the same shapes again allocate nothing
   CHECK(gpu::memory(0).reserved >= 11100 * 4);
 }
 
+TEST_CASE("page-locked host tensors come from the GPU backend's pool, reused") {
+  fake_gpu_scope fake{1};
+  for (int round = 0; round < 3; ++round) {
+    auto t = tensor::empty_pinned({256}, dtype::i32);
+    CHECK(t.device() == cpu0);
+    std::fill(t.i32(), t.i32() + 256, round);
+    CHECK(t.to_int_vector() == std::vector<std::int32_t>(256, round));
+  }
+  CHECK(fake->host_allocations() == 1);
+  CHECK(gpu::memory(-1).raw_allocations == 1);
+}
+
 TEST_CASE("a cuda device the machine lacks is refused, naming what it has") {
   {
     fake_gpu_scope fake{1};
@@ -157,6 +170,12 @@ TEST_CASE("a cuda device the machine lacks is refused, naming what it has") {
                          "cuda:0 is not on this machine: fake GPU sees no GPU (the fake has none)",
                          user_error);
   }
+}
+
+TEST_CASE("without a fake, page-locked host tensors work where no GPU is") {
+  auto t = tensor::empty_pinned({1000});
+  std::fill(t.f32(), t.f32() + 1000, 2.5f);
+  CHECK(t.to_vector() == std::vector<float>(1000, 2.5f));
 }
 
 TEST_CASE(
