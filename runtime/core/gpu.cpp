@@ -106,7 +106,13 @@ backend& require_backend() {
 }
 
 void require_device(int device) {
-  auto& b = require_backend();
+  backend* found = nullptr;
+  try {
+    found = &require_backend();
+  } catch (const user_error& e) {  // no CUDA in this build, or its library did not load
+    throw user_error("cuda:" + std::to_string(device) + " is not on this machine: " + e.what());
+  }
+  auto& b = *found;
   std::string why;
   const int count = b.device_count(why);
   if (device >= 0 && device < count)

@@ -16,29 +16,14 @@
 
 #include "actors/session.hpp"
 #include "actors/verify.hpp"
+#include "tests/actors/equivalence_support.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 
 using namespace troupe;
+using troupe::test::equivalence_config;
 
 namespace {
-
-std::string equivalence_config(const std::string& parallel, const std::string& optimizer = "adam") {
-  return R"(
-[run]
-steps = 20
-seed = 11
-evaluate = false
-)" + test::data_section({24, 480, 10, 20, 5}) +
-         test::linear(16) + test::layer("relu") + test::linear(12) + test::layer("tanh") +
-         test::linear(5) + R"(
-[optimizer]
-type = ")" + optimizer + R"("
-lr = 0.01
-momentum = 0.5
-
-)" + parallel;
-}
 
 /// A small conv net on 8x8 synthetic images: unflatten, conv (padded), relu, max pool,
 /// conv (strided), avg pool, flatten, linear. Every image layer sits in some stage of the
@@ -112,12 +97,7 @@ lr = 0.01
 }
 
 std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
-  auto config = parse_config(text, "equivalence.toml");
-  auto options = test::quiet_options();
-  options.keep_parameters = true;
-  auto result = test::run_ok(config, options);
-  REQUIRE(result.outcome.steps == 20);
-  return result.parameters;
+  return test::train_twenty_steps(text);
 }
 
 /// Trains `config("")` (one device) and `config(parallel)` for each named wiring, and
@@ -127,10 +107,7 @@ void check_wirings(std::string (*config)(const std::string&),
   const auto single = train(config(""));
   for (const auto& wiring : wirings) {
     const std::string name = wiring.first;  // not a binding: INFO's lambda captures it (clang 14)
-    const auto other = train(config(wiring.second));
-    double difference = 0;
-    for (const auto& d : compare_parameters(single, other))
-      difference = std::max(difference, d.relative);
+    const auto difference = test::largest_difference(single, train(config(wiring.second)));
     INFO(name << ": relative difference " << difference);
     CHECK(difference <= 1e-5);
   }
@@ -211,10 +188,8 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
   for (const char* optimizer : {"adam", "sgd"}) {
     auto single = train(equivalence_config("", optimizer));
     for (const auto& w : wirings) {
-      auto parallel = train(equivalence_config(w.parallel, optimizer));
-      double difference = 0;
-      for (const auto& d : compare_parameters(single, parallel))
-        difference = std::max(difference, d.relative);
+      const auto difference =
+          test::largest_difference(single, train(equivalence_config(w.parallel, optimizer)));
       auto what = std::string{optimizer} + ": " + w.name + ": relative difference " +
                   std::to_string(difference);
       INFO(what);
@@ -258,9 +233,7 @@ TEST_CASE(
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 3\nshare_devices = true\n";
     auto gloo = train(equivalence_config(three + "averaging = \"gloo\"\n", optimizer));
     auto ring = train(equivalence_config(three + "averaging = \"ring\"\n", optimizer));
-    double difference = 0;
-    for (const auto& d : compare_parameters(ring, gloo))
-      difference = std::max(difference, d.relative);
+    const auto difference = test::largest_difference(ring, gloo);
     INFO("R = 3: relative difference " << difference);
     CHECK(difference <= 1e-6);
   }

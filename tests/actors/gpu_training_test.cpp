@@ -17,9 +17,9 @@
 #include <string>
 
 #include "actors/session.hpp"
-#include "actors/verify.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
+#include "tests/actors/equivalence_support.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "tests/jsonl.hpp"
@@ -33,37 +33,13 @@ using troupe::testing::fake_gpu_scope;
 
 namespace {
 
-std::string gpu_config(const std::string& parallel) {
-  return R"(
-[run]
-steps = 20
-seed = 11
-evaluate = false
-)" + test::data_section({24, 480, 10, 20, 5}) +
-         test::linear(16) + test::layer("relu") + test::linear(12) + test::layer("tanh") +
-         test::linear(5) + R"(
-[optimizer]
-type = "adam"
-lr = 0.01
+// The equivalence tests' MLP (20 steps, Adam) on `parallel`'s devices.
+std::string gpu_config(const std::string& parallel) { return test::equivalence_config(parallel); }
 
-)" + parallel;
-}
+using test::largest_difference;
 
 std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
-  auto config = parse_config(text, "gpu.toml");
-  auto options = test::quiet_options();
-  options.keep_parameters = true;
-  auto result = test::run_ok(config, options);
-  REQUIRE(result.outcome.steps == 20);
-  return result.parameters;
-}
-
-double largest_difference(const std::vector<std::vector<std::vector<float>>>& a,
-                          const std::vector<std::vector<std::vector<float>>>& b) {
-  double difference = 0;
-  for (const auto& d : compare_parameters(a, b))
-    difference = std::max(difference, d.relative);
-  return difference;
+  return test::train_twenty_steps(text);
 }
 
 }  // namespace
@@ -111,9 +87,10 @@ TEST_CASE(
     "trace") {
   // Two runs of 5 and 20 steps, each on a GPU of its own (a fresh caching allocator): the
   // longer run asks the device for hardly more blocks than the shorter one. Not exactly as
-  // many: when jobs run late, one more tensor of a size may be alive at once (40 and 41 were
-  // seen under a loaded ctest), while allocating each step's tensors anew would add tens a
-  // step (15 steps more here).
+  // many: the host issues ahead of the GPU, as far as credits and prefetch let it, so how
+  // many tensors of a size are alive at once depends on timing (37 and 42 blocks were seen),
+  // while allocating each step's tensors anew would make the longer run's count 4 times the
+  // shorter's.
   std::vector<int> host_allocations;
   auto allocations_after = [&host_allocations](int steps, const std::string& metrics,
                                                const std::string& trace) {
@@ -134,10 +111,10 @@ TEST_CASE(
   const int short_run = allocations_after(5, "/dev/null", "");
   const int long_run = allocations_after(20, metrics, trace);
   CHECK(short_run > 0);
-  CHECK(long_run <= short_run + 3);
+  CHECK(long_run < 2 * short_run);
   REQUIRE(host_allocations.size() == 2);
   CHECK(host_allocations[0] > 0);
-  CHECK(host_allocations[1] <= host_allocations[0] + 3);
+  CHECK(host_allocations[1] < 2 * host_allocations[0]);
 
   std::ifstream in{metrics};
   bool found = false;
@@ -181,7 +158,9 @@ TEST_CASE(
     return test::run_ok(config, options).parameters;
   };
   const auto straight = run("cpu:0", 12, "", "");
-  for (const auto& [first, second] : {std::pair{"cuda:0", "cpu:0"}, std::pair{"cpu:0", "cuda:0"}}) {
+  for (const auto& devices : {std::pair{"cuda:0", "cpu:0"}, std::pair{"cpu:0", "cuda:0"}}) {
+    // Not bindings: INFO's lambda captures them (clang 14).
+    const std::string first = devices.first, second = devices.second;
     INFO(first << " then " << second);
     test::temp_directory d{"troupe-gpu-resume"};
     run(first, 6, d.file("checkpoints"), "");

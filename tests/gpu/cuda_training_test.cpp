@@ -12,14 +12,10 @@
 
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <string>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
 #include "runtime/core/gpu.hpp"
-#include "tests/actors/session_support.hpp"
-#include "tests/config_text.hpp"
+#include "tests/actors/equivalence_support.hpp"
 
 using namespace troupe;
 
@@ -41,36 +37,8 @@ bool have_gpus(int needed) {
   return false;
 }
 
-std::string config(const std::string& parallel) {
-  return R"(
-[run]
-steps = 20
-seed = 11
-evaluate = false
-)" + test::data_section({24, 480, 10, 20, 5}) +
-         test::linear(64) + test::layer("relu") + test::linear(32) + test::layer("tanh") +
-         test::linear(5) + R"(
-[optimizer]
-type = "adam"
-lr = 0.01
-
-)" + parallel;
-}
-
-std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
-  auto options = test::quiet_options();
-  options.keep_parameters = true;
-  auto result = test::run_ok(parse_config(text, "cuda.toml"), options);
-  REQUIRE(result.outcome.steps == 20);
-  return result.parameters;
-}
-
-double largest_difference(const std::vector<std::vector<std::vector<float>>>& a,
-                          const std::vector<std::vector<std::vector<float>>>& b) {
-  double difference = 0;
-  for (const auto& d : compare_parameters(a, b))
-    difference = std::max(difference, d.relative);
-  return difference;
+std::vector<std::vector<std::vector<float>>> train(const std::string& parallel) {
+  return test::train_twenty_steps(test::equivalence_config(parallel));
 }
 
 }  // namespace
@@ -78,9 +46,9 @@ double largest_difference(const std::vector<std::vector<std::vector<float>>>& a,
 TEST_CASE("20 training steps on cuda:0 give the parameters of the same steps on cpu:0") {
   if (!have_gpus(1))
     return;
-  const auto cpu = train(config("[parallel]\ndevices = [\"cpu:0\"]\n"));
-  const auto gpu = train(config("[parallel]\ndevices = [\"cuda:0\"]\n"));
-  const auto difference = largest_difference(cpu, gpu);
+  const auto cpu = train("[parallel]\ndevices = [\"cpu:0\"]\n");
+  const auto gpu = train("[parallel]\ndevices = [\"cuda:0\"]\n");
+  const auto difference = test::largest_difference(cpu, gpu);
   MESSAGE("cuda:0 against cpu:0 after 20 steps: largest relative difference " << difference);
   CHECK(difference <= 1e-5);
   const auto figures = gpu::memory(0);
@@ -91,10 +59,10 @@ TEST_CASE("20 training steps on cuda:0 give the parameters of the same steps on 
 TEST_CASE("data parallel over two GPUs gives the parameters of one") {
   if (!have_gpus(2))
     return;
-  const auto one = train(config("[parallel]\ndevices = [\"cuda:0\"]\n"));
-  const auto two = train(
-      config("[parallel]\ndevices = [\"cuda:0\", \"cuda:1\"]\ndata = 2\naveraging = \"ring\"\n"));
-  const auto difference = largest_difference(one, two);
+  const auto one = train("[parallel]\ndevices = [\"cuda:0\"]\n");
+  const auto two =
+      train("[parallel]\ndevices = [\"cuda:0\", \"cuda:1\"]\ndata = 2\naveraging = \"ring\"\n");
+  const auto difference = test::largest_difference(one, two);
   MESSAGE("ring over cuda:0 and cuda:1 against cuda:0: largest relative difference " << difference);
   CHECK(difference <= 1e-5);
 }
