@@ -131,6 +131,11 @@ def main():
         print(f"link between processes here (bench/link_bench.cpp): {args.link}")
     configs = args.configs if args.configs is not None else sorted(
         os.path.join("config", c) for c in os.listdir("config") if c.endswith(".toml"))
+    # troupe simulate models CPU devices only: the GPU configs are left out, and said so.
+    gpu_configs = [c for c in configs if '"cuda:' in open(c).read()]
+    if gpu_configs:
+        print("left out (GPU devices, which simulate does not model): " + ", ".join(gpu_configs))
+        configs = [c for c in configs if c not in gpu_configs]
     # Rounds over the configs, not one config's repetitions in a row: this VM's speed moves in
     # phases of minutes (a DP2 step 1.05 ms and 1.45 ms a quarter of an hour apart), and a
     # config measured only within one phase would take that phase for its median.
