@@ -131,10 +131,18 @@ void require_device(int device) {
 }
 
 void* allocate_pinned(std::size_t bytes) {
-  try {
-    require_backend();  // loads libtroupe_cuda, whose backend pins
-  } catch (const user_error&) {
-    // No GPU backend: the pool is of plain host memory (allocator_of).
+  bool made = false;
+  {
+    auto& r = the_registry();
+    std::lock_guard<std::mutex> guard{r.mutex};
+    made = r.allocators.count(pinned_host) > 0;
+  }
+  if (!made) {
+    try {
+      require_backend();  // loads libtroupe_cuda, whose backend pins
+    } catch (const user_error&) {
+      // No GPU backend: the pool is of plain host memory (allocator_of).
+    }
   }
   return allocator_of(pinned_host).allocate(bytes);
 }
