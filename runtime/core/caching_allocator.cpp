@@ -32,7 +32,7 @@ void* caching_allocator::allocate(std::size_t bytes) {
   } else {
     try {
       block = raw_(size);
-    } catch (const std::exception& first) {
+    } catch (const std::exception&) {
       if (cached_.empty())
         throw;
       empty_cache_locked();  // fragments of other sizes: give them back and try again
