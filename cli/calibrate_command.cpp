@@ -32,6 +32,14 @@ exit_code calibrate_command(const std::vector<std::string>& args) {
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);
+  for (const auto& device : config.parallel.devices)
+    if (device.id.type == device_type::cuda) {
+      std::fprintf(stderr,
+                   "note: %s names GPU devices (%s); calibrate times its ops on a CPU thread "
+                   "only (troupe simulate models CPU devices)\n",
+                   line.config.c_str(), device.name.c_str());
+      break;
+    }
   const auto result = calibrate(config, line.config, line.values["repeats"].as<std::int64_t>());
   const auto json = format_calibration_json(result);
   if (line.values.count("output")) {

@@ -141,6 +141,17 @@ TEST_CASE("troupe calibrate prints each layer's times, or JSON, and refuses bad 
   CHECK(run_troupe("--help").output.find("calibrate CONFIG.toml") != std::string::npos);
 }
 
+TEST_CASE("troupe calibrate of a config with GPU devices says that it times a CPU thread") {
+  auto gpu = write_config("calibrate_gpu", small_model + "\n[parallel]\ndevices = [\"cuda:0\"]\n");
+  auto r = run_troupe("calibrate " + gpu + " --repeats 1");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("names GPU devices (cuda:0); calibrate times its ops on a CPU thread") !=
+        std::string::npos);
+  auto cpu = run_troupe("calibrate " + write_config("calibrate_cpu", small_model) + " --repeats 1");
+  CHECK(cpu.output.find("names GPU devices") == std::string::npos);
+}
+
 TEST_CASE("troupe simulate predicts a step from a calibration, or times one, and refuses bad options") {
   auto path = write_config("simulate", std::string{small_model} +
                                            "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n");
