@@ -278,10 +278,19 @@ stream::~stream() {
 
 // Note [GPU streams] in runtime/core/gpu.hpp.
 void stream::finish_on_gpu(job captures, bool idle_lane) {
-  auto reached = [this, progress = idle_lane ? idle_progress_ : progress_] {
+  // The event's callbacks (a loss report, a message) run on the backend's thread: bound to
+  // this thread's recorder there, so that what they send is traced as from here.
+  std::shared_ptr<trace::recorder> recorder;
+  if (trace::observing()) {
+    recorder = trace::bind_this_thread(nullptr);
+    trace::bind_this_thread(recorder);
+  }
+  auto reached = [this, recorder, progress = idle_lane ? idle_progress_ : progress_] {
     progress->advance();
-    if (progress->has_watchers())
+    if (progress->has_watchers()) {
+      trace::thread_binding bound{recorder};
       run_guarded([&progress] { progress->fire_due(); });
+    }
   };
   try {
     gpu_->when_done([this, reached, captures = std::move(captures)]() mutable {

@@ -138,6 +138,13 @@ TEST_CASE(
         CHECK(v.value > 0);
     }
   CHECK(samples == 2 * 20);  // both counters, once a step
+  // The loss reports, sent from the GPU's callback thread, are traced as the loss's sends.
+  int reports = 0;
+  for (const auto& h : loaded.handlers)
+    if (h.name == "report" && h.flow != 0 && loaded.sends.count(h.flow) != 0 &&
+        loaded.sends.at(h.flow).from == h.from && h.from.rfind("loss", 0) == 0)
+      ++reports;
+  CHECK(reports == 20);
 }
 
 TEST_CASE(
