@@ -60,7 +60,7 @@ int this_node();
 void set_this_node(int node);
 
 class stream;
-class simulation;
+class simulation;  // runtime/core/simulation.hpp: streams on a virtual clock
 namespace gpu {
 class queue;  // runtime/core/gpu.hpp: a GPU's work queue
 }  // namespace gpu
