@@ -155,14 +155,9 @@ TEST_CASE(
   // back on the host, written; read, made on the host and copied to the GPU.
   auto run = [](const std::string& device, std::int64_t steps, const std::string& checkpoints,
                 const std::string& resume) {
-    auto config =
-        parse_config(gpu_config("[parallel]\ndevices = [\"" + device + "\"]\n"), "gpu.toml");
-    config.run.steps = steps;
-    config.run.checkpoint = checkpoints;
-    auto options = test::quiet_options();
-    options.keep_parameters = true;
-    options.resume = resume;
-    return test::run_ok(config, options).parameters;
+    return test::train_resumable(
+        parse_config(gpu_config("[parallel]\ndevices = [\"" + device + "\"]\n"), "gpu.toml"), steps,
+        checkpoints, resume);
   };
   const auto straight = run("cpu:0", 12, "", "");
   for (const auto& devices : {std::pair{"cuda:0", "cpu:0"}, std::pair{"cpu:0", "cuda:0"}}) {

@@ -261,13 +261,7 @@ TEST_CASE("a run from init_from resumes from its checkpoint with the same config
                        "\n[model]\ninit_from = \"w.safetensors\"\n" + test::linear(3),
                    dir / "both.toml", dir.string());
   auto train = [&](std::int64_t steps, const std::string& checkpoint, const std::string& resume) {
-    auto c = config;
-    c.run.steps = steps;
-    c.run.checkpoint = checkpoint;
-    auto options = test::quiet_options();
-    options.keep_parameters = true;
-    options.resume = resume;
-    return test::run_ok(c, options).parameters;
+    return test::train_resumable(config, steps, checkpoint, resume);
   };
   const auto straight = train(6, "", "");
   train(3, dir / "checkpoints", "");

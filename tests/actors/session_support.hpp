@@ -8,8 +8,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "actors/session.hpp"
 #include "troupe/error.hpp"
@@ -31,6 +33,20 @@ inline session_result run_ok(const run_config& config, const session_options& op
   INFO(result.outcome.failure);
   REQUIRE(result.outcome.exit_code == exit_code::ok);
   return result;
+}
+
+/// Runs `config` for `steps` steps, checkpointing into `checkpoints` ("" = none) and
+/// resuming from `resume` ("" = from the seed); returns the parameters it ends with.
+inline std::vector<std::vector<std::vector<float>>> train_resumable(run_config config,
+                                                                    std::int64_t steps,
+                                                                    const std::string& checkpoints,
+                                                                    const std::string& resume) {
+  config.run.steps = steps;
+  config.run.checkpoint = checkpoints;
+  auto options = quiet_options();
+  options.keep_parameters = true;
+  options.resume = resume;
+  return run_ok(config, options).parameters;
 }
 
 /// CHECKs that running `config` (quietly, with its own metrics setting) is refused with a

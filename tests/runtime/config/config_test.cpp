@@ -345,6 +345,8 @@ TEST_CASE("a value of the wrong type names what was expected and what was found"
               "[data] batch_size: expected an integer, found a string");
   check_error(minimal_model + "[data]\nshuffle = 1\n", 5, 11,
               "[data] shuffle: expected a boolean (true or false), found an integer");
+  check_error(minimal_model + "[run]\ntf32 = \"yes\"\n", 5, 8,
+              "[run] tf32: expected a boolean (true or false), found a string");
   check_error(minimal_model + "[optimizer]\nlr = \"fast\"\n", 5, 6,
               "[optimizer] lr: expected a number, found a string");
   check_error(minimal_model + "[run]\nepochs = 2.0\n", 5, 10,
