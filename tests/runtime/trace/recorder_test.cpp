@@ -167,6 +167,27 @@ TEST_CASE("a recorder keeps at most its capacity per thread and counts the rest"
   CHECK(recorder->dropped() == 4);
 }
 
+TEST_CASE("a thread's events come back whole and in order across its buffer's chunks") {
+  // Note [a buffer in chunks]: 4096 events a chunk; 10000 fill two and part of a third,
+  // and a capacity of 9000 ends inside the third.
+  trace::recorder_settings settings;
+  settings.record = true;
+  settings.capacity = 9000;
+  auto recorder = std::make_shared<trace::recorder>(settings);
+  {
+    trace::thread_binding bound{recorder};
+    for (int i = 0; i < 10000; ++i)
+      trace::record(job_on(1, i));
+  }
+  recorder->freeze();
+  auto events = recorder->collect();
+  REQUIRE(events.size() == 9000);
+  for (std::size_t i = 0; i < events.size(); ++i)
+    if (events[i].step != static_cast<std::int64_t>(i))
+      FAIL("event " << i << " is step " << events[i].step);
+  CHECK(recorder->dropped() == 1000);
+}
+
 TEST_CASE("the message log and its filter belong to one recorder") {
   auto logging = make_recorder(false, true, "kind=forward");
   auto silent = make_recorder(true, false);
