@@ -209,8 +209,8 @@ struct handler_costs {
 };
 
 // Note [what a host turn costs]
-// The trainer and the loader take their turns on the host thread (Note [actors on device
-// threads] in actors/device_scheduler.cpp), which on a machine whose cores all run
+// The trainer takes its turns on the host thread (Note [actors on device threads] in
+// actors/device_scheduler.cpp), which on a machine whose cores all run
 // devices takes a core from one of them (Note [what shares a core] in
 // runtime/core/simulation.cpp). What a turn costs there is not the handler's time the
 // trace shows (a GPipe step of the shipped MLP: one report handled in 12.6 us, traced) but

@@ -5,8 +5,8 @@
 // can only run by preempting a device, and every message between actors costs a thread
 // wake-up. This scheduler instead runs the message handling of an actor *placed* on a
 // device on that device's stream thread, between jobs (stream::post), as OneFlow binds
-// its actors to stream threads. Actors not placed (the trainer, the data loader, CAF's
-// own) run on one host thread. See Note [actors on device threads] in the .cpp.
+// its actors to stream threads. Actors not placed (the trainer, CAF's own) run on one
+// host thread. See Note [actors on device threads] in the .cpp.
 //
 //   caf::actor_system_config config;
 //   config.load<troupe::device_scheduler>();

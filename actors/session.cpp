@@ -708,8 +708,10 @@ session_result run_session(const run_config& config, const session_options& opti
       stop_spawned();
       throw;
     }
+    // Every actor handles its messages on its device's thread, the loader too (Note
+    // [the loader on its device] in actors/device_scheduler.cpp).
     for (const auto& a : graph.actors)
-      if (on_this_node(a) && a.kind != actor_kind::data_loader)  // the loader stays on the host
+      if (on_this_node(a))
         device_scheduler::place(system, spawned[a.name], devices.at(a.device).work());
     // Wiring first: it is in every mailbox before anything the start sets off.
     auto wire_local = [&](caf::scoped_actor& self, const std::map<std::string, caf::actor>& all) {

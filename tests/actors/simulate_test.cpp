@@ -491,7 +491,7 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   }
   // A host turn's time of a core (Note [what shares a core]): --host-us, else the
   // calibration's measure, else 0. It costs the devices something only when they share the
-  // cores (--cores): two devices on two cores, and the trainer's and loader's turns take one.
+  // cores (--cores): two devices on two cores, and the trainer's turns take one.
   {
     auto measured = costs;
     measured.host_us = 200;
@@ -506,7 +506,9 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
     const auto unmeasured = simulate_run(config, measured, o);
     CHECK(unmeasured.host_us == 0);
     CHECK(own_cores.step_us == doctest::Approx(unmeasured.step_us));
-    CHECK(shared.step_us > unmeasured.step_us + 200);  // two reports a step, and the loader
+    // The trainer's two reports a step: at least one finds no core free (the loader handles
+    // its messages on its device's thread, not the host's).
+    CHECK(shared.step_us >= unmeasured.step_us + 200);
     o.host_us = 200;
     CHECK(simulate_run(config, measured, o).step_us == doctest::Approx(shared.step_us));
     o.host_us = std::nan("");

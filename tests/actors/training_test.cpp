@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/device_scheduler.hpp"
 #include "actors/session.hpp"
 #include "runtime/model/layer.hpp"
 #include "tests/actors/session_support.hpp"
@@ -129,6 +130,35 @@ TROUPE_REGISTER_LAYER("test_failing", "throws in its 4th forward",
                       [](layer_settings&) { return std::make_unique<failing_layer>(); });
 
 }  // namespace
+
+TEST_CASE(
+    "the host thread takes the trainer's turns only: the loader handles its messages on its "
+    "device") {
+  // A message to the sleeping host thread costs its sender a wake-up (16 us a notify on the
+  // development VM, on the device's thread); the loader's credits came back that way, once
+  // a micro-batch. Now the host takes a loss report a step and replica (the sums of its
+  // micro-batches) and the trainer's other turns (about one a step): 60 turns here, 163
+  // with the loader on the host.
+  constexpr std::size_t steps = 20;
+  auto config = parse_config(
+      synthetic_config("", "steps = 20\nevaluate = false\n") +
+          "\n[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\nmicrobatches = 2\n",
+      "synthetic.toml");
+  std::vector<std::int64_t> turns;
+  {
+    struct recording {  // until the session has ended, however it ends
+      explicit recording(std::vector<std::int64_t>* into) {
+        device_scheduler::record_host_turns(into);
+      }
+      ~recording() { device_scheduler::record_host_turns(nullptr); }
+    } recorded{&turns};
+    test::run_ok(config, test::quiet_options());
+  }
+  const std::size_t reports = steps * 2;
+  INFO("host turns: " << turns.size());
+  CHECK(turns.size() >= reports);
+  CHECK(turns.size() <= reports + steps + 10);
+}
 
 TEST_CASE("an exception in a layer ends the run with the actor, layer, step and micro-batch") {
   auto config = parse_config(
