@@ -10,7 +10,9 @@
 //   the same device then costs no thread wake-up at all, and on a machine where every
 //   core runs a device no other thread has to preempt one to handle it;
 // - everything else (the trainer, CAF's printer and the session's own helpers): one host
-//   thread. The data loader is placed on its device (Note [the loader on its device]).
+//   thread. The data loader is placed on its device (Note [the loader on its device]). A
+//   device thread that wakes the sleeping host thread leaves that to the first stream
+//   thread with nothing to do (Note [deferred wake-ups] in runtime/core/deferred.hpp).
 // A handler on a device thread only waits for the job that thread is running, which it
 // would wait for anyway: the work it submits goes into the same in-order stream. The
 // handler must never block on an event of its own stream (that would wait forever);
@@ -36,6 +38,8 @@
 
 #include <pthread.h>
 #include <time.h>
+
+#include "runtime/core/deferred.hpp"
 
 namespace troupe {
 
@@ -122,11 +126,35 @@ void device_scheduler::enqueue(caf::resumable* job) {
     world->post_host([this, job] { resume(job, world_unit_.get(), 1); });
     return;
   }
+  // From a device thread, the wake-up is put off until a device thread has nothing to do
+  // (Note [deferred wake-ups]); one put off at a time wakes the host for everything queued.
+  bool notify = false;
+  bool put_off = false;
   {
-    std::lock_guard<std::mutex> guard{host_mutex_};
-    host_queue_.push_back(job);
+    std::lock_guard<std::mutex> guard{host_->mutex};
+    host_->queue.push_back(job);
+    // Awake, it takes the job before it sleeps again; a ring on its way wakes it for this too.
+    if (host_->sleeping && !host_->ring_put_off) {
+      put_off = on_stream_worker();
+      host_->ring_put_off = put_off;
+      notify = !put_off;
+    }
   }
-  host_ready_.notify_one();
+  if (put_off)
+    defer_until_idle([host = host_] { host->ring(); });
+  else if (notify)
+    host_->ready.notify_one();
+}
+
+void device_scheduler::host_state::ring() {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> guard{mutex};
+    ring_put_off = false;
+    wake = sleeping && !queue.empty();
+  }
+  if (wake)
+    ready.notify_one();
 }
 
 // As CAF's own workers do (caf/scheduler/worker.hpp): the scheduler holds one reference
@@ -152,12 +180,14 @@ void device_scheduler::run_host() {
   for (;;) {
     caf::resumable* job;
     {
-      std::unique_lock<std::mutex> lock{host_mutex_};
-      host_ready_.wait(lock, [this] { return host_stopping_ || !host_queue_.empty(); });
-      if (host_queue_.empty())
+      std::unique_lock<std::mutex> lock{host_->mutex};
+      host_->sleeping = true;
+      host_->ready.wait(lock, [this] { return host_->stopping || !host_->queue.empty(); });
+      host_->sleeping = false;
+      if (host_->queue.empty())
         break;
-      job = host_queue_.front();
-      host_queue_.pop_front();
+      job = host_->queue.front();
+      host_->queue.pop_front();
     }
     // One message per turn on the host: an actor that was placed while it still ran here
     // (CAF schedules an actor once when it is spawned, before the session can place it)
@@ -193,10 +223,10 @@ void device_scheduler::start() {
 void device_scheduler::stop() {
   stop_actors();  // CAF's utility actors, while the host thread still runs
   {
-    std::lock_guard<std::mutex> guard{host_mutex_};
-    host_stopping_ = true;
+    std::lock_guard<std::mutex> guard{host_->mutex};
+    host_->stopping = true;
   }
-  host_ready_.notify_all();
+  host_->ready.notify_all();
   host_thread_.join();
   // Every actor has terminated by now; run what is still posted to the streams (they
   // outlive the system), then release whatever is left.
@@ -208,9 +238,9 @@ void device_scheduler::stop() {
   }
   for (auto* home : streams)
     home->drain_posted();
-  for (auto* job : host_queue_)
+  for (auto* job : host_->queue)
     cleanup_and_release(job);
-  host_queue_.clear();
+  host_->queue.clear();
   clock_.cancel_dispatch_loop();
   clock_thread_.join();
 }

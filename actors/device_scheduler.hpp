@@ -87,10 +87,20 @@ class device_scheduler : public caf::scheduler::abstract_coordinator {
   std::unique_ptr<unit> host_unit_;
   std::unique_ptr<unit> world_unit_;           // made before world_ is set
   std::atomic<simulation*> world_{nullptr};
-  std::mutex host_mutex_;
-  std::condition_variable host_ready_;
-  std::deque<caf::resumable*> host_queue_;  // guarded by host_mutex_
-  bool host_stopping_ = false;              // guarded by host_mutex_
+  /// The host thread's queue and sleep; shared with the wake-ups device threads put off
+  /// (Note [deferred wake-ups] in runtime/core/deferred.hpp), which may run after this
+  /// scheduler is gone.
+  struct host_state {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<caf::resumable*> queue;  // guarded by mutex
+    bool stopping = false;              // guarded by mutex
+    bool sleeping = false;              // guarded by mutex: waiting on `ready`
+    bool ring_put_off = false;          // guarded by mutex: a ring() is on its way
+    /// Wakes the host thread if it sleeps with work queued.
+    void ring();
+  };
+  std::shared_ptr<host_state> host_ = std::make_shared<host_state>();
   std::thread host_thread_;
 };
 

@@ -46,6 +46,7 @@
 #include <functional>
 #include <string_view>
 
+#include "runtime/core/deferred.hpp"
 #include "runtime/core/device_name.hpp"
 #include "runtime/core/gpu.hpp"
 #include "runtime/core/job_span.hpp"
@@ -198,8 +199,68 @@ void bind_to_core(int core) {
 }
 
 constexpr auto spin_before_sleep = std::chrono::microseconds(200);
+// A wait shorter than this ends before a put-off wake-up would be paid for (16 us here):
+// Note [deferred wake-ups].
+constexpr auto idle_before_deferred = std::chrono::microseconds(20);
+static_assert(idle_before_deferred < spin_before_sleep, "deferred tasks run before a sleep");
+
+// Note [deferred wake-ups] in runtime/core/deferred.hpp: the tasks put off, one list for
+// the process, which any stream's thread runs.
+struct deferred_tasks {
+  std::mutex mutex;
+  std::vector<std::function<void()>> tasks;     // guarded by mutex
+  std::chrono::steady_clock::time_point since;  // guarded by mutex: of the oldest
+  std::atomic<bool> any{false};
+};
+
+deferred_tasks& deferred() {
+  static deferred_tasks tasks;
+  return tasks;
+}
+
+thread_local bool stream_worker = false;  // runs deferred tasks (stream::run)
+
+void run_deferred() {
+  auto& d = deferred();
+  if (!d.any.load(std::memory_order_acquire))
+    return;
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> guard{d.mutex};
+    tasks.swap(d.tasks);
+    d.any.store(false, std::memory_order_relaxed);
+  }
+  for (auto& task : tasks)
+    task();
+}
+
+void run_deferred_if_late() {
+  auto& d = deferred();
+  if (!d.any.load(std::memory_order_acquire))
+    return;
+  {
+    std::lock_guard<std::mutex> guard{d.mutex};
+    if (d.tasks.empty() || std::chrono::steady_clock::now() - d.since < deferred_patience)
+      return;
+  }
+  run_deferred();
+}
 
 }  // namespace
+
+bool on_stream_worker() { return stream_worker; }
+
+bool defer_until_idle(std::function<void()> task) {
+  if (!stream_worker)
+    return false;
+  auto& d = deferred();
+  std::lock_guard<std::mutex> guard{d.mutex};
+  if (d.tasks.empty())
+    d.since = std::chrono::steady_clock::now();
+  d.tasks.push_back(std::move(task));
+  d.any.store(true, std::memory_order_release);
+  return true;
+}
 
 void record_job_span(std::uint32_t track, const job_label& label, std::int64_t submitted_ns,
                      std::int64_t start_ns, std::int64_t duration_ns) {
@@ -603,6 +664,13 @@ void stream::run_guarded(Work&& work) {
 void stream::run_guarded_job(const job& work) { run_guarded(work); }
 
 void stream::run() {
+  stream_worker = true;  // Note [deferred wake-ups]
+  struct at_exit {
+    ~at_exit() {
+      run_deferred();
+      stream_worker = false;
+    }
+  } deferred_run_at_exit;
   // The idle lane's head not before (Note [looking ahead before an idle job]).
   auto idle_from = std::chrono::steady_clock::time_point{};
   // Under mutex_: nothing to run now (an idle job may wait for main-lane
@@ -635,11 +703,16 @@ void stream::run() {
       }
       if (idle() && !stopping_) {
         lock.unlock();
-        auto until = std::chrono::steady_clock::now() + spin_before_sleep;
+        const auto spin_from = std::chrono::steady_clock::now();
         for (;;) {
           std::this_thread::yield();
+          const auto now = std::chrono::steady_clock::now();
+          // Nothing to run for a while: now the wake-ups this thread put off (Note
+          // [deferred wake-ups]); before it sleeps at the latest.
+          if (now - spin_from >= idle_before_deferred)
+            run_deferred();
           lock.lock();
-          if (!idle() || stopping_ || std::chrono::steady_clock::now() >= until)
+          if (!idle() || stopping_ || now - spin_from >= spin_before_sleep)
             break;
           lock.unlock();
         }
@@ -673,6 +746,8 @@ void stream::run() {
       run_guarded(task);  // Note [one failure path]
       continue;
     }
+    if (!next.busy)
+      run_deferred();  // a wait for another stream, which may need what was put off
     auto started = std::chrono::steady_clock::now();
     if (!failed()) {
       auto traced_start = trace_track_ != 0 && trace::enabled() ? trace::now_ns() : 0;
@@ -688,6 +763,7 @@ void stream::run() {
             std::memory_order_relaxed);
     }
     progress_->note_running(0, false);
+    run_deferred_if_late();
     ran_label = next.label;
     ran_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                  std::chrono::steady_clock::now() - started)
