@@ -195,11 +195,13 @@ double time_handover(std::int64_t repeats) {
 // own model on one device (single_device_form, as troupe verify runs it: 40 steps, a
 // micro-batch's rows a step, traced), the handlers' time over the messages handled on a
 // device's thread in steps 10-39 (the first allocate, spawn and fill caches; the host's
-// trainer and loader have no device). The mean, not the median: most handlers take 1-2 us,
-// a few 10-30 (a first layer's backward allocates the step's gradient buffer and releases
-// the batch), and a step pays for all of them. The shipped MLP measures 3.1-3.3 us here
-// (char_lm 4.1-4.4), against the 2 us simulate assumed before, which put its DP2 prediction
-// at 0.88-0.89 of the measured step (now 0.96-0.97). Traced, as the benchmark's measured
+// trainer has no device). The mean, not the median: most handlers take under 2 us, a few
+// more (a first layer's backward allocates the step's gradient buffer), and a step pays
+// for all of them. The shipped MLP measured 3.1-3.3 us here (char_lm 4.1-4.4) while a
+// first layer's backward woke the loader on the host thread for its credit (17 us of the
+// handler; Note [the loader on its device] in actors/device_scheduler.cpp), against the
+// 2 us simulate assumed before, which put its DP2 prediction at 0.88-0.89 of the measured
+// step (then 0.96-0.97); 0.94-1.08 us since the loader handles its messages on its device. Traced, as the benchmark's measured
 // runs are (bench/simulate_vs_measured.py); an untraced handler is somewhat cheaper. An
 // explicit config (no single-device form) or a run that fails is not measured: -1, and
 // simulate takes its default.

@@ -31,6 +31,22 @@ trace::event job_on(std::uint32_t track, std::int64_t step) {
   return e;
 }
 
+/// A frozen recorder keeping `capacity` events a thread, after this thread recorded
+/// `count` jobs of steps 0, 1, ... into it.
+std::shared_ptr<trace::recorder> recorded_jobs(std::size_t capacity, int count) {
+  trace::recorder_settings settings;
+  settings.record = true;
+  settings.capacity = capacity;
+  auto recorder = std::make_shared<trace::recorder>(settings);
+  {
+    trace::thread_binding bound{recorder};
+    for (int i = 0; i < count; ++i)
+      trace::record(job_on(1, i));
+  }
+  recorder->freeze();
+  return recorder;
+}
+
 }  // namespace
 
 TEST_CASE("a thread bound to no recorder records nothing, and that is no error") {
@@ -153,16 +169,7 @@ TEST_CASE("collecting or writing a recorder that is not frozen is a programmer e
 }
 
 TEST_CASE("a recorder keeps at most its capacity per thread and counts the rest") {
-  trace::recorder_settings settings;
-  settings.record = true;
-  settings.capacity = 16;
-  auto recorder = std::make_shared<trace::recorder>(settings);
-  {
-    trace::thread_binding bound{recorder};
-    for (int i = 0; i < 20; ++i)
-      trace::record(job_on(1, i));
-  }
-  recorder->freeze();
+  auto recorder = recorded_jobs(16, 20);
   CHECK(recorder->collect().size() == 16);
   CHECK(recorder->dropped() == 4);
 }
@@ -170,16 +177,7 @@ TEST_CASE("a recorder keeps at most its capacity per thread and counts the rest"
 TEST_CASE("a thread's events come back whole and in order across its buffer's chunks") {
   // Note [a buffer in chunks]: 4096 events a chunk; 10000 fill two and part of a third,
   // and a capacity of 9000 ends inside the third.
-  trace::recorder_settings settings;
-  settings.record = true;
-  settings.capacity = 9000;
-  auto recorder = std::make_shared<trace::recorder>(settings);
-  {
-    trace::thread_binding bound{recorder};
-    for (int i = 0; i < 10000; ++i)
-      trace::record(job_on(1, i));
-  }
-  recorder->freeze();
+  auto recorder = recorded_jobs(9000, 10000);
   auto events = recorder->collect();
   REQUIRE(events.size() == 9000);
   for (std::size_t i = 0; i < events.size(); ++i)
