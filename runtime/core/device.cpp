@@ -707,8 +707,8 @@ void stream::run() {
         for (;;) {
           std::this_thread::yield();
           const auto now = std::chrono::steady_clock::now();
-          // Nothing to run for a while: now the wake-ups this thread put off (Note
-          // [deferred wake-ups]); before it sleeps at the latest.
+          // Nothing to run for a while: now the wake-ups any stream's thread put off
+          // (Note [deferred wake-ups]); before it sleeps at the latest.
           if (now - spin_from >= idle_before_deferred)
             run_deferred();
           lock.lock();
