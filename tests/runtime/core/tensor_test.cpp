@@ -29,6 +29,23 @@ TEST_CASE("copying a tensor shares its storage") {
   CHECK(shape_to_string(a.shape()) == "(2, 3)");
 }
 
+TEST_CASE("a freed tensor's block goes back to its own device's pool, not another's") {
+  // Note [a pool by device] in runtime/core/tensor.cpp: a block another core wrote last
+  // costs the next writer a fetch from that core's cache.
+  const shape_t shape{12347};  // a size no other test allocates
+  const device_id zero{device_type::cpu, 0};
+  const device_id one{device_type::cpu, 1};
+  const void* block = nullptr;
+  {
+    auto a = tensor::empty(shape, dtype::f32, zero);
+    block = a.raw();
+  }
+  auto b = tensor::empty(shape, dtype::f32, one);
+  CHECK(b.raw() != block);  // cpu:1 does not get cpu:0's block
+  auto c = tensor::empty(shape, dtype::f32, zero);
+  CHECK(c.raw() == block);  // cpu:0 does
+}
+
 TEST_CASE("a tensor in a message is not copied between actors in one process") {
   caf::actor_system_config config;
   add_message_types(config);
