@@ -172,8 +172,8 @@ def main():
     print(f"| devices (8 a node, link {args.scale_link}) | averaging | batch | predicted step (ms) "
           f"| samples/s | simulated in (s) |")
     print("|---|---|---|---|---|---|")
-    # A ring over 512 replicas is 2 x 511 x 512 chunk jobs a layer a step (9.4 million jobs
-    # in 3 steps): about 4 minutes and 11 GB here.
+    # A ring over 512 replicas is 2 x 511 x 512 chunk jobs a layer a step (5.3 million jobs
+    # in 3 steps with the layers' own): about 3.5 minutes and 10 GB here.
     for devices, averaging in ((8, "ring"), (64, "ring"), (64, "central"), (512, "ring"),
                                (512, "central")):
         nodes = max(1, devices // 8)
