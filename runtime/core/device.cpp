@@ -783,7 +783,9 @@ void stream::run() {
 device::device(device_id id, simulation& world) : id_(id) {
   if (id.type != device_type::cpu)
     throw user_error("device " + id.to_string() +
-                     " cannot be simulated: troupe simulate models CPU devices only");
+                     " cannot be simulated: troupe simulate models CPU devices only (its "
+                     "wiring can be: --set parallel.devices=[\"cpu:0\", ...] with "
+                     "--calibration FILE holding that device's costs)");
   stream_ = std::make_unique<stream>(id, world);
 }
 

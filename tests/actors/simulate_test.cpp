@@ -190,6 +190,22 @@ TEST_CASE("simulated ZB-H1 over four stages keeps 1F1B's order and near its theo
   }
 }
 
+TEST_CASE("a GPU device is refused by simulate, with the way to simulate its wiring") {
+  const auto config = parse_config("[run]\nsteps = 2\nevaluate = false" +
+                                       test::data_section({16, 64, 8, 6, 3}) + test::linear(3) +
+                                       "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[parallel]\n"
+                                       "devices = [\"cuda:0\"]\n",
+                                   "gpu.toml");
+  std::string message;
+  try {
+    simulate_run(config, exact_costs(config, 10, 20, 30), exact_options());
+  } catch (const user_error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("device cuda:0 cannot be simulated") != std::string::npos);
+  CHECK(message.find("--set parallel.devices=") != std::string::npos);
+}
+
 TEST_CASE("a simulated run runs the same code: the same parameters as the run") {
   // DP2 x PP2 with 1F1B over four simulated devices against the same run on real streams.
   const auto text = "[run]\nsteps = 5\nevaluate = false" + test::data_section({32, 256, 8, 6, 3}) +
