@@ -48,8 +48,9 @@ typename Inspector::result_type inspect(Inspector& f, batch_rows_msg& x) {
 std::string batch_assembler_name(int node);
 
 /// Rows `rows[0 .. count)` of `source` as one (count, D) f32 tensor on `on`, gathered by a
-/// job on its stream labelled `label`; ready when the job has run. The loader does the same
-/// for a first layer on its own node.
+/// job on its stream labelled `label` (on a CPU device in its idle lane, which whoever reads
+/// the batch hurries by arrive(): Note [a batch when the device is idle] in the .cpp); ready
+/// when the job has run. The loader does the same for a first layer on its own node.
 tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const dataset& source,
                    std::vector<std::int64_t> rows, device& on, job_label label);
 

@@ -10,8 +10,9 @@
 // ready while the current one trains; and each replica's activations wire has its own
 // credits (credit_outbox.hpp), returned by the first layer when it releases a micro-batch.
 // A batch is assembled (its rows gathered) by a job on the stream of the device it goes
-// to: each replica's device gathers its own share, in stream order before the forward
-// that reads it, and the loader's thread only picks the rows; a replica on another node
+// to: each replica's device gathers its own share, when it has nothing else to run or at
+// the latest when the forward that reads it is submitted, and the loader's thread only
+// picks the rows; a replica on another node
 // gets the row numbers, and its node's batch assembler gathers them there
 // (actors/batch_assembler_actor.hpp). It runs on the host, not on
 // a device, but speaks the same protocol as the device actors (device_actor: wiring,

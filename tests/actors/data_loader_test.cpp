@@ -10,14 +10,17 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "actors/batch_assembler_actor.hpp"
 #include "actors/data_loader_actor.hpp"
+#include "runtime/core/transfer.hpp"
 #include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;
@@ -278,4 +281,39 @@ TEST_CASE_FIXTURE(loader_fixture,
     CHECK(failure.what.find("a batch of " + std::to_string(rows.size()) +
                             " rows, but the test split has 5 samples") != std::string::npos);
   }
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "a batch is gathered when its device has nothing else to run, or when the "
+                  "forward that reads it arrives") {
+  auto data = indexed_data();
+  auto& work = cpu(0).work();
+  std::atomic<bool> release{false};
+  auto hold = [&] {
+    release = false;
+    work.submit([&release] {
+      while (!release.load())
+        std::this_thread::yield();
+    });
+  };
+  // Main-lane work submitted after the gather runs before it.
+  hold();
+  auto x = gather_rows(data, data->train, {3, 1}, cpu(0), job_label{"load"});
+  bool gathered_before = true;
+  auto main = work.submit([&] { gathered_before = x.ready().reached(); });
+  release = true;
+  main.wait();
+  CHECK_FALSE(gathered_before);
+  CHECK(samples_of(x) == std::vector<std::int64_t>{3, 1});  // values() waits for it
+  // A reader's arrival hurries it ahead of what is submitted after.
+  hold();
+  auto y = gather_rows(data, data->train, {0, 2, 5}, cpu(0), job_label{"load"});
+  auto read = arrive(y, cpu(0));
+  CHECK(read.shares_storage_with(y));  // on its own device: no copy
+  gathered_before = false;
+  main = work.submit([&] { gathered_before = y.ready().reached(); });
+  release = true;
+  main.wait();
+  CHECK(gathered_before);
+  CHECK(samples_of(y) == std::vector<std::int64_t>{0, 2, 5});
 }
