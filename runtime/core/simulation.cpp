@@ -113,6 +113,19 @@ void simulation::sent_to_network(stream& s, std::int64_t bytes) {
             static_cast<std::int64_t>(static_cast<double>(bytes) * settings_.network_ns_per_byte));
 }
 
+simulation::clock_hold::clock_hold(simulation& world) : world_(world) {
+  std::lock_guard<std::mutex> guard{world_.mutex_};
+  ++world_.holds_;
+}
+
+simulation::clock_hold::~clock_hold() {
+  {
+    std::lock_guard<std::mutex> guard{world_.mutex_};
+    --world_.holds_;
+  }
+  world_.woken_.notify_all();
+}
+
 void simulation::post_host(std::function<void()> task) {
   hand_over(&host_slot_);
   if (on_own_thread() && current_ != nullptr && current_ != &host_slot_)
@@ -492,8 +505,11 @@ void simulation::run() {
     if (start_jobs())
       continue;
     {
-      std::lock_guard<std::mutex> guard{mutex_};
-      if (pending_) {  // another thread added work since: look again before time moves
+      // Another thread added work since: look again before time moves. A clock_hold
+      // keeps it from moving until its thread has added all it means to.
+      std::unique_lock<std::mutex> lock{mutex_};
+      woken_.wait(lock, [&] { return holds_ == 0 || pending_ || stopping_; });
+      if (pending_) {
         pending_ = false;
         continue;
       }

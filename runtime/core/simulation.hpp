@@ -80,6 +80,22 @@ class simulation {
   /// it: the host actors (trainer, loader) of a simulated run (device_scheduler).
   void post_host(std::function<void()> task);
 
+  /// While one lives, the virtual clock stays where it is (what is due now still runs and
+  /// starts), so that work another thread adds in the meantime is all added at one
+  /// instant: a test submitting several streams' first jobs from its own thread holds the
+  /// clock, else the simulation may run the first stream's job before the second's is in.
+  /// Release it before waiting for the work.
+  class clock_hold {
+   public:
+    explicit clock_hold(simulation& world);
+    ~clock_hold();
+    clock_hold(const clock_hold&) = delete;
+    clock_hold& operator=(const clock_hold&) = delete;
+
+   private:
+    simulation& world_;
+  };
+
   /// Which actor each trace track is, for the cost function.
   void name_tracks(const std::map<std::string, std::uint32_t>& tracks);
 
@@ -151,6 +167,7 @@ class simulation {
   std::condition_variable woken_;
   bool pending_ = false;                      // guarded by mutex_
   bool stopping_ = false;                     // guarded by mutex_
+  int holds_ = 0;                             // guarded by mutex_: clock_holds alive
   std::vector<stream*> joining_;              // guarded by mutex_
   std::vector<stream*> leaving_;              // guarded by mutex_
   std::atomic<bool> members_changed_{false};

@@ -1,6 +1,8 @@
 // Simulated streams sharing cores (runtime/core/simulation.hpp, Note [what shares a core]):
 // a job holds its core, a handler takes its time from the core it runs on (preempting
 // another device's job there), and a host turn takes a free core, else the waker's.
+// Each test submits its first jobs under a clock_hold: from the test's thread, a job
+// submitted second could otherwise find the clock already moved past the first.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -63,13 +65,16 @@ TEST_CASE(
       stream a{{device_type::cpu, 0}, world};
       stream b{{device_type::cpu, 1}, world};
       stream c{{device_type::cpu, 2}, world};
-      a.submit([&] { log.note("A"); }, {"A 1000"});
-      b.submit(
-          [&] {
-            log.note("B");
-            c.post([&] { log.note("handler on c"); });
-          },
-          {"B 500"});
+      {
+        simulation::clock_hold hold{world};  // both jobs start at 0
+        a.submit([&] { log.note("A"); }, {"A 1000"});
+        b.submit(
+            [&] {
+              log.note("B");
+              c.post([&] { log.note("handler on c"); });
+            },
+            {"B 500"});
+      }
       a.synchronize();
       b.synchronize();
       c.drain_posted();
@@ -88,13 +93,16 @@ TEST_CASE(
   {
     stream a{{device_type::cpu, 0}, world};
     stream b{{device_type::cpu, 1}, world};  // core 0 too
-    a.submit(
-        [&] {
-          log.note("A1");
-          b.post([&] { log.note("handler on b"); });
-        },
-        {"A1 1000"});
-    a.submit([&] { log.note("A2"); }, {"A2 1000"});
+    {
+      simulation::clock_hold hold{world};
+      a.submit(
+          [&] {
+            log.note("A1");
+            b.post([&] { log.note("handler on b"); });
+          },
+          {"A1 1000"});
+      a.submit([&] { log.note("A2"); }, {"A2 1000"});
+    }
     a.synchronize();
     b.drain_posted();
   }
@@ -127,15 +135,18 @@ TEST_CASE("a simulated host turn takes a free core, else preempts the job of its
     {
       stream a{{device_type::cpu, 0}, world};
       stream b{{device_type::cpu, 1}, world};
-      a.submit([&] { log.note("A"); }, {a_label.c_str()});
-      b.submit(
-          [&] {
-            log.note("B1");
-            world.post_host([&] { log.note("host"); });
-          },
-          {"B1 500"});
-      if (want.second_job)
-        b.submit([&] { log.note("B2"); }, {"B2 1000"});
+      {
+        simulation::clock_hold hold{world};
+        a.submit([&] { log.note("A"); }, {a_label.c_str()});
+        b.submit(
+            [&] {
+              log.note("B1");
+              world.post_host([&] { log.note("host"); });
+            },
+            {"B1 500"});
+        if (want.second_job)
+          b.submit([&] { log.note("B2"); }, {"B2 1000"});
+      }
       a.synchronize();
       b.synchronize();
     }
@@ -157,19 +168,22 @@ TEST_CASE("a simulated send to another node takes its bytes' time of the sender'
     {
       stream a{{device_type::cpu, 0}, world};
       stream b{{device_type::cpu, 1}, world};
-      a.submit(
-          [&] {
-            log.note("A");
-            a.sent_to_network(1000);  // A's core is free now: the next job there waits
-          },
-          {"A 300"});
-      a.submit([&] { log.note("A2"); }, {"A2 300"});
-      b.submit(
-          [&] {
-            log.note("B");
-            a.sent_to_network(1000);  // on a's core, while A2 runs there: A2 ends later
-          },
-          {"B 500"});
+      {
+        simulation::clock_hold hold{world};
+        a.submit(
+            [&] {
+              log.note("A");
+              a.sent_to_network(1000);  // A's core is free now: the next job there waits
+            },
+            {"A 300"});
+        a.submit([&] { log.note("A2"); }, {"A2 300"});
+        b.submit(
+            [&] {
+              log.note("B");
+              a.sent_to_network(1000);  // on a's core, while A2 runs there: A2 ends later
+            },
+            {"B 500"});
+      }
       a.synchronize();
       b.synchronize();
     }
