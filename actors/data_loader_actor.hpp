@@ -44,6 +44,9 @@ struct run_plan {
   std::int64_t eval_batch_size = 0;
   std::int64_t eval_batches = 0;     // per evaluation: ceil(N_test / eval_batch_size)
   std::int64_t positions = 1;        // labels a sample: > 1 for a language model's sequences
+  /// Rows of each step for each replica: R entries summing to B, B / R each unless
+  /// [parallel] balance says otherwise (Note [balanced replicas] in data_loader_actor.cpp).
+  std::vector<std::int64_t> replica_rows;
 
   /// Evaluations run after step s (0-based) when this is true.
   bool evaluates_after(std::int64_t step) const {
@@ -64,6 +67,11 @@ struct data_loader_settings {
   device_id on;                      // its own device (batches go to each replica's)
   device_set* devices = nullptr;     // whose streams assemble the batches
 };
+
+/// `total` rows split in proportion to `weights` (each > 0): the whole rows of each share,
+/// then one more row each for the largest remainders (ties to the lower index). Equal
+/// weights give equal parts when they divide.
+std::vector<std::int64_t> apportion_rows(std::int64_t total, const std::vector<double>& weights);
 
 /// The sample indices of epoch `epoch`: a permutation keyed by (seed, epoch), or the
 /// identity without shuffling.
@@ -105,6 +113,7 @@ class data_loader_actor : public device_actor {
   std::int64_t order_epoch_ = -1;
   bool stopped_ = false;  // an interrupted run: nothing more is sent
   std::vector<std::int64_t> order_;
+  std::vector<std::int64_t> rows_;  // of each step, for each replica (plan.replica_rows)
 };
 
 }  // namespace troupe

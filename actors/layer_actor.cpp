@@ -41,7 +41,10 @@ layer_context layer_actor::context_for(device& on, const micro_tag& tag, std::in
   context.step = tag.step;
   context.layer = settings_->layer_index;
   context.first_sample =
-      (static_cast<std::int64_t>(tag.replica) * settings_->microbatches + tag.microbatch) * batch;
+      tag.first_sample >= 0
+          ? tag.first_sample
+          : (static_cast<std::int64_t>(tag.replica) * settings_->microbatches + tag.microbatch) *
+                batch;
   return context;
 }
 

@@ -103,6 +103,30 @@ dataset_split load_data(const run_config& config) {
   return load_fashion_mnist(d.path);
 }
 
+/// [parallel] balance = [w0, w1, ...]: each replica's rows of a step (Note [balanced
+/// replicas] in actors/data_loader_actor.cpp), one weight a replica and M rows at least.
+std::vector<std::int64_t> weighted_rows(const run_config& config, const topology& graph) {
+  const auto& parallel = config.parallel;
+  const auto batch = config.data.batch_size;
+  const auto& weights = parallel.balance_weights;
+  const std::string key = "[parallel] balance: ";
+  if (static_cast<std::int64_t>(weights.size()) != graph.replicas)
+    throw config_error(parallel.balance_where, key + std::to_string(weights.size()) +
+                                                   " weight(s), but the run has " +
+                                                   std::to_string(graph.replicas) +
+                                                   " replica(s); give one weight a replica");
+  auto rows = apportion_rows(batch, weights);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    if (rows[r] < graph.microbatches)
+      throw config_error(parallel.balance_where,
+                         key + "replica " + std::to_string(r) + "'s weight gives it " +
+                             std::to_string(rows[r]) + " of the " + std::to_string(batch) +
+                             " rows of a step, fewer than its " +
+                             std::to_string(graph.microbatches) +
+                             " micro-batch(es); raise its weight or the batch size");
+  return rows;
+}
+
 run_plan make_plan(const run_config& config, const topology& graph, const dataset_split& data) {
   const auto& d = config.data;
   run_plan plan;
@@ -113,13 +137,17 @@ run_plan make_plan(const run_config& config, const topology& graph, const datase
     throw config_error(d.where, "[data] batch_size " + std::to_string(d.batch_size) +
                                     " is larger than the training set (" +
                                     std::to_string(data.train.count) + " samples)");
-  if (d.batch_size % (plan.replicas * plan.microbatches) != 0)
+  if (config.parallel.balance == replica_balance::weights)
+    plan.replica_rows = weighted_rows(config, graph);
+  else if (d.batch_size % (plan.replicas * plan.microbatches) != 0)
     throw config_error(config.parallel.where,
                        "[data] batch_size " + std::to_string(d.batch_size) +
                            " must split evenly into data (" + std::to_string(plan.replicas) +
                            ") x microbatches (" + std::to_string(plan.microbatches) +
                            ") parts; use a batch size that is a multiple of " +
                            std::to_string(plan.replicas * plan.microbatches));
+  else
+    plan.replica_rows.assign(static_cast<std::size_t>(plan.replicas), d.batch_size / plan.replicas);
   plan.steps_per_epoch = data.train.count / d.batch_size;
   // epochs x steps per epoch, overflow-checked and bounded: a step count past the limit is
   // refused here rather than wrapping (Note [input limits] in runtime/base/limits.hpp).

@@ -59,7 +59,13 @@ class job_prices {
     for (const auto& l : costs.layers)
       layers_[l.layer] = &l;
     const auto rows = plan.batch_size / std::max<std::int64_t>(1, plan.replicas * plan.microbatches);
-    row_scale_ = static_cast<double>(rows) / static_cast<double>(std::max<std::int64_t>(1, costs.rows));
+    const auto calibrated = static_cast<double>(std::max<std::int64_t>(1, costs.rows));
+    row_scale_ = static_cast<double>(rows) / calibrated;
+    // A replica's own rows where [parallel] balance splits the batch unevenly.
+    for (auto replica_rows : plan.replica_rows)
+      replica_scale_.push_back(static_cast<double>(replica_rows) /
+                               static_cast<double>(std::max<std::int64_t>(1, plan.microbatches)) /
+                               calibrated);
   }
 
   std::int64_t operator()(const job_label& label, const device_id& device,
@@ -76,21 +82,25 @@ class job_prices {
         layer = l->second;
     }
     auto us = [](double v) { return static_cast<std::int64_t>(std::llround(v * 1000)); };
+    const double row_scale = label.phase == 0 && label.replica >= 0 &&
+                                     static_cast<std::size_t>(label.replica) < replica_scale_.size()
+                                 ? replica_scale_[static_cast<std::size_t>(label.replica)]
+                                 : row_scale_;
     auto bytes_at = [](std::int64_t bytes, double gb_per_s) {
       return gb_per_s > 0 ? static_cast<std::int64_t>(static_cast<double>(bytes) / gb_per_s) : 0;
     };
     if (layer != nullptr && actor->kind == actor_kind::layer) {
       if (name == "forward")
-        return us(layer->forward_us * row_scale_);
+        return us(layer->forward_us * row_scale);
       if (name == "backward")
         return us((zb_h1_ && layer->backward_input_us >= 0 ? layer->backward_input_us
                                                            : layer->backward_us) *
-                  row_scale_);
+                  row_scale);
       if (name == "backward_weight")
-        return us(std::max(0.0, layer->backward_weight_us) * row_scale_);
+        return us(std::max(0.0, layer->backward_weight_us) * row_scale);
     }
     if (name == "loss")
-      return us(costs_.loss_us * row_scale_);
+      return us(costs_.loss_us * row_scale);
     if (name == "update" && layer != nullptr)
       return static_cast<std::int64_t>(costs_.update_ns_per_parameter *
                                        static_cast<double>(layer->parameters));
@@ -114,6 +124,7 @@ class job_prices {
   link_cost link_;
   bool zb_h1_;
   double row_scale_ = 1;
+  std::vector<double> replica_scale_;  // train jobs of replica r: its rows a micro-batch
   std::map<std::string, const actor_plan*> actors_;
   std::map<std::int64_t, const layer_timing*> layers_;
   mutable std::uint64_t unpriced_ = 0;  // the simulation's thread only

@@ -1,4 +1,5 @@
 // plan_command.cpp: `troupe plan CONFIG.toml`: the actor graph a config expands into.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -33,8 +34,17 @@ exit_code plan_command(const std::vector<std::string>& args) {
     std::cout << format_dot(prepared.graph);
   else if (line.values.count("eject"))
     std::cout << format_explicit(prepared.graph, config);
-  else
+  else {
     std::cout << format_table(prepared.graph);
+    const auto& rows = prepared.plan.replica_rows;  // [parallel] balance
+    if (!rows.empty() && !std::equal(rows.begin() + 1, rows.end(), rows.begin())) {
+      std::cout << "\nrows of each step's batch of " << prepared.plan.batch_size
+                << " ([parallel] balance):";
+      for (std::size_t r = 0; r < rows.size(); ++r)
+        std::cout << (r == 0 ? " " : ", ") << "r" << r << " " << rows[r];
+      std::cout << "\n";
+    }
+  }
   return exit_code::ok;
 }
 

@@ -32,12 +32,16 @@ struct micro_tag {
   phase stage = phase::train;
   std::int64_t version = 0;  // the parameter version a forward must use
   std::int64_t epoch = 0;
+  /// Training: the index in the step's global batch of the micro-batch's first sample, as
+  /// the loader split it ([parallel] balance may split unevenly); -1: not given, so
+  /// (replica M + microbatch) x its rows, the even split's.
+  std::int64_t first_sample = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, micro_tag& x) {
   return f(caf::meta::type_name("micro_tag"), x.step, x.microbatch, x.replica, x.stage, x.version,
-           x.epoch);
+           x.epoch, x.first_sample);
 }
 
 /// Who sent a message and which flow arrow of the trace it is (zeros when not tracing).

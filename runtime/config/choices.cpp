@@ -71,4 +71,15 @@ const char* to_string(averaging_method value) {
   return "";
 }
 
+const char* to_string(replica_balance value) {
+  switch (value) {
+    case replica_balance::even:
+      return "even";
+    case replica_balance::weights:
+      return "weights";
+  }
+  TROUPE_CHECK(false, "replica_balance " << static_cast<int>(value));
+  return "";
+}
+
 }  // namespace troupe

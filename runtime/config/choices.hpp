@@ -33,12 +33,17 @@ enum class pipeline_schedule { gpipe, one_f_one_b, zb_h1 };
 /// gloo's all-reduce over TCP (actors/gloo_averager_actor.hpp).
 enum class averaging_method { ring, central, gloo };
 
+/// [parallel] balance: how the global batch is split between replicas: evenly, or by
+/// weights the config gives (an array, not a name).
+enum class replica_balance { even, weights };
+
 /// The name a config writes for each value.
 const char* to_string(data_source value);
 const char* to_string(optimizer_type value);
 const char* to_string(lr_schedule_type value);
 const char* to_string(pipeline_schedule value);
 const char* to_string(averaging_method value);
+const char* to_string(replica_balance value);
 
 /// Every value a config may name, in the order messages list them. Specialised for each
 /// enum of this file and of runtime/graph/kinds.hpp.
@@ -69,6 +74,11 @@ template <>
 struct enum_values<averaging_method> {
   static constexpr std::array<averaging_method, 3> all = {
       averaging_method::ring, averaging_method::central, averaging_method::gloo};
+};
+/// The names a config may write; weights are written as an array instead.
+template <>
+struct enum_values<replica_balance> {
+  static constexpr std::array<replica_balance, 1> all = {replica_balance::even};
 };
 
 /// The value whose to_string() is `text`, or nothing.

@@ -660,6 +660,31 @@ void read_stage_ranges(const section_reader& r, parallel_section& s) {
   }
 }
 
+/// [parallel] balance: "even" or an array of one positive weight a replica
+/// (their count is checked against the replicas once the topology is known).
+void read_balance(const section_reader& r, parallel_section& s) {
+  const auto* node = r.find("balance");
+  if (node == nullptr)
+    return;
+  s.balance_where = r.position(*node);
+  if (!node->is_array()) {
+    if (!node->is_string())
+      r.fail_type(*node, "balance", "\"even\" or an array of weights like [1, 2]");
+    r.read_enum("balance", s.balance, "replica balance");
+    return;
+  }
+  const auto& array = *node->as_array();
+  if (array.empty())
+    r.fail(*node, "balance", "expected one weight a replica like [1, 2], found an empty array");
+  if (array.size() > static_cast<std::size_t>(limits::max_replicas))
+    r.fail(*node, "balance",
+           "expected at most " + std::to_string(limits::max_replicas) +
+               " weights (one a replica), found " + std::to_string(array.size()));
+  s.balance = replica_balance::weights;
+  for (const auto& element : array)
+    s.balance_weights.push_back(r.number(element, "balance", number_range{0, true}));
+}
+
 /// explicit_form: the [[actor]] / [[wire]] graph says how many replicas and stages there
 /// are, so the shorthand keys for them would say it twice (and could disagree).
 parallel_section read_parallel(const section_reader& r, bool explicit_form) {
@@ -717,6 +742,7 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   r.read("shard_optimizer", s.shard_optimizer);
   r.read("gloo_timeout", s.gloo_timeout, number_range{0, true, limits::max_seconds});
   s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
+  read_balance(r, s);
   r.finish();
   if (s.shard_optimizer && s.averaging != averaging_method::ring)
     throw config_error(s.shard_where,

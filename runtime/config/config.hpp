@@ -148,6 +148,11 @@ struct parallel_section {
   /// gloo averaging: seconds a rendezvous or an all-reduce may wait for a peer before the
   /// run fails (a peer that is gone, or never came).
   double gloo_timeout = 30;
+  /// How the global batch is split between replicas (Note [balanced replicas] in
+  /// actors/data_loader_actor.cpp): evenly, or by weights given here (one a replica).
+  replica_balance balance = replica_balance::even;
+  std::vector<double> balance_weights;  // balance == weights: one positive weight a replica
+  source_position balance_where;        // where balance is written, if it is
   source_position where;
 };
 

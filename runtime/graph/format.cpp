@@ -391,6 +391,14 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("bucket_kib", config.parallel.bucket_kib);
   w.put("shard_optimizer", config.parallel.shard_optimizer);
   w.put("gloo_timeout", config.parallel.gloo_timeout);
+  if (config.parallel.balance == replica_balance::weights) {
+    std::string weights;
+    for (auto weight : config.parallel.balance_weights)
+      weights += (weights.empty() ? "" : ", ") + toml_float(weight);
+    w.raw("balance", "[" + weights + "]");
+  } else {
+    w.put("balance", to_string(config.parallel.balance));
+  }
 
   const auto& c = config.cluster;
   if (c.nodes > 0) {

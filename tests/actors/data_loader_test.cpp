@@ -116,6 +116,7 @@ struct loader_fixture : actor_fixture {
     self->send(actor, start_atom::value);
     const auto messages = plan.total_steps * plan.replicas * plan.microbatches;
     std::map<item_key, std::vector<std::int64_t>> batches;
+    std::map<item_key, std::int64_t> first_samples;
     for (std::int64_t i = 0; i < messages; ++i) {
       auto m = next<activation_msg>("a micro-batch");
       const auto& t = m.tag;
@@ -125,6 +126,7 @@ struct loader_fixture : actor_fixture {
       CHECK(m.x.device() == device_id{device_type::cpu, t.replica});
       CHECK(batches.count({t.step, t.replica, t.microbatch}) == 0);
       batches[{t.step, t.replica, t.microbatch}] = samples_of(m.x);
+      first_samples[{t.step, t.replica, t.microbatch}] = t.first_sample;
     }
     for (std::int64_t i = 0; i < messages; ++i) {
       auto m = next<labels_msg>("a micro-batch's labels");
@@ -137,11 +139,24 @@ struct loader_fixture : actor_fixture {
     }
     expect_quiet("nothing after the last step");
     finish(actor);
+    // Replica r's rows of a step (B / R, or the plan's split) in M micro-batches of as
+    // equal a size as they divide into, each tagged with its first sample's index in the
+    // global batch.
     std::vector<std::vector<std::int64_t>> epochs(static_cast<std::size_t>(plan.epochs));
+    std::int64_t first = 0;
     for (const auto& [key, rows] : batches) {
-      CHECK(static_cast<std::int64_t>(rows.size()) ==
-            plan.batch_size / (plan.replicas * plan.microbatches));
-      auto& epoch = epochs[static_cast<std::size_t>(std::get<0>(key) / plan.steps_per_epoch)];
+      const auto [step, replica, microbatch] = key;
+      const auto replica_rows = plan.replica_rows.empty()
+                                    ? plan.batch_size / plan.replicas
+                                    : plan.replica_rows[static_cast<std::size_t>(replica)];
+      const auto want = replica_rows / plan.microbatches +
+                        (microbatch < replica_rows % plan.microbatches ? 1 : 0);
+      CHECK(static_cast<std::int64_t>(rows.size()) == want);
+      if (replica == 0 && microbatch == 0)
+        first = 0;
+      CHECK(first_samples.at(key) == first);
+      first += static_cast<std::int64_t>(rows.size());
+      auto& epoch = epochs[static_cast<std::size_t>(step / plan.steps_per_epoch)];
       epoch.insert(epoch.end(), rows.begin(), rows.end());
     }
     return epochs;
@@ -175,6 +190,40 @@ TEST_CASE_FIXTURE(loader_fixture,
   const auto plain = epochs_of(plan, 5, false);
   CHECK(plain[0] == all);
   CHECK(plain[1] == all);
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "an uneven split gives each replica its rows of the global batch in epoch "
+                  "order, in micro-batches as equal as they divide into") {
+  for (const auto& split : {std::vector<std::int64_t>{2, 6}, std::vector<std::int64_t>{5, 3},
+                            std::vector<std::int64_t>{7, 1}}) {
+    auto plan = plan_of(2, split[1] == 1 ? 1 : 2);
+    plan.replica_rows = split;
+    INFO("rows " << split[0] << " and " << split[1] << ", M = " << plan.microbatches);
+    // epochs_of checks each micro-batch's size and first sample against the split.
+    const auto epochs = epochs_of(plan, 5, true);
+    for (std::int64_t e = 0; e < 2; ++e)
+      CHECK(epochs[static_cast<std::size_t>(e)] == epoch_order(train_count, 5, e, true));
+  }
+}
+
+TEST_CASE("apportion_rows splits by weight, the largest remainders taking the rows left") {
+  CHECK(apportion_rows(24, {1, 1}) == std::vector<std::int64_t>{12, 12});
+  CHECK(apportion_rows(25, {1, 1}) == std::vector<std::int64_t>{13, 12});  // ties: lower
+  CHECK(apportion_rows(24, {1, 3}) == std::vector<std::int64_t>{6, 18});
+  CHECK(apportion_rows(24, {1, 2.5}) == std::vector<std::int64_t>{7, 17});  // 6.86, 17.14
+  CHECK(apportion_rows(10, {1, 1, 1}) == std::vector<std::int64_t>{4, 3, 3});
+  CHECK(apportion_rows(8, {6.4, 1.6}) == std::vector<std::int64_t>{6, 2});
+  CHECK(apportion_rows(8, {1000, 1}) == std::vector<std::int64_t>{8, 0});
+  CHECK(apportion_rows(0, {1, 2}) == std::vector<std::int64_t>{0, 0});
+  for (std::int64_t total = 0; total < 40; ++total) {
+    const std::vector<double> weights = {0.3, 1.7, 5};
+    auto rows = apportion_rows(total, weights);
+    CHECK(std::accumulate(rows.begin(), rows.end(), std::int64_t{0}) == total);
+    for (std::size_t i = 0; i < rows.size(); ++i)  // within a row of the exact share
+      CHECK(std::abs(static_cast<double>(rows[i]) - static_cast<double>(total) * weights[i] / 7) <
+            1);
+  }
 }
 
 TEST_CASE_FIXTURE(loader_fixture,

@@ -12,6 +12,7 @@
 // 1e-3 or more, so 1e-5 separates the two cleanly.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "actors/session.hpp"
@@ -239,6 +240,66 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a batch split unevenly between replicas matches the single-device run") {
+  // Note [balanced replicas]: the loss scales by the global batch and the averagers sum, so
+  // which replica computes which rows changes only the order of the sums. Weights that do
+  // not divide B = 24 give micro-batches of unequal rows (7 rows in M = 3: 3, 2, 2).
+  const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
+  const std::vector<std::pair<const char*, std::string>> wirings = {
+      {"ring, weights [1, 3]", two + "balance = [1, 3]\n"},
+      {"central, weights [1, 2.5]", two + "averaging = \"central\"\nbalance = [1, 2.5]\n"},
+      {"ring, sharded optimizer, weights [2.5, 1]",
+       two + "shard_optimizer = true\nbalance = [2.5, 1]\n"},
+      {"gloo, weights [1, 3]", two + "averaging = \"gloo\"\nbalance = [1, 3]\n"},
+      {"ring, M = 2, weights [1, 2.5]", two + "microbatches = 2\nbalance = [1, 2.5]\n"},
+      {"ring in small buckets, R = 3 shared, weights [1, 2, 3]",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 3\nshare_devices = true\n"
+       "bucket_kib = 1\nbalance = [1, 2, 3]\n"},
+      {"hybrid 1F1B (R = 2, P = 2, M = 3), weights [1, 2.5]",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]\ndata = 2\n"
+       "pipeline = 2\nmicrobatches = 3\nschedule = \"1f1b\"\nbalance = [1, 2.5]\n"},
+  };
+  for (const char* optimizer : {"adam", "sgd"}) {
+    const auto single = train(equivalence_config("", optimizer));
+    for (const auto& [name, parallel] : wirings) {
+      const auto difference =
+          test::largest_difference(single, train(equivalence_config(parallel, optimizer)));
+      auto what = std::string{optimizer} + ": " + name + ": relative difference " +
+                  std::to_string(difference);
+      INFO(what);
+      CHECK(difference <= 1e-5);
+    }
+  }
+  // Dropout's masks are keyed by each sample's index in the global batch: the loader's tags
+  // carry it, so an uneven split drops what the single device drops.
+  check_wirings(sequence_config,
+                {{"sequence model, weights [1, 2.5], M = 2",
+                  "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\nmicrobatches = 2\n"
+                  "balance = [1, 2.5]\n"}});
+}
+
+TEST_CASE("weights the wiring cannot take are refused at the balance key, saying what would do") {
+  const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
+  auto refused = [](const std::string& parallel, const std::string& message) {
+    auto config = parse_config(equivalence_config(parallel), "balance.toml");
+    test::check_refused(config, message);
+  };
+  refused(two + "balance = [1, 2, 3]\n",
+          "[parallel] balance: 3 weight(s), but the run has 2 replica(s); give one weight a "
+          "replica");
+  refused(two + "microbatches = 4\nbalance = [1, 10]\n",
+          "replica 0's weight gives it 2 of the 24 rows of a step, fewer than its 4 "
+          "micro-batch(es)");
+  refused(two + "microbatches = 13\nbalance = [1, 1]\n",
+          "replica 0's weight gives it 12 of the 24 rows of a step, fewer than its 13 "
+          "micro-batch(es)");
+  // The error is placed at the key's value.
+  const auto text = equivalence_config(two + "balance = [1, 2, 3]\n");
+  const auto line = std::count(text.begin(), text.begin() + text.find("balance ="), '\n') + 1;
+  auto config = parse_config(text, "balance.toml");
+  test::check_refused(config, "balance.toml:" + std::to_string(line) + ":11: [parallel] balance");
+}
+
 TEST_CASE("a batch that does not split into replicas x micro-batches is refused before spawning") {
   auto config = parse_config(equivalence_config("[parallel]\nmicrobatches = 5\n"), "uneven.toml");
   test::check_refused(config,
@@ -247,13 +308,16 @@ TEST_CASE("a batch that does not split into replicas x micro-batches is refused 
 
 TEST_CASE("an ejected config runs and gives exactly the parameters of the config it came from") {
   for (const char* parallel :
-       {"[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n",
+       {"[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nmicrobatches = 4\nschedule = "
+        "\"1f1b\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"ring\"\n"
         "shard_optimizer = true\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\naveraging = \"gloo\"\n",
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\npipeline = 2\nvirtual_stages = 2\n"
-        "microbatches = 4\nschedule = \"1f1b\"\n"}) {
+        "microbatches = 4\nschedule = \"1f1b\"\n",
+        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\nmicrobatches = 2\n"
+        "balance = [1, 2.5]\n"}) {
     auto shorthand = parse_config(equivalence_config(parallel), "shorthand.toml");
     auto ejected_text = format_explicit(prepare_session(shorthand).graph, shorthand);
     auto ejected = parse_config(ejected_text, "ejected.toml");
@@ -266,6 +330,8 @@ TEST_CASE("an ejected config runs and gives exactly the parameters of the config
       if (original.actors[i].kind == actor_kind::averager)
         CHECK(read_back.actors[i].method == original.actors[i].method);
     CHECK(read_back.averaging == shorthand.parallel.averaging);
+    CHECK(ejected.parallel.balance == shorthand.parallel.balance);
+    CHECK(ejected.parallel.balance_weights == shorthand.parallel.balance_weights);
     // The same actors on the same devices run the same sums in the same order: the
     // parameters agree bit for bit.
     CHECK(train(ejected_text) == train(equivalence_config(parallel)));

@@ -38,7 +38,8 @@ using namespace troupe::testing::cluster;
 using testing::run_troupe;
 
 TEST_CASE(
-    "DP2 (ring, gloo), PP2 (GPipe, 1F1B), DP2 x PP2 and DP3 across processes match one device") {
+    "DP2 (ring, gloo, weighted), PP2 (GPipe, 1F1B), DP2 x PP2 and DP3 across processes match one "
+    "device") {
   test::temp_directory dir{"troupe-cluster"};
   auto reference = dir.write("reference.toml", cluster_config(""));
   auto ran = run_troupe("run -q " + reference + " --metrics /dev/null --checkpoint " +
@@ -74,6 +75,9 @@ TEST_CASE(
       {"DP2 x PP2 (a replica per node)", 2,
        "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"node1/cpu:0\", \"node1/cpu:1\"]\n"
        "data = 2\npipeline = 2\nmicrobatches = 3\nschedule = \"1f1b\"\n"},
+      {"DP2, weights [1, 2.5] in 2 micro-batches (node1 assembles replica 1's uneven ones)", 2,
+       "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\nmicrobatches = 2\n"
+       "balance = [1, 2.5]\n"},
       {"DP3, ring over three processes", 3,
        "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\", \"node2/cpu:0\"]\ndata = 3\n"
        "averaging = \"ring\"\n"},

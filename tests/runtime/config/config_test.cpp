@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "runtime/base/limits.hpp"
 #include "tests/temp_files.hpp"
 
 namespace fs = std::filesystem;
@@ -251,6 +252,30 @@ TEST_CASE("gloo_timeout is a positive number of seconds") {
   CHECK(c.parallel.averaging == troupe::averaging_method::gloo);
   CHECK(c.parallel.gloo_timeout == 0.25);
   check_error(minimal_model + "[parallel]\ngloo_timeout = 0\n", 5, 16, "gloo_timeout");
+}
+
+TEST_CASE("balance is \"even\" or one positive weight a replica") {
+  auto even = parse_config(minimal_model, "t.toml");
+  CHECK(even.parallel.balance == troupe::replica_balance::even);
+  auto named = parse_config(minimal_model + "[parallel]\nbalance = \"even\"\n", "t.toml");
+  CHECK(named.parallel.balance == troupe::replica_balance::even);
+  CHECK(named.parallel.balance_where.line == 5);
+  auto weights = parse_config(minimal_model + "[parallel]\nbalance = [1, 2.5, 3]\n", "t.toml");
+  CHECK(weights.parallel.balance == troupe::replica_balance::weights);
+  CHECK(weights.parallel.balance_weights == std::vector<double>{1, 2.5, 3});
+  check_error(minimal_model + "[parallel]\nbalance = \"evn\"\n", 5, 11,
+              "unknown replica balance 'evn'; did you mean 'even'?");
+  check_error(minimal_model + "[parallel]\nbalance = 2\n", 5, 11,
+              "expected \"even\" or an array of weights like [1, 2]");
+  check_error(minimal_model + "[parallel]\nbalance = []\n", 5, 11, "found an empty array");
+  check_error(minimal_model + "[parallel]\nbalance = [1, 0]\n", 5, 15, "balance");
+  check_error(minimal_model + "[parallel]\nbalance = [1, -2]\n", 5, 15, "balance");
+  check_error(minimal_model + "[parallel]\nbalance = [1, \"2\"]\n", 5, 15, "balance");
+  std::string many;
+  for (int i = 0; i <= troupe::limits::max_replicas; ++i)
+    many += (many.empty() ? "" : ", ") + std::string("1");
+  check_error(minimal_model + "[parallel]\nbalance = [" + many + "]\n", 5, 11,
+              "weights (one a replica), found " + std::to_string(troupe::limits::max_replicas + 1));
 }
 
 TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
