@@ -131,6 +131,23 @@ TEST_CASE("simulated pipelines of equal stages reach each schedule's theory") {
   }
 }
 
+TEST_CASE("a simulated replica's jobs are priced by its own rows under [parallel] balance") {
+  // DP2, M = 4, B = 16: 8 rows a replica, 2 a micro-batch, as calibrated. Weights [1, 3] give
+  // replica 1 12 rows (3 a micro-batch): its jobs, and so the step, take 1.5 times as long.
+  auto predicted = [](const std::string& balance) {
+    const auto config = parse_config(
+        two_device_pipeline(delay(1000, 1000, 1000) + delay(1000, 1000, 1000),
+                            "data = 2\n" + balance),
+        "balance.toml");
+    return simulate_run(config, exact_costs(config, 1000, 1000, 1000), exact_options()).step_us;
+  };
+  const auto even = predicted("");
+  CHECK(even == doctest::Approx(24000).epsilon(0.02));  // 4 x (2 forwards + 2 backwards)
+  CHECK(predicted("balance = [1, 3]\n") == doctest::Approx(1.5 * even).epsilon(0.02));
+  CHECK(predicted("balance = [3, 1]\n") == doctest::Approx(1.5 * even).epsilon(0.02));
+  CHECK(predicted("balance = [1, 1]\n") == doctest::Approx(even).epsilon(0.001));
+}
+
 TEST_CASE("simulated ZB-H1 with two layers a stage keeps near its theory") {
   // A relu, then two delay layers a stage (F, input and weight gradient 1 ms each at 4 rows):
   // 2 ms of each a stage, P = 2, M = 4, theory (P - 1) / (3 M + P - 1) = 1/13. The last
