@@ -27,17 +27,19 @@ std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, st
 std::vector<std::int64_t> apportion_rows(std::int64_t total, const std::vector<double>& weights) {
   TROUPE_CHECK(!weights.empty() && total >= 0,
                "apportion_rows: " << total << " rows into " << weights.size() << " parts");
-  double sum = 0;
-  for (auto w : weights) {
+  for (auto w : weights)
     TROUPE_CHECK(w > 0 && std::isfinite(w), "apportion_rows: weight " << w);
-    sum += w;
-  }
+  // Relative to the largest, so that weights near the largest double sum without overflow.
+  const double top = *std::max_element(weights.begin(), weights.end());
+  double sum = 0;
+  for (auto w : weights)
+    sum += w / top;
   // Whole rows of each share, then one more for the largest remainders (ties: lower index).
   std::vector<std::int64_t> rows(weights.size());
   std::vector<std::pair<double, std::size_t>> remainders;  // (-fraction, index): largest first
   std::int64_t given = 0;
   for (std::size_t i = 0; i < weights.size(); ++i) {
-    const double share = static_cast<double>(total) * (weights[i] / sum);
+    const double share = static_cast<double>(total) * (weights[i] / top / sum);
     rows[i] = std::min(total - given, static_cast<std::int64_t>(std::floor(share)));
     given += rows[i];
     remainders.emplace_back(-(share - std::floor(share)), i);

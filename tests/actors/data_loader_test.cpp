@@ -216,6 +216,8 @@ TEST_CASE("apportion_rows splits by weight, the largest remainders taking the ro
   CHECK(apportion_rows(8, {6.4, 1.6}) == std::vector<std::int64_t>{6, 2});
   CHECK(apportion_rows(8, {1000, 1}) == std::vector<std::int64_t>{8, 0});
   CHECK(apportion_rows(0, {1, 2}) == std::vector<std::int64_t>{0, 0});
+  CHECK(apportion_rows(8, {1.5e308, 0.5e308}) == std::vector<std::int64_t>{6, 2});  // no inf
+  CHECK(apportion_rows(8, {1e-300, 3e-300}) == std::vector<std::int64_t>{2, 6});
   for (std::int64_t total = 0; total < 40; ++total) {
     const std::vector<double> weights = {0.3, 1.7, 5};
     auto rows = apportion_rows(total, weights);
