@@ -54,14 +54,13 @@ data_loader_actor::data_loader_actor(caf::actor_config& config, data_loader_sett
     : device_actor(config, "data_loader", nullptr),
       settings_(std::move(settings)),
       next_step_(settings_.plan.first_step) {
-  const auto& plan = settings_.plan;
-  rows_ = plan.replica_rows;
-  if (rows_.empty())  // a plan made by hand: the even split
-    rows_ = apportion_rows(plan.batch_size, std::vector<double>(plan.replicas, 1.0));
-  TROUPE_CHECK(
-      static_cast<std::int64_t>(rows_.size()) == plan.replicas,
-      "data loader: " << rows_.size() << " replicas' rows for " << plan.replicas << " replicas");
-  for (auto rows : rows_)
+  auto& plan = settings_.plan;
+  if (plan.replica_rows.empty())  // a plan made by hand: the even split
+    plan.replica_rows = apportion_rows(plan.batch_size, std::vector<double>(plan.replicas, 1.0));
+  TROUPE_CHECK(static_cast<std::int64_t>(plan.replica_rows.size()) == plan.replicas,
+               "data loader: " << plan.replica_rows.size() << " replicas' rows for "
+                               << plan.replicas << " replicas");
+  for (auto rows : plan.replica_rows)
     TROUPE_CHECK(rows >= plan.microbatches, "data loader: a replica of " << rows << " rows for "
                                                                          << plan.microbatches
                                                                          << " micro-batches");
@@ -103,9 +102,9 @@ std::string data_loader_actor::status() const {
     else
       waiting(r, first_layers_[r]);
   }
-  if (!std::equal(rows_.begin() + 1, rows_.end(), rows_.begin())) {
+  if (!settings_.plan.splits_evenly()) {
     s += "; rows a step for each replica:";
-    for (auto rows : rows_)
+    for (auto rows : settings_.plan.replica_rows)
       s += " " + std::to_string(rows);
   }
   return s;
@@ -165,7 +164,7 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
     TROUPE_CHECK(first_layers_[r].connected() && losses_[r],
                  "data loader: replica " << r << " lacks a first layer or a loss");
   for (std::size_t r = 0; r < replicas; ++r)
-    record_counter("rows", first_layer_tracks_[r], rows_[r]);
+    record_counter("rows", first_layer_tracks_[r], settings_.plan.replica_rows[r]);
 }
 
 // Note [balanced replicas]
@@ -258,11 +257,11 @@ bool data_loader_actor::send_next() {
     order_epoch_ = epoch;
   }
   const auto* batch_rows = order_.data() + (step % plan.steps_per_epoch) * plan.batch_size;
-  // Replica r takes rows_[r] of the global batch, after those of the replicas before it,
-  // in M micro-batches of as equal a size as they divide into.
+  // Replica r takes plan.replica_rows[r] of the global batch, after those of the replicas before
+  // it, in M micro-batches of as equal a size as they divide into.
   std::int64_t first = 0;
   for (std::int64_t r = 0; r < plan.replicas; ++r) {
-    const auto rows = rows_[static_cast<std::size_t>(r)];
+    const auto rows = plan.replica_rows[static_cast<std::size_t>(r)];
     for (std::int64_t m = 0; m < plan.microbatches; ++m) {
       const auto count = rows / plan.microbatches + (m < rows % plan.microbatches ? 1 : 0);
       micro_tag tag;

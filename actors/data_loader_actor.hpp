@@ -1,8 +1,9 @@
 // data_loader_actor.hpp: turns a data set into tagged micro-batches, a bounded few ahead.
 //
 // The run is a sequence of items: each training step (a global batch of B samples,
-// split into R replicas x M micro-batches of B / (R M) samples, sent to each replica's
-// first layer with the labels to its loss), and after each epoch the evaluation batches
+// split into R replicas x M micro-batches of B / (R M) samples (or by [parallel] balance's
+// weights: run_plan::replica_rows), sent to each replica's first layer with the labels
+// to its loss), and after each epoch the evaluation batches
 // of the test set (replica 0, forward only). Shuffling is a permutation per epoch keyed
 // by (seed, epoch), so every wiring sees the same samples in the same steps. Two bounds:
 // the loader prepares an item only while it holds one of `prefetch` item credits (the
@@ -19,6 +20,7 @@
 // failures, status, finish, tracing).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -47,6 +49,12 @@ struct run_plan {
   /// Rows of each step for each replica: R entries summing to B, B / R each unless
   /// [parallel] balance says otherwise (Note [balanced replicas] in data_loader_actor.cpp).
   std::vector<std::int64_t> replica_rows;
+
+  /// Whether every replica takes the same rows of a step.
+  bool splits_evenly() const {
+    return replica_rows.empty() ||
+           std::equal(replica_rows.begin() + 1, replica_rows.end(), replica_rows.begin());
+  }
 
   /// Evaluations run after step s (0-based) when this is true.
   bool evaluates_after(std::int64_t step) const {
@@ -113,7 +121,6 @@ class data_loader_actor : public device_actor {
   std::int64_t order_epoch_ = -1;
   bool stopped_ = false;  // an interrupted run: nothing more is sent
   std::vector<std::int64_t> order_;
-  std::vector<std::int64_t> rows_;  // of each step, for each replica (plan.replica_rows)
 };
 
 }  // namespace troupe

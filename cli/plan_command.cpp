@@ -1,5 +1,4 @@
 // plan_command.cpp: `troupe plan CONFIG.toml`: the actor graph a config expands into.
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -36,8 +35,8 @@ exit_code plan_command(const std::vector<std::string>& args) {
     std::cout << format_explicit(prepared.graph, config);
   else {
     std::cout << format_table(prepared.graph);
-    const auto& rows = prepared.plan.replica_rows;  // [parallel] balance
-    if (!rows.empty() && !std::equal(rows.begin() + 1, rows.end(), rows.begin())) {
+    if (!prepared.plan.splits_evenly()) {  // [parallel] balance
+      const auto& rows = prepared.plan.replica_rows;
       std::cout << "\nrows of each step's batch of " << prepared.plan.batch_size
                 << " ([parallel] balance):";
       for (std::size_t r = 0; r < rows.size(); ++r)

@@ -74,10 +74,16 @@ TEST_CASE("bad configs fail with file:line:col, the nearest name and exit code 2
        "2:10: [run] epochs: expected an integer, found a string"},
       {"bad_shapes", model + "\n[[model.layers]]\ntype = \"linear\"\nout = 7\n",
        "14:1: the model's output shape (7) must be (3)"},
-      {"missing_data", "[data]\npath = \"/nonexistent/fashion\"\n[[model.layers]]\ntype = \"linear\"\nout = 10\n",
+      {"missing_data",
+       "[data]\npath = \"/nonexistent/fashion\"\n[[model.layers]]\ntype = \"linear\"\nout = 10\n",
        "2:8: "},
       {"bad_setting", model + "\n[[model.layers]]\ntype = \"relu\"\nslope = 0.1\n",
        "16:1: unknown setting 'slope' for layer 'relu'"},
+      {"bad_balance", "[parallel]\nbalance = [1, 0]\n" + model,
+       "2:15: [parallel] balance: expected a number > 0, found 0"},
+      {"balance_count",
+       "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\nbalance = [1]\n" + model,
+       "4:11: [parallel] balance: 1 weight(s), but the run has 2 replica(s)"},
   };
   for (const auto& c : cases) {
     auto path = write_config(c.name, c.text);
@@ -87,6 +93,20 @@ TEST_CASE("bad configs fail with file:line:col, the nearest name and exit code 2
     CHECK(r.output.find(path + ":" + c.expected) != std::string::npos);
     CHECK(r.output.find("samples/s") == std::string::npos);  // nothing ran
   }
+}
+
+TEST_CASE(
+    "troupe plan prints the rows each replica takes when [parallel] balance splits unevenly") {
+  const std::string parallel = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
+  auto weighted =
+      run_troupe("plan " + write_config("weighted", parallel + "balance = [1, 3]\n" + small_model));
+  INFO(weighted.output);
+  CHECK(weighted.exit_code == 0);
+  CHECK(weighted.output.find("rows of each step's batch of 32 ([parallel] balance): r0 8, r1 24") !=
+        std::string::npos);
+  auto even = run_troupe("plan " + write_config("even", parallel + small_model));
+  CHECK(even.exit_code == 0);
+  CHECK(even.output.find("rows of each step's batch") == std::string::npos);
 }
 
 TEST_CASE("troupe run trains a small config and reports test accuracy") {

@@ -271,6 +271,14 @@ TEST_CASE("balance is \"even\" or one positive weight a replica") {
   check_error(minimal_model + "[parallel]\nbalance = [1, 0]\n", 5, 15, "balance");
   check_error(minimal_model + "[parallel]\nbalance = [1, -2]\n", 5, 15, "balance");
   check_error(minimal_model + "[parallel]\nbalance = [1, \"2\"]\n", 5, 15, "balance");
+  check_error(minimal_model + "[parallel]\nbalance = [inf, 1]\n", 5, 12,
+              "expected a number > 0, found inf");
+  check_error(minimal_model + "[parallel]\nbalance = [nan, 1]\n", 5, 12,
+              "expected a number > 0, found nan");
+  check_error(minimal_model + "[parallel]\nbalance = [[[[1]]]]\n", 5, 12,
+              "expected a number, found an array");
+  check_error(minimal_model + "[parallel]\nbalance = { r0 = 1 }\n", 5, 11,
+              "expected \"even\" or an array of weights like [1, 2]");
   std::string many;
   for (int i = 0; i <= troupe::limits::max_replicas; ++i)
     many += (many.empty() ? "" : ", ") + std::string("1");
