@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "actors/device_scheduler.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
@@ -30,8 +31,8 @@ class checkpoint_writer : public caf::event_based_actor {
             guarded([&] { prune(); });
         },
         [this](finish_atom) {
-          // Its thread ends only once nothing holds this actor: let go of the trainer,
-          // which (through its settings) holds us.
+          // Let go of the trainer, which (through its settings) holds us: neither
+          // object would ever be freed.
           settings_.trainer = nullptr;
           quit();
         },
@@ -109,8 +110,26 @@ class checkpoint_writer : public caf::event_based_actor {
 
 }  // namespace
 
-caf::actor spawn_checkpoint_writer(caf::actor_system& system, checkpoint_writer_settings settings) {
-  return system.spawn<checkpoint_writer, caf::detached>(std::move(settings));
+// Note [the writer's own thread]
+// The writer blocks: on each copy it waits for, and on the files it writes and syncs. So
+// it must not run on a device's thread or the host thread (the trainer, the heartbeats of
+// a run over several nodes). It was a CAF detached actor, which has a thread of its own,
+// but such a thread ends only once the actor object is destroyed, and the actor system's
+// destructor waits for that: one strong reference to the writer left anywhere (a closure,
+// a message, a CAF table) and the process never exits. A `troupe verify` over two nodes
+// hung that way in CI's AddressSanitizer pass (about 1 in 500 runs here, node0 waiting in
+// actor_system::await_detached_threads with every actor ended). Now the writer is an
+// ordinary actor placed on a stream of its own (device_scheduler::place), which the
+// session makes before the actor system and destroys after it: the system waits for its
+// actors to end, not for its objects to be destroyed, and the scheduler's stop runs what
+// was posted to that stream (a write under way finishes) before the system goes.
+caf::actor spawn_checkpoint_writer(caf::actor_system& system, checkpoint_writer_settings settings,
+                                   stream* home) {
+  // Lazily: it is first scheduled by its first message, after it has been placed.
+  auto writer = system.spawn<checkpoint_writer, caf::lazy_init>(std::move(settings));
+  if (home != nullptr)
+    device_scheduler::place(system, writer, *home);
+  return writer;
 }
 
 }  // namespace troupe

@@ -3,12 +3,13 @@
 // Each optimizer that writes (Note [who writes a checkpoint] in optimizer_actor.cpp) takes
 // a copy of its parameters and optimizer state in its stream's order when it reaches a
 // checkpoint's version, and sends it here at once: the copy job is all a checkpoint costs
-// its device. This actor runs on a thread of its own (CAF's detached actors): it waits for
-// each copy, writes it as a safetensors shard (runtime/checkpoint/), and once every shard
-// of a step is written it writes the manifest last, atomically, which makes the checkpoint
-// complete (runtime/checkpoint/checkpoint_directory.hpp); then it prunes old ones and tells
-// the trainer. Any failure (a full disk) goes to the trainer as a failure_msg: the run ends,
-// and the checkpoint being written stays incomplete, never taken for a complete one.
+// its device. This actor runs on a thread of its own (a stream no device has, Note [the
+// writer's own thread] in checkpoint_writer.cpp): it waits for each copy, writes it as a
+// safetensors shard (runtime/checkpoint/), and once every shard of a step is written it writes the
+// manifest last, atomically, which makes the checkpoint complete
+// (runtime/checkpoint/checkpoint_directory.hpp); then it prunes old ones and tells the trainer. Any
+// failure (a full disk) goes to the trainer as a failure_msg: the run ends, and the checkpoint
+// being written stays incomplete, never taken for a complete one.
 #pragma once
 
 #include <caf/all.hpp>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/manifest.hpp"
+#include "troupe/device.hpp"
 #include "troupe/messages.hpp"
 #include "troupe/tensor.hpp"
 
@@ -90,7 +92,10 @@ struct checkpoint_writer_settings {
   caf::actor trainer;
 };
 
-/// Spawns the writer on a thread of its own.
-caf::actor spawn_checkpoint_writer(caf::actor_system& system, checkpoint_writer_settings settings);
+/// Spawns the writer with its handlers on `home`'s thread, a stream of its own that outlives
+/// `system` (Note [the writer's own thread]). Without a home (or in an actor system that
+/// does not place actors, a test's), its handlers run on the system's threads.
+caf::actor spawn_checkpoint_writer(caf::actor_system& system, checkpoint_writer_settings settings,
+                                   stream* home = nullptr);
 
 }  // namespace troupe

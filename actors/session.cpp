@@ -1,6 +1,8 @@
 // session.cpp: checking, spawning, wiring, running and tearing down one run.
 #include "actors/session.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -619,6 +621,13 @@ session_result run_session(const run_config& config, const session_options& opti
   // Note [the trace on every path]: whatever ends the run, an exception from the code
   // below included, the trace of what was recorded is written before it propagates.
   std::exception_ptr escaped;
+  // The checkpoint writer's thread (Note [the writer's own thread] in
+  // actors/checkpoint_writer.cpp): made before the actor system, gone after it.
+  std::unique_ptr<stream> writer_home;
+  if (coordinator && !config.run.checkpoint.empty() && world == nullptr) {
+    writer_home = std::make_unique<stream>(device_id{}, -1);
+    writer_home->post([] { pthread_setname_np(pthread_self(), "troupe writer"); });
+  }
   try {
     caf::actor_system_config system_config;
     add_message_types(system_config);
@@ -674,7 +683,7 @@ session_result run_session(const run_config& config, const session_options& opti
       w.base.optimizer = to_string(config.optimizer.type);
       w.base.layers = describe_model(prepared.model);
       w.trainer = trainer;
-      checkpoints.writer = spawn_checkpoint_writer(system, std::move(w));
+      checkpoints.writer = spawn_checkpoint_writer(system, std::move(w), writer_home.get());
     }
     std::unique_ptr<coordinator_gate> gate;
     if (several_nodes && coordinator)
