@@ -13,7 +13,6 @@
 // `troupe run` per node: README "Several machines").
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,9 +22,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "runtime/base/spawn.hpp"
 #include "runtime/net/secret.hpp"
 
 namespace po = boost::program_options;
@@ -135,11 +136,7 @@ exit_code launch_command(const std::vector<std::string>& args) {
   if (std::getenv("TROUPE_SECRET") == nullptr && std::getenv("TROUPE_SECRET_FILE") == nullptr)
     secret = hex(net::random_nonce(32));
 
-  char self_path[4096] = {};
-  auto length = ::readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
-  if (length <= 0)
-    throw user_error("troupe launch: cannot find its own executable (/proc/self/exe)",
-                     exit_code::run_failed);
+  const auto self = own_executable();
 
   struct sigaction action {};
   action.sa_handler = remember_signal;
@@ -147,40 +144,33 @@ exit_code launch_command(const std::vector<std::string>& args) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
+  // Each node in its own process group, so that a Ctrl-C at the terminal reaches the
+  // launcher alone, which passes it on to rank 0 once (a second one would stop it at
+  // once). TROUPE_LAUNCHER_PID has each node end when the launcher dies (Note [a node
+  // ends with its launcher] in cli/run_command.cpp). Started by posix_spawn, not fork
+  // (Note [spawn, not fork] in runtime/base/spawn.hpp).
   std::vector<pid_t> children;
-  const pid_t parent = ::getpid();
   for (int rank = 0; rank < nodes; ++rank) {
-    pid_t pid = ::fork();
-    if (pid < 0)
-      throw user_error(std::string("troupe launch: fork failed: ") + std::strerror(errno),
-                       exit_code::run_failed);
-    if (pid == 0) {
-      // Its own process group, so that a Ctrl-C at the terminal reaches the launcher
-      // alone, which passes it on to rank 0 once (a second one would stop it at once);
-      // and it gets SIGTERM (a clean stop) if the launcher dies.
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != parent)
-        ::_exit(exit_status(exit_code::run_failed));
-      ::signal(SIGINT, SIG_DFL);
-      ::signal(SIGTERM, SIG_DFL);
-      ::setenv("TROUPE_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("TROUPE_WORLD_SIZE", std::to_string(nodes).c_str(), 1);
-      ::setenv("TROUPE_LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("TROUPE_COORDINATOR", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
-      if (!secret.empty())
-        ::setenv("TROUPE_SECRET", secret.c_str(), 1);
-      std::vector<std::string> argv_text{self_path, "run", config};
-      argv_text.insert(argv_text.end(), passed.begin(), passed.end());
-      std::vector<char*> argv;
-      for (auto& a : argv_text)
-        argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(self_path, argv.data());
-      std::fprintf(stderr, "troupe launch: cannot start %s: %s\n", self_path, std::strerror(errno));
-      ::_exit(exit_status(exit_code::run_failed));
+    spawn_options spawn;
+    spawn.own_process_group = true;
+    spawn.set_environment = {{"TROUPE_RANK", std::to_string(rank)},
+                             {"TROUPE_WORLD_SIZE", std::to_string(nodes)},
+                             {"TROUPE_LOCAL_RANK", std::to_string(rank)},
+                             {"TROUPE_COORDINATOR", "127.0.0.1:" + std::to_string(port)},
+                             {"TROUPE_LAUNCHER_PID", std::to_string(::getpid())}};
+    if (!secret.empty())
+      spawn.set_environment.emplace_back("TROUPE_SECRET", secret);
+    std::vector<std::string> arguments{"run", config};
+    arguments.insert(arguments.end(), passed.begin(), passed.end());
+    try {
+      children.push_back(spawn_process(self, arguments, spawn));
+    } catch (const std::system_error& e) {
+      for (pid_t child : children)  // no node is left behind
+        ::kill(child, SIGKILL);
+      for (pid_t child : children)
+        wait_for_exit(child);
+      throw user_error(std::string("troupe launch: ") + e.what(), exit_code::run_failed);
     }
-    children.push_back(pid);
   }
 
   // Wait for all; after a bad end, the rest get a grace period, then SIGKILL.
@@ -198,7 +188,7 @@ exit_code launch_command(const std::vector<std::string>& args) {
     if (pid > 0) {
       for (std::size_t k = 0; k < children.size(); ++k)
         if (children[k] == pid) {
-          codes[k] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          codes[k] = exit_code_of_status(status);
           --running;
           if (codes[k] != 0 && first_failure < 0) {
             first_failure = static_cast<int>(k);

@@ -1,8 +1,12 @@
 // run_command.cpp: `troupe run CONFIG.toml`: train.
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "actors/cluster.hpp"
 #include "actors/interrupts.hpp"
@@ -14,6 +18,24 @@
 namespace po = boost::program_options;
 
 namespace troupe::cli {
+
+namespace {
+
+// Note [a node ends with its launcher]
+// troupe launch starts its nodes with posix_spawn (Note [spawn, not fork] in
+// runtime/base/spawn.hpp), which cannot ask the kernel for a signal when the parent dies;
+// the node asks itself, first thing, when TROUPE_LAUNCHER_PID says a launcher started it.
+// SIGTERM is a clean stop (the run ends after its current step). A launcher that died
+// before the request is no longer our parent: end at once.
+bool ends_with_launcher() {
+  const char* launcher = std::getenv("TROUPE_LAUNCHER_PID");
+  if (launcher == nullptr)
+    return true;
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  return std::to_string(::getppid()) == launcher;
+}
+
+}  // namespace
 
 exit_code run_command(const std::vector<std::string>& args) {
   po::options_description options("options");
@@ -54,6 +76,10 @@ exit_code run_command(const std::vector<std::string>& args) {
           "from TROUPE_SECRET, TROUPE_SECRET_FILE or [cluster] secret_file.",
           options, line))
     return *stop;
+  if (!ends_with_launcher()) {
+    std::fprintf(stderr, "troupe run: the troupe launch that started this node has ended\n");
+    return exit_code::run_failed;
+  }
   auto config = load_config_and_plugins(line);
   if (line.values.count("steps")) {
     auto steps = line.values["steps"].as<std::int64_t>();

@@ -1,6 +1,5 @@
 // verify_command.cpp: `troupe verify CONFIG.toml`: does this wiring compute what one
 // device computes?
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,10 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 #include "actors/verify.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
+#include "runtime/base/spawn.hpp"
 
 namespace po = boost::program_options;
 
@@ -37,27 +38,16 @@ struct scratch_directory {
   }
 };
 
-// Runs this troupe binary with `arguments` and waits; its exit code.
-int launch_and_wait(std::vector<std::string> arguments) {
-  char self[4096] = {};
-  if (::readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0)
-    throw user_error("troupe verify: cannot find its own executable", exit_code::run_failed);
+// Runs this troupe binary with `arguments` and waits; its exit code. Spawned, not forked:
+// this process has threads by now (Note [spawn, not fork] in runtime/base/spawn.hpp).
+int launch_and_wait(const std::vector<std::string>& arguments) {
   std::fflush(stdout);
-  pid_t pid = ::fork();
-  if (pid < 0)
-    throw user_error("troupe verify: fork failed", exit_code::run_failed);
-  if (pid == 0) {
-    arguments.insert(arguments.begin(), self);
-    std::vector<char*> argv;
-    for (auto& a : arguments)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(self, argv.data());
-    ::_exit(127);
+  std::fflush(stderr);
+  try {
+    return wait_for_exit(spawn_process(own_executable(), arguments));
+  } catch (const std::system_error& e) {
+    throw user_error(std::string("troupe verify: ") + e.what(), exit_code::run_failed);
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace

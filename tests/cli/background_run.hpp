@@ -1,6 +1,7 @@
 // background_run.hpp: a troupe process started in the background, for CLI tests that
 // signal or watch a run while it trains (tests/cli/checkpoint_command_test.cpp,
-// tests/cli/output_files_test.cpp).
+// tests/cli/output_files_test.cpp). Spawned, not forked (Note [spawn, not fork] in
+// runtime/base/spawn.hpp).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,20 +14,16 @@
 #include <string>
 #include <thread>
 
+#include "runtime/base/spawn.hpp"
+
 namespace troupe::testing {
 
 /// `troupe ARGUMENTS` in the background, its stdout and stderr into `output_file`.
 struct background_run {
   explicit background_run(const std::string& arguments,
                           const std::string& output_file = "/dev/null") {
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const auto command =
-          "exec " + std::string{TROUPE_BINARY} + " " + arguments + " > " + output_file + " 2>&1";
-      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    pid = spawn_process("/bin/sh", {"-c", "exec " + std::string{TROUPE_BINARY} + " " + arguments +
+                                              " > " + output_file + " 2>&1"});
   }
   /// A test that fails before wait() leaves no run behind.
   ~background_run() {
@@ -39,10 +36,9 @@ struct background_run {
   background_run& operator=(const background_run&) = delete;
   /// Its exit code, or 128 + the signal that killed it.
   int wait() {
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
+    const int code = wait_for_exit(pid);
     pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return code;
   }
   pid_t pid = -1;
 };

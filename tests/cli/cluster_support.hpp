@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "actors/verify.hpp"
+#include "runtime/base/spawn.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/restore.hpp"
 #include "tests/config_text.hpp"
@@ -94,27 +95,14 @@ class node_process {
   node_process(const std::vector<std::pair<std::string, std::string>>& environment,
                const std::vector<std::string>& arguments, std::string log)
       : log_(std::move(log)) {
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      for (const char* name : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_COORDINATOR",
-                               "TROUPE_LOCAL_RANK", "TROUPE_SECRET", "TROUPE_SECRET_FILE", "RANK",
-                               "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"})
-        ::unsetenv(name);
-      for (const auto& [name, value] : environment)
-        ::setenv(name.c_str(), value.c_str(), 1);
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<std::string> text{TROUPE_BINARY};
-      text.insert(text.end(), arguments.begin(), arguments.end());
-      std::vector<char*> argv;
-      for (auto& a : text)
-        argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(TROUPE_BINARY, argv.data());
-      ::_exit(127);
-    }
+    spawn_options options;
+    options.unset_environment = {
+        "TROUPE_RANK",   "TROUPE_WORLD_SIZE",  "TROUPE_COORDINATOR",  "TROUPE_LOCAL_RANK",
+        "TROUPE_SECRET", "TROUPE_SECRET_FILE", "TROUPE_LAUNCHER_PID", "RANK",
+        "WORLD_SIZE",    "MASTER_ADDR",        "MASTER_PORT",         "LOCAL_RANK"};
+    options.set_environment = environment;
+    options.output = log_;
+    pid_ = spawn_process(TROUPE_BINARY, arguments, options);
   }
   ~node_process() {
     if (code_ == unset) {
@@ -134,7 +122,7 @@ class node_process {
     while (clock_type::now() < deadline) {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        code_ = exit_code_of_status(status);
         return code_;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -145,6 +133,7 @@ class node_process {
     return code_;
   }
   void signal(int number) { ::kill(pid_, number); }
+  pid_t pid() const { return pid_; }
   std::string output() const { return read_text(log_); }
   /// Waits until the output contains `text` (true), or `seconds` pass (false).
   bool wait_for_output(const std::string& text, double seconds) const {

@@ -14,10 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -35,6 +37,7 @@
 
 using namespace troupe;
 using namespace troupe::testing::cluster;
+using testing::run_shell;
 using testing::run_troupe;
 
 TEST_CASE(
@@ -443,6 +446,76 @@ TEST_CASE("Ctrl-C on the coordinator stops every node after the current step") {
   CHECK(run.coordinator.wait(20) == 130);
   CHECK(run.worker.wait(10) == 130);
   INFO(run.coordinator.output() << run.worker.output());
+}
+
+namespace {
+
+// The processes whose environment has NAME=VALUE (theirs as they started).
+std::vector<pid_t> processes_with(const std::string& name, const std::string& value) {
+  std::vector<pid_t> out;
+  const auto wanted = name + "=" + value;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto pid_text = entry.path().filename().string();
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string variable;
+    while (std::getline(in, variable, '\0'))
+      if (variable == wanted)
+        out.push_back(static_cast<pid_t>(std::stol(pid_text)));
+  }
+  return out;
+}
+
+// Running, as opposed to ended (gone, or a zombie no one has reaped yet).
+bool running(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat))
+    return false;
+  auto after_name = stat.rfind(')');
+  return after_name != std::string::npos && after_name + 2 < stat.size() &&
+         stat[after_name + 2] != 'Z';
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the nodes of a troupe launch that dies end within 10 s; one whose launcher is gone does not "
+    "start") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",
+                                  1000000, "log_every = 1\n"));
+  node_process launcher{
+      {},
+      {"launch", "-n", "2", config, "--no-progress-bar", "--metrics", "/dev/null"},
+      dir.file("launch.log")};
+  REQUIRE(launcher.wait_for_output(" step 3/", 60));
+  auto nodes = processes_with("TROUPE_LAUNCHER_PID", std::to_string(launcher.pid()));
+  REQUIRE(nodes.size() == 2);
+  launcher.signal(SIGKILL);  // no chance to pass anything on
+  CHECK(launcher.wait(5) == 128 + SIGKILL);
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  auto any_running = [&] {
+    return std::any_of(nodes.begin(), nodes.end(), [](pid_t pid) { return running(pid); });
+  };
+  while (any_running() && clock_type::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (pid_t pid : nodes) {
+    INFO("node process " << pid);
+    CHECK_FALSE(running(pid));
+    if (running(pid))
+      ::kill(pid, SIGKILL);  // leave nothing behind
+  }
+
+  // A node started by a launcher that has already gone (its parent is not that launcher).
+  auto orphan = run_shell("TROUPE_LAUNCHER_PID=1 " + std::string{TROUPE_BINARY} + " run " + config +
+                          " --steps 2 -q 2>&1");
+  INFO(orphan.output);
+  CHECK(orphan.exit_code == 1);
+  CHECK(orphan.output.find("the troupe launch that started this node has ended") !=
+        std::string::npos);
 }
 
 TEST_CASE("the shipped two-node configs train under troupe launch -n 2") {
