@@ -2,7 +2,8 @@
 //
 // Runs a config's wiring and the same model on one device with the same seed, data and
 // global batch for a few steps, and compares every parameter (DESIGN.md "Equivalence").
-// Used by `troupe verify` and by the equivalence tests.
+// Used by `troupe verify` and the tests of plugins' layers; the equivalence tests hold
+// every wiring against one pass over the batch (tests/actors/equivalence_test.cpp).
 #pragma once
 
 #include <functional>
@@ -29,6 +30,11 @@ struct verify_result {
 /// its first device, one replica, one stage, one micro-batch.
 run_config single_device_form(const run_config& config);
 
+/// What troupe verify compares a config's wiring with: its single-device form, trained in
+/// the wiring's R x M micro-batches when the global batch splits evenly into them (Note [the
+/// reference's micro-batches] in verify.cpp).
+run_config reference_form(const run_config& config);
+
 /// max over tensors of ||a - b||_inf / ||a||_inf (0 when both are empty).
 std::vector<parameter_difference> compare_parameters(
     const std::vector<std::vector<std::vector<float>>>& reference,
@@ -44,8 +50,8 @@ using parallel_run = std::function<std::vector<std::vector<std::vector<float>>>(
 std::vector<std::vector<std::vector<float>>> parameters_in_checkpoint(const run_config& config,
                                                                       const std::string& root);
 
-/// Trains `config` and its single-device form for `steps` steps (no evaluation, no
-/// output) and compares. Throws user_error for explicit configs (their model is not
+/// Trains `config` and its reference_form for `steps` steps (no evaluation, no output)
+/// and compares. Throws user_error for explicit configs (their model is not
 /// written as [model]) and if either run fails. `run_parallel`, when given, trains the
 /// config's wiring instead of a session in this process (`troupe verify` of a config over
 /// several nodes launches them).

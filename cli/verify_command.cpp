@@ -61,10 +61,11 @@ exit_code verify_command(const std::vector<std::string>& args) {
   command_line line;
   if (auto stop = parse_command_line(
           args, "verify",
-          "Trains CONFIG.toml's wiring and the same model on one device (same seed, data\n"
-          "and global batch) for --steps steps and compares every parameter. Parallelism\n"
-          "should change speed, never the math: differences come only from float\n"
-          "summation order. Exit code 0 when all are within --tolerance, 1 otherwise.\n"
+          "Trains CONFIG.toml's wiring and the same model on one device (same seed, data,\n"
+          "global batch, and the wiring's R x M micro-batches, accumulated in order) for\n"
+          "--steps steps and compares every parameter. Parallelism should change speed,\n"
+          "never the math: differences come only from float summation order. Exit code 0\n"
+          "when all are within --tolerance, 1 otherwise.\n"
           "A config over several nodes ([cluster] nodes > 1) runs as that many local\n"
           "processes (troupe launch), so the network is part of what is checked.",
           options, line))

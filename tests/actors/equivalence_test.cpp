@@ -199,6 +199,29 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
   }
 }
 
+TEST_CASE(
+    "troupe verify's one device trains in the wiring's micro-batches; a pipeline's match bit for "
+    "bit") {
+  const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\n";
+  auto dp = parse_config(equivalence_config(two + "data = 2\nmicrobatches = 3\n"), "dp.toml");
+  const auto reference = reference_form(dp);
+  CHECK(reference.parallel.devices.size() == 1);
+  CHECK(reference.parallel.data == 1);
+  CHECK(reference.parallel.pipeline == 1);
+  CHECK(reference.parallel.microbatches == 6);  // R x M of the 24 samples
+  // Weighted replicas' micro-batches are not one device's equal ones: one pass.
+  auto weighted =
+      parse_config(equivalence_config(two + "data = 2\nbalance = [1, 2]\n"), "weighted.toml");
+  CHECK(reference_form(weighted).parallel.microbatches == 1);
+  // A pipeline adds its micro-batches' gradients in the single device's order: no
+  // difference at all, so a tolerance of 0 passes.
+  auto pp = parse_config(equivalence_config(two + "pipeline = 2\nmicrobatches = 4\n"), "pp.toml");
+  CHECK(reference_form(pp).parallel.microbatches == 4);
+  const auto result = verify_against_single_device(pp, 5, 0.0);
+  CHECK(result.worst == 0);
+  CHECK(result.passed);
+}
+
 TEST_CASE("the sharded optimizer gives the unsharded ring's parameters bit for bit") {
   // Note [sharded optimizer]: each parameter is updated once, by one replica, from the
   // same sum, with the same per-element arithmetic; R = 3 with 1 KiB buckets makes the
