@@ -5,11 +5,11 @@
 // checkpoint's version, and sends it here at once: the copy job is all a checkpoint costs
 // its device. This actor runs on a thread of its own (a stream no device has, Note [the
 // writer's own thread] in checkpoint_writer.cpp): it waits for each copy, writes it as a
-// safetensors shard (runtime/checkpoint/), and once every shard of a step is written it writes the
-// manifest last, atomically, which makes the checkpoint complete
-// (runtime/checkpoint/checkpoint_directory.hpp); then it prunes old ones and tells the trainer. Any
-// failure (a full disk) goes to the trainer as a failure_msg: the run ends, and the checkpoint
-// being written stays incomplete, never taken for a complete one.
+// safetensors shard (runtime/checkpoint/), and once every shard of a step is written it
+// writes the manifest last, atomically, which makes the checkpoint complete
+// (runtime/checkpoint/checkpoint_directory.hpp); then it prunes old ones and tells the
+// trainer. Any failure (a full disk) goes to the trainer as a failure_msg: the run ends,
+// and the checkpoint being written stays incomplete, never taken for a complete one.
 #pragma once
 
 #include <caf/all.hpp>

@@ -5,13 +5,13 @@
 // single-device run; troupe launch's nodes; a test's), it has threads: OpenBLAS's pool,
 // and what a finished run left. fork() copies only the calling thread, with every lock
 // the others held at that moment, and runs the atfork handlers first (OpenBLAS's shuts
-// its pool down, with known deadlocks of its own). A child that then allocates before
-// exec (building argv, setenv) can wait forever for a lock no thread will release: a
-// `troupe verify` over two nodes hung that way for CI's 900 s under AddressSanitizer,
-// whose allocator takes a lock where glibc's often does not. posix_spawn runs no atfork
-// handlers and nothing of ours between the clone and the exec (glibc's is a vfork-like
-// clone): everything the child needs (arguments, environment, output file, process
-// group) is prepared in the parent.
+// its pool down, with known deadlocks of its own, OpenBLAS issue 2270). A child that then
+// allocates before exec (building argv, setenv, as ours did) can wait forever for a lock
+// no thread will release. posix_spawn runs no atfork handlers and nothing of ours between
+// the clone and the exec (glibc's is a vfork-like clone): everything the child needs
+// (arguments, environment, output file, process group) is prepared in the parent. (CI's
+// hung `troupe verify` over two nodes looked like this at first; it was the checkpoint
+// writer, Note [the writer's own thread] in actors/checkpoint_writer.cpp.)
 #pragma once
 
 #include <sys/types.h>
