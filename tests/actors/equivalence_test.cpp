@@ -200,8 +200,8 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
 }
 
 TEST_CASE(
-    "troupe verify's one device trains in the wiring's micro-batches; a pipeline's match bit for "
-    "bit") {
+    "troupe verify's one device trains in the wiring's micro-batches, and a pipeline's match bit "
+    "for bit") {
   const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\n";
   auto dp = parse_config(equivalence_config(two + "data = 2\nmicrobatches = 3\n"), "dp.toml");
   const auto reference = reference_form(dp);

@@ -481,8 +481,8 @@ bool running(pid_t pid) {
 }  // namespace
 
 TEST_CASE(
-    "the nodes of a troupe launch that dies end within 10 s; one whose launcher is gone does not "
-    "start") {
+    "the nodes of a troupe launch that dies end within 10 s, and one whose launcher is gone does "
+    "not start") {
   test::temp_directory dir{"troupe-cluster"};
   auto config = dir.write(
       "long.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n",

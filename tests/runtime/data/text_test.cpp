@@ -55,7 +55,7 @@ TEST_CASE("a text's windows are token ids with the next token as label") {
   CHECK(split.test.count == 0);  // 3 bytes hold no window of 3 and its labels
 }
 
-TEST_CASE("a text without records is split by its last share; too little text is refused") {
+TEST_CASE("a text without records is split by its last share, and too little text is refused") {
   const test::temp_directory dir{"troupe-text"};
   const auto file = dir.write("plain.txt", "0123456789abcdefghij");
   const auto corpus = read_text_corpus(file, 4, 3);

@@ -26,7 +26,8 @@ std::string turns(const interleaved_pipeline& p, std::int64_t device, bool forwa
 
 }  // namespace
 
-TEST_CASE("forwards go round in groups of P micro-batches, chunk by chunk; backwards in reverse") {
+TEST_CASE(
+    "forwards go round in groups of P micro-batches, chunk by chunk, and backwards in reverse") {
   // Megatron-LM's interleaved schedule at P = 2, v = 2, M = 4 (Narayanan et al. 2021, fig. 4).
   const interleaved_pipeline p{2, 2, 4};
   CHECK(turns(p, 0, true) == "0.0 0.1 2.0 2.1 0.2 0.3 2.2 2.3");

@@ -40,7 +40,8 @@ const char* const troupe_lines =
 
 }  // namespace
 
-TEST_CASE("metrics files give training and evaluation points; summaries and blanks are skipped") {
+TEST_CASE(
+    "metrics files give training and evaluation points, and summaries and blanks are skipped") {
   test::temp_directory d{"troupe-plot"};
   const auto run = read_metrics(write(d, "a.jsonl", troupe_lines), "a");
   REQUIRE(run.train_loss.size() == 3);
