@@ -450,13 +450,18 @@ TEST_CASE("Ctrl-C on the coordinator stops every node after the current step") {
 
 namespace {
 
-// The processes whose environment has NAME=VALUE (theirs as they started).
+// The troupe processes whose environment has NAME=VALUE (theirs as they started). Only
+// troupe's: what they start inherits it too (under the sanitizers, a symbolizer).
 std::vector<pid_t> processes_with(const std::string& name, const std::string& value) {
   std::vector<pid_t> out;
   const auto wanted = name + "=" + value;
+  const auto troupe = std::filesystem::canonical(TROUPE_BINARY);
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const auto pid_text = entry.path().filename().string();
     if (pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::error_code unreadable;  // gone meanwhile, or not ours to read
+    if (std::filesystem::read_symlink(entry.path() / "exe", unreadable) != troupe)
       continue;
     std::ifstream in(entry.path() / "environ", std::ios::binary);
     std::string variable;
