@@ -2,8 +2,9 @@
 # gpu-check.sh: the one script to run on a machine with an NVIDIA GPU (CUDA under
 # /usr/local/cuda): uses the bundle of scripts/gpu-bundle.sh when .gpu/ is there (a machine
 # with CUDA and nothing of ours), else installs missing Debian packages if it can and builds
-# troupe with the CUDA kernels; runs the CUDA tests (every CUDA kernel against the CPU kernel; 20 training steps
-# on cuda:0 against cpu:0; data parallel over two GPUs against one where there are two),
+# troupe with the CUDA kernels; runs the CUDA tests (every CUDA kernel against the CPU
+# kernel; 20 training steps on cuda:0 against cpu:0; data parallel over two GPUs against
+# one where there are two),
 # then benchmarks the large MLP's step (bench/gpu_mlp_bench.cpp: FP32 and TF32 against its
 # GEMMs timed alone; bench/gpu_mlp_torch.py: PyTorch's step, if PyTorch is there) and ends
 # with a short table.
