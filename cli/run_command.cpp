@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "actors/cluster.hpp"
@@ -26,13 +27,28 @@ namespace {
 // runtime/base/spawn.hpp), which cannot ask the kernel for a signal when the parent dies;
 // the node asks itself, first thing, when TROUPE_LAUNCHER_PID says a launcher started it.
 // SIGTERM is a clean stop (the run ends after its current step). A launcher that died
-// before the request is no longer our parent: end at once.
-bool ends_with_launcher() {
+// before the request is no longer our parent: end at once. The variable is troupe
+// launch's to set; anything but a process id in it is refused (exit 2) before anything
+// is asked of the kernel.
+exit_code ends_with_launcher() {
   const char* launcher = std::getenv("TROUPE_LAUNCHER_PID");
   if (launcher == nullptr)
-    return true;
+    return exit_code::ok;
+  const std::string text = launcher;
+  if (text.empty() || text.size() > 10 ||
+      text.find_first_not_of("0123456789") != std::string::npos || std::stoll(text) < 1 ||
+      std::stoll(text) > std::numeric_limits<pid_t>::max()) {
+    std::fprintf(stderr,
+                 "troupe run: TROUPE_LAUNCHER_PID must be the process id of the troupe launch "
+                 "that started this node (troupe launch sets it), found %s\n",
+                 quote_user_text(text).c_str());
+    return exit_code::bad_input;
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  return std::to_string(::getppid()) == launcher;
+  if (std::to_string(::getppid()) == text)
+    return exit_code::ok;
+  std::fprintf(stderr, "troupe run: the troupe launch that started this node has ended\n");
+  return exit_code::run_failed;
 }
 
 }  // namespace
@@ -76,10 +92,8 @@ exit_code run_command(const std::vector<std::string>& args) {
           "from TROUPE_SECRET, TROUPE_SECRET_FILE or [cluster] secret_file.",
           options, line))
     return *stop;
-  if (!ends_with_launcher()) {
-    std::fprintf(stderr, "troupe run: the troupe launch that started this node has ended\n");
-    return exit_code::run_failed;
-  }
+  if (auto launched = ends_with_launcher(); launched != exit_code::ok)
+    return launched;
   auto config = load_config_and_plugins(line);
   if (line.values.count("steps")) {
     auto steps = line.values["steps"].as<std::int64_t>();

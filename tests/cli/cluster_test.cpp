@@ -521,6 +521,19 @@ TEST_CASE(
   CHECK(orphan.exit_code == 1);
   CHECK(orphan.output.find("the troupe launch that started this node has ended") !=
         std::string::npos);
+
+  // Anything but a process id there is refused with exit 2, saying what was expected.
+  const std::string huge(100000, '7');
+  for (const std::string& bad :
+       std::vector<std::string>{"abc", "-5", "0", "12x", "99999999999", "''", huge}) {
+    INFO("TROUPE_LAUNCHER_PID=" << bad.substr(0, 40));
+    auto refused = run_shell("TROUPE_LAUNCHER_PID=" + bad + " " + std::string{TROUPE_BINARY} +
+                             " run " + config + " --steps 2 -q 2>&1");
+    INFO(refused.output.substr(0, 400));
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.output.find("TROUPE_LAUNCHER_PID must be the process id") != std::string::npos);
+    CHECK(refused.output.size() < 600);  // a long value is quoted cut short
+  }
 }
 
 TEST_CASE("the shipped two-node configs train under troupe launch -n 2") {
