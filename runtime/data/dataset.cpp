@@ -388,7 +388,16 @@ idx_images read_idx_images(const std::string& path) {
     throw data_error("file '" + path + "': images of " + std::to_string(out.rows) + " x " +
                      std::to_string(out.cols) + " pixels (offsets 8 and 12) exceed the limit of " +
                      std::to_string(max_image_size) + " pixels; the header is corrupt");
-  out.pixels = in.read_payload(out.count * out.rows * out.cols, "pixel data");
+  // The images become one tensor of floats: refused before any pixel is read (a small gzip
+  // file can hold gigabytes of zeros).
+  const auto values = out.count * out.rows * out.cols;  // at most 2^48: no overflow
+  if (values > limits::max_tensor_elements)
+    throw data_error("file '" + path + "': " + std::to_string(out.count) + " images of " +
+                     std::to_string(out.rows) + " x " + std::to_string(out.cols) +
+                     " pixels (offsets 4 to 12) are " + std::to_string(values) +
+                     " values, more than the limit of " +
+                     std::to_string(limits::max_tensor_elements) + " values in one tensor");
+  out.pixels = in.read_payload(values, "pixel data");
   in.expect_end("pixel data");
   return out;
 }

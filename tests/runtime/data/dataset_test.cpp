@@ -265,9 +265,18 @@ TEST_CASE("header counts and sizes must be positive and sane") {
   CHECK(contains(data_error_of([&] { troupe::read_idx_images(dir / "wide"); }),
                  "exceed the limit of 1048576 pixels"));
   // A huge count with no data behind it: a truncation error, not an attempt to allocate.
-  write_raw(dir / "huge", idx_images_file(1u << 28, 1024, 1024, {1, 2, 3}));
+  write_raw(dir / "huge", idx_images_file(1u << 20, 32, 32, {1, 2, 3}));
   CHECK(contains(data_error_of([&] { troupe::read_idx_images(dir / "huge"); }),
                  "found only 3"));
+  // More values than one tensor holds, refused from the header before any pixel is read
+  // (a 2 MB gzip file held 2^31 zero pixels, and took 10.5 GB to be read).
+  write_raw(dir / "bomb", idx_images_file((1u << 20) + 1, 32, 32, {1, 2, 3}));
+  CHECK(contains(data_error_of([&] { troupe::read_idx_images(dir / "bomb"); }),
+                 "1048577 images of 32 x 32 pixels (offsets 4 to 12) are 1073742848 values, "
+                 "more than the limit of 1073741824 values in one tensor"));
+  write_raw(dir / "tallest", idx_images_file(1u << 28, 1024, 1024, {1, 2, 3}));
+  CHECK(contains(data_error_of([&] { troupe::read_idx_images(dir / "tallest"); }),
+                 "more than the limit of 1073741824 values"));
   write_raw(dir / "toomany", idx_images_file((1u << 28) + 1, 1, 1, {}));
   CHECK(contains(data_error_of([&] { troupe::read_idx_images(dir / "toomany"); }),
                  "image count at offset 4 is 268435457"));
