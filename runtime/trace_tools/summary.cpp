@@ -164,17 +164,6 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
         step > 0 && std::isfinite(step) ? 1 - m * stage.work_us / step : out.theory_bubble;
 }
 
-// The node of a device as the trace names it: "node1/cpu:0" and "node1 host" are node 1,
-// anything else node 0.
-int node_of_device(const std::string& device) {
-  if (device.rfind("node", 0) != 0)
-    return 0;
-  auto end = device.find_first_not_of("0123456789", 4);
-  if (end == 4 || end == std::string::npos || (device[end] != '/' && device[end] != ' '))
-    return 0;
-  return std::stoi(device.substr(4, end - 4));
-}
-
 void summarize_wires(const trace_file& trace, trace_summary& out) {
   std::map<std::string, int> node_of_actor;
   for (const auto& t : trace.tracks)

@@ -50,19 +50,6 @@ struct row {
   double y = 0;
 };
 
-// The node a device's process belongs to: K for "nodeK/cpu:0" and for "nodeK host" (a
-// worker's host, as merge.cpp names it), 0 for the coordinator's "cpu:0" and "host".
-int node_of(const std::string& device) {
-  if (device.compare(0, 4, "node") != 0)
-    return 0;
-  std::size_t end = 4;
-  while (end < device.size() && end < 10 && std::isdigit(static_cast<unsigned char>(device[end])))
-    ++end;
-  if (end == 4 || end >= device.size() || (device[end] != '/' && device[end] != ' '))
-    return 0;
-  return std::stoi(device.substr(4, end - 4));
-}
-
 std::vector<row> make_rows(const trace_file& trace) {
   std::set<std::string> used;
   for (const auto& t : trace.tracks)
@@ -98,7 +85,7 @@ std::vector<row> make_rows(const trace_file& trace) {
     if (trace.stages > 1 && !stages.empty())
       label += std::string{label.empty() ? "" : ", "} + (stages.size() > 1 ? "stages " : "stage ") +
                list(stages);
-    rows.push_back({device, label, node_of(device), 0});
+    rows.push_back({device, label, node_of_device(device), 0});
   }
   // Each node's rows together, under a band naming it, when the trace has several nodes.
   std::stable_sort(rows.begin(), rows.end(),

@@ -62,6 +62,16 @@ struct event_reader {
       fail(std::string{"\""} + key + "\" should be a string, found " + describe_json_value(*value));
     return value->get<std::string>();
   }
+  /// An index that troupe writes as an int32 (a micro-batch, a replica): -1 (none) up to
+  /// the 2^20 otherData allows for their counts.
+  std::int32_t index_in(const json& object, const char* key) const {
+    constexpr double most = double{1 << 20};
+    const auto x = number(object, key, -1);
+    if (x < -1 || x > most)
+      fail(std::string{"\""} + key + "\" is " + describe_json_value(*field(object, key)) +
+           ", outside -1 to " + std::to_string(1 << 20));
+    return static_cast<std::int32_t>(x);
+  }
   const json& args() const {
     static const json empty = json::object();
     auto* value = field(event, "args");
@@ -128,6 +138,14 @@ void read_other_data(const json& other, trace_file& out) {
     out.tracks.push_back({text(t, "name"), text(t, "kind"), text(t, "device"), small(t, "replica"),
                           small(t, "stage"), small(t, "layer")});
   }
+  // Every stage holds a layer, which has a track: the tools print a row per stage, so
+  // a count the tracks cannot back would print rows of nothing (a 61 KB trace claiming
+  // 2^20 stages printed 80 MB).
+  if (out.stages > 1 && out.stages > static_cast<std::int64_t>(out.tracks.size()))
+    throw user_error(out.path + ": otherData.stages is " + std::to_string(out.stages) +
+                     ", but the trace has " + std::to_string(out.tracks.size()) +
+                     " track(s) and every stage has at least one; expected a trace written by "
+                     "troupe run --trace");
   for (std::size_t i = 0; i < out.tracks.size(); ++i)
     out.track_index.emplace(out.tracks[i].name, i);
   auto wires = other.find("wires");
@@ -141,6 +159,18 @@ void read_other_data(const json& other, trace_file& out) {
 }
 
 }  // namespace
+
+int node_of_device(const std::string& device) {
+  if (device.compare(0, 4, "node") != 0)
+    return 0;
+  std::size_t end = 4;
+  while (end < device.size() && end < 4 + 9 &&
+         std::isdigit(static_cast<unsigned char>(device[end])))
+    ++end;
+  if (end == 4 || end >= device.size() || (device[end] != '/' && device[end] != ' '))
+    return 0;
+  return std::stoi(device.substr(4, end - 4));  // at most 9 digits: an int
+}
 
 const trace_track* trace_file::find_track(const std::string& name) const {
   if (track_index.size() == tracks.size()) {  // as parse_trace leaves it
@@ -314,8 +344,8 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
         span.duration_us = std::max(0.0, read.number(e, "dur", 0));
         last = std::max(last, span.end_us());
         span.step = to_int(read.number(args, "step", -1));
-        span.microbatch = static_cast<std::int32_t>(read.number(args, "microbatch", -1));
-        span.replica = static_cast<std::int32_t>(read.number(args, "replica", -1));
+        span.microbatch = read.index_in(args, "microbatch");
+        span.replica = read.index_in(args, "replica");
         span.eval = read.text(args, "phase") == "eval";
         span.bytes = to_int(read.number(args, "bytes", 0));
         auto category = read.text(e, "cat");

@@ -111,6 +111,11 @@ trace_file parse_trace(const std::string& text, const std::string& path);
 /// Reads and parses the file at `path`. Throws user_error when it cannot be read.
 trace_file load_trace(const std::string& path);
 
+/// The node a device's process belongs to, as a trace names it: K for "nodeK/cpu:0" and
+/// for "nodeK host" (a worker's host, as merge.cpp names it), 0 for the coordinator's
+/// "cpu:0" and "host", and for anything else (a node number of more than 9 digits too).
+int node_of_device(const std::string& device);
+
 /// Compares names so that "layer_2" < "layer_10" (digit runs by value).
 bool natural_less(const std::string& a, const std::string& b);
 

@@ -97,6 +97,23 @@ TEST_CASE(
                   "v.json"),
       doctest::Contains("v.json: otherData.virtual_stages is 1000000000000, more than the limit"),
       user_error);
+  // A micro-batch or replica index is an int32 troupe wrote: -1 up to 2^20.
+  for (const std::string field : {"microbatch", "replica"}) {
+    INFO(field);
+    const auto expected = "i.json: traceEvents[0]: \"" + field + "\" is the number";
+    for (const char* value : {"3e9", "-2", "1048577"})
+      CHECK_THROWS_WITH_AS(parse_trace(R"({"traceEvents": [{"ph": "X", "ts": 1, "args": {")" +
+                                           field + "\": " + value + "}}]" + no_tracks,
+                                       "i.json"),
+                           doctest::Contains(expected.c_str()), user_error);
+  }
+  // More stages than tracks: every stage has a layer, and a track (the summary printed a
+  // row for each of 2^20 claimed stages).
+  CHECK_THROWS_WITH_AS(
+      parse_trace(R"({"traceEvents": [], "otherData": {"stages": 1048576, "tracks": [{}, {}]}})",
+                  "t.json"),
+      doctest::Contains("t.json: otherData.stages is 1048576, but the trace has 2 track(s)"),
+      user_error);
   // Interleaved: v must divide the stages (the tools group stages s, s + P, ... by device).
   CHECK_THROWS_WITH_AS(
       parse_trace(R"({"traceEvents": [], "otherData": {"stages": 4, "virtual_stages": 3, )"
@@ -116,4 +133,21 @@ TEST_CASE("a timeline of steps at timestamps near 1e18 microseconds is drawn, no
   CHECK(svg.find("</svg>") != std::string::npos);
   CHECK(svg.size() < 100'000);
   CHECK(summarize_trace(trace).devices.size() == 1);
+}
+
+TEST_CASE("a device's node number of any length is read, or taken for node 0, never thrown on") {
+  CHECK(node_of_device("node12/cpu:0") == 12);
+  CHECK(node_of_device("node3 host") == 3);
+  CHECK(node_of_device("cpu:0") == 0);
+  CHECK(node_of_device("host") == 0);
+  CHECK(node_of_device("node/cpu:0") == 0);
+  CHECK(node_of_device("node7") == 0);
+  CHECK(node_of_device("node999999999/cpu:0") == 999999999);
+  // Past 9 digits (the summary's std::stoi threw "stoi", an internal error, exit 1).
+  CHECK(node_of_device("node2147483648/cpu:0") == 0);
+  CHECK(node_of_device("node" + std::string(400, '9') + "/cpu:0") == 0);
+  auto trace = nlohmann::json::parse(jobs_trace(0, 10, 3));
+  trace["otherData"]["tracks"][0]["device"] = "node2147483648/cpu:0";
+  const auto summary = summarize_trace(parse_trace(trace.dump(), "n.json"));
+  CHECK(summary.wires.empty());
 }
