@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/json_input.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/atomic_file.hpp"
 #include "troupe/error.hpp"
 
@@ -149,6 +150,16 @@ shape_t read_shape(object_reader& reader, const std::string& name) {
       reader.fail("field '" + element_path(path, i) + "'",
                   "is " + describe_json_value(shape[i]) + "; expected a non-negative integer");
     out.push_back(shape[i].get<std::int64_t>());
+  }
+  // One tensor's values at most (a product past 64 bits read as "needs 0" values).
+  std::int64_t values = 1;
+  for (auto d : out) {
+    if (d != 0 && values > limits::max_tensor_elements / d) {
+      reader.fail("field '" + path + "'",
+                  "is " + shape_to_string(out) + ", more than the limit of " +
+                      std::to_string(limits::max_tensor_elements) + " values in one tensor");
+    }
+    values *= d;
   }
   return out;
 }

@@ -58,6 +58,22 @@ std::map<std::string, std::vector<float>> read_checkpoint_tensors(
   std::map<std::string, std::vector<float>> whole;
   std::map<std::string, std::vector<piece>> pieces;
   std::map<std::string, std::string> whole_shard;
+  // A whole tensor has its parameter's shape (an optimizer state, "2.weight.exp_avg",
+  // its parameter's): the same values under another shape would load transposed.
+  std::map<std::string, shape_t> shape_of;
+  for (const auto& layer : manifest.layers)
+    for (const auto& p : layer.params)
+      shape_of[parameter_name(layer.index, p.name)] = p.shape;
+  auto manifest_shape = [&](std::string name) -> const shape_t* {
+    for (;;) {
+      if (auto it = shape_of.find(name); it != shape_of.end())
+        return &it->second;
+      const auto dot = name.rfind('.');
+      if (dot == std::string::npos)
+        return nullptr;
+      name.resize(dot);
+    }
+  };
   for (const auto& shard : manifest.shards) {
     const auto path = (std::filesystem::path(directory) / shard.file).string();
     const auto file = read_safetensors(path);
@@ -67,6 +83,11 @@ std::map<std::string, std::vector<float>> read_checkpoint_tensors(
                          to_string(entry.dtype) + "; expected F32");
       auto [name, begin] = split_piece(entry.name);
       if (begin < 0) {
+        const auto* expected = manifest_shape(name);
+        if (expected != nullptr && entry.shape != *expected)
+          throw data_error("checkpoint shard '" + path + "': tensor '" + name + "' has shape " +
+                           shape_to_string(entry.shape) + ", but the manifest gives its " +
+                           "parameter the shape " + shape_to_string(*expected));
         whole[name] = file.values<float>(entry.name);
         whole_shard[name] = path;
       } else {

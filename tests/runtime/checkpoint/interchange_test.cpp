@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/restore.hpp"
 #include "tests/runtime/checkpoint/checkpoint_test_files.hpp"
 #include "tests/temp_files.hpp"
 
@@ -63,19 +64,23 @@ std::string write_state(const std::string& path, const std::vector<named_values>
 
 // A complete checkpoint of small_model() at step 7 under `root`, written as a run with two
 // optimizer shards would: layer 0 whole with Adam state in one shard, layer 2's weight in
-// two pieces (a sharded optimizer) and its bias whole in the other. Its directory.
-std::string write_small_checkpoint(const std::string& root) {
+// two pieces (a sharded optimizer) and its bias whole in the other. Its directory. With
+// `transposed`, that whole tensor of layer 0 is written as (4, 3), the manifest's (3, 4).
+std::string write_small_checkpoint(const std::string& root, const std::string& transposed = "") {
   const auto dir = make_checkpoint_directory(root, 7);
   const auto state = small_state();
   const auto moment = values_of(9, 12);
   const auto& w2 = state[2].values;
   const std::vector<float> w2_head(w2.begin(), w2.begin() + 4), w2_tail(w2.begin() + 4, w2.end());
-  const auto first =
-      write_safetensors((fs::path{dir} / "optimizer-0.safetensors").string(),
-                        {{"0.weight", safetensors_dtype::f32, {3, 4}, state[0].values.data()},
-                         {"0.bias", safetensors_dtype::f32, {3}, state[1].values.data()},
-                         {"0.weight.exp_avg", safetensors_dtype::f32, {3, 4}, moment.data()},
-                         {"2.weight@0", safetensors_dtype::f32, {4}, w2_head.data()}});
+  auto shape = [&](const std::string& name) {
+    return name == transposed ? shape_t{4, 3} : shape_t{3, 4};
+  };
+  const auto first = write_safetensors(
+      (fs::path{dir} / "optimizer-0.safetensors").string(),
+      {{"0.weight", safetensors_dtype::f32, shape("0.weight"), state[0].values.data()},
+       {"0.bias", safetensors_dtype::f32, {3}, state[1].values.data()},
+       {"0.weight.exp_avg", safetensors_dtype::f32, shape("0.weight.exp_avg"), moment.data()},
+       {"2.weight@0", safetensors_dtype::f32, {4}, w2_head.data()}});
   const auto second =
       write_safetensors((fs::path{dir} / "optimizer-1.safetensors").string(),
                         {{"2.weight@4", safetensors_dtype::f32, {2}, w2_tail.data()},
@@ -218,6 +223,25 @@ TEST_CASE("export writes a checkpoint's parameters whole, with torch's names and
   }
   // And back: the export is a start for the same model.
   CHECK(weights_from(output, small_model()).layers.at(2).at("weight") == values_of(3, 6));
+}
+
+TEST_CASE("a shard's tensor of another shape than its manifest's parameter is refused") {
+  // The same 12 values as (4, 3) over a manifest's (3, 4) were exported and resumed from
+  // as (3, 4): a transposed weight, silently. A state has its parameter's shape too.
+  for (const std::string name : {"0.weight", "0.weight.exp_avg"}) {
+    INFO(name);
+    const temp_directory root{"troupe-interchange"};
+    const auto checkpoint = write_small_checkpoint(root.string(), name);
+    const auto expected = "optimizer-0.safetensors': tensor '" + name +
+                          "' has shape (4, 3), but the manifest gives its parameter the shape "
+                          "(3, 4)";
+    CHECK(contains(
+        data_error_of([&] { read_checkpoint_tensors(checkpoint, verify_checkpoint(checkpoint)); }),
+        expected));
+    if (name == "0.weight")
+      CHECK(contains(data_error_of([&] { export_weights(checkpoint, root / "out.safetensors"); }),
+                     expected));
+  }
 }
 
 TEST_CASE("export refuses a missing path, a damaged checkpoint and an unwritable output") {

@@ -125,6 +125,24 @@ TEST_CASE("a manifest with a missing, unknown or wrongly typed field is refused,
                  "field 'shards[0].tensors[1]' is the string ''; expected a tensor name"));
   CHECK(contains(refusal_after([](auto& j) { j["layers"][0]["params"][1]["shape"][0] = -3; }),
                  "field 'layers[0].params[1].shape[0]' is the number -3; expected a non-negative"));
+  // A product past 64 bits was read as "needs 0" values; past one tensor's limit is refused.
+  CHECK(contains(
+      refusal_after([](auto& j) {
+        j["layers"][0]["params"][0]["shape"] = {std::int64_t{1} << 40, std::int64_t{1} << 40};
+      }),
+      "field 'layers[0].params[0].shape' is (1099511627776, 1099511627776), more than "
+      "the limit of 1073741824 values in one tensor"));
+  CHECK(contains(refusal_after([](auto& j) {
+                   j["layers"][0]["params"][0]["shape"] = {32768, 32769};
+                 }),
+                 "more than the limit of 1073741824 values"));
+  CHECK_NOTHROW(manifest_from_json(
+      [] {
+        auto j = nlohmann::json::parse(manifest_to_json(sample_manifest()));
+        j["layers"][0]["params"][0]["shape"] = {32768, 32768, 0};  // empty is fine
+        return j.dump();
+      }(),
+      "m.json"));
   CHECK(contains(refusal_after([](auto& j) { j["layers"][0]["params"][0]["dtype"] = "F16"; }),
                  "field 'layers[0].params[0].dtype' is 'F16'; expected F32, F64, I32 or I64"));
   CHECK(contains(refusal_after([](auto& j) { j["learning_rate"] = 0.1; }),
