@@ -571,34 +571,53 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
   }
   if (!j.is_object())
     throw fail("the top level is not an object");
-  auto number = [&](const nlohmann::json& o, const char* key, const std::string& where) {
+  // Each number within what a machine can measure, so that the simulation's prices (whole
+  // nanoseconds, bytes over rates, costs per parameter) fit in 64 bits.
+  auto number = [&](const nlohmann::json& o, const char* key, const std::string& where,
+                    double most = 1e9) {  // a time: at most 1000 s
     auto found = o.find(key);
     if (found == o.end() || !found->is_number())
       throw fail(where + "\"" + key + "\" is missing or not a number");
     const double v = found->get<double>();
-    if (!std::isfinite(v) || v < 0)
-      throw fail(where + "\"" + key + "\" is " + shortest_text(v) + ", expected a time or rate >= 0");
+    if (!std::isfinite(v) || v < 0 || v > most)
+      throw fail(where + "\"" + key + "\" is " + shortest_text(v) +
+                 ", expected a time or rate from 0 to " + shortest_text(most));
     return v;
   };
-  auto string = [&](const nlohmann::json& o, const char* key) {
+  auto rate = [&](const char* key) {  // GB/s: 0 (not measured), or 1 MB/s to 1000000 GB/s
+    const double v = number(j, key, "", 1e6);
+    if (v > 0 && v < 1e-3)
+      throw fail(std::string{"\""} + key + "\" is " + shortest_text(v) +
+                 ", expected 0 or a rate from 0.001 to 1e+06 GB/s");
+    return v;
+  };
+  auto count = [&](const nlohmann::json& o, const char* key, const std::string& where,
+                   std::int64_t least, std::int64_t most) {
+    const double v = number(o, key, where, static_cast<double>(most));
+    if (v < static_cast<double>(least) || v != std::floor(v))
+      throw fail(where + "\"" + key + "\" is " + shortest_text(v) +
+                 ", expected a whole number from " + std::to_string(least) + " to " +
+                 std::to_string(most));
+    return static_cast<std::int64_t>(v);
+  };
+  auto string = [&](const nlohmann::json& o, const char* key, const std::string& where = "") {
     auto found = o.find(key);
     if (found == o.end() || !found->is_string())
-      throw fail(std::string{"\""} + key + "\" is missing or not a string");
+      throw fail(where + "\"" + key + "\" is missing or not a string");
     return found->get<std::string>();
   };
+  constexpr std::int64_t most_bytes = std::int64_t{1} << 40;
   calibration c;
   c.config = string(j, "config");
   c.device = string(j, "device");
   c.optimizer = string(j, "optimizer");
-  c.repeats = static_cast<std::int64_t>(number(j, "repeats", ""));
-  c.rows = static_cast<std::int64_t>(number(j, "rows", ""));
-  if (c.rows < 1)
-    throw fail("\"rows\" should be at least 1");
-  c.update_ns_per_parameter = number(j, "update_ns_per_parameter", "");
-  c.copy_bytes = static_cast<std::int64_t>(number(j, "copy_bytes", ""));
-  c.copy_gb_per_s = number(j, "copy_gb_per_s", "");
-  c.reduce_gb_per_s = number(j, "reduce_gb_per_s", "");
-  c.load_gb_per_s = number(j, "load_gb_per_s", "");
+  c.repeats = count(j, "repeats", "", 0, 1'000'000'000);
+  c.rows = count(j, "rows", "", 1, limits::max_samples);
+  c.update_ns_per_parameter = number(j, "update_ns_per_parameter", "", 1e4);
+  c.copy_bytes = count(j, "copy_bytes", "", 0, most_bytes);
+  c.copy_gb_per_s = rate("copy_gb_per_s");
+  c.reduce_gb_per_s = rate("reduce_gb_per_s");
+  c.load_gb_per_s = rate("load_gb_per_s");
   c.loss_us = number(j, "loss_us", "");
   c.handover_us = number(j, "handover_us", "");
   if (j.contains("handler_us"))  // absent: not measured (or a calibration from before)
@@ -620,10 +639,10 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
     if (!row.is_object())
       throw fail(where + "not an object");
     layer_timing l;
-    l.layer = static_cast<std::int64_t>(number(row, "layer", where));
-    l.type = row.value("type", std::string{});
-    l.rows = static_cast<std::int64_t>(number(row, "rows", where));
-    l.parameters = static_cast<std::int64_t>(number(row, "parameters", where));
+    l.layer = count(row, "layer", where, 0, limits::max_layers);
+    l.type = row.contains("type") ? string(row, "type", where) : std::string{};
+    l.rows = count(row, "rows", where, 1, limits::max_samples);
+    l.parameters = count(row, "parameters", where, 0, most_bytes);
     l.forward_us = number(row, "forward_us", where);
     l.backward_us = number(row, "backward_us", where);
     if (row.contains("backward_input_us")) {

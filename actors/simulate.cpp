@@ -288,6 +288,11 @@ link_cost parse_link(const std::string& whole) {
     ++at;
   if (at != text.size() || out.bytes_per_ns <= 0)
     throw bad();
+  // Within what a link can be, so that every price is a count of nanoseconds that fits.
+  if (out.bytes_per_ns < 1e-3 || out.bytes_per_ns > 1e6 || out.latency_ns > 1e12)
+    throw user_error("--link " + quote_user_text(whole) +
+                     ": expected a bandwidth from 1 MB/s to 1000000 GB/s and a latency of at "
+                     "most 1000 s");
   out.given = true;
   return out;
 }

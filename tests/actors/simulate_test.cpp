@@ -436,8 +436,10 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
   CHECK(link.bytes_per_ns == doctest::Approx(12.5));
   CHECK(link.latency_ns == doctest::Approx(2e6));
   CHECK(parse_link("800 MB/s,300ns").latency_ns == doctest::Approx(300));
-  for (const char* bad : {"", "fast", "25 GB/s", "25 GB/s, 5", "25 GB/s, 5 us, 3", "-1 GB/s, 1 us",
-                          "0 GB/s, 1 us", "25 GiB/s, 5 us", "device: 25 GB/s, 5 us", "nan GB/s, 1 us"}) {
+  for (const char* bad :
+       {"", "fast", "25 GB/s", "25 GB/s, 5", "25 GB/s, 5 us, 3", "-1 GB/s, 1 us", "0 GB/s, 1 us",
+        "25 GiB/s, 5 us", "device: 25 GB/s, 5 us", "nan GB/s, 1 us", "1e308 GB/s, 1e308 us",
+        "1 GB/s, 1e308 us", "0.0001 MB/s, 1 us"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_link(bad), user_error);
   }
@@ -516,6 +518,34 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
     CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
                          doctest::Contains("\"contention\""), user_error);
   }
+  // Numbers past what a machine measures made prices that overflow 64 bits of
+  // nanoseconds (UBSan: inf or 1e303 converted to an integer): refused, naming the field.
+  const auto valid = nlohmann::json::parse(format_calibration_json(costs));
+  struct huge {
+    const char* key;  // in the top level, or in layers[0] when `layer`
+    bool layer;
+    nlohmann::json value;
+  };
+  for (const auto& h :
+       {huge{"handler_us", false, 1e303}, huge{"handover_us", false, 1e303},
+        huge{"host_us", false, 1e303}, huge{"loss_us", false, 1e10}, huge{"repeats", false, 1e300},
+        huge{"repeats", false, 2.5}, huge{"rows", false, 1e300}, huge{"copy_bytes", false, 1e300},
+        huge{"update_ns_per_parameter", false, 1e300}, huge{"copy_gb_per_s", false, 1e-300},
+        huge{"load_gb_per_s", false, 1e-300}, huge{"reduce_gb_per_s", false, 1e300},
+        huge{"layer", true, 1e300}, huge{"rows", true, 1e300}, huge{"parameters", true, 4.6e18},
+        huge{"forward_us", true, 1e300}, huge{"type", true, 5}, huge{"type", true, nullptr}}) {
+    CAPTURE(h.key);
+    CAPTURE(h.value.dump());
+    auto bad = valid;
+    (h.layer ? bad["layers"][0] : bad)[h.key] = h.value;
+    const auto named = std::string{"\""} + h.key + "\"";
+    CHECK_THROWS_WITH_AS(parse_calibration_json(bad.dump(), "c.json"),
+                         doctest::Contains(named.c_str()), user_error);
+  }
+  // A rate of 0 is one not measured, as before.
+  auto unmeasured = valid;
+  unmeasured["load_gb_per_s"] = 0;
+  CHECK(parse_calibration_json(unmeasured.dump(), "c.json").load_gb_per_s == 0);
   costs.contention = 1;
   // The handler's device time: --handler-us, else the calibration's measure, else 2 us.
   {
