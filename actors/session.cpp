@@ -69,6 +69,12 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
   // A layer that reads token ids must know every id the data holds (a text's vocabulary).
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto ids = create_layer(*layers[i])->input_ids();
+    // Images are values, not ids: found at step 0 it was exit 1 ("token id -0.17676").
+    if (ids > 0 && inputs[i].front() == data_input && config.data.source != data_source::text)
+      throw config_error(layers[i]->where,
+                         "layer '" + layers[i]->type + "' reads token ids, but [data] source = \"" +
+                             to_string(config.data.source) +
+                             "\" gives feature values; token ids come from source = \"text\"");
     if (ids > 0 && positions > 1 && inputs[i].front() == data_input && ids < classes)
       throw config_error(layers[i]->where,
                          "layer '" + layers[i]->type + "' reads token ids below " +

@@ -32,6 +32,8 @@ exit_code calibrate_command(const std::vector<std::string>& args) {
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);
+  if (line.values.count("output"))  // before the timings: exit 2 at once, not 1 at the end
+    check_output_file(line.values["output"].as<std::string>(), "the calibration");
   for (const auto& device : config.parallel.devices)
     if (device.id.type == device_type::cuda) {
       std::fprintf(stderr,

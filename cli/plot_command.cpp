@@ -83,6 +83,7 @@ exit_code plot_command(const std::vector<std::string>& args) {
     throw user_error("troupe plot: say where to draw it: -o curves.svg or -o curves.html");
   const auto output = values["output"].as<std::string>();
   const bool html = picture_is_html("troupe plot", output);
+  check_output_file(output, "the curves");  // before the files are read: exit 2, not 1
   const double width = values["width"].as<double>();
   if (!(width >= 300 && width <= 20000))
     throw user_error("troupe plot: --width should be between 300 and 20000 px");

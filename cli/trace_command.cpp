@@ -141,6 +141,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
     throw user_error("troupe trace timeline: say where to draw it: -o schedule.svg or -o schedule.html");
   auto output = values["output"].as<std::string>();
   const bool html = picture_is_html("troupe trace timeline", output);
+  check_output_file(output, "the timeline");  // before the trace is read: exit 2, not 1
   timeline_options timeline;
   timeline.width = values["width"].as<double>();
   if (!(timeline.width >= 400 && timeline.width <= 100000))

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "runtime/config/config.hpp"
+
 namespace troupe {
 
 namespace {
@@ -59,11 +61,16 @@ const T* value_as(const setting_value* v, const std::string& setting, const char
   return value;
 }
 
+// A number as the config would write it: 1e-20 reads "1e-20", not std::to_string's
+// "0.000000" (which made eps = 1e-20 "out of range [0.000000, 1.000000]").
+std::string number_text(std::int64_t value) { return std::to_string(value); }
+std::string number_text(double value) { return shortest_text(value); }
+
 template <class T>
 config_error out_of_range(const std::string& setting, const setting_value& v, T value, T min,
                           T max) {
-  return config_error(v.where, setting + " = " + std::to_string(value) + " is out of range [" +
-                                   std::to_string(min) + ", " + std::to_string(max) + "]");
+  return config_error(v.where, setting + " = " + number_text(value) + " is out of range [" +
+                                   number_text(min) + ", " + number_text(max) + "]");
 }
 
 }  // namespace

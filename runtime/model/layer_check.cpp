@@ -105,6 +105,9 @@ void check_gradient_check_size(const layer& math, const std::string& type,
                      shape_words(options.batch, options.input_shape) +
                      " is more than the limit of " + std::to_string(limits::max_tensor_elements) +
                      " values; use a smaller --input or --batch");
+  // The output's shape first: it is where a layer refuses an input it cannot take (a
+  // parameters() may assume one it can: attention read a rank-1 input's channels out of range).
+  const auto output_shape = math.output_shape(options.input_shape);
   // Each checked value (an input or a parameter) costs two forward passes.
   double values = static_cast<double>(*input);
   for (const auto& spec : math.parameters(options.input_shape)) {
@@ -116,7 +119,7 @@ void check_gradient_check_size(const layer& math, const std::string& type,
                        " values; use a smaller --input or smaller settings");
     values += static_cast<double>(*count);
   }
-  const auto output = batched_count(options.batch, math.output_shape(options.input_shape));
+  const auto output = batched_count(options.batch, output_shape);
   if (!output)
     throw user_error("check-layer " + quote_user_text(type) + ": its output for " +
                      shape_words(options.batch, options.input_shape) +

@@ -32,7 +32,7 @@ bool number_at(const nlohmann::json& line, const char* key, const std::string& w
 
 run_curves read_metrics(const std::string& path, const std::string& label) {
   const auto text = read_file_capped(path, limits::max_metrics_bytes, "metrics file",
-                                     "(a file troupe run --metrics wrote)");
+                                     " (a file troupe run --metrics wrote)");
   run_curves run;
   run.label = label;
   std::size_t start = 0;

@@ -103,6 +103,22 @@ TEST_CASE("an embedding whose vocab does not cover the text is refused at its ta
                        config_error);
 }
 
+TEST_CASE("an embedding that would read images' values as token ids is refused at its table") {
+  // It ran until step 0's kernel found "token id -0.17676": exit 1, not a config error.
+  for (const char* source : {"synthetic", "fashion-mnist"}) {
+    CAPTURE(source);
+    auto config =
+        parse_config(std::string{"[data]\nsource = \""} + source + "\"\nbatch_size = 8\n" +
+                         test::layer("embedding", "vocab = 2\ndim = 4\n") + test::layer("flatten") +
+                         test::linear(10),
+                     "emb.toml");
+    CHECK_THROWS_WITH_AS(prepare_session(config),
+                         doctest::Contains("emb.toml:4:1: layer 'embedding' reads token ids, but "
+                                           "[data] source = \""),
+                         config_error);
+  }
+}
+
 TEST_CASE("the shipped language models plan on the fortunes text, their vocab its bytes") {
   for (const std::string name : {"char_lm", "char_lm_pp2", "char_lm_dp2"}) {
     CAPTURE(name);

@@ -370,6 +370,18 @@ TEST_CASE("a layer without a split backward refuses to be called split") {
   CHECK(create_layer(make_layer("linear", {{"out", integer(3)}}))->splits_backward());
 }
 
+TEST_CASE("a float setting out of range is quoted as the config would write it") {
+  // std::to_string printed eps = 1e-20 as "0.000000 is out of range [0.000000, 1.000000]".
+  CHECK_THROWS_WITH_AS(
+      create_layer(make_layer("layer_norm", {{"eps", setting_value{1e-20, {"test.toml", 8, 7}}}})),
+      doctest::Contains("test.toml:8:7: layer 'layer_norm' setting 'eps' = 1e-20 is out of range "
+                        "[1e-12, 1]"),
+      config_error);
+  CHECK_THROWS_WITH_AS(
+      create_layer(make_layer("dropout", {{"p", setting_value{0.9995, {"test.toml", 8, 7}}}})),
+      doctest::Contains("setting 'p' = 0.9995 is out of range [0, 0.999]"), config_error);
+}
+
 TEST_CASE("delay split takes backward_us - weight_us for dx and weight_us for the weights") {
   auto l = create_layer(make_layer("delay", {{"forward_us", integer(1)},
                                              {"backward_us", integer(40000)},

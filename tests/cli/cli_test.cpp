@@ -236,6 +236,12 @@ TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer
   CHECK(bad_shape.exit_code == 2);
   CHECK(bad_shape.output.find("--input expects a size or sizes joined by 'x'") !=
         std::string::npos);
+  // An input the layer cannot take is refused by its output shape, before its parameters
+  // are sized from it (attention read a rank-1 input's channels: an internal error, exit 1).
+  auto rank_one = run_troupe("check-layer attention --set heads=1 --input 4");
+  CHECK(rank_one.exit_code == 2);
+  CHECK(rank_one.output.find("layer 'attention' takes sequences of shape (positions, channels), "
+                             "found (4)") != std::string::npos);
   auto unknown = run_troupe("check-layer linaer");
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.output.find("did you mean 'linear'?") != std::string::npos);

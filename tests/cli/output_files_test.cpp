@@ -215,6 +215,36 @@ TEST_CASE("output paths that cannot be written are bad input, refused before the
   CHECK_FALSE(std::filesystem::exists(regular + "/y.jsonl"));
 }
 
+TEST_CASE("the pictures' and the calibration's output paths are bad input, refused before work") {
+  // Checked up front, as a run's are: a timeline or a plot that could not be written was
+  // exit 1 after the trace had been read, and calibrate found out after all its timings.
+  test::temp_directory d{"troupe-bad-picture"};
+  const auto regular = d.write("regular.txt", "a file\n");
+  const auto config = d.write("tiny.toml", tiny_model);
+  const auto metrics = d.file("m.jsonl"), trace = d.file("t.json");
+  REQUIRE(run_troupe("run " + config + " --steps 3 -q --metrics " + metrics + " --trace " + trace)
+              .exit_code == 0);
+  struct bad_case {
+    std::string command;
+    std::string what;
+    std::string path;
+  };
+  for (const auto& c :
+       {bad_case{"trace timeline " + trace + " -o ", "the timeline", regular + "/x.svg"},
+        bad_case{"plot " + metrics + " -o ", "the curves", "/proc/x.svg"},
+        bad_case{"calibrate " + config + " --repeats 2 -o ", "the calibration", d.string()}}) {
+    auto r = run_troupe(c.command + c.path);
+    INFO(c.command, c.path, ": ", r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "cannot write " + c.what + " '" + c.path + "'"));
+    CHECK(contains(r.output, "nothing ran"));
+  }
+  // And a missing metrics file is named with its hint, spaced.
+  auto missing = run_troupe("plot " + d.file("nope.jsonl") + " -o " + d.file("x.svg"));
+  CHECK(missing.exit_code == 2);
+  CHECK(contains(missing.output, "No such file or directory (a file troupe run --metrics wrote)"));
+}
+
 TEST_CASE("a full standard output is reported with exit 1") {
   test::temp_directory d{"troupe-stdout"};
   const auto config = d.write("tiny.toml", tiny_model);
