@@ -333,8 +333,13 @@ session_prepared prepare_session(const run_config& config,
   p.model = model_layers(p.graph);
   // init_from is where a run starts; a resumed run continues from its checkpoint instead
   // (which holds the weights it trained from them), so the same config does both.
-  if (!config.model.init_from.empty() && resume.empty())  // interchange.hpp
-    p.start = weights_from(config.model.init_from, p.model);
+  if (!config.model.init_from.empty() && resume.empty()) {  // interchange.hpp
+    try {
+      p.start = weights_from(config.model.init_from, p.model);
+    } catch (const data_error& e) {  // where the config asked for that file
+      throw data_error(config.model.init_from_where.to_string() + ": " + e.what());
+    }
+  }
   if (!resume.empty()) {
     const auto checkpoint = resolve_resume_path(resume);
     const auto manifest = verify_checkpoint(checkpoint.path);

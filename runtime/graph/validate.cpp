@@ -311,6 +311,21 @@ class validator {
            a.kind == actor_kind::averager) &&
           a.replica >= 0)
         in_range(a, "replica", a.replica, t_.replicas, "the replicas are");
+      // Their stage names them in traces (the stage of their layer, or the last): in range.
+      if ((a.kind == actor_kind::loss || a.kind == actor_kind::optimizer ||
+           a.kind == actor_kind::averager) &&
+          a.stage >= 0)
+        in_range(a, "stage", a.stage, t_.stages, "the stages are");
+      // Keys a kind does not read are refused, not ignored: a user who wrote one meant
+      // something by it.
+      if (a.kind == actor_kind::data_loader && (a.replica >= 0 || a.stage >= 0 || a.layer >= 0))
+        fail(a.where, named(a.name) + " is the data loader, which serves every replica, stage "
+                                      "and layer: it takes no " +
+                          std::string{a.replica >= 0 ? "replica" : a.stage >= 0 ? "stage" : "layer"} +
+                          " = N");
+      if (a.kind == actor_kind::loss && a.layer >= 0)
+        fail(a.where, named(a.name) + " is a loss, which reads the model's last layer: it takes no "
+                                      "layer = N");
       if (is_custom(a)) {
         // Optional for a custom actor, but in range when given.
         if (a.layer >= 0)

@@ -276,6 +276,8 @@ TEST_CASE("troupe run refuses each init_from that does not fit, with exit code 2
     INFO(c.file, "\n", r.output);
     CHECK(r.exit_code == 2);
     CHECK(r.output.find(c.message) != std::string::npos);
+    // Each names where the config asked for the file.
+    CHECK(r.output.find("run.toml:14:13: [model] init_from: ") != std::string::npos);
     CHECK(r.output.find("samples/s") == std::string::npos);  // nothing ran
   }
 }

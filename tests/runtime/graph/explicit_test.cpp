@@ -301,6 +301,28 @@ TEST_CASE("validate_topology names the table of each broken actor or wire") {
                 "a params wire cannot go from 'r0.l2' (a layer) to 'r0.loss' (a loss); params "
                 "wires go optimizer -> layer");
   }
+  SUBCASE("a key a built-in kind does not read, or a stage out of range") {
+    // They were accepted and ignored: a user who wrote them meant something by them.
+    check_error(replaced(two_stages, "kind = \"data_loader\"\ndevice = \"cpu:0\"",
+                         "kind = \"data_loader\"\ndevice = \"cpu:0\"\nlayer = 3"),
+                actor_table("loader"),
+                "'loader' is the data loader, which serves every replica, stage and layer: it "
+                "takes no layer = N");
+    check_error(replaced(two_stages, "kind = \"data_loader\"\ndevice = \"cpu:0\"",
+                         "kind = \"data_loader\"\ndevice = \"cpu:0\"\nreplica = 0"),
+                actor_table("loader"), "it takes no replica = N");
+    check_error(replaced(two_stages, "kind = \"loss\"\ndevice = \"cpu:1\"",
+                         "kind = \"loss\"\ndevice = \"cpu:1\"\nlayer = 2"),
+                actor_table("loss"),
+                "'loss' is a loss, which reads the model's last layer: it takes no layer = N");
+    check_error(replaced(two_stages, "kind = \"optimizer\"\ndevice = \"cpu:1\"\nlayer = 2",
+                         "kind = \"optimizer\"\ndevice = \"cpu:1\"\nlayer = 2\nstage = 5"),
+                actor_table("opt.l2"),
+                "'opt.l2' has stage = 5, but the stages are numbered 0..1");
+    check_error(replaced(two_stages, "kind = \"loss\"\ndevice = \"cpu:1\"",
+                         "kind = \"loss\"\ndevice = \"cpu:1\"\nstage = 2"),
+                actor_table("loss"), "'loss' has stage = 2, but the stages are numbered 0..1");
+  }
   SUBCASE("two data loaders") {
     auto text =
         replaced(two_stages, "[[wire]]\nfrom = \"loader\"\nto = \"l0\"",
