@@ -593,8 +593,11 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
   };
   auto count = [&](const nlohmann::json& o, const char* key, const std::string& where,
                    std::int64_t least, std::int64_t most) {
-    const double v = number(o, key, where, static_cast<double>(most));
-    if (v < static_cast<double>(least) || v != std::floor(v))
+    auto found = o.find(key);
+    if (found == o.end() || !found->is_number())
+      throw fail(where + "\"" + key + "\" is missing or not a number");
+    const double v = found->get<double>();
+    if (!(v >= static_cast<double>(least) && v <= static_cast<double>(most)) || v != std::floor(v))
       throw fail(where + "\"" + key + "\" is " + shortest_text(v) +
                  ", expected a whole number from " + std::to_string(least) + " to " +
                  std::to_string(most));
