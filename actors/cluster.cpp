@@ -7,6 +7,7 @@
 #include <caf/openssl/all.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iomanip>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "actors/batch_assembler_actor.hpp"
 #include "actors/checkpoint_writer.hpp"
+#include "actors/interrupts.hpp"
 #include "runtime/net/launch_env.hpp"
 #include "runtime/net/secret.hpp"
 #include "troupe/error.hpp"
@@ -25,14 +27,17 @@
 namespace troupe {
 
 // Note [joining a run]
-// Nothing of a run is reachable from the network but the gatekeeper: CAF delivers a
-// message from a peer only to an actor whose handle that peer was given, and the handles
-// of the trainer and of every actor are given only to a worker that proved the shared
-// secret (runtime/net/secret.hpp, Note [proving the secret]). The proof is bound to the
-// worker's rank and to the hashes of its config and plugins, so a proof made for another
-// run, rank or config does not pass. A worker that cannot prove it is refused, named in
-// the coordinator's log, and ends with an error; the run goes on waiting for the real one
-// until the rendezvous timeout.
+// The handles of the trainer and of every actor are given only to a worker that proved
+// the shared secret (runtime/net/secret.hpp, Note [proving the secret]). That is not a
+// wall without TLS: CAF 0.17's BASP delivers a direct message to any actor of the
+// registry by its number, from a peer that never finished a handshake (an outside review
+// forged a node's loss that way), and its transport trusts a header's payload length
+// before anything of ours runs (README "What the secret protects"). With [cluster] tls a
+// peer without a certificate never speaks BASP (Note [TLS between nodes]). The proof is bound to
+// the worker's rank and to the hashes of its config and plugins, so a proof made for another run,
+// rank or config does not pass. A worker that cannot prove it is refused, named in the
+// coordinator's log, and ends with an error; the run goes on waiting for the real one until the
+// rendezvous timeout.
 //
 // Every node plans the same topology from the same config (the hashes say so), so the
 // roster (actor names and handles) is all a node needs to wire its own actors: each node
@@ -83,6 +88,7 @@ using pong_atom = caf::atom_constant<caf::atom("pong")>;
 using done_atom = caf::atom_constant<caf::atom("rundone")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using trace_atom = caf::atom_constant<caf::atom("trace")>;
+using signal_poll_atom = caf::atom_constant<caf::atom("sigpoll")>;
 
 using clock = std::chrono::steady_clock;
 
@@ -132,14 +138,35 @@ std::string seconds_text(double seconds) {
 
 // ---- the gatekeeper ----
 
+// Note [who may claim a rank]
+// A hello is a claim, not a proof: anyone who reaches node0's port can send one, with any
+// rank and any hashes (a config file is no secret). So a hello opens a challenge for its
+// own peer (rank and CAF node) and changes nothing else: repeated hellos, from a peer
+// without the secret or a second process started with the same rank, cannot close the
+// challenge another peer is answering (they did, and the real worker was refused as if
+// it lacked the secret). The first peer to prove the secret for a rank holds it, and only
+// that peer may join as it. A config that differs is judged after the proof, which
+// covers the hashes the peer claims: a node with the secret and another config ends the
+// run at once with both hashes, as before, while a hello alone with other hashes no
+// longer can (it did, from a peer that proved nothing). At most max_open_challenges are
+// open at once, the oldest dropped first.
+constexpr std::size_t max_open_challenges = 256;
+
 struct gate_state {
   cluster_node node;
   caf::actor trainer;
   caf::actor writer;
   caf::actor store;
-  struct worker {
+  // Note [who may claim a rank]: a challenge is open per (rank, peer); the first proof
+  // wins the rank, for that peer alone.
+  struct open_challenge {
     hello_msg hello;
     std::string challenge;
+  };
+  std::map<std::pair<int, caf::node_id>, open_challenge> open;
+  struct worker {
+    hello_msg hello;
+    caf::node_id prover;  // the peer that proved the secret for this rank
     bool proven = false;
     bool joined = false;
     roster actors;
@@ -219,6 +246,9 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
   return {
       [self](hello_atom, hello_msg& hello) -> caf::result<std::string> {
         auto& s = self->state;
+        const auto& sender = self->current_sender();
+        if (!sender)
+          return refusal("a hello needs a sender");
         if (hello.rank < 1 || hello.rank >= s.node.nodes || hello.nodes != s.node.nodes)
           return refusal("the coordinator runs " + std::to_string(s.node.nodes) +
                          " nodes (ranks 0 to " + std::to_string(s.node.nodes - 1) +
@@ -226,56 +256,75 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
                          std::to_string(hello.nodes) +
                          "; start every node with the same world size");
         auto& w = s.workers[hello.rank];
-        if (w.joined)
+        if (w.proven)
           return refusal("node" + std::to_string(hello.rank) + " has joined already (from " +
                          s.where(w.hello) + "); two processes were started with rank " +
                          std::to_string(hello.rank));
-        net::config_identity theirs{hello.config_hash, hello.plugins_hash, hello.plugins};
-        auto differs = net::mismatch(theirs, s.node.identity);
-        if (!differs.empty()) {
-          s.failure = "node" + std::to_string(hello.rank) + " (" + s.where(hello) +
-                      ") runs another config than the coordinator; as node" +
-                      std::to_string(hello.rank) + " sees it:\n" + differs;
-          settle(self);
-          return refusal(differs);
-        }
-        w.hello = std::move(hello);
-        w.challenge = fresh_nonce();
-        w.proven = false;
-        return w.challenge;
+        // Note [who may claim a rank]: a hello proves nothing, so it changes nothing but
+        // its own peer's challenge; a config that differs is judged once the secret is
+        // proven (with the hashes the peer claims), not on a hello's word.
+        if (s.open.size() >= max_open_challenges)
+          s.open.erase(s.open.begin());
+        auto& pending = s.open[{hello.rank, sender->node()}];
+        pending.hello = std::move(hello);
+        pending.challenge = fresh_nonce();
+        return pending.challenge;
       },
       [self](prove_atom, std::int32_t rank, const std::string& nonce,
              const std::string& proof) -> caf::result<welcome_msg> {
         auto& s = self->state;
-        auto it = s.workers.find(rank);
-        if (it == s.workers.end() || it->second.challenge.empty() || it->second.joined)
+        const auto& sender = self->current_sender();
+        auto it = sender ? s.open.find({rank, sender->node()}) : s.open.end();
+        if (it == s.open.end())
           return refusal("say hello first: no challenge is open for rank " + std::to_string(rank));
-        auto& w = it->second;
-        auto context = proof_context(rank, s.node.identity);
+        auto pending = std::move(it->second);
+        s.open.erase(it);  // one try per challenge
+        auto& w = s.workers[rank];
+        if (w.proven)
+          return refusal("node" + std::to_string(rank) + " has joined already (from " +
+                         s.where(w.hello) + "); two processes were started with rank " +
+                         std::to_string(rank));
+        // The proof covers the config the peer says it runs: a node with the secret and
+        // another config proves it, and then ends the run with both hashes.
+        const net::config_identity theirs{pending.hello.config_hash, pending.hello.plugins_hash,
+                                          pending.hello.plugins};
         const std::string secret = proof_key(s.node);
-        auto challenge = std::move(w.challenge);
-        w.challenge.clear();  // one try per challenge
-        if (!net::verify_proof(secret, net::worker_role, challenge, nonce, context, proof)) {
+        const auto context = proof_context(rank, theirs);
+        if (!net::verify_proof(secret, net::worker_role, pending.challenge, nonce, context,
+                               proof)) {
           std::fprintf(stderr,
                        "troupe: refused a node claiming to be node%d (%s, CAF node %s): it "
                        "could not prove the shared secret\n",
-                       rank, s.where(w.hello).c_str(),
-                       caf::to_string(self->current_sender()->node()).c_str());
+                       rank, s.where(pending.hello).c_str(),
+                       caf::to_string(sender->node()).c_str());
           return refusal(
               "the coordinator refused this node: it could not prove the shared "
               "secret (set the same TROUPE_SECRET, TROUPE_SECRET_FILE or [cluster] "
               "secret_file on every node)");
         }
+        auto differs = net::mismatch(theirs, s.node.identity);
+        if (!differs.empty()) {
+          s.failure = "node" + std::to_string(rank) + " (" + s.where(pending.hello) +
+                      ") runs another config than the coordinator; as node" + std::to_string(rank) +
+                      " sees it:\n" + differs;
+          settle(self);
+          return refusal(differs);
+        }
+        w.hello = std::move(pending.hello);
+        w.prover = sender->node();
         w.proven = true;
-        return welcome_msg{net::proof(secret, net::coordinator_role, nonce, challenge, context),
-                           s.trainer, s.writer, s.store};
+        return welcome_msg{
+            net::proof(secret, net::coordinator_role, nonce, pending.challenge, context), s.trainer,
+            s.writer, s.store};
       },
       // Note [clocks of nodes]: node0's trace clock, for a worker to measure its offset.
       [](clock_atom) { return static_cast<std::int64_t>(trace::now_ns()); },
       [self](join_atom, std::int32_t rank, roster& actors, caf::actor& agent) -> caf::result<void> {
         auto& s = self->state;
         auto it = s.workers.find(rank);
-        if (it == s.workers.end() || !it->second.proven || it->second.joined)
+        const auto& sender = self->current_sender();
+        if (it == s.workers.end() || !it->second.proven || it->second.joined || !sender ||
+            sender->node() != it->second.prover)
           return refusal("node" + std::to_string(rank) + " must prove the secret before it joins");
         it->second.actors = std::move(actors);
         it->second.agent = std::move(agent);
@@ -290,8 +339,26 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         s.waiting = self->make_response_promise();
         s.has_waiting = true;
         self->delayed_send(self, milliseconds(timeout), expire_atom::value, timeout);
+        self->send(self, signal_poll_atom::value);
         settle(self);
         return s.waiting;
+      },
+      // Ctrl-C or SIGTERM while the workers are awaited ends the wait at once, with the
+      // signal's exit code (interrupts.hpp), as it ends a run.
+      [self](signal_poll_atom) {
+        if (!from_this_node(self))
+          return;
+        auto& s = self->state;
+        if (!s.has_waiting || !s.failure.empty())
+          return;
+        if (const int signal = interrupt_signal(); signal != 0) {
+          s.failure = std::string{"interrupted ("} + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                      ") while waiting for " + s.missing() + " to join";
+          s.failure_code = signal == SIGTERM ? exit_code::terminated : exit_code::interrupted;
+          settle(self);
+          return;
+        }
+        self->delayed_send(self, milliseconds(0.1), signal_poll_atom::value);  // seconds
       },
       [self](expire_atom, double timeout) {
         if (!from_this_node(self))
@@ -567,6 +634,15 @@ std::optional<cluster_node> cluster_from_environment(
     throw user_error("the coordinator would listen on " + node.listen +
                      ", beyond this machine, without a shared secret: set TROUPE_SECRET or "
                      "TROUPE_SECRET_FILE, or [cluster] secret_file, on every node");
+  // The secret decides who joins; without TLS it cannot keep a host that reaches the port
+  // from CAF's own network code (README "What the secret protects").
+  if (node.coordinator() && !is_loopback(node.listen) && !node.tls)
+    std::fprintf(stderr,
+                 "note: node0 listens on %s without [cluster] tls: any host that reaches its "
+                 "port can crash or disturb this run through CAF's network layer before the "
+                 "secret is asked for; use tls = true unless every host on the network is "
+                 "trusted\n",
+                 node.listen.c_str());
   std::vector<std::string> plugins;
   for (const auto& [name, path] : loaded_plugins())
     plugins.push_back(path);
@@ -722,14 +798,14 @@ std::vector<trace::node_trace> coordinator_gate::collect_traces(const joined_clu
   return out;
 }
 
-void coordinator_gate::finish(const joined_cluster& joined, int code) {
+void coordinator_gate::finish(const joined_cluster& joined, int code, const std::string& why) {
   if (watch_) {
     caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
     watch_ = caf::actor{};
   }
   for (std::size_t k = 1; k < joined.agents.size(); ++k)
     if (joined.agents[k])
-      caf::anon_send(joined.agents[k], done_atom::value, static_cast<std::int32_t>(code));
+      caf::anon_send(joined.agents[k], done_atom::value, static_cast<std::int32_t>(code), why);
 }
 
 // ---- worker_link ----
@@ -795,6 +871,11 @@ worker_link::worker_link(caf::actor_system& system, const cluster_node& node)
       break;
     if (answered)
       handshake_error = last_error;
+    if (const int signal = interrupt_signal(); signal != 0)  // as a run would stop
+      throw user_error("node" + std::to_string(node.rank) + " was interrupted (" +
+                           (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                           ") while reaching the coordinator",
+                       signal == SIGTERM ? exit_code::terminated : exit_code::interrupted);
     if (clock::now() >= deadline)
       throw user_error("node" + std::to_string(node.rank) + " could not reach the coordinator at " +
                            node.coordinator_host + ":" + std::to_string(node.coordinator_port) +
@@ -898,7 +979,20 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
           last_heard = clock::now();
           return caf::make_message(offset_us_, rtt_us_, trace_json());
         },
-        [&](done_atom, std::int32_t exit) { code = exit; },
+        [&](done_atom, std::int32_t exit, const std::string& why) {
+          code = exit;
+          // A failure elsewhere ends this node too: its output says so, and where.
+          if (exit == 0)
+            return;
+          auto reason = why;
+          if (reason.empty())
+            reason = exit == exit_status(exit_code::interrupted)  ? "node0 was interrupted (SIGINT)"
+                     : exit == exit_status(exit_code::terminated) ? "node0 was terminated (SIGTERM)"
+                                                                  : "see node0's output";
+          throw user_error(
+              "the coordinator ended the run (exit code " + std::to_string(exit) + "): " + reason,
+              static_cast<exit_code>(exit));
+        },
         [&](caf::down_msg& down) {
           throw user_error(coordinator + " was lost: its connection closed (" +
                                system_.render(down.reason) + "); stopping node" +

@@ -203,8 +203,9 @@ class coordinator_gate {
   /// Starts pinging the workers; a lost node is reported to the trainer.
   void watch(const joined_cluster& joined);
 
-  /// Tells every worker how the run ended, so it exits with `code`.
-  void finish(const joined_cluster& joined, int code);
+  /// Tells every worker how the run ended, so it exits with `code`, saying `why` (the
+  /// coordinator's failure; empty for a run that succeeded).
+  void finish(const joined_cluster& joined, int code, const std::string& why = {});
 
   /// Every live worker's trace (worker_link::serve's `trace_json`) with its clock offset.
   /// A worker that does not answer within the timeout, or that the watch has lost (asked at

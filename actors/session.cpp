@@ -839,7 +839,8 @@ session_result run_session(const run_config& config, const session_options& opti
         try {
           gate->wire_workers(*joined);
         } catch (...) {
-          gate->finish(*joined, exit_status(exit_code::run_failed));
+          gate->finish(*joined, exit_status(exit_code::run_failed),
+                       "node0 could not wire the workers' actors");
           stop_spawned();
           throw;
         }
@@ -873,7 +874,7 @@ session_result run_session(const run_config& config, const session_options& opti
       if (gate && !trace_path.empty())
         node_traces = gate->collect_traces(*joined);
       if (gate)
-        gate->finish(*joined, exit_status(outcome->exit_code));
+        gate->finish(*joined, exit_status(outcome->exit_code), outcome->failure);
     }
     devices.synchronize();
   } catch (...) {

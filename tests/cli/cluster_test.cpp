@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <chrono>
@@ -28,8 +29,10 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/cluster.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/restore.hpp"
+#include "runtime/net/config_identity.hpp"
 #include "tests/cli/cluster_support.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
@@ -324,6 +327,111 @@ TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port 
   CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
 }
 
+TEST_CASE("node0 beyond loopback needs a secret, and without tls says what is exposed") {
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                 "\n[cluster]\ntimeout = 30\n",
+                                 3));
+  int port = free_port();
+  auto open_env = [&](int rank, bool secret) {
+    auto env = troupe_env(rank, 2, port);
+    if (!secret)
+      env.erase(std::remove_if(env.begin(), env.end(),
+                               [](const auto& v) { return v.first == "TROUPE_SECRET"; }),
+                env.end());
+    env.push_back({"TROUPE_LISTEN", "0.0.0.0"});
+    return env;
+  };
+  {
+    node_process open{open_env(0, false), {"run", config}, dir.file("open-0.log")};
+    CHECK(open.wait(20) == 2);
+    INFO(open.output());
+    CHECK(open.output().find("would listen on 0.0.0.0, beyond this machine, without a shared "
+                             "secret") != std::string::npos);
+  }
+  node_process coordinator{open_env(0, true), {"run", config, "--metrics", "/dev/null"},
+                           dir.file("exposed-0.log")};
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("exposed-1.log")};
+  CHECK(worker.wait(60) == 0);
+  CHECK(coordinator.wait(60) == 0);
+  INFO(coordinator.output());
+  CHECK(coordinator.output().find("note: node0 listens on 0.0.0.0 without [cluster] tls") !=
+        std::string::npos);
+}
+
+TEST_CASE("hellos from a peer without the secret neither end the run nor lock out the worker") {
+  // Note [who may claim a rank] in actors/cluster.cpp. Before: one hello claiming another
+  // config ended node0 with exit 2 (blaming node1), and hellos with the right hashes (a
+  // config file is no secret) replaced the challenge the real worker was answering, which
+  // was then refused as if it lacked the secret.
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                 "\n[cluster]\ntimeout = 30\n",
+                                 5));
+  int port = free_port();
+  node_process coordinator{
+      troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("claims-0.log")};
+  using hello_atom = caf::atom_constant<caf::atom("hello")>;
+  using prove_atom = caf::atom_constant<caf::atom("prove")>;
+  caf::actor_system_config peer_config;
+  peer_config.load<caf::io::middleman>();
+  peer_config.add_message_type<hello_msg>("troupe::hello_msg");
+  caf::actor_system peer{peer_config};
+  caf::expected<caf::actor> gate = caf::sec::cannot_connect_to_node;
+  for (int attempt = 0; attempt < 100 && !gate; ++attempt) {
+    gate = caf::io::remote_actor(peer, "127.0.0.1", static_cast<std::uint16_t>(port));
+    if (!gate)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(gate);
+  const auto identity = net::identify(config, {});
+  auto claim = [&](const std::string& config_hash) {
+    hello_msg hello;
+    hello.rank = 1;
+    hello.nodes = 2;
+    hello.host = "claimant";
+    hello.pid = 666;
+    hello.config_hash = config_hash;
+    hello.plugins_hash = identity.plugins_hash;
+    return hello;
+  };
+  caf::scoped_actor self{peer};
+  // Another config's hashes: answered with a challenge, the run goes on.
+  bool challenged = false;
+  self->request(*gate, std::chrono::seconds(10), hello_atom::value, claim(std::string(64, '0')))
+      .receive([&](const std::string& challenge) { challenged = !challenge.empty(); },
+               [&](caf::error&) {});
+  CHECK(challenged);
+  // A wrong proof: refused, and named in node0's log.
+  bool refused = false;
+  self->request(*gate, std::chrono::seconds(10), hello_atom::value, claim(identity.config_hash))
+      .receive([](const std::string&) {}, [](caf::error&) {});
+  self->request(*gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1},
+                std::string(64, 'a'), std::string(64, 'b'))
+      .receive([](caf::message&) {}, [&](caf::error&) { refused = true; });
+  CHECK(refused);
+  // The right hashes, over and over, while the real worker joins.
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    while (!stop) {
+      caf::anon_send(*gate, hello_atom::value, claim(identity.config_hash));
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  });
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("claims-1.log")};
+  const int worker_code = worker.wait(60);
+  stop = true;
+  flood.join();
+  CHECK(worker_code == 0);
+  CHECK(coordinator.wait(60) == 0);
+  INFO(coordinator.output() << worker.output());
+  CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
+  CHECK(coordinator.output().find("refused a node claiming to be node1 (claimant pid 666") !=
+        std::string::npos);
+}
+
 namespace {
 
 // A DP2 run over two processes that would go on for a long time, once it has made 3 steps.
@@ -446,6 +554,39 @@ TEST_CASE("Ctrl-C on the coordinator stops every node after the current step") {
   CHECK(run.coordinator.wait(20) == 130);
   CHECK(run.worker.wait(10) == 130);
   INFO(run.coordinator.output() << run.worker.output());
+  // The worker says why it stops (it ended with no word: node0's failure carried no text).
+  CHECK(run.worker.output().find("node1: the coordinator ended the run (exit code 130): "
+                                 "interrupted by SIGINT after step ") != std::string::npos);
+}
+
+TEST_CASE("Ctrl-C or SIGTERM while the nodes meet ends a node at once with the signal's code") {
+  // They were ignored until [cluster] timeout passed (exit 1 after 59 s).
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = dir.write(
+      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                 "\n[cluster]\ntimeout = 60\n",
+                                 5));
+  struct alone {
+    int rank;
+    int signal;
+    int code;
+    const char* says;
+  };
+  for (const auto& a :
+       {alone{0, SIGINT, 130, "interrupted (SIGINT) while waiting for node1 to join"},
+        alone{1, SIGTERM, 143, "node1 was interrupted (SIGTERM) while reaching the coordinator"}}) {
+    INFO("rank " << a.rank);
+    node_process node{troupe_env(a.rank, 2, free_port()),
+                      {"run", config, "--metrics", "/dev/null"},
+                      dir.file("alone.log")};
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // waiting by now
+    const auto sent = clock_type::now();
+    node.signal(a.signal);
+    CHECK(node.wait(20) == a.code);
+    CHECK(seconds_since(sent) < 5);
+    INFO(node.output());
+    CHECK(node.output().find(a.says) != std::string::npos);
+  }
 }
 
 namespace {
