@@ -634,15 +634,6 @@ std::optional<cluster_node> cluster_from_environment(
     throw user_error("the coordinator would listen on " + node.listen +
                      ", beyond this machine, without a shared secret: set TROUPE_SECRET or "
                      "TROUPE_SECRET_FILE, or [cluster] secret_file, on every node");
-  // The secret decides who joins; without TLS it cannot keep a host that reaches the port
-  // from CAF's own network code (README "What the secret protects").
-  if (node.coordinator() && !is_loopback(node.listen) && !node.tls)
-    std::fprintf(stderr,
-                 "note: node0 listens on %s without [cluster] tls: any host that reaches its "
-                 "port can crash or disturb this run through CAF's network layer before the "
-                 "secret is asked for; use tls = true unless every host on the network is "
-                 "trusted\n",
-                 node.listen.c_str());
   std::vector<std::string> plugins;
   for (const auto& [name, path] : loaded_plugins())
     plugins.push_back(path);
@@ -704,12 +695,25 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
                        : caf::io::publish(gate_, at, node.listen.c_str(), true);
   if (!port) {
     caf::anon_send_exit(gate_, caf::exit_reason::kill);
+    const auto why = system.render(port.error());
     throw user_error("the coordinator cannot listen on " + node.listen + ":" +
-                     std::to_string(node.coordinator_port) + ": " + system.render(port.error()) +
-                     "; is another run using that port? Choose another with [cluster] port or "
-                     "MASTER_PORT");
+                     std::to_string(node.coordinator_port) + ": " + why +
+                     (why.find("No local interface") != std::string::npos
+                          ? "; is " + node.listen +
+                                " an address of this machine? ([cluster] listen or TROUPE_LISTEN)"
+                          : "; is another run using that port? Choose another with [cluster] "
+                            "port or MASTER_PORT"));
   }
   port_ = *port;
+  // The secret decides who joins; without TLS it cannot keep a host that reaches the port
+  // from CAF's own network code (README "What the secret protects").
+  if (!is_loopback(node.listen) && !node.tls)
+    std::fprintf(stderr,
+                 "note: node0 listens on %s without [cluster] tls: any host that reaches its "
+                 "port can crash or disturb this run through CAF's network layer before the "
+                 "secret is asked for; use tls = true unless every host on the network is "
+                 "trusted\n",
+                 node.listen.c_str());
 }
 
 coordinator_gate::~coordinator_gate() {

@@ -350,6 +350,15 @@ TEST_CASE("node0 beyond loopback needs a secret, and without tls says what is ex
     CHECK(open.output().find("would listen on 0.0.0.0, beyond this machine, without a shared "
                              "secret") != std::string::npos);
   }
+  {
+    auto env = troupe_env(0, 2, port);
+    env.push_back({"TROUPE_LISTEN", "bogus.invalid"});
+    node_process nowhere{env, {"run", config}, dir.file("nowhere-0.log")};
+    CHECK(nowhere.wait(20) == 2);
+    INFO(nowhere.output());
+    CHECK(nowhere.output().find("is bogus.invalid an address of this machine?") !=
+          std::string::npos);
+  }
   node_process coordinator{open_env(0, true), {"run", config, "--metrics", "/dev/null"},
                            dir.file("exposed-0.log")};
   node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("exposed-1.log")};
