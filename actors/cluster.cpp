@@ -28,16 +28,16 @@ namespace troupe {
 
 // Note [joining a run]
 // The handles of the trainer and of every actor are given only to a worker that proved
-// the shared secret (runtime/net/secret.hpp, Note [proving the secret]). That is not a
-// wall without TLS: CAF 0.17's BASP delivers a direct message to any actor of the
-// registry by its number, from a peer that never finished a handshake (an outside review
-// forged a node's loss that way), and its transport trusts a header's payload length
-// before anything of ours runs (README "What the secret protects"). With [cluster] tls a
-// peer without a certificate never speaks BASP (Note [TLS between nodes]). The proof is bound to
-// the worker's rank and to the hashes of its config and plugins, so a proof made for another run,
-// rank or config does not pass. A worker that cannot prove it is refused, named in the
-// coordinator's log, and ends with an error; the run goes on waiting for the real one until the
-// rendezvous timeout.
+// the shared secret (runtime/net/secret.hpp, Note [proving the secret]). The proof is
+// bound to the worker's rank and to the hashes of its config and plugins, so a proof made
+// for another run, rank or config does not pass. A worker that cannot prove it is refused,
+// named in the coordinator's log, and ends with an error; the run goes on waiting for the
+// real one until the rendezvous timeout. Without TLS this is no wall against the network:
+// CAF 0.17's BASP delivers a direct message to any actor of the registry by its number,
+// from a peer that never finished a handshake (an outside review forged a node's loss that
+// way), and its transport trusts a header's payload length before anything of ours runs
+// (README "What the secret protects"). With [cluster] tls a peer without a certificate
+// never speaks BASP (Note [TLS between nodes]).
 //
 // Every node plans the same topology from the same config (the hashes say so), so the
 // roster (actor names and handles) is all a node needs to wire its own actors: each node
@@ -149,7 +149,7 @@ std::string seconds_text(double seconds) {
 // covers the hashes the peer claims: a node with the secret and another config ends the
 // run at once with both hashes, as before, while a hello alone with other hashes no
 // longer can (it did, from a peer that proved nothing). At most max_open_challenges are
-// open at once, the oldest dropped first.
+// open at once (past it, the first in the map's order is dropped).
 constexpr std::size_t max_open_challenges = 256;
 
 struct gate_state {
