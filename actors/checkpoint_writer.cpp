@@ -27,8 +27,8 @@ class checkpoint_writer : public caf::event_based_actor {
           if (best_ && accuracy <= best_->second)
             return;
           best_ = std::make_pair(step, accuracy);
-          if (settings_.keep_best)  // the previous best may go now
-            guarded([&] { prune(); });
+          if (settings_.keep_best && newest_written_ >= 0)  // the previous best may go now
+            guarded([&] { prune(newest_written_); });
         },
         [this](finish_atom) {
           // Let go of the trainer, which (through its settings) holds us: neither
@@ -87,15 +87,19 @@ class checkpoint_writer : public caf::event_based_actor {
               [](const checkpoint_shard& a, const checkpoint_shard& b) { return a.file < b.file; });
     manifest.shards = std::move(pending.shards);
     commit_checkpoint(pending.directory, manifest);
-    prune();
+    newest_written_ = std::max(newest_written_, step);
+    prune(newest_written_);
     send(settings_.trainer, checkpoint_atom::value, step, pending.directory);
   }
 
-  void prune() {
+  // What is newer than `step` is not this run's (set_aside_newer_checkpoints moved a
+  // resumed run's abandoned future aside; a run checkpointing into a root another run also
+  // writes keeps the other's newer ones).
+  void prune(std::int64_t step) {
     std::set<std::int64_t> keep_also;
     if (settings_.keep_best && best_)
       keep_also.insert(best_->first);
-    prune_checkpoints(settings_.root, settings_.keep, keep_also);
+    prune_checkpoints(settings_.root, settings_.keep, keep_also, step);
   }
 
   struct pending_checkpoint {
@@ -106,6 +110,7 @@ class checkpoint_writer : public caf::event_based_actor {
   checkpoint_writer_settings settings_;
   std::map<std::int64_t, pending_checkpoint> pending_;
   std::optional<std::pair<std::int64_t, double>> best_;  // step, test accuracy
+  std::int64_t newest_written_ = -1;                     // the newest step this run wrote
 };
 
 }  // namespace

@@ -343,6 +343,26 @@ session_prepared prepare_session(const run_config& config,
   if (!resume.empty()) {
     const auto checkpoint = resolve_resume_path(resume);
     const auto manifest = verify_checkpoint(checkpoint.path);
+    // Another optimizer's state would be dropped or misread; Adam's and AdamW's are the
+    // same moments. Weights alone go over with troupe export and [model] init_from.
+    const std::string optimizer = to_string(config.optimizer.type);
+    auto adam = [](const std::string& o) { return o == "adam" || o == "adamw"; };
+    if (manifest.optimizer != optimizer && !(adam(manifest.optimizer) && adam(optimizer)))
+      throw data_error("checkpoint '" + checkpoint.path + "' (step " +
+                       std::to_string(manifest.step) + ") holds the " + manifest.optimizer +
+                       " optimizer's state, and the config trains with " + optimizer +
+                       "; resume with " + manifest.optimizer +
+                       ", or start from its weights alone: troupe export " + checkpoint.path +
+                       " -o weights.safetensors, then [model] init_from");
+    // Other settings may be meant (a lower learning rate), or not (an older run's
+    // checkpoint): said, not refused. The wiring is not in the fingerprint.
+    if (manifest.config_hash != config_fingerprint(config))
+      std::fprintf(stderr,
+                   "note: resuming from %s (step %lld), written with other settings than %s "
+                   "has (model settings, optimizer, batch or seed: fingerprint %s, here %s)\n",
+                   checkpoint.path.c_str(), static_cast<long long>(manifest.step),
+                   config.path.c_str(), manifest.config_hash.c_str(),
+                   config_fingerprint(config).c_str());
     p.start = resume_from(checkpoint.path, manifest, p.model,
                           optimizer_state_names(config.optimizer.type, config.optimizer.momentum));
     if (p.start.step >= p.plan.total_steps)
@@ -526,6 +546,12 @@ session_result run_session(const run_config& config, const session_options& opti
     check_output_file(metrics_path, "the metrics file");
   if (!trace_path.empty())
     check_output_file(trace_path, "the trace file");
+  // The checkpoints' directory too (it was found at the first checkpoint, with
+  // checkpoint_every = 0 after the whole run): a file there made and removed again.
+  if (rank == 0 && !config.run.checkpoint.empty())
+    check_output_file(
+        (std::filesystem::path{config.run.checkpoint} / ".troupe-write-check").string(),
+        "a file in the checkpoint directory");
   auto prepared = options.data != nullptr ? prepare_session(config, options.data, options.resume)
                                           : prepare_session(config, options.resume);
   const auto& graph = prepared.graph;
@@ -681,6 +707,16 @@ session_result run_session(const run_config& config, const session_options& opti
     // Checkpoints: a writer on its own thread, on the coordinator; the optimizers of every
     // node send it their copies.
     if (coordinator && !config.run.checkpoint.empty()) {
+      // A resumed run writes the steps after its start again: newer checkpoints in its root
+      // are an abandoned future, which a restart must not take for this run's (it did, and
+      // pruning counted them, deleting the checkpoints this run wrote).
+      if (prepared.plan.first_step > 0)
+        for (const auto& path :
+             set_aside_newer_checkpoints(config.run.checkpoint, prepared.plan.first_step))
+          std::fprintf(stderr,
+                       "note: set aside %s: it is newer than step %lld, where this run resumes "
+                       "and which it continues from\n",
+                       path.c_str(), static_cast<long long>(prepared.plan.first_step));
       checkpoint_writer_settings w;
       w.root = config.run.checkpoint;
       w.shards_per_checkpoint = std::count_if(

@@ -1,6 +1,7 @@
 // main.cpp: the troupe command line: picks the command and turns user errors into
 // messages and exit codes (include/troupe/exit_code.hpp).
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -111,6 +112,9 @@ troupe::exit_code check_stdout(const std::string& command, troupe::exit_code cod
 int main(int argc, char** argv) {
   using troupe::exit_code;
   using troupe::exit_status;
+  // A file past `ulimit -f` is then a write error (EFBIG, named with the file: exit 1), not
+  // a process killed by SIGXFSZ with a half-written temporary file and no word.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(main_usage, args.empty() ? stderr : stdout);

@@ -170,10 +170,21 @@ checkpoint_manifest verify_checkpoint(const std::string& directory) {
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& root, std::size_t keep_last,
-                                           const std::set<std::int64_t>& keep_also) {
+                                           const std::set<std::int64_t>& keep_also,
+                                           std::int64_t up_to) {
   TROUPE_CHECK(keep_last >= 1,
                "prune_checkpoints would remove every checkpoint of '" << root << "'");
-  const auto scan = scan_checkpoints(root);
+  auto scan = scan_checkpoints(root);
+  // Not another run's newer checkpoints, and nothing behind a link (an outside review's
+  // keep = 1 pruned a linked checkpoint of another run through the link).
+  auto foreign = [&](const auto& c) {
+    std::error_code error;
+    return c.step > up_to || fs::is_symlink(fs::symlink_status(c.path, error));
+  };
+  scan.complete.erase(std::remove_if(scan.complete.begin(), scan.complete.end(), foreign),
+                      scan.complete.end());
+  scan.incomplete.erase(std::remove_if(scan.incomplete.begin(), scan.incomplete.end(), foreign),
+                        scan.incomplete.end());
   std::vector<std::string> removed;
   const std::size_t count = scan.complete.size();
   for (std::size_t i = 0; i + keep_last < count; ++i) {
@@ -195,6 +206,33 @@ std::vector<std::string> prune_checkpoints(const std::string& root, std::size_t 
   if (!removed.empty())
     sync_directory(root);
   return removed;
+}
+
+std::vector<std::string> set_aside_newer_checkpoints(const std::string& root, std::int64_t step) {
+  const auto scan = scan_checkpoints(root);
+  std::vector<std::string> out;
+  auto set_aside = [&](const std::string& path) {
+    std::error_code error;
+    auto target = path + ".superseded";
+    for (int n = 2; fs::exists(fs::symlink_status(target, error)); ++n)
+      target = path + ".superseded-" + std::to_string(n);
+    fs::rename(path, target, error);
+    if (error)
+      throw user_error("cannot set aside checkpoint '" + path + "' (newer than the step " +
+                           std::to_string(step) + " this run resumes from) as '" + target +
+                           "': " + error.message(),
+                       exit_code::run_failed);
+    out.push_back(target);
+  };
+  for (const auto& c : scan.complete)
+    if (c.step > step)
+      set_aside(c.path);
+  for (const auto& c : scan.incomplete)
+    if (c.step > step)
+      set_aside(c.path);
+  if (!out.empty())
+    sync_directory(root);
+  return out;
 }
 
 checkpoint_info resolve_resume_path(const std::string& path) {

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -71,10 +72,20 @@ checkpoint_manifest verify_checkpoint(const std::string& directory);
 /// Removes the complete checkpoints under `root` beyond the newest `keep_last` (at least 1),
 /// except those whose steps are in `keep_also` (say, the best one), and the incomplete
 /// leftovers older than the newest complete checkpoint (newer ones may be being written).
-/// A checkpoint loses its manifest first, so an interrupted prune leaves an incomplete one.
-/// The paths removed; throws user_error (exit_code::run_failed) when removing fails.
-std::vector<std::string> prune_checkpoints(const std::string& root, std::size_t keep_last,
-                                           const std::set<std::int64_t>& keep_also = {});
+/// Only checkpoints up to step `up_to` (the one the run has just written) count: newer ones
+/// are another run's, not this one's to prune. A step directory that is a symbolic link is
+/// never removed, nor anything through it. A checkpoint loses its manifest first, so an
+/// interrupted prune leaves an incomplete one. The paths removed; throws user_error
+/// (exit_code::run_failed) when removing fails.
+std::vector<std::string> prune_checkpoints(
+    const std::string& root, std::size_t keep_last, const std::set<std::int64_t>& keep_also = {},
+    std::int64_t up_to = std::numeric_limits<std::int64_t>::max());
+
+/// Sets aside the checkpoints under `root` newer than `step` (complete or not): a run that
+/// resumed from `step` will write those steps again, and until it has, a restart must not
+/// take them for its own. Each is renamed to step-<n>.superseded (then .superseded-2, ...),
+/// which no resume or prune looks at. The new names.
+std::vector<std::string> set_aside_newer_checkpoints(const std::string& root, std::int64_t step);
 
 /// What `--resume PATH` names: a checkpoint directory (one holding manifest.json, whatever
 /// its name), or a checkpoint root, meaning its latest complete checkpoint. Throws

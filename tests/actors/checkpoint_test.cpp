@@ -147,12 +147,21 @@ TEST_CASE(
             "(128, 256), the checkpoint's (256, 256)");
   }
   SUBCASE("another optimizer's state") {
-    auto sgd = config;
-    sgd.optimizer.type = optimizer_type::sgd;
-    sgd.optimizer.momentum = 0.9;
-    refused(sgd, checkpoint,
-            "holds no tensor '0.weight.momentum_buffer' (it was written by the "
-            "adam optimizer");
+    // With momentum or without (SGD without keeps no state: Adam's was dropped silently).
+    for (double momentum : {0.9, 0.0}) {
+      auto sgd = config;
+      sgd.optimizer.type = optimizer_type::sgd;
+      sgd.optimizer.momentum = momentum;
+      refused(sgd, checkpoint,
+              "holds the adam optimizer's state, and the config trains with sgd; resume with "
+              "adam, or start from its weights alone: troupe export");
+    }
+    // AdamW keeps Adam's moments: it resumes.
+    auto adamw = config;
+    adamw.optimizer.type = optimizer_type::adamw;
+    auto options = test::quiet_options();
+    options.resume = checkpoint;
+    CHECK(run_session(adamw, options).outcome.exit_code == exit_code::ok);
   }
   SUBCASE("a corrupted shard") {
     const auto shard = checkpoint + "/layer-2.safetensors";

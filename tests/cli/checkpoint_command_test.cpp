@@ -124,3 +124,37 @@ TEST_CASE("bad checkpoint options and resume paths exit 2 with a message") {
                              " --checkpoint-every -1");
   CHECK(negative.exit_code == 2);
 }
+
+TEST_CASE("a run resumed from an older checkpoint sets the newer ones aside and keeps its own") {
+  // An outside review: resumed from step 4 into a root holding 4 and 8 with keep = 1, the
+  // run pruned 4 and then each checkpoint it wrote (8 was newer), and a kill while it
+  // rewrote step 8 left no complete checkpoint; a restart after a kill took the older
+  // run's step 8 (another learning rate) as this run's, without a word.
+  test::temp_directory d{"troupe-rollback"};
+  const auto root = d.file("ck");
+  auto first = run_troupe(shipped_mlp + " --steps 8 -q --metrics /dev/null --checkpoint " + root +
+                          " --checkpoint-every 4");
+  REQUIRE(first.exit_code == 0);
+  // The same model at a lower learning rate: resumed, with a note that the settings differ.
+  const auto lower = d.write("lower.toml", [] {
+    std::ifstream in(std::string{TROUPE_SOURCE_DIR} + "/config/fashion_mlp.toml");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = text.find("lr = 1e-3");
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, 9, "lr = 2e-4");
+  }());
+  auto resumed = run_troupe("run " + lower + " --steps 10 -q --metrics /dev/null --checkpoint " +
+                            root + " --checkpoint-every 2 --resume " + root + "/step-000000004");
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.output.find("note: set aside " + root +
+                            "/step-000000008.superseded: it is newer "
+                            "than step 4") != std::string::npos);
+  CHECK(std::filesystem::exists(root + "/step-000000008.superseded/manifest.json"));
+  CHECK(resumed.output.find("note: resuming from " + root +
+                            "/step-000000004 (step 4), written "
+                            "with other settings than " +
+                            lower) != std::string::npos);
+  // Its own checkpoints (6, 8, 10) are kept as checkpoint_keep says, the newest its own.
+  CHECK(latest_checkpoint(root)->step == 10);
+}

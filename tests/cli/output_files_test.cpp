@@ -245,6 +245,34 @@ TEST_CASE("the pictures' and the calibration's output paths are bad input, refus
   CHECK(contains(missing.output, "No such file or directory (a file troupe run --metrics wrote)"));
 }
 
+TEST_CASE("a checkpoint directory that cannot be written is refused before the run") {
+  // It was found at the first checkpoint: with checkpoint_every = 0, after the whole run.
+  test::temp_directory d{"troupe-bad-checkpoint"};
+  const auto config = d.write("tiny.toml", tiny_model);
+  const auto regular = d.write("regular.txt", "a file\n");
+  auto r = run_troupe("run " + config + " --steps 3 -q --metrics /dev/null --checkpoint " +
+                      regular + "/ck");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, "cannot write a file in the checkpoint directory '" + regular +
+                               "/ck/.troupe-write-check': '" + regular +
+                               "' is a file, not a directory; nothing ran"));
+  CHECK_FALSE(contains(r.output, "samples/s"));
+}
+
+TEST_CASE("a checkpoint past the file size limit is exit 1 naming the file, not SIGXFSZ") {
+  test::temp_directory d{"troupe-fsize"};
+  const auto config = d.write("tiny.toml", tiny_model);
+  // A shard of the tiny model is a few KB: 1 KB blocks of ulimit -f stop its first write.
+  auto r = run_shell("ulimit -f 1; TROUPE run " + config +
+                     " --steps 3 -q --metrics /dev/null "
+                     "--checkpoint " +
+                     d.file("ck"));
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "File too large (errno 27)"));
+}
+
 TEST_CASE("a full standard output is reported with exit 1") {
   test::temp_directory d{"troupe-stdout"};
   const auto config = d.write("tiny.toml", tiny_model);

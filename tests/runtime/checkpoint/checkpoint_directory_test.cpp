@@ -159,6 +159,42 @@ TEST_CASE("prune_checkpoints keeps the newest, the ones asked for, and newer inc
   CHECK_THROWS_AS(prune_checkpoints(root.string(), 0), check_failure);
 }
 
+TEST_CASE("prune_checkpoints leaves checkpoints newer than this run's and links alone") {
+  // An outside review: resumed from step 400 into a root that held 400 and 600, keep = 1
+  // pruned 400 and then every checkpoint the run wrote (600 was newer); and a step
+  // directory linked to another run's checkpoint was made incomplete through the link.
+  const temp_directory root{"troupe-checkpoints"}, elsewhere{"troupe-checkpoints"};
+  for (std::int64_t step : {400, 450, 600})
+    write_checkpoint(root.string(), step);
+  const auto theirs = write_checkpoint(elsewhere.string(), 100);
+  fs::create_directory_symlink(theirs, root / "step-000000100");
+  const auto removed = prune_checkpoints(root.string(), 1, {}, 450);
+  CHECK(removed == std::vector<std::string>{root / "step-000000400"});
+  CHECK(steps_of(list_checkpoints(root.string())) == std::vector<std::int64_t>{100, 450, 600});
+  CHECK(fs::exists(fs::path{theirs} / "manifest.json"));  // untouched through the link
+  // Without a bound (the default) the newest count, as before; still not through a link.
+  CHECK(prune_checkpoints(root.string(), 1) == std::vector<std::string>{root / "step-000000450"});
+  CHECK(fs::exists(fs::path{theirs} / "manifest.json"));
+}
+
+TEST_CASE("set_aside_newer_checkpoints renames what is newer than a resume's step") {
+  const temp_directory root{"troupe-checkpoints"};
+  for (std::int64_t step : {400, 500, 600})
+    write_checkpoint(root.string(), step);
+  fs::create_directories(root / "step-000000700");             // an incomplete one, newer too
+  fs::create_directories(root / "step-000000600.superseded");  // from an earlier rollback
+  const auto moved = set_aside_newer_checkpoints(root.string(), 400);
+  CHECK(moved == std::vector<std::string>{root / "step-000000500.superseded",
+                                          root / "step-000000600.superseded-2",
+                                          root / "step-000000700.superseded"});
+  CHECK(steps_of(list_checkpoints(root.string())) == std::vector<std::int64_t>{400});
+  CHECK(
+      fs::exists(fs::path{root / "step-000000600.superseded-2"} / "manifest.json"));  // kept, aside
+  CHECK(latest_checkpoint(root.string())->step == 400);
+  CHECK(set_aside_newer_checkpoints(root.string(), 400).empty());
+  CHECK(set_aside_newer_checkpoints(root / "absent", 0).empty());
+}
+
 TEST_CASE("resolve_resume_path takes a checkpoint root or a single checkpoint directory") {
   const temp_directory root{"troupe-checkpoints"};
   write_checkpoint(root.string(), 100);
