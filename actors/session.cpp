@@ -340,7 +340,22 @@ session_prepared prepare_session(const run_config& config,
       throw data_error(config.model.init_from_where.to_string() + ": " + e.what());
     }
   }
-  if (!resume.empty()) {
+  // A restart loop says --resume DIR --checkpoint DIR from the first start on: until the
+  // first checkpoint is in, there is nothing to resume, and the run starts at step 0.
+  bool nothing_yet = false;
+  if (!resume.empty() && !config.run.checkpoint.empty()) {
+    std::error_code error;
+    const auto same = std::filesystem::weakly_canonical(resume, error) ==
+                      std::filesystem::weakly_canonical(config.run.checkpoint, error);
+    nothing_yet =
+        same && !error && (!std::filesystem::exists(resume, error) || !latest_checkpoint(resume));
+    if (nothing_yet)
+      std::fprintf(stderr,
+                   "note: %s, the checkpoint directory, holds no complete checkpoint yet: "
+                   "starting at step 0\n",
+                   resume.c_str());
+  }
+  if (!resume.empty() && !nothing_yet) {
     const auto checkpoint = resolve_resume_path(resume);
     const auto manifest = verify_checkpoint(checkpoint.path);
     // Another optimizer's state would be dropped or misread; Adam's and AdamW's are the

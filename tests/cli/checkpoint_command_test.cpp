@@ -158,3 +158,26 @@ TEST_CASE("a run resumed from an older checkpoint sets the newer ones aside and 
   // Its own checkpoints (6, 8, 10) are kept as checkpoint_keep says, the newest its own.
   CHECK(latest_checkpoint(root)->step == 10);
 }
+
+TEST_CASE("a restart loop's --resume DIR --checkpoint DIR starts at step 0 until DIR has one") {
+  // It was exit 2 ("does not exist", then "holds no complete checkpoint") until the first
+  // checkpoint was in, so a restart loop could not start, or recover from an early kill.
+  test::temp_directory d{"troupe-restart"};
+  const auto root = d.file("ck");
+  const auto same = " -q --metrics /dev/null --checkpoint " + root + " --resume " + root;
+  auto first = run_troupe(shipped_mlp + " --steps 3" + same);
+  INFO(first.output);
+  CHECK(first.exit_code == 0);
+  CHECK(first.output.find("holds no complete checkpoint yet: starting at step 0") !=
+        std::string::npos);
+  std::filesystem::create_directories(root + "/step-000000009");  // a crash's leftover
+  auto second = run_troupe(shipped_mlp + " --steps 5" + same);
+  INFO(second.output);
+  CHECK(second.exit_code == 0);
+  CHECK(second.output.find("starting at step 0") == std::string::npos);  // resumed at 3
+  CHECK(latest_checkpoint(root)->step == 5);
+  // Another resume path than the checkpoint directory is still refused when empty.
+  auto other = run_troupe(shipped_mlp + " --steps 5 -q --checkpoint " + root + " --resume " +
+                          d.file("elsewhere"));
+  CHECK(other.exit_code == 2);
+}
