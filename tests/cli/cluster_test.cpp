@@ -100,6 +100,20 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// A DP2 run over two nodes (node0's cpu:0 and node1's) of `steps` steps, written to
+// dir/dp2.toml, with [cluster] timeout `timeout` seconds.
+std::string two_node_dp2(test::temp_directory& dir, int timeout, int steps) {
+  return dir.write("dp2.toml",
+                   cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                  "\n[cluster]\ntimeout = " +
+                                      std::to_string(timeout) + "\n",
+                                  steps));
+}
+
+}  // namespace
+
 TEST_CASE("troupe plan shows which node each actor lives on and which wires cross") {
   test::temp_directory dir{"troupe-cluster"};
   auto config = dir.write(
@@ -277,10 +291,7 @@ typename Inspector::result_type inspect(Inspector& f, forged_tensor& x) {
 
 TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port do not crash it") {
   test::temp_directory dir{"troupe-cluster"};
-  auto config = dir.write(
-      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                 "\n[cluster]\ntimeout = 30\n",
-                                 5));
+  auto config = two_node_dp2(dir, 30, 5);
   int port = free_port();
   node_process coordinator{
       troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("hostile-0.log")};
@@ -329,10 +340,7 @@ TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port 
 
 TEST_CASE("node0 beyond loopback needs a secret, and without tls says what is exposed") {
   test::temp_directory dir{"troupe-cluster"};
-  auto config = dir.write(
-      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                 "\n[cluster]\ntimeout = 30\n",
-                                 3));
+  auto config = two_node_dp2(dir, 30, 3);
   int port = free_port();
   auto open_env = [&](int rank, bool secret) {
     auto env = troupe_env(rank, 2, port);
@@ -375,10 +383,7 @@ TEST_CASE("hellos from a peer without the secret neither end the run nor lock ou
   // config file is no secret) replaced the challenge the real worker was answering, which
   // was then refused as if it lacked the secret.
   test::temp_directory dir{"troupe-cluster"};
-  auto config = dir.write(
-      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                 "\n[cluster]\ntimeout = 30\n",
-                                 5));
+  auto config = two_node_dp2(dir, 30, 5);
   int port = free_port();
   node_process coordinator{
       troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("claims-0.log")};
@@ -571,10 +576,7 @@ TEST_CASE("Ctrl-C on the coordinator stops every node after the current step") {
 TEST_CASE("Ctrl-C or SIGTERM while the nodes meet ends a node at once with the signal's code") {
   // They were ignored until [cluster] timeout passed (exit 1 after 59 s).
   test::temp_directory dir{"troupe-cluster"};
-  auto config = dir.write(
-      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                 "\n[cluster]\ntimeout = 60\n",
-                                 5));
+  auto config = two_node_dp2(dir, 60, 5);
   struct alone {
     int rank;
     int signal;
