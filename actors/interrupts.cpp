@@ -16,8 +16,13 @@ static_assert(std::atomic<int>::is_always_lock_free,
 
 extern "C" void on_interrupt(int signal) {
   int none = 0;
-  if (!requested.compare_exchange_strong(none, signal))
-    _exit(128 + signal);  // the second one: at once
+  if (!requested.compare_exchange_strong(none, signal)) {
+    // The second one: at once, saying so (write(2) and _exit are async-signal-safe).
+    static const char said[] =
+        "troupe: a second signal: exiting at once, without finishing the step or a checkpoint\n";
+    [[maybe_unused]] const auto ignored = write(STDERR_FILENO, said, sizeof(said) - 1);
+    _exit(128 + signal);
+  }
 }
 
 }  // namespace

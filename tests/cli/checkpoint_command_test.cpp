@@ -76,7 +76,8 @@ TEST_CASE("SIGTERM does the same with exit 143") { check_stops_cleanly(SIGTERM, 
 TEST_CASE("a second signal ends the run at once") {
   test::temp_directory d{"troupe-signal2"};
   const auto metrics = d.file("metrics.jsonl");
-  background_run run{shipped_mlp + " --steps 100000 -q --metrics " + metrics};
+  const auto output = d.file("output.txt");
+  background_run run{shipped_mlp + " --steps 100000 -q --metrics " + metrics, output};
   wait_for_line(metrics, "\"step\":20");
   kill(run.pid, SIGINT);
   kill(run.pid, SIGINT);
@@ -84,6 +85,39 @@ TEST_CASE("a second signal ends the run at once") {
   CHECK(run.wait() == 130);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
   CHECK_NOTHROW(read_jsonl(metrics));  // never half a line
+}
+
+TEST_CASE("a second signal while the first finishes its step says that it exits at once") {
+  // It ended mute. Steps of 0.3 s (a delay layer): the second comes while the first waits.
+  test::temp_directory d{"troupe-signal2"};
+  const auto config = d.write("slow.toml", R"([run]
+log_every = 1
+[data]
+source = "synthetic"
+batch_size = 8
+synthetic_train = 64
+synthetic_test = 8
+synthetic_features = 4
+synthetic_classes = 2
+[[model.layers]]
+type = "delay"
+forward_us = 300000
+[[model.layers]]
+type = "linear"
+out = 2
+)");
+  const auto metrics = d.file("metrics.jsonl"), output = d.file("output.txt");
+  background_run run{"run " + config + " --steps 1000 -q --metrics " + metrics, output};
+  wait_for_line(metrics, "\"step\":1");
+  kill(run.pid, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(run.pid, SIGINT);
+  CHECK(run.wait() == 130);  // the second's code
+  std::ifstream in(output);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(said);
+  CHECK(said.find("troupe: a second signal: exiting at once, without finishing the step or a "
+                  "checkpoint") != std::string::npos);
 }
 
 TEST_CASE("a run killed at any moment leaves a checkpoint that resumes") {
