@@ -340,22 +340,7 @@ session_prepared prepare_session(const run_config& config,
       throw data_error(config.model.init_from_where.to_string() + ": " + e.what());
     }
   }
-  // A restart loop says --resume DIR --checkpoint DIR from the first start on: until the
-  // first checkpoint is in, there is nothing to resume, and the run starts at step 0.
-  bool nothing_yet = false;
-  if (!resume.empty() && !config.run.checkpoint.empty()) {
-    std::error_code error;
-    const auto same = std::filesystem::weakly_canonical(resume, error) ==
-                      std::filesystem::weakly_canonical(config.run.checkpoint, error);
-    nothing_yet =
-        same && !error && (!std::filesystem::exists(resume, error) || !latest_checkpoint(resume));
-    if (nothing_yet)
-      std::fprintf(stderr,
-                   "note: %s, the checkpoint directory, holds no complete checkpoint yet: "
-                   "starting at step 0\n",
-                   resume.c_str());
-  }
-  if (!resume.empty() && !nothing_yet) {
+  if (!resume.empty()) {
     const auto checkpoint = resolve_resume_path(resume);
     const auto manifest = verify_checkpoint(checkpoint.path);
     // Another optimizer's state would be dropped or misread; Adam's and AdamW's are the
@@ -567,8 +552,24 @@ session_result run_session(const run_config& config, const session_options& opti
     check_output_file(
         (std::filesystem::path{config.run.checkpoint} / ".troupe-write-check").string(),
         "a file in the checkpoint directory");
-  auto prepared = options.data != nullptr ? prepare_session(config, options.data, options.resume)
-                                          : prepare_session(config, options.resume);
+  // A restart loop says --resume DIR --checkpoint DIR from the first start on: until the
+  // first checkpoint is in, there is nothing to resume, and the run starts at step 0. In
+  // one process only: a node of several cannot know that node0 finds none either.
+  std::string resume = options.resume;
+  if (!resume.empty() && !config.run.checkpoint.empty() && !options.cluster) {
+    std::error_code error;
+    const bool same = std::filesystem::weakly_canonical(resume, error) ==
+                      std::filesystem::weakly_canonical(config.run.checkpoint, error);
+    if (same && !error && (!std::filesystem::exists(resume, error) || !latest_checkpoint(resume))) {
+      std::fprintf(stderr,
+                   "note: %s, the checkpoint directory, holds no complete checkpoint yet: "
+                   "starting at step 0\n",
+                   resume.c_str());
+      resume.clear();
+    }
+  }
+  auto prepared = options.data != nullptr ? prepare_session(config, options.data, resume)
+                                          : prepare_session(config, resume);
   const auto& graph = prepared.graph;
   // A text source's vocabulary goes with the run: token ids mean nothing without it. Next
   // to a metrics file, not a device (--metrics /dev/null).
