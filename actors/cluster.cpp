@@ -6,6 +6,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -148,8 +149,13 @@ std::string seconds_text(double seconds) {
 // that peer may join as it. A config that differs is judged after the proof, which
 // covers the hashes the peer claims: a node with the secret and another config ends the
 // run at once with both hashes, as before, while a hello alone with other hashes no
-// longer can (it did, from a peer that proved nothing). At most max_open_challenges are
-// open at once (past it, the first in the map's order is dropped).
+// longer can (it did, from a peer that proved nothing). A newer proof for a rank that has
+// not joined replaces the older (its process may have failed before it joined and been
+// restarted); a joined rank is refused. A hello's fields are bounded before it is kept,
+// and at most max(max_open_challenges, 4 per node) challenges are open at once, the
+// oldest dropped first (all nodes of a large run say hello within a retry of each other).
+// Without TLS this holds against peers that do not lie about their CAF node id; BASP lets
+// a peer claim any (README "What the secret protects").
 constexpr std::size_t max_open_challenges = 256;
 
 struct gate_state {
@@ -162,8 +168,11 @@ struct gate_state {
   struct open_challenge {
     hello_msg hello;
     std::string challenge;
+    std::uint64_t order = 0;  // when it was opened: the oldest goes first past the cap
   };
   std::map<std::pair<int, caf::node_id>, open_challenge> open;
+  std::uint64_t opened = 0;
+  bool polling = false;  // the signal poll's timer is armed
   struct worker {
     hello_msg hello;
     caf::node_id prover;  // the peer that proved the secret for this rank
@@ -214,6 +223,11 @@ void settle(gate_actor* self) {
   if (!s.has_waiting)
     return;
   if (!s.failure.empty()) {
+    // Workers that joined end as node0 does, saying why (they would find node0 lost).
+    for (const auto& [rank, w] : s.workers)
+      if (w.joined && w.agent)
+        self->send(w.agent, done_atom::value,
+                   static_cast<std::int32_t>(exit_status(s.failure_code)), s.failure);
     s.waiting.deliver(refusal(s.failure, s.failure_code));
     s.has_waiting = false;
   } else if (s.complete()) {
@@ -256,18 +270,30 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
                          std::to_string(hello.nodes) +
                          "; start every node with the same world size");
         auto& w = s.workers[hello.rank];
-        if (w.proven)
+        if (w.joined)
           return refusal("node" + std::to_string(hello.rank) + " has joined already (from " +
                          s.where(w.hello) + "); two processes were started with rank " +
                          std::to_string(hello.rank));
+        // Kept until the proof: what a hello holds is bounded before it is.
+        bool bounded = hello.host.size() <= 255 && hello.config_hash.size() <= 128 &&
+                       hello.plugins_hash.size() <= 128 && hello.plugins.size() <= 1024;
+        for (const auto& plugin : hello.plugins)
+          bounded = bounded && plugin.size() <= 1024;
+        if (!bounded)
+          return refusal("a hello whose host, hashes or plugins are longer than troupe writes");
         // Note [who may claim a rank]: a hello proves nothing, so it changes nothing but
         // its own peer's challenge; a config that differs is judged once the secret is
         // proven (with the hashes the peer claims), not on a hello's word.
-        if (s.open.size() >= max_open_challenges)
-          s.open.erase(s.open.begin());
+        const auto cap =
+            std::max<std::size_t>(max_open_challenges, 4 * static_cast<std::size_t>(s.node.nodes));
+        if (s.open.size() >= cap)
+          s.open.erase(std::min_element(
+              s.open.begin(), s.open.end(),
+              [](const auto& a, const auto& b) { return a.second.order < b.second.order; }));
         auto& pending = s.open[{hello.rank, sender->node()}];
         pending.hello = std::move(hello);
         pending.challenge = fresh_nonce();
+        pending.order = ++s.opened;
         return pending.challenge;
       },
       [self](prove_atom, std::int32_t rank, const std::string& nonce,
@@ -280,7 +306,7 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         auto pending = std::move(it->second);
         s.open.erase(it);  // one try per challenge
         auto& w = s.workers[rank];
-        if (w.proven)
+        if (w.joined)
           return refusal("node" + std::to_string(rank) + " has joined already (from " +
                          s.where(w.hello) + "); two processes were started with rank " +
                          std::to_string(rank));
@@ -310,6 +336,14 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
           settle(self);
           return refusal(differs);
         }
+        // A rank proven and not joined may be proven again: the first prover may have
+        // failed before it joined and been restarted. The newer one may join.
+        if (w.proven && w.prover != sender->node())
+          std::fprintf(stderr,
+                       "troupe: node%d proved the secret again (%s, before %s): the newer one "
+                       "may join\n",
+                       static_cast<int>(rank), s.where(pending.hello).c_str(),
+                       s.where(w.hello).c_str());
         w.hello = std::move(pending.hello);
         w.prover = sender->node();
         w.proven = true;
@@ -339,7 +373,10 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         s.waiting = self->make_response_promise();
         s.has_waiting = true;
         self->delayed_send(self, milliseconds(timeout), expire_atom::value, timeout);
-        self->send(self, signal_poll_atom::value);
+        if (!s.polling) {
+          s.polling = true;
+          self->send(self, signal_poll_atom::value);
+        }
         settle(self);
         return s.waiting;
       },
@@ -349,12 +386,15 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         if (!from_this_node(self))
           return;
         auto& s = self->state;
-        if (!s.has_waiting || !s.failure.empty())
+        if (!s.has_waiting || !s.failure.empty()) {
+          s.polling = false;
           return;
+        }
         if (const int signal = interrupt_signal(); signal != 0) {
           s.failure = std::string{"interrupted ("} + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
                       ") while waiting for " + s.missing() + " to join";
           s.failure_code = signal == SIGTERM ? exit_code::terminated : exit_code::interrupted;
+          s.polling = false;
           settle(self);
           return;
         }
@@ -1005,6 +1045,14 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
         },
         caf::after(milliseconds(node_.heartbeat)) >>
             [&] {
+              // Until the run is wired, Ctrl-C or SIGTERM ends this node at once (after,
+              // node0 stops every node after the current step).
+              if (const int signal = interrupt_signal(); signal != 0 && !wired)
+                throw user_error(
+                    "node" + std::to_string(node_.rank) + " was interrupted (" +
+                        (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                        ") while waiting for the other nodes",
+                    signal == SIGTERM ? exit_code::terminated : exit_code::interrupted);
               auto silent = std::chrono::duration<double>(clock::now() - last_heard).count();
               auto limit = wired ? node_.node_timeout : node_.timeout + node_.node_timeout;
               if (silent > limit)

@@ -560,7 +560,17 @@ session_result run_session(const run_config& config, const session_options& opti
     std::error_code error;
     const bool same = std::filesystem::weakly_canonical(resume, error) ==
                       std::filesystem::weakly_canonical(config.run.checkpoint, error);
-    if (same && !error && (!std::filesystem::exists(resume, error) || !latest_checkpoint(resume))) {
+    // Nothing yet: no manifest anywhere. A manifest that cannot be read (a newer format, a
+    // damaged one) is refused by the resume as before, not restarted over.
+    auto nothing_yet = [&] {
+      if (!std::filesystem::exists(resume, error))
+        return true;
+      const auto scan = scan_checkpoints(resume);
+      return scan.complete.empty() &&
+             std::all_of(scan.incomplete.begin(), scan.incomplete.end(),
+                         [](const auto& c) { return c.reason.rfind("no manifest.json", 0) == 0; });
+    };
+    if (same && !error && nothing_yet()) {
       std::fprintf(stderr,
                    "note: %s, the checkpoint directory, holds no complete checkpoint yet: "
                    "starting at step 0\n",

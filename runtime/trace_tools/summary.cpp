@@ -126,6 +126,10 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
       if (t.kind == "layer" && t.stage >= 0 && t.stage % P == s && t.replica <= 0 &&
           std::find(stage.devices.begin(), stage.devices.end(), t.device) == stage.devices.end())
         stage.devices.push_back(t.device);
+    // A stage the trace has no layer of (one node's own trace of a pipeline over several)
+    // has nothing to show, and gets no row.
+    if (stage.devices.empty())
+      continue;
     double sum = 0;
     for (const auto& name : stage.devices)
       for (const auto& d : out.devices)

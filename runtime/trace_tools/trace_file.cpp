@@ -138,14 +138,6 @@ void read_other_data(const json& other, trace_file& out) {
     out.tracks.push_back({text(t, "name"), text(t, "kind"), text(t, "device"), small(t, "replica"),
                           small(t, "stage"), small(t, "layer")});
   }
-  // Every stage holds a layer, which has a track: the tools print a row per stage, so
-  // a count the tracks cannot back would print rows of nothing (a 61 KB trace claiming
-  // 2^20 stages printed 80 MB).
-  if (out.stages > 1 && out.stages > static_cast<std::int64_t>(out.tracks.size()))
-    throw user_error(out.path + ": otherData.stages is " + std::to_string(out.stages) +
-                     ", but the trace has " + std::to_string(out.tracks.size()) +
-                     " track(s) and every stage has at least one; expected a trace written by "
-                     "troupe run --trace");
   for (std::size_t i = 0; i < out.tracks.size(); ++i)
     out.track_index.emplace(out.tracks[i].name, i);
   auto wires = other.find("wires");

@@ -210,6 +210,15 @@ TEST_CASE("a restart loop's --resume DIR --checkpoint DIR starts at step 0 until
   CHECK(second.exit_code == 0);
   CHECK(second.output.find("starting at step 0") == std::string::npos);  // resumed at 3
   CHECK(latest_checkpoint(root)->step == 5);
+  // A manifest that cannot be read (damaged, or a newer format) is refused, not restarted
+  // over (and later pruned).
+  const auto damaged = d.file("damaged");
+  std::filesystem::create_directories(damaged + "/step-000000007");
+  std::ofstream(damaged + "/step-000000007/manifest.json") << "{";
+  auto refused = run_troupe(shipped_mlp + " --steps 5 -q --metrics /dev/null --checkpoint " +
+                            damaged + " --resume " + damaged);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("starting at step 0") == std::string::npos);
   // Another resume path than the checkpoint directory is still refused when empty.
   auto other = run_troupe(shipped_mlp + " --steps 5 -q --checkpoint " + root + " --resume " +
                           d.file("elsewhere"));

@@ -429,8 +429,9 @@ TEST_CASE("hellos from a peer without the secret neither end the run nor lock ou
   // The right hashes, over and over, while the real worker joins.
   std::atomic<bool> stop{false};
   std::thread flood([&] {
+    caf::scoped_actor flooder{peer};  // hellos with a sender: each opens a challenge
     while (!stop) {
-      caf::anon_send(*gate, hello_atom::value, claim(identity.config_hash));
+      flooder->send(*gate, hello_atom::value, claim(identity.config_hash));
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   });
@@ -597,6 +598,38 @@ TEST_CASE("Ctrl-C or SIGTERM while the nodes meet ends a node at once with the s
     CHECK(seconds_since(sent) < 5);
     INFO(node.output());
     CHECK(node.output().find(a.says) != std::string::npos);
+  }
+  // Three nodes, node2 never started: node1 has joined and waits with node0. Ctrl-C on
+  // node0 ends node1 too, saying why (it found node0 lost, exit 1); and Ctrl-C on a
+  // joined node1 ends it at once.
+  auto three = dir.write("dp3.toml",
+                         cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\", "
+                                        "\"node2/cpu:0\"]\ndata = 3\n\n[cluster]\ntimeout = 60\n",
+                                        5));
+  for (const bool on_coordinator : {true, false}) {
+    INFO("Ctrl-C on " << (on_coordinator ? "node0" : "node1"));
+    const int port = free_port();
+    node_process node0{
+        troupe_env(0, 3, port), {"run", three, "--metrics", "/dev/null"}, dir.file("three-0.log")};
+    node_process node1{troupe_env(1, 3, port), {"run", three}, dir.file("three-1.log")};
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // node1 has joined
+    const auto sent = clock_type::now();
+    (on_coordinator ? node0 : node1).signal(SIGINT);
+    CHECK((on_coordinator ? node0 : node1).wait(20) == 130);
+    CHECK(seconds_since(sent) < 5);
+    if (on_coordinator) {
+      CHECK(node1.wait(20) == 130);
+      INFO(node1.output());
+      CHECK(node1.output().find("node1: the coordinator ended the run (exit code 130): "
+                                "interrupted (SIGINT) while waiting for node2 to join") !=
+            std::string::npos);
+    } else {
+      INFO(node1.output());
+      CHECK(node1.output().find("node1 was interrupted (SIGINT) while waiting for the other "
+                                "nodes") != std::string::npos);
+      node0.signal(SIGINT);
+      CHECK(node0.wait(20) == 130);
+    }
   }
 }
 
