@@ -92,9 +92,8 @@ class checkpoint_writer : public caf::event_based_actor {
     send(settings_.trainer, checkpoint_atom::value, step, pending.directory);
   }
 
-  // What is newer than `step` is not this run's (set_aside_newer_checkpoints moved a
-  // resumed run's abandoned future aside; a run checkpointing into a root another run also
-  // writes keeps the other's newer ones).
+  // What is newer than `step` is not this run's: the session set aside what was there at
+  // the start (set_aside_newer_checkpoints), and anything newer since is another writer's.
   void prune(std::int64_t step) {
     std::set<std::int64_t> keep_also;
     if (settings_.keep_best && best_)

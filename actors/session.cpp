@@ -733,16 +733,15 @@ session_result run_session(const run_config& config, const session_options& opti
     // Checkpoints: a writer on its own thread, on the coordinator; the optimizers of every
     // node send it their copies.
     if (coordinator && !config.run.checkpoint.empty()) {
-      // A resumed run writes the steps after its start again: newer checkpoints in its root
-      // are an abandoned future, which a restart must not take for this run's (it did, and
-      // pruning counted them, deleting the checkpoints this run wrote).
-      if (prepared.plan.first_step > 0)
-        for (const auto& path :
-             set_aside_newer_checkpoints(config.run.checkpoint, prepared.plan.first_step))
-          std::fprintf(stderr,
-                       "note: set aside %s: it is newer than step %lld, where this run resumes "
-                       "and which it continues from\n",
-                       path.c_str(), static_cast<long long>(prepared.plan.first_step));
+      // A run writes the steps after its start: checkpoints in its root newer than that are
+      // another run's (a fresh start's root was used before), or an abandoned future (a
+      // resume from an older one), which a restart must not take for this run's (it did,
+      // and pruning counted them, deleting the checkpoints this run wrote).
+      for (const auto& path :
+           set_aside_newer_checkpoints(config.run.checkpoint, prepared.plan.first_step))
+        std::fprintf(stderr,
+                     "note: set aside %s: it is newer than step %lld, where this run starts\n",
+                     path.c_str(), static_cast<long long>(prepared.plan.first_step));
       checkpoint_writer_settings w;
       w.root = config.run.checkpoint;
       w.shards_per_checkpoint = std::count_if(

@@ -191,6 +191,14 @@ TEST_CASE("a run resumed from an older checkpoint sets the newer ones aside and 
                             lower) != std::string::npos);
   // Its own checkpoints (6, 8, 10) are kept as checkpoint_keep says, the newest its own.
   CHECK(latest_checkpoint(root)->step == 10);
+  // A fresh run into the same root sets all of them aside: a restart after it must resume
+  // this run's checkpoints, not the older run's step 10.
+  auto fresh = run_troupe(shipped_mlp + " --steps 2 -q --metrics /dev/null --checkpoint " + root);
+  INFO(fresh.output);
+  CHECK(fresh.exit_code == 0);
+  CHECK(fresh.output.find("/step-000000010.superseded: it is newer than step 0, where this run "
+                          "starts") != std::string::npos);
+  CHECK(latest_checkpoint(root)->step == 2);
 }
 
 TEST_CASE("a restart loop's --resume DIR --checkpoint DIR starts at step 0 until DIR has one") {
