@@ -154,8 +154,10 @@ std::string seconds_text(double seconds) {
 // restarted); a joined rank is refused. A hello's fields are bounded before it is kept,
 // and at most max(max_open_challenges, 4 per node) challenges are open at once, the
 // oldest dropped first (all nodes of a large run say hello within a retry of each other).
-// Without TLS this holds against peers that do not lie about their CAF node id; BASP lets
-// a peer claim any (README "What the secret protects").
+// The join proves the secret again (over the proof's nonces the other way round), so a
+// peer that claims the prover's CAF node id, which BASP lets it, cannot join in its place.
+// Without TLS such a peer can still evict open challenges (README "What the secret
+// protects").
 constexpr std::size_t max_open_challenges = 256;
 
 struct gate_state {
@@ -176,6 +178,7 @@ struct gate_state {
   struct worker {
     hello_msg hello;
     caf::node_id prover;  // the peer that proved the secret for this rank
+    std::string challenge, nonce;  // of that proof: the join proves the secret with them
     bool proven = false;
     bool joined = false;
     roster actors;
@@ -346,6 +349,8 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
                        s.where(w.hello).c_str());
         w.hello = std::move(pending.hello);
         w.prover = sender->node();
+        w.challenge = pending.challenge;
+        w.nonce = nonce;
         w.proven = true;
         return welcome_msg{
             net::proof(secret, net::coordinator_role, nonce, pending.challenge, context), s.trainer,
@@ -353,12 +358,22 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
       },
       // Note [clocks of nodes]: node0's trace clock, for a worker to measure its offset.
       [](clock_atom) { return static_cast<std::int64_t>(trace::now_ns()); },
-      [self](join_atom, std::int32_t rank, roster& actors, caf::actor& agent) -> caf::result<void> {
+      [self](join_atom, std::int32_t rank, roster& actors, caf::actor& agent,
+             const std::string& proof) -> caf::result<void> {
         auto& s = self->state;
         auto it = s.workers.find(rank);
         const auto& sender = self->current_sender();
         if (it == s.workers.end() || !it->second.proven || it->second.joined || !sender ||
             sender->node() != it->second.prover)
+          return refusal("node" + std::to_string(rank) + " must prove the secret before it joins");
+        // Note [who may claim a rank]: the join proves the secret too, over the proof's
+        // nonces the other way round, so a peer that only claims the prover's node id
+        // (BASP lets it) cannot join in its place and receive the roster.
+        const auto& w = it->second;
+        const net::config_identity theirs{w.hello.config_hash, w.hello.plugins_hash,
+                                          w.hello.plugins};
+        if (!net::verify_proof(proof_key(s.node), net::worker_role, w.nonce, w.challenge,
+                               proof_context(rank, theirs), proof))
           return refusal("node" + std::to_string(rank) + " must prove the secret before it joins");
         it->second.actors = std::move(actors);
         it->second.agent = std::move(agent);
@@ -961,6 +976,7 @@ worker_link::worker_link(caf::actor_system& system, const cluster_node& node)
                [&](caf::error& error) { failure = error_of(system, error); });
   if (failure)
     throw *failure;
+  join_proof_ = net::proof(secret, net::worker_role, nonce, challenge, context);
   if (!net::verify_proof(secret, net::coordinator_role, nonce, challenge, context, welcome_.proof))
     throw user_error("the coordinator at " + node.coordinator_host + ":" +
                          std::to_string(node.coordinator_port) +
@@ -996,7 +1012,7 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
   self->monitor(gate_);
   std::optional<user_error> failure;
   self->request(gate_, milliseconds(node_.timeout), join_atom::value,
-                static_cast<std::int32_t>(node_.rank), own, caf::actor{self})
+                static_cast<std::int32_t>(node_.rank), own, caf::actor{self}, join_proof_)
       .receive([] {}, [&](caf::error& error) { failure = error_of(system_, error); });
   if (failure)
     throw *failure;

@@ -249,6 +249,7 @@ class worker_link {
   cluster_node node_;
   caf::actor gate_;
   welcome_msg welcome_;
+  std::string join_proof_;  // proves the secret again with the join (Note [who may claim a rank])
   double offset_us_ = 0;  // node0's trace clock minus this node's (Note [clocks of nodes])
   double rtt_us_ = 0;
 };

@@ -33,6 +33,7 @@
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/restore.hpp"
 #include "runtime/net/config_identity.hpp"
+#include "runtime/net/secret.hpp"
 #include "tests/cli/cluster_support.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
@@ -482,6 +483,63 @@ double seconds_since(clock_type::time_point start) {
 }
 
 }  // namespace
+
+TEST_CASE("a join must prove the secret too, and a newer proof replaces one not joined") {
+  // Note [who may claim a rank]: a peer that proved rank 1 (here with the secret, as a
+  // worker that then failed would have) but joins with a wrong proof is refused; the real
+  // worker, started after it, proves the rank again and joins in its place.
+  test::temp_directory dir{"troupe-cluster"};
+  auto config = two_node_dp2(dir, 30, 5);
+  int port = free_port();
+  node_process coordinator{
+      troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("join-0.log")};
+  using hello_atom = caf::atom_constant<caf::atom("hello")>;
+  using prove_atom = caf::atom_constant<caf::atom("prove")>;
+  using join_atom = caf::atom_constant<caf::atom("join")>;
+  caf::actor_system_config peer_config;
+  peer_config.load<caf::io::middleman>();
+  add_cluster_message_types(peer_config);
+  caf::actor_system peer{peer_config};
+  caf::expected<caf::actor> gate = caf::sec::cannot_connect_to_node;
+  for (int attempt = 0; attempt < 100 && !gate; ++attempt) {
+    gate = caf::io::remote_actor(peer, "127.0.0.1", static_cast<std::uint16_t>(port));
+    if (!gate)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(gate);
+  const auto identity = net::identify(config, {});
+  hello_msg hello;
+  hello.rank = 1;
+  hello.nodes = 2;
+  hello.host = "first";
+  hello.pid = 1;
+  hello.config_hash = identity.config_hash;
+  hello.plugins_hash = identity.plugins_hash;
+  caf::scoped_actor self{peer};
+  std::string challenge;
+  self->request(*gate, std::chrono::seconds(10), hello_atom::value, hello)
+      .receive([&](const std::string& c) { challenge = c; }, [](caf::error&) {});
+  REQUIRE_FALSE(challenge.empty());
+  const std::string context =
+      "rank=1;config=" + identity.config_hash + ";plugins=" + identity.plugins_hash;
+  const std::string nonce(64, '7');
+  bool welcomed = false;
+  self->request(*gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
+                net::proof("s3cret", net::worker_role, challenge, nonce, context))
+      .receive([&](welcome_msg&) { welcomed = true; }, [](caf::error&) {});
+  REQUIRE(welcomed);
+  bool joined = false;
+  self->request(*gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, roster{},
+                caf::actor{self}, std::string(64, '0'))
+      .receive([&] { joined = true; }, [](caf::error&) {});
+  CHECK_FALSE(joined);
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("join-1.log")};
+  CHECK(worker.wait(60) == 0);
+  CHECK(coordinator.wait(60) == 0);
+  INFO(coordinator.output() << worker.output());
+  CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
+  CHECK(coordinator.output().find("node1 proved the secret again") != std::string::npos);
+}
 
 TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
   long_run run;
