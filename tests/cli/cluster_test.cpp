@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -112,6 +113,45 @@ std::string two_node_dp2(test::temp_directory& dir, int timeout, int steps) {
                                       std::to_string(timeout) + "\n",
                                   steps));
 }
+
+// A CAF peer of node0's gatekeeper at `port`, as a hostile or hand-driven node would be:
+// connected once node0 listens (REQUIREd).
+struct gate_peer {
+  explicit gate_peer(int port) {
+    config.load<caf::io::middleman>();
+    add_cluster_message_types(config);
+    system = std::make_unique<caf::actor_system>(config);
+    for (int attempt = 0; attempt < 100 && !gate; ++attempt) {
+      if (auto found =
+              caf::io::remote_actor(*system, "127.0.0.1", static_cast<std::uint16_t>(port)))
+        gate = *found;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    REQUIRE(gate);
+  }
+
+  /// A hello for rank 1 of 2 from `host`, claiming `config_hash` and no plugins.
+  static hello_msg claim(const std::string& host, const std::string& config_hash,
+                         const net::config_identity& identity) {
+    hello_msg hello;
+    hello.rank = 1;
+    hello.nodes = 2;
+    hello.host = host;
+    hello.pid = 666;
+    hello.config_hash = config_hash;
+    hello.plugins_hash = identity.plugins_hash;
+    return hello;
+  }
+
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor gate;
+};
+
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using prove_atom = caf::atom_constant<caf::atom("prove")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
 
 }  // namespace
 
@@ -388,51 +428,32 @@ TEST_CASE("hellos from a peer without the secret neither end the run nor lock ou
   int port = free_port();
   node_process coordinator{
       troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("claims-0.log")};
-  using hello_atom = caf::atom_constant<caf::atom("hello")>;
-  using prove_atom = caf::atom_constant<caf::atom("prove")>;
-  caf::actor_system_config peer_config;
-  peer_config.load<caf::io::middleman>();
-  peer_config.add_message_type<hello_msg>("troupe::hello_msg");
-  caf::actor_system peer{peer_config};
-  caf::expected<caf::actor> gate = caf::sec::cannot_connect_to_node;
-  for (int attempt = 0; attempt < 100 && !gate; ++attempt) {
-    gate = caf::io::remote_actor(peer, "127.0.0.1", static_cast<std::uint16_t>(port));
-    if (!gate)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  REQUIRE(gate);
+  gate_peer peer{port};
   const auto identity = net::identify(config, {});
   auto claim = [&](const std::string& config_hash) {
-    hello_msg hello;
-    hello.rank = 1;
-    hello.nodes = 2;
-    hello.host = "claimant";
-    hello.pid = 666;
-    hello.config_hash = config_hash;
-    hello.plugins_hash = identity.plugins_hash;
-    return hello;
+    return gate_peer::claim("claimant", config_hash, identity);
   };
-  caf::scoped_actor self{peer};
+  caf::scoped_actor self{*peer.system};
   // Another config's hashes: answered with a challenge, the run goes on.
   bool challenged = false;
-  self->request(*gate, std::chrono::seconds(10), hello_atom::value, claim(std::string(64, '0')))
+  self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, claim(std::string(64, '0')))
       .receive([&](const std::string& challenge) { challenged = !challenge.empty(); },
                [&](caf::error&) {});
   CHECK(challenged);
   // A wrong proof: refused, and named in node0's log.
   bool refused = false;
-  self->request(*gate, std::chrono::seconds(10), hello_atom::value, claim(identity.config_hash))
+  self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, claim(identity.config_hash))
       .receive([](const std::string&) {}, [](caf::error&) {});
-  self->request(*gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1},
+  self->request(peer.gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1},
                 std::string(64, 'a'), std::string(64, 'b'))
       .receive([](caf::message&) {}, [&](caf::error&) { refused = true; });
   CHECK(refused);
   // The right hashes, over and over, while the real worker joins.
   std::atomic<bool> stop{false};
   std::thread flood([&] {
-    caf::scoped_actor flooder{peer};  // hellos with a sender: each opens a challenge
+    caf::scoped_actor flooder{*peer.system};  // hellos with a sender: each opens a challenge
     while (!stop) {
-      flooder->send(*gate, hello_atom::value, claim(identity.config_hash));
+      flooder->send(peer.gate, hello_atom::value, claim(identity.config_hash));
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   });
@@ -493,43 +514,24 @@ TEST_CASE("a join must prove the secret too, and a newer proof replaces one not 
   int port = free_port();
   node_process coordinator{
       troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("join-0.log")};
-  using hello_atom = caf::atom_constant<caf::atom("hello")>;
-  using prove_atom = caf::atom_constant<caf::atom("prove")>;
-  using join_atom = caf::atom_constant<caf::atom("join")>;
-  caf::actor_system_config peer_config;
-  peer_config.load<caf::io::middleman>();
-  add_cluster_message_types(peer_config);
-  caf::actor_system peer{peer_config};
-  caf::expected<caf::actor> gate = caf::sec::cannot_connect_to_node;
-  for (int attempt = 0; attempt < 100 && !gate; ++attempt) {
-    gate = caf::io::remote_actor(peer, "127.0.0.1", static_cast<std::uint16_t>(port));
-    if (!gate)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  REQUIRE(gate);
+  gate_peer peer{port};
   const auto identity = net::identify(config, {});
-  hello_msg hello;
-  hello.rank = 1;
-  hello.nodes = 2;
-  hello.host = "first";
-  hello.pid = 1;
-  hello.config_hash = identity.config_hash;
-  hello.plugins_hash = identity.plugins_hash;
-  caf::scoped_actor self{peer};
+  const auto hello = gate_peer::claim("first", identity.config_hash, identity);
+  caf::scoped_actor self{*peer.system};
   std::string challenge;
-  self->request(*gate, std::chrono::seconds(10), hello_atom::value, hello)
+  self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, hello)
       .receive([&](const std::string& c) { challenge = c; }, [](caf::error&) {});
   REQUIRE_FALSE(challenge.empty());
   const std::string context =
       "rank=1;config=" + identity.config_hash + ";plugins=" + identity.plugins_hash;
   const std::string nonce(64, '7');
   bool welcomed = false;
-  self->request(*gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
+  self->request(peer.gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
                 net::proof("s3cret", net::worker_role, challenge, nonce, context))
       .receive([&](welcome_msg&) { welcomed = true; }, [](caf::error&) {});
   REQUIRE(welcomed);
   bool joined = false;
-  self->request(*gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, roster{},
+  self->request(peer.gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, roster{},
                 caf::actor{self}, std::string(64, '0'))
       .receive([&] { joined = true; }, [](caf::error&) {});
   CHECK_FALSE(joined);
