@@ -448,6 +448,15 @@ TEST_CASE("hellos from a peer without the secret neither end the run nor lock ou
                 std::string(64, 'a'), std::string(64, 'b'))
       .receive([](caf::message&) {}, [&](caf::error&) { refused = true; });
   CHECK(refused);
+  // Oversized fields (kept until the proof, so bounded first): refused, not stored.
+  for (auto oversized : {claim(identity.config_hash), claim(std::string(1 << 20, 'f'))}) {
+    oversized.host.resize(oversized.config_hash.size() > 64 ? 8 : 100000, 'h');
+    std::string why;
+    self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, oversized)
+        .receive([](const std::string&) {}, [&](caf::error& e) { why = peer.system->render(e); });
+    CHECK(why.find("a hello whose host, hashes or plugins are longer than troupe writes") !=
+          std::string::npos);
+  }
   // The right hashes, over and over, while the real worker joins.
   std::atomic<bool> stop{false};
   std::thread flood([&] {
