@@ -2,8 +2,10 @@
 #include "troupe/device_actor.hpp"
 
 #include <atomic>
+#include <cstdio>
 
 #include "actors/failures.hpp"
+#include "runtime/net/shared_memory.hpp"
 #include "troupe/check.hpp"
 
 namespace troupe {
@@ -52,6 +54,18 @@ caf::behavior device_actor::make_behavior() {
       [this](remote_flush_atom) {
         network_flush_asked_ = false;
         send_to_network();
+      },
+      [this](shm_offer_atom)
+          -> caf::result<std::string, std::int32_t, std::int32_t, std::uint64_t, std::uint64_t> {
+        auto* links = net::shm_links::current();
+        const auto& sender = current_sender();
+        if (links == nullptr || !sender || sender->node() == node())
+          return caf::make_error(caf::sec::runtime_error, "no shared memory between these nodes");
+        auto offer = links->offer(to_string(sender->node()));
+        if (const auto* why = std::get_if<std::string>(&offer))
+          return caf::make_error(caf::sec::runtime_error, *why);
+        const auto& o = std::get<net::shm_offer>(offer);
+        return {o.boot_id, o.pid, o.fd, o.key, o.capacity};
       })};
 }
 
@@ -87,6 +101,56 @@ void device_actor::send_to_network() {
   }
 }
 
+void device_actor::stage_for(const caf::actor& peer, const std::vector<tensor*>& tensors) {
+  auto* links = net::shm_links::current();
+  if (links == nullptr || peer->node() == node())  // a simulated run's nodes share a process
+    return;
+  auto to = to_string(peer->node());
+  switch (links->claim(to)) {
+    case net::shm_links::link::unknown:
+      // What goes before the answer crosses inline, in order with what follows.
+      request(peer, caf::infinite, shm_offer_atom::value)
+          .then(
+              [to](const std::string& boot_id, std::int32_t pid, std::int32_t fd, std::uint64_t key,
+                   std::uint64_t capacity) {
+                auto* links = net::shm_links::current();
+                if (links == nullptr)
+                  return;
+                auto why = links->connect(to, net::shm_offer{boot_id, pid, fd, key, capacity});
+                // Refused on one machine is worth a word: it costs every step its copies.
+                if (!why.empty() && boot_id == net::boot_id())
+                  std::fprintf(stderr,
+                               "note: tensors to another node of this machine cross over TCP, "
+                               "not shared memory: %s\n",
+                               why.c_str());
+              },
+              [to](const caf::error&) {
+                if (auto* links = net::shm_links::current())
+                  links->refuse(to);
+              });
+      return;
+    case net::shm_links::link::asked:
+    case net::shm_links::link::refused:
+      return;
+    case net::shm_links::link::ready:
+      break;
+  }
+  std::int64_t bytes = 0;
+  for (auto* t : tensors) {
+    if (!t->defined() || t->bytes() < net::shm_links::min_bytes ||
+        t->device().type != device_type::cpu)
+      continue;
+    auto staged = links->stage(to, t->raw(), t->bytes());
+    if (!staged)  // the inbox is full for now: this one crosses inline
+      continue;
+    bytes += static_cast<std::int64_t>(t->bytes());
+    *t = tensor::borrowing(staged->data, t->shape(), t->type(), t->device(),
+                           std::move(staged->owner));
+  }
+  if (bytes > 0 && trace::enabled())
+    trace_counter("shared memory", track_, 0, links->count_staged(track_, bytes));
+}
+
 void device_actor::connect(const wiring_msg&) {}
 
 void device_actor::release_peers() {}
@@ -110,5 +174,29 @@ device& device_actor::on() const {
   TROUPE_CHECK(on_ != nullptr, name_ << " runs on the host and has no device");
   return *on_;
 }
+
+// The two ends of a staged tensor's crossing (include/troupe/tensor_inspect.hpp).
+namespace detail {
+
+bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::uint64_t& offset) {
+  auto* links = net::shm_links::current();
+  if (links == nullptr || bytes < net::shm_links::min_bytes)
+    return false;
+  auto place = links->place_of(data, bytes);
+  if (!place)
+    return false;
+  key = place->key;
+  offset = place->offset;
+  return true;
+}
+
+std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, void* to) {
+  auto* links = net::shm_links::current();
+  if (links == nullptr)
+    return "a tensor in shared memory, but this process has no shared-memory links";
+  return links->take(net::shm_place{key, offset}, bytes, to);
+}
+
+}  // namespace detail
 
 }  // namespace troupe

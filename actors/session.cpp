@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include <caf/io/all.hpp>
@@ -31,6 +32,7 @@
 #include "runtime/graph/model_graph.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
+#include "runtime/net/shared_memory.hpp"
 #include "runtime/plugin/plugin.hpp"
 #include "runtime/trace_tools/merge.hpp"
 #include "troupe/trace.hpp"
@@ -700,6 +702,15 @@ session_result run_session(const run_config& config, const session_options& opti
     // Actors handle their messages on their devices' threads, the trainer and the loader
     // on one host thread (Note [actors on device threads] in device_scheduler.cpp).
     system_config.load<device_scheduler>();
+    // Tensors to the other nodes of this machine go through shared memory (Note [tensors
+    // through shared memory] in runtime/net/shared_memory.cpp): the links are made before
+    // the actor system and gone after it.
+    std::optional<net::shm_links> links;
+    std::optional<net::shm_links::scope> links_in_use;
+    if (several_nodes && config.cluster.shared_memory) {
+      links.emplace();
+      links_in_use.emplace(*links);
+    }
     caf::actor_system system{system_config};
     if (world != nullptr)
       device_scheduler::simulate(system, *world);

@@ -82,30 +82,33 @@ inline job_label step_job(const char* name, std::uint32_t track, std::int64_t st
 }
 
 /// The tensors a message carries, for send_written (none for a message without any).
-inline std::vector<const tensor*> tensors_sent(const activation_msg& m) { return {&m.x}; }
-inline std::vector<const tensor*> tensors_sent(const gradient_msg& m) { return {&m.dx}; }
-inline std::vector<const tensor*> tensors_sent(const labels_msg& m) { return {&m.labels}; }
-inline std::vector<const tensor*> tensors_sent(const ring_msg& m) { return {&m.data}; }
-inline std::vector<const tensor*> tensors_sent(const shard_msg& m) { return {&m.flat}; }
-inline std::vector<const tensor*> tensors_sent(const weight_grads_msg& m) {
-  std::vector<const tensor*> out;
-  for (const auto& g : m.grads)
+inline std::vector<tensor*> tensors_sent(activation_msg& m) { return {&m.x}; }
+inline std::vector<tensor*> tensors_sent(gradient_msg& m) { return {&m.dx}; }
+inline std::vector<tensor*> tensors_sent(labels_msg& m) { return {&m.labels}; }
+inline std::vector<tensor*> tensors_sent(ring_msg& m) { return {&m.data}; }
+inline std::vector<tensor*> tensors_sent(shard_msg& m) { return {&m.flat}; }
+inline std::vector<tensor*> tensors_sent(weight_grads_msg& m) {
+  std::vector<tensor*> out;
+  for (auto& g : m.grads)
     out.push_back(&g);
   return out;
 }
-inline std::vector<const tensor*> tensors_sent(const params_msg& m) {
-  std::vector<const tensor*> out;
-  for (const auto& p : m.params)
+inline std::vector<tensor*> tensors_sent(params_msg& m) {
+  std::vector<tensor*> out;
+  for (auto& p : m.params)
     out.push_back(&p);
   return out;
 }
 template <class Message>
-std::vector<const tensor*> tensors_sent(const Message&) {
+std::vector<tensor*> tensors_sent(Message&) {
   return {};
 }
 
 /// Asks a device actor to send what it held back for another node (send_written).
 using remote_flush_atom = caf::atom_constant<caf::atom("rflush")>;
+/// Asks a device actor of another node of this machine for its node's shared-memory inbox
+/// (runtime/net/shared_memory.hpp); the answer is a net::shm_offer's fields.
+using shm_offer_atom = caf::atom_constant<caf::atom("shmoffer")>;
 
 class device_actor : public caf::event_based_actor {
  public:
@@ -205,7 +208,7 @@ class device_actor : public caf::event_based_actor {
     }
     std::vector<event> unwritten;
     std::int64_t bytes = 0;
-    for (const auto* t : tensors_sent(message))
+    for (const tensor* t : tensors_sent(message))
       if (t->defined()) {
         bytes += static_cast<std::int64_t>(t->bytes());
         if (!t->ready().reached())
@@ -214,6 +217,7 @@ class device_actor : public caf::event_based_actor {
     if (unwritten.empty() && held_for_network_.empty()) {
       if (on_ != nullptr)
         on_->work().sent_to_network(bytes);
+      stage_for(peer, tensors_sent(message));
       this->template send<Priority>(peer, std::move(message));
       return;
     }
@@ -221,6 +225,7 @@ class device_actor : public caf::event_based_actor {
         {std::move(unwritten), [this, peer, bytes, m = std::move(message)]() mutable {
            if (on_ != nullptr)
              on_->work().sent_to_network(bytes);
+           stage_for(peer, tensors_sent(m));
            this->template send<Priority>(peer, std::move(m));
          }});
     send_to_network();
@@ -263,6 +268,11 @@ class device_actor : public caf::event_based_actor {
                                                         peer) != other_nodes_.end());
   }
   std::vector<caf::actor> other_nodes_;  // its wires' peers on other nodes' devices
+  /// Puts the written `tensors` of a message to `peer`, an actor of another process on
+  /// this machine, into that node's shared-memory inbox, each replaced by a tensor over
+  /// its slot (Note [tensors through shared memory] in runtime/net/shared_memory.cpp); the
+  /// first time, asks `peer` for the inbox. Leaves them as they are when there is none.
+  void stage_for(const caf::actor& peer, const std::vector<tensor*>& tensors);
   /// Sends the messages held for other nodes whose tensors are written, in order, and
   /// asks to be called again when the first one left is.
   void send_to_network();

@@ -41,6 +41,8 @@ class storage {
   /// host goes on; from the GPU backend's pinned pool, or plain host memory without one.
   struct pinned_t {};
   storage(device_id device, std::size_t bytes, pinned_t);
+  /// Host memory it does not own (`owner` keeps it valid while the storage lives).
+  storage(device_id device, void* data, std::size_t bytes, std::shared_ptr<void> owner);
   ~storage();
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
@@ -54,6 +56,7 @@ class storage {
   std::size_t bytes_;
   void* data_;
   bool pinned_ = false;
+  std::shared_ptr<void> owner_;  // set: borrowed memory, nothing to release
 };
 
 class tensor {
@@ -68,6 +71,11 @@ class tensor {
   static tensor empty_pinned(shape_t shape, dtype type = dtype::f32);
   /// Zero-filled, written on the calling thread (a GPU's: by a synchronous copy).
   static tensor zeros(shape_t shape, dtype type = dtype::f32, device_id device = {});
+  /// A tensor over host memory it does not own, of `device` (a CPU's), ready at once;
+  /// `owner` keeps `data` valid while any view of it lives (the shared-memory transport's
+  /// slots, runtime/net/shared_memory.hpp).
+  static tensor borrowing(void* data, shape_t shape, dtype type, device_id device,
+                          std::shared_ptr<void> owner);
   /// A tensor holding a copy of `values`, written on the calling thread (as zeros()).
   static tensor from(const std::vector<float>& values, shape_t shape, device_id device = {});
 

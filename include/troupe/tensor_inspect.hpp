@@ -31,11 +31,23 @@ inline caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type
     return caf::error{};
   return caf::make_error(caf::sec::invalid_argument, std::move(problem));
 }
+
+/// The dtype byte's flag of a tensor whose bytes wait in the receiver's shared memory
+/// (Note [tensors through shared memory] in runtime/net/shared_memory.cpp).
+constexpr std::uint8_t staged_flag = 0x80;
+/// True, with its place, if [data, data + bytes) is a slot staged for another node of
+/// this machine.
+bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::uint64_t& offset);
+/// Copies a staged tensor's bytes out of this process's inbox into `to` and frees the
+/// slot; why not (nothing copied), unless it is a slot of this process waiting with them.
+std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, void* to);
 }  // namespace detail
 
 /// Crossing a node: shape, dtype and byte count first, then the raw bytes in one block
-/// (CAF-0.17-NOTES.md section 6: element-wise serialisation is 13x slower). The loader
-/// validates the header before it allocates. Host byte order on both ends.
+/// (CAF-0.17-NOTES.md section 6: element-wise serialisation is 13x slower), or, for a
+/// tensor staged in the receiver's shared memory (its dtype byte flagged), where they lie
+/// there. The loader validates the header before it allocates. Host byte order on both
+/// ends.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor& x) {
   if constexpr (std::is_same<Inspector, caf::serializer>::value) {
@@ -43,6 +55,11 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
     shape_t shape = host.shape();
     auto type = static_cast<std::uint8_t>(host.type());
     auto bytes = static_cast<std::uint64_t>(host.defined() ? host.bytes() : 0);
+    std::uint64_t key = 0, offset = 0;
+    if (bytes > 0 && detail::staged_place(host.raw(), bytes, key, offset)) {
+      type |= detail::staged_flag;
+      return f(shape, type, bytes, key, offset);
+    }
     if (auto err = f(shape, type, bytes))
       return err;
     return bytes > 0 ? f.apply_raw(bytes, host.raw()) : caf::error{};
@@ -52,8 +69,22 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
     shape_t shape;
     if (auto err = f(shape, type, bytes))
       return err;
+    const bool staged = (type & detail::staged_flag) != 0;
+    type &= static_cast<std::uint8_t>(~detail::staged_flag);
     if (auto err = detail::validate_tensor_header(shape, type, bytes))
       return err;
+    if (staged) {
+      std::uint64_t key = 0, offset = 0;
+      if (auto err = f(key, offset))
+        return err;
+      auto result = tensor::empty(shape, static_cast<dtype>(type),
+                                  device_id{device_type::cpu, 0, this_node()});
+      auto why = detail::take_staged(key, offset, bytes, result.raw());
+      if (!why.empty())
+        return caf::make_error(caf::sec::invalid_argument, std::move(why));
+      x = std::move(result);
+      return caf::error{};
+    }
     // A remote message is read from its whole payload (CAF's BASP receives all of it
     // first): a header claiming more bytes than are left is refused before the allocation,
     // so 30 bytes from a peer cannot make this node reserve gigabytes.

@@ -835,6 +835,7 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
                            " s), or one late heartbeat would end "
                            "the run; found " +
                            format_number(s.node_timeout));
+  r.read("shared_memory", s.shared_memory);
   read_cluster_tls(r, directory, s);
   r.finish();
   return s;

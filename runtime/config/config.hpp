@@ -169,6 +169,9 @@ struct cluster_section {
   double timeout = 60;      // seconds a worker retries the coordinator, and it waits for them
   double heartbeat = 1;     // seconds between heartbeats on every link
   double node_timeout = 8;  // a node silent this long is lost (< 10 s, issue 11)
+  /// Tensors between nodes of one machine through shared memory rather than TCP (Note
+  /// [tensors through shared memory] in runtime/net/shared_memory.cpp).
+  bool shared_memory = true;
   /// TLS on every CAF link between nodes (Note [TLS between nodes] in actors/cluster.cpp).
   /// The paths are relative to the config file, checked to exist when tls is on; the
   /// passphrase file, if any, holds the key's passphrase (its first line).

@@ -161,7 +161,12 @@ storage::storage(device_id device, std::size_t bytes) : device_(device), bytes_(
 storage::storage(device_id device, std::size_t bytes, pinned_t)
     : device_(device), bytes_(bytes), data_(gpu::allocate_pinned(bytes)), pinned_(true) {}
 
+storage::storage(device_id device, void* data, std::size_t bytes, std::shared_ptr<void> owner)
+    : device_(device), bytes_(bytes), data_(data), owner_(std::move(owner)) {}
+
 storage::~storage() {
+  if (owner_)
+    return;
   if (pinned_)
     gpu::release_pinned(data_);
   else if (device_.type == device_type::cuda)
@@ -212,6 +217,21 @@ tensor tensor::empty(shape_t shape, dtype type, device_id device) {
   t.type_ = type;
   t.storage_ =
       std::make_shared<storage>(device, static_cast<std::size_t>(element_count(shape)) * size_of(type));
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+tensor tensor::borrowing(void* data, shape_t shape, dtype type, device_id device,
+                         std::shared_ptr<void> owner) {
+  for (auto d : shape)
+    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  TROUPE_CHECK(device.type == device_type::cpu && owner != nullptr,
+               "borrowing: host memory with an owner, not " << device.to_string());
+  tensor t;
+  t.type_ = type;
+  t.storage_ = std::make_shared<storage>(
+      device, data, static_cast<std::size_t>(element_count(shape)) * size_of(type),
+      std::move(owner));
   t.shape_ = std::move(shape);
   return t;
 }

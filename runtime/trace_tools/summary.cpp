@@ -211,6 +211,12 @@ void summarize_wires(const trace_file& trace, trace_summary& out) {
       ++w.timed;
     }
   }
+  for (const auto& [name, samples] : trace.counters)
+    if (name.rfind("shared memory ", 0) == 0 && !samples.empty())  // a running total
+      out.shared_memory_bytes += static_cast<std::int64_t>(
+          std::max_element(samples.begin(), samples.end(), [](const auto& a, const auto& b) {
+            return a.value < b.value;
+          })->value);
   for (auto& [key, w] : wires)
     if (w.timed > 0)
       w.transit_us /= static_cast<double>(w.timed);
@@ -406,8 +412,12 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
                               static_cast<long long>(w.messages), human_bytes(w.bytes).c_str(),
                               w.timed > 0 ? (string_printf("%.0f us", w.transit_us)).c_str() : "-");
       }
-      text += string_printf("%lld messages, %s in all\n", static_cast<long long>(messages),
+      text += string_printf("%lld messages, %s in all", static_cast<long long>(messages),
                             human_bytes(bytes).c_str());
+      text += s.shared_memory_bytes > 0
+                  ? string_printf("; %s of tensors through shared memory (nodes of one machine)\n",
+                                  human_bytes(s.shared_memory_bytes).c_str())
+                  : std::string{"\n"};
     }
   }
 
@@ -471,6 +481,7 @@ std::string format_summary_json(const trace_summary& s) {
   } else {
     out["pipeline"] = nullptr;
   }
+  out["shared_memory_bytes"] = s.shared_memory_bytes;
   auto& wires = out["wires"] = json::array();
   for (const auto& w : s.wires)
     wires.push_back({{"from", w.from},

@@ -114,6 +114,9 @@ struct trace_summary {
   double theory_bubble = 0;          // (P - 1) / (M + P - 1); ZB-H1 (P - 1) / (3 M + P - 1);
                                      // interleaved (P - 1) / (v M + P - 1)
   std::vector<wire_traffic> wires;   // by from, to, kind
+  /// Of the tensor bytes sent to other nodes, those that went through shared memory (nodes
+  /// of one machine: runtime/net/shared_memory.hpp); from the "shared memory A" counters.
+  std::int64_t shared_memory_bytes = 0;
   std::vector<step_time> steps;      // by step
   step_time average;                 // mean over steps (step = -1, no actor)
 };

@@ -1,0 +1,344 @@
+// shared_memory.cpp: inboxes in memory files, slots in a ring (see the header).
+#include "runtime/net/shared_memory.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <random>
+
+namespace troupe::net {
+
+// Note [tensors through shared memory]
+// Between two processes of one machine, a tensor over CAF's link is copied four times
+// (into the BASP buffer, into the kernel, out of it, into the tensor) by threads that
+// wait for each other: 1.2-1.5 GB/s (bench/link_bench.cpp), and the 400 KB of the bench
+// MLP's largest gradient took 350-550 us each way of the ring, on the critical path of
+// every step. Through shared memory it is copied twice (into a slot, out of it), each at
+// memory speed, and the message that says where crosses CAF's link as before.
+//
+// The reader makes the inbox, so a writer learns at once whether it can use it: it asks
+// (shm_offer), and maps the inbox only if the offer is of its machine (same boot id), the
+// descriptor under /proc/<pid>/fd is a memory file named for the offer's key, and the
+// mapped header says that key. Anything else (another machine, another pid namespace, a
+// process it may not read) refuses the link, and the tensors cross inline as before: the
+// link is an optimisation that never changes what arrives. The memory file has no name in
+// the file system, so nothing is left behind when a process dies, whatever kills it.
+//
+// An inbox is a ring of slots, each a 64-byte header (state, magic, bytes) and the bytes.
+// Only the writer allocates (in its order, reclaiming from the oldest slot the reader has
+// freed); only the reader frees, in the order it loads, which may differ: a freed slot
+// behind one still held waits for it. A full ring is not waited for: that tensor crosses
+// inline. The reader trusts nothing in the memory but the bytes themselves: the place
+// and size come with the message, are checked against the inbox, and the slot must say
+// it holds exactly those bytes, written and not taken yet. A writer that changes the
+// bytes while they are read changes only what it sent.
+
+namespace {
+
+constexpr std::uint64_t segment_magic = 0x5452'4f55'5045'534dULL;  // "TROUPESM"
+constexpr std::uint32_t slot_magic = 0x534c'4f54;                  // "SLOT"
+constexpr std::uint64_t header_bytes = 64;  // the segment's header, and each slot's
+constexpr std::uint64_t max_capacity = std::uint64_t{1} << 32;
+constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
+
+struct segment_header {
+  std::uint64_t magic;
+  std::uint64_t key;
+  std::uint64_t capacity;
+};
+
+struct slot_header {
+  std::uint32_t state;  // slot_free, slot_written, slot_filling; atomically
+  std::uint32_t magic;
+  std::uint64_t bytes;
+};
+
+std::uint64_t round_up(std::uint64_t bytes) {
+  return (bytes + header_bytes - 1) / header_bytes * header_bytes;
+}
+
+std::string memfd_name(std::uint64_t key) {
+  char name[40];
+  std::snprintf(name, sizeof name, "troupe-shm-%016llx", static_cast<unsigned long long>(key));
+  return name;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return in ? id : std::string{};
+}
+
+/// A mapped memory file: the inbox's header, then its slots.
+class shm_segment {
+ public:
+  shm_segment(int fd, void* base, std::uint64_t size) : fd_(fd), base_(base), size_(size) {}
+  ~shm_segment() {
+    munmap(base_, size_);
+    if (fd_ >= 0)
+      close(fd_);
+  }
+  shm_segment(const shm_segment&) = delete;
+  shm_segment& operator=(const shm_segment&) = delete;
+
+  int fd() const { return fd_; }
+  char* base() const { return static_cast<char*>(base_); }
+  std::uint64_t size() const { return size_; }
+  segment_header& header() const { return *reinterpret_cast<segment_header*>(base_); }
+  slot_header& slot(std::uint64_t data_offset) const {
+    return *reinterpret_cast<slot_header*>(base() + data_offset - header_bytes);
+  }
+
+ private:
+  int fd_;  // the reader's (the writer's mapping needs none)
+  void* base_;
+  std::uint64_t size_;
+};
+
+struct shm_links::outbox {
+  link state = link::unknown;
+  std::shared_ptr<shm_segment> segment;
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> live;  // [data offset, end), oldest first
+  std::uint64_t head = header_bytes;                         // where the next slot's header goes
+
+  /// The data offset of a new slot of `bytes`, or 0 when the ring has no room now.
+  std::uint64_t allocate(std::uint64_t bytes) {
+    while (!live.empty() &&
+           __atomic_load_n(&segment->slot(live.front().first).state, __ATOMIC_ACQUIRE) == slot_free)
+      live.pop_front();
+    const std::uint64_t first = header_bytes, end = segment->size();
+    const std::uint64_t need = header_bytes + round_up(bytes);
+    if (need > end - first)
+      return 0;
+    std::uint64_t at = first;  // the new slot's header
+    if (!live.empty()) {
+      const std::uint64_t tail = live.front().first - header_bytes;  // the oldest slot's
+      if (head > tail) {  // the live slots are [tail, head): room after them or before
+        if (end - head >= need)
+          at = head;
+        else if (tail - first >= need)
+          at = first;
+        else
+          return 0;
+      } else if (tail - head >= need) {  // they wrap: [tail, end) and [first, head)
+        at = head;
+      } else {
+        return 0;
+      }
+    }
+    live.emplace_back(at + header_bytes, at + need);
+    head = at + need;
+    return at + header_bytes;
+  }
+};
+
+namespace {
+std::atomic<shm_links*> current_links{nullptr};
+}  // namespace
+
+shm_links::shm_links(std::uint64_t capacity, std::size_t max_inboxes)
+    : capacity_(capacity), max_inboxes_(max_inboxes) {}
+
+shm_links::~shm_links() = default;
+
+shm_links* shm_links::current() { return current_links.load(std::memory_order_acquire); }
+
+shm_links::scope::scope(shm_links& links) {
+  current_links.store(&links, std::memory_order_release);
+}
+
+shm_links::scope::~scope() { current_links.store(nullptr, std::memory_order_release); }
+
+std::variant<shm_offer, std::string> shm_links::offer(const std::string& from) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  auto found = inboxes_.find(from);
+  if (found == inboxes_.end()) {
+    if (inboxes_.size() >= max_inboxes_)
+      return "this node has inboxes for " + std::to_string(max_inboxes_) + " writers already";
+    if (boot_id().empty())
+      return std::string{"no boot id to tell this machine by"};
+    std::random_device random;
+    std::uint64_t key = 0;
+    while (key == 0 || by_key_.count(key) != 0)
+      key = (std::uint64_t{random()} << 32) ^ random();
+    const std::uint64_t size = header_bytes + capacity_;
+    int fd = memfd_create(memfd_name(key).c_str(), MFD_CLOEXEC);
+    if (fd < 0)
+      return "memfd_create: " + errno_text();
+    // Reserved now, so that a machine short of memory says so here, not with a SIGBUS
+    // when a writer first touches a page.
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0 ||
+        posix_fallocate(fd, 0, static_cast<off_t>(size)) != 0) {
+      auto why = "cannot reserve " + std::to_string(size >> 20) + " MiB: " + errno_text();
+      close(fd);
+      return why;
+    }
+    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      auto why = "mmap: " + errno_text();
+      close(fd);
+      return why;
+    }
+    auto segment = std::make_shared<shm_segment>(fd, base, size);
+    segment->header() = segment_header{segment_magic, key, capacity_};
+    found = inboxes_.emplace(from, segment).first;
+    by_key_.emplace(key, segment);
+  }
+  const auto& segment = *found->second;
+  return shm_offer{boot_id(), static_cast<std::int32_t>(getpid()), segment.fd(),
+                   segment.header().key, segment.header().capacity};
+}
+
+std::string shm_links::take(const shm_place& place, std::uint64_t bytes, void* to) {
+  std::shared_ptr<shm_segment> segment;
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto found = by_key_.find(place.key);
+    if (found == by_key_.end())
+      return "a tensor in shared memory this node did not offer (inbox " + memfd_name(place.key) +
+             ")";
+    segment = found->second;
+  }
+  const auto offset = place.offset;
+  if (offset % header_bytes != 0 || offset < 2 * header_bytes || offset > segment->size() ||
+      bytes > segment->size() - offset)
+    return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+           " of a shared-memory inbox of " + std::to_string(segment->size()) +
+           " bytes (out of it, or not at a slot)";
+  auto& slot = segment->slot(offset);
+  if (slot.magic != slot_magic || slot.bytes != bytes ||
+      __atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != slot_written)
+    return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+           " of a shared-memory inbox, where no such tensor waits";
+  std::memcpy(to, segment->base() + offset, bytes);
+  __atomic_store_n(&slot.state, slot_free, __ATOMIC_RELEASE);
+  return {};
+}
+
+shm_links::link shm_links::claim(const std::string& to) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  auto& box = outboxes_[to];
+  if (!box)
+    box = std::make_shared<outbox>();
+  const auto was = box->state;
+  if (was == link::unknown)
+    box->state = link::asked;
+  return was;
+}
+
+void shm_links::refuse(const std::string& to) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  auto& box = outboxes_[to];
+  if (!box)
+    box = std::make_shared<outbox>();
+  box->state = link::refused;
+  box->segment.reset();
+}
+
+std::string shm_links::connect(const std::string& to, const shm_offer& offer) {
+  auto why = [&]() -> std::string {
+    if (offer.boot_id.empty() || offer.boot_id != boot_id())
+      return "the node is on another machine";
+    if (offer.capacity < 4 * header_bytes || offer.capacity > max_capacity || offer.pid <= 0 ||
+        offer.fd < 0)
+      return "a malformed offer";
+    const std::string path =
+        "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd);
+    const std::string want = "/memfd:" + memfd_name(offer.key) + " (deleted)";
+    char target[128] = {};
+    const auto length = readlink(path.c_str(), target, sizeof target - 1);
+    if (length < 0 || std::string(target, static_cast<std::size_t>(length)) != want)
+      return path + " is not the offered inbox (another pid namespace?)";
+    const std::uint64_t size = header_bytes + offer.capacity;
+    struct stat about = {};
+    if (stat(path.c_str(), &about) != 0 || !S_ISREG(about.st_mode) ||
+        static_cast<std::uint64_t>(about.st_size) != size)
+      return path + " is not an inbox of the offered size";
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+      return "cannot open " + path + ": " + errno_text();
+    if (fstat(fd, &about) != 0 || !S_ISREG(about.st_mode) ||
+        static_cast<std::uint64_t>(about.st_size) != size) {
+      close(fd);
+      return path + " changed while it was opened";
+    }
+    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+      return "mmap: " + errno_text();
+    auto segment = std::make_shared<shm_segment>(-1, base, size);
+    const auto& header = segment->header();
+    if (header.magic != segment_magic || header.key != offer.key ||
+        header.capacity != offer.capacity)
+      return path + " does not hold the offered inbox";
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto& box = outboxes_[to];
+    if (!box)
+      box = std::make_shared<outbox>();
+    box->segment = std::move(segment);
+    box->state = link::ready;
+    return {};
+  }();
+  if (!why.empty())
+    refuse(to);
+  return why;
+}
+
+std::optional<shm_links::staged> shm_links::stage(const std::string& to, const void* data,
+                                                  std::size_t bytes) {
+  std::shared_ptr<shm_segment> segment;
+  std::uint64_t offset = 0;
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto found = outboxes_.find(to);
+    if (found == outboxes_.end() || found->second->state != link::ready)
+      return std::nullopt;
+    auto& box = *found->second;
+    offset = box.allocate(bytes);
+    if (offset == 0)
+      return std::nullopt;
+    segment = box.segment;
+    auto& slot = segment->slot(offset);
+    slot.magic = slot_magic;
+    slot.bytes = bytes;
+    __atomic_store_n(&slot.state, slot_filling, __ATOMIC_RELAXED);
+  }
+  // The copy outside the lock: actors of other devices stage too.
+  char* at = segment->base() + offset;
+  std::memcpy(at, data, bytes);
+  __atomic_store_n(&segment->slot(offset).state, slot_written, __ATOMIC_RELEASE);
+  return staged{at, std::shared_ptr<void>(segment, at)};
+}
+
+std::optional<shm_place> shm_links::place_of(const void* data, std::size_t bytes) const {
+  const char* p = static_cast<const char*>(data);
+  std::lock_guard<std::mutex> lock{mutex_};
+  for (const auto& [node, box] : outboxes_) {
+    if (!box->segment)
+      continue;
+    const char* base = box->segment->base();
+    if (p >= base + 2 * header_bytes && p + bytes <= base + box->segment->size())
+      return shm_place{box->segment->header().key, static_cast<std::uint64_t>(p - base)};
+  }
+  return std::nullopt;
+}
+
+std::int64_t shm_links::count_staged(std::uint32_t track, std::int64_t bytes) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  return staged_by_track_[track] += bytes;
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,122 @@
+// shared_memory.hpp: tensors between two nodes of one machine through shared memory
+// instead of through CAF's TCP link (Note [tensors through shared memory] in the .cpp).
+//
+// A node that receives from another node of its machine makes an inbox for it: an
+// anonymous memory file (memfd) it maps, whose descriptor the writer opens through
+// /proc/<pid>/fd once it has asked for it (shm_offer). The writer copies a tensor's bytes
+// into a slot of that inbox and sends, over CAF as before, a message whose tensor says
+// where the bytes lie (tensor_inspect.hpp); the reader copies them out when it loads the
+// message and frees the slot. Everything but the bytes still crosses CAF's link, so the
+// order of messages, their validation and the loss of a peer are as before.
+//
+// Not here: when an actor asks for an inbox and which tensors it stages (send_written in
+// include/troupe/device_actor.hpp), the wire format (include/troupe/tensor_inspect.hpp),
+// the config key ([cluster] shared_memory).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace troupe::net {
+
+/// What a writer needs to map a reader's inbox: the reader's machine (its boot id), its
+/// process and descriptor, and the inbox's key and size.
+struct shm_offer {
+  std::string boot_id;
+  std::int32_t pid = 0;
+  std::int32_t fd = -1;
+  std::uint64_t key = 0;
+  std::uint64_t capacity = 0;  // bytes of slots
+};
+
+/// Where a staged tensor's bytes lie: the reader's inbox and the offset in it.
+struct shm_place {
+  std::uint64_t key = 0;
+  std::uint64_t offset = 0;
+};
+
+/// This machine's boot id (/proc/sys/kernel/random/boot_id); empty if it cannot be read.
+std::string boot_id();
+
+class shm_segment;
+
+/// The shared-memory links of this process: its inboxes (one per writing node) and the
+/// inboxes of other nodes it writes into. Thread-safe: actors on every device thread
+/// stage, and CAF's network thread loads.
+class shm_links {
+ public:
+  /// Tensors smaller than this cross inline; a slot's bookkeeping would cost more.
+  static constexpr std::size_t min_bytes = 512;
+
+  /// `capacity`: the bytes of each inbox; `max_inboxes`: how many writers this process
+  /// accepts (a writer that asks past it is told no and sends inline).
+  explicit shm_links(std::uint64_t capacity = std::uint64_t{32} << 20,
+                     std::size_t max_inboxes = 64);
+  ~shm_links();
+  shm_links(const shm_links&) = delete;
+  shm_links& operator=(const shm_links&) = delete;
+
+  /// The links of this process while a run over several nodes uses them; nullptr else.
+  static shm_links* current();
+  /// Makes `links` current for its lifetime (the session's, around its actor system).
+  class scope {
+   public:
+    explicit scope(shm_links& links);
+    ~scope();
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+  };
+
+  // ---- the reader's side ----
+
+  /// The inbox for tensors from node `from` (any text naming it), made the first time:
+  /// what the writer maps; or why there is none (no memfd, no memory, too many writers).
+  std::variant<shm_offer, std::string> offer(const std::string& from);
+  /// Copies the `bytes` at `place` into `to` and frees the slot; an error text (nothing
+  /// copied) unless `place` is a written slot of one of this process's inboxes holding
+  /// exactly `bytes`.
+  std::string take(const shm_place& place, std::uint64_t bytes, void* to);
+
+  // ---- the writer's side ----
+
+  enum class link { unknown, asked, ready, refused };
+  /// The link to node `to`; an unknown one becomes asked (the caller asks for an offer).
+  link claim(const std::string& to);
+  /// Maps the inbox `offer` describes as the link to `to`: empty if it did, else why not
+  /// (another machine, a descriptor that is not that inbox, ...); the link is then
+  /// refused, and what goes to `to` crosses inline.
+  std::string connect(const std::string& to, const shm_offer& offer);
+  /// The link to `to` stays inline (its node could not make an offer).
+  void refuse(const std::string& to);
+  /// A slot of the link to `to` holding a copy of `bytes` bytes at `data`: its memory,
+  /// kept mapped while the returned owner lives. None when the link is not ready or its
+  /// inbox has no room now (the reader has not taken enough yet): send inline then.
+  struct staged {
+    void* data = nullptr;
+    std::shared_ptr<void> owner;
+  };
+  std::optional<staged> stage(const std::string& to, const void* data, std::size_t bytes);
+  /// Where [data, data + bytes) lies if it is a slot that stage() returned.
+  std::optional<shm_place> place_of(const void* data, std::size_t bytes) const;
+  /// Adds `bytes` to what the actor of trace track `track` staged: its running total, for
+  /// the trace's "shared memory" counter.
+  std::int64_t count_staged(std::uint32_t track, std::int64_t bytes);
+
+ private:
+  struct outbox;
+  std::uint64_t capacity_;
+  std::size_t max_inboxes_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<shm_segment>> inboxes_;  // by writing node
+  std::map<std::uint64_t, std::shared_ptr<shm_segment>> by_key_;
+  std::map<std::string, std::shared_ptr<outbox>> outboxes_;  // by reading node
+  std::map<std::uint32_t, std::int64_t> staged_by_track_;
+};
+
+}  // namespace troupe::net
