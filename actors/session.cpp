@@ -708,7 +708,9 @@ session_result run_session(const run_config& config, const session_options& opti
     std::optional<net::shm_links> links;
     std::optional<net::shm_links::scope> links_in_use;
     if (several_nodes && config.cluster.shared_memory) {
-      links.emplace();
+      // An inbox for each other node at most: a peer that asks under more names gets none.
+      links.emplace(net::shm_links::default_capacity,
+                    static_cast<std::size_t>(std::max<std::int64_t>(1, graph.nodes - 1)));
       links_in_use.emplace(*links);
     }
     caf::actor_system system{system_config};

@@ -9,7 +9,10 @@
 // run uses the coordinator's store actor instead; the all-reduce is the same). For each
 // size, round after round, both nodes hand their averager one step's gradients and wait
 // for the sums; the time is node0's from handing them over to holding the sums, written.
-// Prints the median of 15 rounds after 3 warm-up ones, in ms, and the ratio gloo / ring.
+// Prints the median of 15 rounds after 3 warm-up ones, in ms, and the ratio gloo / ring;
+// the ring twice: its tensors over CAF's TCP link, and through shared memory (Note
+// [tensors through shared memory] in runtime/net/shared_memory.cpp, as a run of nodes on
+// one machine sends them), each a pair of processes of its own.
 //
 //     build/troupe_allreduce_bench [MiB ...]     (default: 1 16)
 //
@@ -27,11 +30,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/cluster.hpp"
 #include "actors/grad_averager_actor.hpp"
+#include "runtime/net/shared_memory.hpp"
 #include "troupe/messages.hpp"
 
 using namespace troupe;
@@ -42,12 +47,19 @@ constexpr int warm_up_rounds = 3;
 constexpr int timed_rounds = 15;
 
 // One node's half of the benchmark: returns node0's median times (ms), or {} on node1.
+// `shared`: through shared memory, and the ring only.
 std::vector<double> run_node(int rank, const std::vector<std::int64_t>& sizes,
-                             const std::string& store_dir, int port_out, int port_in) {
+                             const std::string& store_dir, int port_out, int port_in, bool shared) {
   set_this_node(rank);
   caf::actor_system_config config;
   configure_cluster_system(config, cluster_node{});  // as a node of a run
   add_message_types(config);
+  std::optional<net::shm_links> links;
+  std::optional<net::shm_links::scope> links_in_use;
+  if (shared) {
+    links.emplace();
+    links_in_use.emplace(*links);
+  }
   caf::actor_system system{config};
   device_id cpu;
   device_id::parse("cpu:0", cpu);
@@ -149,7 +161,7 @@ std::vector<double> run_node(int rank, const std::vector<std::int64_t>& sizes,
     wire(mine[i], theirs.at(i));
     time_rounds(mine[i], static_cast<std::int32_t>(i), sizes[i]);
   }
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
+  for (std::size_t i = 0; i < sizes.size() && !shared; ++i) {
     auto layer = static_cast<std::int32_t>(sizes.size() + i);
     auto gloo = averager(averaging_method::gloo, layer);
     wire(gloo, nullptr);
@@ -173,28 +185,37 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> sizes;
   for (auto m : mib)
     sizes.push_back(m * (1 << 20) / 4);
-  char store_dir[] = "/tmp/troupe_allreduce_bench.XXXXXX";
-  if (!::mkdtemp(store_dir))
+  // One pair of processes: node0's medians, or none if node1 failed.
+  auto run_pair = [&](bool shared) -> std::vector<double> {
+    char store_dir[] = "/tmp/troupe_allreduce_bench.XXXXXX";
+    if (!::mkdtemp(store_dir))
+      return {};
+    int port_pipe[2];  // node0's port, to node1
+    if (::pipe(port_pipe) != 0)
+      return {};
+    pid_t child = ::fork();
+    if (child == 0) {
+      run_node(1, sizes, store_dir, -1, port_pipe[0], shared);
+      ::_exit(0);
+    }
+    auto medians = run_node(0, sizes, store_dir, port_pipe[1], -1, shared);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    std::filesystem::remove_all(store_dir);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "node1 failed\n");
+      return {};
+    }
+    return medians;
+  };
+  const auto medians = run_pair(false);  // the ring over TCP, then gloo
+  const auto shared = run_pair(true);    // the ring through shared memory
+  if (medians.empty() || shared.empty())
     return 1;
-  int port_pipe[2];  // node0's port, to node1
-  if (::pipe(port_pipe) != 0)
-    return 1;
-  pid_t child = ::fork();
-  if (child == 0) {
-    run_node(1, sizes, store_dir, -1, port_pipe[0]);
-    ::_exit(0);
-  }
-  auto medians = run_node(0, sizes, store_dir, port_pipe[1], -1);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  std::filesystem::remove_all(store_dir);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "node1 failed\n");
-    return 1;
-  }
-  std::printf("%9s %10s %10s %12s\n", "MiB", "ring ms", "gloo ms", "gloo / ring");
+  std::printf("%9s %13s %13s %10s %12s\n", "MiB", "ring TCP ms", "ring shm ms", "gloo ms",
+              "gloo / ring");
   for (std::size_t i = 0; i < mib.size(); ++i)
-    std::printf("%9ld %10.3f %10.3f %11.2fx\n", static_cast<long>(mib[i]), medians[i],
-                medians[mib.size() + i], medians[mib.size() + i] / medians[i]);
+    std::printf("%9ld %13.3f %13.3f %10.3f %11.2fx\n", static_cast<long>(mib[i]), medians[i],
+                shared[i], medians[mib.size() + i], medians[mib.size() + i] / shared[i]);
   return 0;
 }

@@ -53,11 +53,12 @@ class shm_links {
  public:
   /// Tensors smaller than this cross inline; a slot's bookkeeping would cost more.
   static constexpr std::size_t min_bytes = 512;
+  /// The bytes of an inbox's slots: reserved (RAM) for each node that writes to this one.
+  static constexpr std::uint64_t default_capacity = std::uint64_t{32} << 20;
 
   /// `capacity`: the bytes of each inbox; `max_inboxes`: how many writers this process
   /// accepts (a writer that asks past it is told no and sends inline).
-  explicit shm_links(std::uint64_t capacity = std::uint64_t{32} << 20,
-                     std::size_t max_inboxes = 64);
+  explicit shm_links(std::uint64_t capacity = default_capacity, std::size_t max_inboxes = 64);
   ~shm_links();
   shm_links(const shm_links&) = delete;
   shm_links& operator=(const shm_links&) = delete;
