@@ -1,6 +1,7 @@
 // device_actor.cpp: the protocol every device-placed actor shares (see the header).
 #include "troupe/device_actor.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
@@ -61,6 +62,12 @@ caf::behavior device_actor::make_behavior() {
         const auto& sender = current_sender();
         if (links == nullptr || !sender || sender->node() == node())
           return caf::make_error(caf::sec::runtime_error, "no shared memory between these nodes");
+        // Only for a node this actor has a wire from: a peer that asks under invented node
+        // names would otherwise take the inboxes of the nodes that need them.
+        if (std::none_of(other_nodes_.begin(), other_nodes_.end(),
+                         [&](const caf::actor& a) { return a->node() == sender->node(); }))
+          return caf::make_error(caf::sec::runtime_error,
+                                 actor_name() + " has no wire from that node");
         auto offer = links->offer(to_string(sender->node()));
         if (const auto* why = std::get_if<std::string>(&offer))
           return caf::make_error(caf::sec::runtime_error, *why);
@@ -124,9 +131,15 @@ void device_actor::stage_for(const caf::actor& peer, const std::vector<tensor*>&
                                "not shared memory: %s\n",
                                why.c_str());
               },
-              [to](const caf::error&) {
-                if (auto* links = net::shm_links::current())
-                  links->refuse(to);
+              [to, name = actor_name()](const caf::error& error) {
+                auto* links = net::shm_links::current();
+                if (links == nullptr)
+                  return;
+                links->refuse(to);
+                std::fprintf(stderr,
+                             "note: tensors from %s to another node cross over TCP, not shared "
+                             "memory: that node offers none (%s)\n",
+                             name.c_str(), to_string(error).c_str());
               });
       return;
     case net::shm_links::link::asked:
@@ -141,8 +154,11 @@ void device_actor::stage_for(const caf::actor& peer, const std::vector<tensor*>&
         t->device().type != device_type::cpu)
       continue;
     auto staged = links->stage(to, t->raw(), t->bytes());
-    if (!staged)  // the inbox is full for now: this one crosses inline
+    if (!staged) {  // the inbox is full for now (or too small): this one crosses inline
+      if (trace::enabled())
+        trace_counter("shared memory full", track_, 0, links->count_inline(track_));
       continue;
+    }
     bytes += static_cast<std::int64_t>(t->bytes());
     *t = tensor::borrowing(staged->data, t->shape(), t->type(), t->device(),
                            std::move(staged->owner));
@@ -190,11 +206,29 @@ bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::
   return true;
 }
 
+namespace {
+// A staged tensor refused is a message CAF drops without a word (it logs, and troupe runs
+// without CAF's log), which the run would then wait for: the first few say so on stderr.
+std::string said_refused(std::string why) {
+  static std::atomic<int> said{0};
+  if (!why.empty() && said.fetch_add(1, std::memory_order_relaxed) < 3)
+    std::fprintf(stderr, "troupe: refused a tensor from shared memory: %s\n", why.c_str());
+  return why;
+}
+}  // namespace
+
+std::string check_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes) {
+  auto* links = net::shm_links::current();
+  if (links == nullptr)
+    return said_refused("a tensor in shared memory, but this process has no shared-memory links");
+  return said_refused(links->check(net::shm_place{key, offset}, bytes));
+}
+
 std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, void* to) {
   auto* links = net::shm_links::current();
   if (links == nullptr)
-    return "a tensor in shared memory, but this process has no shared-memory links";
-  return links->take(net::shm_place{key, offset}, bytes, to);
+    return said_refused("a tensor in shared memory, but this process has no shared-memory links");
+  return said_refused(links->take(net::shm_place{key, offset}, bytes, to));
 }
 
 }  // namespace detail

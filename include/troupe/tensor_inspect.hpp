@@ -38,6 +38,10 @@ constexpr std::uint8_t staged_flag = 0x80;
 /// True, with its place, if [data, data + bytes) is a slot staged for another node of
 /// this machine.
 bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::uint64_t& offset);
+/// Why a staged tensor of `bytes` at (`key`, `offset`) cannot be taken: not a slot of this
+/// process's inboxes waiting with exactly that many bytes; empty if it can. Asked before
+/// the tensor is allocated.
+std::string check_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes);
 /// Copies a staged tensor's bytes out of this process's inbox into `to` and frees the
 /// slot; why not (nothing copied), unless it is a slot of this process waiting with them.
 std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, void* to);
@@ -77,9 +81,14 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
       std::uint64_t key = 0, offset = 0;
       if (auto err = f(key, offset))
         return err;
+      // Checked before the allocation: 40 bytes from a peer cannot make this node reserve
+      // gigabytes, as for the inline bytes below.
+      auto why = detail::check_staged(key, offset, bytes);
+      if (!why.empty())
+        return caf::make_error(caf::sec::invalid_argument, std::move(why));
       auto result = tensor::empty(shape, static_cast<dtype>(type),
                                   device_id{device_type::cpu, 0, this_node()});
-      auto why = detail::take_staged(key, offset, bytes, result.raw());
+      why = detail::take_staged(key, offset, bytes, result.raw());
       if (!why.empty())
         return caf::make_error(caf::sec::invalid_argument, std::move(why));
       x = std::move(result);

@@ -46,7 +46,6 @@ namespace {
 constexpr std::uint64_t segment_magic = 0x5452'4f55'5045'534dULL;  // "TROUPESM"
 constexpr std::uint32_t slot_magic = 0x534c'4f54;                  // "SLOT"
 constexpr std::uint64_t header_bytes = 64;  // the segment's header, and each slot's
-constexpr std::uint64_t max_capacity = std::uint64_t{1} << 32;
 constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
 
 struct segment_header {
@@ -120,6 +119,8 @@ struct shm_links::outbox {
            __atomic_load_n(&segment->slot(live.front().first).state, __ATOMIC_ACQUIRE) == slot_free)
       live.pop_front();
     const std::uint64_t first = header_bytes, end = segment->size();
+    if (bytes > end - first)
+      return 0;
     const std::uint64_t need = header_bytes + round_up(bytes);
     if (need > end - first)
       return 0;
@@ -156,50 +157,110 @@ shm_links::~shm_links() = default;
 
 shm_links* shm_links::current() { return current_links.load(std::memory_order_acquire); }
 
-shm_links::scope::scope(shm_links& links) {
+shm_links::scope::scope(shm_links& links) : links_(links) {
   current_links.store(&links, std::memory_order_release);
 }
 
-shm_links::scope::~scope() { current_links.store(nullptr, std::memory_order_release); }
+shm_links::scope::~scope() {
+  auto* mine = &links_;  // another scope's links stay current
+  current_links.compare_exchange_strong(mine, nullptr, std::memory_order_acq_rel);
+}
+
+namespace {
+
+/// A new inbox of `capacity` bytes of slots under `key`, mapped: a memory file reserved in
+/// full and sealed at that size; or why not.
+std::variant<std::shared_ptr<shm_segment>, std::string> make_inbox(std::uint64_t key,
+                                                                   std::uint64_t capacity) {
+  const std::uint64_t size = header_bytes + capacity;
+  int fd = memfd_create(memfd_name(key).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return "memfd_create: " + errno_text();
+  // Reserved now, so that a machine short of memory says so here, not with a SIGBUS when
+  // a writer first touches a page; sealed, so that neither side can shrink it under the
+  // other's copies (a SIGBUS too).
+  int reserved = ftruncate(fd, static_cast<off_t>(size)) != 0
+                     ? errno
+                     : posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (reserved == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    reserved = errno;
+  if (reserved != 0) {
+    close(fd);
+    return "cannot reserve " + std::to_string(size >> 20) +
+           " MiB of shared memory: " + std::strerror(reserved);
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    auto why = "mmap: " + errno_text();
+    close(fd);
+    return why;
+  }
+  auto segment = std::make_shared<shm_segment>(fd, base, size);
+  segment->header() = segment_header{segment_magic, key, capacity};
+  return segment;
+}
+
+}  // namespace
 
 std::variant<shm_offer, std::string> shm_links::offer(const std::string& from) {
-  std::lock_guard<std::mutex> lock{mutex_};
-  auto found = inboxes_.find(from);
-  if (found == inboxes_.end()) {
-    if (inboxes_.size() >= max_inboxes_)
+  const auto machine = boot_id();
+  if (machine.empty())
+    return std::string{"no boot id to tell this machine by"};
+  std::shared_ptr<shm_segment> segment;
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto found = inboxes_.find(from);
+    if (found != inboxes_.end())
+      segment = found->second;
+    else if (inboxes_.size() >= max_inboxes_)
       return "this node has inboxes for " + std::to_string(max_inboxes_) + " writers already";
-    if (boot_id().empty())
-      return std::string{"no boot id to tell this machine by"};
-    std::random_device random;
-    std::uint64_t key = 0;
-    while (key == 0 || by_key_.count(key) != 0)
-      key = (std::uint64_t{random()} << 32) ^ random();
-    const std::uint64_t size = header_bytes + capacity_;
-    int fd = memfd_create(memfd_name(key).c_str(), MFD_CLOEXEC);
-    if (fd < 0)
-      return "memfd_create: " + errno_text();
-    // Reserved now, so that a machine short of memory says so here, not with a SIGBUS
-    // when a writer first touches a page.
-    if (ftruncate(fd, static_cast<off_t>(size)) != 0 ||
-        posix_fallocate(fd, 0, static_cast<off_t>(size)) != 0) {
-      auto why = "cannot reserve " + std::to_string(size >> 20) + " MiB: " + errno_text();
-      close(fd);
-      return why;
-    }
-    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      auto why = "mmap: " + errno_text();
-      close(fd);
-      return why;
-    }
-    auto segment = std::make_shared<shm_segment>(fd, base, size);
-    segment->header() = segment_header{segment_magic, key, capacity_};
-    found = inboxes_.emplace(from, segment).first;
-    by_key_.emplace(key, segment);
   }
-  const auto& segment = *found->second;
-  return shm_offer{boot_id(), static_cast<std::int32_t>(getpid()), segment.fd(),
-                   segment.header().key, segment.header().capacity};
+  if (!segment) {  // made outside the lock: reserving 32 MiB takes milliseconds
+    std::random_device random;
+    const std::uint64_t key = ((std::uint64_t{random()} << 32) ^ random()) | 1;
+    auto made = make_inbox(key, capacity_);
+    if (auto* why = std::get_if<std::string>(&made))
+      return *why;
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto found = inboxes_.find(from);
+    if (found != inboxes_.end())  // another thread made it meanwhile
+      segment = found->second;
+    else if (inboxes_.size() >= max_inboxes_ || by_key_.count(key) != 0)
+      return "this node has inboxes for " + std::to_string(max_inboxes_) + " writers already";
+    else
+      segment = inboxes_.emplace(from, std::get<std::shared_ptr<shm_segment>>(made)).first->second;
+    by_key_.emplace(segment->header().key, segment);
+  }
+  return shm_offer{machine, static_cast<std::int32_t>(getpid()), segment->fd(),
+                   segment->header().key, segment->header().capacity};
+}
+
+std::string shm_links::check(const shm_place& place, std::uint64_t bytes) const {
+  std::shared_ptr<shm_segment> segment;
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto found = by_key_.find(place.key);
+    if (found == by_key_.end())
+      return "a tensor in shared memory this node did not offer (inbox " + memfd_name(place.key) +
+             ")";
+    segment = found->second;
+  }
+  return check(*segment, place.offset, bytes);
+}
+
+std::string shm_links::check(const shm_segment& segment, std::uint64_t offset,
+                             std::uint64_t bytes) {
+  if (offset % header_bytes != 0 || offset < 2 * header_bytes || offset > segment.size() ||
+      bytes > segment.size() - offset)
+    return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+           " of a shared-memory inbox of " + std::to_string(segment.size()) +
+           " bytes (out of it, or not at a slot)";
+  auto& slot = segment.slot(offset);
+  if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != slot_written || slot.magic != slot_magic ||
+      slot.bytes != bytes)
+    return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+           " of a shared-memory inbox, where no such tensor waits";
+  return {};
 }
 
 std::string shm_links::take(const shm_place& place, std::uint64_t bytes, void* to) {
@@ -212,19 +273,10 @@ std::string shm_links::take(const shm_place& place, std::uint64_t bytes, void* t
              ")";
     segment = found->second;
   }
-  const auto offset = place.offset;
-  if (offset % header_bytes != 0 || offset < 2 * header_bytes || offset > segment->size() ||
-      bytes > segment->size() - offset)
-    return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
-           " of a shared-memory inbox of " + std::to_string(segment->size()) +
-           " bytes (out of it, or not at a slot)";
-  auto& slot = segment->slot(offset);
-  if (slot.magic != slot_magic || slot.bytes != bytes ||
-      __atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != slot_written)
-    return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
-           " of a shared-memory inbox, where no such tensor waits";
-  std::memcpy(to, segment->base() + offset, bytes);
-  __atomic_store_n(&slot.state, slot_free, __ATOMIC_RELEASE);
+  if (auto why = check(*segment, place.offset, bytes); !why.empty())
+    return why;
+  std::memcpy(to, segment->base() + place.offset, bytes);
+  __atomic_store_n(&segment->slot(place.offset).state, slot_free, __ATOMIC_RELEASE);
   return {};
 }
 
@@ -252,28 +304,43 @@ std::string shm_links::connect(const std::string& to, const shm_offer& offer) {
   auto why = [&]() -> std::string {
     if (offer.boot_id.empty() || offer.boot_id != boot_id())
       return "the node is on another machine";
-    if (offer.capacity < 4 * header_bytes || offer.capacity > max_capacity || offer.pid <= 0 ||
+    if (offer.capacity < 4 * header_bytes || offer.capacity > capacity_ || offer.pid <= 0 ||
         offer.fd < 0)
-      return "a malformed offer";
+      return "a malformed offer (or an inbox larger than this node's, " +
+             std::to_string(capacity_) + " bytes)";
+    // Opened as a path only (no open of a device, no side effect), then every check on
+    // what that descriptor holds, and the same inode opened for writing through it: the
+    // peer cannot swap its descriptor between the checks and the open.
     const std::string path =
         "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd);
-    const std::string want = "/memfd:" + memfd_name(offer.key) + " (deleted)";
-    char target[128] = {};
-    const auto length = readlink(path.c_str(), target, sizeof target - 1);
-    if (length < 0 || std::string(target, static_cast<std::size_t>(length)) != want)
-      return path + " is not the offered inbox (another pid namespace?)";
-    const std::uint64_t size = header_bytes + offer.capacity;
-    struct stat about = {};
-    if (stat(path.c_str(), &about) != 0 || !S_ISREG(about.st_mode) ||
-        static_cast<std::uint64_t>(about.st_size) != size)
-      return path + " is not an inbox of the offered size";
-    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    const int at = open(path.c_str(), O_PATH | O_CLOEXEC);
+    if (at < 0)
+      return path + " is not the offered inbox (another pid namespace?): " + errno_text();
+    const std::string self = "/proc/self/fd/" + std::to_string(at);
+    auto checked = [&]() -> std::string {
+      const std::string want = "/memfd:" + memfd_name(offer.key) + " (deleted)";
+      char target[128] = {};
+      const auto length = readlink(self.c_str(), target, sizeof target - 1);
+      if (length < 0 || std::string(target, static_cast<std::size_t>(length)) != want)
+        return path + " is not the offered inbox (another pid namespace?)";
+      struct stat about = {};
+      if (fstat(at, &about) != 0 || !S_ISREG(about.st_mode) ||
+          static_cast<std::uint64_t>(about.st_size) != header_bytes + offer.capacity)
+        return path + " is not an inbox of the offered size";
+      return {};
+    }();
+    const int fd = checked.empty() ? open(self.c_str(), O_RDWR | O_CLOEXEC) : -1;
+    close(at);
+    if (!checked.empty())
+      return checked;
     if (fd < 0)
       return "cannot open " + path + ": " + errno_text();
-    if (fstat(fd, &about) != 0 || !S_ISREG(about.st_mode) ||
-        static_cast<std::uint64_t>(about.st_size) != size) {
+    const std::uint64_t size = header_bytes + offer.capacity;
+    const int seals = fcntl(fd, F_GET_SEALS);
+    const int needed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    if (seals < 0 || (seals & needed) != needed) {
       close(fd);
-      return path + " changed while it was opened";
+      return path + " is not sealed at its size";
     }
     void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -339,6 +406,11 @@ std::optional<shm_place> shm_links::place_of(const void* data, std::size_t bytes
 std::int64_t shm_links::count_staged(std::uint32_t track, std::int64_t bytes) {
   std::lock_guard<std::mutex> lock{mutex_};
   return staged_by_track_[track] += bytes;
+}
+
+std::int64_t shm_links::count_inline(std::uint32_t track) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  return ++inline_by_track_[track];
 }
 
 }  // namespace troupe::net

@@ -72,6 +72,9 @@ class shm_links {
     ~scope();
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
+
+   private:
+    shm_links& links_;
   };
 
   // ---- the reader's side ----
@@ -79,9 +82,12 @@ class shm_links {
   /// The inbox for tensors from node `from` (any text naming it), made the first time:
   /// what the writer maps; or why there is none (no memfd, no memory, too many writers).
   std::variant<shm_offer, std::string> offer(const std::string& from);
+  /// Why `place` is not a written slot of one of this process's inboxes holding exactly
+  /// `bytes`; empty if it is (then take() copies it, unless it changed meanwhile). The
+  /// loader asks before it allocates.
+  std::string check(const shm_place& place, std::uint64_t bytes) const;
   /// Copies the `bytes` at `place` into `to` and frees the slot; an error text (nothing
-  /// copied) unless `place` is a written slot of one of this process's inboxes holding
-  /// exactly `bytes`.
+  /// copied) unless check() holds.
   std::string take(const shm_place& place, std::uint64_t bytes, void* to);
 
   // ---- the writer's side ----
@@ -90,8 +96,9 @@ class shm_links {
   /// The link to node `to`; an unknown one becomes asked (the caller asks for an offer).
   link claim(const std::string& to);
   /// Maps the inbox `offer` describes as the link to `to`: empty if it did, else why not
-  /// (another machine, a descriptor that is not that inbox, ...); the link is then
-  /// refused, and what goes to `to` crosses inline.
+  /// (another machine, a descriptor that is not that inbox or not sealed at its size, an
+  /// inbox larger than this process's own capacity, ...); the link is then refused, and
+  /// what goes to `to` crosses inline.
   std::string connect(const std::string& to, const shm_offer& offer);
   /// The link to `to` stays inline (its node could not make an offer).
   void refuse(const std::string& to);
@@ -108,9 +115,14 @@ class shm_links {
   /// Adds `bytes` to what the actor of trace track `track` staged: its running total, for
   /// the trace's "shared memory" counter.
   std::int64_t count_staged(std::uint32_t track, std::int64_t bytes);
+  /// Adds one to the tensors that actor sent inline because the inbox had no room (a slot
+  /// its reader never took holds up every later one): its running total, for the trace's
+  /// "shared memory full" counter.
+  std::int64_t count_inline(std::uint32_t track);
 
  private:
   struct outbox;
+  static std::string check(const shm_segment& segment, std::uint64_t offset, std::uint64_t bytes);
   std::uint64_t capacity_;
   std::size_t max_inboxes_;
   mutable std::mutex mutex_;
@@ -118,6 +130,7 @@ class shm_links {
   std::map<std::uint64_t, std::shared_ptr<shm_segment>> by_key_;
   std::map<std::string, std::shared_ptr<outbox>> outboxes_;  // by reading node
   std::map<std::uint32_t, std::int64_t> staged_by_track_;
+  std::map<std::uint32_t, std::int64_t> inline_by_track_;
 };
 
 }  // namespace troupe::net

@@ -9,11 +9,13 @@
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <caf/all.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <numeric>
@@ -33,6 +35,12 @@ std::vector<char> pattern(std::size_t bytes, int seed) {
   for (std::size_t i = 0; i < bytes; ++i)
     out[i] = static_cast<char>((i * 31 + static_cast<std::size_t>(seed) * 7) & 0xff);
   return out;
+}
+
+std::string hex(std::uint64_t key) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(key));
+  return text;
 }
 
 // A reader's inbox for node "w", mapped by `writer` as its link to node "r".
@@ -213,6 +221,8 @@ TEST_CASE("a writer maps only an offer of its machine whose descriptor is the of
       {"an absurd size", changed([](shm_offer& o) { o.capacity = ~std::uint64_t{0}; }),
        "malformed"},
       {"no process", changed([](shm_offer& o) { o.pid = 0; }), "malformed"},
+      {"larger than the writer's own inboxes", changed([](shm_offer& o) { o.capacity = 1 << 26; }),
+       "larger than this node's"},
   };
   for (const auto& r : refusals) {
     INFO(r.what);
@@ -227,6 +237,22 @@ TEST_CASE("a writer maps only an offer of its machine whose descriptor is the of
   close(plain_fd);
   shm_links writer;
   CHECK(writer.connect("r", offer).empty());
+  // Sealed at its size: neither side can shrink it under the other's copies (a SIGBUS).
+  const auto path = "/proc/self/fd/" + std::to_string(offer.fd);
+  CHECK(truncate(path.c_str(), 4096) != 0);
+  // A memory file with the offered name, size and header, but not sealed, is refused.
+  const int unsealed = memfd_create(("troupe-shm-" + hex(offer.key ^ 2)).c_str(), MFD_CLOEXEC);
+  REQUIRE(unsealed >= 0);
+  REQUIRE(ftruncate(unsealed, static_cast<off_t>(64 + offer.capacity)) == 0);
+  const std::uint64_t header[3] = {0x5452'4f55'5045'534dULL, offer.key ^ 2, offer.capacity};
+  REQUIRE(pwrite(unsealed, header, sizeof header, 0) == sizeof header);
+  auto fake = offer;
+  fake.fd = unsealed;
+  fake.key = offer.key ^ 2;
+  shm_links fooled;
+  auto why = fooled.connect("r", fake);
+  CHECK(why.find("not sealed") != std::string::npos);
+  close(unsealed);
 }
 
 TEST_CASE("a process makes inboxes for at most its number of writers") {
@@ -288,6 +314,29 @@ TEST_CASE("a staged tensor crosses CAF's serialisation as its place and is loade
                                          staged_again->owner));
   }
   CHECK(shm_links::current() == nullptr);
+  {
+    // A peer's staged header that claims 2^30 floats at a place this node never offered is
+    // refused before the 4 GiB are allocated.
+    shm_links::scope in_use{links};
+    const device_id host{device_type::cpu, 0, this_node()};
+    reset_storage_peak(host);
+    const auto peak = storage_bytes_peak(host);
+    std::vector<char> forged;
+    {
+      caf::binary_serializer sink{system, forged};
+      shape_t shape{std::int64_t{1} << 30};
+      std::uint8_t type = 0x80;  // f32, staged
+      std::uint64_t bytes = std::uint64_t{4} << 30, key = 12345, offset = 128;
+      REQUIRE(!sink(shape, type, bytes, key, offset));
+    }
+    tensor t;
+    caf::binary_deserializer source{system, forged};
+    auto error = source(t);
+    CHECK(error);
+    CHECK(system.render(error).find("did not offer") != std::string::npos);
+    CHECK_FALSE(t.defined());
+    CHECK(storage_bytes_peak(host) == peak);
+  }
   activation_msg nowhere;
   auto refused = load(again, nowhere);
   CHECK(refused);
