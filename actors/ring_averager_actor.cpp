@@ -124,8 +124,11 @@ void ring_averager_actor::connect(const wiring_msg& wiring) {
   auto ring = wiring.out("ring");
   TROUPE_CHECK(ring.size() == 1, settings_.name << " needs one ring wire out");
   next_ = ring[0].peer;
-  for (auto& message : outbox_)
+  next_track_ = ring[0].peer_track;
+  for (auto& message : outbox_) {
+    stamp_send(message, next_track_, "ring", bytes_of(message.data));
     send_written(next_, std::move(message));
+  }
   outbox_.clear();
 }
 
@@ -339,10 +342,14 @@ void ring_averager_actor::send_ring(std::int64_t step, std::int32_t bucket, ring
   ring_msg message{
       step,  settings_.layer_index, bucket,       static_cast<std::int32_t>(phase), round,
       chunk, std::move(data),       trace_stamp{}};
-  if (next_)
+  if (next_) {
+    // Stamped now, as every send is: a trace's transit for the ring includes the wait
+    // for the chunk's job, as it does for an activation.
+    stamp_send(message, next_track_, "ring", bytes_of(message.data));
     send_written(next_, std::move(message));
-  else
+  } else {
     outbox_.push_back(std::move(message));
+  }
 }
 
 void ring_averager_actor::finish_if_done(std::int64_t step_index) {

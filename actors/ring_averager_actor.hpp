@@ -86,6 +86,7 @@ class ring_averager_actor final : public device_actor {
   kernels::ops::copy::function copy_ = nullptr;
   kernels::ops::axpy::function axpy_ = nullptr;
   caf::actor next_;  // the averager of replica (replica + 1) % R
+  std::uint32_t next_track_ = 0;
   caf::actor sink_;  // this replica's optimizer
   std::uint32_t sink_track_ = 0;
   std::map<std::int64_t, step_state> steps_;  // by step
