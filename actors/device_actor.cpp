@@ -2,9 +2,12 @@
 #include "troupe/device_actor.hpp"
 
 #include <atomic>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
 #include <cstdio>
 
 #include "actors/failures.hpp"
+#include "actors/shm_delivery.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/check.hpp"
 
@@ -29,7 +32,8 @@ caf::behavior device_actor::make_behavior() {
       send(trainer_, failure_msg{name_, what});
     return caf::make_error(caf::sec::runtime_error, what);
   });
-  attach_functor([this] {
+  attach_functor([this, &registry = system().registry(), me = id()] {
+    registry.erase(me);
     trainer_ = nullptr;
     other_nodes_.clear();
     held_for_network_.clear();
@@ -48,12 +52,20 @@ caf::behavior device_actor::make_behavior() {
             if (device_id::parse(end.peer_device, peer) && peer.node != here && end.peer)
               other_nodes_.push_back(end.peer);
           }
+        // What another process of this machine leaves in shared memory for this actor
+        // finds it by its id (Note [messages through shared memory]).
+        if (net::shm_links::current() != nullptr)
+          system().registry().put(id(), ctrl());
         connect(wiring);
       },
       [this](status_atom) { return status(); }, [this](finish_atom) { quit(); },
       [this](remote_flush_atom) {
         network_flush_asked_ = false;
         send_to_network();
+      },
+      [](shm_poll_atom) {
+        if (auto* links = net::shm_links::current())
+          links->poll(false);
       },
       [this](shm_offer_atom)
           -> caf::result<std::string, std::int32_t, std::int32_t, std::uint64_t, std::uint64_t> {
@@ -164,6 +176,26 @@ void device_actor::stage_for(const caf::actor& peer, const std::vector<tensor*>&
     trace_counter("shared memory", track_, 0, links->count_staged(track_, bytes));
 }
 
+bool device_actor::post_ring(const caf::actor& peer, const ring_msg& message) {
+  auto* links = net::shm_links::current();
+  if (links == nullptr || peer->node() == node())
+    return false;
+  std::vector<char> buffer;
+  caf::binary_serializer sink{system(), buffer};
+  auto whole = caf::make_message(message);
+  if (sink(whole))
+    return false;
+  const auto posted =
+      links->post(to_string(peer->node()), peer->id(), buffer.data(), buffer.size());
+  if (posted == net::shm_links::posted::no)
+    return false;
+  if (posted == net::shm_links::posted::wake)
+    send(peer, shm_poll_atom::value);  // no thread of that node polls now
+  if (trace::enabled())
+    trace_counter("shared memory messages", track_, 0, links->count_posted(track_));
+  return true;
+}
+
 void device_actor::connect(const wiring_msg&) {}
 
 void device_actor::release_peers() {}
@@ -209,7 +241,7 @@ namespace {
 std::string said_refused(std::string why) {
   static std::atomic<int> said{0};
   if (!why.empty() && said.fetch_add(1, std::memory_order_relaxed) < 3)
-    std::fprintf(stderr, "troupe: refused a tensor from shared memory: %s\n", why.c_str());
+    std::fprintf(stderr, "troupe: refused from shared memory: %s\n", why.c_str());
   return why;
 }
 }  // namespace
@@ -229,5 +261,48 @@ std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t b
 }
 
 }  // namespace detail
+
+namespace {
+
+// The streams' poller of a process with shared-memory links, set for its lifetime.
+class shared_memory_poller final : public stream_poller {
+ public:
+  explicit shared_memory_poller(net::shm_links& links) : links_(links) { set_stream_poller(this); }
+  ~shared_memory_poller() override {
+    set_stream_poller(nullptr);
+    links_.set_delivery(nullptr);
+  }
+  shared_memory_poller(const shared_memory_poller&) = delete;
+  shared_memory_poller& operator=(const shared_memory_poller&) = delete;
+  void poll() override { links_.poll(); }
+  bool before_sleep() override { return links_.before_sleep(); }
+  void after_wake() override { links_.after_wake(); }
+
+ private:
+  net::shm_links& links_;
+};
+
+}  // namespace
+
+std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
+                                                     net::shm_links& links) {
+  links.set_delivery([&system](std::uint64_t dest, const char* data, std::size_t bytes) {
+    caf::binary_deserializer source{system, data, bytes};
+    caf::message message;
+    if (auto error = source(message)) {
+      std::fprintf(stderr, "troupe: refused a message from shared memory: %s\n",
+                   system.render(error).c_str());
+      return;
+    }
+    if (auto to = system.registry().get(static_cast<caf::actor_id>(dest)))
+      to->enqueue(
+          caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(message)),
+          nullptr);
+    else  // gone (the run ends), or never here
+      detail::said_refused("a message for actor " + std::to_string(dest) +
+                           ", which this node has not");
+  });
+  return std::make_unique<shared_memory_poller>(links);
+}
 
 }  // namespace troupe

@@ -21,6 +21,7 @@
 #include "actors/failures.hpp"
 #include "actors/layer_actor.hpp"
 #include "actors/optimizer_actor.hpp"
+#include "actors/shm_delivery.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
@@ -714,6 +715,13 @@ session_result run_session(const run_config& config, const session_options& opti
       links_in_use.emplace(*links);
     }
     caf::actor_system system{system_config};
+    // Messages that other processes of this machine leave in shared memory: each stream
+    // thread takes them between its jobs (Note [messages through shared memory] in
+    // runtime/net/shared_memory.cpp), handing each to its actor as CAF's network thread
+    // would. Unset before the actor system goes.
+    std::unique_ptr<stream_poller> poller;
+    if (links)
+      poller = deliver_shared_memory(system, *links);
     if (world != nullptr)
       device_scheduler::simulate(system, *world);
 

@@ -36,6 +36,7 @@
 
 #include "actors/cluster.hpp"
 #include "actors/grad_averager_actor.hpp"
+#include "actors/shm_delivery.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/messages.hpp"
 
@@ -61,6 +62,9 @@ std::vector<double> run_node(int rank, const std::vector<std::int64_t>& sizes,
     links_in_use.emplace(*links);
   }
   caf::actor_system system{config};
+  std::unique_ptr<stream_poller> poller;  // as a run takes messages from shared memory
+  if (links)
+    poller = deliver_shared_memory(system, *links);
   device_id cpu;
   device_id::parse("cpu:0", cpu);
   cpu.node = rank;

@@ -109,6 +109,8 @@ using remote_flush_atom = caf::atom_constant<caf::atom("rflush")>;
 /// Asks a device actor of another node of this machine for its node's shared-memory inbox
 /// (runtime/net/shared_memory.hpp); the answer is a net::shm_offer's fields.
 using shm_offer_atom = caf::atom_constant<caf::atom("shmoffer")>;
+/// Wakes a device actor's node to take the messages left in its shared memory.
+using shm_poll_atom = caf::atom_constant<caf::atom("shmpoll")>;
 
 class device_actor : public caf::event_based_actor {
  public:
@@ -218,6 +220,9 @@ class device_actor : public caf::event_based_actor {
       if (on_ != nullptr)
         on_->work().sent_to_network(bytes);
       stage_for(peer, tensors_sent(message));
+      if constexpr (std::is_same<Message, ring_msg>::value)
+        if (post_ring(peer, message))
+          return;
       this->template send<Priority>(peer, std::move(message));
       return;
     }
@@ -226,6 +231,9 @@ class device_actor : public caf::event_based_actor {
            if (on_ != nullptr)
              on_->work().sent_to_network(bytes);
            stage_for(peer, tensors_sent(m));
+           if constexpr (std::is_same<Message, ring_msg>::value)
+             if (post_ring(peer, m))
+               return;
            this->template send<Priority>(peer, std::move(m));
          }});
     send_to_network();
@@ -273,6 +281,11 @@ class device_actor : public caf::event_based_actor {
   /// its slot (Note [tensors through shared memory] in runtime/net/shared_memory.cpp); the
   /// first time, asks `peer` for the inbox. Leaves them as they are when there is none.
   void stage_for(const caf::actor& peer, const std::vector<tensor*>& tensors);
+  /// Leaves a ring message to `peer`, an actor of another process on this machine, in
+  /// that node's shared memory, for its device threads to take between their jobs (Note
+  /// [messages through shared memory] in runtime/net/shared_memory.cpp); false when it
+  /// cannot (send it through CAF then: the ring takes its messages in any order).
+  bool post_ring(const caf::actor& peer, const ring_msg& message);
   /// Sends the messages held for other nodes whose tensors are written, in order, and
   /// asks to be called again when the first one left is.
   void send_to_network();

@@ -51,6 +51,7 @@
 #include "runtime/core/gpu.hpp"
 #include "runtime/core/job_span.hpp"
 #include "runtime/core/simulation.hpp"
+#include "runtime/core/stream_poller.hpp"
 #include "troupe/error.hpp"
 #include "troupe/trace.hpp"
 
@@ -199,6 +200,40 @@ void bind_to_core(int core) {
 }
 
 constexpr auto spin_before_sleep = std::chrono::microseconds(200);
+
+// The process's stream poller (runtime/core/stream_poller.hpp), and how many threads are
+// inside one of its calls (set_stream_poller waits for none).
+std::atomic<stream_poller*> the_poller{nullptr};
+std::atomic<int> poller_calls{0};
+
+/// `call(poller)` if there is one; `otherwise` if not.
+template <class Call>
+bool with_poller(Call call, bool otherwise) {
+  poller_calls.fetch_add(1);
+  auto* poller = the_poller.load();
+  const bool result = poller != nullptr ? call(*poller) : otherwise;
+  poller_calls.fetch_sub(1);
+  return result;
+}
+
+void poll_between_jobs() {
+  with_poller(
+      [](stream_poller& p) {
+        p.poll();
+        return true;
+      },
+      true);
+}
+
+}  // namespace
+
+void set_stream_poller(stream_poller* poller) {
+  the_poller.store(poller);
+  while (poller_calls.load() != 0)
+    std::this_thread::yield();
+}
+
+namespace {
 // A wait shorter than this ends before a put-off wake-up would be paid for (16 us here):
 // Note [deferred wake-ups].
 constexpr auto idle_before_deferred = std::chrono::microseconds(20);
@@ -695,6 +730,7 @@ void stream::run() {
   for (;;) {
     entry next;
     job task;
+    poll_between_jobs();
     {
       std::unique_lock<std::mutex> lock{mutex_};
       if (ran_ns >= 0) {
@@ -703,14 +739,28 @@ void stream::run() {
       }
       if (idle() && !stopping_) {
         lock.unlock();
-        const auto spin_from = std::chrono::steady_clock::now();
+        auto spin_from = std::chrono::steady_clock::now();
+        bool announced = false;  // before_sleep said so
         for (;;) {
           std::this_thread::yield();
+          poll_between_jobs();
           const auto now = std::chrono::steady_clock::now();
           // Nothing to run for a while: now the wake-ups any stream's thread put off
           // (Note [deferred wake-ups]); before it sleeps at the latest.
           if (now - spin_from >= idle_before_deferred)
             run_deferred();
+          // About to sleep: the poller says so to other processes that leave messages
+          // here (they then wake this process), unless one came meanwhile.
+          if (now - spin_from >= spin_before_sleep) {
+            if (!with_poller([](stream_poller& p) { return p.before_sleep(); }, false)) {
+              if (the_poller.load() != nullptr) {
+                spin_from = now;  // one came: spin on
+                continue;
+              }
+            } else {
+              announced = true;
+            }
+          }
           lock.lock();
           if (!idle() || stopping_ || now - spin_from >= spin_before_sleep)
             break;
@@ -724,6 +774,13 @@ void stream::run() {
             work_ready_.wait_until(lock, idle_from);
           worker_sleeping_ = false;
         }
+        if (announced)
+          with_poller(
+              [](stream_poller& p) {
+                p.after_wake();
+                return true;
+              },
+              true);
       }
       if (!posted_.empty()) {
         task = std::move(posted_.front());

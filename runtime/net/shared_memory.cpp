@@ -12,7 +12,9 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <random>
+#include <vector>
 
 namespace troupe::net {
 
@@ -36,8 +38,8 @@ namespace troupe::net {
 //
 // Measured (bench/nodes.py, DP2 over two processes of two cores, medians of 5 alternating
 // runs): 1.13x-1.24x the samples/s over TCP (batch 512 to 128); 0.76x of one process at
-// batch 512 where TCP gave 0.68x. What is left is the latency of each message on CAF's
-// path (README, "Over two processes ...").
+// batch 512 where TCP gave 0.68x. What was left was the latency of the messages on CAF's
+// path: Note [messages through shared memory].
 //
 // An inbox is a ring of slots, each a 64-byte header (state, magic, bytes) and the bytes.
 // Only the writer allocates (in its order, reclaiming from the oldest slot the reader has
@@ -48,11 +50,40 @@ namespace troupe::net {
 // it holds exactly those bytes, written and not taken yet. A writer that changes the
 // bytes while they are read changes only what it sent.
 
+// Note [messages through shared memory]
+// The bytes through shared memory left the small message that says where they lie on
+// CAF's path: 110-130 us median from send to the receiver's network thread (p90 360 us,
+// up to 1.3 ms while both cores compute, since that thread must wait for a core), twice a
+// step on the critical path. So the ring's messages (the only ones: a ring averager takes
+// its messages in any order, pending_, so nothing depends on their order against what
+// still goes through CAF) are left in the inbox too: the writer serialises the message
+// (its tensor as a place) into a slot and appends (slot, actor id) to the inbox's queue
+// (in the first 64 KiB of the memory file: head and tail at 64 and 72, the count of the
+// reader's awake threads at 80, entries of 16 bytes from 128). Every stream thread of the
+// reader's process polls the queues between its jobs and while it spins idle
+// (runtime/core/stream_poller.hpp), deserialises each message with CAF and enqueues it to
+// the actor (found by id in CAF's registry, where a device actor with wires to other nodes
+// puts itself) as CAF's network thread would; in an idle process that is within
+// microseconds, in a busy one when a job ends, which is when the actor could run anyway.
+//
+// A thread that goes to sleep (200 us idle) first takes itself off the awake count, then
+// looks at the queues once more; a writer first publishes its entry, then reads the count,
+// and when it is 0 sends the actor a wake-up through CAF (shm_poll_atom). Both sides use
+// sequentially consistent operations, so one of them sees the other: a message is never
+// left with every thread asleep. A full queue or inbox sends the message through CAF. An
+// entry whose slot is not a written one is skipped (a hostile writer's word is checked as
+// a tensor's place is); its message is CAF's to deserialise, which refuses bad bytes.
+//
+// Measured: DP2 over two processes at batch 512 from 0.76x to 0.87-0.88x of one process
+// (3 alternating runs; bench/nodes.py in the README).
+
 namespace {
 
 constexpr std::uint64_t segment_magic = 0x5452'4f55'5045'534dULL;  // "TROUPESM"
 constexpr std::uint32_t slot_magic = 0x534c'4f54;                  // "SLOT"
-constexpr std::uint64_t header_bytes = 64;  // the segment's header, and each slot's
+constexpr std::uint64_t header_bytes = 64;                         // each slot's
+constexpr std::uint64_t area_bytes = 65536;  // the segment's header and message queue
+constexpr std::uint64_t queue_entries = (area_bytes - 128) / 16;
 constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
 
 struct segment_header {
@@ -104,6 +135,14 @@ class shm_segment {
   char* base() const { return static_cast<char*>(base_); }
   std::uint64_t size() const { return size_; }
   segment_header& header() const { return *reinterpret_cast<segment_header*>(base_); }
+  std::uint64_t* queue_head() const { return reinterpret_cast<std::uint64_t*>(base() + 64); }
+  std::uint64_t* queue_tail() const { return reinterpret_cast<std::uint64_t*>(base() + 72); }
+  std::uint32_t* awake() const { return reinterpret_cast<std::uint32_t*>(base() + 80); }
+  std::uint32_t* polled() const { return reinterpret_cast<std::uint32_t*>(base() + 84); }
+  std::uint64_t* queue_entry(std::uint64_t i) const {
+    return reinterpret_cast<std::uint64_t*>(base() + 128 + (i % queue_entries) * 16);
+  }
+  std::mutex reading;  // one reader thread at a time (the reader's side)
   slot_header& slot(std::uint64_t data_offset) const {
     return *reinterpret_cast<slot_header*>(base() + data_offset - header_bytes);
   }
@@ -118,14 +157,14 @@ struct shm_links::outbox {
   link state = link::unknown;
   std::shared_ptr<shm_segment> segment;
   std::deque<std::pair<std::uint64_t, std::uint64_t>> live;  // [data offset, end), oldest first
-  std::uint64_t head = header_bytes;                         // where the next slot's header goes
+  std::uint64_t head = area_bytes;                           // where the next slot's header goes
 
   /// The data offset of a new slot of `bytes`, or 0 when the ring has no room now.
   std::uint64_t allocate(std::uint64_t bytes) {
     while (!live.empty() &&
            __atomic_load_n(&segment->slot(live.front().first).state, __ATOMIC_ACQUIRE) == slot_free)
       live.pop_front();
-    const std::uint64_t first = header_bytes, end = segment->size();
+    const std::uint64_t first = area_bytes, end = segment->size();
     if (bytes > end - first)
       return 0;
     const std::uint64_t need = header_bytes + round_up(bytes);
@@ -155,10 +194,12 @@ struct shm_links::outbox {
 
 namespace {
 std::atomic<shm_links*> current_links{nullptr};
+std::atomic<std::uint64_t> generations{0};
+thread_local std::uint64_t awake_in = 0;  // the generation of links this thread counts in
 }  // namespace
 
 shm_links::shm_links(std::uint64_t capacity, std::size_t max_inboxes)
-    : capacity_(capacity), max_inboxes_(max_inboxes) {}
+    : capacity_(capacity), max_inboxes_(max_inboxes), generation_(++generations) {}
 
 shm_links::~shm_links() = default;
 
@@ -179,7 +220,7 @@ namespace {
 /// full and sealed at that size; or why not.
 std::variant<std::shared_ptr<shm_segment>, std::string> make_inbox(std::uint64_t key,
                                                                    std::uint64_t capacity) {
-  const std::uint64_t size = header_bytes + capacity;
+  const std::uint64_t size = area_bytes + capacity;
   int fd = memfd_create(memfd_name(key).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return "memfd_create: " + errno_text();
@@ -234,8 +275,11 @@ std::variant<shm_offer, std::string> shm_links::offer(const std::string& from) {
       segment = found->second;
     else if (inboxes_.size() >= max_inboxes_ || by_key_.count(key) != 0)
       return "this node has inboxes for " + std::to_string(max_inboxes_) + " writers already";
-    else
+    else {
       segment = inboxes_.emplace(from, std::get<std::shared_ptr<shm_segment>>(made)).first->second;
+      __atomic_store_n(segment->awake(), static_cast<std::uint32_t>(awake_), __ATOMIC_SEQ_CST);
+      __atomic_store_n(segment->polled(), deliver_ ? 1u : 0u, __ATOMIC_SEQ_CST);
+    }
     by_key_.emplace(segment->header().key, segment);
   }
   return shm_offer{machine, static_cast<std::int32_t>(getpid()), segment->fd(),
@@ -257,7 +301,7 @@ std::string shm_links::check(const shm_place& place, std::uint64_t bytes) const 
 
 std::string shm_links::check(const shm_segment& segment, std::uint64_t offset,
                              std::uint64_t bytes) {
-  if (offset % header_bytes != 0 || offset < 2 * header_bytes || offset > segment.size() ||
+  if (offset % header_bytes != 0 || offset < area_bytes + header_bytes || offset > segment.size() ||
       bytes > segment.size() - offset)
     return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
            " of a shared-memory inbox of " + std::to_string(segment.size()) +
@@ -332,7 +376,7 @@ std::string shm_links::connect(const std::string& to, const shm_offer& offer) {
         return path + " is not the offered inbox (another pid namespace?)";
       struct stat about = {};
       if (fstat(at, &about) != 0 || !S_ISREG(about.st_mode) ||
-          static_cast<std::uint64_t>(about.st_size) != header_bytes + offer.capacity)
+          static_cast<std::uint64_t>(about.st_size) != area_bytes + offer.capacity)
         return path + " is not an inbox of the offered size";
       return {};
     }();
@@ -342,7 +386,7 @@ std::string shm_links::connect(const std::string& to, const shm_offer& offer) {
       return checked;
     if (fd < 0)
       return "cannot open " + path + ": " + errno_text();
-    const std::uint64_t size = header_bytes + offer.capacity;
+    const std::uint64_t size = area_bytes + offer.capacity;
     const int seals = fcntl(fd, F_GET_SEALS);
     const int needed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
     if (seals < 0 || (seals & needed) != needed) {
@@ -404,7 +448,7 @@ std::optional<shm_place> shm_links::place_of(const void* data, std::size_t bytes
     if (!box->segment)
       continue;
     const char* base = box->segment->base();
-    if (p >= base + 2 * header_bytes && p + bytes <= base + box->segment->size())
+    if (p >= base + area_bytes + header_bytes && p + bytes <= base + box->segment->size())
       return shm_place{box->segment->header().key, static_cast<std::uint64_t>(p - base)};
   }
   return std::nullopt;
@@ -415,9 +459,129 @@ std::int64_t shm_links::count_staged(std::uint32_t track, std::int64_t bytes) {
   return staged_by_track_[track] += bytes;
 }
 
+std::int64_t shm_links::count_posted(std::uint32_t track) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  return ++posted_by_track_[track];
+}
+
 std::int64_t shm_links::count_inline(std::uint32_t track) {
   std::lock_guard<std::mutex> lock{mutex_};
   return ++inline_by_track_[track];
+}
+
+void shm_links::set_delivery(delivery deliver) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  deliver_ = deliver ? std::make_shared<delivery>(std::move(deliver)) : nullptr;
+  // Writers leave messages only in the inboxes of a process that takes them.
+  for (auto& [from, segment] : inboxes_)
+    __atomic_store_n(segment->polled(), deliver_ ? 1u : 0u, __ATOMIC_SEQ_CST);
+}
+
+void shm_links::count_awake(int change) {
+  std::lock_guard<std::mutex> lock{mutex_};
+  awake_ += change;
+  for (auto& [from, segment] : inboxes_)
+    __atomic_add_fetch(segment->awake(), static_cast<std::uint32_t>(change), __ATOMIC_SEQ_CST);
+}
+
+shm_links::posted shm_links::post(const std::string& to, std::uint64_t dest, const void* data,
+                                  std::size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    auto found = outboxes_.find(to);
+    if (found == outboxes_.end() || found->second->state != link::ready ||
+        __atomic_load_n(found->second->segment->polled(), __ATOMIC_SEQ_CST) == 0)
+      return posted::no;  // no link, or a process that does not take messages
+  }
+  auto staged = stage(to, data, bytes);
+  if (!staged)
+    return posted::no;
+  std::lock_guard<std::mutex> lock{mutex_};
+  auto& segment = *outboxes_.at(to)->segment;
+  const auto head = *segment.queue_head();
+  const auto tail = __atomic_load_n(segment.queue_tail(), __ATOMIC_ACQUIRE);
+  const auto offset = static_cast<std::uint64_t>(static_cast<char*>(staged->data) - segment.base());
+  if (head - tail >= queue_entries) {  // the queue is full: CAF's way
+    __atomic_store_n(&segment.slot(offset).state, slot_free, __ATOMIC_RELEASE);
+    return posted::no;
+  }
+  auto* entry = segment.queue_entry(head);
+  entry[0] = offset;
+  entry[1] = dest;
+  __atomic_store_n(segment.queue_head(), head + 1, __ATOMIC_SEQ_CST);
+  // Read after the entry is published, as a reader announces its sleep before it looks
+  // at the queue once more: one of the two sees the other (Note [messages through shared
+  // memory]).
+  return __atomic_load_n(segment.awake(), __ATOMIC_SEQ_CST) == 0 ? posted::wake : posted::yes;
+}
+
+bool shm_links::waiting() const {
+  std::lock_guard<std::mutex> lock{mutex_};
+  for (const auto& [from, segment] : inboxes_)
+    if (*segment->queue_tail() != __atomic_load_n(segment->queue_head(), __ATOMIC_SEQ_CST))
+      return true;
+  return false;
+}
+
+std::size_t shm_links::poll(bool polling_thread) {
+  if (polling_thread && awake_in != generation_) {  // its first poll: it counts as awake
+    awake_in = generation_;
+    count_awake(+1);
+  }
+  std::vector<std::shared_ptr<shm_segment>> inboxes;
+  std::shared_ptr<delivery> deliver;
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    for (auto& [from, segment] : inboxes_)
+      if (__atomic_load_n(segment->queue_tail(), __ATOMIC_RELAXED) !=
+          __atomic_load_n(segment->queue_head(), __ATOMIC_ACQUIRE))
+        inboxes.push_back(segment);
+    deliver = deliver_;
+  }
+  std::size_t delivered = 0;
+  for (auto& segment : inboxes) {
+    std::unique_lock<std::mutex> reading{segment->reading, std::try_to_lock};
+    if (!reading)
+      continue;  // another thread of this process takes them
+    for (;;) {
+      const auto tail = __atomic_load_n(segment->queue_tail(), __ATOMIC_RELAXED);
+      const auto head = __atomic_load_n(segment->queue_head(), __ATOMIC_ACQUIRE);
+      if (tail == head)
+        break;
+      const auto* entry = segment->queue_entry(tail);
+      const auto offset = entry[0], dest = entry[1];
+      // The writer's word for where its message lies is checked as a tensor's place is.
+      if (offset % header_bytes == 0 && offset >= area_bytes + header_bytes &&
+          offset <= segment->size()) {
+        auto& slot = segment->slot(offset);
+        if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) == slot_written &&
+            slot.magic == slot_magic && slot.bytes <= segment->size() - offset) {
+          if (deliver)
+            (*deliver)(dest, segment->base() + offset, slot.bytes);
+          ++delivered;
+          __atomic_store_n(&slot.state, slot_free, __ATOMIC_RELEASE);
+        }
+      }
+      __atomic_store_n(segment->queue_tail(), tail + 1, __ATOMIC_RELEASE);
+    }
+  }
+  return delivered;
+}
+
+bool shm_links::before_sleep() {
+  if (awake_in != generation_)  // never polled: not counted
+    return true;
+  count_awake(-1);
+  if (!waiting())
+    return true;
+  count_awake(+1);
+  poll();
+  return false;
+}
+
+void shm_links::after_wake() {
+  if (awake_in == generation_)
+    count_awake(+1);
 }
 
 }  // namespace troupe::net

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,27 @@ class shm_links {
     std::shared_ptr<void> owner;
   };
   std::optional<staged> stage(const std::string& to, const void* data, std::size_t bytes);
+  // ---- messages (Note [messages through shared memory]) ----
+
+  /// What hands a message left in an inbox to its actor: the actor's id on this node, the
+  /// message's serialised bytes (which the call must copy or deserialise at once). Until
+  /// one is set (and after an empty one), writers leave this process no messages.
+  using delivery = std::function<void(std::uint64_t, const char*, std::size_t)>;
+  void set_delivery(delivery deliver);
+  /// Leaves the serialised message `data` for actor `dest` of node `to` in its inbox's
+  /// queue: no when it cannot (no link, no room: send it through CAF), yes, or wake when
+  /// no thread of that node polls now (send it a wake-up through CAF).
+  enum class posted { no, yes, wake };
+  posted post(const std::string& to, std::uint64_t dest, const void* data, std::size_t bytes);
+  /// Delivers the messages waiting in this process's inboxes (a stream thread between its
+  /// jobs, runtime/core/stream_poller.hpp); how many. The first call of a polling thread
+  /// counts it as awake (until its before_sleep); a wake-up's handler is not one.
+  std::size_t poll(bool polling_thread = true);
+  /// A polling thread is about to sleep: false if messages wait (delivered; it stays
+  /// awake). After true, writers ask for a wake-up while no thread of this process is awake.
+  bool before_sleep();
+  /// That thread woke.
+  void after_wake();
   /// Where [data, data + bytes) lies if it is a slot that stage() returned.
   std::optional<shm_place> place_of(const void* data, std::size_t bytes) const;
   /// Adds `bytes` to what the actor of trace track `track` staged: its running total, for
@@ -119,18 +141,27 @@ class shm_links {
   /// its reader never took holds up every later one): its running total, for the trace's
   /// "shared memory full" counter.
   std::int64_t count_inline(std::uint32_t track);
+  /// Adds one to the messages that actor left in shared memory (post): its running total,
+  /// for the trace's "shared memory messages" counter.
+  std::int64_t count_posted(std::uint32_t track);
 
  private:
   struct outbox;
+  void count_awake(int change);
+  bool waiting() const;
   static std::string check(const shm_segment& segment, std::uint64_t offset, std::uint64_t bytes);
   std::uint64_t capacity_;
   std::size_t max_inboxes_;
+  std::uint64_t generation_;  // unique among this process's links
+  int awake_ = 0;             // polling threads not asleep
+  std::shared_ptr<delivery> deliver_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<shm_segment>> inboxes_;  // by writing node
   std::map<std::uint64_t, std::shared_ptr<shm_segment>> by_key_;
   std::map<std::string, std::shared_ptr<outbox>> outboxes_;  // by reading node
   std::map<std::uint32_t, std::int64_t> staged_by_track_;
   std::map<std::uint32_t, std::int64_t> inline_by_track_;
+  std::map<std::uint32_t, std::int64_t> posted_by_track_;
 };
 
 }  // namespace troupe::net

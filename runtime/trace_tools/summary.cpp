@@ -212,7 +212,8 @@ void summarize_wires(const trace_file& trace, trace_summary& out) {
     }
   }
   for (const auto& [name, samples] : trace.counters)
-    if (name.rfind("shared memory ", 0) == 0 && !samples.empty())  // a running total
+    if (name.rfind("shared memory ", 0) == 0 && name.rfind("shared memory full ", 0) != 0 &&
+        name.rfind("shared memory messages ", 0) != 0 && !samples.empty())  // a running total
       out.shared_memory_bytes += static_cast<std::int64_t>(
           std::max_element(samples.begin(), samples.end(), [](const auto& a, const auto& b) {
             return a.value < b.value;

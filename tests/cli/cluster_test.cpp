@@ -933,5 +933,13 @@ TEST_CASE("tensors between nodes of one machine go through shared memory unless 
     }
     auto text = run_troupe("trace summary " + trace);
     CHECK((text.output.find("through shared memory") != std::string::npos) == shared);
+    // The ring's messages themselves were left in shared memory for node1's and node0's
+    // devices to take between their jobs (Note [messages through shared memory]).
+    double posted = 0;
+    const auto events = nlohmann::json::parse(read_text(trace));
+    for (const auto& e : events["traceEvents"])
+      if (e.value("ph", "") == "C" && e.value("name", "").rfind("shared memory messages r", 0) == 0)
+        posted = std::max(posted, e["args"]["value"].get<double>());
+    CHECK((posted > 0) == shared);
   }
 }

@@ -243,7 +243,7 @@ TEST_CASE("a writer maps only an offer of its machine whose descriptor is the of
   // A memory file with the offered name, size and header, but not sealed, is refused.
   const int unsealed = memfd_create(("troupe-shm-" + hex(offer.key ^ 2)).c_str(), MFD_CLOEXEC);
   REQUIRE(unsealed >= 0);
-  REQUIRE(ftruncate(unsealed, static_cast<off_t>(64 + offer.capacity)) == 0);
+  REQUIRE(ftruncate(unsealed, static_cast<off_t>(65536 + offer.capacity)) == 0);  // header, queue
   const std::uint64_t header[3] = {0x5452'4f55'5045'534dULL, offer.key ^ 2, offer.capacity};
   REQUIRE(pwrite(unsealed, header, sizeof header, 0) == sizeof header);
   auto fake = offer;
@@ -341,4 +341,66 @@ TEST_CASE("a staged tensor crosses CAF's serialisation as its place and is loade
   auto refused = load(again, nowhere);
   CHECK(refused);
   CHECK(system.render(refused).find("no shared-memory links") != std::string::npos);
+}
+
+TEST_CASE("messages left in an inbox's queue are delivered once, in order, to their actors") {
+  // Note [messages through shared memory]: the writer leaves serialised messages, a thread
+  // of the reader's process takes them between its jobs, and the writer is told to wake
+  // that process whenever none of its threads polls.
+  shm_links reader{1 << 16}, writer{1 << 16};
+  link(reader, writer);
+  std::vector<std::pair<std::uint64_t, std::string>> got;
+  reader.set_delivery([&](std::uint64_t dest, const char* data, std::size_t bytes) {
+    got.emplace_back(dest, std::string(data, bytes));
+  });
+  // No thread of the reader has polled yet: every message asks for a wake-up.
+  const std::string first(600, 'a'), second(700, 'b');
+  CHECK(writer.post("r", 7, first.data(), first.size()) == shm_links::posted::wake);
+  CHECK(reader.poll() == 1);  // this thread now counts as awake
+  CHECK(writer.post("r", 8, second.data(), second.size()) == shm_links::posted::yes);
+  CHECK(writer.post("r", 9, first.data(), first.size()) == shm_links::posted::yes);
+  CHECK(reader.poll() == 2);
+  CHECK(reader.poll() == 0);  // delivered once
+  REQUIRE(got.size() == 3);
+  CHECK(got[0] == std::make_pair(std::uint64_t{7}, first));
+  CHECK(got[1] == std::make_pair(std::uint64_t{8}, second));
+  CHECK(got[2] == std::make_pair(std::uint64_t{9}, first));
+  // About to sleep with nothing waiting: writers are told to wake it; once it woke, not.
+  CHECK(reader.before_sleep());
+  CHECK(writer.post("r", 10, first.data(), first.size()) == shm_links::posted::wake);
+  reader.after_wake();
+  CHECK(writer.post("r", 11, first.data(), first.size()) == shm_links::posted::yes);
+  // About to sleep while messages wait: it takes them and stays awake.
+  CHECK_FALSE(reader.before_sleep());
+  CHECK(got.size() == 5);
+  CHECK(writer.post("r", 12, first.data(), first.size()) == shm_links::posted::yes);
+  CHECK(reader.poll() == 1);
+  // Without a link there is nothing to post to; a message larger than the inbox neither.
+  shm_links unlinked;
+  CHECK(unlinked.post("r", 1, first.data(), first.size()) == shm_links::posted::no);
+  const std::string huge(1 << 17, 'h');
+  CHECK(writer.post("r", 1, huge.data(), huge.size()) == shm_links::posted::no);
+}
+
+TEST_CASE("a queue entry that does not point at a written slot is skipped, not delivered") {
+  shm_links reader{1 << 16}, writer{1 << 16};
+  const auto offer = link(reader, writer);
+  int delivered = 0;
+  reader.set_delivery([&](std::uint64_t, const char*, std::size_t) { ++delivered; });
+  // A hostile writer's entries, written straight into the reader's queue (the layout of
+  // Note [messages through shared memory]: head at 64, entries of 16 bytes from 128).
+  char* base =
+      static_cast<char*>(mmap(nullptr, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, offer.fd, 0));
+  REQUIRE(base != MAP_FAILED);
+  auto* head = reinterpret_cast<std::uint64_t*>(base + 64);
+  const std::uint64_t bad[][2] = {{1, 0}, {1ULL << 40, 0}, {65536 + 64, 0}, {65536 + 8, 0}};
+  for (const auto& entry : bad) {
+    auto* at = reinterpret_cast<std::uint64_t*>(base + 128 + (*head % 4088) * 16);
+    at[0] = entry[0];
+    at[1] = entry[1];
+    __atomic_store_n(head, *head + 1, __ATOMIC_RELEASE);
+  }
+  CHECK(reader.poll() == 0);
+  CHECK(delivered == 0);
+  munmap(base, 65536);
 }
