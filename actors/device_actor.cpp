@@ -21,7 +21,13 @@ device_actor::device_actor(caf::actor_config& config, std::string name, device* 
     : caf::event_based_actor(config),
       name_(std::move(name)),
       on_(on),
-      source_(sources.fetch_add(1, std::memory_order_relaxed) + 1) {}
+      source_(sources.fetch_add(1, std::memory_order_relaxed) + 1) {
+  // Found by its id by what other processes of this machine leave in shared memory (Note
+  // [messages through shared memory]), from its first moment: a peer may post to it
+  // before it is wired.
+  if (net::shm_links::current() != nullptr)
+    system().registry().put(id(), ctrl());
+}
 
 caf::behavior device_actor::make_behavior() {
   // An exception in any handler (or in connect) ends the run through the trainer, naming
@@ -52,10 +58,6 @@ caf::behavior device_actor::make_behavior() {
             if (device_id::parse(end.peer_device, peer) && peer.node != here && end.peer)
               other_nodes_.push_back(end.peer);
           }
-        // What another process of this machine leaves in shared memory for this actor
-        // finds it by its id (Note [messages through shared memory]).
-        if (net::shm_links::current() != nullptr)
-          system().registry().put(id(), ctrl());
         connect(wiring);
       },
       [this](status_atom) { return status(); }, [this](finish_atom) { quit(); },
@@ -269,8 +271,8 @@ class shared_memory_poller final : public stream_poller {
  public:
   explicit shared_memory_poller(net::shm_links& links) : links_(links) { set_stream_poller(this); }
   ~shared_memory_poller() override {
+    links_.set_delivery(nullptr);  // writers stop leaving messages first
     set_stream_poller(nullptr);
-    links_.set_delivery(nullptr);
   }
   shared_memory_poller(const shared_memory_poller&) = delete;
   shared_memory_poller& operator=(const shared_memory_poller&) = delete;
@@ -290,8 +292,11 @@ std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
     caf::binary_deserializer source{system, data, bytes};
     caf::message message;
     if (auto error = source(message)) {
-      std::fprintf(stderr, "troupe: refused a message from shared memory: %s\n",
-                   system.render(error).c_str());
+      detail::said_refused("a message that does not load: " + system.render(error));
+      return;
+    }
+    if (!message.match_elements<ring_msg>()) {  // the only kind left there
+      detail::said_refused("a message that is not a ring message");
       return;
     }
     if (auto to = system.registry().get(static_cast<caf::actor_id>(dest)))

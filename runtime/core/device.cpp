@@ -205,10 +205,17 @@ constexpr auto spin_before_sleep = std::chrono::microseconds(200);
 // inside one of its calls (set_stream_poller waits for none).
 std::atomic<stream_poller*> the_poller{nullptr};
 std::atomic<int> poller_calls{0};
+// Whether this thread polls: a device's stream (a CPU device's, whose jobs are short, or a
+// GPU's host thread), not a stream of the session's own (the checkpoint writer's, which
+// blocks on files, or the batch assembler's gathers), whose long waits would count as a
+// thread awake and hold up a wake-up.
+thread_local bool polls_messages = false;
 
 /// `call(poller)` if there is one; `otherwise` if not.
 template <class Call>
 bool with_poller(Call call, bool otherwise) {
+  if (!polls_messages)
+    return otherwise;
   poller_calls.fetch_add(1);
   auto* poller = the_poller.load();
   const bool result = poller != nullptr ? call(*poller) : otherwise;
@@ -318,6 +325,7 @@ void record_job_span(std::uint32_t track, const job_label& label, std::int64_t s
 stream::stream(device_id device, int core)
     : device_(device), expected_(std::make_shared<expected_events>()) {
   worker_ = std::thread([this, core] {
+    polls_messages = core >= 0;  // a device's (device_set pins each to a core)
     bind_to_core(core);
     // Named for profilers and debuggers: "troupe cpu:1" (15 characters at most).
     pthread_setname_np(pthread_self(), ("troupe " + device_.to_string()).substr(0, 15).c_str());
@@ -333,6 +341,7 @@ stream::stream(device_id device, simulation& world)
 stream::stream(device_id device, std::unique_ptr<gpu::queue> queue)
     : device_(device), expected_(std::make_shared<expected_events>()), gpu_(std::move(queue)) {
   worker_ = std::thread([this] {
+    polls_messages = true;
     pthread_setname_np(pthread_self(), ("troupe " + device_.to_string()).substr(0, 15).c_str());
     run_guarded([this] { gpu_->enter_thread(); });  // its GPU is this thread's current one
     run();
@@ -753,7 +762,7 @@ void stream::run() {
           // here (they then wake this process), unless one came meanwhile.
           if (now - spin_from >= spin_before_sleep) {
             if (!with_poller([](stream_poller& p) { return p.before_sleep(); }, false)) {
-              if (the_poller.load() != nullptr) {
+              if (polls_messages && the_poller.load() != nullptr) {
                 spin_from = now;  // one came: spin on
                 continue;
               }

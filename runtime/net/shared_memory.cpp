@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -497,11 +498,15 @@ shm_links::posted shm_links::post(const std::string& to, std::uint64_t dest, con
   if (!staged)
     return posted::no;
   std::lock_guard<std::mutex> lock{mutex_};
-  auto& segment = *outboxes_.at(to)->segment;
+  auto& box = *outboxes_.at(to);
+  if (!box.segment)
+    return posted::no;
+  auto& segment = *box.segment;
   const auto head = *segment.queue_head();
   const auto tail = __atomic_load_n(segment.queue_tail(), __ATOMIC_ACQUIRE);
   const auto offset = static_cast<std::uint64_t>(static_cast<char*>(staged->data) - segment.base());
-  if (head - tail >= queue_entries) {  // the queue is full: CAF's way
+  if (head - tail >= queue_entries ||  // the queue is full, or its reader stopped taking
+      __atomic_load_n(segment.polled(), __ATOMIC_SEQ_CST) == 0) {
     __atomic_store_n(&segment.slot(offset).state, slot_free, __ATOMIC_RELEASE);
     return posted::no;
   }
@@ -518,7 +523,8 @@ shm_links::posted shm_links::post(const std::string& to, std::uint64_t dest, con
 bool shm_links::waiting() const {
   std::lock_guard<std::mutex> lock{mutex_};
   for (const auto& [from, segment] : inboxes_)
-    if (*segment->queue_tail() != __atomic_load_n(segment->queue_head(), __ATOMIC_SEQ_CST))
+    if (__atomic_load_n(segment->queue_tail(), __ATOMIC_SEQ_CST) !=
+        __atomic_load_n(segment->queue_head(), __ATOMIC_SEQ_CST))
       return true;
   return false;
 }
@@ -539,27 +545,41 @@ std::size_t shm_links::poll(bool polling_thread) {
     deliver = deliver_;
   }
   std::size_t delivered = 0;
+  if (!deliver)
+    return 0;  // none yet, or no longer: the messages wait (writers see polled == 0)
+  std::vector<char> message;
   for (auto& segment : inboxes) {
-    std::unique_lock<std::mutex> reading{segment->reading, std::try_to_lock};
-    if (!reading)
-      continue;  // another thread of this process takes them
-    for (;;) {
+    // A wake-up's handler waits for the inbox (it must not skip what it was woken for);
+    // a polling thread leaves it to the thread that holds it.
+    std::unique_lock<std::mutex> reading{segment->reading, std::defer_lock};
+    if (polling_thread ? !reading.try_lock() : (reading.lock(), false))
+      continue;
+    // At most a queue's worth each call, whatever a writer claims its head is.
+    for (std::uint64_t taken = 0; taken < queue_entries; ++taken) {
       const auto tail = __atomic_load_n(segment->queue_tail(), __ATOMIC_RELAXED);
       const auto head = __atomic_load_n(segment->queue_head(), __ATOMIC_ACQUIRE);
-      if (tail == head)
-        break;
+      if (tail == head || head - tail > queue_entries)
+        break;  // empty, or not a queue a writer of ours left
       const auto* entry = segment->queue_entry(tail);
       const auto offset = entry[0], dest = entry[1];
-      // The writer's word for where its message lies is checked as a tensor's place is.
+      // The writer's word for where its message lies is checked as a tensor's place is,
+      // and the message copied out before it is read.
       if (offset % header_bytes == 0 && offset >= area_bytes + header_bytes &&
           offset <= segment->size()) {
         auto& slot = segment->slot(offset);
+        const auto bytes = __atomic_load_n(&slot.bytes, __ATOMIC_RELAXED);
         if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) == slot_written &&
-            slot.magic == slot_magic && slot.bytes <= segment->size() - offset) {
-          if (deliver)
-            (*deliver)(dest, segment->base() + offset, slot.bytes);
-          ++delivered;
+            slot.magic == slot_magic && bytes <= segment->size() - offset) {
+          message.assign(segment->base() + offset, segment->base() + offset + bytes);
           __atomic_store_n(&slot.state, slot_free, __ATOMIC_RELEASE);
+          __atomic_store_n(segment->queue_tail(), tail + 1, __ATOMIC_RELEASE);
+          try {
+            (*deliver)(dest, message.data(), message.size());
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "troupe: a message from shared memory failed: %s\n", e.what());
+          }
+          ++delivered;
+          continue;
         }
       }
       __atomic_store_n(segment->queue_tail(), tail + 1, __ATOMIC_RELEASE);
