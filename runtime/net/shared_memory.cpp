@@ -62,10 +62,11 @@ namespace troupe::net {
 // (in the first 64 KiB of the memory file: head and tail at 64 and 72, the count of the
 // reader's awake threads at 80, entries of 16 bytes from 128). Every stream thread of the
 // reader's process polls the queues between its jobs and while it spins idle
-// (runtime/core/stream_poller.hpp), deserialises each message with CAF and enqueues it to
-// the actor (found by id in CAF's registry, where a device actor with wires to other nodes
-// puts itself) as CAF's network thread would; in an idle process that is within
-// microseconds, in a busy one when a job ends, which is when the actor could run anyway.
+// (runtime/core/stream_poller.hpp), loads each as a ring_msg (that type only, whole, so
+// none of CAF's generic loading and its holes, README) and enqueues it to the actor (found by id in
+// CAF's registry, where a device actor with wires to other nodes puts itself) as CAF's network
+// thread would; in an idle process that is within microseconds, in a busy one when a job ends,
+// which is when the actor could run anyway.
 //
 // A thread that goes to sleep (200 us idle) first takes itself off the awake count, then
 // looks at the queues once more; a writer first publishes its entry, then reads the count,
@@ -287,17 +288,21 @@ std::variant<shm_offer, std::string> shm_links::offer(const std::string& from) {
                    segment->header().key, segment->header().capacity};
 }
 
+std::shared_ptr<shm_segment> shm_links::inbox(std::uint64_t key) const {
+  std::lock_guard<std::mutex> lock{mutex_};
+  auto found = by_key_.find(key);
+  return found == by_key_.end() ? nullptr : found->second;
+}
+
+namespace {
+std::string not_offered(std::uint64_t key) {
+  return "a tensor in shared memory this node did not offer (inbox " + memfd_name(key) + ")";
+}
+}  // namespace
+
 std::string shm_links::check(const shm_place& place, std::uint64_t bytes) const {
-  std::shared_ptr<shm_segment> segment;
-  {
-    std::lock_guard<std::mutex> lock{mutex_};
-    auto found = by_key_.find(place.key);
-    if (found == by_key_.end())
-      return "a tensor in shared memory this node did not offer (inbox " + memfd_name(place.key) +
-             ")";
-    segment = found->second;
-  }
-  return check(*segment, place.offset, bytes);
+  auto segment = inbox(place.key);
+  return segment ? check(*segment, place.offset, bytes) : not_offered(place.key);
 }
 
 std::string shm_links::check(const shm_segment& segment, std::uint64_t offset,
@@ -316,15 +321,9 @@ std::string shm_links::check(const shm_segment& segment, std::uint64_t offset,
 }
 
 std::string shm_links::take(const shm_place& place, std::uint64_t bytes, void* to) {
-  std::shared_ptr<shm_segment> segment;
-  {
-    std::lock_guard<std::mutex> lock{mutex_};
-    auto found = by_key_.find(place.key);
-    if (found == by_key_.end())
-      return "a tensor in shared memory this node did not offer (inbox " + memfd_name(place.key) +
-             ")";
-    segment = found->second;
-  }
+  auto segment = inbox(place.key);
+  if (!segment)
+    return not_offered(place.key);
   if (auto why = check(*segment, place.offset, bytes); !why.empty())
     return why;
   std::memcpy(to, segment->base() + place.offset, bytes);

@@ -148,6 +148,7 @@ class shm_links {
  private:
   struct outbox;
   void count_awake(int change);
+  std::shared_ptr<shm_segment> inbox(std::uint64_t key) const;  // of this process, by key
   bool waiting() const;
   static std::string check(const shm_segment& segment, std::uint64_t offset, std::uint64_t bytes);
   std::uint64_t capacity_;

@@ -600,6 +600,9 @@ TEST_CASE("[cluster] is read with its defaults, and each bad value is refused at
   CHECK(config.cluster.listen == "0.0.0.0");
   CHECK(config.cluster.secret_file == "/cfg/s.key");  // relative to the config file
   CHECK(config.cluster.node_timeout == 8);
+  CHECK(config.cluster.shared_memory);
+  CHECK_FALSE(parse_config(minimal_model + "[cluster]\nshared_memory = false\n", "t.toml")
+                  .cluster.shared_memory);
   CHECK(parse_config(minimal_model, "t.toml").nodes() == 1);
   check_error(minimal_model + "[cluster]\nnodes = 0\n", 5, 9,
               "[cluster] nodes: expected an integer in [1, 4096], found 0");
@@ -611,6 +614,8 @@ TEST_CASE("[cluster] is read with its defaults, and each bad value is refused at
               "[cluster] secret_file: expected a file's path, found an empty string");
   check_error(minimal_model + "[cluster]\nheartbeat = 3\nnode_timeout = 5\n", 6, 1,
               "[cluster] node_timeout: must be more than twice heartbeat (3 s)");
+  check_error(minimal_model + "[cluster]\nshared_memory = \"yes\"\n", 5, 17,
+              "[cluster] shared_memory: expected a boolean (true or false), found a string");
   check_error(minimal_model + "[cluster]\nnodez = 2\n", 5, 1,
               "unknown key 'nodez' in [cluster]; did you mean 'nodes'?");
 }

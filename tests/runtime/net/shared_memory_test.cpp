@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "actors/shm_delivery.hpp"
 #include "tests/temp_files.hpp"
 #include "troupe/messages.hpp"
 
@@ -403,4 +404,80 @@ TEST_CASE("a queue entry that does not point at a written slot is skipped, not d
   CHECK(reader.poll() == 0);
   CHECK(delivered == 0);
   munmap(base, 65536);
+}
+
+TEST_CASE("only a whole, well-formed ring message left in shared memory reaches its actor") {
+  // What deliver_shared_memory loads from a queue (Note [messages through shared memory]):
+  // garbage, a ring message with bytes after it, and one whose tensor claims 2^30 floats
+  // it does not carry are refused without a crash or an allocation; a ring message for an
+  // actor this process has not is refused; a well-formed one arrives.
+  caf::actor_system_config config;
+  add_message_types(config);
+  caf::actor_system system{config};
+  shm_links links{1 << 16};
+  shm_links::scope in_use{links};
+  link(links, links);
+  auto poller = deliver_shared_memory(system, links);
+  caf::scoped_actor self{system};
+  system.registry().put(self->id(), caf::actor_cast<caf::strong_actor_ptr>(self));
+  auto serialised = [&](ring_msg message) {
+    std::vector<char> buffer;
+    caf::binary_serializer sink{system, buffer};
+    REQUIRE(!sink(message));
+    return buffer;
+  };
+  auto leave = [&](const std::vector<char>& bytes, std::uint64_t dest) {
+    REQUIRE(links.post("r", dest, bytes.data(), bytes.size()) != shm_links::posted::no);
+    links.poll(false);
+  };
+  auto nothing_arrives = [&] {
+    bool arrived = false;
+    self->receive([&](ring_msg&) { arrived = true; },
+                  caf::after(std::chrono::milliseconds(50)) >> [] {});
+    CHECK_FALSE(arrived);
+  };
+  ring_msg good;
+  good.step = 3;
+  good.chunk = 1;
+  good.data = tensor::from(std::vector<float>(200, 1.5f), {200});
+
+  leave(std::vector<char>(600, 'x'), self->id());
+  nothing_arrives();
+  auto trailing = serialised(good);
+  trailing.insert(trailing.end(), 100, '\0');
+  leave(trailing, self->id());
+  nothing_arrives();
+  {
+    const device_id host{device_type::cpu, 0, this_node()};
+    reset_storage_peak(host);
+    const auto peak = storage_bytes_peak(host);
+    std::vector<char> claim;
+    caf::binary_serializer sink{system, claim};
+    std::int64_t step = 0;
+    std::int32_t layer = 0, bucket = 0, phase = 0, round = 0, chunk = 0;
+    shape_t shape{std::int64_t{1} << 30};
+    std::uint8_t type = 0;
+    std::uint64_t bytes = std::uint64_t{4} << 30;
+    REQUIRE(!sink(step, layer, bucket, phase, round, chunk, shape, type, bytes));
+    claim.resize(std::max<std::size_t>(claim.size(), 600));
+    leave(claim, self->id());
+    nothing_arrives();
+    CHECK(storage_bytes_peak(host) == peak);
+  }
+  leave(serialised(good), self->id() + 1000);  // no such actor here
+  nothing_arrives();
+
+  leave(serialised(good), self->id());
+  bool arrived = false;
+  self->receive(
+      [&](ring_msg& m) {
+        arrived = true;
+        CHECK(m.step == 3);
+        CHECK(m.chunk == 1);
+        CHECK(m.data.to_vector() == std::vector<float>(200, 1.5f));
+      },
+      caf::after(std::chrono::seconds(5)) >> [] {});
+  CHECK(arrived);
+  system.registry().erase(self->id());
+  poller.reset();
 }
