@@ -63,10 +63,10 @@ namespace troupe::net {
 // reader's awake threads at 80, entries of 16 bytes from 128). Every stream thread of the
 // reader's process polls the queues between its jobs and while it spins idle
 // (runtime/core/stream_poller.hpp), loads each as a ring_msg (that type only, whole, so
-// none of CAF's generic loading and its holes, README) and enqueues it to the actor (found by id in
-// CAF's registry, where a device actor with wires to other nodes puts itself) as CAF's network
-// thread would; in an idle process that is within microseconds, in a busy one when a job ends,
-// which is when the actor could run anyway.
+// none of CAF's generic loading and its holes, README) and enqueues it to the actor
+// (found by id in CAF's registry, where every device actor of a run with shared memory
+// puts itself when it is made) as CAF's network thread would; in an idle process that is
+// within microseconds, in a busy one when a job ends.
 //
 // A thread that goes to sleep (200 us idle) first takes itself off the awake count, then
 // looks at the queues once more; a writer first publishes its entry, then reads the count,
