@@ -38,6 +38,8 @@ std::string batch_assembler_name(int node) { return "loader@node" + std::to_stri
 // it, with four 0.013 ms (the step did not move further: what is left of it is elsewhere).
 namespace {
 
+constexpr std::size_t max_early = 4096;  // rows messages held for one replica
+
 // Up to 4 host threads, at most half the cores: the rows are split between them.
 const std::vector<std::unique_ptr<stream>>& host_gathers() {
   static const auto gatherers = [] {
@@ -104,29 +106,68 @@ batch_assembler_actor::batch_assembler_actor(caf::actor_config& config, int node
 
 caf::message_handler batch_assembler_actor::handlers() {
   return {[this](batch_rows_msg& message) {
-    // The rows come over the network: each must be a sample of this node's data set.
-    const auto& source = message.test ? data_->test : data_->train;
-    const char* split = message.test ? "test" : "train";
-    // And no more of them than the split has: a batch never repeats a sample, and the
-    // gather allocates rows x features before it reads one.
-    const auto rows = static_cast<std::int64_t>(message.rows.size());
-    TROUPE_CHECK(rows > 0 && rows <= source.count,
-                 actor_name() << ": a batch of " << rows << " rows, but the " << split
-                              << " split has " << source.count << " samples");
-    for (auto row : message.rows)
-      TROUPE_CHECK(row >= 0 && row < source.count,
-                   actor_name() << ": row " << row << " of a batch is not in the " << split
-                                << " split (" << source.count << " samples)");
-    device_id where;
-    TROUPE_CHECK(device_id::parse(message.device, where) && where.node == this_node(),
-                 actor_name() << ": a batch for device '" << message.device
-                              << "', which is not on this node");
-    auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
-                         job_for("load", message.tag));
-    // Sent on behalf of the loader: the stamp is its send, which the first layer's
-    // handling ends, so no handling of our own is recorded.
-    send(message.first_layer, activation_msg{message.tag, std::move(x), message.trace});
+    auto& order = replicas_[message.tag.replica];
+    TROUPE_CHECK(message.sequence >= order.next && order.early.count(message.sequence) == 0,
+                 actor_name() << ": the rows of replica " << message.tag.replica << " numbered "
+                              << message.sequence << " came twice");
+    if (message.sequence > order.next) {
+      TROUPE_CHECK(order.early.size() < max_early,
+                   actor_name() << ": " << order.early.size() << " batches of replica "
+                                << message.tag.replica << " wait for the rows numbered "
+                                << order.next << ", which never came");
+      order.early.emplace(message.sequence, std::move(message));
+      return;
+    }
+    assemble(message);
+    ++order.next;
+    for (auto it = order.early.begin(); it != order.early.end() && it->first == order.next;
+         it = order.early.erase(it), ++order.next)
+      assemble(it->second);
   }};
+}
+
+std::string batch_assembler_actor::waiting_for() const {
+  std::string s;
+  for (const auto& [replica, order] : replicas_)
+    if (!order.early.empty())
+      s += "; " + std::to_string(order.early.size()) + " batch(es) of replica " +
+           std::to_string(replica) + " wait for the rows numbered " + std::to_string(order.next);
+  return s;
+}
+
+// Note [rows in order]
+// The rows of a replica's batches are gathered in the order the loader sent them: jobs
+// on one stream run in order, and an evaluation's batch must not be overtaken by the next
+// step's (its forward would see the newer parameters). Through CAF they came in that
+// order; now they may also be left in shared memory (Note [messages through shared
+// memory] in runtime/net/shared_memory.cpp), and a message sent through CAF before the
+// link was made, or when shared memory had no room, can arrive after one left there
+// later. So each carries the loader's count for its replica, and the assembler holds one
+// that came early until those before it came (at most max_early: the loader's credits
+// bound what is in flight far below it).
+void batch_assembler_actor::assemble(batch_rows_msg& message) {
+  // The rows come over the network: each must be a sample of this node's data set.
+  const auto& source = message.test ? data_->test : data_->train;
+  const char* split = message.test ? "test" : "train";
+  // And no more of them than the split has: a batch never repeats a sample, and the
+  // gather allocates rows x features before it reads one.
+  const auto rows = static_cast<std::int64_t>(message.rows.size());
+  TROUPE_CHECK(rows > 0 && rows <= source.count,
+               actor_name() << ": a batch of " << rows << " rows, but the " << split
+                            << " split has " << source.count << " samples");
+  for (auto row : message.rows)
+    TROUPE_CHECK(row >= 0 && row < source.count,
+                 actor_name() << ": row " << row << " of a batch is not in the " << split
+                              << " split (" << source.count << " samples)");
+  device_id where;
+  TROUPE_CHECK(
+      device_id::parse(message.device, where) && where.node == this_node(),
+      actor_name() << ": a batch for device '" << message.device << "', which is not on this node");
+  auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
+                       job_for("load", message.tag));
+  // Sent on behalf of the loader: the stamp is its send, which the first layer's
+  // handling ends, so no handling of our own is recorded.
+  send(message.first_layer, activation_msg{message.tag, std::move(x), message.trace});
 }
 
 }  // namespace troupe

@@ -17,6 +17,8 @@
 // itself), and loading or checking the data set (the session did).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,13 +38,20 @@ struct batch_rows_msg {
   caf::actor first_layer;          // who gets the batch
   std::string device;              // the first layer's device, where the batch is put
   trace_stamp trace;               // the loader's send; the first layer's handling ends it
+  /// The loader's count of the rows messages it sent for this replica before: the
+  /// assembler gathers them in this order, however they came (Note [rows in order]).
+  std::uint64_t sequence = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_rows_msg& x) {
   return f(caf::meta::type_name("batch_rows_msg"), x.tag, x.rows, x.test, x.first_layer, x.device,
-           x.trace);
+           x.trace, x.sequence);
 }
+
+/// Rows may be left in the shared memory of the assembler's process (device_actor.hpp).
+template <>
+struct posted_kind<batch_rows_msg> : std::integral_constant<std::uint8_t, 5> {};
 
 /// "loader@node1": the roster's name of node k's assembler.
 std::string batch_assembler_name(int node);
@@ -62,10 +71,18 @@ class batch_assembler_actor : public device_actor {
 
  protected:
   caf::message_handler handlers() override;
+  std::string waiting_for() const override;
 
  private:
+  void assemble(batch_rows_msg& message);
   std::shared_ptr<const dataset_split> data_;
   device_set* devices_;
+  /// By replica: the sequence of the next rows to gather, and those that came before it.
+  struct in_order {
+    std::uint64_t next = 0;
+    std::map<std::uint64_t, batch_rows_msg> early;
+  };
+  std::map<std::int32_t, in_order> replicas_;
 };
 
 }  // namespace troupe

@@ -129,6 +129,7 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
   const auto replicas = static_cast<std::size_t>(settings_.plan.replicas);
   first_layers_.resize(replicas);
   relayed_.resize(replicas);
+  rows_sent_.assign(replicas, 0);
   first_layer_tracks_.assign(replicas, 0);
   first_layer_names_.assign(replicas, "");
   loss_tracks_.assign(replicas, 0);
@@ -211,7 +212,8 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
                          &source == &settings_.data->test,
                          first_layers_[r].peer(),
                          first_layer_devices_[r],
-                         trace_stamp{}};
+                         trace_stamp{},
+                         rows_sent_.at(r)++};  // its outbox keeps the order (Note [rows in order])
     stamp_send(batch, first_layer_tracks_.at(r), "forward", bytes);
     relayed_[r].send(this, std::move(batch));
     record_counter("credits", first_layer_tracks_[r], relayed_[r].in_flight());

@@ -109,6 +109,7 @@ class data_loader_actor : public device_actor {
   // Per replica: its first layer's node's assembler, with the credits of the wire, when
   // that node is not the loader's (else unconnected).
   std::vector<basic_credit_outbox<batch_rows_msg>> relayed_;
+  std::vector<std::uint64_t> rows_sent_;     // by replica: rows messages sent to its assembler
   std::vector<device_id> replica_devices_;   // where each replica's batches are placed
   std::vector<caf::actor> losses_;           // per replica
   std::vector<std::uint32_t> first_layer_tracks_;  // trace tracks, per replica

@@ -5,7 +5,10 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <cstdio>
+#include <optional>
+#include <type_traits>
 
+#include "actors/batch_assembler_actor.hpp"
 #include "actors/failures.hpp"
 #include "actors/shm_delivery.hpp"
 #include "runtime/net/shared_memory.hpp"
@@ -178,28 +181,6 @@ void device_actor::stage_for(const caf::actor& peer, const std::vector<tensor*>&
     trace_counter("shared memory", track_, 0, links->count_staged(track_, bytes));
 }
 
-bool device_actor::post_ring(const caf::actor& peer, const ring_msg& message) {
-  auto* links = net::shm_links::current();
-  if (links == nullptr || peer->node() == node())
-    return false;
-  // The ring message alone, not a caf::message: the reader loads exactly that type (Note
-  // [messages through shared memory]).
-  std::vector<char> buffer;
-  caf::binary_serializer sink{system(), buffer};
-  auto copy = message;  // shares its tensor
-  if (sink(copy))
-    return false;
-  const auto posted =
-      links->post(to_string(peer->node()), peer->id(), buffer.data(), buffer.size());
-  if (posted == net::shm_links::posted::no)
-    return false;
-  if (posted == net::shm_links::posted::wake)
-    send(peer, shm_poll_atom::value);  // no thread of that node polls now
-  if (trace::enabled())
-    trace_counter("shared memory messages", track_, 0, links->count_posted(track_));
-  return true;
-}
-
 void device_actor::connect(const wiring_msg&) {}
 
 void device_actor::release_peers() {}
@@ -224,8 +205,28 @@ device& device_actor::on() const {
   return *on_;
 }
 
-// The two ends of a staged tensor's crossing (include/troupe/tensor_inspect.hpp).
 namespace detail {
+
+bool may_post(const caf::actor& peer) {
+  // A simulated run's nodes share a process: its peers are all this system's.
+  return net::shm_links::current() != nullptr && peer && peer->node() != peer->home_system().node();
+}
+
+bool post_bytes(const caf::actor& peer, const std::vector<char>& bytes, std::uint32_t track) {
+  auto* links = net::shm_links::current();
+  if (links == nullptr || !may_post(peer))
+    return false;
+  const auto posted = links->post(to_string(peer->node()), peer->id(), bytes.data(), bytes.size());
+  if (posted == net::shm_links::posted::no)
+    return false;
+  if (posted == net::shm_links::posted::wake)
+    caf::anon_send(peer, shm_poll_atom::value);  // no thread of that node polls now
+  if (trace::enabled())
+    trace_counter("shared memory messages", track, 0, links->count_posted(track));
+  return true;
+}
+
+// The two ends of a staged tensor's crossing (include/troupe/tensor_inspect.hpp).
 
 bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::uint64_t& offset) {
   auto* links = net::shm_links::current();
@@ -286,29 +287,68 @@ class shared_memory_poller final : public stream_poller {
   net::shm_links& links_;
 };
 
+// A message of type Message, whole: nothing after it.
+template <class Message>
+std::optional<caf::message> load_posted(caf::actor_system& system, caf::binary_deserializer& source,
+                                        const char* what) {
+  Message message;
+  if (auto error = source(message)) {
+    detail::said_refused(std::string{what} + " that does not load: " + system.render(error));
+    return std::nullopt;
+  }
+  if (source.remaining() != 0) {
+    detail::said_refused(std::string{what} + " with " + std::to_string(source.remaining()) +
+                         " bytes after it");
+    return std::nullopt;
+  }
+  if constexpr (std::is_same<Message, batch_rows_msg>::value)
+    if (!message.first_layer) {  // an actor id this node has not, or another node's
+      detail::said_refused("the rows of a batch for a first layer this node has not");
+      return std::nullopt;
+    }
+  return caf::make_message(std::move(message));
+}
+
+std::optional<caf::message> load_posted(caf::actor_system& system, const char* data,
+                                        std::size_t bytes) {
+  caf::binary_deserializer source{system, data, bytes};
+  std::uint8_t kind = 0;
+  if (source(kind))
+    return std::nullopt;
+  switch (kind) {
+    case posted_kind<ring_msg>::value:
+      return load_posted<ring_msg>(system, source, "a ring message");
+    case posted_kind<labels_msg>::value:
+      return load_posted<labels_msg>(system, source, "labels");
+    case posted_kind<release_msg>::value:
+      return load_posted<release_msg>(system, source, "a release");
+    case posted_kind<loss_report_msg>::value:
+      return load_posted<loss_report_msg>(system, source, "a loss report");
+    case posted_kind<batch_rows_msg>::value:
+      return load_posted<batch_rows_msg>(system, source, "the rows of a batch");
+    default:
+      detail::said_refused("a message of unknown kind " + std::to_string(kind));
+      return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
                                                      net::shm_links& links) {
   links.set_delivery([&system](std::uint64_t dest, const char* data, std::size_t bytes) {
-    // Only a ring message is left there, so only that type is loaded: no type names, no
-    // nesting (CAF's generic loading has holes: README), the tensor's header checked.
-    caf::binary_deserializer source{system, data, bytes};
-    ring_msg ring;
-    if (auto error = source(ring)) {
-      detail::said_refused("a ring message that does not load: " + system.render(error));
+    // Only the kinds of posted_kind are left there, each loaded as its type alone: no type
+    // names, no nesting (CAF's generic loading has holes: README), tensors checked.
+    auto message = load_posted(system, data, bytes);
+    if (!message)
       return;
-    }
-    if (source.remaining() != 0) {
-      detail::said_refused("a ring message with " + std::to_string(source.remaining()) +
-                           " bytes after it");
-      return;
-    }
-    auto message = caf::make_message(std::move(ring));
+    // A credit goes ahead of other work, as through CAF (layer_actor's send_release).
+    const auto priority = message->match_element<release_msg>(0) ? caf::message_priority::high
+                                                                 : caf::message_priority::normal;
     if (auto to = system.registry().get(static_cast<caf::actor_id>(dest)))
-      to->enqueue(
-          caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(message)),
-          nullptr);
+      to->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(priority), {},
+                                            std::move(*message)),
+                  nullptr);
     else  // gone (the run ends), or never here
       detail::said_refused("a message for actor " + std::to_string(dest) +
                            ", which this node has not");

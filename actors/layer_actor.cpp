@@ -486,7 +486,7 @@ void layer_actor::send_release(const micro_tag& tag) {
   for (const auto& in : ins_) {
     release_msg release{tag};
     stamp_send(release, in.track, "release", 0);
-    send<caf::message_priority::high>(in.peer, std::move(release));
+    send_written<caf::message_priority::high>(in.peer, std::move(release));
   }
 }
 

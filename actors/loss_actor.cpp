@@ -146,7 +146,9 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
       report.microbatches = microbatches;
     }
     stamp(report, track, 0, "report", 0);
-    caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
+    // A trainer in another process of this machine takes it from shared memory.
+    if (!post_message(caf::actor_cast<caf::actor>(report_to), report, track))
+      caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
   };
   auto* gpu = work.gpu();
   // On a GPU the job only issues the kernels: the two sums come to the host by an
@@ -181,7 +183,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   if (!training) {
     release_msg release{tag};
     stamp_send(release, last_layer_track_, "release", 0);
-    send<caf::message_priority::high>(last_layer_, std::move(release));
+    send_written<caf::message_priority::high>(last_layer_, std::move(release));
     return;
   }
   dlogits.set_ready(done);

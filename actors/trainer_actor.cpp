@@ -12,6 +12,7 @@
 #include "actors/interrupts.hpp"
 #include "actors/step_markers.hpp"
 #include "runtime/core/gpu.hpp"
+#include "runtime/net/shared_memory.hpp"
 #include "troupe/traced.hpp"
 
 namespace troupe {
@@ -42,8 +43,21 @@ double trainer_actor::seconds_since_start() const {
 }
 
 caf::behavior trainer_actor::make_behavior() {
+  attach_functor([&registry = system().registry(), me = id()] { registry.erase(me); });
   return {
-      [this](start_atom) { start(); },
+      [this](start_atom) {
+        // Loss reports from other processes of this machine come through shared memory,
+        // which finds the trainer by its id (Note [messages through shared memory]), as it
+        // finds device actors. Not before the start: the registry's handle would keep a
+        // trainer alive that a failed start leaves without one.
+        if (net::shm_links::current() != nullptr)
+          system().registry().put(id(), ctrl());
+        start();
+      },
+      [](shm_poll_atom) {
+        if (auto* links = net::shm_links::current())
+          links->poll(false);
+      },
       [this](loss_report_msg& report) {
         auto span = handling(settings_->track, "report", report.trace, report.tag, 0);
         ++reports_;

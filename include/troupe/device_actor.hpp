@@ -39,12 +39,15 @@
 #pragma once
 
 #include <caf/all.hpp>
+#include <caf/binary_serializer.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "troupe/device.hpp"
@@ -102,6 +105,51 @@ inline std::vector<tensor*> tensors_sent(params_msg& m) {
 template <class Message>
 std::vector<tensor*> tensors_sent(Message&) {
   return {};
+}
+
+/// The messages a process may leave in the shared memory of another process of its machine
+/// instead of sending them through CAF (Note [messages through shared memory] in
+/// runtime/net/shared_memory.cpp): a byte naming the type, before the serialised message,
+/// says what the reader loads (that type only, whole). 0: not one of them. Each is one
+/// whose receiver takes it in any order against what still goes through CAF: the ring by
+/// its keys, the loss pairs labels by tag, a credit is a count, the trainer sums reports
+/// by step, and the rows of a batch carry their own sequence (batch_assembler_actor.hpp,
+/// where their kind is declared).
+template <class Message>
+struct posted_kind : std::integral_constant<std::uint8_t, 0> {};
+template <>
+struct posted_kind<ring_msg> : std::integral_constant<std::uint8_t, 1> {};
+template <>
+struct posted_kind<labels_msg> : std::integral_constant<std::uint8_t, 2> {};
+template <>
+struct posted_kind<release_msg> : std::integral_constant<std::uint8_t, 3> {};
+template <>
+struct posted_kind<loss_report_msg> : std::integral_constant<std::uint8_t, 4> {};
+
+namespace detail {
+/// Leaves `bytes` (a posted_kind byte, then the message) for `peer` in its node's shared
+/// memory: false when it cannot (no link, no room, `peer` in this process); wakes that
+/// node through CAF when none of its threads polls; counts it on trace track `track`.
+bool post_bytes(const caf::actor& peer, const std::vector<char>& bytes, std::uint32_t track);
+/// Whether a message to `peer` could go through shared memory at all (a run with links,
+/// `peer` in another process).
+bool may_post(const caf::actor& peer);
+}  // namespace detail
+
+/// Leaves `message` for `peer`, an actor of another process of this machine, in that
+/// process's shared memory; false when it cannot (send it through CAF then). Callable
+/// from any thread (the loss reports from a job's callback).
+template <class Message>
+bool post_message(const caf::actor& peer, Message message, std::uint32_t track = 0) {
+  static_assert(posted_kind<Message>::value != 0, "not a message that may be posted");
+  if (!detail::may_post(peer))
+    return false;
+  std::vector<char> buffer;
+  caf::binary_serializer sink{peer->home_system(), buffer};
+  auto kind = posted_kind<Message>::value;
+  if (sink(kind, message))
+    return false;
+  return detail::post_bytes(peer, buffer, track);
 }
 
 /// Asks a device actor to send what it held back for another node (send_written).
@@ -220,8 +268,8 @@ class device_actor : public caf::event_based_actor {
       if (on_ != nullptr)
         on_->work().sent_to_network(bytes);
       stage_for(peer, tensors_sent(message));
-      if constexpr (std::is_same<Message, ring_msg>::value)
-        if (post_ring(peer, message))
+      if constexpr (posted_kind<Message>::value != 0)
+        if (post_message(peer, message, track_))
           return;
       this->template send<Priority>(peer, std::move(message));
       return;
@@ -231,8 +279,8 @@ class device_actor : public caf::event_based_actor {
            if (on_ != nullptr)
              on_->work().sent_to_network(bytes);
            stage_for(peer, tensors_sent(m));
-           if constexpr (std::is_same<Message, ring_msg>::value)
-             if (post_ring(peer, m))
+           if constexpr (posted_kind<Message>::value != 0)
+             if (post_message(peer, m, track_))
                return;
            this->template send<Priority>(peer, std::move(m));
          }});
@@ -281,11 +329,6 @@ class device_actor : public caf::event_based_actor {
   /// its slot (Note [tensors through shared memory] in runtime/net/shared_memory.cpp); the
   /// first time, asks `peer` for the inbox. Leaves them as they are when there is none.
   void stage_for(const caf::actor& peer, const std::vector<tensor*>& tensors);
-  /// Leaves a ring message to `peer`, an actor of another process on this machine, in
-  /// that node's shared memory, for its device threads to take between their jobs (Note
-  /// [messages through shared memory] in runtime/net/shared_memory.cpp); false when it
-  /// cannot (send it through CAF then: the ring takes its messages in any order).
-  bool post_ring(const caf::actor& peer, const ring_msg& message);
   /// Sends the messages held for other nodes whose tensors are written, in order, and
   /// asks to be called again when the first one left is.
   void send_to_network();

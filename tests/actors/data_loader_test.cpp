@@ -312,11 +312,44 @@ TEST_CASE_FIXTURE(loader_fixture,
   CHECK(batch.x.device() == device_id{device_type::cpu, 1});
   CHECK(samples_of(batch.x) == std::vector<std::int64_t>{4, 0, 3});
   // The test split has 5 samples: row 5 is past it (the train split has 24).
-  self->send(assembler, batch_rows_msg{tag, {1, 5}, true, me(), "cpu:1", trace_stamp{}});
+  self->send(assembler, batch_rows_msg{tag, {1, 5}, true, me(), "cpu:1", trace_stamp{}, 1});
   auto failure = next<failure_msg>("the assembler's failure");
   CHECK(failure.actor == "loader@node1");
   CHECK(failure.what.find("row 5 of a batch is not in the test split (5 samples)") !=
         std::string::npos);
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "a batch assembler gathers each replica's rows in the loader's order, however "
+                  "they came, and refuses rows that come twice") {
+  // Note [rows in order]: through CAF and shared memory, a later message can come first.
+  auto assembler = system.spawn<batch_assembler_actor>(1, indexed_data(), &devices);
+  self->send(assembler, wiring({}, {}));
+  auto rows = [&](std::int32_t replica, std::int64_t row, std::uint64_t sequence) {
+    micro_tag tag;
+    tag.stage = phase::eval;
+    tag.replica = replica;
+    tag.microbatch = static_cast<std::int32_t>(sequence);
+    return batch_rows_msg{tag, {row}, true, me(), "cpu:1", trace_stamp{}, sequence};
+  };
+  // Replica 0's rows numbered 2, 1, then replica 1's 0, then replica 0's 0: replica 1's
+  // batch goes at once, replica 0's wait for its first and then go in order.
+  self->send(assembler, rows(0, 2, 2));
+  self->send(assembler, rows(0, 1, 1));
+  self->send(assembler, rows(1, 4, 0));
+  auto first = next<activation_msg>("replica 1's batch");
+  CHECK(first.tag.replica == 1);
+  CHECK(samples_of(first.x) == std::vector<std::int64_t>{4});
+  self->send(assembler, rows(0, 0, 0));
+  for (std::int64_t k = 0; k < 3; ++k) {
+    auto batch = next<activation_msg>("replica 0's batches, in order");
+    CHECK(batch.tag.replica == 0);
+    CHECK(batch.tag.microbatch == k);
+    CHECK(samples_of(batch.x) == std::vector<std::int64_t>{k});
+  }
+  self->send(assembler, rows(0, 3, 1));
+  auto failure = next<failure_msg>("the assembler's failure");
+  CHECK(failure.what.find("the rows of replica 0 numbered 1 came twice") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(loader_fixture,

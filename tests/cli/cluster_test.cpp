@@ -933,13 +933,21 @@ TEST_CASE("tensors between nodes of one machine go through shared memory unless 
     }
     auto text = run_troupe("trace summary " + trace);
     CHECK((text.output.find("through shared memory") != std::string::npos) == shared);
-    // The ring's messages themselves were left in shared memory for node1's and node0's
-    // devices to take between their jobs (Note [messages through shared memory]).
-    double posted = 0;
+    // The messages themselves were left in shared memory for node1's and node0's devices
+    // to take between their jobs (Note [messages through shared memory]): the ring's, the
+    // loader's labels and rows for replica 1, its first layer's credits back and its
+    // loss's reports to the trainer.
+    std::map<std::string, double> posted;
     const auto events = nlohmann::json::parse(read_text(trace));
+    const std::string counter = "shared memory messages ";
     for (const auto& e : events["traceEvents"])
-      if (e.value("ph", "") == "C" && e.value("name", "").rfind("shared memory messages r", 0) == 0)
-        posted = std::max(posted, e["args"]["value"].get<double>());
-    CHECK((posted > 0) == shared);
+      if (e.value("ph", "") == "C" && e.value("name", "").rfind(counter, 0) == 0) {
+        auto& most = posted[e["name"].get<std::string>().substr(counter.size())];
+        most = std::max(most, e["args"]["value"].get<double>());
+      }
+    for (const auto* actor : {"r0.avg_0", "r1.avg_0", "loader", "r1.layer_0", "r1.loss"}) {
+      INFO(actor);
+      CHECK((posted[actor] > 0) == shared);
+    }
   }
 }

@@ -18,12 +18,15 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "actors/batch_assembler_actor.hpp"
 #include "actors/shm_delivery.hpp"
 #include "tests/temp_files.hpp"
+#include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
 
 using namespace troupe;
@@ -420,10 +423,11 @@ TEST_CASE("only a whole, well-formed ring message left in shared memory reaches 
   auto poller = deliver_shared_memory(system, links);
   caf::scoped_actor self{system};
   system.registry().put(self->id(), caf::actor_cast<caf::strong_actor_ptr>(self));
-  auto serialised = [&](ring_msg message) {
+  auto serialised = [&](ring_msg message) {  // as post_message leaves it
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
-    REQUIRE(!sink(message));
+    auto kind = posted_kind<ring_msg>::value;
+    REQUIRE(!sink(kind, message));
     return buffer;
   };
   auto leave = [&](const std::vector<char>& bytes, std::uint64_t dest) {
@@ -458,13 +462,22 @@ TEST_CASE("only a whole, well-formed ring message left in shared memory reaches 
     shape_t shape{std::int64_t{1} << 30};
     std::uint8_t type = 0;
     std::uint64_t bytes = std::uint64_t{4} << 30;
-    REQUIRE(!sink(step, layer, bucket, phase, round, chunk, shape, type, bytes));
+    auto kind = posted_kind<ring_msg>::value;
+    REQUIRE(!sink(kind, step, layer, bucket, phase, round, chunk, shape, type, bytes));
     claim.resize(std::max<std::size_t>(claim.size(), 600));
     leave(claim, self->id());
     nothing_arrives();
     CHECK(storage_bytes_peak(host) == peak);
   }
   leave(serialised(good), self->id() + 1000);  // no such actor here
+  nothing_arrives();
+  auto unknown = serialised(good);
+  unknown[0] = 9;  // a kind there is not
+  leave(unknown, self->id());
+  nothing_arrives();
+  auto labels = serialised(good);
+  labels[0] = posted_kind<labels_msg>::value;  // a ring message's bytes as labels
+  leave(labels, self->id());
   nothing_arrives();
 
   leave(serialised(good), self->id());
@@ -478,6 +491,84 @@ TEST_CASE("only a whole, well-formed ring message left in shared memory reaches 
       },
       caf::after(std::chrono::seconds(5)) >> [] {});
   CHECK(arrived);
+  system.registry().erase(self->id());
+  poller.reset();
+}
+
+TEST_CASE("labels, credits, loss reports and a batch's rows left in shared memory arrive as such") {
+  // The other kinds a process leaves another of its machine (posted_kind in
+  // include/troupe/device_actor.hpp), each loaded as its type; rows for a first layer this
+  // process has not are refused.
+  caf::actor_system_config config;
+  add_message_types(config);
+  caf::actor_system system{config};
+  shm_links links{1 << 16};
+  shm_links::scope in_use{links};
+  link(links, links);
+  auto poller = deliver_shared_memory(system, links);
+  caf::scoped_actor self{system};
+  system.registry().put(self->id(), caf::actor_cast<caf::strong_actor_ptr>(self));
+  auto leave = [&](auto message) {
+    std::vector<char> buffer;
+    caf::binary_serializer sink{system, buffer};
+    auto kind = posted_kind<decltype(message)>::value;
+    REQUIRE(!sink(kind, message));
+    REQUIRE(links.post("r", self->id(), buffer.data(), buffer.size()) != shm_links::posted::no);
+    links.poll(false);
+  };
+  micro_tag tag;
+  tag.step = 7;
+  tag.replica = 1;
+  auto expect = [&](const std::string& what, auto check) {  // check takes the message
+    bool arrived = false;
+    self->receive(
+        [&](typename decltype(check)::argument_type m) {
+          arrived = true;
+          check(m);
+        },
+        caf::after(std::chrono::seconds(5)) >> [] {});
+    CHECK_MESSAGE(arrived, what);
+  };
+
+  leave(labels_msg{tag, tensor::from(std::vector<float>(300, 2.0f), {300}), 512, {}});
+  expect("labels", std::function<void(labels_msg&)>{[&](labels_msg& labels) {
+           CHECK(labels.tag.step == 7);
+           CHECK(labels.global_batch == 512);
+           CHECK(labels.labels.to_vector() == std::vector<float>(300, 2.0f));
+         }});
+  leave(release_msg{tag, {}});
+  expect("a release", std::function<void(release_msg&)>{
+                          [&](release_msg& release) { CHECK(release.tag.replica == 1); }});
+  leave(loss_report_msg{tag, 1.5, 3, 4, 2, {}});
+  expect("a loss report", std::function<void(loss_report_msg&)>{[&](loss_report_msg& report) {
+           CHECK(report.loss_sum == 1.5);
+           CHECK(report.samples == 4);
+           CHECK(report.microbatches == 2);
+         }});
+  batch_rows_msg rows{tag, {5, 9}, false, caf::actor_cast<caf::actor>(self), "cpu:0", {}, 3};
+  leave(rows);
+  expect("the rows of a batch", std::function<void(batch_rows_msg&)>{[&](batch_rows_msg& got) {
+           CHECK(got.rows == std::vector<std::int64_t>{5, 9});
+           CHECK(got.sequence == 3);
+           CHECK(got.first_layer == caf::actor_cast<caf::actor>(self));
+         }});
+  // For a first layer this node has not: refused.
+  auto gone = system.spawn([] { return caf::behavior{[](int) {}}; });
+  rows.first_layer = gone;
+  {
+    std::vector<char> buffer;
+    caf::binary_serializer sink{system, buffer};
+    auto kind = posted_kind<batch_rows_msg>::value;
+    REQUIRE(!sink(kind, rows));  // puts `gone` in the registry, as any local handle saved
+    system.registry().erase(gone.id());
+    REQUIRE(links.post("r", self->id(), buffer.data(), buffer.size()) != shm_links::posted::no);
+    links.poll(false);
+  }
+  bool arrived = false;
+  self->receive([&](batch_rows_msg&) { arrived = true; },
+                caf::after(std::chrono::milliseconds(50)) >> [] {});
+  CHECK_FALSE(arrived);
+  caf::anon_send_exit(gone, caf::exit_reason::user_shutdown);
   system.registry().erase(self->id());
   poller.reset();
 }
