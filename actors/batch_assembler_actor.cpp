@@ -106,22 +106,24 @@ batch_assembler_actor::batch_assembler_actor(caf::actor_config& config, int node
 
 caf::message_handler batch_assembler_actor::handlers() {
   return {[this](batch_rows_msg& message) {
+    check(message);  // before it is held too
     auto& order = replicas_[message.tag.replica];
     TROUPE_CHECK(message.sequence >= order.next && order.early.count(message.sequence) == 0,
                  actor_name() << ": the rows of replica " << message.tag.replica << " numbered "
                               << message.sequence << " came twice");
     if (message.sequence > order.next) {
-      TROUPE_CHECK(order.early.size() < max_early,
-                   actor_name() << ": " << order.early.size() << " batches of replica "
-                                << message.tag.replica << " wait for the rows numbered "
+      TROUPE_CHECK(early_ < max_early,
+                   actor_name() << ": " << early_ << " batches wait for earlier rows; replica "
+                                << message.tag.replica << "'s wait for the rows numbered "
                                 << order.next << ", which never came");
       order.early.emplace(message.sequence, std::move(message));
+      ++early_;
       return;
     }
     assemble(message);
     ++order.next;
     for (auto it = order.early.begin(); it != order.early.end() && it->first == order.next;
-         it = order.early.erase(it), ++order.next)
+         it = order.early.erase(it), ++order.next, --early_)
       assemble(it->second);
   }};
 }
@@ -135,17 +137,7 @@ std::string batch_assembler_actor::waiting_for() const {
   return s;
 }
 
-// Note [rows in order]
-// The rows of a replica's batches are gathered in the order the loader sent them: jobs
-// on one stream run in order, and an evaluation's batch must not be overtaken by the next
-// step's (its forward would see the newer parameters). Through CAF they came in that
-// order; now they may also be left in shared memory (Note [messages through shared
-// memory] in runtime/net/shared_memory.cpp), and a message sent through CAF before the
-// link was made, or when shared memory had no room, can arrive after one left there
-// later. So each carries the loader's count for its replica, and the assembler holds one
-// that came early until those before it came (at most max_early: the loader's credits
-// bound what is in flight far below it).
-void batch_assembler_actor::assemble(batch_rows_msg& message) {
+void batch_assembler_actor::check(const batch_rows_msg& message) const {
   // The rows come over the network: each must be a sample of this node's data set.
   const auto& source = message.test ? data_->test : data_->train;
   const char* split = message.test ? "test" : "train";
@@ -161,8 +153,27 @@ void batch_assembler_actor::assemble(batch_rows_msg& message) {
                               << " split (" << source.count << " samples)");
   device_id where;
   TROUPE_CHECK(
-      device_id::parse(message.device, where) && where.node == this_node(),
+      device_id::parse(message.device, where) && where.node == this_node() &&
+          std::any_of(devices_->all().begin(), devices_->all().end(),
+                      [&](const auto& d) { return d->id() == where; }),
       actor_name() << ": a batch for device '" << message.device << "', which is not on this node");
+}
+
+// Note [rows in order]
+// The rows of a replica's batches are gathered in the order the loader sent them: jobs
+// on one stream run in order, and an evaluation's batch must not be overtaken by the next
+// step's (its forward would see the newer parameters). Through CAF they came in that
+// order; now they may also be left in shared memory (Note [messages through shared
+// memory] in runtime/net/shared_memory.cpp), and a message sent through CAF before the
+// link was made, or when shared memory had no room, can arrive after one left there
+// later. So each carries the loader's count for its replica, and the assembler holds one
+// that came early until those before it came. A message passes another only while that
+// one crosses (milliseconds), so few wait at a time; more than max_early waiting, checked
+// like any batch, ends the run (rows that never come would hold them forever).
+void batch_assembler_actor::assemble(batch_rows_msg& message) {
+  const auto& source = message.test ? data_->test : data_->train;
+  device_id where;
+  device_id::parse(message.device, where);  // check() held
   auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
                        job_for("load", message.tag));
   // Sent on behalf of the loader: the stamp is its send, which the first layer's

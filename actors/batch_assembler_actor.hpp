@@ -74,6 +74,7 @@ class batch_assembler_actor : public device_actor {
   std::string waiting_for() const override;
 
  private:
+  void check(const batch_rows_msg& message) const;  // TROUPE_CHECKs that it can be gathered
   void assemble(batch_rows_msg& message);
   std::shared_ptr<const dataset_split> data_;
   device_set* devices_;
@@ -83,6 +84,7 @@ class batch_assembler_actor : public device_actor {
     std::map<std::uint64_t, batch_rows_msg> early;
   };
   std::map<std::int32_t, in_order> replicas_;
+  std::size_t early_ = 0;  // held, of all replicas
 };
 
 }  // namespace troupe

@@ -486,7 +486,13 @@ void layer_actor::send_release(const micro_tag& tag) {
   for (const auto& in : ins_) {
     release_msg release{tag};
     stamp_send(release, in.track, "release", 0);
-    send_written<caf::message_priority::high>(in.peer, std::move(release));
+    // The loader takes a credit by the tag's replica, so on another process of this
+    // machine it takes it from shared memory; a layer finds the wire by its sender, which
+    // a message from there has not (Note [messages through shared memory]).
+    if (!in.wants_dx)
+      send_written<caf::message_priority::high>(in.peer, std::move(release));
+    else
+      send<caf::message_priority::high>(in.peer, std::move(release));
   }
 }
 

@@ -183,7 +183,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   if (!training) {
     release_msg release{tag};
     stamp_send(release, last_layer_track_, "release", 0);
-    send_written<caf::message_priority::high>(last_layer_, std::move(release));
+    send<caf::message_priority::high>(last_layer_, std::move(release));
     return;
   }
   dlogits.set_ready(done);

@@ -22,7 +22,8 @@ std::int64_t evaluations_in(const run_plan& plan) {
 
 }  // namespace
 
-run_control::run_control(const run_plan& plan) : plan_(plan), steps_done_(plan.first_step) {
+run_control::run_control(const run_plan& plan)
+    : plan_(plan), steps_done_(plan.first_step), next_place_(2 * plan.first_step) {
   // The session refuses plans whose counts could overflow (make_plan, limits::max_steps).
   items_left_ = plan_.total_steps - plan_.first_step + evaluations_in(plan_) * plan_.eval_batches;
 }
@@ -39,8 +40,9 @@ report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std:
     effect.item_done = true;
     --items_left_;
     if (++evals_done_ % plan_.eval_batches == 0) {
-      effect.epoch = tag.epoch;
-      effect.totals = eval_;
+      // After the epoch's last step, or the run's.
+      const auto after = std::min((tag.epoch + 1) * plan_.steps_per_epoch, plan_.total_steps) - 1;
+      finish(2 * after + 1, finished_item{std::nullopt, tag.epoch, eval_}, effect);
       eval_ = report_totals{};
     }
   } else {
@@ -51,15 +53,39 @@ report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std:
     t.reports += std::max<std::int32_t>(1, microbatches);
     if (t.reports >= plan_.replicas * plan_.microbatches) {
       effect.item_done = true;
-      effect.step = tag.step;
-      effect.totals = t;
+      const auto totals = t;
       steps_.erase(tag.step);
       --items_left_;
-      ++steps_done_;
+      finish(2 * tag.step, finished_item{tag.step, std::nullopt, totals}, effect);
     }
   }
   effect.run_done = items_left_ == 0;
   return effect;
+}
+
+// Note [finished in order]
+// Reports come in the order their senders sent them through CAF, so a replica's report
+// of step s came before its report of step s + 1, and steps completed in order. Between
+// processes of one machine reports may also come through shared memory (Note [messages
+// through shared memory] in runtime/net/shared_memory.cpp), and one sent through CAF
+// before the link was made can come after a later one left there: step s + 1, or an
+// evaluation, could complete before step s. What the trainer does with a finished item
+// (metrics lines, step markers, checkpoints due, the steps done) follows the run's order,
+// so an item that completes early is held here until those before it have finished. Its
+// credit goes back to the loader at once, as before.
+void run_control::finish(std::int64_t place, finished_item item, report_effect& effect) {
+  held_.emplace(place, std::move(item));
+  // (One placed before the next, which no run's reports make, is not held either.)
+  for (auto it = held_.begin(); it != held_.end() && it->first <= next_place_;
+       it = held_.erase(it)) {
+    const auto& step = it->second.step;
+    if (step)
+      ++steps_done_;
+    if (it->first == next_place_)
+      next_place_ =
+          !step || !plan_.evaluates_after(*step) ? 2 * (it->first / 2 + 1) : it->first + 1;
+    effect.finished.push_back(std::move(it->second));
+  }
 }
 
 }  // namespace troupe

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "actors/data_loader_actor.hpp"  // run_plan
 #include "troupe/messages.hpp"
@@ -29,13 +30,21 @@ struct report_totals {
   double accuracy() const { return static_cast<double>(correct) / static_cast<double>(samples); }
 };
 
+/// A training step or an evaluation, complete, with its sums.
+struct finished_item {
+  std::optional<std::int64_t> step;   // this training step...
+  std::optional<std::int64_t> epoch;  // ...or the evaluation after this epoch (0-based)
+  report_totals totals;
+};
+
 /// What one loss report completed.
 struct report_effect {
-  bool item_done = false;            // a step or an evaluation batch: one credit back to the loader
-  std::optional<std::int64_t> step;  // this training step is complete...
-  std::optional<std::int64_t> epoch;  // ...or the evaluation after this epoch (0-based)
-  report_totals totals;               // of that step or evaluation
-  bool run_done = false;              // that was the last item of the run
+  bool item_done = false;  // a step or an evaluation batch: one credit back to the loader
+  /// Steps and evaluations finished now, in the run's order (Note [finished in order] in
+  /// the .cpp): what this report completed, unless one before it is not complete yet, and
+  /// then those held behind it.
+  std::vector<finished_item> finished;
+  bool run_done = false;  // that was the last item of the run
 };
 
 class run_control {
@@ -60,6 +69,11 @@ class run_control {
   std::int64_t evals_done_ = 0;                  // evaluation batches reported so far
   std::int64_t steps_done_ = 0;
   std::int64_t items_left_ = 0;
+  // Finished items by their place in the run (step s at 2 s, the evaluation after it at
+  // 2 s + 1) until those before them are; the place of the next one to finish.
+  std::map<std::int64_t, finished_item> held_;
+  std::int64_t next_place_ = 0;
+  void finish(std::int64_t place, finished_item item, report_effect& effect);
 };
 
 }  // namespace troupe

@@ -106,10 +106,11 @@ void trainer_actor::on_report(const loss_report_msg& report) {
                                    report.microbatches);
   if (effect.item_done)
     send(settings_->loader, credit_atom::value);
-  if (effect.step)
-    finish_step(*effect.step, effect.totals);
-  if (effect.epoch)
-    finish_evaluation(*effect.epoch, effect.totals);
+  for (const auto& item : effect.finished)
+    if (item.step)
+      finish_step(*item.step, item.totals);
+    else
+      finish_evaluation(*item.epoch, item.totals);
   if (metrics_lost())
     return;
   if (stopping_)

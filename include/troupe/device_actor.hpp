@@ -111,10 +111,12 @@ std::vector<tensor*> tensors_sent(Message&) {
 /// instead of sending them through CAF (Note [messages through shared memory] in
 /// runtime/net/shared_memory.cpp): a byte naming the type, before the serialised message,
 /// says what the reader loads (that type only, whole). 0: not one of them. Each is one
-/// whose receiver takes it in any order against what still goes through CAF: the ring by
-/// its keys, the loss pairs labels by tag, a credit is a count, the trainer sums reports
-/// by step, and the rows of a batch carry their own sequence (batch_assembler_actor.hpp,
-/// where their kind is declared).
+/// whose receiver takes it in any order against what still goes through CAF and needs no
+/// sender (a message from there has none): the ring keys its chunks, the loss pairs labels
+/// by tag, the data loader counts a credit by its replica (a layer finds the wire of a
+/// credit by its sender: those keep CAF), the trainer finishes steps in order (Note
+/// [finished in order] in actors/run_control.cpp), and the rows of a batch carry their own
+/// number (batch_assembler_actor.hpp, where their kind is declared).
 template <class Message>
 struct posted_kind : std::integral_constant<std::uint8_t, 0> {};
 template <>

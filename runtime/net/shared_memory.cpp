@@ -55,18 +55,30 @@ namespace troupe::net {
 // The bytes through shared memory left the small message that says where they lie on
 // CAF's path: 110-130 us median from send to the receiver's network thread (p90 360 us,
 // up to 1.3 ms while both cores compute, since that thread must wait for a core), twice a
-// step on the critical path. So the ring's messages (the only ones: a ring averager takes
-// its messages in any order, pending_, so nothing depends on their order against what
-// still goes through CAF) are left in the inbox too: the writer serialises the message
-// (its tensor as a place) into a slot and appends (slot, actor id) to the inbox's queue
-// (in the first 64 KiB of the memory file: head and tail at 64 and 72, the count of the
-// reader's awake threads at 80, entries of 16 bytes from 128). Every stream thread of the
-// reader's process polls the queues between its jobs and while it spins idle
-// (runtime/core/stream_poller.hpp), loads each as a ring_msg (that type only, whole, so
-// none of CAF's generic loading and its holes, README) and enqueues it to the actor
-// (found by id in CAF's registry, where every device actor of a run with shared memory
-// puts itself when it is made) as CAF's network thread would; in an idle process that is
-// within microseconds, in a busy one when a job ends.
+// step on the critical path. So the ring's messages are left in the inbox too: the writer
+// serialises the message (its tensor as a place) into a slot and appends (slot, actor id)
+// to the inbox's queue (in the first 64 KiB of the memory file: head and tail at 64 and
+// 72, the count of the reader's awake threads at 80, entries of 16 bytes from 128). Every
+// stream thread of the reader's process polls the queues between its jobs and while it
+// spins idle (runtime/core/stream_poller.hpp), loads each as the type its first byte
+// names (posted_kind in include/troupe/device_actor.hpp; that type only, whole, so none
+// of CAF's generic loading and its holes, README) and enqueues it to the actor (found by
+// id in CAF's registry, where every device actor of a run with shared memory puts itself
+// when it is made, and the trainer when it starts) as CAF's network thread would; in an
+// idle process that is within microseconds, in a busy one when a job ends.
+//
+// Only messages whose receiver does not depend on their order against what still goes
+// through CAF (sent before the link was made, or when the inbox had no room), nor on
+// their sender (the reader enqueues them without one), are left there: the ring's (its
+// averager keys them, pending_), a replica's labels (the loss pairs them by tag), a first
+// layer's credits to the loader (counted by replica), loss reports (the trainer finishes
+// steps in order: Note [finished in order] in actors/run_control.cpp) and the rows of a
+// remote replica's batches (numbered: Note [rows in order] in
+// actors/batch_assembler_actor.cpp). Every other message, a pipeline's activations,
+// gradients and credits above all, keeps CAF's order and path. After the ring's messages, what a
+// step still sent through CAF (the loader's rows and labels for node1's replica, node1's credit and
+// loss report) cost the sending device thread 36-78 us a message (the network thread it woke took
+// its core) besides the network threads' own time.
 //
 // A thread that goes to sleep (200 us idle) first takes itself off the awake count, then
 // looks at the queues once more; a writer first publishes its entry, then reads the count,
@@ -76,8 +88,9 @@ namespace troupe::net {
 // entry whose slot is not a written one is skipped (a hostile writer's word is checked as
 // a tensor's place is); its message is CAF's to deserialise, which refuses bad bytes.
 //
-// Measured: DP2 over two processes at batch 512 from 0.76x to 0.87-0.88x of one process
-// (3 alternating runs; bench/nodes.py in the README).
+// Measured (bench/nodes.py, medians of 5, README): DP2 over two processes at batch 512
+// from 0.76x to 0.82x of one process with the ring's messages, and to 0.96x with the rest
+// (128: 0.56x, 0.70x, 0.82x).
 
 namespace {
 

@@ -6,8 +6,9 @@
 // /proc/<pid>/fd once it has asked for it (shm_offer). The writer copies a tensor's bytes
 // into a slot of that inbox and sends, over CAF as before, a message whose tensor says
 // where the bytes lie (tensor_inspect.hpp); the reader copies them out when it loads the
-// message and frees the slot. Everything but the bytes still crosses CAF's link, so the
-// order of messages, their validation and the loss of a peer are as before.
+// message and frees the slot. Some messages are left in the inbox's queue whole instead
+// (post, poll: Note [messages through shared memory]), those whose receivers take them in
+// any order; the rest still cross CAF's link, in its order.
 //
 // Not here: when an actor asks for an inbox and which tensors it stages (send_written in
 // include/troupe/device_actor.hpp), the wire format (include/troupe/tensor_inspect.hpp),

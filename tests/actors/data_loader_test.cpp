@@ -350,6 +350,12 @@ TEST_CASE_FIXTURE(loader_fixture,
   self->send(assembler, rows(0, 3, 1));
   auto failure = next<failure_msg>("the assembler's failure");
   CHECK(failure.what.find("the rows of replica 0 numbered 1 came twice") != std::string::npos);
+  // Rows that came early are checked before they are held.
+  auto another = system.spawn<batch_assembler_actor>(1, indexed_data(), &devices);
+  self->send(another, wiring({}, {}));
+  self->send(another, rows(0, 7, 4));  // the test split has 5 samples
+  failure = next<failure_msg>("the second assembler's failure");
+  CHECK(failure.what.find("row 7 of a batch is not in the test split") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(loader_fixture,

@@ -2,6 +2,9 @@
 // evaluations, each completed item returns one credit, and the run ends after the last.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 #include "actors/run_control.hpp"
 
 using namespace troupe;
@@ -49,12 +52,14 @@ TEST_CASE("a step is complete after R x M reports, in any order of steps") {
   CHECK_FALSE(done_0.item_done);  // step 0 has 3 of 4
   done_0 = control.on_report(train(0), 4.0, 2, 2);
   REQUIRE(done_0.item_done);
-  REQUIRE(done_0.step);
-  CHECK(*done_0.step == 0);
-  CHECK_FALSE(done_0.epoch);
-  CHECK(done_0.totals.samples == 8);
-  CHECK(done_0.totals.mean_loss() == doctest::Approx(9.0 / 8));
-  CHECK(done_0.totals.accuracy() == doctest::Approx(6.0 / 8));
+  REQUIRE(done_0.finished.size() == 1);
+  const auto& step_0 = done_0.finished[0];
+  REQUIRE(step_0.step);
+  CHECK(*step_0.step == 0);
+  CHECK_FALSE(step_0.epoch);
+  CHECK(step_0.totals.samples == 8);
+  CHECK(step_0.totals.mean_loss() == doctest::Approx(9.0 / 8));
+  CHECK(step_0.totals.accuracy() == doctest::Approx(6.0 / 8));
   CHECK(control.steps_done() == 1);
   CHECK(control.items_left() == 2);
   CHECK_FALSE(done_0.run_done);
@@ -67,12 +72,14 @@ TEST_CASE("a replica's report of its M micro-batches counts M: a step is R such 
   e = control.on_report(train(1), 1.0, 1, 4, 2);
   CHECK_FALSE(e.item_done);
   e = control.on_report(train(0), 5.0, 3, 4, 2);
-  REQUIRE(e.step);
-  CHECK(*e.step == 0);
-  CHECK(e.totals.samples == 8);
-  CHECK(e.totals.reports == 4);
-  CHECK(e.totals.mean_loss() == doctest::Approx(8.0 / 8));
-  CHECK(e.totals.accuracy() == doctest::Approx(5.0 / 8));
+  REQUIRE(e.finished.size() == 1);
+  REQUIRE(e.finished[0].step);
+  CHECK(*e.finished[0].step == 0);
+  const auto& totals = e.finished[0].totals;
+  CHECK(totals.samples == 8);
+  CHECK(totals.reports == 4);
+  CHECK(totals.mean_loss() == doctest::Approx(8.0 / 8));
+  CHECK(totals.accuracy() == doctest::Approx(5.0 / 8));
   e = control.on_report(train(1), 1.0, 1, 4, 2);
   CHECK(e.run_done);
 }
@@ -95,10 +102,11 @@ TEST_CASE("evaluation batches are items, and the evaluation completes after the 
         auto e = control.on_report(eval(step / 2), 1, b, 4);
         credits += e.item_done;
         ended = e.run_done;
-        if (e.epoch) {
-          evaluations.push_back(*e.epoch);
-          CHECK(e.totals.samples == 12);
-          CHECK(e.totals.correct == 0 + 1 + 2);
+        for (const auto& item : e.finished) {
+          REQUIRE(item.epoch);
+          evaluations.push_back(*item.epoch);
+          CHECK(item.totals.samples == 12);
+          CHECK(item.totals.correct == 0 + 1 + 2);
         }
       }
   }
@@ -110,6 +118,48 @@ TEST_CASE("evaluation batches are items, and the evaluation completes after the 
   auto late = control.on_report(train(4), 1, 1, 2);
   CHECK_FALSE(late.item_done);
   CHECK_FALSE(late.run_done);
+}
+
+TEST_CASE("steps and evaluations finish in the run's order, however their reports come") {
+  // Note [finished in order]: a report through CAF can come after later ones through
+  // shared memory. 5 steps of 2 epochs (evaluations after steps 1 and 3, and the last,
+  // 4), R = 4 reports a step, 3 batches an evaluation; items complete in a scrambled
+  // order, each credited at once, and finish in the run's.
+  run_control control{plan_of(5, 2, true)};
+  std::vector<std::string> finished;
+  std::int64_t credits = 0;
+  auto report = [&](const micro_tag& tag, int times) {
+    for (int i = 0; i < times; ++i) {
+      auto e = control.on_report(tag, 1, 1, 2);
+      credits += e.item_done;
+      for (const auto& item : e.finished)
+        finished.push_back(item.step ? "step " + std::to_string(*item.step)
+                                     : "eval " + std::to_string(*item.epoch));
+    }
+  };
+  report(train(1), 4);  // complete, but step 0 is not
+  CHECK(finished.empty());
+  CHECK(credits == 1);
+  CHECK(control.steps_done() == 0);
+  report(eval(0), 3);  // the evaluation after step 1
+  report(train(2), 4);
+  CHECK(finished.empty());
+  report(train(0), 4);  // releases steps 1, the evaluation and 2
+  CHECK(finished == std::vector<std::string>{"step 0", "step 1", "eval 0", "step 2"});
+  CHECK(control.steps_done() == 3);
+  report(train(4), 4);
+  report(eval(2), 3);
+  report(train(3), 3);
+  CHECK(finished.size() == 4);
+  report(eval(1), 3);  // the evaluation after step 3 waits for step 3
+  CHECK(finished.size() == 4);
+  CHECK_FALSE(control.done());
+  report(train(3), 1);
+  CHECK(finished == std::vector<std::string>{"step 0", "step 1", "eval 0", "step 2", "step 3",
+                                             "eval 1", "step 4", "eval 2"});
+  CHECK(credits == 5 + 3 * 3);
+  CHECK(control.steps_done() == 5);
+  CHECK(control.done());
 }
 
 TEST_CASE("a run of no items is done before it starts") {
