@@ -289,8 +289,8 @@ class shared_memory_poller final : public stream_poller {
 
 // A message of type Message, whole: nothing after it.
 template <class Message>
-std::optional<caf::message> load_posted(caf::actor_system& system, caf::binary_deserializer& source,
-                                        const char* what) {
+std::optional<caf::message> load_posted_as(caf::actor_system& system,
+                                           caf::binary_deserializer& source, const char* what) {
   Message message;
   if (auto error = source(message)) {
     detail::said_refused(std::string{what} + " that does not load: " + system.render(error));
@@ -309,6 +309,8 @@ std::optional<caf::message> load_posted(caf::actor_system& system, caf::binary_d
   return caf::make_message(std::move(message));
 }
 
+}  // namespace
+
 std::optional<caf::message> load_posted(caf::actor_system& system, const char* data,
                                         std::size_t bytes) {
   caf::binary_deserializer source{system, data, bytes};
@@ -317,22 +319,20 @@ std::optional<caf::message> load_posted(caf::actor_system& system, const char* d
     return std::nullopt;
   switch (kind) {
     case posted_kind<ring_msg>::value:
-      return load_posted<ring_msg>(system, source, "a ring message");
+      return load_posted_as<ring_msg>(system, source, "a ring message");
     case posted_kind<labels_msg>::value:
-      return load_posted<labels_msg>(system, source, "labels");
+      return load_posted_as<labels_msg>(system, source, "labels");
     case posted_kind<release_msg>::value:
-      return load_posted<release_msg>(system, source, "a release");
+      return load_posted_as<release_msg>(system, source, "a release");
     case posted_kind<loss_report_msg>::value:
-      return load_posted<loss_report_msg>(system, source, "a loss report");
+      return load_posted_as<loss_report_msg>(system, source, "a loss report");
     case posted_kind<batch_rows_msg>::value:
-      return load_posted<batch_rows_msg>(system, source, "the rows of a batch");
+      return load_posted_as<batch_rows_msg>(system, source, "the rows of a batch");
     default:
       detail::said_refused("a message of unknown kind " + std::to_string(kind));
       return std::nullopt;
   }
 }
-
-}  // namespace
 
 std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
                                                      net::shm_links& links) {

@@ -2,8 +2,10 @@
 // peer node sends, read as CAF 0.17 reads a remote message (caf::message, its elements by
 // registered type name: every troupe message, the tensors inside), and as a bare tensor.
 //
-// The first byte chooses: even, a whole message; odd, one tensor (its header is checked
-// before anything is allocated, tensor_inspect.hpp). Any error CAF returns is the right
+// The first byte chooses, modulo 3: 0, a whole message; 1, one tensor (its header is
+// checked before anything is allocated, tensor_inspect.hpp); 2, a message another process
+// of the machine left in shared memory, as its poller loads it (load_posted in
+// actors/shm_delivery.hpp: a kind byte, then that type alone). Any error CAF returns is the right
 // answer to bad bytes; a crash, a sanitizer report, an allocation beyond the limits or a
 // hang is a finding. There is no middleman: an actor handle naming another node fails with
 // sec::no_proxy_registry (the BASP broker's proxies are CAF's, not troupe's).
@@ -18,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -26,6 +29,8 @@
 
 #include "actors/batch_assembler_actor.hpp"
 #include "actors/cluster.hpp"
+#include "actors/shm_delivery.hpp"
+#include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
 #include "troupe/tensor_inspect.hpp"
 
@@ -57,7 +62,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   auto& system = fuzz_actor_system();
   caf::binary_deserializer source{system, reinterpret_cast<const char*>(data) + 1, size - 1};
-  if (data[0] % 2 == 0) {
+  if (data[0] % 3 == 2) {
+    (void)troupe::load_posted(system, reinterpret_cast<const char*>(data + 1), size - 1);
+    return 0;
+  }
+  if (data[0] % 3 == 0) {
     caf::message message;
     try {
       (void)source(message);
@@ -118,6 +127,25 @@ extern "C" int troupe_fuzz_write_seeds(const char* directory) {
   rows.rows = {5, 9, 11};
   rows.device = "cpu:0";
   write("batch_rows", 0, caf::make_message(rows));
+  // Messages left in shared memory: the kind byte, then the message (post_message).
+  auto write_posted = [&](const std::string& name, auto message) {
+    std::vector<char> bytes;
+    caf::binary_serializer sink{system, bytes};
+    auto kind = posted_kind<decltype(message)>::value;
+    if (auto err = sink(kind, message)) {
+      std::fprintf(stderr, "seed %s: %s\n", name.c_str(), system.render(err).c_str());
+      return;
+    }
+    std::ofstream out(std::string(directory) + "/" + name, std::ios::binary);
+    out.put(static_cast<char>(2));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    written += out.good() ? 1 : 0;
+  };
+  write_posted("posted_ring", ring);
+  write_posted("posted_labels", labels_msg{tag, tensor::from({1.0f, 0.0f}, {2}), 2, {}});
+  write_posted("posted_release", release_msg{tag, {}});
+  write_posted("posted_loss_report", loss_report_msg{tag, 1.25, 1, 2, 1, {}});
+  write_posted("posted_batch_rows", rows);
   write("store_value", 0, caf::make_message(store_value{{'a', 'b', 'c'}}));
   write("store_keys", 0, caf::make_message(store_keys{{"rank0", "rank1"}}));
   roster r;
