@@ -893,6 +893,43 @@ TEST_CASE("node0 merges every node's trace into one, clocks aligned, network wir
   CHECK(found);
 }
 
+TEST_CASE(
+    "a layer read on both sides of a pipeline's cut takes each evaluation credit on its own wire, "
+    "and the run matches one device") {
+  // Layer a is read by the relu beside it and, over a skip wire, by the add on node1.
+  // Evaluation passes return credits without gradients: the add's comes from another
+  // process of this machine, through CAF with its sender, which a layer needs to find the
+  // wire (a credit left in shared memory has none: Note [messages through shared memory]).
+  test::temp_directory dir{"troupe-cluster"};
+  const auto text = [](const std::string& parallel) {
+    return "[run]\nsteps = 20\nseed = 11\nevaluate = true\nwatchdog = 0\n" +
+           test::data_section({24, 480, 10, 20, 5}) +
+           test::layer("linear", "name = \"a\"\nout = 16\n") + test::layer("relu") +
+           test::layer("linear", "name = \"b\"\nout = 16\n") +
+           test::layer("add", "inputs = [\"a\", \"b\"]\n") + test::linear(5) +
+           "\n[optimizer]\ntype = \"adam\"\nlr = 0.01\n\n" + parallel;
+  };
+  auto reference = dir.write("reference.toml", text(""));
+  auto ran = run_troupe("run -q " + reference + " --metrics /dev/null --checkpoint " +
+                        dir.file("reference-ckpt"));
+  INFO(ran.output);
+  REQUIRE(ran.exit_code == 0);
+  auto config =
+      dir.write("skip.toml", text("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\n"
+                                  "pipeline = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n\n"
+                                  "[cluster]\nnodes = 2\n"));
+  auto plan = run_troupe("plan " + config);
+  INFO(plan.output);
+  CHECK(plan.output.find("activations (skip)  1         node0 -> node1") != std::string::npos);
+  auto launched = run_troupe("launch -n 2 " + config + " -q --metrics " + dir.file("m.jsonl") +
+                             " --checkpoint " + dir.file("skip-ckpt"));
+  INFO(launched.output);
+  REQUIRE(launched.exit_code == 0);
+  CHECK(read_text(dir.file("m.jsonl")).find("\"test_accuracy\"") != std::string::npos);
+  check_same_parameters(final_parameters(dir.file("skip-ckpt")),
+                        final_parameters(dir.file("reference-ckpt")));
+}
+
 TEST_CASE("tensors between nodes of one machine go through shared memory unless turned off") {
   // Note [tensors through shared memory]: the same run with and without; node0's merged
   // trace counts what each node's actors staged.
