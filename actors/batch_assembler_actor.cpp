@@ -38,7 +38,7 @@ std::string batch_assembler_name(int node) { return "loader@node" + std::to_stri
 // it, with four 0.013 ms (the step did not move further: what is left of it is elsewhere).
 namespace {
 
-constexpr std::size_t max_early = 4096;  // rows messages held for one replica
+constexpr std::size_t max_early = 65536;  // rows messages held, of all replicas
 
 // Up to 4 host threads, at most half the cores: the rows are split between them.
 const std::vector<std::unique_ptr<stream>>& host_gathers() {
