@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -409,20 +410,38 @@ TEST_CASE("a queue entry that does not point at a written slot is skipped, not d
   munmap(base, 65536);
 }
 
-TEST_CASE("only a whole, well-formed ring message left in shared memory reaches its actor") {
+// A process that delivers what it leaves in its own inbox to `self`, as its stream
+// threads would (deliver_shared_memory).
+struct delivery_fixture {
+  static caf::actor_system_config& registered(caf::actor_system_config& c) {
+    add_message_types(c);
+    return c;
+  }
+  caf::actor_system_config config;
+  caf::actor_system system{registered(config)};
+  shm_links links{1 << 16};
+  shm_links::scope in_use{links};
+  std::unique_ptr<stream_poller> poller;
+  caf::scoped_actor self{system};
+
+  delivery_fixture() {
+    link(links, links);
+    poller = deliver_shared_memory(system, links);
+    system.registry().put(self->id(), caf::actor_cast<caf::strong_actor_ptr>(self));
+  }
+  ~delivery_fixture() {
+    system.registry().erase(self->id());
+    poller.reset();
+  }
+};
+
+TEST_CASE_FIXTURE(
+    delivery_fixture,
+    "only a whole, well-formed ring message left in shared memory reaches its actor") {
   // What deliver_shared_memory loads from a queue (Note [messages through shared memory]):
   // garbage, a ring message with bytes after it, and one whose tensor claims 2^30 floats
   // it does not carry are refused without a crash or an allocation; a ring message for an
   // actor this process has not is refused; a well-formed one arrives.
-  caf::actor_system_config config;
-  add_message_types(config);
-  caf::actor_system system{config};
-  shm_links links{1 << 16};
-  shm_links::scope in_use{links};
-  link(links, links);
-  auto poller = deliver_shared_memory(system, links);
-  caf::scoped_actor self{system};
-  system.registry().put(self->id(), caf::actor_cast<caf::strong_actor_ptr>(self));
   auto serialised = [&](ring_msg message) {  // as post_message leaves it
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
@@ -491,23 +510,14 @@ TEST_CASE("only a whole, well-formed ring message left in shared memory reaches 
       },
       caf::after(std::chrono::seconds(5)) >> [] {});
   CHECK(arrived);
-  system.registry().erase(self->id());
-  poller.reset();
 }
 
-TEST_CASE("labels, credits, loss reports and a batch's rows left in shared memory arrive as such") {
+TEST_CASE_FIXTURE(
+    delivery_fixture,
+    "labels, credits, loss reports and a batch's rows left in shared memory arrive as such") {
   // The other kinds a process leaves another of its machine (posted_kind in
   // include/troupe/device_actor.hpp), each loaded as its type; rows for a first layer this
   // process has not are refused.
-  caf::actor_system_config config;
-  add_message_types(config);
-  caf::actor_system system{config};
-  shm_links links{1 << 16};
-  shm_links::scope in_use{links};
-  link(links, links);
-  auto poller = deliver_shared_memory(system, links);
-  caf::scoped_actor self{system};
-  system.registry().put(self->id(), caf::actor_cast<caf::strong_actor_ptr>(self));
   auto leave = [&](auto message) {
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
@@ -569,6 +579,4 @@ TEST_CASE("labels, credits, loss reports and a batch's rows left in shared memor
                 caf::after(std::chrono::milliseconds(50)) >> [] {});
   CHECK_FALSE(arrived);
   caf::anon_send_exit(gone, caf::exit_reason::user_shutdown);
-  system.registry().erase(self->id());
-  poller.reset();
 }
