@@ -213,9 +213,7 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   const auto& plan = settings_->plan;
   // Samples, not the reports' rows (a sequence loss counts every position).
   double rate = interval > 0 ? static_cast<double>(plan.batch_size) / interval : 0;
-  samples_per_second_ = control_.steps_done() == plan.first_step + 1
-                            ? rate
-                            : 0.9 * samples_per_second_ + 0.1 * rate;
+  samples_per_second_ = step == plan.first_step ? rate : 0.9 * samples_per_second_ + 0.1 * rate;
   mark_step_done(step, plan.steps_per_epoch);
   if (settings_->devices != nullptr && trace::enabled())
     for (const auto& d : settings_->devices->all())
@@ -226,7 +224,7 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
         trace_counter("peak bytes", d->work().trace_track(), 0, figures.peak);
       }
   auto& outcome = *settings_->outcome;
-  outcome.steps = control_.steps_done();
+  outcome.steps = step + 1;  // steps finish in order (Note [finished in order])
   outcome.last_loss = t.mean_loss();
   outcome.train_seconds = seconds_since_start();
   if (metrics_.is_open())
