@@ -75,10 +75,10 @@ namespace troupe::net {
 // steps in order: Note [finished in order] in actors/run_control.cpp) and the rows of a
 // remote replica's batches (numbered: Note [rows in order] in
 // actors/batch_assembler_actor.cpp). Every other message, a pipeline's activations,
-// gradients and credits above all, keeps CAF's order and path. After the ring's messages, what a
-// step still sent through CAF (the loader's rows and labels for node1's replica, node1's credit and
-// loss report) cost the sending device thread 36-78 us a message (the network thread it woke took
-// its core) besides the network threads' own time.
+// gradients and credits above all, keeps CAF's order and path. After the ring's messages,
+// what a step still sent through CAF (the loader's rows and labels for node1's replica,
+// node1's credit and loss report) cost the sending device thread 36-78 us a message (the
+// network thread it woke took its core) besides the network threads' own time.
 //
 // A thread that goes to sleep (200 us idle) first takes itself off the awake count, then
 // looks at the queues once more; a writer first publishes its entry, then reads the count,
@@ -86,11 +86,12 @@ namespace troupe::net {
 // sequentially consistent operations, so one of them sees the other: a message is never
 // left with every thread asleep. A full queue or inbox sends the message through CAF. An
 // entry whose slot is not a written one is skipped (a hostile writer's word is checked as
-// a tensor's place is); its message is CAF's to deserialise, which refuses bad bytes.
+// a tensor's place is), and a message that does not load as its kind is refused with a
+// line on stderr (load_posted in actors/shm_delivery.hpp); neither reaches an actor.
 //
 // Measured (bench/nodes.py, medians of 5, README): DP2 over two processes at batch 512
-// from 0.76x to 0.82x of one process with the ring's messages, and to 0.96x with the rest
-// (128: 0.56x, 0.70x, 0.82x).
+// from 0.76x to 0.82x of one process with the ring's messages, and to 0.94x-0.96x with
+// the rest (two runs; at batch 128 0.56x, 0.70x, then 0.82x-0.85x).
 
 namespace {
 
