@@ -498,6 +498,19 @@ TEST_CASE_FIXTURE(
   labels[0] = posted_kind<labels_msg>::value;  // a ring message's bytes as labels
   leave(labels, self->id());
   nothing_arrives();
+  {
+    // A message nested 2000 deep, as CAF's generic loading would take it, under the ring's
+    // kind: loaded as a ring message only, so refused, without recursing into it.
+    auto nested = caf::make_message(good);
+    for (int depth = 0; depth < 2000; ++depth)
+      nested = caf::make_message(std::move(nested));
+    std::vector<char> buffer;
+    caf::binary_serializer sink{system, buffer};
+    auto kind = posted_kind<ring_msg>::value;
+    REQUIRE(!sink(kind, nested));
+    leave(buffer, self->id());
+    nothing_arrives();
+  }
 
   leave(serialised(good), self->id());
   bool arrived = false;
