@@ -5,7 +5,10 @@
    same global batch, one device on one core (cpu:0, the whole process pinned to core 0
    with taskset) against two replicas (cpu:0, cpu:1, ring all-reduce), without and with
    the sharded optimizer. Runs alternate; medians of --repeats runs; the speed-up is the
-   median of each repetition's ratio of samples/s.
+   median of each repetition's ratio of samples/s. "halves" is what no wiring of two
+   devices can beat by much: two one-device runs of half the batch at once, one pinned to
+   each core, with nothing to average and nothing to wait for (each updates all of its
+   parameters, where sharded DP2 updates half).
 2. Pipeline bubble: a model of two halves (3 x linear 512 + ReLU each, the second with the
    10-way head) on synthetic data, P = 2 stages on cpu:0 and cpu:1, M = 1, 2, 4, 8
    micro-batches, GPipe, 1F1B, interleaved 1F1B (four stages, 2 a device: cpu:0 runs
@@ -76,27 +79,113 @@ schedule = "{schedule}"
 """
 
 
-def run(binary, text, workdir, name, cores=None, trace=False):
-    """Runs troupe on `text` (on the CPUs `cores`, e.g. "0", if given); its final record,
-    and with `trace` also the run's `troupe trace summary --json` under "summary"."""
+def start(binary, text, workdir, name, cores=None, trace=False):
+    """Starts troupe on `text` (on the CPUs `cores`, e.g. "0", if given); finish() waits."""
     config = os.path.join(workdir, name + ".toml")
-    metrics = os.path.join(workdir, name + ".jsonl")
-    trace_file = os.path.join(workdir, name + ".trace.json")
     with open(config, "w") as f:
         f.write(text)
     pin = ["taskset", "-c", cores] if cores else []
-    traced = ["--trace", trace_file] if trace else []
-    done = subprocess.run(pin + [binary, "run", config, "--quiet", "--metrics", metrics] + traced,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:  # its notes (e.g. devices sharing cores) only when it fails
-        sys.exit(f"troupe run {config} failed with {done.returncode}:\n{done.stderr}")
-    with open(metrics) as f:
+    traced = ["--trace", os.path.join(workdir, name + ".trace.json")] if trace else []
+    process = subprocess.Popen(pin + [binary, "run", config, "--quiet", "--metrics",
+                                      os.path.join(workdir, name + ".jsonl")] + traced,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return process, binary, workdir, name, trace
+
+
+def finish(started):
+    """The final record of a run start() began, with its `troupe trace summary --json`
+    under "summary" if traced."""
+    process, binary, workdir, name, trace = started
+    stderr = process.communicate()[1]
+    if process.returncode != 0:  # its notes (e.g. devices sharing cores) only when it fails
+        sys.exit(f"troupe run {os.path.join(workdir, name + '.toml')} failed with "
+                 f"{process.returncode}:\n{stderr}")
+    with open(os.path.join(workdir, name + ".jsonl")) as f:
         done = [json.loads(line) for line in f if '"event"' in line][-1]
     if trace:
         done["summary"] = json.loads(subprocess.run(
-            [binary, "trace", "summary", trace_file, "--json"], check=True,
-            capture_output=True, text=True).stdout)
+            [binary, "trace", "summary", os.path.join(workdir, name + ".trace.json"), "--json"],
+            check=True, capture_output=True, text=True).stdout)
     return done
+
+
+def run(binary, text, workdir, name, cores=None, trace=False):
+    """Runs troupe on `text` (on the CPUs `cores`, e.g. "0", if given); its final record,
+    and with `trace` also the run's `troupe trace summary --json` under "summary"."""
+    return finish(start(binary, text, workdir, name, cores, trace))
+
+
+def halves_rate(args, batch, workdir):
+    """The reference for DP2 with nothing to average: two one-device runs of half the batch
+    at once, one pinned to each core; their samples/s added. Each does the whole Adam
+    update (sharded DP2 does half of it) and no all-reduce."""
+    text = MLP.format(steps=args.steps, batch=batch // 2, parallel=SINGLE)
+    started = [start(args.binary, text, workdir, f"half{core}", cores=str(core))
+               for core in (0, 1)]
+    return sum(finish(s)["samples_per_s"] for s in started)
+
+
+def busy_spans(events, pid):
+    """The union of the job and handler spans of the trace process `pid` (a device: its
+    handlers run on its thread between its jobs), as sorted, disjoint (start, end) pairs."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and e.get("pid") == pid
+                   and e.get("cat") in ("job", "handler"))
+    merged = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def idle_within(spans, start, end):
+    """How much of [start, end) the disjoint `spans` leave uncovered."""
+    covered = sum(max(0, min(b, end) - max(a, start)) for a, b in spans if a < end and b > start)
+    return end - start - covered
+
+
+def dp_idle(args, batch, workdir):
+    """Where a traced DP2 (sharded) run's devices wait, from its trace: the mean step (from
+    one start of the first layer's forward, the later device's, to the next), the idle time
+    in it of the device that waited least and of the other, and the busier device's idle
+    between the end of its first layer's backward and its next forward (the wait that
+    starting the ring on parts of that gradient would target). Idle is neither a job nor a
+    handler on the device's thread."""
+    run(args.binary, MLP.format(steps=args.steps, batch=batch, parallel=DP2_SHARDED), workdir,
+        "dp_traced", trace=True)
+    with open(os.path.join(workdir, "dp_traced.trace.json")) as f:
+        events = json.load(f)["traceEvents"]
+    devices = {e["pid"]: e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "process_name"
+               and e["args"]["name"].startswith("cpu:")}
+    first = {}  # (pid, name) -> {step: job} of the first layer's forward and backward
+    for e in events:
+        if (e.get("ph") == "X" and e.get("cat") == "job" and e["pid"] in devices
+                and e["name"] in ("forward", "backward")
+                and e["args"].get("actor", "").endswith("layer_0")):
+            first.setdefault((e["pid"], e["name"]), {})[e["args"]["step"]] = e
+    spans = {pid: busy_spans(events, pid) for pid in devices}
+    steps = sorted(set.intersection(*(set(first[(pid, "forward")]) for pid in devices)))
+    lengths, least, most, tails = [], [], [], []
+    for step in steps[len(steps) // 10:-1]:  # the first tenth warms up
+        start = max(first[(pid, "forward")][step]["ts"] for pid in devices)
+        end = max(first[(pid, "forward")][step + 1]["ts"] for pid in devices)
+        idle = {pid: idle_within(spans[pid], start, end) for pid in devices}
+        busier = min(idle, key=idle.get)
+        backward = first[(busier, "backward")][step]
+        tails.append(idle_within(spans[busier], backward["ts"] + backward["dur"],
+                                 first[(busier, "forward")][step + 1]["ts"]))
+        lengths.append(end - start)
+        least.append(idle[busier])
+        most.append(max(idle.values()))
+    step = statistics.mean(lengths)
+    print(f"  traced DP2 sharded at batch {batch} ({args.steps} steps, means of steps "
+          f"{len(steps) // 10}..{len(steps) - 2}): step {step:.0f} us; idle of the device "
+          f"that waited least {statistics.mean(least):.0f} us ({statistics.mean(least) / step:.1%}),"
+          f" of the other {statistics.mean(most):.0f} us; the first's idle between its first "
+          f"layer's backward and next forward {statistics.mean(tails):.0f} us", flush=True)
 
 
 # The [parallel] tables of the DP comparison: one device, two ring replicas, and two
@@ -138,6 +227,9 @@ def main():
                           extra=lambda parser: (
                               parser.add_argument("--only", choices=["dp", "pipeline"],
                                                   help="run one part only"),
+                              parser.add_argument("--idle", default="",
+                                                  help="batches (e.g. 128) of a traced DP2 "
+                                                       "run to find its devices' idle time in"),
                               parser.add_argument("--schedules",
                                                   default="gpipe,1f1b,interleaved,zb-h1",
                                                   help="the pipeline part's schedules")))
@@ -145,19 +237,28 @@ def main():
         print("Data parallel: DP2 (cpu:0, cpu:1, ring) vs one device on one core, same global "
               f"batch, {args.steps} steps, medians of {args.repeats} (samples/s; speed-ups are "
               "medians of each run's ratio, with their range)")
+        print("  halves: two one-device runs of half the batch at once, one a core, samples/s "
+              "added (DP2 with nothing to average or wait for, and the whole Adam update in "
+              "each); 'of halves': DP2 sharded's share of it, medians of each run's ratio")
         print(f"{'batch':>6} {'1 device':>9} {'DP2':>8} {'speed-up':>16} "
-              f"{'DP2 sharded':>12} {'speed-up':>16}")
+              f"{'DP2 sharded':>12} {'speed-up':>16} {'halves':>8} {'speed-up':>16} "
+              f"{'of halves':>9}")
         for batch in [int(b) for b in args.batches.split(",")] if args.only != "pipeline" else []:
-            runs = [dp_runs(args, batch, workdir, [DP2, DP2_SHARDED]) for _ in range(args.repeats)]
-            one, two, sharded = ([r[i] for r in runs] for i in range(3))
+            runs = [dp_runs(args, batch, workdir, [DP2, DP2_SHARDED]) +
+                    [halves_rate(args, batch, workdir)] for _ in range(args.repeats)]
+            one, two, sharded, halves = ([r[i] for r in runs] for i in range(4))
 
             def speedup(rates):
                 ratios = sorted(b / a for a, b in zip(one, rates))
                 return (f"{statistics.median(ratios):.2f}x "
                         f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
+            share = statistics.median(b / a for a, b in zip(halves, sharded))
             print(f"{batch:>6} {statistics.median(one):>9.0f} {statistics.median(two):>8.0f} "
                   f"{speedup(two):>16} {statistics.median(sharded):>12.0f} "
-                  f"{speedup(sharded):>16}", flush=True)
+                  f"{speedup(sharded):>16} {statistics.median(halves):>8.0f} "
+                  f"{speedup(halves):>16} {share:>9.2f}", flush=True)
+        for batch in [int(b) for b in args.idle.split(",")] if args.only != "pipeline" and args.idle else []:
+            dp_idle(args, batch, workdir)
         if args.only == "dp":
             return
 
