@@ -180,11 +180,11 @@ def dp_idle(args, batch, workdir):
         lengths.append(end - start)
         least.append(idle[busier])
         most.append(max(idle.values()))
-    step = statistics.mean(lengths)
+    step, waited = statistics.mean(lengths), statistics.mean(least)
     print(f"  traced DP2 sharded at batch {batch} ({args.steps} steps, means of steps "
           f"{len(steps) // 10}..{len(steps) - 2}): step {step:.0f} us; idle of the device "
-          f"that waited least {statistics.mean(least):.0f} us ({statistics.mean(least) / step:.1%}),"
-          f" of the other {statistics.mean(most):.0f} us; the first's idle between its first "
+          f"that waited least {waited:.0f} us ({waited / step:.1%}),"
+          f" of the other {statistics.mean(most):.0f} us; of the former, between its first "
           f"layer's backward and next forward {statistics.mean(tails):.0f} us", flush=True)
 
 
@@ -257,8 +257,9 @@ def main():
                   f"{speedup(two):>16} {statistics.median(sharded):>12.0f} "
                   f"{speedup(sharded):>16} {statistics.median(halves):>8.0f} "
                   f"{speedup(halves):>16} {share:>9.2f}", flush=True)
-        for batch in [int(b) for b in args.idle.split(",")] if args.only != "pipeline" and args.idle else []:
-            dp_idle(args, batch, workdir)
+        idle_batches = args.idle.split(",") if args.idle and args.only != "pipeline" else []
+        for batch in idle_batches:
+            dp_idle(args, int(batch), workdir)
         if args.only == "dp":
             return
 
