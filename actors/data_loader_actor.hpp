@@ -90,6 +90,9 @@ class data_loader_actor : public device_actor {
  public:
   data_loader_actor(caf::actor_config& config, data_loader_settings settings);
 
+  /// A first layer of another process's replica leaves its credits in shared memory.
+  bool takes_posted_releases() const override { return true; }
+
  protected:
   caf::message_handler handlers() override;
   void connect(const wiring_msg& wiring) override;

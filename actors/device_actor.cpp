@@ -315,8 +315,10 @@ std::optional<caf::message> load_posted(caf::actor_system& system, const char* d
                                         std::size_t bytes) {
   caf::binary_deserializer source{system, data, bytes};
   std::uint8_t kind = 0;
-  if (source(kind))
+  if (source(kind)) {
+    detail::said_refused("an empty message");
     return std::nullopt;
+  }
   switch (kind) {
     case posted_kind<ring_msg>::value:
       return load_posted_as<ring_msg>(system, source, "a ring message");
@@ -342,16 +344,27 @@ std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
     auto message = load_posted(system, data, bytes);
     if (!message)
       return;
-    // A credit goes ahead of other work, as through CAF (layer_actor's send_release).
-    const auto priority = message->match_element<release_msg>(0) ? caf::message_priority::high
-                                                                 : caf::message_priority::normal;
-    if (auto to = system.registry().get(static_cast<caf::actor_id>(dest)))
-      to->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(priority), {},
-                                            std::move(*message)),
-                  nullptr);
-    else  // gone (the run ends), or never here
+    auto to = system.registry().get(static_cast<caf::actor_id>(dest));
+    if (!to) {  // gone (the run ends), or never here
       detail::said_refused("a message for actor " + std::to_string(dest) +
                            ", which this node has not");
+      return;
+    }
+    // A credit goes ahead of other work, as through CAF (layer_actor's send_release), and
+    // only to an actor that takes credits without a sender.
+    const bool credit = message->match_element<release_msg>(0);
+    if (credit) {
+      auto* receiver = dynamic_cast<device_actor*>(caf::actor_cast<caf::abstract_actor*>(to));
+      if (receiver == nullptr || !receiver->takes_posted_releases()) {
+        detail::said_refused("a credit for actor " + std::to_string(dest) +
+                             ", which takes none from shared memory");
+        return;
+      }
+    }
+    const auto priority = credit ? caf::message_priority::high : caf::message_priority::normal;
+    to->enqueue(
+        caf::make_mailbox_element(nullptr, caf::make_message_id(priority), {}, std::move(*message)),
+        nullptr);
   });
   return std::make_unique<shared_memory_poller>(links);
 }

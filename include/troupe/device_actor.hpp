@@ -174,6 +174,13 @@ class device_actor : public caf::event_based_actor {
   /// The actor's name, for CAF's diagnostics too.
   const char* name() const override { return name_.c_str(); }
 
+  /// True if it takes credits (release_msg) left in shared memory by another process,
+  /// which come without a sender: only the data loader, which counts them by replica. A
+  /// layer finds a credit's wire by its sender, so one left for it there is refused
+  /// (Note [messages through shared memory]). Of the class, not of the actor's state: the
+  /// thread that delivers may ask it.
+  virtual bool takes_posted_releases() const { return false; }
+
  protected:
   // ---- what a derived actor provides ----
 

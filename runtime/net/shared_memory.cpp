@@ -86,8 +86,11 @@ namespace troupe::net {
 // sequentially consistent operations, so one of them sees the other: a message is never
 // left with every thread asleep. A full queue or inbox sends the message through CAF. An
 // entry whose slot is not a written one is skipped (a hostile writer's word is checked as
-// a tensor's place is), and a message that does not load as its kind is refused with a
-// line on stderr (load_posted in actors/shm_delivery.hpp); neither reaches an actor.
+// a tensor's place is, each word read once), a queue whose head is more than a queue ahead
+// of its tail is emptied (else it would look busy for good and no stream would sleep),
+// and a message that does not load as its kind is refused (load_posted in
+// actors/shm_delivery.hpp); each with a line on stderr (the first few), none reaching an
+// actor.
 //
 // Measured (bench/nodes.py, medians of 5, README): DP2 over two processes at batch 512
 // from 0.76x to 0.82x of one process with the ring's messages, and to 0.94x-0.96x with
@@ -100,6 +103,14 @@ constexpr std::uint32_t slot_magic = 0x534c'4f54;                  // "SLOT"
 constexpr std::uint64_t header_bytes = 64;                         // each slot's
 constexpr std::uint64_t area_bytes = 65536;  // the segment's header and message queue
 constexpr std::uint64_t queue_entries = (area_bytes - 128) / 16;
+
+/// What another process left in an inbox that is not a message, said on stderr: the
+/// first few times (a writer that keeps at it must not flood the log).
+void refused(const std::string& why) {
+  static std::atomic<int> said{0};
+  if (said.fetch_add(1, std::memory_order_relaxed) < 3)
+    std::fprintf(stderr, "troupe: refused from shared memory: %s\n", why.c_str());
+}
 constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
 
 struct segment_header {
@@ -327,8 +338,9 @@ std::string shm_links::check(const shm_segment& segment, std::uint64_t offset,
            " of a shared-memory inbox of " + std::to_string(segment.size()) +
            " bytes (out of it, or not at a slot)";
   auto& slot = segment.slot(offset);
-  if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != slot_written || slot.magic != slot_magic ||
-      slot.bytes != bytes)
+  if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != slot_written ||
+      __atomic_load_n(&slot.magic, __ATOMIC_RELAXED) != slot_magic ||
+      __atomic_load_n(&slot.bytes, __ATOMIC_RELAXED) != bytes)
     return "a tensor of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
            " of a shared-memory inbox, where no such tensor waits";
   return {};
@@ -388,10 +400,6 @@ std::string shm_links::connect(const std::string& to, const shm_offer& offer) {
       const auto length = readlink(self.c_str(), target, sizeof target - 1);
       if (length < 0 || std::string(target, static_cast<std::size_t>(length)) != want)
         return path + " is not the offered inbox (another pid namespace?)";
-      struct stat about = {};
-      if (fstat(at, &about) != 0 || !S_ISREG(about.st_mode) ||
-          static_cast<std::uint64_t>(about.st_size) != area_bytes + offer.capacity)
-        return path + " is not an inbox of the offered size";
       return {};
     }();
     const int fd = checked.empty() ? open(self.c_str(), O_RDWR | O_CLOEXEC) : -1;
@@ -400,12 +408,21 @@ std::string shm_links::connect(const std::string& to, const shm_offer& offer) {
       return checked;
     if (fd < 0)
       return "cannot open " + path + ": " + errno_text();
+    // Sealed first, then sized: a size read before the seals could change before them (the
+    // offering process shrinks its file, then seals it), and our writes past its end would
+    // raise SIGBUS.
     const std::uint64_t size = area_bytes + offer.capacity;
     const int seals = fcntl(fd, F_GET_SEALS);
     const int needed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
     if (seals < 0 || (seals & needed) != needed) {
       close(fd);
       return path + " is not sealed at its size";
+    }
+    struct stat about = {};
+    if (fstat(fd, &about) != 0 || !S_ISREG(about.st_mode) ||
+        static_cast<std::uint64_t>(about.st_size) != size) {
+      close(fd);
+      return path + " is not an inbox of the offered size";
     }
     void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -571,10 +588,20 @@ std::size_t shm_links::poll(bool polling_thread) {
     for (std::uint64_t taken = 0; taken < queue_entries; ++taken) {
       const auto tail = __atomic_load_n(segment->queue_tail(), __ATOMIC_RELAXED);
       const auto head = __atomic_load_n(segment->queue_head(), __ATOMIC_ACQUIRE);
-      if (tail == head || head - tail > queue_entries)
-        break;  // empty, or not a queue a writer of ours left
+      if (tail == head)
+        break;
+      if (head - tail > queue_entries) {
+        // Not a queue a writer of ours left (its head runs at most a queue ahead): emptied,
+        // or this inbox would look busy for good and keep the streams from sleeping.
+        refused("an inbox queue whose head is " + std::to_string(head) + " and tail " +
+                std::to_string(tail) + " (emptied)");
+        __atomic_store_n(segment->queue_tail(), head, __ATOMIC_RELEASE);
+        break;
+      }
+      // Each word of the entry read once: its writer may change it while we look.
       const auto* entry = segment->queue_entry(tail);
-      const auto offset = entry[0], dest = entry[1];
+      const auto offset = __atomic_load_n(&entry[0], __ATOMIC_RELAXED);
+      const auto dest = __atomic_load_n(&entry[1], __ATOMIC_RELAXED);
       // The writer's word for where its message lies is checked as a tensor's place is,
       // and the message copied out before it is read.
       if (offset % header_bytes == 0 && offset >= area_bytes + header_bytes &&
@@ -582,7 +609,8 @@ std::size_t shm_links::poll(bool polling_thread) {
         auto& slot = segment->slot(offset);
         const auto bytes = __atomic_load_n(&slot.bytes, __ATOMIC_RELAXED);
         if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) == slot_written &&
-            slot.magic == slot_magic && bytes <= segment->size() - offset) {
+            __atomic_load_n(&slot.magic, __ATOMIC_RELAXED) == slot_magic &&
+            bytes <= segment->size() - offset) {
           message.assign(segment->base() + offset, segment->base() + offset + bytes);
           __atomic_store_n(&slot.state, slot_free, __ATOMIC_RELEASE);
           __atomic_store_n(segment->queue_tail(), tail + 1, __ATOMIC_RELEASE);
@@ -595,6 +623,8 @@ std::size_t shm_links::poll(bool polling_thread) {
           continue;
         }
       }
+      refused("a queue entry naming " + std::to_string(offset) +
+              ", which is not a written message's slot (skipped)");
       __atomic_store_n(segment->queue_tail(), tail + 1, __ATOMIC_RELEASE);
     }
   }

@@ -407,8 +407,40 @@ TEST_CASE("a queue entry that does not point at a written slot is skipped, not d
   }
   CHECK(reader.poll() == 0);
   CHECK(delivered == 0);
+  // A head far ahead of the tail (or behind it) is no queue a writer of ours left: the
+  // reader empties it rather than see an inbox that waits for good (its streams would
+  // never sleep), and what an honest writer leaves next arrives.
+  auto* tail = reinterpret_cast<std::uint64_t*>(base + 72);
+  const std::string message(600, 'm');
+  for (const auto corrupt : {*tail + 5000, *tail - 1}) {
+    __atomic_store_n(head, corrupt, __ATOMIC_RELEASE);
+    CHECK_FALSE(reader.before_sleep());  // something seems to wait: it looks, and empties
+    CHECK(reader.before_sleep());        // nothing waits now: it may sleep
+    reader.after_wake();
+    CHECK(writer.post("r", 3, message.data(), message.size()) != shm_links::posted::no);
+    CHECK(reader.poll() == 1);
+  }
+  CHECK(delivered == 2);
   munmap(base, 65536);
 }
+
+// An actor that takes credits from shared memory, as the data loader does, and passes
+// them to `to`.
+class credit_taker final : public device_actor {
+ public:
+  credit_taker(caf::actor_config& config, caf::actor to)
+      : device_actor(config, "credit taker", nullptr), to_(std::move(to)) {}
+  bool takes_posted_releases() const override { return true; }
+
+ protected:
+  caf::message_handler handlers() override {
+    return {[this](release_msg& release) { send(to_, std::move(release)); }};
+  }
+  void release_peers() override { to_ = nullptr; }
+
+ private:
+  caf::actor to_;
+};
 
 // A process that delivers what it leaves in its own inbox to `self`, as its stream
 // threads would (deliver_shared_memory).
@@ -531,12 +563,12 @@ TEST_CASE_FIXTURE(
   // The other kinds a process leaves another of its machine (posted_kind in
   // include/troupe/device_actor.hpp), each loaded as its type; rows for a first layer this
   // process has not are refused.
-  auto leave = [&](auto message) {
+  auto leave = [&](auto message, caf::actor_id to) {
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
     auto kind = posted_kind<decltype(message)>::value;
     REQUIRE(!sink(kind, message));
-    REQUIRE(links.post("r", self->id(), buffer.data(), buffer.size()) != shm_links::posted::no);
+    REQUIRE(links.post("r", to, buffer.data(), buffer.size()) != shm_links::posted::no);
     links.poll(false);
   };
   micro_tag tag;
@@ -553,23 +585,32 @@ TEST_CASE_FIXTURE(
     CHECK_MESSAGE(arrived, what);
   };
 
-  leave(labels_msg{tag, tensor::from(std::vector<float>(300, 2.0f), {300}), 512, {}});
+  leave(labels_msg{tag, tensor::from(std::vector<float>(300, 2.0f), {300}), 512, {}}, self->id());
   expect("labels", std::function<void(labels_msg&)>{[&](labels_msg& labels) {
            CHECK(labels.tag.step == 7);
            CHECK(labels.global_batch == 512);
            CHECK(labels.labels.to_vector() == std::vector<float>(300, 2.0f));
          }});
-  leave(release_msg{tag, {}});
+  // A credit comes without a sender, so only to an actor that takes credits so (the data
+  // loader); one left for any other (a layer would take it for its first wire's) is refused.
+  leave(release_msg{tag, {}}, self->id());
+  bool refused = true;
+  self->receive([&](release_msg&) { refused = false; },
+                caf::after(std::chrono::milliseconds(50)) >> [] {});
+  CHECK(refused);
+  auto taker = system.spawn<credit_taker>(caf::actor_cast<caf::actor>(self));
+  leave(release_msg{tag, {}}, taker.id());
   expect("a release", std::function<void(release_msg&)>{
                           [&](release_msg& release) { CHECK(release.tag.replica == 1); }});
-  leave(loss_report_msg{tag, 1.5, 3, 4, 2, {}});
+  caf::anon_send_exit(taker, caf::exit_reason::user_shutdown);
+  leave(loss_report_msg{tag, 1.5, 3, 4, 2, {}}, self->id());
   expect("a loss report", std::function<void(loss_report_msg&)>{[&](loss_report_msg& report) {
            CHECK(report.loss_sum == 1.5);
            CHECK(report.samples == 4);
            CHECK(report.microbatches == 2);
          }});
   batch_rows_msg rows{tag, {5, 9}, false, caf::actor_cast<caf::actor>(self), "cpu:0", {}, 3};
-  leave(rows);
+  leave(rows, self->id());
   expect("the rows of a batch", std::function<void(batch_rows_msg&)>{[&](batch_rows_msg& got) {
            CHECK(got.rows == std::vector<std::int64_t>{5, 9});
            CHECK(got.sequence == 3);
