@@ -815,21 +815,26 @@ void coordinator_gate::watch(const joined_cluster& joined) {
   watch_ = system_.spawn(node_watch, joined, trainer_, node_.heartbeat, node_.node_timeout);
 }
 
+std::set<std::int32_t> coordinator_gate::lost_nodes() {
+  std::set<std::int32_t> lost;
+  if (!watch_)
+    return lost;
+  caf::scoped_actor self{system_};
+  self->request(watch_, milliseconds(node_.timeout), caf::get_atom::value)
+      .receive(
+          [&](const std::vector<std::int32_t>& ranks) { lost.insert(ranks.begin(), ranks.end()); },
+          [&](caf::error&) {});
+  return lost;
+}
+
 std::vector<trace::node_trace> coordinator_gate::collect_traces(const joined_cluster& joined) {
   std::vector<trace::node_trace> out;
   caf::scoped_actor self{system_};
-  // A node the watch has lost never answers: asking it would hold the end of the run (and
-  // node0's own trace) for the whole [cluster] timeout.
-  std::set<std::int32_t> lost;
-  if (watch_)
-    self->request(watch_, milliseconds(node_.timeout), caf::get_atom::value)
-        .receive(
-            [&](const std::vector<std::int32_t>& ranks) {
-              lost.insert(ranks.begin(), ranks.end());
-            },
-            [&](caf::error&) {});
   for (std::size_t k = 1; k < joined.agents.size(); ++k) {
-    if (lost.count(static_cast<std::int32_t>(k))) {
+    // A node the watch has lost never answers: asking it would hold the end of the run (and
+    // node0's own trace) for the whole [cluster] timeout. Asked before each node, since
+    // one may be lost while the others send theirs.
+    if (lost_nodes().count(static_cast<std::int32_t>(k))) {
       std::fprintf(stderr,
                    "troupe: node%zu's trace is left out of the merged trace: the node was lost\n",
                    k);

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -207,9 +208,12 @@ class coordinator_gate {
   /// coordinator's failure; empty for a run that succeeded).
   void finish(const joined_cluster& joined, int code, const std::string& why = {});
 
+  /// The nodes the watch has lost so far (none before watch()), asked at once.
+  std::set<std::int32_t> lost_nodes();
+
   /// Every live worker's trace (worker_link::serve's `trace_json`) with its clock offset.
-  /// A worker that does not answer within the timeout, or that the watch has lost (asked at
-  /// once), is left out (and said so on stderr).
+  /// A worker that does not answer within the timeout, or that the watch has lost (asked
+  /// before each), is left out (and said so on stderr).
   std::vector<trace::node_trace> collect_traces(const joined_cluster& joined);
 
   /// The run's gloo rendezvous store (cluster_gloo_store), on this node.

@@ -204,10 +204,14 @@ lr_schedule make_schedule(const optimizer_section& o, std::int64_t total_steps) 
 
 // The parameters of each model layer at `version`, from its first optimizer (the
 // replicas' optimizers are identical by construction). Waits until every optimizer has
-// applied that step.
+// applied that step; `failure` says why not, if one will not (it ended, or its node was
+// lost: with `gate`, a run over several nodes, the wait is in slices of a second, asking
+// the watch between them, since a lost node's actors never answer and the trainer, which
+// the watch tells, has finished).
 std::vector<std::vector<std::vector<float>>> collect_parameters(
-    caf::scoped_actor& self, const topology& graph, const std::map<std::string, caf::actor>& spawned,
-    std::int64_t version) {
+    caf::scoped_actor& self, const topology& graph,
+    const std::map<std::string, caf::actor>& spawned, std::int64_t version, coordinator_gate* gate,
+    std::string& failure) {
   std::vector<std::vector<std::vector<float>>> parameters(graph.shapes.size() - 1);
   std::vector<bool> done(parameters.size(), false);
   for (const auto& a : graph.actors) {
@@ -215,14 +219,34 @@ std::vector<std::vector<std::vector<float>>> collect_parameters(
       continue;
     bool first = !done.at(static_cast<std::size_t>(a.layer));
     done[static_cast<std::size_t>(a.layer)] = true;
-    self->request(spawned.at(a.name), caf::infinite, caf::get_atom::value, version)
-        .receive(
-            [&](std::vector<tensor>& params) {
-              if (first)
-                for (const auto& p : params)
-                  parameters[static_cast<std::size_t>(a.layer)].push_back(p.to_vector());
-            },
-            [&](caf::error&) {});
+    const auto why_not = "node0 could not collect the parameters of layer " +
+                         std::to_string(a.layer) + " after the last step (" +
+                         std::to_string(version) + ") from " + a.name + ": ";
+    for (bool answered = false; !answered;) {
+      caf::error error;
+      auto reply =
+          gate ? self->request(spawned.at(a.name), std::chrono::seconds(1), caf::get_atom::value,
+                               version)
+               : self->request(spawned.at(a.name), caf::infinite, caf::get_atom::value, version);
+      std::move(reply).receive(
+          [&](std::vector<tensor>& params) {
+            answered = true;
+            if (first)
+              for (const auto& p : params)
+                parameters[static_cast<std::size_t>(a.layer)].push_back(p.to_vector());
+          },
+          [&](caf::error& e) { error = std::move(e); });
+      if (answered)
+        break;
+      if (error != caf::sec::request_timeout) {
+        failure = why_not + self->system().render(error);
+        return parameters;
+      }
+      if (gate->lost_nodes().count(a.device.node) != 0) {
+        failure = why_not + "node" + std::to_string(a.device.node) + " was lost";
+        return parameters;
+      }
+    }
   }
   return parameters;
 }
@@ -937,8 +961,16 @@ session_result run_session(const run_config& config, const session_options& opti
                    });
       // The run is over when every optimizer has applied the last step (the last loss
       // report reaches the trainer before the last gradients reach the first layers).
+      std::string not_collected;
+      auto parameters =
+          outcome->exit_code == exit_code::ok
+              ? collect_parameters(self, graph, everyone, outcome->steps, gate.get(), not_collected)
+              : std::vector<std::vector<std::vector<float>>>{};
+      if (!not_collected.empty()) {
+        outcome->exit_code = exit_code::run_failed;
+        outcome->failure = not_collected;
+      }
       if (outcome->exit_code == exit_code::ok) {
-        auto parameters = collect_parameters(self, graph, everyone, outcome->steps);
         if (!prepared.data->vocabulary.empty() && !config.is_explicit() &&
             options.sample_length > 0)
           result.sample = sample_text(

@@ -5,9 +5,14 @@
 // node by troupe's own variables (TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_LOCAL_RANK,
 // TROUPE_COORDINATOR), with a fresh shared secret unless one is set, and waits for them.
 // Rank 0 coordinates, prints progress and writes the metrics; the exit code is the run's.
-// No process is left behind: once one has ended badly, the others get node_timeout plus a
-// margin to notice and end too, then they are killed. SIGINT and SIGTERM sent to the
-// launcher alone are passed to rank 0, which stops the run on every node.
+// No process is left behind: once one has ended badly, the others get 20 s (more than
+// the default node_timeout and a margin) to notice and end too, with its message (a lost
+// node's name and last step), or none when it ended on bad input (exit 2: it has joined
+// no run, and rank 0 would wait for it the whole [cluster] timeout); then they get
+// SIGTERM, which ends a node at its next step or at once while the nodes meet, and 10 s
+// later SIGKILL. A node stopped so does not decide the exit code: the first node that
+// failed does. SIGINT and SIGTERM sent to the launcher alone are passed to rank 0, which
+// stops the run on every node.
 //
 // Not here: across machines (a launcher there, torchrun, Slurm or mpirun, starts one
 // `troupe run` per node: README "Several machines").
@@ -173,13 +178,22 @@ exit_code launch_command(const std::vector<std::string>& args) {
     }
   }
 
-  // Wait for all; after a bad end, the rest get a grace period, then SIGKILL.
+  // Wait for all; after a bad end, the rest get a grace period, then SIGTERM, then SIGKILL.
   using clock = std::chrono::steady_clock;
   std::vector<int> codes(children.size(), -1);
+  std::vector<bool> stopped(children.size(), false);  // signalled by us, not by the run
   std::size_t running = children.size();
-  bool killing = false;  // a node ended badly: the rest have until kill_at
-  clock::time_point kill_at{};
+  enum class ending { no, grace, terminated } phase = ending::no;
+  clock::time_point next_at{};  // when the phase's time is up
   int first_failure = -1;
+  auto signal_the_rest = [&](int signal, const char* what) {
+    for (std::size_t k = 0; k < children.size(); ++k)
+      if (codes[k] < 0) {
+        std::fprintf(stderr, "troupe launch: node%zu did not end with the others; %s\n", k, what);
+        ::kill(children[k], signal);
+        stopped[k] = true;
+      }
+  };
   while (running > 0) {
     if (int signal = forwarded_signal.exchange(0); signal != 0 && codes[0] < 0)
       ::kill(children[0], signal);
@@ -192,24 +206,25 @@ exit_code launch_command(const std::vector<std::string>& args) {
           --running;
           if (codes[k] != 0 && first_failure < 0) {
             first_failure = static_cast<int>(k);
-            killing = true;
-            kill_at = clock::now() + std::chrono::seconds(20);
+            phase = ending::grace;
+            next_at = clock::now() + (codes[k] == static_cast<int>(exit_code::bad_input)
+                                          ? std::chrono::seconds(0)
+                                          : std::chrono::seconds(20));
           }
         }
       continue;
     }
-    if (killing && clock::now() >= kill_at) {
-      for (std::size_t k = 0; k < children.size(); ++k)
-        if (codes[k] < 0) {
-          std::fprintf(stderr, "troupe launch: node%zu did not end with the others; killing it\n",
-                       k);
-          ::kill(children[k], SIGKILL);
-        }
-      killing = false;
+    if (phase == ending::grace && clock::now() >= next_at) {
+      signal_the_rest(SIGTERM, "stopping it");
+      phase = ending::terminated;
+      next_at = clock::now() + std::chrono::seconds(10);
+    } else if (phase == ending::terminated && clock::now() >= next_at) {
+      signal_the_rest(SIGKILL, "killing it");
+      phase = ending::no;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (codes[0] != 0)
+  if (codes[0] != 0 && !stopped[0])
     return static_cast<exit_code>(codes[0]);
   if (first_failure >= 0)
     return static_cast<exit_code>(codes[static_cast<std::size_t>(first_failure)]);

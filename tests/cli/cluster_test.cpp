@@ -235,6 +235,28 @@ TEST_CASE("a node past the cluster's nodes, or a node without actors, is a confi
   CHECK(alone.output.find("troupe launch -n 2") != std::string::npos);
 }
 
+TEST_CASE("troupe launch ends at once with a worker's exit code when the worker cannot start") {
+  // node1's device is a GPU this machine has not: node1 ends with exit 2 before it joins,
+  // and node0, which would wait for it the whole [cluster] timeout, is stopped at once
+  // (not killed after a grace period, which made the run's exit code SIGKILL's 137).
+  test::temp_directory dir{"troupe-cluster"};
+  auto config =
+      dir.write("gpu.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cuda:0\"]\n"
+                                           "data = 2\n\n[cluster]\nnodes = 2\n"));
+  const auto started = std::chrono::steady_clock::now();
+  auto launched = run_troupe("launch -n 2 " + config + " -q --metrics /dev/null");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(launched.output);
+  if (launched.output.find("is not on this machine") == std::string::npos) {
+    MESSAGE("skipped: this machine has a GPU, so node1 starts");
+    return;
+  }
+  CHECK(launched.exit_code == 2);
+  CHECK(took < 15);
+  CHECK(launched.output.find("killing") == std::string::npos);
+}
+
 TEST_CASE("torchrun's, Slurm's and Open MPI's variables each start a two-node run") {
   test::temp_directory dir{"troupe-cluster"};
   auto config = dir.write(
