@@ -373,8 +373,15 @@ caf::behavior gatekeeper(gate_actor* self, cluster_node node, caf::actor trainer
         const net::config_identity theirs{w.hello.config_hash, w.hello.plugins_hash,
                                           w.hello.plugins};
         if (!net::verify_proof(proof_key(s.node), net::worker_role, w.nonce, w.challenge,
-                               proof_context(rank, theirs), proof))
+                               proof_context(rank, theirs), proof)) {
+          std::fprintf(stderr,
+                       "troupe: refused a join as node%d from CAF node %s (the id of the "
+                       "process that proved the secret from %s): its proof of the secret is "
+                       "wrong\n",
+                       static_cast<int>(rank), caf::to_string(sender->node()).c_str(),
+                       s.where(w.hello).c_str());
           return refusal("node" + std::to_string(rank) + " must prove the secret before it joins");
+        }
         it->second.actors = std::move(actors);
         it->second.agent = std::move(agent);
         it->second.joined = true;
@@ -993,15 +1000,20 @@ worker_link::worker_link(caf::actor_system& system, const cluster_node& node)
   // node0's reading was taken at about (t0 + t1) / 2, off by at most half the round trip.
   // The shortest of 8 round trips gives the offset (CAF's messages are fast next to
   // clock drift over a run of minutes; the merged trace's metadata states the round trip).
+  // node0 answers at once: a round trip that does not come back within node_timeout
+  // means node0 went (a request over a dropped link is never answered), so the rest are
+  // not asked, and the join that follows says so.
   double best = -1;
   for (int i = 0; i < 8; ++i) {
     auto t0 = trace::now_ns();
     std::int64_t theirs = 0;
     bool answered = false;
-    self->request(gate_, wait, clock_atom::value)
+    self->request(gate_, milliseconds(node.node_timeout), clock_atom::value)
         .receive([&](std::int64_t t) { theirs = t, answered = true; }, [](caf::error&) {});
     auto t1 = trace::now_ns();
-    if (answered && (best < 0 || t1 - t0 < best)) {
+    if (!answered)
+      break;
+    if (best < 0 || t1 - t0 < best) {
       best = static_cast<double>(t1 - t0);
       offset_us_ = (static_cast<double>(theirs) - (static_cast<double>(t0) + t1) / 2) / 1000.0;
       rtt_us_ = best / 1000.0;
@@ -1016,7 +1028,9 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
   caf::scoped_actor self{system_};
   self->monitor(gate_);
   std::optional<user_error> failure;
-  self->request(gate_, milliseconds(node_.timeout), join_atom::value,
+  // Answered at once (the roster comes later, with wire_atom): node_timeout, not the
+  // rendezvous timeout, tells a node0 that went from one that is slow.
+  self->request(gate_, milliseconds(node_.node_timeout), join_atom::value,
                 static_cast<std::int32_t>(node_.rank), own, caf::actor{self}, join_proof_)
       .receive([] {}, [&](caf::error& error) { failure = error_of(system_, error); });
   if (failure)

@@ -928,8 +928,31 @@ session_result run_session(const run_config& config, const session_options& opti
           stop_spawned();
           throw;
         }
-        for (std::size_t i = 0; i < joined->actors.names.size(); ++i)
-          everyone[joined->actors.names[i]] = joined->actors.handles[i];
+        // What the workers joined with is a peer's word: a roster that does not name each
+        // of their actors once, with a handle, ends the run here (telling the workers),
+        // not in a lookup that would leave every actor running.
+        std::string wrong;
+        const auto& names = joined->actors.names;
+        const auto& handles = joined->actors.handles;
+        if (names.size() != handles.size())
+          wrong = "the workers' rosters have " + std::to_string(names.size()) + " names and " +
+                  std::to_string(handles.size()) + " actors";
+        for (std::size_t i = 0; wrong.empty() && i < names.size(); ++i) {
+          // (node0's own actors are in the roster too, as themselves)
+          auto [at, added] = everyone.emplace(names[i], handles[i]);
+          if (!handles[i] || (!added && at->second != handles[i]))
+            wrong = "the workers' rosters name " + names[i] +
+                    (handles[i] ? " twice (or as one of node0's)" : " without its actor");
+        }
+        for (const auto& a : graph.actors)
+          if (wrong.empty() && everyone.count(a.name) == 0)
+            wrong = "no node joined with " + a.name + " (node" + std::to_string(a.device.node) +
+                    " runs another build of troupe?)";
+        if (!wrong.empty()) {
+          gate->finish(*joined, exit_status(exit_code::run_failed), "node0: " + wrong);
+          stop_spawned();
+          throw user_error("node0: " + wrong, exit_code::run_failed);
+        }
       }
       for (const auto& a : graph.actors) {
         const auto& handle = everyone.at(a.name);

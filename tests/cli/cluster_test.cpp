@@ -542,6 +542,51 @@ double seconds_since(clock_type::time_point start) {
 
 }  // namespace
 
+TEST_CASE("a worker that joins with a roster that does not name its actors ends the run") {
+  // A peer with the secret (another build of troupe, say) joins as node1 with a roster of
+  // two names and one actor, then with one whose names are not node1's: node0 ends the
+  // run with exit 1 saying what is wrong, instead of reading past the roster's end or
+  // leaving its actors running (it hung in the actor system's shutdown).
+  for (const bool uneven : {true, false}) {
+    CAPTURE(uneven);
+    test::temp_directory dir{"troupe-cluster"};
+    auto config = two_node_dp2(dir, 30, 5);
+    int port = free_port();
+    node_process coordinator{
+        troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("roster.log")};
+    gate_peer peer{port};
+    const auto identity = net::identify(config, {});
+    const auto hello = gate_peer::claim("other", identity.config_hash, identity);
+    caf::scoped_actor self{*peer.system};
+    std::string challenge;
+    self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, hello)
+        .receive([&](const std::string& c) { challenge = c; }, [](caf::error&) {});
+    REQUIRE_FALSE(challenge.empty());
+    const std::string context =
+        "rank=1;config=" + identity.config_hash + ";plugins=" + identity.plugins_hash;
+    const std::string nonce(64, '7');
+    bool welcomed = false;
+    self->request(peer.gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
+                  net::proof("s3cret", net::worker_role, challenge, nonce, context))
+        .receive([&](welcome_msg&) { welcomed = true; }, [](caf::error&) {});
+    REQUIRE(welcomed);
+    roster wrong;
+    wrong.names = uneven ? std::vector<std::string>{"r1.layer_0", "r1.layer_1"}
+                         : std::vector<std::string>{"somebody"};
+    wrong.handles = {caf::actor{self}};
+    bool joined = false;
+    self->request(peer.gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, wrong,
+                  caf::actor{self},
+                  net::proof("s3cret", net::worker_role, nonce, challenge, context))
+        .receive([&] { joined = true; }, [](caf::error&) {});
+    CHECK(joined);
+    CHECK(coordinator.wait(30) == 1);
+    INFO(coordinator.output());
+    CHECK(coordinator.output().find(uneven ? " names and " : "no node joined with r1.") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("a join must prove the secret too, and a newer proof replaces one not joined") {
   // Note [who may claim a rank]: a peer that proved rank 1 (here with the secret, as a
   // worker that then failed would have) but joins with a wrong proof is refused; the real
@@ -578,6 +623,8 @@ TEST_CASE("a join must prove the secret too, and a newer proof replaces one not 
   INFO(coordinator.output() << worker.output());
   CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
   CHECK(coordinator.output().find("node1 proved the secret again") != std::string::npos);
+  // The refused join is named in node0's log, as a refused proof is.
+  CHECK(coordinator.output().find("refused a join as node1") != std::string::npos);
 }
 
 TEST_CASE("a worker killed mid-run ends every process within 10 s, naming it") {
