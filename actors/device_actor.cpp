@@ -251,6 +251,13 @@ std::string said_refused(std::string why) {
 }
 }  // namespace
 
+caf::error refused_tensor(std::string why) {
+  static std::atomic<int> said{0};
+  if (said.fetch_add(1, std::memory_order_relaxed) < 3)
+    std::fprintf(stderr, "troupe: refused a message from another process: %s\n", why.c_str());
+  return caf::make_error(caf::sec::invalid_argument, std::move(why));
+}
+
 std::string check_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes) {
   auto* links = net::shm_links::current();
   if (links == nullptr)

@@ -23,13 +23,25 @@
 namespace troupe {
 
 namespace detail {
-/// tensor_header_problem as a CAF error (sec::invalid_argument), none when fine.
+/// A tensor from another process refused because of `why`, as a CAF error
+/// (sec::invalid_argument), said on stderr the first few times: CAF drops the message
+/// without a word (its log is compiled out), and the run would otherwise wait for it with
+/// nothing to say why.
+caf::error refused_tensor(std::string why);
+
+/// tensor_header_problem as a CAF error (refused_tensor), none when fine.
 inline caf::error validate_tensor_header(const shape_t& shape, std::uint8_t type,
                                          std::uint64_t bytes) {
   auto problem = tensor_header_problem(shape, type, bytes);
   if (problem.empty())
     return caf::error{};
-  return caf::make_error(caf::sec::invalid_argument, std::move(problem));
+  return refused_tensor(std::move(problem));
+}
+
+/// ... of a tensor claiming more bytes than its message holds.
+inline caf::error refused_tensor_bytes(std::uint64_t bytes, std::size_t remaining) {
+  return refused_tensor("a tensor of " + std::to_string(bytes) + " bytes, but the message " +
+                        "holds only " + std::to_string(remaining) + " more");
 }
 
 /// The dtype byte's flag of a tensor whose bytes wait in the receiver's shared memory
@@ -99,9 +111,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
     // so 30 bytes from a peer cannot make this node reserve gigabytes.
     if (auto* binary = dynamic_cast<caf::binary_deserializer*>(&f))
       if (bytes > binary->remaining())
-        return caf::make_error(caf::sec::invalid_argument,
-                               "tensor of " + std::to_string(bytes) + " bytes, but the message " +
-                                   "holds only " + std::to_string(binary->remaining()) + " more");
+        return detail::refused_tensor_bytes(bytes, binary->remaining());
     // A host tensor of this process's node: an actor on its cpu:0 uses it as it is.
     auto result =
         tensor::empty(shape, static_cast<dtype>(type), device_id{device_type::cpu, 0, this_node()});

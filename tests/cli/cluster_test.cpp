@@ -405,6 +405,8 @@ TEST_CASE("garbage bytes and an oversized tensor sent to the coordinator's port 
   CHECK(worker.wait(20) == 0);
   INFO(coordinator.output() << worker.output());
   CHECK(coordinator.output().find("done: 5 steps") != std::string::npos);
+  // The forged tensor is refused aloud (CAF would drop it without a word).
+  CHECK(coordinator.output().find("refused a message from another process") != std::string::npos);
 }
 
 TEST_CASE("node0 beyond loopback needs a secret, and without tls says what is exposed") {
