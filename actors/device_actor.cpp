@@ -1,6 +1,7 @@
 // device_actor.cpp: the protocol every device-placed actor shares (see the header).
 #include "troupe/device_actor.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
@@ -258,11 +259,37 @@ caf::error refused_tensor(std::string why) {
   return caf::make_error(caf::sec::invalid_argument, std::move(why));
 }
 
+namespace {
+// The staged bytes loaded on this thread within the outermost staged_message_scope;
+// unset outside one.
+thread_local std::optional<std::uint64_t> staged_in_message;
+}  // namespace
+
+staged_message_scope::staged_message_scope() : outermost_(!staged_in_message) {
+  if (outermost_)
+    staged_in_message = 0;
+}
+
+staged_message_scope::~staged_message_scope() {
+  if (outermost_)
+    staged_in_message.reset();
+}
+
 std::string check_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes) {
   auto* links = net::shm_links::current();
   if (links == nullptr)
     return said_refused("a tensor in shared memory, but this process has no shared-memory links");
-  return said_refused(links->check(net::shm_place{key, offset}, bytes));
+  if (auto why = links->check(net::shm_place{key, offset}, bytes); !why.empty())
+    return said_refused(why);
+  if (staged_in_message) {
+    if (bytes > links->capacity() - std::min(*staged_in_message, links->capacity()))
+      return said_refused(
+          "the tensors of one message claim more than " + std::to_string(links->capacity()) +
+          " bytes of shared memory, its inbox's size (" + std::to_string(*staged_in_message) +
+          " before one of " + std::to_string(bytes) + ")");
+    *staged_in_message += bytes;
+  }
+  return {};
 }
 
 std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, void* to) {

@@ -211,10 +211,12 @@ typename Inspector::result_type inspect(Inspector& f, labels_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weight_grads_msg& x) {
+  detail::staged_message_scope one_message;  // its tensors' staged bytes count together
   return f(caf::meta::type_name("weight_grads_msg"), x.step, x.layer, x.replica, x.grads, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
+  detail::staged_message_scope one_message;
   return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params, x.trace);
 }
 template <class Inspector>

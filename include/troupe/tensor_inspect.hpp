@@ -57,6 +57,24 @@ std::string check_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t 
 /// Copies a staged tensor's bytes out of this process's inbox into `to` and frees the
 /// slot; why not (nothing copied), unless it is a slot of this process waiting with them.
 std::string take_staged(std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, void* to);
+
+/// While one lives on a thread, the staged tensors loaded there count together against
+/// one inbox's bytes (check_staged refuses what would pass them): the tensors of one
+/// message, which an honest writer never has more of in flight than its inbox holds. A
+/// writer that marks one slot written again as each header is taken cannot make a message
+/// of many 40-byte headers allocate an inbox's worth for each. The messages that carry a
+/// vector of tensors (weight_grads_msg, params_msg) load them under one; nested, the
+/// outermost counts.
+class staged_message_scope {
+ public:
+  staged_message_scope();
+  ~staged_message_scope();
+  staged_message_scope(const staged_message_scope&) = delete;
+  staged_message_scope& operator=(const staged_message_scope&) = delete;
+
+ private:
+  bool outermost_;
+};
 }  // namespace detail
 
 /// Crossing a node: shape, dtype and byte count first, then the raw bytes in one block

@@ -88,6 +88,8 @@ class shm_links {
   /// `bytes`; empty if it is (then take() copies it, unless it changed meanwhile). The
   /// loader asks before it allocates.
   std::string check(const shm_place& place, std::uint64_t bytes) const;
+  /// The bytes of each of this process's inboxes: what one writer has in flight at most.
+  std::uint64_t capacity() const { return capacity_; }
   /// Copies the `bytes` at `place` into `to` and frees the slot; an error text (nothing
   /// copied) unless check() holds.
   std::string take(const shm_place& place, std::uint64_t bytes, void* to);

@@ -29,6 +29,7 @@
 #include "tests/temp_files.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
+#include "troupe/tensor_inspect.hpp"
 
 using namespace troupe;
 using namespace troupe::net;
@@ -346,6 +347,31 @@ TEST_CASE("a staged tensor crosses CAF's serialisation as its place and is loade
   auto refused = load(again, nowhere);
   CHECK(refused);
   CHECK(system.render(refused).find("no shared-memory links") != std::string::npos);
+}
+
+TEST_CASE("the staged tensors of one message count together against an inbox's bytes") {
+  // A hostile writer could mark one slot written again as each header of a message is
+  // taken, and make a message of many 40-byte headers allocate an inbox's worth for each:
+  // within a message's scope (a vector of tensors loads under one) their bytes add up.
+  shm_links links{1 << 16};
+  shm_links::scope in_use{links};
+  link(links, links);
+  const std::vector<char> bytes(40000, 'x');
+  auto staged = links.stage("r", bytes.data(), bytes.size());
+  REQUIRE(staged);
+  std::uint64_t key = 0, offset = 0;
+  REQUIRE(detail::staged_place(staged->data, bytes.size(), key, offset));
+  CHECK(detail::check_staged(key, offset, bytes.size()).empty());  // alone, each is checked
+  CHECK(detail::check_staged(key, offset, bytes.size()).empty());  // against its slot only
+  {
+    detail::staged_message_scope one_message;
+    CHECK(detail::check_staged(key, offset, bytes.size()).empty());
+    detail::staged_message_scope nested;  // the outermost counts
+    const auto why = detail::check_staged(key, offset, bytes.size());
+    INFO(why);
+    CHECK(why.find("claim more than 65536 bytes of shared memory") != std::string::npos);
+  }
+  CHECK(detail::check_staged(key, offset, bytes.size()).empty());
 }
 
 TEST_CASE("messages left in an inbox's queue are delivered once, in order, to their actors") {
