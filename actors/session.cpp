@@ -979,6 +979,10 @@ session_result run_session(const run_config& config, const session_options& opti
       self->request(trainer, caf::infinite, start_atom::value)
           .receive([](int) {},
                    [&](caf::error& error) {
+                     // A trainer that ended before its start (the watch lost a node
+                     // first) said why; the bounced request only says it is gone.
+                     if (!outcome->failure.empty())
+                       return;
                      outcome->exit_code = exit_code::run_failed;
                      outcome->failure = system.render(error);
                    });
