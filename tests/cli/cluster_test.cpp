@@ -159,6 +159,27 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using prove_atom = caf::atom_constant<caf::atom("prove")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 
+/// Says hello to `peer`'s coordinator as node1 of `config`, from `host`, and proves the
+/// secret ("s3cret") as `self`; the proof its join must then carry.
+std::string prove_as_node1(gate_peer& peer, caf::scoped_actor& self, const std::string& config,
+                           const std::string& host) {
+  const auto identity = net::identify(config, {});
+  std::string challenge;
+  self->request(peer.gate, std::chrono::seconds(10), hello_atom::value,
+                gate_peer::claim(host, identity.config_hash, identity))
+      .receive([&](const std::string& c) { challenge = c; }, [](caf::error&) {});
+  REQUIRE_FALSE(challenge.empty());
+  const std::string context =
+      "rank=1;config=" + identity.config_hash + ";plugins=" + identity.plugins_hash;
+  const std::string nonce(64, '7');
+  bool welcomed = false;
+  self->request(peer.gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
+                net::proof("s3cret", net::worker_role, challenge, nonce, context))
+      .receive([&](welcome_msg&) { welcomed = true; }, [](caf::error&) {});
+  REQUIRE(welcomed);
+  return net::proof("s3cret", net::worker_role, nonce, challenge, context);
+}
+
 }  // namespace
 
 TEST_CASE("troupe plan shows which node each actor lives on and which wires cross") {
@@ -557,29 +578,15 @@ TEST_CASE("a worker that joins with a roster that does not name its actors ends 
     node_process coordinator{
         troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("roster.log")};
     gate_peer peer{port};
-    const auto identity = net::identify(config, {});
-    const auto hello = gate_peer::claim("other", identity.config_hash, identity);
     caf::scoped_actor self{*peer.system};
-    std::string challenge;
-    self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, hello)
-        .receive([&](const std::string& c) { challenge = c; }, [](caf::error&) {});
-    REQUIRE_FALSE(challenge.empty());
-    const std::string context =
-        "rank=1;config=" + identity.config_hash + ";plugins=" + identity.plugins_hash;
-    const std::string nonce(64, '7');
-    bool welcomed = false;
-    self->request(peer.gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
-                  net::proof("s3cret", net::worker_role, challenge, nonce, context))
-        .receive([&](welcome_msg&) { welcomed = true; }, [](caf::error&) {});
-    REQUIRE(welcomed);
+    const auto join_proof = prove_as_node1(peer, self, config, "other");
     roster wrong;
     wrong.names = uneven ? std::vector<std::string>{"r1.layer_0", "r1.layer_1"}
                          : std::vector<std::string>{"somebody"};
     wrong.handles = {caf::actor{self}};
     bool joined = false;
     self->request(peer.gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, wrong,
-                  caf::actor{self},
-                  net::proof("s3cret", net::worker_role, nonce, challenge, context))
+                  caf::actor{self}, join_proof)
         .receive([&] { joined = true; }, [](caf::error&) {});
     CHECK(joined);
     CHECK(coordinator.wait(30) == 1);
@@ -599,21 +606,8 @@ TEST_CASE("a join must prove the secret too, and a newer proof replaces one not 
   node_process coordinator{
       troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("join-0.log")};
   gate_peer peer{port};
-  const auto identity = net::identify(config, {});
-  const auto hello = gate_peer::claim("first", identity.config_hash, identity);
   caf::scoped_actor self{*peer.system};
-  std::string challenge;
-  self->request(peer.gate, std::chrono::seconds(10), hello_atom::value, hello)
-      .receive([&](const std::string& c) { challenge = c; }, [](caf::error&) {});
-  REQUIRE_FALSE(challenge.empty());
-  const std::string context =
-      "rank=1;config=" + identity.config_hash + ";plugins=" + identity.plugins_hash;
-  const std::string nonce(64, '7');
-  bool welcomed = false;
-  self->request(peer.gate, std::chrono::seconds(10), prove_atom::value, std::int32_t{1}, nonce,
-                net::proof("s3cret", net::worker_role, challenge, nonce, context))
-      .receive([&](welcome_msg&) { welcomed = true; }, [](caf::error&) {});
-  REQUIRE(welcomed);
+  prove_as_node1(peer, self, config, "first");
   bool joined = false;
   self->request(peer.gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, roster{},
                 caf::actor{self}, std::string(64, '0'))
