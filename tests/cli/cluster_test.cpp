@@ -159,6 +159,21 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using prove_atom = caf::atom_constant<caf::atom("prove")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 
+/// node0 of a two-node DP2 run of 5 steps, waiting for node1, and a CAF peer of its gate.
+struct waiting_coordinator {
+  explicit waiting_coordinator(const std::string& log)
+      : config(two_node_dp2(dir, 30, 5)),
+        port(free_port()),
+        coordinator{
+            troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file(log)},
+        peer{port} {}
+  test::temp_directory dir{"troupe-cluster"};
+  std::string config;
+  int port;
+  node_process coordinator;
+  gate_peer peer;
+};
+
 /// Says hello to `peer`'s coordinator as node1 of `config`, from `host`, and proves the
 /// secret ("s3cret") as `self`; the proof its join must then carry.
 std::string prove_as_node1(gate_peer& peer, caf::scoped_actor& self, const std::string& config,
@@ -572,12 +587,8 @@ TEST_CASE("a worker that joins with a roster that does not name its actors ends 
   // leaving its actors running (it hung in the actor system's shutdown).
   for (const bool uneven : {true, false}) {
     CAPTURE(uneven);
-    test::temp_directory dir{"troupe-cluster"};
-    auto config = two_node_dp2(dir, 30, 5);
-    int port = free_port();
-    node_process coordinator{
-        troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("roster.log")};
-    gate_peer peer{port};
+    waiting_coordinator node0{"roster.log"};
+    auto& [dir, config, port, coordinator, peer] = node0;
     caf::scoped_actor self{*peer.system};
     const auto join_proof = prove_as_node1(peer, self, config, "other");
     roster wrong;
@@ -600,12 +611,8 @@ TEST_CASE("a join must prove the secret too, and a newer proof replaces one not 
   // Note [who may claim a rank]: a peer that proved rank 1 (here with the secret, as a
   // worker that then failed would have) but joins with a wrong proof is refused; the real
   // worker, started after it, proves the rank again and joins in its place.
-  test::temp_directory dir{"troupe-cluster"};
-  auto config = two_node_dp2(dir, 30, 5);
-  int port = free_port();
-  node_process coordinator{
-      troupe_env(0, 2, port), {"run", config, "--metrics", "/dev/null"}, dir.file("join-0.log")};
-  gate_peer peer{port};
+  waiting_coordinator node0{"join-0.log"};
+  auto& [dir, config, port, coordinator, peer] = node0;
   caf::scoped_actor self{*peer.system};
   prove_as_node1(peer, self, config, "first");
   bool joined = false;
