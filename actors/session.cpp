@@ -242,8 +242,9 @@ std::vector<std::vector<std::vector<float>>> collect_parameters(
         failure = why_not + self->system().render(error);
         return parameters;
       }
-      if (gate->lost_nodes().count(a.device.node) != 0) {
-        failure = why_not + "node" + std::to_string(a.device.node) + " was lost";
+      // Any node: an optimizer of node0 waits for its averager's peers on the others.
+      if (const auto lost = gate->lost_nodes(); !lost.empty()) {
+        failure = why_not + "node" + std::to_string(*lost.begin()) + " was lost";
         return parameters;
       }
     }
