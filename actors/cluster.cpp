@@ -808,13 +808,29 @@ joined_cluster coordinator_gate::wait_for_workers(const roster& own) {
 void coordinator_gate::wire_workers(const joined_cluster& joined) {
   caf::scoped_actor self{system_};
   for (std::size_t k = 1; k < joined.agents.size(); ++k) {
-    std::optional<user_error> failure;
-    self->request(joined.agents[k], milliseconds(node_.timeout), wire_atom::value, joined.actors)
-        .receive([](wired_atom) {}, [&](caf::error& error) { failure = error_of(system_, error); });
-    if (failure)
-      throw user_error(
-          "node" + std::to_string(k) + " could not wire its actors: " + failure->what(),
-          exit_code::run_failed);
+    // In slices of a second, asking the watch (started before the wiring) between them: a
+    // node lost after its join never answers, and would cost the whole timeout, unnamed.
+    const auto deadline = clock::now() + milliseconds(node_.timeout);
+    for (bool wired = false; !wired;) {
+      std::optional<user_error> failure;
+      bool timed_out = false;
+      self->request(joined.agents[k], std::chrono::seconds(1), wire_atom::value, joined.actors)
+          .receive([&](wired_atom) { wired = true; },
+                   [&](caf::error& error) {
+                     timed_out = error == caf::sec::request_timeout;
+                     failure = error_of(system_, error);
+                   });
+      if (wired)
+        break;
+      if (!timed_out || clock::now() >= deadline)
+        throw user_error(
+            "node" + std::to_string(k) + " could not wire its actors: " + failure->what(),
+            exit_code::run_failed);
+      if (lost_nodes().count(static_cast<std::int32_t>(k)) != 0)
+        throw user_error("node" + std::to_string(k) + " (" + joined.where[k] +
+                             ") was lost after it joined, before its actors were wired",
+                         exit_code::run_failed);
+    }
   }
 }
 

@@ -198,7 +198,9 @@ class coordinator_gate {
   /// config: both hashes printed).
   joined_cluster wait_for_workers(const roster& own);
 
-  /// Sends every worker the whole roster and waits until each has wired its actors.
+  /// Sends every worker the whole roster and waits until each has wired its actors (up
+  /// to the timeout each); throws user_error naming a node that did not, or that the
+  /// watch lost meanwhile (call watch() first).
   void wire_workers(const joined_cluster& joined);
 
   /// Starts pinging the workers; a lost node is reported to the trainer.

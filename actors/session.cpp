@@ -966,6 +966,7 @@ session_result run_session(const run_config& config, const session_options& opti
       caf::scoped_actor self{system};
       wire_local(self, everyone);
       if (gate) {
+        gate->watch(*joined);  // first: a node lost while it is wired is told from one slow
         try {
           gate->wire_workers(*joined);
         } catch (...) {
@@ -974,7 +975,6 @@ session_result run_session(const run_config& config, const session_options& opti
           stop_spawned();
           throw;
         }
-        gate->watch(*joined);
       }
       // ---- run ----
       self->request(trainer, caf::infinite, start_atom::value)
