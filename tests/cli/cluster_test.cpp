@@ -588,9 +588,10 @@ TEST_CASE("a worker that joins with a roster that does not name its actors ends 
   for (const bool uneven : {true, false}) {
     CAPTURE(uneven);
     waiting_coordinator node0{"roster.log"};
-    auto& [dir, config, port, coordinator, peer] = node0;
+    auto& coordinator = node0.coordinator;  // (not a structured binding: INFO captures it)
+    auto& peer = node0.peer;
     caf::scoped_actor self{*peer.system};
-    const auto join_proof = prove_as_node1(peer, self, config, "other");
+    const auto join_proof = prove_as_node1(peer, self, node0.config, "other");
     roster wrong;
     wrong.names = uneven ? std::vector<std::string>{"r1.layer_0", "r1.layer_1"}
                          : std::vector<std::string>{"somebody"};
@@ -612,15 +613,17 @@ TEST_CASE("a join must prove the secret too, and a newer proof replaces one not 
   // worker that then failed would have) but joins with a wrong proof is refused; the real
   // worker, started after it, proves the rank again and joins in its place.
   waiting_coordinator node0{"join-0.log"};
-  auto& [dir, config, port, coordinator, peer] = node0;
+  auto& coordinator = node0.coordinator;
+  auto& peer = node0.peer;
   caf::scoped_actor self{*peer.system};
-  prove_as_node1(peer, self, config, "first");
+  prove_as_node1(peer, self, node0.config, "first");
   bool joined = false;
   self->request(peer.gate, std::chrono::seconds(10), join_atom::value, std::int32_t{1}, roster{},
                 caf::actor{self}, std::string(64, '0'))
       .receive([&] { joined = true; }, [](caf::error&) {});
   CHECK_FALSE(joined);
-  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("join-1.log")};
+  node_process worker{
+      troupe_env(1, 2, node0.port), {"run", node0.config}, node0.dir.file("join-1.log")};
   CHECK(worker.wait(60) == 0);
   CHECK(coordinator.wait(60) == 0);
   INFO(coordinator.output() << worker.output());
