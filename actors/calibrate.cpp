@@ -295,8 +295,8 @@ const char* optimizer_name(optimizer_type type) {
 calibration calibrate(const run_config& config, const std::string& path, std::int64_t repeats) {
   constexpr std::int64_t most_repeats = 10000;  // a minute or so of the largest ops
   if (repeats < 1 || repeats > most_repeats)
-    throw user_error("troupe calibrate: --repeats should be between 1 and " +
-                     std::to_string(most_repeats) + ", not " + std::to_string(repeats));
+    throw user_error("--repeats should be between 1 and " + std::to_string(most_repeats) +
+                     ", not " + std::to_string(repeats));
   const auto prepared = prepare_session(config);
   const auto& graph = prepared.graph;
   calibration out;

@@ -88,12 +88,16 @@ exit_code launch_command(const std::vector<std::string>& args) {
     bool takes_value = a == "-n" || a == "--nodes" || a == "--port" || a == "--plugin";
     if (config.empty() && !a.empty() && a[0] != '-') {
       config = a;
-      passed.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      break;
+      continue;
     }
-    own.push_back(a);
+    // After CONFIG.toml the launcher's own options (troupe run has none of these names,
+    // and --plugin is every node's either way) are still the launcher's; the rest go on.
+    const bool own_option = config.empty() || a == "-n" || a == "--nodes" || a == "--port" ||
+                            a.rfind("--nodes=", 0) == 0 || a.rfind("--port=", 0) == 0;
+    auto& to = own_option ? own : passed;
+    to.push_back(a);
     if (takes_value && i + 1 < args.size())
-      own.push_back(args[++i]);
+      to.push_back(args[++i]);
   }
   if (!config.empty())
     own.push_back(config);
@@ -106,8 +110,9 @@ exit_code launch_command(const std::vector<std::string>& args) {
           own, "launch",
           "Runs CONFIG.toml over N processes on this machine: N copies of\n"
           "`troupe run CONFIG.toml [run options]`, rank 0 the coordinator (it prints\n"
-          "progress and writes metrics). Options after CONFIG.toml go to troupe run\n"
-          "(see troupe run --help). Each process is one node of [cluster]: its devices\n"
+          "progress and writes metrics). Options after CONFIG.toml other than -n and\n"
+          "--port go to troupe run (see troupe run --help). Each process is one node of [cluster]: "
+          "its devices\n"
           "are those named \"nodeK/cpu:N\", node0's also plain \"cpu:N\". A fresh shared\n"
           "secret is made unless TROUPE_SECRET or TROUPE_SECRET_FILE is set. Exit code:\n"
           "the run's (rank 0's, or the first failing node's).",

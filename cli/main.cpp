@@ -34,7 +34,7 @@ const char* main_usage =
     "  plot METRICS.jsonl... -o FILE  training curves of one or more runs (.svg, .html)\n"
     "\n"
     "options:\n"
-    "  -h, --help           show this help (also: troupe <command> --help)\n"
+    "  -h, --help           show this help (also: troupe <command> --help, troupe help <command>)\n"
     "  --version            print the version\n"
     "\n"
     "exit codes: 0 success, 1 the run failed, 2 bad input (usage, config, data),\n"
@@ -116,13 +116,19 @@ int main(int argc, char** argv) {
   // a process killed by SIGXFSZ with a half-written temporary file and no word.
   std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(main_usage, args.empty() ? stderr : stdout);
-    return exit_status(args.empty() ? exit_code::bad_input : exit_code::ok);
+  if (args.empty()) {
+    std::fputs(main_usage, stderr);
+    return exit_status(exit_code::bad_input);
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (args.size() > 1)  // `troupe help run`: that command's help
+      return exit_status(check_stdout(args[1], run(args[1], {"--help"})));
+    std::fputs(main_usage, stdout);
+    return exit_status(check_stdout(args[0], exit_code::ok));
   }
   if (args[0] == "--version") {
     std::printf("troupe %s\n", TROUPE_VERSION_STRING);
-    return exit_status(exit_code::ok);
+    return exit_status(check_stdout(args[0], exit_code::ok));
   }
   auto command = args[0];
   args.erase(args.begin());

@@ -75,8 +75,10 @@ exit_code run_command(const std::vector<std::string>& args) {
       "resume", po::value<std::string>(),
       "continue from a checkpoint: a checkpoint directory, or a directory of them (its newest "
       "complete one); --steps and [run] epochs still count from the start of the run")(
-      "quiet,q", "print nothing but errors and the final result")(
-      "no-progress-bar", "print progress as plain lines even on a terminal");
+      "quiet,q",
+      "print nothing but errors and the run's summary (result, peak memory, device "
+      "utilisation, files written)")("no-progress-bar",
+                                     "print progress as plain lines even on a terminal");
   command_line line;
   if (auto stop = parse_command_line(
           args, "run",

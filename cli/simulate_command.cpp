@@ -16,9 +16,11 @@ namespace troupe::cli {
 
 exit_code simulate_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
-                        "change the config before simulating: SECTION.KEY=VALUE with a TOML value "
-                        "(repeatable), e.g. --set parallel.data=64 --set data.batch_size=8192")(
+  options.add_options()(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "change the config before simulating: SECTION.KEY=VALUE with a TOML value "
+      "(repeatable), e.g. --set parallel.data=64 --set parallel.share_devices=true "
+      "--set data.batch_size=8192")(
       "calibration", po::value<std::string>(),
       "job costs from this file (troupe calibrate CONFIG --json -o FILE); without it the "
       "config's layers are timed first, here, at the simulated config's shapes")(

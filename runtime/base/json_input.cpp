@@ -103,7 +103,10 @@ nlohmann::json parse_untrusted_json(const char* begin, const char* end, const st
   } catch (const nlohmann::json::exception& e) {
     // nlohmann's message ends with the token it last read, which may be the rest of an
     // unterminated string: keep its start only.
-    const std::string message = e.what();
+    // Its "[json.exception.parse_error.101] " tag is the library's, not the reader's.
+    std::string message = e.what();
+    if (message.rfind("[json.exception.", 0) == 0 && message.find("] ") != std::string::npos)
+      message.erase(0, message.find("] ") + 2);
     const auto cut = cut_point(message, 240);
     throw data_error(what + ": not valid JSON: " + message.substr(0, cut) +
                      (cut < message.size() ? "..." : ""));

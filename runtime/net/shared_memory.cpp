@@ -103,6 +103,7 @@ constexpr std::uint32_t slot_magic = 0x534c'4f54;                  // "SLOT"
 constexpr std::uint64_t header_bytes = 64;                         // each slot's
 constexpr std::uint64_t area_bytes = 65536;  // the segment's header and message queue
 constexpr std::uint64_t queue_entries = (area_bytes - 128) / 16;
+constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
 
 /// What another process left in an inbox that is not a message, said on stderr: the
 /// first few times (a writer that keeps at it must not flood the log).
@@ -111,7 +112,6 @@ void refused(const std::string& why) {
   if (said.fetch_add(1, std::memory_order_relaxed) < 3)
     std::fprintf(stderr, "troupe: refused from shared memory: %s\n", why.c_str());
 }
-constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
 
 struct segment_header {
   std::uint64_t magic;

@@ -37,6 +37,15 @@ TEST_CASE("--help on troupe and on each command prints usage and exits 0") {
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("usage: troupe") != std::string::npos);
   }
+  // `troupe help CMD` is CMD's help, as `troupe CMD --help` is.
+  auto help_run = run_troupe("help run");
+  CHECK(help_run.exit_code == 0);
+  CHECK(help_run.output.find("usage: troupe run CONFIG.toml") != std::string::npos);
+  // Help or a version that cannot be written is a failure (exit 1), as any output is.
+  for (const char* args : {"--help > /dev/full", "--version > /dev/full"}) {
+    INFO(args);
+    CHECK(run_troupe(args).exit_code == 1);
+  }
 }
 
 TEST_CASE("troupe run without a config prints its usage and exits 2") {

@@ -293,6 +293,20 @@ TEST_CASE("troupe launch ends at once with a worker's exit code when the worker 
   CHECK(launched.output.find("killing") == std::string::npos);
 }
 
+TEST_CASE("troupe launch takes -n and --port after CONFIG.toml too") {
+  // Its usage reads `troupe launch -n N CONFIG.toml [options]`; --port after the config
+  // went to troupe run, which refused it (once a node).
+  test::temp_directory dir{"troupe-cluster"};
+  auto config =
+      dir.write("after.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\n"
+                                             "data = 2\n\n[cluster]\nnodes = 2\n"));
+  auto launched = run_troupe("launch " + config + " -n 2 --port " + std::to_string(free_port()) +
+                             " -q --metrics /dev/null");
+  INFO(launched.output);
+  CHECK(launched.exit_code == 0);
+  CHECK(launched.output.find("done: 20 steps") != std::string::npos);
+}
+
 TEST_CASE("torchrun's, Slurm's and Open MPI's variables each start a two-node run") {
   test::temp_directory dir{"troupe-cluster"};
   auto config = dir.write(

@@ -173,8 +173,9 @@ TEST_CASE("a manifest listing a shard file twice or a tensor in two shards is re
 }
 
 TEST_CASE("a manifest that is not JSON, or nests too deep, is refused naming its file") {
-  CHECK(contains(data_error_of([] { manifest_from_json("{\"step\": ", "m.json"); }),
-                 "manifest 'm.json': not valid JSON"));
+  const auto not_json = data_error_of([] { manifest_from_json("{\"step\": ", "m.json"); });
+  CHECK(contains(not_json, "manifest 'm.json': not valid JSON: parse error at line 1, column 10"));
+  CHECK_FALSE(contains(not_json, "json.exception"));  // the library's tag, not the reader's
   CHECK(contains(data_error_of([] { manifest_from_json(std::string(100000, '['), "m.json"); }),
                  "manifest 'm.json': arrays and objects nest more than 64 levels deep"));
   const temp_directory dir{"troupe-manifest"};
