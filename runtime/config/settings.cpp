@@ -49,6 +49,17 @@ source_position settings::position(const std::string& key) const {
 
 namespace {
 
+// A required setting is missing, and the table holds a setting not read yet whose name is
+// a near miss of it: the typo is the error, at its own line (else the typo would only be
+// named once the missing setting was given).
+void refuse_near_miss(const setting_map& values, const std::set<std::string>& read,
+                      const std::string& key, const std::string& owner) {
+  for (const auto& [given, value] : values)
+    if (read.count(given) == 0 && nearest_name(given, {key}) == key)
+      throw config_error(value.where, "unknown setting '" + given + "' for " + owner +
+                                          "; did you mean '" + key + "'? (it needs '" + key + "')");
+}
+
 // The value of `v` as a T, or nullptr when the setting is absent (v == nullptr); throws
 // when the setting holds another type than T (`expected`: "an integer").
 template <class T>
@@ -87,8 +98,10 @@ std::int64_t settings::integer(const std::string& key, std::int64_t fallback, st
 }
 
 std::int64_t settings::integer(const std::string& key, std::int64_t min, std::int64_t max) {
-  if (values_.count(key) == 0)
+  if (values_.count(key) == 0) {
+    refuse_near_miss(values_, read_, key, owner());
     throw config_error(where_, owner() + " needs the integer setting '" + key + "'");
+  }
   return integer(key, 0, min, max);
 }
 
@@ -109,8 +122,10 @@ double settings::number(const std::string& key, double fallback, double min, dou
 }
 
 double settings::number(const std::string& key, double min, double max) {
-  if (values_.count(key) == 0)
+  if (values_.count(key) == 0) {
+    refuse_near_miss(values_, read_, key, owner());
     throw config_error(where_, owner() + " needs the number setting '" + key + "'");
+  }
   return number(key, 0, min, max);
 }
 

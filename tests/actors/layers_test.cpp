@@ -179,6 +179,11 @@ TEST_CASE("layer settings errors name the position, the setting and the nearest 
       doctest::Contains("test.toml:9:7: unknown setting 'outs' for layer 'linear'; did you mean "
                         "'out'?"),
       config_error);
+  // Without the setting it needs, a near miss of its name is the typo it is, at its line.
+  CHECK_THROWS_WITH_AS(create_layer(make_layer("linear", {{"outs", integer(3, 9)}})),
+                       "test.toml:9:7: unknown setting 'outs' for layer 'linear'; did you mean "
+                       "'out'? (it needs 'out')",
+                       config_error);
   CHECK_THROWS_WITH_AS(create_layer(make_layer("linear", {{"out", text("wide")}})),
                        "test.toml:6:8: layer 'linear' setting 'out': expected an integer, found a "
                        "string",
