@@ -56,19 +56,20 @@ exit_code ends_with_launcher() {
 exit_code run_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("metrics", po::value<std::string>(),
-                        "write metrics (JSON lines) here instead of [run] metrics")(
+                        "write metrics (JSON lines) here instead of [run] metrics (\"\": none)")(
       "steps", po::value<std::int64_t>(), "train this many steps (overrides [run] epochs/steps)")(
       "trace", po::value<std::string>(),
-      "record every message and job into this Chrome trace (overrides [run] trace); open it in "
-      "Perfetto or read it with troupe trace summary|explain|timeline")(
+      "record every message and job into this Chrome trace (overrides [run] trace; \"\": none); "
+      "open it in Perfetto or read it with troupe trace summary|explain|timeline")(
       "log-messages", po::value<std::string>()->implicit_value(""),
-      "print messages to stderr as they are handled; optional FILTER: actor=NAME,kind=KIND,step=N "
-      "or a word")(
+      "print messages to stderr as they are handled; optional FILTER (the next word: put "
+      "CONFIG.toml before it, or write --log-messages=FILTER): actor=NAME,kind=KIND,step=N or a "
+      "word")(
       "watchdog", po::value<double>(),
       "stop a run that has made no progress for this many seconds, printing what each actor "
       "waits for (overrides [run] watchdog; 0 = off)")(
       "checkpoint", po::value<std::string>(),
-      "write checkpoints into this directory (overrides [run] checkpoint): every "
+      "write checkpoints into this directory (overrides [run] checkpoint; \"\": none): every "
       "--checkpoint-every steps and at the end; the newest [run] checkpoint_keep are kept")(
       "checkpoint-every", po::value<std::int64_t>(),
       "steps between checkpoints (overrides [run] checkpoint_every; 0 = only at the end)")(

@@ -106,7 +106,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
         throw user_error("troupe trace " + what + ": --" + name + " is " + whose + " option");
   };
   if (what != "timeline")
-    refuse({"output", "steps", "critical-path"}, "a timeline");
+    refuse({"output", "steps", "critical-path", "width"}, "a timeline");
   if (what != "explain")
     refuse({"step", "slowest"}, "an explain");
   if (what == "explain") {

@@ -194,6 +194,9 @@ TEST_CASE("troupe trace explain refuses what it cannot answer, with exit code 2"
   auto explain_output = run_trace("explain " + trace + " -o " + temp_path("x.svg"));
   CHECK(explain_output.exit_code == 2);
   CHECK(explain_output.output.find("--output is a timeline option") != std::string::npos);
+  auto summary_width = run_trace("summary " + trace + " --width 800");
+  CHECK(summary_width.exit_code == 2);
+  CHECK(summary_width.output.find("--width is a timeline option") != std::string::npos);
   auto no_steps = nlohmann::json{{"traceEvents", nlohmann::json::array()},
                                  {"otherData", {{"tracks", nlohmann::json::array()}}}};
   auto empty = run_trace("explain " + write_trace("empty.json", no_steps.dump()));
