@@ -106,6 +106,13 @@ exit_code simulate_command(const std::vector<std::string>& args) {
     o.link = parse_link(line.values["link"].as<std::string>());
   if (line.values.count("trace"))
     check_output_file(line.values["trace"].as<std::string>(), "the trace file");
+  // Options that would do nothing here are refused, not ignored.
+  if (!line.values.count("search") && !line.values["top"].defaulted())
+    throw user_error("troupe simulate: --top is a --search option");
+  if (line.values.count("calibration") && !line.values["repeats"].defaulted())
+    throw user_error(
+        "troupe simulate: --repeats times the layers here; with --calibration "
+        "nothing is timed");
   calibration costs;
   if (line.values.count("calibration")) {
     const auto path = line.values["calibration"].as<std::string>();

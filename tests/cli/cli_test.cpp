@@ -224,6 +224,13 @@ TEST_CASE("troupe simulate predicts a step from a calibration, or times one, and
   CHECK(search.output.find("the best 2 shown") != std::string::npos);
   CHECK(run_troupe("simulate " + path + " --search 2 --json").exit_code == 2);
   CHECK(run_troupe("simulate " + path + " --search 0").exit_code == 2);
+  // Options that would do nothing are refused, not ignored.
+  auto top = run_troupe("simulate " + path + " --calibration " + calibration + " --top 2");
+  CHECK(top.exit_code == 2);
+  CHECK(top.output.find("--top is a --search option") != std::string::npos);
+  auto repeats = run_troupe("simulate " + path + " --calibration " + calibration + " --repeats 3");
+  CHECK(repeats.exit_code == 2);
+  CHECK(repeats.output.find("with --calibration nothing is timed") != std::string::npos);
 }
 
 TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer") {
