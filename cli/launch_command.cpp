@@ -111,11 +111,11 @@ exit_code launch_command(const std::vector<std::string>& args) {
           "Runs CONFIG.toml over N processes on this machine: N copies of\n"
           "`troupe run CONFIG.toml [run options]`, rank 0 the coordinator (it prints\n"
           "progress and writes metrics). Options after CONFIG.toml other than -n and\n"
-          "--port go to troupe run (see troupe run --help). Each process is one node of [cluster]: "
-          "its devices\n"
-          "are those named \"nodeK/cpu:N\", node0's also plain \"cpu:N\". A fresh shared\n"
-          "secret is made unless TROUPE_SECRET or TROUPE_SECRET_FILE is set. Exit code:\n"
-          "the run's (rank 0's, or the first failing node's).",
+          "--port go to troupe run (see troupe run --help). Each process is one node\n"
+          "of [cluster]: its devices are those named \"nodeK/cpu:N\", node0's also plain\n"
+          "\"cpu:N\". A fresh shared secret is made unless TROUPE_SECRET or\n"
+          "TROUPE_SECRET_FILE is set. Exit code: the run's (rank 0's, or the first\n"
+          "failing node's).",
           options, line, "-n N CONFIG.toml"))
     return *stop;
   if (!line.values.count("nodes")) {

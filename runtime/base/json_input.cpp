@@ -102,8 +102,8 @@ nlohmann::json parse_untrusted_json(const char* begin, const char* end, const st
     parsed = nlohmann::json::parse(begin, end, callback);
   } catch (const nlohmann::json::exception& e) {
     // nlohmann's message ends with the token it last read, which may be the rest of an
-    // unterminated string: keep its start only.
-    // Its "[json.exception.parse_error.101] " tag is the library's, not the reader's.
+    // unterminated string: keep its start only; and its "[json.exception.parse_error.101] "
+    // tag is the library's, not the reader's.
     std::string message = e.what();
     if (message.rfind("[json.exception.", 0) == 0 && message.find("] ") != std::string::npos)
       message.erase(0, message.find("] ") + 2);
