@@ -241,16 +241,9 @@ bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::
   return true;
 }
 
-namespace {
 // A staged tensor refused is a message CAF drops without a word (it logs, and troupe runs
 // without CAF's log), which the run would then wait for: the first few say so on stderr.
-std::string said_refused(std::string why) {
-  static std::atomic<int> said{0};
-  if (!why.empty() && said.fetch_add(1, std::memory_order_relaxed) < 3)
-    std::fprintf(stderr, "troupe: refused from shared memory: %s\n", why.c_str());
-  return why;
-}
-}  // namespace
+using net::said_refused;
 
 caf::error refused_tensor(std::string why) {
   static std::atomic<int> said{0};

@@ -105,14 +105,6 @@ constexpr std::uint64_t area_bytes = 65536;  // the segment's header and message
 constexpr std::uint64_t queue_entries = (area_bytes - 128) / 16;
 constexpr std::uint32_t slot_free = 0, slot_written = 1, slot_filling = 2;
 
-/// What another process left in an inbox that is not a message, said on stderr: the
-/// first few times (a writer that keeps at it must not flood the log).
-void refused(const std::string& why) {
-  static std::atomic<int> said{0};
-  if (said.fetch_add(1, std::memory_order_relaxed) < 3)
-    std::fprintf(stderr, "troupe: refused from shared memory: %s\n", why.c_str());
-}
-
 struct segment_header {
   std::uint64_t magic;
   std::uint64_t key;
@@ -138,6 +130,13 @@ std::string memfd_name(std::uint64_t key) {
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
+
+std::string said_refused(std::string why) {
+  static std::atomic<int> said{0};
+  if (!why.empty() && said.fetch_add(1, std::memory_order_relaxed) < 3)
+    std::fprintf(stderr, "troupe: refused from shared memory: %s\n", why.c_str());
+  return why;
+}
 
 std::string boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -593,8 +592,8 @@ std::size_t shm_links::poll(bool polling_thread) {
       if (head - tail > queue_entries) {
         // Not a queue a writer of ours left (its head runs at most a queue ahead): emptied,
         // or this inbox would look busy for good and keep the streams from sleeping.
-        refused("an inbox queue whose head is " + std::to_string(head) + " and tail " +
-                std::to_string(tail) + " (emptied)");
+        said_refused("an inbox queue whose head is " + std::to_string(head) + " and tail " +
+                     std::to_string(tail) + " (emptied)");
         __atomic_store_n(segment->queue_tail(), head, __ATOMIC_RELEASE);
         break;
       }
@@ -623,8 +622,8 @@ std::size_t shm_links::poll(bool polling_thread) {
           continue;
         }
       }
-      refused("a queue entry naming " + std::to_string(offset) +
-              ", which is not a written message's slot (skipped)");
+      said_refused("a queue entry naming " + std::to_string(offset) +
+                   ", which is not a written message's slot (skipped)");
       __atomic_store_n(segment->queue_tail(), tail + 1, __ATOMIC_RELEASE);
     }
   }

@@ -46,6 +46,11 @@ struct shm_place {
 /// This machine's boot id (/proc/sys/kernel/random/boot_id); empty if it cannot be read.
 std::string boot_id();
 
+/// Says on stderr why something another process left in shared memory was refused (a
+/// queue entry, a message, a staged tensor): the first few times in this process, so that
+/// a writer that keeps at it cannot flood the log. Returns `why`; says nothing if empty.
+std::string said_refused(std::string why);
+
 class shm_segment;
 
 /// The shared-memory links of this process: its inboxes (one per writing node) and the
