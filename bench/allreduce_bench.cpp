@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/cluster.hpp"
-#include "actors/grad_averager_actor.hpp"
-#include "actors/shm_delivery.hpp"
+#include "actors/session/cluster.hpp"
+#include "actors/averaging/grad_averager_actor.hpp"
+#include "actors/transport/shm_delivery.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/messages.hpp"
 

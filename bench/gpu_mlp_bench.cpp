@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "runtime/config/config.hpp"
 

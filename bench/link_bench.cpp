@@ -26,7 +26,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/cluster.hpp"
+#include "actors/session/cluster.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/messages.hpp"
 

@@ -43,7 +43,7 @@ def nodes_of(config):
 def step_ms(trace):
     """The mean time between the training steps' last jobs after step 0, without the
     slowest and fastest tenth, in ms: what troupe simulate reports (step_period_us in
-    actors/simulate.cpp)."""
+    actors/tools/simulate.cpp)."""
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
     ends = {}

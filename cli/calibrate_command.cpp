@@ -1,8 +1,8 @@
 // calibrate_command.cpp: `troupe calibrate CONFIG.toml`: what each op of a config costs on
-// this machine (actors/calibrate.hpp); options and output only.
+// this machine (actors/tools/calibrate.hpp); options and output only.
 #include <cstdio>
 
-#include "actors/calibrate.hpp"
+#include "actors/tools/calibrate.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/output_file.hpp"
 #include "troupe/error.hpp"

@@ -1,7 +1,7 @@
 // layers_command.cpp: `troupe layers`: the layer types and actor kinds a config can name.
 #include <cstdio>
 
-#include "actors/actor_kinds.hpp"
+#include "actors/base/actor_kinds.hpp"
 #include "cli/commands.hpp"
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/model/layer.hpp"

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "cli/commands.hpp"
 
 namespace po = boost::program_options;

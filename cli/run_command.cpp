@@ -9,9 +9,9 @@
 #include <limits>
 #include <string>
 
-#include "actors/cluster.hpp"
-#include "actors/interrupts.hpp"
-#include "actors/session.hpp"
+#include "actors/session/cluster.hpp"
+#include "actors/trainer/interrupts.hpp"
+#include "actors/session/session.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/text_format.hpp"

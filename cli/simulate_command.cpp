@@ -1,9 +1,9 @@
 // simulate_command.cpp: `troupe simulate CONFIG.toml`: a prediction of the config's step
-// time, bubble and critical path from a simulated run (actors/simulate.hpp); options and
+// time, bubble and critical path from a simulated run (actors/tools/simulate.hpp); options and
 // output only.
 #include <cstdio>
 
-#include "actors/simulate.hpp"
+#include "actors/tools/simulate.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"

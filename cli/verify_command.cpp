@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "actors/verify.hpp"
+#include "actors/tools/verify.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/spawn.hpp"

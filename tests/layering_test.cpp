@@ -149,3 +149,51 @@ TEST_CASE("each runtime folder includes only the folders below it, and never act
   }
   CHECK(seen_folders.size() == order.size());  // the order names no folder that is gone
 }
+
+TEST_CASE("each actors folder includes only the folders below it, and layers only the facade") {
+  // DESIGN.md "Layers of the code": the actor base, then delivery between processes, the
+  // training actors, the averagers, the trainer, the session (the run as phases and
+  // modes), and the tools that drive sessions. A folder may use those before it.
+  const std::vector<std::string> order{"base",    "transport", "training", "averaging",
+                                       "trainer", "session",   "tools"};
+  auto folder_of = [](const std::string& path) -> std::string {
+    const std::string prefix = "actors/";
+    if (path.rfind(prefix, 0) != 0)
+      return "";
+    const auto slash = path.find('/', prefix.size());
+    return slash == std::string::npos ? "" : path.substr(prefix.size(), slash - prefix.size());
+  };
+  std::set<std::string> seen_folders;
+  for (const auto& entry : fs::directory_iterator(fs::path{TROUPE_SOURCE_DIR} / "actors")) {
+    INFO("actors/" << entry.path().filename().string());
+    CHECK(entry.is_directory());  // no file left at the top: each has its concern's folder
+    if (entry.is_directory() && entry.path().filename() != "layers") {
+      CHECK(std::find(order.begin(), order.end(), entry.path().filename().string()) !=
+            order.end());
+      seen_folders.insert(entry.path().filename().string());
+    }
+  }
+  CHECK(seen_folders.size() == order.size());  // the order names no folder that is gone
+  const auto lines = includes_under("actors");
+  REQUIRE_FALSE(lines.empty());
+  for (const auto& i : lines) {
+    INFO(i.file << ":" << i.line << " includes \"" << i.target << "\"");
+    const auto from = folder_of(i.file);
+    CHECK(i.target.rfind("cli/", 0) != 0);
+    if (from == "layers") {
+      // Built-in layers are written as a plugin's are: the public facade only.
+      CHECK((is_facade(i.target) || folder_of(i.target) == "layers"));
+      continue;
+    }
+    const auto to = folder_of(i.target);
+    if (to.empty())
+      continue;  // runtime/, kernels/ and the facade lie below every actors folder
+    CHECK(to != "layers");  // layers are found through the registry, never by name
+    const auto rank = [&](const std::string& folder) {
+      return std::find(order.begin(), order.end(), folder) - order.begin();
+    };
+    REQUIRE_MESSAGE(rank(from) < static_cast<long>(order.size()),
+                    "actors/" << from << " is not in the layering order");
+    CHECK(rank(to) <= rank(from));
+  }
+}

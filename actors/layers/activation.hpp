@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {

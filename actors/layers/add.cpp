@@ -1,7 +1,7 @@
 // add.cpp: the layer that sums two or more inputs of one shape, a residual connection's
 // merge (runtime/graph/model_graph.hpp). Its actor does the sum, one job over the inputs
 // in the order the layer names them, and passes dy back to every input unchanged (Note
-// [ports] in actors/layer_actor.cpp). As a layer alone (troupe check-layer) it reads one
+// [ports] in actors/training/layer_actor.cpp). As a layer alone (troupe check-layer) it reads one
 // input, whose sum is a copy.
 #include "actors/layers/reshape.hpp"
 

@@ -17,7 +17,7 @@
 #include <cmath>
 #include <memory>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {

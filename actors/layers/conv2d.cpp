@@ -159,11 +159,11 @@ class conv2d final : public layer {
 
   /// cols (C k k, OH OW) of one sample; refuses one past the tensor limit.
   tensor sample_buffer(const layer_context& context, const geometry& g) const {
-    if (g.cols_per_sample > limits::max_tensor_elements)
+    if (g.cols_per_sample > max_tensor_elements())
       throw user_error("layer 'conv2d' at " + where_.to_string() +
                        ": unfolding one sample needs " + std::to_string(g.cols_per_sample) +
                        " values, more than the limit of " +
-                       std::to_string(limits::max_tensor_elements));
+                       std::to_string(max_tensor_elements()));
     return tensor::empty({g.depth, g.pixels}, dtype::f32, context.device);
   }
 

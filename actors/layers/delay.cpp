@@ -15,7 +15,7 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {

@@ -7,8 +7,7 @@
 // hold; nothing is saved: backward draws the same mask again.
 #include <memory>
 
-#include "runtime/base/random.hpp"
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {
@@ -52,10 +51,8 @@ class dropout_layer final : public layer {
   void apply(const layer_context& context, const tensor& in, const tensor& out) const {
     const std::int64_t rows = in.dim(0);
     const std::int64_t cols = rows == 0 ? 0 : in.numel() / rows;
-    // The key of (seed, step, layer); the sample index goes in per element.
-    const std::uint64_t key = mix64(mix64(mix64(context.seed) ^ static_cast<std::uint64_t>(
-                                                                     context.step)) ^
-                                    static_cast<std::uint64_t>(context.layer));
+    // The pass key of (seed, step, layer); the sample index goes in per element.
+    const std::uint64_t key = context.pass_key();
     dropout_(context.kernels, rows, cols, p_, key, context.first_sample, in.f32(), out.f32());
   }
 

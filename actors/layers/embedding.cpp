@@ -13,7 +13,7 @@
 // The input is ids, not values: no dx (the layer is first, or its dx is zeros).
 #include <memory>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {

@@ -6,7 +6,7 @@
 // Forward saves x and each row's mean and 1/std for backward.
 #include <memory>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {

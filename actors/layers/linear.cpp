@@ -8,7 +8,7 @@
 //   bias = true
 #include <memory>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {

@@ -9,11 +9,14 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/base/limits.hpp"
-#include "runtime/model/layer.hpp"
+#include "troupe/layer.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {
+
+/// The largest side of an input a window layer takes (the input limit on a sample's
+/// features, 2^20): the window arithmetic stays far from overflowing.
+constexpr std::int64_t max_window_side = std::int64_t{1} << 20;
 
 struct window_settings {
   std::int64_t kernel = 1;
@@ -46,10 +49,10 @@ inline kernels::window2d make_window(const std::string& type, const source_posit
                                   "model with { type = \"unflatten\", channels = 1, height = "
                                   "28, width = 28 } (Fashion-MNIST's shape)");
   for (auto d : input)
-    if (d > limits::max_sample_features)
+    if (d > max_window_side)
       throw config_error(where, "layer '" + type + "': input " + shape_to_string(input) +
                                     " has a side past the limit of " +
-                                    std::to_string(limits::max_sample_features));
+                                    std::to_string(max_window_side));
   const auto padded_h = input[1] + 2 * w.padding, padded_w = input[2] + 2 * w.padding;
   if (w.kernel > padded_h || w.kernel > padded_w)
     throw config_error(where, "layer '" + type + "': a " + std::to_string(w.kernel) + "x" +

@@ -3,7 +3,7 @@
 // A device is `cpu:N` or `cuda:N`. Every device owns one stream: work submitted to it
 // runs in submission order, never on the caller's thread. Actors only submit (from their
 // handlers, which for actors placed on a device run on its stream thread between jobs:
-// actors/device_scheduler.hpp); the stream's own thread (CPU) or the GPU (CUDA) computes. A
+// actors/base/device_scheduler.hpp); the stream's own thread (CPU) or the GPU (CUDA) computes. A
 // CPU stream is one worker thread bound to one core of the process's affinity set, so
 // two CPU devices never fight over a core (Note [CPU streams]).
 //
@@ -227,7 +227,7 @@ class stream {
   /// Runs `task` on this stream's thread soon, between jobs: not part of the stream's
   /// order (no event, no busy time). Tasks run in the order posted, before queued jobs.
   /// This is how actors placed on a device handle their messages on its thread
-  /// (actors/device_scheduler.hpp); a task must be short and must never block. A task
+  /// (actors/base/device_scheduler.hpp); a task must be short and must never block. A task
   /// that throws fails the stream like a job that throws (the error handler is told);
   /// later tasks still run, so actors can still be told to finish.
   void post(job task);

@@ -31,9 +31,9 @@
 //       std::uint32_t sink_track_ = 0;
 //     };
 //
-// Not here: credits (actors/credit_outbox.hpp, a member of the actors that send
+// Not here: credits (actors/base/credit_outbox.hpp, a member of the actors that send
 // activations), the placement on a device thread (the session does it,
-// actors/device_scheduler.hpp), and anything about a particular message but the common
+// actors/base/device_scheduler.hpp), and anything about a particular message but the common
 // tracing fields. An actor that is not on a device (the data loader runs on the host)
 // passes no device and may not use the readiness helpers.
 #pragma once
@@ -115,7 +115,7 @@ std::vector<tensor*> tensors_sent(Message&) {
 /// sender (a message from there has none): the ring keys its chunks, the loss pairs labels
 /// by tag, the data loader counts a credit by its replica (a layer finds the wire of a
 /// credit by its sender: those keep CAF), the trainer finishes steps in order (Note
-/// [finished in order] in actors/run_control.cpp), and the rows of a batch carry their own
+/// [finished in order] in actors/trainer/run_control.cpp), and the rows of a batch carry their own
 /// number (batch_assembler_actor.hpp, where their kind is declared).
 template <class Message>
 struct posted_kind : std::integral_constant<std::uint8_t, 0> {};

@@ -123,7 +123,7 @@ struct ring_msg {
 
 /// The sharded optimizer's exchange between a layer's ring averager and that replica's
 /// optimizer, on the grads wire and back (Note [sharded optimizer] in
-/// actors/grad_averager_actor.cpp). `flat` is one buffer in the layout of the layer's
+/// actors/averaging/grad_averager_actor.cpp). `flat` is one buffer in the layout of the layer's
 /// parameters, flattened in order; `spans` are (offset, size) pairs of floats in it.
 ///   reduced   averager -> optimizer: the summed gradients, complete at `spans` (the
 ///             chunks this replica owns after reduce-scatter), handed over;
@@ -160,7 +160,7 @@ struct wire_end {
   std::string peer_device;       // "cpu:1"
   std::int64_t capacity = 0;
   /// A data loader's activations wire to a first layer on another node: the actor on that
-  /// node that assembles each batch from its rows (actors/batch_assembler_actor.hpp), so
+  /// node that assembles each batch from its rows (actors/training/batch_assembler_actor.hpp), so
   /// that only row numbers cross the network. Empty otherwise.
   caf::actor relay;
 };

@@ -22,7 +22,7 @@
 //
 // It sits in kernels/ because kernels register too and include nothing above them. Not
 // here: the registries themselves (runtime/model/layer.hpp, include/troupe/kernel.hpp,
-// actors/actor_kinds.hpp) and the loader (runtime/plugin/).
+// actors/base/actor_kinds.hpp) and the loader (runtime/plugin/).
 #pragma once
 
 #include <exception>

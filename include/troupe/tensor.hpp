@@ -136,6 +136,10 @@ class tensor {
 std::int64_t storage_bytes_peak(const device_id& device);
 void reset_storage_peak(const device_id& device);
 
+/// The most elements one tensor of a run may have (docs/reference/input-limits.md): a layer
+/// that would make a larger one refuses its input with this number.
+std::int64_t max_tensor_elements();
+
 /// The most bytes a tensor received from another process may claim (16 GiB): a header is
 /// checked against it before anything is allocated, so a corrupt or hostile peer cannot
 /// make a node allocate without bound. Larger tensors would be sent in pieces.

@@ -11,7 +11,7 @@
 // the clone and the exec (glibc's is a vfork-like clone): everything the child needs
 // (arguments, environment, output file, process group) is prepared in the parent. (CI's
 // hung `troupe verify` over two nodes looked like this at first; it was the checkpoint
-// writer, Note [the writer's own thread] in actors/checkpoint_writer.cpp.)
+// writer, Note [the writer's own thread] in actors/training/checkpoint_writer.cpp.)
 #pragma once
 
 #include <sys/types.h>

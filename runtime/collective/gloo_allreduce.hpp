@@ -1,5 +1,5 @@
 // gloo_allreduce.hpp: one rank of one gloo context, with the thread that runs its
-// all-reduces, for the "gloo" gradient averager (actors/gloo_averager_actor.hpp).
+// all-reduces, for the "gloo" gradient averager (actors/averaging/gloo_averager_actor.hpp).
 //
 // A gloo_allreduce_worker is rank r of R in a context named by a key: on its own thread it
 // creates a TCP device on the rendezvous' hostname, connects the context's full mesh

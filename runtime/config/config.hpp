@@ -130,7 +130,7 @@ struct parallel_section {
   pipeline_schedule schedule = pipeline_schedule::gpipe;
   /// Interleaved 1F1B (Megatron): each of the P devices of a pipeline holds v stages, so the
   /// model is cut into P * v stages and stage s runs on the pipeline's device s mod P
-  /// (Note [interleaved stages] in actors/stage_sequencer.hpp). 1: one stage per device.
+  /// (Note [interleaved stages] in runtime/model/interleaved_schedule.hpp). 1: one stage per device.
   std::int64_t virtual_stages = 1;
   source_position virtual_stages_where;  // where it is written, if it is
   averaging_method averaging = averaging_method::ring;
@@ -142,14 +142,14 @@ struct parallel_section {
   std::int64_t bucket_kib = 1024;      // ring all-reduce bucket size, KiB
   /// ZeRO-1: with ring averaging, each replica's optimizer updates only the chunks its
   /// averager owns after reduce-scatter, and the ring all-gathers parameters instead of
-  /// gradients (Note [sharded optimizer] in actors/grad_averager_actor.cpp).
+  /// gradients (Note [sharded optimizer] in actors/averaging/grad_averager_actor.cpp).
   bool shard_optimizer = false;
   source_position shard_where;         // where shard_optimizer is written, if it is
   /// gloo averaging: seconds a rendezvous or an all-reduce may wait for a peer before the
   /// run fails (a peer that is gone, or never came).
   double gloo_timeout = 30;
   /// How the global batch is split between replicas (Note [balanced replicas] in
-  /// actors/data_loader_actor.cpp): evenly, or by weights given here (one a replica).
+  /// actors/training/data_loader_actor.cpp): evenly, or by weights given here (one a replica).
   replica_balance balance = replica_balance::even;
   std::vector<double> balance_weights;  // balance == weights: one positive weight a replica
   source_position balance_where;        // where balance is written, if it is
@@ -172,7 +172,7 @@ struct cluster_section {
   /// Tensors between nodes of one machine through shared memory rather than TCP (Note
   /// [tensors through shared memory] in runtime/net/shared_memory.cpp).
   bool shared_memory = true;
-  /// TLS on every CAF link between nodes (Note [TLS between nodes] in actors/cluster.cpp).
+  /// TLS on every CAF link between nodes (Note [TLS between nodes] in actors/session/cluster.cpp).
   /// The paths are relative to the config file, checked to exist when tls is on; the
   /// passphrase file, if any, holds the key's passphrase (its first line).
   bool tls = false;

@@ -10,7 +10,7 @@
 //
 // Besides jobs, the thread runs posted tasks: short host work that is not part of the
 // stream's order, taken before the next job. The actors placed on a device handle their
-// messages this way (Note [actors on device threads] in actors/device_scheduler.cpp).
+// messages this way (Note [actors on device threads] in actors/base/device_scheduler.cpp).
 //
 // Note [one failure path]
 // Whatever a stream's thread runs on the stream's behalf, a job, a posted task (an actor's

@@ -25,7 +25,7 @@
 // deterministic; other threads (the session's, CAF's clock) only add work and wake it.
 //
 // Costs come from the cost function (the simulate command prices a job from a calibration
-// of this machine: actors/simulate.cpp), times settings::contention for a job that starts
+// of this machine: actors/tools/simulate.cpp), times settings::contention for a job that starts
 // while another device of its node computes (their shared memory system: on this 2-core VM
 // two devices' GEMMs run about 10% longer together than alone). Job work still runs for real here, one job at a
 // time, so a simulation of N devices takes about as long as the run would on one core.
@@ -317,7 +317,7 @@ bool simulation::run_posted_tasks() {
 // - a message to another node is serialised and written by the sending process's network
 //   thread: its bytes times network_ns_per_byte (the link's time a byte: over loopback, the
 //   CPU time of the copies is what limits a link) of the sending device's core, as a handler
-//   takes it. The receiving device already pays its copy job (actors/simulate.cpp).
+//   takes it. The receiving device already pays its copy job (actors/tools/simulate.cpp).
 //   Without cores, every thread has a core and none of these costs a device anything.
 void simulation::take_core(int core, std::int64_t ns) {
   const auto c = static_cast<std::size_t>(core);

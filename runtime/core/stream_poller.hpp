@@ -3,7 +3,7 @@
 // shared_memory.hpp, delivered through actors/), which the thread takes as soon as its
 // job ends, instead of waiting for CAF's network thread to be woken and scheduled.
 //
-// Not here: what is polled (the poller is set by the session, actors/device_actor.cpp).
+// Not here: what is polled (the poller is set by the session, actors/base/device_actor.cpp).
 #pragma once
 
 namespace troupe {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/core/gpu.hpp"
 
 namespace troupe {
@@ -344,5 +345,7 @@ std::string tensor_header_problem(const shape_t& shape, std::uint8_t type, std::
            shape_to_string(shape) + " (" + std::to_string(needed) + " bytes)";
   return {};
 }
+
+std::int64_t max_tensor_elements() { return limits::max_tensor_elements; }
 
 }  // namespace troupe

@@ -5,7 +5,7 @@
 // has a signature here: the wire kinds it accepts (wires that end at it) and the wire
 // kinds it emits (wires that start at it). The five built-in kinds are here from the
 // start; a plugin's kind gets its signature from its registration line
-// (TROUPE_REGISTER_ACTOR_KIND with troupe::accepts / troupe::emits, actors/actor_kinds.hpp).
+// (TROUPE_REGISTER_ACTOR_KIND with troupe::accepts / troupe::emits, actors/base/actor_kinds.hpp).
 //
 // A signature only says which wires may touch an actor. What flows on each kind of wire
 // is fixed (topology.hpp), and the stricter rules among the built-in kinds (a params wire

@@ -246,7 +246,7 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   // sequencer keeps the memory bound (Note [credits and turns] in
   // runtime/model/interleaved_schedule.hpp). ZB-H1 with shared devices has 1F1B's: a
   // credit comes back as the reader submits its backward (Note [credits back on arrival]
-  // in actors/layer_actor.cpp), and the layers' stash limit keeps its bound, P
+  // in actors/training/layer_actor.cpp), and the layers' stash limit keeps its bound, P
   // micro-batches per stage (weight gradients still to run keep theirs).
   const bool turns = t.virtual_stages > 1 || (t.schedule == pipeline_schedule::zb_h1 && P <= D);
   auto capacity_into = [&](std::int64_t s) -> std::int64_t {

@@ -371,7 +371,7 @@ class validator {
                    readers == 1 ? "to the next layer or the loss"
                                 : "one to each layer that reads layer " +
                                       std::to_string(a->layer));
-      // Its ports are told apart by the actor at the other end (actors/layer_actor.cpp).
+      // Its ports are told apart by the actor at the other end (actors/training/layer_actor.cpp).
       for (bool in : {true, false}) {
         std::set<std::string> peers;
         for (const auto* w : in ? incoming(*a, wire_kind::activations)
@@ -845,7 +845,7 @@ class validator {
 
   void check_batch() const {
     if (config_.parallel.balance != replica_balance::even)
-      return;  // an uneven split: balanced_rows() in actors/session.cpp checks it
+      return;  // an uneven split: balanced_rows() in actors/session/session.cpp checks it
     auto parts = t_.replicas * t_.microbatches;
     if (config_.data.batch_size % parts != 0)
       fail(config_.parallel.where,

@@ -32,7 +32,7 @@
 // the next stage, which then waits a backward longer).
 //
 // Note [zero-bubble turns]
-// ZB-H1 (Note [split backward] in actors/layer_actor.cpp) takes turns too, v = 1 with
+// ZB-H1 (Note [split backward] in actors/training/layer_actor.cpp) takes turns too, v = 1 with
 // Megatron's 1F1B order: P - d - 1 forwards, then one forward and one backward in turn
 // (one_f_one_b; M need not be a multiple of P). Priorities alone (backward first, weight
 // gradients when the device would idle, 1F1B's credits) let a backward that arrived early
@@ -167,7 +167,7 @@ class stage_sequencer {
   std::map<std::int64_t, std::pair<std::int32_t, std::int32_t>> layers_;  // stage: first, last
 };
 
-/// The sequencers of a run, by (device, replica) (actors/layer_actor.hpp makes them).
+/// The sequencers of a run, by (device, replica) (actors/training/layer_actor.hpp makes them).
 using stage_sequencers =
     std::map<std::pair<device_id, std::int32_t>, std::shared_ptr<stage_sequencer>>;
 

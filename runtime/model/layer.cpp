@@ -46,6 +46,11 @@ layer_registry& the_registry() {
 
 }  // namespace
 
+std::uint64_t layer_context::pass_key() const {
+  return mix64(mix64(mix64(seed) ^ static_cast<std::uint64_t>(step)) ^
+               static_cast<std::uint64_t>(layer));
+}
+
 bool parse_init_kind(const std::string& name, init_kind& out) {
   for (const auto& [text, kind] : init_names())
     if (text == name) {

@@ -72,9 +72,9 @@ namespace troupe::net {
 // their sender (the reader enqueues them without one), are left there: the ring's (its
 // averager keys them, pending_), a replica's labels (the loss pairs them by tag), a first
 // layer's credits to the loader (counted by replica), loss reports (the trainer finishes
-// steps in order: Note [finished in order] in actors/run_control.cpp) and the rows of a
+// steps in order: Note [finished in order] in actors/trainer/run_control.cpp) and the rows of a
 // remote replica's batches (numbered: Note [rows in order] in
-// actors/batch_assembler_actor.cpp). Every other message, a pipeline's activations,
+// actors/training/batch_assembler_actor.cpp). Every other message, a pipeline's activations,
 // gradients and credits above all, keeps CAF's order and path. After the ring's messages,
 // what a step still sent through CAF (the loader's rows and labels for node1's replica,
 // node1's credit and loss report) cost the sending device thread 36-78 us a message (the
@@ -89,7 +89,7 @@ namespace troupe::net {
 // a tensor's place is, each word read once), a queue whose head is more than a queue ahead
 // of its tail is emptied (else it would look busy for good and no stream would sleep),
 // and a message that does not load as its kind is refused (load_posted in
-// actors/shm_delivery.hpp); each with a line on stderr (the first few), none reaching an
+// actors/transport/shm_delivery.hpp); each with a line on stderr (the first few), none reaching an
 // actor.
 //
 // Measured (bench/nodes.py, medians of 5, README): DP2 over two processes at batch 512

@@ -9,7 +9,7 @@
 //
 // Not here: the config keys (runtime/config: [cluster] tls, certificate, key, ca_file,
 // key_passphrase_file), loading the module and choosing its publish and remote_actor
-// (actors/cluster.cpp, Note [TLS between nodes]).
+// (actors/session/cluster.cpp, Note [TLS between nodes]).
 #pragma once
 
 #include <string>
@@ -25,7 +25,7 @@ struct tls_files {
 };
 
 /// Loads the files into a throwaway OpenSSL context as CAF will (Note [TLS between nodes]
-/// in actors/cluster.cpp), and checks that the key is the certificate's and that the
+/// in actors/session/cluster.cpp), and checks that the key is the certificate's and that the
 /// certificate chains to a CA of ca_file, as every peer will check. Throws user_error
 /// naming the [cluster] key, the file and OpenSSL's reason, with a hint.
 void check_tls(const tls_files& files);

@@ -220,7 +220,7 @@ class walker {
   }
 
   // On a CPU device, actors handle messages on the stream's thread between its jobs
-  // (actors/device_scheduler.hpp): the job that ran last before handler h there.
+  // (actors/base/device_scheduler.hpp): the job that ran last before handler h there.
   const trace_span* thread_job_before(const trace_span& h) const {
     if (h.device.find("cpu:") == std::string::npos)
       return nullptr;

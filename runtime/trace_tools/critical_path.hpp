@@ -21,7 +21,7 @@
 //                once the sender's job for that micro-batch has run, Note [no blocking
 //                waits]), its actor was done with the message before, and, on a CPU
 //                device, whose actors handle messages on the stream's thread between
-//                jobs (actors/device_scheduler.hpp), the job running there had ended;
+//                jobs (actors/base/device_scheduler.hpp), the job running there had ended;
 //                the latest of these is the cause. A sent message leads to what its sender was
 //                doing at the send: usually a handler, and when an activation was sent
 //                by a handler of another kind (a gradient or release that returned the

@@ -8,7 +8,7 @@
 // joined, and its tracks are appended to the track list. Flow ids are already unique per
 // node (recorder_settings::flow_base), so the arrows of messages between nodes join.
 //
-// Not here: measuring the offsets (actors/cluster.cpp), or recording.
+// Not here: measuring the offsets (actors/session/cluster.cpp), or recording.
 #pragma once
 
 #include <string>

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "actors/device_scheduler.hpp"
-#include "actors/failures.hpp"
+#include "actors/base/device_scheduler.hpp"
+#include "actors/base/failures.hpp"
 #include "troupe/device.hpp"
 #include "troupe/messages.hpp"
 #include "troupe/tensor.hpp"

@@ -1,11 +1,11 @@
-// troupe calibrate (actors/calibrate.hpp): fixed-cost layers time at their set costs, each
+// troupe calibrate (actors/tools/calibrate.hpp): fixed-cost layers time at their set costs, each
 // layer at the rows its wiring gives it, and the JSON says so.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "actors/calibrate.hpp"
-#include "actors/session.hpp"
+#include "actors/tools/calibrate.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/graph/topology.hpp"
 #include "tests/config_text.hpp"

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
+#include "actors/session/session.hpp"
+#include "actors/tools/verify.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/manifest.hpp"
 #include "tests/actors/session_support.hpp"
@@ -97,7 +97,7 @@ TEST_CASE(
   // differ in float summation order only, ~1e-7 per gradient, far below 1e-5 after 12 steps.
   // With Adam's eps at 1e-6, not the shipped 1e-8: an element whose gradient is at eps's
   // scale (a pixel almost always 0) moves by a fraction of the learning rate that its
-  // gradient's last bits decide (Note [the reference's micro-batches] in actors/verify.cpp);
+  // gradient's last bits decide (Note [the reference's micro-batches] in actors/tools/verify.cpp);
   // on an Intel Xeon one weight of layer 0 then differed by 1.57e-5 of the layer's largest
   // on every wiring, 5.9e-7 with eps 1e-6 (1.7e-7 with SGD).
   test::temp_directory d{"troupe-rewire"};

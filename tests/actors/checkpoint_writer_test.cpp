@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "actors/checkpoint_writer.hpp"
+#include "actors/training/checkpoint_writer.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "tests/actors/actor_test_support.hpp"
 #include "tests/temp_files.hpp"

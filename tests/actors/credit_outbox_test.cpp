@@ -1,4 +1,4 @@
-// The credit outbox (actors/credit_outbox.hpp), the sending end of an activations wire,
+// The credit outbox (actors/base/credit_outbox.hpp), the sending end of an activations wire,
 // inside a small test actor that forwards the scoped actor's activation_msg to it and turns
 // each release_msg into a returned credit; the scoped actor is the wire's receiver. Checks
 // the capacity, the order of queued messages, one message per returned credit, capacity 0
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/credit_outbox.hpp"
-#include "actors/failures.hpp"
+#include "actors/base/credit_outbox.hpp"
+#include "actors/base/failures.hpp"
 #include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;

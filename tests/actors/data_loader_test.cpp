@@ -18,8 +18,8 @@
 #include <tuple>
 #include <vector>
 
-#include "actors/batch_assembler_actor.hpp"
-#include "actors/data_loader_actor.hpp"
+#include "actors/training/batch_assembler_actor.hpp"
+#include "actors/training/data_loader_actor.hpp"
 #include "runtime/core/transfer.hpp"
 #include "tests/actors/actor_test_support.hpp"
 

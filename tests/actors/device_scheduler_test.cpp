@@ -10,7 +10,7 @@
 #include <functional>
 #include <thread>
 
-#include "actors/device_scheduler.hpp"
+#include "actors/base/device_scheduler.hpp"
 #include "troupe/messages.hpp"
 
 using namespace troupe;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
+#include "actors/session/session.hpp"
+#include "actors/tools/verify.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 

@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
+#include "actors/session/session.hpp"
+#include "actors/tools/verify.hpp"
 #include "tests/actors/equivalence_support.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
@@ -76,7 +76,7 @@ lr = 0.01
 
 /// A residual model: two blocks whose skips start at a layer also read by the next one
 /// (fan-out: their gradients are summed) and end in an `add` (Note [ports] in
-/// actors/layer_actor.cpp). Layers: 0 linear "x0", 1 relu, 2 linear "h1", 3 add "r1" =
+/// actors/training/layer_actor.cpp). Layers: 0 linear "x0", 1 relu, 2 linear "h1", 3 add "r1" =
 /// x0 + h1, 4 relu, 5 linear "h2", 6 add = r1 + h2, 7 linear.
 std::string residual_config(const std::string& parallel) {
   return R"(

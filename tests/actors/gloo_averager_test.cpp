@@ -16,8 +16,8 @@
 #include <map>
 #include <random>
 
-#include "actors/grad_averager_actor.hpp"
-#include "actors/session.hpp"
+#include "actors/averaging/grad_averager_actor.hpp"
+#include "actors/session/session.hpp"
 #include "tests/actors/actor_test_support.hpp"
 #include "tests/actors/grads_support.hpp"
 #include "tests/actors/session_support.hpp"

@@ -16,7 +16,7 @@
 #include <fstream>
 #include <string>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "tests/actors/equivalence_support.hpp"

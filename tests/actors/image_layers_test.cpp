@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/model/layer.hpp"
 #include "tests/actors/layer_test_support.hpp"

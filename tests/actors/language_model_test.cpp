@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
+#include "actors/session/session.hpp"
+#include "actors/tools/verify.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"

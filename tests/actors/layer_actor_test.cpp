@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/layer_actor.hpp"
+#include "actors/training/layer_actor.hpp"
 #include "runtime/model/layer.hpp"
 #include "tests/actors/actor_test_support.hpp"
 

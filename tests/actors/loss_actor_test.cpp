@@ -19,7 +19,7 @@
 #include <cmath>
 #include <vector>
 
-#include "actors/loss_actor.hpp"
+#include "actors/training/loss_actor.hpp"
 #include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;

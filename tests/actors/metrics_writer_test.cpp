@@ -1,4 +1,4 @@
-// The metrics file (actors/metrics_writer.hpp): its JSON lines and keys, that each line is
+// The metrics file (actors/trainer/metrics_writer.hpp): its JSON lines and keys, that each line is
 // in the file whole as soon as it is made (Note [whole lines]), and that a failed write is
 // seen, named and never leaves half a line.
 #include <doctest/doctest.h>
@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/metrics_writer.hpp"
+#include "actors/trainer/metrics_writer.hpp"
 #include "tests/jsonl.hpp"
 
 using namespace troupe;

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/optimizer_actor.hpp"
+#include "actors/training/optimizer_actor.hpp"
 #include "runtime/config/config.hpp"
 #include "tests/actors/actor_test_support.hpp"
 #include "tests/config_text.hpp"

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
+#include "actors/session/session.hpp"
+#include "actors/tools/verify.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/plugin/plugin.hpp"

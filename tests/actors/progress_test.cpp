@@ -1,4 +1,4 @@
-// The progress lines of a run (actors/progress.hpp), without actors: their exact text, when
+// The progress lines of a run (actors/trainer/progress.hpp), without actors: their exact text, when
 // each form prints, and durations of any length.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "actors/progress.hpp"
+#include "actors/trainer/progress.hpp"
 
 using namespace troupe;
 

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"

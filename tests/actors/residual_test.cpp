@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"

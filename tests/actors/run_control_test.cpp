@@ -1,11 +1,11 @@
-// Run control (actors/run_control.hpp), without actors: reports add up into steps and
+// Run control (actors/trainer/run_control.hpp), without actors: reports add up into steps and
 // evaluations, each completed item returns one credit, and the run ends after the last.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "actors/run_control.hpp"
+#include "actors/trainer/run_control.hpp"
 
 using namespace troupe;
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/model/layer.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::test {

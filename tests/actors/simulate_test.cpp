@@ -1,4 +1,4 @@
-// troupe simulate (actors/simulate.hpp, runtime/core/simulation.hpp): simulated pipelines
+// troupe simulate (actors/tools/simulate.hpp, runtime/core/simulation.hpp): simulated pipelines
 // reach each schedule's theory, a simulated run computes what the run computes, the
 // prediction of a fixed-cost pipeline is within 10% of the measured step, hundreds of
 // devices simulate here, and the inputs (links, --set, calibration files) are checked.
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/simulate.hpp"
+#include "actors/tools/simulate.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
@@ -152,7 +152,7 @@ TEST_CASE("simulated ZB-H1 with two layers a stage keeps near its theory") {
   // A relu, then two delay layers a stage (F, input and weight gradient 1 ms each at 4 rows):
   // 2 ms of each a stage, P = 2, M = 4, theory (P - 1) / (3 M + P - 1) = 1/13. The last
   // stage's next forward must not run before its backward (credits back on a gradient's
-  // arrival, Note [credits back on arrival] in actors/layer_actor.cpp), and a weight
+  // arrival, Note [credits back on arrival] in actors/training/layer_actor.cpp), and a weight
   // gradient must not start when a forward or backward is due in its first half (Note
   // [looking ahead before an idle job] in runtime/core/device.cpp): with one credit more
   // and a fixed grace after each weight gradient this came out 0.099.
@@ -406,7 +406,7 @@ TEST_CASE(
     "a message to another node leaves once its tensor is written, and crosses the link after") {
   // Two stages on two nodes, one micro-batch, 1 ms a job: the activation and the gradient
   // that cross are each sent as their job is submitted, but go on the network only once
-  // it has run (Note [nothing unwritten to the network] in actors/device_actor.cpp), so a
+  // it has run (Note [nothing unwritten to the network] in actors/base/device_actor.cpp), so a
   // 2 ms link adds 2 ms to the step twice. When the link's time ran alongside the job's,
   // it added 1 ms twice.
   const auto config =

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
 #include "runtime/trace_tools/summary.hpp"

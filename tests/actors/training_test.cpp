@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/device_scheduler.hpp"
-#include "actors/session.hpp"
+#include "actors/base/device_scheduler.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/model/layer.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"

@@ -1,9 +1,9 @@
-// The watchdog's clock (actors/watchdog.hpp), without actors: any change in the progress
+// The watchdog's clock (actors/trainer/watchdog.hpp), without actors: any change in the progress
 // count resets it, and the limit decides when a run is stuck. (tracing_test.cpp has the
 // whole watchdog in a stuck run.)
 #include <doctest/doctest.h>
 
-#include "actors/watchdog.hpp"
+#include "actors/trainer/watchdog.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;

@@ -1,5 +1,5 @@
 // cluster_tls_test.cpp: TLS between nodes ([cluster] tls; Note [TLS between nodes] in
-// actors/cluster.cpp), with real `troupe` processes on loopback.
+// actors/session/cluster.cpp), with real `troupe` processes on loopback.
 //
 // Each test makes a throwaway CA and a node certificate signed by it with the `openssl`
 // command-line tool, in its own temporary directory; every node of a test uses that one

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/graph/topology.hpp"
 #include "troupe/error.hpp"

@@ -5,7 +5,7 @@
 // The first byte chooses, modulo 3: 0, a whole message; 1, one tensor (its header is
 // checked before anything is allocated, tensor_inspect.hpp); 2, a message another process
 // of the machine left in shared memory, as its poller loads it (load_posted in
-// actors/shm_delivery.hpp: a kind byte, then that type alone). Any error CAF returns is the right
+// actors/transport/shm_delivery.hpp: a kind byte, then that type alone). Any error CAF returns is the right
 // answer to bad bytes; a crash, a sanitizer report, an allocation beyond the limits or a
 // hang is a finding. There is no middleman: an actor handle naming another node fails with
 // sec::no_proxy_registry (the BASP broker's proxies are CAF's, not troupe's).
@@ -27,9 +27,9 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/batch_assembler_actor.hpp"
-#include "actors/cluster.hpp"
-#include "actors/shm_delivery.hpp"
+#include "actors/training/batch_assembler_actor.hpp"
+#include "actors/session/cluster.hpp"
+#include "actors/transport/shm_delivery.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
 #include "troupe/tensor_inspect.hpp"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/graph/topology.hpp"

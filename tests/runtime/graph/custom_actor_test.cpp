@@ -6,7 +6,7 @@
 // and read back; wired wrongly, it must be refused with the kinds named.
 #include <doctest/doctest.h>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/graph/topology.hpp"
 #include "tests/plugins/test_plugins.hpp"
 #include "tests/runtime/graph/test_configs.hpp"

@@ -6,7 +6,7 @@
 
 #include <doctest/doctest.h>
 
-#include "actors/session.hpp"
+#include "actors/session/session.hpp"
 #include "runtime/graph/topology.hpp"
 #include "tests/config_text.hpp"
 #include "tests/runtime/graph/test_configs.hpp"

@@ -24,8 +24,8 @@
 #include <random>
 #include <vector>
 
-#include "actors/batch_assembler_actor.hpp"
-#include "actors/shm_delivery.hpp"
+#include "actors/training/batch_assembler_actor.hpp"
+#include "actors/transport/shm_delivery.hpp"
 #include "tests/temp_files.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"

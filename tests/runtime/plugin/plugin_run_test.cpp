@@ -3,8 +3,8 @@
 // in runtime/core/device.cpp), not terminate the process.
 #include <doctest/doctest.h>
 
-#include "actors/session.hpp"
-#include "actors/verify.hpp"
+#include "actors/session/session.hpp"
+#include "actors/tools/verify.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/plugin/plugin.hpp"
 #include "tests/actors/session_support.hpp"

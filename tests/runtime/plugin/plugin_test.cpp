@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "actors/actor_kinds.hpp"
+#include "actors/base/actor_kinds.hpp"
 #include "troupe/kernel.hpp"
 
 #include "runtime/graph/actor_signature.hpp"

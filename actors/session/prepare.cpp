@@ -1,0 +1,308 @@
+// prepare.cpp: everything a run checks before anything is spawned (see session.hpp):
+// the model's shapes, the data, the actor graph, the steps, the learning-rate schedule,
+// and where the run starts (step 0, init_from's weights or a checkpoint).
+//
+// Not here: output paths (checked by the session's first phase), devices and actors.
+#include "actors/session/prepare.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <iomanip>
+#include <optional>
+#include <sstream>
+
+#include "actors/training/data_loader_actor.hpp"
+#include "runtime/base/limits.hpp"
+#include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/interchange.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/data/text.hpp"
+#include "runtime/graph/model_graph.hpp"
+#include "runtime/graph/topology.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/plugin/plugin.hpp"
+
+namespace troupe {
+
+std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
+                                 std::int64_t classes, std::int64_t positions) {
+  // A layer's output for the largest batch it sees must fit limits::max_tensor_elements,
+  // or a config (a conv2d of 65536 channels) would be killed for memory mid-run.
+  const auto batch = std::max(config.data.batch_size, config.data.eval_batch_size);
+  const auto inputs = resolve_inputs(config.model);
+  std::vector<const layer_config*> layers;
+  std::vector<source_position> where;
+  for (const auto& layer : config.model.layers) {
+    layers.push_back(&layer);
+    where.push_back(layer.where);
+  }
+  auto fits_limit = [&](std::size_t i, const shape_t& output) {
+    std::int64_t values = batch;
+    bool fits = true;
+    for (auto d : output) {
+      const auto product = checked_multiply(values, d);
+      fits = fits && product && *product <= limits::max_tensor_elements;
+      values = fits ? *product : 0;
+    }
+    if (!fits)
+      throw config_error(layers[i]->where,
+                         "layer '" + layers[i]->type + "' outputs " + shape_to_string(output) +
+                             " per sample, more than the limit of " +
+                             std::to_string(limits::max_tensor_elements) +
+                             " values for a batch of " + std::to_string(batch) +
+                             "; use a smaller layer or batch");
+  };
+  const auto model = infer_shapes(layers, inputs, {input_features}, where, fits_limit);
+  // A layer that reads token ids must know every id the data holds (a text's vocabulary).
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto ids = create_layer(*layers[i])->input_ids();
+    // Images are values, not ids: found at step 0 it was exit 1 ("token id -0.17676").
+    if (ids > 0 && inputs[i].front() == data_input && config.data.source != data_source::text)
+      throw config_error(layers[i]->where,
+                         "layer '" + layers[i]->type + "' reads token ids, but [data] source = \"" +
+                             to_string(config.data.source) +
+                             "\" gives feature values; token ids come from source = \"text\"");
+    if (ids > 0 && positions > 1 && inputs[i].front() == data_input && ids < classes)
+      throw config_error(layers[i]->where,
+                         "layer '" + layers[i]->type + "' reads token ids below " +
+                             std::to_string(ids) + ", and the text has " +
+                             std::to_string(classes) + " distinct tokens (bytes); set its vocab "
+                             "to " + std::to_string(classes));
+  }
+  auto shapes = model.input;
+  shapes.push_back(model.output.back());
+  const auto& out = shapes.back();
+  const auto expected = loss_input_shape(classes, positions);
+  if (out != expected) {
+    const auto& last = config.model.layers.back();
+    throw config_error(last.where,
+                       "the model's output shape " + shape_to_string(out) + " must be " +
+                           shape_to_string(expected) +
+                           (positions > 1 ? ", one logit per token of the vocabulary at each "
+                                            "of the sequence's positions"
+                                          : ", one logit per class of the data set") +
+                           "; change the last layer's 'out'");
+  }
+  return shapes;
+}
+
+
+namespace {
+
+dataset_split load_data(const run_config& config) {
+  const auto& d = config.data;
+  if (d.source == data_source::synthetic)
+    return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
+                          d.synthetic_classes, config.run.seed);
+  if (d.source == data_source::text)
+    return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
+  return load_fashion_mnist(d.path);
+}
+
+/// [parallel] balance = [w0, w1, ...]: each replica's rows of a step (Note [balanced
+/// replicas] in actors/training/data_loader_actor.cpp), one weight a replica and M rows at least.
+std::vector<std::int64_t> weighted_rows(const run_config& config, const topology& graph) {
+  const auto& parallel = config.parallel;
+  const auto batch = config.data.batch_size;
+  const auto& weights = parallel.balance_weights;
+  const std::string key = "[parallel] balance: ";
+  if (static_cast<std::int64_t>(weights.size()) != graph.replicas)
+    throw config_error(parallel.balance_where, key + std::to_string(weights.size()) +
+                                                   " weight(s), but the run has " +
+                                                   std::to_string(graph.replicas) +
+                                                   " replica(s); give one weight a replica");
+  auto rows = apportion_rows(batch, weights);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    if (rows[r] < graph.microbatches)
+      throw config_error(parallel.balance_where,
+                         key + "replica " + std::to_string(r) + "'s weight gives it " +
+                             std::to_string(rows[r]) + " of the " + std::to_string(batch) +
+                             " rows of a step, fewer than its " +
+                             std::to_string(graph.microbatches) +
+                             " micro-batch(es); raise its weight or the batch size");
+  return rows;
+}
+
+run_plan make_plan(const run_config& config, const topology& graph, const dataset_split& data) {
+  const auto& d = config.data;
+  run_plan plan;
+  plan.batch_size = d.batch_size;
+  plan.replicas = graph.replicas;
+  plan.microbatches = graph.microbatches;
+  if (data.train.count < d.batch_size)
+    throw config_error(d.where, "[data] batch_size " + std::to_string(d.batch_size) +
+                                    " is larger than the training set (" +
+                                    std::to_string(data.train.count) + " samples)");
+  if (config.parallel.balance == replica_balance::weights)
+    plan.replica_rows = weighted_rows(config, graph);
+  else if (d.batch_size % (plan.replicas * plan.microbatches) != 0)
+    throw config_error(config.parallel.where,
+                       "[data] batch_size " + std::to_string(d.batch_size) +
+                           " must split evenly into data (" + std::to_string(plan.replicas) +
+                           ") x microbatches (" + std::to_string(plan.microbatches) +
+                           ") parts; use a batch size that is a multiple of " +
+                           std::to_string(plan.replicas * plan.microbatches));
+  else
+    plan.replica_rows.assign(static_cast<std::size_t>(plan.replicas), d.batch_size / plan.replicas);
+  plan.steps_per_epoch = data.train.count / d.batch_size;
+  // epochs x steps per epoch, overflow-checked and bounded: a step count past the limit is
+  // refused here rather than wrapping (Note [input limits] in runtime/base/limits.hpp).
+  const auto total = config.run.steps > 0
+                         ? std::optional<std::int64_t>{config.run.steps}
+                         : checked_multiply(config.run.epochs, plan.steps_per_epoch);
+  if (!total || *total > limits::max_steps)
+    throw config_error(
+        config.run.where,
+        (config.run.steps > 0 ? "[run] steps (or --steps) = " + std::to_string(config.run.steps)
+                              : "[run] epochs = " + std::to_string(config.run.epochs) + " x " +
+                                    std::to_string(plan.steps_per_epoch) + " steps per epoch") +
+            " is more than the limit of " + std::to_string(limits::max_steps) + " steps in a run");
+  plan.total_steps = *total;
+  plan.epochs = (plan.total_steps + plan.steps_per_epoch - 1) / plan.steps_per_epoch;
+  plan.evaluate = config.run.evaluate && data.test.count > 0;
+  plan.eval_batch_size = d.eval_batch_size;
+  plan.eval_batches = (data.test.count + d.eval_batch_size - 1) / d.eval_batch_size;
+  plan.positions = data.train.positions;
+  // The trainer counts every step and evaluation batch of the run (run_control): that
+  // count must fit too.
+  const auto eval_items = checked_multiply(plan.epochs + 1, plan.eval_batches);
+  if (plan.evaluate && (!eval_items || !checked_add(*eval_items, plan.total_steps)))
+    throw config_error(config.run.where,
+                       "[run] " + std::to_string(plan.epochs) + " epochs of " +
+                           std::to_string(plan.eval_batches) +
+                           " evaluation batches each are too many to count; train fewer "
+                           "epochs or set [run] evaluate = false");
+  return plan;
+}
+
+lr_schedule make_schedule(const optimizer_section& o, std::int64_t total_steps) {
+  lr_schedule s;
+  s.type = o.schedule.type;
+  s.base_lr = o.lr;
+  s.warmup_steps = o.schedule.warmup_steps;
+  s.step_size = o.schedule.step_size;
+  s.gamma = o.schedule.gamma;
+  s.min_lr = o.schedule.min_lr;
+  s.total_steps = total_steps;
+  return s;
+}
+
+// The model's parameterised layers, from the first replica's layer actors.
+std::vector<model_layer> model_layers(const topology& graph) {
+  std::map<std::int64_t, model_layer> found;
+  for (const auto& a : graph.actors) {
+    if (a.kind != actor_kind::layer || found.count(a.layer))
+      continue;
+    auto params = create_layer(a.math)->parameters(graph.shapes.at(static_cast<std::size_t>(a.layer)));
+    if (!params.empty())
+      found[a.layer] = model_layer{a.layer, a.math.type, std::move(params)};
+  }
+  std::vector<model_layer> out;
+  for (auto& [index, layer] : found)
+    out.push_back(std::move(layer));
+  return out;
+}
+
+}  // namespace
+
+std::string config_fingerprint(const run_config& config) {
+  std::string text = "seed=" + std::to_string(config.run.seed) +
+                     ";batch=" + std::to_string(config.data.batch_size) + ";";
+  for (const auto& layer : config.model.layers) {
+    text += layer.type + "(";
+    for (const auto& [key, value] : layer.settings)
+      text += key + "=" +
+              std::visit(
+                  [](const auto& v) {
+                    std::ostringstream out;
+                    out << std::boolalpha << v;
+                    return out.str();
+                  },
+                  value.value) +
+              ",";
+    text += ")";
+  }
+  const auto& o = config.optimizer;
+  std::ostringstream optimizer;
+  optimizer << std::setprecision(17) << to_string(o.type) << ",lr=" << o.lr << ",m=" << o.momentum
+            << ",d=" << o.dampening << ",wd=" << o.weight_decay << ",n=" << o.nesterov
+            << ",b1=" << o.beta1 << ",b2=" << o.beta2 << ",eps=" << o.eps
+            << ",schedule=" << to_string(o.schedule.type);
+  text += optimizer.str();
+  std::uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text)
+    hash = (hash ^ c) * 1099511628211ull;
+  std::ostringstream out;
+  out << std::hex << std::setw(16) << std::setfill('0') << hash;
+  return out.str();
+}
+
+session_prepared prepare_session(const run_config& config, const std::string& resume) {
+  // A no-op for those the command line loaded already; run_session() callers (tests,
+  // programs using the library) get the config's plugins too.
+  load_config_plugins(config);
+  return prepare_session(config, std::make_shared<const dataset_split>(load_data(config)), resume);
+}
+
+session_prepared prepare_session(const run_config& config,
+                                 std::shared_ptr<const dataset_split> data,
+                                 const std::string& resume) {
+  session_prepared p;
+  p.data = std::move(data);
+  if (config.is_explicit()) {
+    p.graph = topology_from_explicit(config, p.data->train.features);
+  } else {
+    auto shapes = check_model(config, p.data->train.features, p.data->train.classes,
+                              p.data->train.positions);
+    p.graph = expand_shorthand(config, shapes);
+  }
+  validate_topology(p.graph, config, p.data->train.classes, p.data->train.positions);
+  p.plan = make_plan(config, p.graph, *p.data);
+  p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
+  p.model = model_layers(p.graph);
+  // init_from is where a run starts; a resumed run continues from its checkpoint instead
+  // (which holds the weights it trained from them), so the same config does both.
+  if (!config.model.init_from.empty() && resume.empty()) {  // interchange.hpp
+    try {
+      p.start = weights_from(config.model.init_from, p.model);
+    } catch (const data_error& e) {  // where the config asked for that file
+      throw data_error(config.model.init_from_where.to_string() + ": " + e.what());
+    }
+  }
+  if (!resume.empty()) {
+    const auto checkpoint = resolve_resume_path(resume);
+    const auto manifest = verify_checkpoint(checkpoint.path);
+    // Another optimizer's state would be dropped or misread; Adam's and AdamW's are the
+    // same moments. Weights alone go over with troupe export and [model] init_from.
+    const std::string optimizer = to_string(config.optimizer.type);
+    auto adam = [](const std::string& o) { return o == "adam" || o == "adamw"; };
+    if (manifest.optimizer != optimizer && !(adam(manifest.optimizer) && adam(optimizer)))
+      throw data_error("checkpoint '" + checkpoint.path + "' (step " +
+                       std::to_string(manifest.step) + ") holds the " + manifest.optimizer +
+                       " optimizer's state, and the config trains with " + optimizer +
+                       "; resume with " + manifest.optimizer +
+                       ", or start from its weights alone: troupe export " + checkpoint.path +
+                       " -o weights.safetensors, then [model] init_from");
+    // Other settings may be meant (a lower learning rate), or not (an older run's
+    // checkpoint): said, not refused. The wiring is not in the fingerprint.
+    if (manifest.config_hash != config_fingerprint(config))
+      std::fprintf(stderr,
+                   "note: resuming from %s (step %lld), written with other settings than %s "
+                   "has (model settings, optimizer, batch or seed: fingerprint %s, here %s)\n",
+                   checkpoint.path.c_str(), static_cast<long long>(manifest.step),
+                   config.path.c_str(), manifest.config_hash.c_str(),
+                   config_fingerprint(config).c_str());
+    p.start = resume_from(checkpoint.path, manifest, p.model,
+                          optimizer_state_names(config.optimizer.type, config.optimizer.momentum));
+    if (p.start.step >= p.plan.total_steps)
+      throw data_error("checkpoint '" + checkpoint.path + "' is at step " +
+                       std::to_string(p.start.step) + ", and the run has " +
+                       std::to_string(p.plan.total_steps) +
+                       " steps in all: nothing is left to train (--steps and [run] epochs "
+                       "count from the start of the run, not from the checkpoint)");
+    p.plan.first_step = p.start.step;
+  }
+  return p;
+}
+
+}  // namespace troupe

@@ -1,0 +1,56 @@
+// prepare.hpp: a run checked before anything is spawned: data, the actor graph (expanded
+// from the shorthand or read from an explicit config, then validated), how the run is cut
+// into steps, the learning-rate schedule and where it starts. `troupe plan`, `verify`,
+// `simulate` and the session's restore phase all stop or start here.
+//
+// Errors in the input throw config_error / data_error; nothing here makes a device or an
+// actor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/base/run_plan.hpp"
+#include "runtime/checkpoint/restore.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/graph/topology.hpp"
+#include "runtime/model/lr_schedule.hpp"
+
+namespace troupe {
+
+/// The model's per-sample shapes: shapes[i] is the input of layer i, shapes.back() the
+/// output. Throws config_error at the layer that does not fit.
+std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
+                                 std::int64_t classes, std::int64_t positions = 1);
+
+/// Everything a run needs that can be checked before spawning: data, the actor graph
+/// (expanded from the shorthand or read from an explicit config, then validated), how the
+/// run is cut into steps, and the learning-rate schedule. `troupe plan` stops here.
+struct session_prepared {
+  std::shared_ptr<const dataset_split> data;
+  topology graph;
+  run_plan plan;
+  lr_schedule schedule;
+  std::vector<model_layer> model;  // the parameterised layers, for checkpoints
+  run_start start;                 // step 0 from the seed, or a checkpoint's
+};
+
+/// `resume`: a checkpoint (or a directory of them, meaning its newest complete one) to
+/// continue from; it is verified and must fit the model (data_error, exit 2, otherwise).
+session_prepared prepare_session(const run_config& config, const std::string& resume = "");
+
+/// The same with the data given rather than loaded: of it only the counts, features and
+/// classes are read (the config fuzzer, tests/fuzz/fuzz_config.cpp, passes no samples).
+session_prepared prepare_session(const run_config& config,
+                                 std::shared_ptr<const dataset_split> data,
+                                 const std::string& resume = "");
+
+/// A fingerprint of what decides a run's numbers apart from its wiring (the model, the
+/// optimizer, the batch, the seed): FNV-1a over their text. A checkpoint records it, so
+/// that a resume with other settings can say so; the wiring is left out on purpose.
+std::string config_fingerprint(const run_config& config);
+
+}  // namespace troupe

@@ -1,0 +1,76 @@
+// session.hpp: one training run, from a checked config to a finished outcome.
+//
+// run_session() checks everything that can be checked before anything is spawned (layer
+// types and settings, shapes along the model, the actor graph, batch and data sizes,
+// devices), loads the data, creates the devices, spawns every actor the topology lists
+// (through the actor kind registry), sends each its wiring, runs until the trainer is
+// done, and returns the outcome and the final parameters. Errors in the input throw
+// config_error / data_error before the first actor exists.
+//
+// Sessions share nothing: each has its own actor system, devices and trace recorder (with
+// its own message log), so several may run in one process, one after the other or at once
+// on separate threads, and their traces never mix.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/session/cluster.hpp"
+#include "actors/session/prepare.hpp"
+#include "actors/trainer/trainer_actor.hpp"
+#include "runtime/checkpoint/restore.hpp"
+#include "runtime/collective/gloo_allreduce.hpp"
+#include "runtime/core/simulation.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/graph/topology.hpp"
+
+namespace troupe {
+
+struct session_options {
+  bool quiet = false;           // no progress output
+  bool progress_bar = false;    // redraw a bar (a terminal) instead of printing lines
+  bool keep_parameters = false; // copy the final parameters into the result
+  std::int64_t sample_length = 300;  // a language model's text after training; 0: none
+  std::string metrics_path;     // overrides [run] metrics when not empty
+  std::string trace_path;       // overrides [run] trace when not empty
+  bool log_messages = false;    // print messages as they are handled...
+  std::string log_filter;       // ...those matching this (trace::recorder_settings)
+  double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
+  std::string resume;           // continue from this checkpoint (prepare_session)
+  bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/trainer/interrupts.hpp)
+  /// This process's node in a run over several ([cluster] nodes > 1): which rank, where
+  /// the coordinator is, the secret, the config's identity (actors/session/cluster.hpp).
+  std::optional<cluster_node> cluster;
+  /// Where gloo averagers rendezvous: empty store, an in-process one for this session;
+  /// empty prefix, one unique to this session. A multi-node run passes the store every
+  /// node reaches and the run's prefix (the same on every node), and the node's address.
+  gloo_rendezvous gloo;
+  /// A simulated run (`troupe simulate`): every device of every node in this process, as
+  /// streams on `simulation`'s virtual clock (runtime/core/simulation.hpp); the trace is
+  /// recorded in virtual time and returned in session_result::trace_json.
+  simulation* world = nullptr;
+  /// The config's data set, already loaded (a simulation's, which prepared the session to
+  /// price its jobs); null: run_session loads it.
+  std::shared_ptr<const dataset_split> data;
+};
+
+struct session_result {
+  run_outcome outcome;
+  /// The trace file written (this node's), or empty: none was asked for, it went to node0,
+  /// or writing it failed (then outcome says so).
+  std::string trace_written;
+  /// Final parameters per model layer (empty for parameterless layers), host copies;
+  /// filled only with session_options::keep_parameters.
+  std::vector<std::vector<std::vector<float>>> parameters;
+  /// A language model's text ([data] source = "text"), written after training from the
+  /// final parameters (host_model.hpp); empty otherwise.
+  std::string sample;
+  /// A simulated run's trace (session_options::world), as `troupe run --trace` writes it.
+  std::string trace_json;
+};
+
+session_result run_session(const run_config& config, const session_options& options);
+
+}  // namespace troupe

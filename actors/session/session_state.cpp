@@ -1,0 +1,119 @@
+// session_state.cpp: what the phases share that is more than a field (see the header):
+// wiring this node's actors, stopping them, and the trace's own description of the run.
+#include "actors/session/session_state.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "actors/base/batch_rows.hpp"
+#include "troupe/actor_kind.hpp"
+
+namespace troupe {
+
+namespace {
+
+// The wiring message of one actor: every wire that starts or ends at it.
+wiring_msg wiring_of(const actor_plan& a, const topology& graph,
+                     const std::map<std::string, caf::actor>& spawned,
+                     const std::map<std::string, std::uint32_t>& tracks, const caf::actor& trainer) {
+  wiring_msg w;
+  w.trainer = trainer;
+  auto track_of = [&](const std::string& name) {
+    auto it = tracks.find(name);
+    return it == tracks.end() ? 0u : it->second;
+  };
+  w.track = track_of(a.name);
+  for (const auto& wire : graph.wires) {
+    auto end_at = [&](const std::string& peer) {
+      const auto* p = graph.find(peer);
+      return wire_end{to_string(wire.kind), peer,          p->kind_name(),
+                      spawned.at(peer),     p->replica,    track_of(peer),
+                      p->device.to_string(), wire.capacity};
+    };
+    if (wire.from == a.name) {
+      w.outgoing.push_back(end_at(wire.to));
+      // A loader's batches for another node are assembled there (batch_assembler_actor.hpp).
+      const auto* to = graph.find(wire.to);
+      auto relay = spawned.find(batch_assembler_name(to->device.node));
+      if (a.kind == actor_kind::data_loader && wire.kind == wire_kind::activations &&
+          to->device.node != a.device.node && relay != spawned.end())
+        w.outgoing.back().relay = relay->second;
+    }
+    if (wire.to == a.name)
+      w.incoming.push_back(end_at(wire.from));
+  }
+  return w;
+}
+
+}  // namespace
+
+bool session_state::needs_batch_assembler() const {
+  const auto& g = graph();
+  for (const auto& wire : g.wires) {
+    const auto* from = g.find(wire.from);
+    const auto* to = g.find(wire.to);
+    if (wire.kind == wire_kind::activations && from->kind == actor_kind::data_loader &&
+        to->device.node == rank && from->device.node != rank)
+      return true;
+  }
+  return false;
+}
+
+void session_state::wire_local(caf::scoped_actor& self) const {
+  for (const auto& a : graph().actors)
+    if (runs_here(a))
+      self->send(spawned.at(a.name), wiring_of(a, graph(), everyone, tracks, trainer));
+  // The batch assembler has no wires: its wiring brings the trainer and its track.
+  auto assembler = spawned.find(batch_assembler_name(rank));
+  if (assembler != spawned.end()) {
+    wiring_msg w;
+    w.trainer = trainer;
+    w.track = tracks.count(assembler->first) ? tracks.at(assembler->first) : 0;
+    self->send(assembler->second, w);
+  }
+}
+
+void session_state::stop_spawned() const {
+  for (const auto& [name, handle] : spawned)
+    caf::anon_send_exit(handle, caf::exit_reason::kill);
+  if (drives) {
+    caf::anon_send_exit(trainer, caf::exit_reason::kill);
+    if (checkpoints.enabled())
+      caf::anon_send_exit(checkpoints.writer, caf::exit_reason::kill);
+  }
+}
+
+std::string session_state::trace_json(const run_outcome& how) const {
+  const auto& g = graph();
+  const auto& plan = prepared.plan;
+  nlohmann::json meta = {
+      {"troupe_version", TROUPE_VERSION_STRING}, {"config", config.path},
+      {"replicas", g.replicas},                  {"stages", g.stages},
+      {"microbatches", g.microbatches},          {"schedule", to_string(g.schedule)},
+      {"virtual_stages", g.virtual_stages},
+      {"averaging", to_string(g.averaging)},     {"batch_size", plan.batch_size},
+      {"steps", how.steps},                      {"train_seconds", how.train_seconds},
+  };
+  auto wires = nlohmann::json::array();
+  for (const auto& w : g.wires)
+    wires.push_back({{"from", w.from},
+                     {"to", w.to},
+                     {"kind", to_string(w.kind)},
+                     {"capacity", w.capacity},
+                     {"crosses_nodes", g.crosses_nodes(w)}});
+  meta["wires"] = wires;
+  meta["nodes"] = g.nodes;
+  return recorder->json(meta.dump());
+}
+
+void session_state::leave_actor_system() {
+  spawned.clear();
+  everyone.clear();
+  trainer = nullptr;
+  checkpoints.writer = nullptr;
+  trainer_config.reset();
+  gloo = {};
+  sequencers = {};
+  system = nullptr;
+}
+
+}  // namespace troupe

@@ -1,0 +1,70 @@
+// calibrate.hpp: what each op of a config costs on this machine (`troupe calibrate`).
+//
+// The first half of predicting a wiring before it runs (issue 16): for every layer of the
+// model, at the input shape and micro-batch rows the config gives it (global batch / (R M)),
+// the median time of its forward, its backward and, for a layer that splits its backward
+// (Note [split backward] in actors/training/layer_actor.cpp), of backward_input and backward_weight;
+// the optimizer's update per parameter; and a copy's bandwidth at the size of the largest
+// activation. Each is run `repeats` times after two warm-ups on a CPU device of this
+// process (one thread, as a cpu:N device runs), with the layer's own code and kernels, on
+// random inputs and parameters. The result is JSON a simulator reads; the text is for
+// people (actors/tools/simulate.hpp reads it). Not here: GPUs (no GPU on this machine).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/config/config.hpp"
+#include "runtime/model/layer.hpp"
+
+namespace troupe {
+
+struct layer_timing {
+  std::int64_t layer = 0;
+  std::string type;
+  shape_t input;               // per sample
+  std::int64_t rows = 0;       // samples a pass
+  std::int64_t parameters = 0;
+  double forward_us = 0;
+  double backward_us = 0;
+  double backward_input_us = -1;   // -1: the layer does not split its backward
+  double backward_weight_us = -1;
+};
+
+struct calibration {
+  std::string config;               // the config file's path
+  std::string device = "cpu";       // the device type timed
+  std::int64_t repeats = 0;
+  std::int64_t rows = 0;            // micro-batch rows: global batch / (replicas x micro-batches)
+  std::string optimizer;            // "sgd", "adam", "adamw"
+  double update_ns_per_parameter = 0;
+  double copy_gb_per_s = 0;         // a copy of copy_bytes
+  std::int64_t copy_bytes = 0;
+  double reduce_gb_per_s = 0;       // an averager's sum (axpy), bytes added a second
+  double load_gb_per_s = 0;         // a loader's gather of a micro-batch's random rows
+  double loss_us = 0;               // the loss of one micro-batch (cross-entropy, accuracy)
+  double handover_us = 0;           // a message to another device's thread, until handled
+  double handler_us = -1;           // a message handled on a device's thread, the mean over a
+                                    // short run of the model (-1: not measured; Note [what a
+                                    // handler costs] in calibrate.cpp)
+  double host_us = -1;              // a host thread's turn (trainer, loader), its CPU time
+                                    // with wake-up and sleep (-1: not measured; Note [what a
+                                    // host turn costs] in calibrate.cpp)
+  double contention = 1;            // a round of the model's passes on two threads at once / alone
+  std::vector<layer_timing> layers;  // in model order
+};
+
+/// Times `config`'s layers (see above). `path` names the config in the result. Throws
+/// user_error for a config that does not expand (as troupe plan would) or repeats outside
+/// 1..10000.
+calibration calibrate(const run_config& config, const std::string& path, std::int64_t repeats);
+
+std::string format_calibration_text(const calibration& c);
+std::string format_calibration_json(const calibration& c);
+
+/// Reads what format_calibration_json wrote. Throws user_error naming `path` and the field
+/// for anything else (not JSON, a missing or mistyped field, negative times).
+calibration parse_calibration_json(const std::string& text, const std::string& path);
+
+}  // namespace troupe

@@ -1,0 +1,446 @@
+// optimizer_actor.cpp: parameter init, gradient gathering and the update job.
+#include "actors/training/optimizer_actor.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "actors/base/actor_kinds.hpp"
+#include "runtime/checkpoint/restore.hpp"
+#include "runtime/core/gpu.hpp"
+#include "runtime/core/transfer.hpp"
+
+namespace troupe {
+namespace {
+
+// Adam and AdamW keep a second moment and run the Adam kernel; SGD runs its own. A switch
+// without default: a new optimizer_type is a -Wswitch warning here, not a silent Adam.
+bool is_adam_family(optimizer_type type) {
+  switch (type) {
+    case optimizer_type::sgd: return false;
+    case optimizer_type::adam: return true;
+    case optimizer_type::adamw: return true;
+  }
+  TROUPE_CHECK(false, "optimizer type " << static_cast<int>(type));
+  return false;
+}
+
+}  // namespace
+
+bool optimizer_is_sharded(const actor_plan& plan, const topology& graph, const run_config& config) {
+  if (!config.parallel.shard_optimizer)
+    return false;
+  return std::any_of(graph.actors.begin(), graph.actors.end(), [&](const actor_plan& a) {
+    return a.kind == actor_kind::averager && a.layer == plan.layer &&
+           a.method == averaging_method::ring;
+  });
+}
+
+bool optimizer_writes_checkpoints(const actor_plan& plan, const topology& graph,
+                                  const run_config& config) {
+  return plan.kind == actor_kind::optimizer &&
+         (plan.replica <= 0 || optimizer_is_sharded(plan, graph, config));
+}
+
+optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
+    : device_actor(config, settings.name, settings.on), settings_(std::move(settings)) {
+  auto type = settings_.on->id().type;
+  sgd_ = kernels::lookup<kernels::ops::sgd_update>(type);
+  adam_ = kernels::lookup<kernels::ops::adam_update>(type);
+  axpy_ = kernels::lookup<kernels::ops::axpy>(type);
+  // Parameters and optimizer state each live in one buffer, the parameters in order, so
+  // that the sharded update can address them by flat offsets.
+  const auto& id = settings_.on->id();
+  std::int64_t n = 0;
+  for (const auto& spec : settings_.params)
+    n += element_count(spec.shape);
+  params_flat_ = tensor::empty({n}, dtype::f32, id);
+  momentum_flat_ = tensor::zeros({n}, dtype::f32, id);
+  if (is_adam_family(settings_.optimizer.type))
+    second_flat_ = tensor::zeros({n}, dtype::f32, id);
+  // A tensor of the start (a checkpoint, init_from) into `to`, if it has one of that name.
+  auto take_start = [&](const std::string& name, const tensor& to) {
+    if (settings_.start == nullptr)
+      return false;
+    auto found = settings_.start->find(name);
+    if (found == settings_.start->end())
+      return false;
+    TROUPE_CHECK(static_cast<std::int64_t>(found->second.size()) == to.numel(),
+                 settings_.name << ": start tensor '" << name << "' has " << found->second.size()
+                                << " values for " << to.numel());
+    std::copy(found->second.begin(), found->second.end(), to.f32());
+    return true;
+  };
+  // Written on the host: a GPU's state is made in host memory, then copied over once.
+  const bool on_gpu = id.type == device_type::cuda;
+  auto staged = [&](const tensor& t) {
+    return on_gpu && t.defined()
+               ? tensor::zeros(t.shape(), dtype::f32, device_id{device_type::cpu, 0, id.node})
+               : t;
+  };
+  const auto params_host = staged(params_flat_);
+  const auto momentum_host = staged(momentum_flat_);
+  const auto second_host = staged(second_flat_);
+  const auto states = state_names();
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < settings_.params.size(); ++i) {
+    const auto& spec = settings_.params[i];
+    auto p = params_host.view(offset, spec.shape);
+    if (!take_start(spec.name, p))
+      initialise_parameter(spec, settings_.seed, settings_.layer_index,
+                           static_cast<std::int64_t>(i), p.f32());
+    params_.push_back(params_flat_.view(offset, spec.shape));
+    momentum_.push_back(momentum_flat_.view(offset, spec.shape));
+    if (second_flat_.defined())
+      second_.push_back(second_flat_.view(offset, spec.shape));
+    if (!states.empty())
+      take_start(spec.name + "." + states[0], momentum_host.view(offset, spec.shape));
+    if (states.size() > 1)
+      take_start(spec.name + "." + states[1], second_host.view(offset, spec.shape));
+    offset += element_count(spec.shape);
+  }
+  if (on_gpu)
+    for (const auto& [host, there] :
+         {std::pair{params_host, params_flat_}, std::pair{momentum_host, momentum_flat_},
+          std::pair{second_host, second_flat_}})
+      if (there.defined())
+        gpu::require_backend().copy_now(there.raw(), host.raw(), there.bytes());
+  version_ = settings_.start_version;
+  settings_.start = nullptr;  // read once
+}
+
+std::vector<std::string> optimizer_actor::state_names() const {
+  return optimizer_state_names(settings_.optimizer.type, settings_.optimizer.momentum);
+}
+
+void optimizer_actor::connect(const wiring_msg& wiring) {
+  for (const auto& end : wiring.out("params")) {
+    subscribers_.push_back(end.peer);
+    subscriber_tracks_.push_back(end.peer_track);
+  }
+  for (const auto& end : wiring.in("grads")) {
+    sources_ += (sources_.empty() ? "" : ", ") + end.peer_name;
+    averager_ = end.peer;
+    averager_track_ = end.peer_track;
+  }
+  grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
+  TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
+               settings_.name << " needs grads wires in and params wires out");
+}
+
+void optimizer_actor::release_peers() {
+  subscribers_.clear();
+  averager_ = nullptr;
+  settings_.checkpoints.writer = nullptr;
+}
+
+std::string optimizer_actor::waiting_for() const {
+  return ": parameter version " + std::to_string(version_) + "; has " +
+         std::to_string(grads_received_) + " of " + std::to_string(grads_expected_) +
+         " gradient message(s) for step " + std::to_string(version_) + " (from " + sources_ + ")";
+}
+
+caf::message_handler optimizer_actor::handlers() {
+  return {
+      [this](start_atom) { publish(); },
+      grads_handler([this](weight_grads_msg& message) { receive_grads(message); }),
+      [this](shard_msg& message) {
+        if (deferred_until_ready(message, {&message.flat}))
+          return;
+        auto span = handling_span(message.stage == shard_msg::reduced ? "reduced" : "gathered",
+                                  message.trace, message.step, 0, bytes_of(message.flat));
+        if (message.stage == shard_msg::reduced)
+          update_shard(message);
+        else if (message.stage == shard_msg::gathered)
+          take_gathered(message);
+        else
+          throw std::logic_error(settings_.name + ": unexpected shard message (stage " +
+                                 std::to_string(message.stage) + ")");
+      },
+      // An interrupted run's checkpoint after `version` steps (the trainer's request): now,
+      // or once this optimizer gets there.
+      [this](checkpoint_atom, std::int64_t version) {
+        if (!settings_.writes_checkpoints)
+          return;
+        TROUPE_CHECK(version >= version_, settings_.name << ": a checkpoint of version " << version
+                                                         << " asked for at version " << version_);
+        if (version == version_)
+          checkpoint(version);
+        else
+          requested_checkpoint_ = version;
+      },
+      // The parameters once they have reached `version` (the end of a run, tests,
+      // checkpoints): answered at once, or as soon as that update has been submitted.
+      // The caller waits for readiness.
+      [this](caf::get_atom, std::int64_t version) -> caf::result<std::vector<tensor>> {
+        if (version_ >= version)
+          return params_;
+        auto promise = make_response_promise<std::vector<tensor>>();
+        waiting_for_version_.emplace_back(version, promise);
+        return promise;
+      },
+  };
+}
+
+void optimizer_actor::publish() {
+  for (std::size_t i = 0; i < subscribers_.size(); ++i) {
+    params_msg out{version_, settings_.layer_index, params_};
+    stamp_send(out, subscriber_tracks_[i], "params", bytes_of(out.params));
+    send(subscribers_[i], std::move(out));
+  }
+}
+
+void optimizer_actor::receive_grads(weight_grads_msg& message) {
+  TROUPE_CHECK(message.step == version_,
+               settings_.name << " got gradients of step " << message.step << " at version "
+                              << version_);
+  TROUPE_CHECK(message.grads.size() == params_.size(),
+               settings_.name << " got " << message.grads.size() << " gradients for "
+                              << params_.size() << " parameters");
+  auto& work = settings_.on->work();
+  message.grads = arrive(message.grads, *settings_.on);
+  if (grads_received_ == 0) {
+    // Handed over by the sender (see weight_grads_msg), or copied here on arrival: the
+    // first message's buffers are ours to sum the others into.
+    grad_sum_ = std::move(message.grads);
+  } else {
+    work.submit([axpy = axpy_, context = settings_.on->context(), sum = grad_sum_,
+                 add = std::move(message.grads)] {
+      for (std::size_t i = 0; i < sum.size(); ++i)
+        axpy(context, sum[i].numel(), 1.0f, add[i].f32(), sum[i].f32());
+    });
+  }
+  if (++grads_received_ < grads_expected_)
+    return;
+  grads_received_ = 0;
+  update(message.step);
+}
+
+void optimizer_actor::update(std::int64_t step) {
+  std::vector<tensor> next;
+  std::vector<piece> pieces;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    next.push_back(tensor::empty(params_[i].shape(), dtype::f32, settings_.on->id()));
+    pieces.push_back(piece{params_[i].f32(), next[i].f32(), grad_sum_[i].f32(),
+                           momentum_[i].f32(), second_.empty() ? nullptr : second_[i].f32(),
+                           params_[i].numel()});
+  }
+  std::vector<tensor> keep = params_;
+  keep.insert(keep.end(), next.begin(), next.end());
+  keep.insert(keep.end(), grad_sum_.begin(), grad_sum_.end());
+  keep.push_back(momentum_flat_);  // the state too: the job may outlive this actor
+  keep.push_back(second_flat_);
+  auto done = submit_update(step, std::move(pieces), std::move(keep));
+  grad_sum_.clear();
+  for (auto& p : next)
+    p.set_ready(done);
+  params_flat_ = tensor{};  // the parameters are separate buffers from now on
+  set_version(step + 1, std::move(next));
+}
+
+// Note [sharded optimizer] in actors/averaging/grad_averager_actor.cpp: we update only the spans
+// our averager owns, into a new buffer that the averager then all-gathers.
+void optimizer_actor::update_shard(shard_msg& reduced) {
+  TROUPE_CHECK(reduced.step == version_, settings_.name << " got reduced gradients of step "
+                                                        << reduced.step << " at version "
+                                                        << version_);
+  TROUPE_CHECK(params_flat_.defined() && reduced.flat.numel() == params_flat_.numel() &&
+                   reduced.spans.size() % 2 == 0,
+               settings_.name << ": reduced gradients of " << reduced.flat.numel()
+                              << " floats for " << params_flat_.numel() << " parameters");
+  auto next = tensor::empty({params_flat_.numel()}, dtype::f32, settings_.on->id());
+  auto grads = arrive(std::vector<tensor>{reduced.flat}, *settings_.on).front();
+  owned_spans_ = reduced.spans;
+  std::vector<piece> pieces;
+  for (std::size_t i = 0; i < reduced.spans.size(); i += 2) {
+    auto offset = reduced.spans[i], n = reduced.spans[i + 1];
+    TROUPE_CHECK(offset >= 0 && n >= 0 && offset + n <= params_flat_.numel(),
+                 settings_.name << ": span [" << offset << ", " << offset + n << ") outside "
+                                << params_flat_.numel() << " parameters");
+    pieces.push_back(piece{params_flat_.f32() + offset, next.f32() + offset,
+                           grads.f32() + offset, momentum_flat_.f32() + offset,
+                           second_flat_.defined() ? second_flat_.f32() + offset : nullptr, n});
+  }
+  next.set_ready(submit_update(reduced.step, std::move(pieces),
+                               {params_flat_, next, grads, momentum_flat_, second_flat_}));
+  shard_msg out{reduced.step, settings_.layer_index, shard_msg::updated, std::move(next),
+                std::move(reduced.spans)};
+  stamp_send(out, averager_track_, "updated", bytes_of(out.flat));
+  send(averager_, std::move(out));
+}
+
+void optimizer_actor::take_gathered(shard_msg& gathered) {
+  TROUPE_CHECK(gathered.step == version_ && gathered.flat.numel() == params_flat_.numel(),
+               settings_.name << ": gathered parameters of step " << gathered.step
+                              << " at version " << version_);
+  params_flat_ = gathered.flat;
+  set_version(gathered.step + 1, unflatten(params_flat_));
+}
+
+std::vector<tensor> optimizer_actor::unflatten(const tensor& flat) const {
+  std::vector<tensor> views;
+  std::int64_t offset = 0;
+  for (const auto& p : params_) {
+    views.push_back(flat.view(offset, p.shape()));
+    views.back().set_ready(flat.ready());
+    offset += p.numel();
+  }
+  return views;
+}
+
+void optimizer_actor::set_version(std::int64_t version, std::vector<tensor> params) {
+  params_ = std::move(params);
+  version_ = version;
+  if (settings_.writes_checkpoints &&
+      (settings_.checkpoints.due(version_) || version_ == requested_checkpoint_))
+    checkpoint(version_);
+  for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
+    if (it->first <= version_) {
+      it->second.deliver(params_);
+      it = waiting_for_version_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  publish();
+}
+
+// Note [who writes a checkpoint]
+// A checkpoint holds each tensor once (Note [checkpoint names] in
+// runtime/checkpoint/restore.hpp). Unsharded, the optimizers of one layer's replicas
+// (ring averaging) are identical, so the first replica's writes the layer's shard (a
+// central averager's optimizer serves every replica and writes it). Sharded (ZeRO-1), each
+// replica's optimizer updated only the spans its averager owns: it writes those spans of
+// the parameters and of its state as pieces, and the replicas' pieces cover each tensor
+// once. The copy is one job on this device's stream, after the update that made the
+// version and before any later one, so it sees exactly that version and its state; the
+// writer's thread waits for it and writes the file, and training goes on meanwhile.
+void optimizer_actor::checkpoint(std::int64_t version) {
+  const auto states = state_names();
+  std::vector<tensor> sources;  // what is copied, in the order of `names`
+  std::vector<std::string> names;
+  auto add = [&](const std::string& name, const tensor& source) {
+    names.push_back(name);
+    sources.push_back(source);
+  };
+  auto states_of = [&](std::int64_t offset, std::int64_t n) {
+    std::vector<tensor> out;
+    if (!states.empty())
+      out.push_back(momentum_flat_.view(offset, {n}));
+    if (states.size() > 1)
+      out.push_back(second_flat_.view(offset, {n}));
+    return out;
+  };
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& spec = settings_.params[i];
+    const auto name = parameter_name(settings_.layer_index, spec.name);
+    const auto n = params_[i].numel();
+    if (!settings_.sharded) {
+      add(name, params_[i]);
+      auto state = states_of(offset, n);
+      for (std::size_t s = 0; s < state.size(); ++s)
+        add(name + "." + states[s], state[s].reshaped(spec.shape));
+    } else {
+      // The owned spans, cut at this parameter's bounds [offset, offset + n).
+      TROUPE_CHECK(params_flat_.defined(), settings_.name << ": sharded without a flat buffer");
+      for (std::size_t k = 0; k + 1 < owned_spans_.size(); k += 2) {
+        const auto begin = std::max(owned_spans_[k], offset);
+        const auto end = std::min(owned_spans_[k] + owned_spans_[k + 1], offset + n);
+        if (begin >= end)
+          continue;
+        add(piece_name(name, begin - offset), params_flat_.view(begin, {end - begin}));
+        auto state = states_of(begin, end - begin);
+        for (std::size_t s = 0; s < state.size(); ++s)
+          add(piece_name(name + "." + states[s], begin - offset), state[s]);
+      }
+    }
+    offset += n;
+  }
+  std::vector<tensor> copies;
+  for (const auto& source : sources)
+    copies.push_back(tensor::empty(source.shape(), dtype::f32, settings_.on->id()));
+  auto copied = std::make_shared<std::atomic<bool>>(false);
+  auto done = settings_.on->work().submit(
+      [copy = kernels::lookup<kernels::ops::copy>(settings_.on->id().type),
+       context = settings_.on->context(), sources, copies, copied] {
+        for (std::size_t i = 0; i < sources.size(); ++i)
+          copy(context, static_cast<std::int64_t>(sources[i].bytes()), sources[i].raw(),
+               copies[i].raw());
+        copied->store(true);
+      },
+      job_for_step("checkpoint", version));
+  for (auto& c : copies)
+    c.set_ready(done);
+  const auto file = "layer-" + std::to_string(settings_.layer_index) +
+                    (settings_.sharded ? "-part-" + std::to_string(settings_.replica) : "") +
+                    ".safetensors";
+  send(settings_.checkpoints.writer,
+       checkpoint_shard_msg{version, file, std::move(names), std::move(copies), std::move(copied)});
+}
+
+event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> pieces,
+                                     std::vector<tensor> keep) {
+  const auto& o = settings_.optimizer;
+  const auto lr = static_cast<float>(settings_.schedule.at(step));
+  const bool adam = is_adam_family(o.type);
+  kernels::sgd_hyper sgd{lr,
+                         static_cast<float>(o.momentum),
+                         static_cast<float>(o.dampening),
+                         static_cast<float>(o.weight_decay),
+                         o.nesterov,
+                         step == 0};
+  kernels::adam_hyper adam_hyper{lr,
+                                 static_cast<float>(o.beta1),
+                                 static_cast<float>(o.beta2),
+                                 static_cast<float>(o.eps),
+                                 static_cast<float>(o.weight_decay),
+                                 o.type == optimizer_type::adamw,
+                                 step + 1};
+  const bool momentum = o.momentum != 0;
+  return settings_.on->work().submit(
+      [=, context = settings_.on->context(), pieces = std::move(pieces), keep = std::move(keep),
+       sgd_update = sgd_, adam_update = adam_] {
+        // Out of place: one pass reads version step (which subscribers may still be
+        // reading, so it is never written) and writes version step + 1 (include/troupe/ops.hpp,
+        // Note [out-of-place updates]).
+        for (const auto& p : pieces) {
+          if (adam)
+            adam_update(context, p.n, p.current, p.next, p.grad, p.first, p.second, adam_hyper);
+          else
+            sgd_update(context, p.n, p.current, p.next, p.grad, momentum ? p.first : nullptr, sgd);
+        }
+      },
+      job_for_step("update", step));
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
+    "optimizer", "owns one layer's parameters and optimizer state ([optimizer])",
+    [](const actor_plan& plan, spawn_context& context) {
+      optimizer_actor_settings s;
+      s.name = plan.name;
+      s.layer_index = plan.layer;
+      const auto& model_layer = *std::find_if(
+          context.graph.actors.begin(), context.graph.actors.end(),
+          [&](const actor_plan& a) { return a.kind == actor_kind::layer && a.layer == plan.layer; });
+      s.params = create_layer(model_layer.math)
+                     ->parameters(context.graph.shapes.at(static_cast<std::size_t>(plan.layer)));
+      s.optimizer = context.config.optimizer;
+      s.schedule = context.schedule;
+      s.seed = context.config.run.seed;
+      s.on = &context.devices.at(plan.device);
+      auto start = context.start.layers.find(plan.layer);
+      if (start != context.start.layers.end())
+        s.start = &start->second;
+      s.start_version = context.start.step;
+      s.replica = plan.replica;
+      s.sharded = optimizer_is_sharded(plan, context.graph, context.config);
+      s.writes_checkpoints = optimizer_writes_checkpoints(plan, context.graph, context.config);
+      s.checkpoints = context.checkpoints;
+      return context.system.spawn<optimizer_actor>(std::move(s));
+    });
+
+}  // namespace troupe

@@ -1,0 +1,120 @@
+// optimizer_actor.hpp: owns one layer's parameters and optimizer state.
+//
+// At start it initialises the parameters from the seed (keyed by layer and parameter
+// index, so every wiring starts from the same numbers) and sends version 0 on each of its
+// params wires (every replica of its layer it serves). For each step it waits for one
+// gradient message per incoming grads wire (an averager's sum, or the layer's own
+// gradients; several are summed as they arrive, so the expander always puts an averager
+// before an optimizer that serves replicas), applies SGD, Adam or AdamW on its device
+// with the step's learning rate, and sends version step + 1. A version is a fresh
+// tensor: a version once sent is never written again. The protocol around that (wiring,
+// failures, status, finish, readiness, tracing) is device_actor's.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/training/checkpoint_writer.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/graph/topology.hpp"
+#include "runtime/model/layer.hpp"
+#include "runtime/model/lr_schedule.hpp"
+#include "troupe/device.hpp"
+#include "troupe/device_actor.hpp"
+#include "troupe/messages.hpp"
+#include "troupe/ops.hpp"
+
+namespace troupe {
+
+struct optimizer_actor_settings {
+  std::string name;                 // e.g. "optimizer_0"
+  std::int32_t layer_index = 0;
+  std::int32_t replica = -1;        // -1: serves every replica (central averaging)
+  std::vector<param_spec> params;   // what to create
+  optimizer_section optimizer;      // type and hyper-parameters
+  lr_schedule schedule;
+  std::uint64_t seed = 0;
+  device* on = nullptr;
+  /// Where it starts (a checkpoint, init_from): its layer's tensors by name ("weight",
+  /// "weight.exp_avg"; Note [checkpoint names]); null or a missing name: from the seed
+  /// (parameters) or zeros (state). Outlives the constructor only.
+  const std::map<std::string, std::vector<float>>* start = nullptr;
+  std::int64_t start_version = 0;  // the checkpoint's step
+  checkpoint_plan checkpoints;     // when to send the writer a copy
+  bool writes_checkpoints = false;  // Note [who writes a checkpoint]
+  bool sharded = false;             // a ZeRO-1 optimizer: it owns spans, not whole tensors
+};
+
+/// Whether the optimizer `plan` is sharded (ZeRO-1: its layer's ring averagers hand it
+/// spans), and whether it writes a shard of each checkpoint (Note [who writes a
+/// checkpoint] in optimizer_actor.cpp).
+bool optimizer_is_sharded(const actor_plan& plan, const topology& graph, const run_config& config);
+bool optimizer_writes_checkpoints(const actor_plan& plan, const topology& graph,
+                                  const run_config& config);
+
+class optimizer_actor : public device_actor {
+ public:
+  optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings);
+
+ protected:
+  caf::message_handler handlers() override;
+  void connect(const wiring_msg& wiring) override;
+  void release_peers() override;
+  std::string waiting_for() const override;
+
+ private:
+  /// The names of its optimizer state, in buffer order (Note [checkpoint names]).
+  std::vector<std::string> state_names() const;
+  void receive_grads(weight_grads_msg& message);
+  void update(std::int64_t step);
+  /// Sharded optimizer: updates the spans of `reduced` and hands them to the averager.
+  void update_shard(shard_msg& reduced);
+  /// Sharded optimizer: the all-gathered parameters become the next version.
+  void take_gathered(shard_msg& gathered);
+  /// A run of parameters one update job treats: `n` floats of each buffer.
+  struct piece {
+    const float* current;
+    float* next;
+    const float* grad;
+    float* first;   // momentum / first moments (nullptr: SGD without momentum)
+    float* second;  // Adam's second moments
+    std::int64_t n;
+  };
+  /// Submits step `step`'s update of `pieces` to the device; `keep` holds their buffers
+  /// until it has run. Returns the job's event.
+  event submit_update(std::int64_t step, std::vector<piece> pieces, std::vector<tensor> keep);
+  /// Views of `flat` shaped like the parameters, ready when it is.
+  std::vector<tensor> unflatten(const tensor& flat) const;
+  void set_version(std::int64_t version, std::vector<tensor> params);
+  /// Sends the checkpoint writer a copy of version `version` and its state, taken in
+  /// stream order (Note [who writes a checkpoint]).
+  void checkpoint(std::int64_t version);
+  void publish();
+
+  optimizer_actor_settings settings_;
+  std::vector<tensor> params_;      // the current version
+  tensor params_flat_;              // params_ as one buffer, when they are views of one
+  std::int64_t version_ = 0;
+  std::vector<tensor> momentum_;    // sgd: momentum buffers; adam: first moments
+  std::vector<tensor> second_;      // adam: second moments
+  tensor momentum_flat_, second_flat_;  // the two above are views of these
+  caf::actor averager_;             // the sender of our gradients (the sharded exchange)
+  std::uint32_t averager_track_ = 0;
+  std::int64_t requested_checkpoint_ = -1;  // an interrupted run's last version
+  std::vector<std::int64_t> owned_spans_;   // sharded: (offset, size) pairs it updates
+  std::vector<tensor> grad_sum_;    // the step's gradients, summed over grads wires
+  std::int32_t grads_received_ = 0;
+  std::int32_t grads_expected_ = 1; // incoming grads wires
+  std::vector<caf::actor> subscribers_;
+  std::vector<std::uint32_t> subscriber_tracks_;
+  std::string sources_;  // names of the grads wires' senders
+  std::vector<std::pair<std::int64_t, caf::typed_response_promise<std::vector<tensor>>>>
+      waiting_for_version_;
+  kernels::ops::sgd_update::function sgd_ = nullptr;
+  kernels::ops::adam_update::function adam_ = nullptr;
+  kernels::ops::axpy::function axpy_ = nullptr;
+};
+
+}  // namespace troupe
