@@ -37,7 +37,7 @@ namespace troupe {
 // CAF 0.17's BASP delivers a direct message to any actor of the registry by its number,
 // from a peer that never finished a handshake (an outside review forged a node's loss that
 // way), and its transport trusts a header's payload length before anything of ours runs
-// (README "What the secret protects"). With [cluster] tls a peer without a certificate
+// (docs/guide/nodes.md, "Security"). With [cluster] tls a peer without a certificate
 // never speaks BASP (Note [TLS between nodes]).
 //
 // Every node plans the same topology from the same config (the hashes say so), so the
@@ -156,8 +156,8 @@ std::string seconds_text(double seconds) {
 // oldest dropped first (all nodes of a large run say hello within a retry of each other).
 // The join proves the secret again (over the proof's nonces the other way round), so a
 // peer that claims the prover's CAF node id, which BASP lets it, cannot join in its place.
-// Without TLS such a peer can still evict open challenges (README "What the secret
-// protects").
+// Without TLS such a peer can still evict open challenges (docs/guide/nodes.md,
+// "Security").
 constexpr std::size_t max_open_challenges = 256;
 
 struct gate_state {
@@ -768,7 +768,7 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
   }
   port_ = *port;
   // The secret decides who joins; without TLS it cannot keep a host that reaches the port
-  // from CAF's own network code (README "What the secret protects").
+  // from CAF's own network code (docs/guide/nodes.md, "Security").
   if (!is_loopback(node.listen) && !node.tls)
     std::fprintf(stderr,
                  "note: node0 listens on %s without [cluster] tls: any host that reaches its "

@@ -82,7 +82,7 @@ caf::behavior device_actor::make_behavior() {
         // Any node that asks: the one sending may not be the one this actor's wire names
         // (a relay). A peer that asks under invented node names takes the inboxes (at
         // most nodes - 1) and the real writers send over TCP; without tls it could forge
-        // worse (README), with it it cannot connect.
+        // worse (docs/guide/nodes.md, "Security"), with it it cannot connect.
         auto offer = links->offer(to_string(sender->node()));
         if (const auto* why = std::get_if<std::string>(&offer))
           return caf::make_error(caf::sec::runtime_error, *why);
@@ -367,7 +367,7 @@ std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
                                                      net::shm_links& links) {
   links.set_delivery([&system](std::uint64_t dest, const char* data, std::size_t bytes) {
     // Only the kinds of posted_kind are left there, each loaded as its type alone: no type
-    // names, no nesting (CAF's generic loading has holes: README), tensors checked.
+    // names, no nesting (CAF's generic loading has holes: docs/guide/nodes.md), tensors checked.
     auto message = load_posted(system, data, bytes);
     if (!message)
       return;
