@@ -13,7 +13,7 @@ of the rounds, and the range of each round's own ratio. The ratio is predicted /
     /usr/bin/python3 bench/simulate_vs_measured.py [--repeats 3] [--steps 60] [--scale]
 
 Run from the repository root after scripts/build.sh. Benchmarks are not tests: this is
-how the README's table was made.
+how the tables of docs/benchmarks.md ("Prediction") were made.
 """
 import argparse
 import json

@@ -10,7 +10,7 @@
 //
 //   build/troupe_split_gemm_bench [rows [in [out]]]      (defaults: 64 784 256)
 //
-// Not a test; the README's DP2 analysis quotes it.
+// Not a test; docs/benchmarks.md's DP2 analysis quotes it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

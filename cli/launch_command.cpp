@@ -15,7 +15,7 @@
 // stops the run on every node.
 //
 // Not here: across machines (a launcher there, torchrun, Slurm or mpirun, starts one
-// `troupe run` per node: README "Several machines").
+// `troupe run` per node: docs/guide/nodes.md, "Starting the nodes").
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>

@@ -50,7 +50,7 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "the cores the devices share, device k on core k mod cores as troupe run places "
       "them (e.g. 2 to predict four devices on this 2-core machine); handlers, the host "
       "actors' turns (--host-us) and sends to other nodes then take time of a core too "
-      "(docs/simulate.md); 0: a core each")(
+      "(docs/guide/prediction.md); 0: a core each")(
       "search", po::value<std::int64_t>(),
       "try every wiring of the model that fits this many devices (data x pipeline, "
       "micro-batches, schedules) and print the fastest by predicted samples/s, with each "

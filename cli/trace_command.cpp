@@ -1,5 +1,5 @@
 // trace_command.cpp: `troupe trace summary|explain|timeline FILE`: read a trace written by
-// `troupe run --trace` (docs/tracing.md). The analysis and drawing live in
+// `troupe run --trace` (docs/reference/trace-format.md). The analysis and drawing live in
 // runtime/trace_summary and runtime/trace_timeline; this file is options and files only.
 #include <cctype>
 #include <cstdio>
@@ -25,7 +25,8 @@ const char* trace_usage =
     "       troupe trace timeline FILE -o schedule.svg|schedule.html [--steps A:B]\n"
     "                             [--critical-path]\n"
     "\n"
-    "Reads a trace written by troupe run CONFIG.toml --trace FILE (docs/tracing.md).\n"
+    "Reads a trace written by troupe run CONFIG.toml --trace FILE (its format:\n"
+    "docs/reference/trace-format.md; what each command shows: docs/guide/traces.md).\n"
     "  summary   where the time went: per actor (compute, message handling, waiting for\n"
     "            the device, idle), per device (utilisation), per pipeline stage (measured\n"
     "            bubble next to (P - 1) / (M + P - 1)), per wire (messages, bytes) and per\n"
@@ -33,7 +34,7 @@ const char* trace_usage =
     "  explain   why each step took its time: its critical path, the chain of jobs,\n"
     "            messages and waits (for a device, a credit, a tensor) whose times add up\n"
     "            to the step's, and the share of all steps' paths each actor, device and\n"
-    "            wire sits on; the slowest steps first (docs/tracing.md)\n"
+    "            wire sits on; the slowest steps first\n"
     "  timeline  the schedule as a picture: one row per device, forward jobs blue, backward\n"
     "            green, the rest grey, red hatching where a sender ran out of credits;\n"
     "            .svg, or .html (the SVG with a legend and hover details); with\n"

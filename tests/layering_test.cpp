@@ -120,7 +120,7 @@ TEST_CASE("kernels include nothing of troupe's but kernels") {
 }
 
 TEST_CASE("each runtime folder includes only the folders below it, and never actors") {
-  // The order of README.md's layout table: a folder may use those before it.
+  // The order of docs/architecture.md's folder table: a folder may use those before it.
   const std::vector<std::string> order{"base",  "trace",      "core",        "net",
                                        "config", "model",     "data",        "graph",
                                        "plugin", "checkpoint", "trace_tools", "collective",

@@ -80,7 +80,7 @@ caf::behavior device_actor::make_behavior() {
         // Any node that asks: the one sending may not be the one this actor's wire names
         // (a relay). A peer that asks under invented node names takes the inboxes (at
         // most nodes - 1) and the real writers send over TCP; without tls it could forge
-        // worse (README), with it it cannot connect.
+        // worse (docs/guide/nodes.md, "Security"), with it it cannot connect.
         auto offer = links->offer(to_string(sender->node()));
         if (const auto* why = std::get_if<std::string>(&offer))
           return caf::make_error(caf::sec::runtime_error, *why);

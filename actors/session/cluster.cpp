@@ -28,7 +28,7 @@ namespace troupe {
 // CAF 0.17's BASP delivers a direct message to any actor of the registry by its number,
 // from a peer that never finished a handshake (an outside review forged a node's loss that
 // way), and its transport trusts a header's payload length before anything of ours runs
-// (README "What the secret protects"). With [cluster] tls a peer without a certificate
+// (docs/guide/nodes.md, "Security"). With [cluster] tls a peer without a certificate
 // never speaks BASP (Note [TLS between nodes]).
 //
 // Every node plans the same topology from the same config (the hashes say so), so the

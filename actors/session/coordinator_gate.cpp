@@ -36,7 +36,7 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
   }
   port_ = *port;
   // The secret decides who joins; without TLS it cannot keep a host that reaches the port
-  // from CAF's own network code (README "What the secret protects").
+  // from CAF's own network code (docs/guide/nodes.md, "Security").
   if (!is_loopback(node.listen) && !node.tls)
     std::fprintf(stderr,
                  "note: node0 listens on %s without [cluster] tls: any host that reaches its "

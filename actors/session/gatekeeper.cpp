@@ -31,8 +31,8 @@ namespace {
 // oldest dropped first (all nodes of a large run say hello within a retry of each other).
 // The join proves the secret again (over the proof's nonces the other way round), so a
 // peer that claims the prover's CAF node id, which BASP lets it, cannot join in its place.
-// Without TLS such a peer can still evict open challenges (README "What the secret
-// protects").
+// Without TLS such a peer can still evict open challenges (docs/guide/nodes.md,
+// "Security").
 constexpr std::size_t max_open_challenges = 256;
 
 struct gate_state {

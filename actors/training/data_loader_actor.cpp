@@ -184,7 +184,7 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
 // sums changes, so every split gives the single-device step within float rounding.
 // A split moved by each device's measured busy time was tried and not kept: a device
 // thread's busy time does not show that it shares its core or loses time slices to a
-// neighbour process, so it was wrong where balancing would pay (README, [parallel]).
+// neighbour process, so it was wrong where balancing would pay (docs/benchmarks.md).
 
 void data_loader_actor::send_batch(const dataset& source, const std::int64_t* rows,
                                    std::int64_t count, const micro_tag& tag,

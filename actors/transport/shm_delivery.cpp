@@ -182,7 +182,7 @@ std::unique_ptr<stream_poller> deliver_shared_memory(caf::actor_system& system,
                                                      net::shm_links& links) {
   links.set_delivery([&system](std::uint64_t dest, const char* data, std::size_t bytes) {
     // Only the kinds of posted_kind are left there, each loaded as its type alone: no type
-    // names, no nesting (CAF's generic loading has holes: README), tensors checked.
+    // names, no nesting (CAF's generic loading has holes: docs/guide/nodes.md), tensors checked.
     auto message = load_posted(system, data, bytes);
     if (!message)
       return;

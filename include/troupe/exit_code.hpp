@@ -1,7 +1,7 @@
 // exit_code.hpp: what a troupe process (or a session inside one) reports when it ends.
 //
 // One list for the whole code base: user_error carries one, a session's outcome carries
-// one, every CLI command returns one, and the README's list of exit codes is this list.
+// one, every CLI command returns one, and docs/reference/exit-codes.md is this list.
 // It does not decide which failure gets which code; the code that detects a failure does.
 #pragma once
 

@@ -8,7 +8,7 @@
 // buffer without a lock; a buffer holds at most `capacity` events and counts what it
 // drops, and the trace says so. write() produces Chrome Trace Event JSON: one process per
 // device, one track per actor plus one per device stream, flow arrows from each send to
-// its handling, counters, and step markers (docs/tracing.md describes the format).
+// its handling, counters, and step markers (docs/reference/trace-format.md describes the format).
 //
 // A recorder is an object that one session owns; there is no process-wide trace. Code
 // that records (actors, device streams) calls the free functions below, which act on the

@@ -5,7 +5,7 @@
 // Every input a user hands troupe (a config, a trace, a command-line number) is checked
 // against these limits before the expensive work starts, and refused with exit code 2 and
 // a message naming the file (line:col where known), the limit and what was found
-// (Note [input limits]). The README's "Input limits" lists the same numbers.
+// (Note [input limits]). docs/reference/input-limits.md lists the same numbers.
 //
 // Deliberately not here: limits that belong to one format and are documented with it
 // (device indices in runtime/core/device_name.hpp, IDX image sizes in runtime/data/), and

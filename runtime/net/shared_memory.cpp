@@ -62,9 +62,9 @@ namespace troupe::net {
 // stream thread of the reader's process polls the queues between its jobs and while it
 // spins idle (runtime/core/stream_poller.hpp), loads each as the type its first byte
 // names (posted_kind in include/troupe/device_actor.hpp; that type only, whole, so none
-// of CAF's generic loading and its holes, README) and enqueues it to the actor (found by
-// id in CAF's registry, where every device actor of a run with shared memory puts itself
-// when it is made, and the trainer when it starts) as CAF's network thread would; in an
+// of CAF's generic loading and its holes, docs/guide/nodes.md) and enqueues it to the actor
+// (found by id in CAF's registry, where every device actor of a run with shared memory puts
+// itself when it is made, and the trainer when it starts) as CAF's network thread would; in an
 // idle process that is within microseconds, in a busy one when a job ends.
 //
 // Only messages whose receiver does not depend on their order against what still goes
@@ -92,7 +92,7 @@ namespace troupe::net {
 // actors/transport/shm_delivery.hpp); each with a line on stderr (the first few), none reaching an
 // actor.
 //
-// Measured (bench/nodes.py, medians of 5, README): DP2 over two processes at batch 512
+// Measured (bench/nodes.py, medians of 5, docs/benchmarks.md): DP2 over two processes at batch 512
 // from 0.76x to 0.82x of one process with the ring's messages, and to 0.94x-0.96x with
 // the rest (two runs; at batch 128 0.56x, 0.70x, then 0.82x-0.85x).
 

@@ -1,4 +1,5 @@
-// trace_file.cpp: Chrome Trace Event JSON (as docs/tracing.md describes it) into records.
+// trace_file.cpp: Chrome Trace Event JSON (as docs/reference/trace-format.md describes it)
+// into records.
 #include "runtime/trace_tools/trace_file.hpp"
 
 #include <algorithm>

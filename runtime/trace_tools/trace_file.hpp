@@ -1,4 +1,5 @@
-// trace_file.hpp: reading back a trace that `troupe run --trace` wrote (docs/tracing.md).
+// trace_file.hpp: reading back a trace that `troupe run --trace` wrote
+// (docs/reference/trace-format.md).
 //
 // load_trace() parses the Chrome Trace Event JSON into plain records: device-stream jobs,
 // actor handler spans, counters, step markers, and what otherData says about the run

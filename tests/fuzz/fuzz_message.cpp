@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       (void)source(message);
     } catch (const std::runtime_error& e) {
-      // CAF 0.17's own bug, not troupe's (this fuzzer found it; README, "Several nodes"): a
+      // CAF 0.17's own bug, not troupe's (this fuzzer found it; docs/guide/nodes.md): a
       // message holding CAF's built-in `@config_value` with a bad variant index makes
       // caf::inspect(deserializer&, variant&) throw this, from libcaf_core alone (the stack
       // is caf::message::load, type_erased_value_impl<config_value>::load, the variant).

@@ -1,5 +1,6 @@
-// trace_test_trace.hpp: a small hand-made trace in the format of docs/tracing.md, for the
-// trace tools' tests (tests/runtime/trace_tools/trace_tools_test.cpp, tests/cli/trace_command_test.cpp).
+// trace_test_trace.hpp: a small hand-made trace in the format of
+// docs/reference/trace-format.md, for the trace tools' tests
+// (tests/runtime/trace_tools/trace_tools_test.cpp, tests/cli/trace_command_test.cpp).
 //
 // A GPipe run with P = 2 stages on cpu:0 / cpu:1, M = 4 micro-batches, 4 training steps,
 // fixed-length jobs, so every number the summary prints can be worked out by hand. Step n
