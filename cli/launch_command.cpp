@@ -76,84 +76,42 @@ std::string hex(const std::string& bytes) {
   return out;
 }
 
-}  // namespace
+// The command line cut in two: what the launcher reads itself, and what goes on to each node.
+struct launch_arguments {
+  std::vector<std::string> own;     // the launcher's options, then CONFIG.toml
+  std::vector<std::string> passed;  // the `troupe run` options after CONFIG.toml
+  std::string config;               // CONFIG.toml, empty when not given
+};
 
-exit_code launch_command(const std::vector<std::string>& args) {
-  // Everything after CONFIG.toml goes to each `troupe run`: find it first.
-  std::vector<std::string> own;
-  std::vector<std::string> passed;
-  std::string config;
+// Everything after CONFIG.toml goes to each `troupe run`: find it first, so that the options
+// parser sees only the launcher's own.
+launch_arguments split_arguments(const std::vector<std::string>& args) {
+  launch_arguments out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     bool takes_value = a == "-n" || a == "--nodes" || a == "--port" || a == "--plugin";
-    if (config.empty() && !a.empty() && a[0] != '-') {
-      config = a;
+    if (out.config.empty() && !a.empty() && a[0] != '-') {
+      out.config = a;
       continue;
     }
     // After CONFIG.toml the launcher's own options (troupe run has none of these names,
     // and --plugin is every node's either way) are still the launcher's; the rest go on.
-    const bool own_option = config.empty() || a == "-n" || a == "--nodes" || a == "--port" ||
+    const bool own_option = out.config.empty() || a == "-n" || a == "--nodes" || a == "--port" ||
                             a.rfind("--nodes=", 0) == 0 || a.rfind("--port=", 0) == 0;
-    auto& to = own_option ? own : passed;
+    auto& to = own_option ? out.own : out.passed;
     to.push_back(a);
     if (takes_value && i + 1 < args.size())
       to.push_back(args[++i]);
   }
-  if (!config.empty())
-    own.push_back(config);
+  if (!out.config.empty())
+    out.own.push_back(out.config);
+  return out;
+}
 
-  po::options_description options("options");
-  options.add_options()("nodes,n", po::value<int>(), "how many processes (nodes) to start")(
-      "port", po::value<int>(), "the coordinator's port on 127.0.0.1 (default: a free one)");
-  command_line line;
-  if (auto stop = parse_command_line(
-          own, "launch",
-          "Runs CONFIG.toml over N processes on this machine: N copies of\n"
-          "`troupe run CONFIG.toml [run options]`, rank 0 the coordinator (it prints\n"
-          "progress and writes metrics). Options after CONFIG.toml other than -n and\n"
-          "--port go to troupe run (see troupe run --help). Each process is one node\n"
-          "of [cluster]: its devices are those named \"nodeK/cpu:N\", node0's also plain\n"
-          "\"cpu:N\". A fresh shared secret is made unless TROUPE_SECRET or\n"
-          "TROUPE_SECRET_FILE is set. Exit code: the run's (rank 0's, or the first\n"
-          "failing node's).",
-          options, line, "-n N CONFIG.toml"))
-    return *stop;
-  if (!line.values.count("nodes")) {
-    std::fprintf(stderr, "troupe launch: missing -n N (how many processes)\n");
-    return exit_code::bad_input;
-  }
-  // Plugins named before CONFIG.toml are every node's: each `troupe run` loads them.
-  if (line.values.count("plugin"))
-    for (const auto& plugin : line.values["plugin"].as<std::vector<std::string>>())
-      passed.insert(passed.begin(), {"--plugin", plugin});
-  const int nodes = line.values["nodes"].as<int>();
-  if (nodes < 1 || nodes > 64) {
-    std::fprintf(stderr, "troupe launch: -n must be in [1, 64] processes on one machine, got %d\n",
-                 nodes);
-    return exit_code::bad_input;
-  }
-  int port = 0;
-  if (line.values.count("port")) {
-    port = line.values["port"].as<int>();
-    if (port < 1 || port > 65535) {
-      std::fprintf(stderr, "troupe launch: --port must be in [1, 65535], got %d\n", port);
-      return exit_code::bad_input;
-    }
-  } else {
-    port = free_port();
-  }
-  std::string secret;
-  if (std::getenv("TROUPE_SECRET") == nullptr && std::getenv("TROUPE_SECRET_FILE") == nullptr)
-    secret = hex(net::random_nonce(32));
-
-  const auto self = own_executable();
-
-  struct sigaction action {};
-  action.sa_handler = remember_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
+// Starts the N nodes, rank 0 first; apart from the waiting so that a failed start kills just
+// the nodes started before it.
+std::vector<pid_t> spawn_nodes(const std::string& self, const launch_arguments& arguments,
+                               int nodes, int port, const std::string& secret) {
   // Each node in its own process group, so that a Ctrl-C at the terminal reaches the
   // launcher alone, which passes it on to rank 0 once (a second one would stop it at
   // once). TROUPE_LAUNCHER_PID has each node end when the launcher dies (Note [a node
@@ -170,10 +128,10 @@ exit_code launch_command(const std::vector<std::string>& args) {
                              {"TROUPE_LAUNCHER_PID", std::to_string(::getpid())}};
     if (!secret.empty())
       spawn.set_environment.emplace_back("TROUPE_SECRET", secret);
-    std::vector<std::string> arguments{"run", config};
-    arguments.insert(arguments.end(), passed.begin(), passed.end());
+    std::vector<std::string> run_arguments{"run", arguments.config};
+    run_arguments.insert(run_arguments.end(), arguments.passed.begin(), arguments.passed.end());
     try {
-      children.push_back(spawn_process(self, arguments, spawn));
+      children.push_back(spawn_process(self, run_arguments, spawn));
     } catch (const std::system_error& e) {
       for (pid_t child : children)  // no node is left behind
         ::kill(child, SIGKILL);
@@ -182,7 +140,12 @@ exit_code launch_command(const std::vector<std::string>& args) {
       throw user_error(std::string("troupe launch: ") + e.what(), exit_code::run_failed);
     }
   }
+  return children;
+}
 
+// Waits for every node and gives the run's exit code; apart from the starting because the
+// ending (grace, SIGTERM, SIGKILL) is a state machine of its own.
+exit_code wait_for_nodes(const std::vector<pid_t>& children) {
   // Wait for all; after a bad end, the rest get a grace period, then SIGTERM, then SIGKILL.
   using clock = std::chrono::steady_clock;
   std::vector<int> codes(children.size(), -1);
@@ -234,6 +197,66 @@ exit_code launch_command(const std::vector<std::string>& args) {
   if (first_failure >= 0)
     return static_cast<exit_code>(codes[static_cast<std::size_t>(first_failure)]);
   return exit_code::ok;
+}
+
+}  // namespace
+
+exit_code launch_command(const std::vector<std::string>& args) {
+  auto arguments = split_arguments(args);
+
+  po::options_description options("options");
+  options.add_options()("nodes,n", po::value<int>(), "how many processes (nodes) to start")(
+      "port", po::value<int>(), "the coordinator's port on 127.0.0.1 (default: a free one)");
+  command_line line;
+  if (auto stop = parse_command_line(
+          arguments.own, "launch",
+          "Runs CONFIG.toml over N processes on this machine: N copies of\n"
+          "`troupe run CONFIG.toml [run options]`, rank 0 the coordinator (it prints\n"
+          "progress and writes metrics). Options after CONFIG.toml other than -n and\n"
+          "--port go to troupe run (see troupe run --help). Each process is one node\n"
+          "of [cluster]: its devices are those named \"nodeK/cpu:N\", node0's also plain\n"
+          "\"cpu:N\". A fresh shared secret is made unless TROUPE_SECRET or\n"
+          "TROUPE_SECRET_FILE is set. Exit code: the run's (rank 0's, or the first\n"
+          "failing node's).",
+          options, line, "-n N CONFIG.toml"))
+    return *stop;
+  if (!line.values.count("nodes")) {
+    std::fprintf(stderr, "troupe launch: missing -n N (how many processes)\n");
+    return exit_code::bad_input;
+  }
+  // Plugins named before CONFIG.toml are every node's: each `troupe run` loads them.
+  if (line.values.count("plugin"))
+    for (const auto& plugin : line.values["plugin"].as<std::vector<std::string>>())
+      arguments.passed.insert(arguments.passed.begin(), {"--plugin", plugin});
+  const int nodes = line.values["nodes"].as<int>();
+  if (nodes < 1 || nodes > 64) {
+    std::fprintf(stderr, "troupe launch: -n must be in [1, 64] processes on one machine, got %d\n",
+                 nodes);
+    return exit_code::bad_input;
+  }
+  int port = 0;
+  if (line.values.count("port")) {
+    port = line.values["port"].as<int>();
+    if (port < 1 || port > 65535) {
+      std::fprintf(stderr, "troupe launch: --port must be in [1, 65535], got %d\n", port);
+      return exit_code::bad_input;
+    }
+  } else {
+    port = free_port();
+  }
+  std::string secret;
+  if (std::getenv("TROUPE_SECRET") == nullptr && std::getenv("TROUPE_SECRET_FILE") == nullptr)
+    secret = hex(net::random_nonce(32));
+
+  const auto self = own_executable();
+
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  return wait_for_nodes(spawn_nodes(self, arguments, nodes, port, secret));
 }
 
 }  // namespace troupe::cli

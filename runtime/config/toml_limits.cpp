@@ -58,54 +58,89 @@ std::string describe_character(char c) {
   return std::string{"byte 0x"} + digits[byte >> 4] + digits[byte & 15];
 }
 
-}  // namespace
+// The one pass over the text: a class so that lexing (strings, comments, headers) and
+// counting (nesting, dots) are functions of their own that share the position.
+class toml_scanner {
+ public:
+  toml_scanner(std::string_view text, const std::string& file) : text_(text), file_(file) {}
 
-void check_toml_limits(std::string_view text, const std::string& file) {
-  check_control_characters(text, file);
-  int line = 1;
-  int column = 0;  // of text[i], 1-based
-  int depth = 0;
-  int dots = 0;  // dots since the last separator
-  bool line_start = true;  // only spaces and tabs so far on this line
-  // The last character outside strings and comments that is not a space or a tab ('\n'
-  // at the start): a quote opens a string only where TOML can have one, after one of
-  // "\n=[{,." (a key or a value starts there). Elsewhere ("x = -\"a\"") toml++ reads it
-  // as part of a bad bare value, and so does this scan.
-  char last_significant = '\n';
-  std::size_t i = 0;
-  auto at = [&] { return source_position{file, line, column}; };
-  // Advances past text[i], keeping line and column.
-  auto step = [&] {
-    if (text[i] == '\n') {
-      ++line;
-      column = 0;
-    } else {
-      ++column;
+  // Note [non-ASCII outside strings]
+  // TOML allows non-ASCII characters only in strings and comments (bare keys are ASCII,
+  // whitespace is tab and space). toml++ 3's table of non-ASCII whitespace has holes: for
+  // U+00A1 to U+0499 (and more) outside a string it reaches TOML_UNREACHABLE, which is
+  // undefined behaviour in a release build of g++ too (the config fuzzer found it with an
+  // 'é' where a key or value starts). So a byte >= 0x80 outside them is refused here.
+  void run() {
+    while (i_ < text_.size()) {
+      const char c = text_[i_];
+      if (static_cast<unsigned char>(c) >= 0x80)
+        throw config_error(source_position{file_, line_, column_ + 1},
+                           "a non-ASCII character outside a string or a comment; TOML allows "
+                           "them only there (quote the value: \"...\")");
+      const bool opens_string =
+          (c == '"' || c == '\'') &&
+          std::string_view{"\n=[{,."}.find(last_significant_) != std::string_view::npos;
+      if (c == '\n') {
+        line_start_ = true;
+        last_significant_ = '\n';
+      } else if (c != ' ' && c != '\t' && c != '\r') {
+        if (c == '[' && depth_ == 0 && line_start_)
+          check_header_start();
+        line_start_ = false;
+        if (c != '#')
+          last_significant_ = c;
+      }
+      if (opens_string) {
+        skip_string(c, c == '"');
+        continue;
+      }
+      if (c == '#') {
+        while (i_ < text_.size() && text_[i_] != '\n')
+          step();
+        continue;
+      }
+      step();  // column is now c's
+      count(c);
     }
-    ++i;
-  };
-  auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+  }
+
+ private:
+  source_position at() const { return source_position{file_, line_, column_}; }
+
+  // Advances past text[i], keeping line and column.
+  void step() {
+    if (text_[i_] == '\n') {
+      ++line_;
+      column_ = 0;
+    } else {
+      ++column_;
+    }
+    ++i_;
+  }
+
+  bool starts(std::string_view token) const { return text_.substr(i_, token.size()) == token; }
+
   // Skips a string that starts at text[i] with `quote`; `escapes`: backslash escapes.
-  auto skip_string = [&](char quote, bool escapes) {
+  void skip_string(char quote, bool escapes) {
     const std::string triple(3, quote);
     const bool multi_line = starts(triple);
     for (int k = 0; k < (multi_line ? 3 : 1); ++k)
       step();
-    while (i < text.size()) {
-      const char c = text[i];
+    while (i_ < text_.size()) {
+      const char c = text_[i_];
       if (escapes && c == '\\') {
         step();
         // toml++ asks whether what follows a backslash (and, in a multi-line string, the
         // spaces and line breaks after it) is whitespace: Note [non-ASCII outside strings].
         if (multi_line)
-          while (i < text.size() &&
-                 (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+          while (i_ < text_.size() &&
+                 (text_[i_] == ' ' || text_[i_] == '\t' || text_[i_] == '\r' || text_[i_] == '\n'))
             step();
-        if (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80)
-          throw config_error(source_position{file, line, column + 1},
+        if (i_ < text_.size() && static_cast<unsigned char>(text_[i_]) >= 0x80)
+          throw config_error(source_position{file_, line_, column_ + 1},
                              "a non-ASCII character after a backslash in a string; TOML's "
                              "escapes are \\b \\t \\n \\f \\r \\\" \\\\ \\uXXXX and \\UXXXXXXXX");
-        if (i < text.size())
+        if (i_ < text_.size())
           step();
         continue;
       }
@@ -118,74 +153,44 @@ void check_toml_limits(std::string_view text, const std::string& file) {
         for (int k = 0; k < 3; ++k)
           step();
         // Up to two more quotes belong to the string's content ("""a"""" ends in a quote).
-        for (int k = 0; k < 2 && i < text.size() && text[i] == quote; ++k)
+        for (int k = 0; k < 2 && i_ < text_.size() && text_[i_] == quote; ++k)
           step();
         return;
       }
       step();
     }
-  };
+  }
+
   // Note [table headers and toml++]
   // toml++ 3 assumes that a table header's '[' (or "[[") and spaces are followed by a key:
   // a bare key character or a quote (parser.inl, parse_key's TOML_ASSERT_ASSUME). Anything
   // else ("[#", "[.", a '[' alone on its line) trips that assertion (the config fuzzer
   // found it), or in a clang release build is undefined behaviour. So it is refused here.
-  auto check_header_start = [&] {
-    std::size_t j = i + 1;
-    if (j < text.size() && text[j] == '[')
+  void check_header_start() const {
+    std::size_t j = i_ + 1;
+    if (j < text_.size() && text_[j] == '[')
       ++j;
-    while (j < text.size() && (text[j] == ' ' || text[j] == '\t'))
+    while (j < text_.size() && (text_[j] == ' ' || text_[j] == '\t'))
       ++j;
-    if (j == text.size())
+    if (j == text_.size())
       return;  // toml++ reports the end of the file
-    const char first = text[j];
+    const char first = text_[j];
     if (is_bare_key_character(first) || first == '"' || first == '\'' || first == ']')
       return;
-    throw config_error(source_position{file, line, column + 1 + static_cast<int>(j - i)},
+    throw config_error(source_position{file_, line_, column_ + 1 + static_cast<int>(j - i_)},
                        "a table header starts with its name (a letter, digit, _ or -, or a "
                        "quoted string), not " +
                            describe_character(first));
-  };
-  // Note [non-ASCII outside strings]
-  // TOML allows non-ASCII characters only in strings and comments (bare keys are ASCII,
-  // whitespace is tab and space). toml++ 3's table of non-ASCII whitespace has holes: for
-  // U+00A1 to U+0499 (and more) outside a string it reaches TOML_UNREACHABLE, which is
-  // undefined behaviour in a release build of g++ too (the config fuzzer found it with an
-  // 'é' where a key or value starts). So a byte >= 0x80 outside them is refused here.
-  while (i < text.size()) {
-    const char c = text[i];
-    if (static_cast<unsigned char>(c) >= 0x80)
-      throw config_error(source_position{file, line, column + 1},
-                         "a non-ASCII character outside a string or a comment; TOML allows "
-                         "them only there (quote the value: \"...\")");
-    const bool opens_string =
-        (c == '"' || c == '\'') &&
-        std::string_view{"\n=[{,."}.find(last_significant) != std::string_view::npos;
-    if (c == '\n') {
-      line_start = true;
-      last_significant = '\n';
-    } else if (c != ' ' && c != '\t' && c != '\r') {
-      if (c == '[' && depth == 0 && line_start)
-        check_header_start();
-      line_start = false;
-      if (c != '#')
-        last_significant = c;
-    }
-    if (opens_string) {
-      skip_string(c, c == '"');
-      continue;
-    }
-    if (c == '#') {
-      while (i < text.size() && text[i] != '\n')
-        step();
-      continue;
-    }
-    step();  // column is now c's
+  }
+
+  // Counts c, just stepped past, against the limits: apart from the lexing, which decides
+  // which characters reach here, because this is all that toml++ would nest.
+  void count(char c) {
     switch (c) {
       case '[':
       case '{':
-        dots = 0;
-        if (++depth > limits::max_toml_nesting)
+        dots_ = 0;
+        if (++depth_ > limits::max_toml_nesting)
           throw config_error(at(), "arrays, inline tables and table headers nest more than " +
                                        std::to_string(limits::max_toml_nesting) +
                                        " levels deep here; the limit is " +
@@ -194,17 +199,17 @@ void check_toml_limits(std::string_view text, const std::string& file) {
         break;
       case ']':
       case '}':
-        dots = 0;
-        if (depth > 0)
-          --depth;
+        dots_ = 0;
+        if (depth_ > 0)
+          --depth_;
         break;
       case '\n':
       case '=':
       case ',':
-        dots = 0;
+        dots_ = 0;
         break;
       case '.':
-        if (++dots + 1 > limits::max_toml_key_parts)
+        if (++dots_ + 1 > limits::max_toml_key_parts)
           throw config_error(at(), "a dotted key or table header has more than " +
                                        std::to_string(limits::max_toml_key_parts) +
                                        " parts (the limit); a troupe config's keys have at "
@@ -214,6 +219,27 @@ void check_toml_limits(std::string_view text, const std::string& file) {
         break;
     }
   }
+
+  std::string_view text_;
+  const std::string& file_;
+  int line_ = 1;
+  int column_ = 0;  // of text[i], 1-based
+  int depth_ = 0;
+  int dots_ = 0;            // dots since the last separator
+  bool line_start_ = true;  // only spaces and tabs so far on this line
+  // The last character outside strings and comments that is not a space or a tab ('\n'
+  // at the start): a quote opens a string only where TOML can have one, after one of
+  // "\n=[{,." (a key or a value starts there). Elsewhere ("x = -\"a\"") toml++ reads it
+  // as part of a bad bare value, and so does this scan.
+  char last_significant_ = '\n';
+  std::size_t i_ = 0;
+};
+
+}  // namespace
+
+void check_toml_limits(std::string_view text, const std::string& file) {
+  check_control_characters(text, file);
+  toml_scanner(text, file).run();
 }
 
 }  // namespace troupe

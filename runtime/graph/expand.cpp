@@ -102,7 +102,8 @@ stage_split balance_stages(const std::vector<double>& costs, std::int64_t stages
 }
 
 // The one place that says which devices a config may name. Whether a cuda:N is on the
-// machine is known only where it runs (session.cpp); a plan needs no GPU.
+// machine is known only where it runs (run_mode::make_devices in actors/session/run_modes.cpp);
+// a plan needs no GPU.
 std::vector<device_id> runnable_devices(const run_config& config) {
   std::vector<device_id> ids;
   for (const auto& device : config.parallel.devices) {
@@ -190,25 +191,11 @@ std::string replica_prefix(std::int64_t replicas, std::int64_t r) {
   return replicas > 1 ? "r" + std::to_string(r) + "." : "";
 }
 
-}  // namespace
-
-topology expand_shorthand(const run_config& config, const std::vector<shape_t>& shapes) {
+// Refuses a run its devices cannot hold or whose graph is over the limits, before any actor
+// is planned; separate so that expand_shorthand reads as the building alone.
+void check_expansion_fits(const run_config& config, const topology& t, std::int64_t P) {
   const auto& p = config.parallel;
-  topology t;
-  t.devices = runnable_devices(config);
-  t.nodes = config.nodes();
-  t.replicas = p.data;
-  t.microbatches = p.microbatches;
-  t.schedule = p.schedule;
-  t.averaging = p.averaging;
-  t.shapes = shapes;
-  t.inputs = resolve_inputs(config.model);
-  t.outputs = outputs_along(t.inputs, shapes);
-  auto split = split_stages(config, shapes);
-  t.stages = static_cast<std::int64_t>(split.first.size());
-  t.virtual_stages = p.virtual_stages;
-  // P devices a pipeline, S = P v stages (Note [interleaved stages]).
-  const auto R = t.replicas, S = t.stages, P = S / t.virtual_stages, M = t.microbatches;
+  const auto R = t.replicas;
   const auto D = static_cast<std::int64_t>(t.devices.size());
   if (R * P > D && !p.share_devices)
     throw config_error(p.where, "data = " + std::to_string(R) + " replicas x " + std::to_string(P) +
@@ -233,13 +220,45 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
                                     std::to_string(R * edges) +
                                     " activations wires, more than the limit of " +
                                     std::to_string(limits::max_actors));
+}
+
+// For each model layer, the stage that holds it: the split turned around, for the wiring.
+std::vector<std::int64_t> stages_of_layers(const stage_split& split, std::int64_t layers) {
+  const auto S = static_cast<std::int64_t>(split.first.size());
   std::vector<std::int64_t> stage_of(static_cast<std::size_t>(layers));
   for (std::int64_t s = 0; s < S; ++s)
-    for (auto i = split.first[static_cast<std::size_t>(s)]; i <= split.last[static_cast<std::size_t>(s)]; ++i)
+    for (auto i = split.first[static_cast<std::size_t>(s)];
+         i <= split.last[static_cast<std::size_t>(s)]; ++i)
       stage_of[static_cast<std::size_t>(i)] = s;
-  auto device_of = [&](std::int64_t r, std::int64_t s) {
-    return t.devices[static_cast<std::size_t>((r * P + s % P) % D)];
-  };
+  return stage_of;
+}
+
+// Adds the actors and wires of the shorthand to a topology whose fields are set: where an
+// actor runs, the credits of a wire, and the two wirings (layers, then optimizers), a class
+// so that each wiring is a function of its own that shares the placement and the credits.
+class topology_builder {
+ public:
+  // P: devices a pipeline (S / v).
+  topology_builder(topology& t, const parallel_section& p, std::vector<std::int64_t> stage_of,
+                   std::int64_t P)
+      : t_(t),
+        p_(p),
+        stage_of_(std::move(stage_of)),
+        pipeline_(P),
+        device_count_(static_cast<std::int64_t>(t.devices.size())) {}
+
+  void add_layers(const run_config& config);
+  void add_optimizers(const run_config& config, const std::vector<shape_t>& shapes);
+
+ private:
+  std::int64_t stage_of(std::int64_t layer) const {
+    return stage_of_[static_cast<std::size_t>(layer)];
+  }
+
+  device_id device_of(std::int64_t r, std::int64_t s) const {
+    return t_.devices[static_cast<std::size_t>((r * pipeline_ + s % pipeline_) % device_count_)];
+  }
+
   // Credits of the activations wire into stage s (Note [credits] in credit_outbox.hpp).
   // Stages that wait for their turns (interleaved, and ZB-H1 when a replica's stages have
   // a device each: topology::takes_turns, which is P <= D here) get M each, and their device's
@@ -248,11 +267,12 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   // credit comes back as the reader submits its backward (Note [credits back on arrival]
   // in actors/training/layer_actor.cpp), and the layers' stash limit keeps its bound, P
   // micro-batches per stage (weight gradients still to run keep theirs).
-  const bool turns = t.virtual_stages > 1 || (t.schedule == pipeline_schedule::zb_h1 && P <= D);
-  auto capacity_into = [&](std::int64_t s) -> std::int64_t {
+  std::int64_t capacity_into(std::int64_t s) const {
+    const auto P = pipeline_, D = device_count_, M = t_.microbatches;
+    const bool turns = t_.virtual_stages > 1 || (t_.schedule == pipeline_schedule::zb_h1 && P <= D);
     if (turns)
       return M;
-    switch (t.schedule) {
+    switch (t_.schedule) {
       case pipeline_schedule::gpipe:
         return M;
       case pipeline_schedule::one_f_one_b:
@@ -260,9 +280,10 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
         return P - s;
     }
     return M;
-  };
-  auto add_actor = [&](std::string name, actor_kind kind, device_id device, std::int64_t replica,
-                       std::int64_t stage, std::int64_t layer) -> actor_plan& {
+  }
+
+  actor_plan& add_actor(std::string name, actor_kind kind, device_id device, std::int64_t replica,
+                        std::int64_t stage, std::int64_t layer) {
     actor_plan a;
     a.name = std::move(name);
     a.kind = kind;
@@ -270,30 +291,42 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     a.replica = static_cast<std::int32_t>(replica);
     a.stage = static_cast<std::int32_t>(stage);
     a.layer = static_cast<std::int32_t>(layer);
-    a.where = p.where;
-    t.actors.push_back(std::move(a));
-    return t.actors.back();
-  };
-  auto add_wire = [&](const std::string& from, const std::string& to, wire_kind kind,
-                      std::int64_t capacity) {
-    t.wires.push_back(wire_plan{from, to, kind, capacity, p.where});
-  };
+    a.where = p_.where;
+    t_.actors.push_back(std::move(a));
+    return t_.actors.back();
+  }
 
+  void add_wire(const std::string& from, const std::string& to, wire_kind kind,
+                std::int64_t capacity) {
+    t_.wires.push_back(wire_plan{from, to, kind, capacity, p_.where});
+  }
+
+  topology& t_;
+  const parallel_section& p_;
+  std::vector<std::int64_t> stage_of_;  // stage_of_[i]: the stage of model layer i
+  std::int64_t pipeline_;               // P
+  std::int64_t device_count_;           // D: [parallel] devices, before the unused go
+};
+
+// The loader, then each replica's layers (a wire per input) and its loss: the forward path.
+void topology_builder::add_layers(const run_config& config) {
+  const auto R = t_.replicas, S = t_.stages;
+  const auto layers = static_cast<std::int64_t>(config.model.layers.size());
   add_actor("loader", actor_kind::data_loader, device_of(0, 0), -1, -1, -1);
   for (std::int64_t r = 0; r < R; ++r) {
     auto prefix = replica_prefix(R, r);
     auto layer_name = [&](std::int64_t i) { return prefix + "layer_" + std::to_string(i); };
     for (std::int64_t i = 0; i < layers; ++i) {
-      auto s = stage_of[static_cast<std::size_t>(i)];
+      auto s = stage_of(i);
       auto& a = add_actor(layer_name(i), actor_kind::layer, device_of(r, s), r, s, i);
       a.math = config.model.layers[static_cast<std::size_t>(i)];
       // One wire per input, in the order the layer names them.
-      for (auto j : t.inputs[static_cast<std::size_t>(i)]) {
+      for (auto j : t_.inputs[static_cast<std::size_t>(i)]) {
         if (j == data_input) {
           add_wire("loader", layer_name(i), wire_kind::activations, capacity_into(s));
           continue;
         }
-        auto from = stage_of[static_cast<std::size_t>(j)];
+        auto from = stage_of(j);
         add_wire(layer_name(j), layer_name(i), wire_kind::activations,
                  from != s ? capacity_into(from + 1) : 0);
       }
@@ -303,22 +336,29 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
     add_wire(layer_name(layers - 1), loss, wire_kind::activations, 0);
     add_wire("loader", loss, wire_kind::labels, 0);
   }
+}
 
+// For each layer with parameters, its optimizer and averagers as [parallel] averaging
+// wires them: the update path, after every layer exists.
+void topology_builder::add_optimizers(const run_config& config,
+                                      const std::vector<shape_t>& shapes) {
+  const auto R = t_.replicas;
+  const auto layers = static_cast<std::int64_t>(config.model.layers.size());
   for (std::int64_t i = 0; i < layers; ++i) {
     auto math = create_layer(config.model.layers[static_cast<std::size_t>(i)]);
     if (math->parameters(shapes[static_cast<std::size_t>(i)]).empty())
       continue;
-    auto s = stage_of[static_cast<std::size_t>(i)];
+    auto s = stage_of(i);
     auto suffix = "_" + std::to_string(i);
     auto layer_name = [&](std::int64_t r) { return replica_prefix(R, r) + "layer" + suffix; };
     if (R == 1) {
       add_actor("optimizer" + suffix, actor_kind::optimizer, device_of(0, s), -1, s, i);
       add_wire(layer_name(0), "optimizer" + suffix, wire_kind::grads, 0);
       add_wire("optimizer" + suffix, layer_name(0), wire_kind::params, 0);
-    } else if (t.averaging == averaging_method::central) {
+    } else if (t_.averaging == averaging_method::central) {
       auto& averager = add_actor("avg" + suffix, actor_kind::averager, device_of(0, s), -1, s, i);
       averager.method = averaging_method::central;
-      averager.method_where = p.where;
+      averager.method_where = p_.where;
       add_actor("optimizer" + suffix, actor_kind::optimizer, device_of(0, s), -1, s, i);
       for (std::int64_t r = 0; r < R; ++r) {
         add_wire(layer_name(r), "avg" + suffix, wire_kind::grads, 0);
@@ -330,11 +370,11 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
         auto prefix = replica_prefix(R, r);
         auto& averager =
             add_actor(prefix + "avg" + suffix, actor_kind::averager, device_of(r, s), r, s, i);
-        averager.method = t.averaging;  // ring or gloo: the same actors, ring wires or none
-        averager.method_where = p.where;
+        averager.method = t_.averaging;  // ring or gloo: the same actors, ring wires or none
+        averager.method_where = p_.where;
         add_actor(prefix + "optimizer" + suffix, actor_kind::optimizer, device_of(r, s), r, s, i);
         add_wire(layer_name(r), prefix + "avg" + suffix, wire_kind::grads, 0);
-        if (t.averaging == averaging_method::ring)
+        if (t_.averaging == averaging_method::ring)
           add_wire(prefix + "avg" + suffix, replica_prefix(R, (r + 1) % R) + "avg" + suffix,
                    wire_kind::ring, 0);
         add_wire(prefix + "avg" + suffix, prefix + "optimizer" + suffix, wire_kind::grads, 0);
@@ -342,6 +382,32 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
       }
     }
   }
+}
+
+}  // namespace
+
+topology expand_shorthand(const run_config& config, const std::vector<shape_t>& shapes) {
+  const auto& p = config.parallel;
+  topology t;
+  t.devices = runnable_devices(config);
+  t.nodes = config.nodes();
+  t.replicas = p.data;
+  t.microbatches = p.microbatches;
+  t.schedule = p.schedule;
+  t.averaging = p.averaging;
+  t.shapes = shapes;
+  t.inputs = resolve_inputs(config.model);
+  t.outputs = outputs_along(t.inputs, shapes);
+  auto split = split_stages(config, shapes);
+  t.stages = static_cast<std::int64_t>(split.first.size());
+  t.virtual_stages = p.virtual_stages;
+  // P devices a pipeline, S = P v stages (Note [interleaved stages]).
+  const auto P = t.stages / t.virtual_stages;
+  check_expansion_fits(config, t, P);
+  const auto layers = static_cast<std::int64_t>(config.model.layers.size());
+  topology_builder builder(t, p, stages_of_layers(split, layers), P);
+  builder.add_layers(config);
+  builder.add_optimizers(config, shapes);
   // Only the devices actors use are created.
   std::vector<device_id> used;
   for (const auto& a : t.actors)

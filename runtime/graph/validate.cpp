@@ -845,7 +845,7 @@ class validator {
 
   void check_batch() const {
     if (config_.parallel.balance != replica_balance::even)
-      return;  // an uneven split: balanced_rows() in actors/session/session.cpp checks it
+      return;  // an uneven split: weighted_rows() in actors/session/prepare.cpp checks it
     auto parts = t_.replicas * t_.microbatches;
     if (config_.data.batch_size % parts != 0)
       fail(config_.parallel.where,

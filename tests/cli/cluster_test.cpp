@@ -499,7 +499,7 @@ TEST_CASE("node0 beyond loopback needs a secret, and without tls says what is ex
 }
 
 TEST_CASE("hellos from a peer without the secret neither end the run nor lock out the worker") {
-  // Note [who may claim a rank] in actors/session/cluster.cpp. Before: one hello claiming another
+  // Note [who may claim a rank] in actors/session/gatekeeper.cpp. Before: one hello claiming another
   // config ended node0 with exit 2 (blaming node1), and hellos with the right hashes (a
   // config file is no secret) replaced the challenge the real worker was answering, which
   // was then refused as if it lacked the secret.
