@@ -42,8 +42,8 @@ def nodes_of(config):
 
 def step_ms(trace):
     """The mean time between the training steps' last jobs after step 0, without the
-    slowest and fastest tenth, in ms: what troupe simulate reports (step_period_us in
-    actors/tools/simulate.cpp)."""
+    slowest and fastest tenth, in ms: what troupe simulate and trace summary report
+    (Note [step time] in runtime/trace_tools/steps.hpp)."""
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
     ends = {}

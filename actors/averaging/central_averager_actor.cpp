@@ -79,7 +79,7 @@ void central_averager_actor::receive(weight_grads_msg& message) {
       ++step.summed;
       continue;
     }
-    auto label = job_for_step("reduce", message.step, settings_.replica);
+    auto label = job_for_step(job_kind::reduce, message.step, settings_.replica);
     for (const auto& g : add)
       label.bytes += static_cast<std::int64_t>(g.bytes());  // the simulator prices it by them
     done = work.submit(

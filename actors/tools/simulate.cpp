@@ -40,6 +40,7 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/base/text_format.hpp"
 #include "runtime/core/simulation.hpp"
+#include "runtime/trace_tools/steps.hpp"
 #include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "troupe/error.hpp"
@@ -70,7 +71,7 @@ class job_prices {
 
   std::int64_t operator()(const job_label& label, const device_id& device,
                           const std::string& actor_name) const {
-    const std::string name = label.name;
+    const auto kind = job_kind_of(label.name);
     const actor_plan* actor = nullptr;
     auto found = actors_.find(actor_name);
     if (found != actors_.end())
@@ -90,28 +91,28 @@ class job_prices {
       return gb_per_s > 0 ? static_cast<std::int64_t>(static_cast<double>(bytes) / gb_per_s) : 0;
     };
     if (layer != nullptr && actor->kind == actor_kind::layer) {
-      if (name == "forward")
+      if (kind == job_kind::forward)
         return us(layer->forward_us * row_scale);
-      if (name == "backward")
+      if (kind == job_kind::backward)
         return us((zb_h1_ && layer->backward_input_us >= 0 ? layer->backward_input_us
                                                            : layer->backward_us) *
                   row_scale);
-      if (name == "backward_weight")
+      if (kind == job_kind::backward_weight)
         return us(std::max(0.0, layer->backward_weight_us) * row_scale);
     }
-    if (name == "loss")
+    if (kind == job_kind::loss)
       return us(costs_.loss_us * row_scale);
-    if (name == "update" && layer != nullptr)
+    if (kind == job_kind::update && layer != nullptr)
       return static_cast<std::int64_t>(costs_.update_ns_per_parameter *
                                        static_cast<double>(layer->parameters));
-    if (name == "copy") {
+    if (kind == job_kind::copy) {
       if (link_.given && label.from_node >= 0 && label.from_node != device.node)
         return static_cast<std::int64_t>(static_cast<double>(label.bytes) / link_.bytes_per_ns);
       return bytes_at(label.bytes, costs_.copy_gb_per_s);
     }
-    if (name == "load")
+    if (kind == job_kind::load)
       return bytes_at(label.bytes, costs_.load_gb_per_s);
-    if (name == "reduce")
+    if (kind == job_kind::reduce)
       return bytes_at(label.bytes, costs_.reduce_gb_per_s);
     ++unpriced_;
     return 0;
@@ -145,7 +146,7 @@ class job_prices {
 std::vector<device_memory> device_memories(const trace_file& trace, const topology& graph) {
   std::set<std::string> split;  // layers with weight-gradient jobs
   for (const auto& j : trace.jobs)
-    if (j.name == "backward_weight")
+    if (j.kind == job_kind::backward_weight)
       split.insert(j.actor);
   struct change {
     double time;
@@ -159,9 +160,9 @@ std::vector<device_memory> device_memories(const trace_file& trace, const topolo
     if (track == nullptr || track->kind != "layer")
       continue;
     stage_of[j.actor] = track->stage;
-    if (j.name == "forward")
+    if (j.kind == job_kind::forward)
       changes[track->device].push_back({j.start_us, +1, j.actor});
-    else if (j.name == (split.count(j.actor) > 0 ? "backward_weight" : "backward"))
+    else if (j.kind == (split.count(j.actor) > 0 ? job_kind::backward_weight : job_kind::backward))
       changes[track->device].push_back({j.end_us(), -1, j.actor});
   }
   std::vector<device_memory> out;
@@ -206,36 +207,6 @@ double number_with_unit(const std::string& text, std::size_t& at, const std::str
 }
 
 }  // namespace
-
-double step_period_us(const trace_file& trace, double* first_us) {
-  std::map<std::int64_t, double> ends;  // each training step's last job's end
-  double first = -1;
-  for (const auto& j : trace.jobs) {
-    if (j.step < 0 || j.eval)
-      continue;
-    ends[j.step] = std::max(ends[j.step], j.end_us());
-    if (first < 0 || j.start_us < first)
-      first = j.start_us;
-  }
-  if (first_us != nullptr)
-    *first_us = ends.empty() ? 0 : ends.begin()->second - first;
-  // The mean of the steps after the first without the slowest and fastest tenth: one slow
-  // step (a page fault storm, another process on the machine) does not move it, and steps
-  // that overlap (a model without parameters: nothing orders one step after the next) and
-  // end in pairs, one at once after the other, still average to their period.
-  std::vector<double> periods;
-  for (auto it = std::next(ends.begin()); it != ends.end(); ++it)
-    periods.push_back((it->second - std::prev(it)->second) /
-                      static_cast<double>(it->first - std::prev(it)->first));
-  if (periods.empty())
-    return 0;
-  std::sort(periods.begin(), periods.end());
-  const auto cut = periods.size() / 10;
-  double sum = 0;
-  for (std::size_t i = cut; i < periods.size() - cut; ++i)
-    sum += periods[i];
-  return sum / static_cast<double>(periods.size() - 2 * cut);
-}
 
 link_cost parse_link(const std::string& whole) {
   std::string text = whole;
@@ -388,7 +359,9 @@ prediction simulate_run(const run_config& original, const calibration& costs,
                      " events: the prediction would be wrong; simulate fewer --steps");
   p.explanation = explain_trace(trace);
   p.explanation.path = "simulated " + original.path;
-  p.step_us = step_period_us(trace, &p.first_step_us);
+  const auto steps = step_windows(trace);  // Note [step time]
+  p.step_us = run_step_time_us(steps);
+  p.first_step_us = steps.empty() ? 0 : steps.front().time_us();
   p.samples_per_second =
       p.step_us > 0 ? static_cast<double>(p.batch_size) / (p.step_us * 1e-6) : 0;
   const auto summary = summarize_trace(trace);

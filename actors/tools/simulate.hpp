@@ -6,8 +6,8 @@
 // scaled to the rows it computes, and a copy between nodes takes a link's latency plus
 // its bytes over the link's bandwidth. Any number of devices and nodes run in this one
 // process. The run is recorded as a trace in virtual time, and the prediction is read
-// from it with the same tools as a measured trace: step time and samples/s (step_period_us),
-// the bubble of each pipeline stage (summary.hpp), each device's peak of micro-batches held
+// from it with the same tools as a measured trace: step time and samples/s (Note [step
+// time] in runtime/trace_tools/steps.hpp), the bubble of each pipeline stage (summary.hpp), each device's peak of micro-batches held
 // and every step's critical path (critical_path.hpp). See Note [what a job costs] in the .cpp.
 #pragma once
 
@@ -72,7 +72,7 @@ struct prediction {
   std::int64_t microbatches = 1;
   std::int64_t batch_size = 0;
   std::string schedule;
-  double step_us = 0;        // step_period_us: the (trimmed) mean step after the first
+  double step_us = 0;        // the run's step time (Note [step time])
   double first_step_us = 0;  // the first: pipelines fill, pools warm
   double samples_per_second = 0;
   double theory_bubble = 0;  // (P - 1) / (M + P - 1) and the like (trace summary)
@@ -89,12 +89,6 @@ struct prediction {
   double host_us = 0;               // what a host turn took of a core (with cores)
   double contention = 1;            // what a job took longer with another device computing
 };
-
-/// A run's step time from its trace: the mean, over the steps after the first less the
-/// slowest and the fastest tenth, of the time from the end of the step before's last job
-/// to the end of its own (training jobs only). The same for a measured trace and a simulated one; first_us gets step 0's (from the
-/// first job). 0 with < 2 steps.
-double step_period_us(const trace_file& trace, double* first_us = nullptr);
 
 /// Runs `config` simulated. `costs` is a calibration of the same model (its layers by
 /// index; rows may differ: times scale with rows). Throws config_error / user_error for a

@@ -175,7 +175,7 @@ void batch_assembler_actor::assemble(batch_rows_msg& message) {
   device_id where;
   device_id::parse(message.device, where);  // check() held
   auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
-                       job_for("load", message.tag));
+                       job_for(job_kind::load, message.tag));
   // Sent on behalf of the loader: the stamp is its send, which the first layer's
   // handling ends, so no handling of our own is recorded.
   send(message.first_layer, activation_msg{message.tag, std::move(x), message.trace});

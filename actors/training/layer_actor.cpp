@@ -499,7 +499,7 @@ void layer_actor::send_release(const micro_tag& tag) {
 tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, const char* job) {
   auto& device = *settings_->on;
   for (auto& part : parts)
-    part = arrive(part, device, job_for("copy", tag));
+    part = arrive(part, device, job_for(job_kind::copy, tag));
   if (parts.size() == 1)
     return parts.front();
   auto sum = tensor::empty(parts.front().shape(), dtype::f32, device.id());
@@ -576,7 +576,7 @@ void layer_actor::forward(pass& work) {
     finish_forward(tag, y.shape(), {}, std::move(y));
     return;
   }
-  auto x = arrive(message.x, device, job_for("copy", tag));
+  auto x = arrive(message.x, device, job_for(job_kind::copy, tag));
   shape_t y_shape{x.dim(0)};
   y_shape.insert(y_shape.end(), output_shape_.begin(), output_shape_.end());
   tensor y = tensor::empty(std::move(y_shape), dtype::f32, device.id());
@@ -595,7 +595,7 @@ void layer_actor::forward(pass& work) {
           throw std::runtime_error(describe(*settings, "forward", tag) + ": " + e.what());
         }
       },
-      job_for("forward", tag));
+      job_for(job_kind::forward, tag));
   y.set_ready(done);
   last_job_ = done;
   finish_forward(tag, x.shape(), std::move(saved), std::move(y));
@@ -677,7 +677,7 @@ void layer_actor::backward(pass& work) {
               throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
             }
           },
-          job_for("backward", tag));
+          job_for(job_kind::backward, tag));
     holding_->fetch_add(1, std::memory_order_relaxed);  // until the job has run
     done = device.work().submit_when_idle(  // Note [split backward]
         [settings = settings_, context, entry = std::move(entry), dy, grads = grads_, accumulate,
@@ -691,7 +691,7 @@ void layer_actor::backward(pass& work) {
           }
           holding->fetch_sub(1, std::memory_order_relaxed);
         },
-        job_for("backward_weight", tag));
+        job_for(job_kind::backward_weight, tag));
     weight_jobs_.push_back(done);
   } else {
     done = device.work().submit(
@@ -704,7 +704,7 @@ void layer_actor::backward(pass& work) {
             throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
           }
         },
-        job_for("backward", tag));
+        job_for(job_kind::backward, tag));
     last_job_ = done;
   }
   record_counter("stash", 0, held());

@@ -173,7 +173,7 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
         gpu->copy(static_cast<char*>(host_sums.raw()) + sizeof(float), correct.raw(),
                   sizeof(std::int32_t));
       },
-      job_for("loss", tag));
+      job_for(job_kind::loss, tag));
   if (gpu != nullptr)
     done.then([host_sums, report] {
       std::int32_t right = 0;

@@ -368,7 +368,7 @@ void optimizer_actor::checkpoint(std::int64_t version) {
                copies[i].raw());
         copied->store(true);
       },
-      job_for_step("checkpoint", version));
+      job_for_step(job_kind::checkpoint, version));
   for (auto& c : copies)
     c.set_ready(done);
   const auto file = "layer-" + std::to_string(settings_.layer_index) +
@@ -410,7 +410,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
             sgd_update(context, p.n, p.current, p.next, p.grad, momentum ? p.first : nullptr, sgd);
         }
       },
-      job_for_step("update", step));
+      job_for_step(job_kind::update, step));
 }
 
 }  // namespace troupe

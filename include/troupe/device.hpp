@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -65,8 +66,58 @@ namespace gpu {
 class queue;  // runtime/core/gpu.hpp: a GPU's work queue
 }  // namespace gpu
 
+/// What a job does, as troupe's own actors say it. Traces name a job by job_kind_name();
+/// the trace tools, `troupe calibrate` and the simulator read it back with job_kind_of(),
+/// so the kinds are spelled in one place. A plugin's jobs have names of their own and read
+/// back as `other`.
+enum class job_kind : std::uint8_t {
+  other,            // not one of troupe's: a plugin's job, or an unlabelled one ("job")
+  forward,          // a layer's forward pass of one micro-batch
+  backward,         // a layer's backward (with a split backward, its input-gradient part)
+  backward_weight,  // the weight-gradient part of a split backward (ZB-H1)
+  loss,             // the loss of a micro-batch and its gradient
+  update,           // an optimizer's step
+  checkpoint,       // an optimizer's copy of its state for a checkpoint
+  reduce,           // an averager's sums of gradient chunks
+  copy,             // a tensor moved to another device or node
+  load,             // a batch gathered onto the device that reads it
+  wait,             // a stream waiting for another stream's event
+};
+
+/// Every kind, in the enum's order (the trace tools' tables and their tests read it).
+constexpr job_kind all_job_kinds[] = {
+    job_kind::other, job_kind::forward,    job_kind::backward, job_kind::backward_weight,
+    job_kind::loss,  job_kind::update,     job_kind::checkpoint, job_kind::reduce,
+    job_kind::copy,  job_kind::load,       job_kind::wait};
+
+/// The name of a kind in traces: "forward", "backward_weight", ...; "job" for `other`.
+constexpr const char* job_kind_name(job_kind kind) {
+  switch (kind) {
+    case job_kind::forward: return "forward";
+    case job_kind::backward: return "backward";
+    case job_kind::backward_weight: return "backward_weight";
+    case job_kind::loss: return "loss";
+    case job_kind::update: return "update";
+    case job_kind::checkpoint: return "checkpoint";
+    case job_kind::reduce: return "reduce";
+    case job_kind::copy: return "copy";
+    case job_kind::load: return "load";
+    case job_kind::wait: return "wait";
+    case job_kind::other: break;
+  }
+  return "job";
+}
+
+/// The kind a job's name in a trace stands for; `other` for a name that is not troupe's.
+inline job_kind job_kind_of(std::string_view name) {
+  for (auto kind : all_job_kinds)
+    if (kind != job_kind::other && name == job_kind_name(kind))
+      return kind;
+  return job_kind::other;
+}
+
 /// What a job is, for traces: which actor submitted it, doing what, for which micro-batch.
-/// `name` must have static storage ("forward", "backward", "copy", ...).
+/// `name` must have static storage: job_kind_name(kind) for troupe's own jobs.
 struct job_label {
   const char* name = "job";
   std::uint32_t actor = 0;  // the submitting actor's trace track

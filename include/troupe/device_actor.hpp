@@ -318,6 +318,13 @@ class device_actor : public caf::event_based_actor {
     label.source = source_;
     return label;
   }
+  /// The same for troupe's own kinds of job (job_kind_name).
+  job_label job_for(job_kind kind, const micro_tag& tag, std::int64_t bytes = 0) const {
+    return job_for(job_kind_name(kind), tag, bytes);
+  }
+  job_label job_for_step(job_kind kind, std::int64_t step, std::int32_t replica = -1) const {
+    return job_for_step(job_kind_name(kind), step, replica);
+  }
 
  private:
   std::string name_;

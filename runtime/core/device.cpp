@@ -649,14 +649,14 @@ void stream::wait_for(const event& e) {
     return;
   }
   if (world_ == nullptr) {
-    enqueue([e] { e.wait(); }, false, job_label{"wait"});
+    enqueue([e] { e.wait(); }, false, job_label{job_kind_name(job_kind::wait)});
     return;
   }
   // A simulated stream's wait holds its place until the event is reached (simulation.cpp).
   bool sleeping;
   {
     std::lock_guard<std::mutex> guard{mutex_};
-    queue_.push_back(entry{nullptr, false, job_label{"wait"}, 0, false, e});
+    queue_.push_back(entry{nullptr, false, job_label{job_kind_name(job_kind::wait)}, 0, false, e});
     ++submitted_;
     sleeping = worker_sleeping_;
   }

@@ -35,7 +35,7 @@ tensor arrive(const tensor& t, device& here, job_label label) {
   auto copy = tensor::empty(t.shape(), t.type(), here.id());
   auto& work = here.work();
   work.wait_for(t.ready());
-  label.name = "copy";
+  label.name = job_kind_name(job_kind::copy);
   label.bytes = static_cast<std::int64_t>(t.bytes());
   label.from_node = t.device().node;
   if (auto* queue = work.gpu()) {

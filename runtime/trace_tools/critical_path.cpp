@@ -1,6 +1,8 @@
 // critical_path.cpp: the walk of Note [critical path] and its two renderings.
 #include "runtime/trace_tools/critical_path.hpp"
 
+#include "runtime/trace_tools/steps.hpp"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -415,46 +417,32 @@ const char* path_kind_name(path_kind kind) {
 }
 
 trace_explanation explain_trace(const trace_file& trace, std::int64_t only_step) {
-  // The steps' windows and last jobs, as summary.hpp defines a step.
-  struct window {
-    double start = 0;
-    std::size_t last = 0;
-  };
-  std::map<std::int64_t, window> windows;
-  for (std::size_t i = 0; i < trace.jobs.size(); ++i) {
-    const auto& j = trace.jobs[i];
-    if (j.eval || j.step < 0)
-      continue;
-    auto [it, added] = windows.try_emplace(j.step, window{j.start_us, i});
-    auto& w = it->second;
-    w.start = std::min(w.start, j.start_us);
-    if (j.end_us() > trace.jobs[w.last].end_us())
-      w.last = i;
-  }
+  // The steps' windows and last jobs (Note [step time] in steps.hpp).
+  const auto windows = step_windows(trace);
   if (windows.empty())
     throw user_error(trace.path + ": no training steps in the trace (no train-phase jobs)");
-  if (only_step >= 0 && windows.count(only_step) == 0)
+  auto has_step = [&](std::int64_t n) {
+    return std::any_of(windows.begin(), windows.end(),
+                       [n](const step_window& w) { return w.step == n; });
+  };
+  if (only_step >= 0 && !has_step(only_step))
     throw user_error(trace.path + ": no step " + std::to_string(only_step) + " in the trace; it has steps " +
-                     std::to_string(windows.begin()->first) + " to " +
-                     std::to_string(windows.rbegin()->first));
+                     std::to_string(windows.front().step) + " to " +
+                     std::to_string(windows.back().step));
   trace_explanation out;
   out.path = trace.path;
   walker walk(trace);
   tally all;
-  double previous_end = -1e300;
-  for (const auto& [number, w] : windows) {
-    // A step starts where the one before ended, or at its first job if that is later:
-    // the loader prepares batches steps ahead, so first jobs say little.
-    const double end = trace.jobs[w.last].end_us();
-    const double start = std::min(end, std::max(w.start, previous_end));
-    previous_end = end;
+  for (const auto& w : windows) {
+    const auto number = w.step;
+    const double start = w.start_us;
     if (only_step >= 0 && number != only_step)
       continue;
     step_explanation step;
     step.step = number;
     step.start_us = start;
-    step.time_us = end - start;
-    step.path = walk.walk(w.last, start);
+    step.time_us = w.time_us();
+    step.path = walk.walk(w.last_job, start);
     std::reverse(step.path.begin(), step.path.end());
     tally mine;
     for (const auto& p : step.path) {

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_input.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::trace {
@@ -11,13 +12,10 @@ namespace {
 
 using json = nlohmann::json;
 
+// A node's trace is a peer's text: read through the limits every trace reader uses (its
+// nesting measured before nlohmann recurses, repeated keys refused).
 json parse(const std::string& text, const std::string& whose) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw user_error("the trace of " + whose + " is not JSON (at byte " + std::to_string(e.byte) +
-                     ")");
-  }
+  return parse_untrusted_json(text.data(), text.data() + text.size(), "the trace of " + whose);
 }
 
 // Process ids of node k start here: far above any one node's device count.

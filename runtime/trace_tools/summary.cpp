@@ -11,25 +11,23 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/text_format.hpp"
+#include "runtime/trace_tools/steps.hpp"
 
 namespace troupe {
 
 namespace {
 
-bool is_compute(const std::string& job) {
-  return job == "forward" || job == "backward" || job == "backward_weight" || job == "loss" ||
-         job == "update";
+bool is_compute(job_kind job) {
+  return job == job_kind::forward || job == job_kind::backward ||
+         job == job_kind::backward_weight || job == job_kind::loss || job == job_kind::update;
 }
 // Data movement: copies between devices, averaging, batches loaded onto their device.
-bool is_communication(const std::string& job) {
-  return job == "copy" || job == "reduce" || job == "load";
+bool is_communication(job_kind job) {
+  return job == job_kind::copy || job == job_kind::reduce || job == job_kind::load;
 }
 
 // Per-step accumulation before the busiest device is known.
 struct step_accumulator {
-  double start = 0;
-  double end = 0;
-  bool seen = false;
   std::map<std::string, double> device_busy, device_compute, device_communication, actor_busy;
 };
 
@@ -112,9 +110,10 @@ void summarize_pipeline(const trace_file& trace, trace_summary& out) {
   for (const auto& job : trace.jobs) {
     if (job.eval)
       continue;
-    if (job.name == "forward" || job.name == "backward" || job.name == "loss")
+    if (job.kind == job_kind::forward || job.kind == job_kind::backward ||
+        job.kind == job_kind::loss)
       work_by_device[job.device] += job.duration_us;
-    if (job.name == "backward_weight") {
+    if (job.kind == job_kind::backward_weight) {
       work_by_device[job.device] += job.duration_us;
       weight_by_device[job.device] += job.duration_us;
     }
@@ -238,22 +237,22 @@ void summarize_steps(const trace_file& trace, trace_summary& out) {
     if (job.eval || job.step < 0)
       continue;
     auto& s = steps[job.step];
-    s.start = s.seen ? std::min(s.start, job.start_us) : job.start_us;
-    s.end = s.seen ? std::max(s.end, job.end_us()) : job.end_us();
-    s.seen = true;
     s.device_busy[job.device] += job.duration_us;
-    if (is_compute(job.name))
+    if (is_compute(job.kind))
       s.device_compute[job.device] += job.duration_us;
-    if (is_communication(job.name))
+    if (is_communication(job.kind))
       s.device_communication[job.device] += job.duration_us;
     if (!job.actor.empty())
       s.actor_busy[job.actor] += job.duration_us;
   }
-  for (auto& [number, s] : steps) {
+  // Each step's time is its window (Note [step time] in steps.hpp); its work is its jobs'.
+  const auto windows = step_windows(trace);
+  for (const auto& w : windows) {
+    auto& s = steps[w.step];
     step_time step;
-    step.step = number;
-    step.start_us = s.start;
-    step.time_us = s.end - s.start;
+    step.step = w.step;
+    step.start_us = w.start_us;
+    step.time_us = w.time_us();
     // Ties go to the device (actor) first in trace order (in name order), so that the
     // choice does not depend on how the maps happen to iterate.
     for (const auto& [device, busy] : s.device_busy)
@@ -275,17 +274,23 @@ void summarize_steps(const trace_file& trace, trace_summary& out) {
   out.average.step = -1;
   if (out.steps.empty())
     return;
-  for (const auto& s : out.steps) {
-    out.average.time_us += s.time_us;
+  // The average step is the run's step time (Note [step time]): the steady steps' mean
+  // period, and the mean of their work; a run of one step is that step.
+  auto counted = steady_steps(windows);
+  if (counted.empty())
+    counted.push_back(0);
+  for (auto i : counted) {
+    const auto& s = out.steps[i];
+    out.average.time_us += windows[i].period_us();
     out.average.compute_us += s.compute_us;
     out.average.communication_us += s.communication_us;
-    out.average.waiting_us += s.waiting_us;
   }
-  const double n = static_cast<double>(out.steps.size());
+  const double n = static_cast<double>(counted.size());
   out.average.time_us /= n;
   out.average.compute_us /= n;
   out.average.communication_us /= n;
-  out.average.waiting_us /= n;
+  out.average.waiting_us = std::max(
+      0.0, out.average.time_us - out.average.compute_us - out.average.communication_us);
 }
 
 int width_of(const std::vector<std::string>& names, int at_least) {
@@ -427,7 +432,8 @@ std::string format_summary_text(const trace_summary& s, std::size_t slowest_step
     return text;
   }
   const auto& avg = s.average;
-  text += string_printf("\n%zu training steps; on the busiest device an average step takes %.3f ms = "
+  text += string_printf("\n%zu training steps; on the busiest device a step takes %.3f ms (the run's "
+                 "step time: end to end, after the first, without the slowest and fastest tenth) = "
                  "compute %.3f + communication %.3f + waiting %.3f\n",
                  s.steps.size(), avg.time_us / 1000, avg.compute_us / 1000,
                  avg.communication_us / 1000, avg.waiting_us / 1000);

@@ -33,9 +33,11 @@
 //                 P, ...), theory (P - 1) / (v M + P - 1); costed as 1F1B over P stages
 //                 of work_s / v each and v M micro-batches (each micro-batch passes a
 //                 device v times), which is the formula for equal stages.
-//   step          train-phase jobs with args.step = N, from the first one's start to the
-//                 last one's end, on the busiest device of that step: compute (forward,
-//                 backward, loss, update), communication (copy, reduce, load), waiting (the rest).
+//   step          train-phase jobs with args.step = N; its time from the end of the step
+//                 before to the end of its last job (Note [step time] in steps.hpp), on the
+//                 busiest device of that step: compute (forward, backward, loss, update),
+//                 communication (copy, reduce, load), waiting (the rest). The average step
+//                 is the run's step time, which `troupe simulate` predicts.
 // It does not look at flows or eval-phase steps, and trusts the trace's clock.
 #pragma once
 
@@ -90,7 +92,7 @@ struct wire_traffic {
 struct step_time {
   std::int64_t step = 0;
   double start_us = 0;
-  double time_us = 0;           // first job's start to last job's end
+  double time_us = 0;           // the step's window (Note [step time])
   std::string device;           // the busiest device in the step
   double compute_us = 0;        // forward/backward/loss/update on that device
   double communication_us = 0;  // copy/reduce/load on that device
@@ -118,7 +120,8 @@ struct trace_summary {
   /// of one machine: runtime/net/shared_memory.hpp); from the "shared memory A" counters.
   std::int64_t shared_memory_bytes = 0;
   std::vector<step_time> steps;      // by step
-  step_time average;                 // mean over steps (step = -1, no actor)
+  step_time average;                 // the run's step time and its steady steps' mean work
+                                     // (step = -1, no actor; Note [step time])
 };
 
 /// Analyses a loaded trace (see the definitions above).

@@ -30,16 +30,21 @@ constexpr double row_height = job_height + credit_height + row_gap;
 constexpr double label_min_width = 14;  // narrowest job that gets its micro-batch number
 constexpr double node_header_height = 20;  // above each node's rows, in a multi-node trace
 
+// The kinds of job the timeline gives a colour of their own (the legend's).
+bool coloured(job_kind kind) {
+  return kind == job_kind::forward || kind == job_kind::backward ||
+         kind == job_kind::backward_weight || kind == job_kind::loss ||
+         kind == job_kind::update || kind == job_kind::reduce || kind == job_kind::copy;
+}
+
 // A class name from a job name: letters, digits and '-' only, so CSS and tests can use it;
 // kinds this file has no colour for also get "other".
-std::string css_class(const std::string& job) {
+std::string css_class(const trace_span& job) {
   std::string out;
-  for (char c : job)
+  for (char c : job.name)
     out += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-  for (const char* known :
-       {"forward", "backward", "backward-weight", "loss", "update", "reduce", "copy"})
-    if (out == known)
-      return out;
+  if (coloured(job.kind))
+    return out;
   return (out.empty() ? "job" : out) + " other";
 }
 
@@ -184,32 +189,74 @@ void parse_step_range(const std::string& text, timeline_options& options) {
     throw bad();
 }
 
-std::string render_timeline_svg(const trace_file& trace, const timeline_options& options) {
-  auto window = choose_window(trace, options);
-  auto rows = make_rows(trace);
-  const double width = std::max(options.width, label_width + right_margin + 100);
-  const double plot_width = width - label_width - right_margin;
-  const double plot_bottom = rows.empty() ? title_height : rows.back().y + row_height;
-  const double height = plot_bottom + axis_height;
-  // A trace without timed events still gets a sensible (1 ms) axis.
-  const double span = window.end_us > window.start_us ? window.end_us - window.start_us : 1000;
-  auto x_of = [&](double us) { return label_width + (us - window.start_us) / span * plot_width; };
-  auto row_of = [&](const std::string& device) -> const row* {
-    for (const auto& r : rows)
+// One timeline picture being drawn: the window of time shown, the rows, the scale, and
+// the SVG so far; each part of the picture is a method, drawn in render order.
+class timeline_canvas {
+ public:
+  timeline_canvas(const trace_file& trace, const timeline_options& options)
+      : trace_(trace),
+        options_(options),
+        window_(choose_window(trace, options)),
+        rows_(make_rows(trace)),
+        width_(std::max(options.width, label_width + right_margin + 100)),
+        plot_width_(width_ - label_width - right_margin),
+        plot_bottom_(rows_.empty() ? title_height : rows_.back().y + row_height),
+        height_(plot_bottom_ + axis_height),
+        // A trace without timed events still gets a sensible (1 ms) axis.
+        span_(window_.end_us > window_.start_us ? window_.end_us - window_.start_us : 1000) {}
+
+  std::string draw() {
+    draw_header();
+    draw_node_bands();
+    draw_axis_and_rows();
+    draw_markers();
+    find_chunks_and_critical_paths();
+    draw_jobs();
+    draw_credit_waits();
+    draw_critical_hops();
+    svg_ += "</svg>\n";
+    return std::move(svg_);
+  }
+
+ private:
+  double x_of(double us) const { return label_width + (us - window_.start_us) / span_ * plot_width_; }
+  const row* row_of(const std::string& device) const {
+    for (const auto& r : rows_)
       if (r.device == device)
         return &r;
     return nullptr;
-  };
+  }
 
-  std::string svg = string_printf(
+  void draw_header();
+  void draw_node_bands();
+  void draw_axis_and_rows();
+  void draw_markers();
+  void find_chunks_and_critical_paths();
+  void draw_jobs();
+  void draw_credit_waits();
+  void draw_critical_hops();
+
+  const trace_file& trace_;
+  const timeline_options& options_;
+  const timeline_window window_;
+  const std::vector<row> rows_;
+  const double width_, plot_width_, plot_bottom_, height_, span_;
+  std::map<std::string, bool> odd_chunk_;           // by actor (interleaved stages)
+  std::map<std::size_t, std::int64_t> critical_;    // job -> its step
+  std::vector<std::vector<std::size_t>> paths_;     // critical jobs, in path order per step
+  std::string svg_;  // the picture so far
+};
+
+void timeline_canvas::draw_header() {
+  svg_ = string_printf(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
       "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
-      width, height, width, height);
-  svg += "<defs><pattern id=\"credit-hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      width_, height_, width_, height_);
+  svg_ += "<defs><pattern id=\"credit-hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
          "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fbdada\"/>"
          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d62728\" stroke-width=\"3\"/>"
          "</pattern></defs>\n";
-  svg +=
+  svg_ +=
       "<style>rect.forward{fill:#4e79a7}rect.backward{fill:#59a14f}"
       "rect.backward-weight{fill:#b07aa1}rect.loss{fill:#8c8c8c}"
       "rect.update{fill:#6b6b6b}rect.reduce{fill:#a5a5a5}rect.copy{fill:#c8c8c8}"
@@ -221,50 +268,54 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       "rect{stroke:#fff;stroke-width:0.5}text.mb{fill:#fff;font-size:10px;pointer-events:none}</"
       "style>\n";
   std::string title = "troupe schedule";
-  if (window.first_step >= 0)
-    title += window.first_step == window.last_step
-                 ? ", step " + std::to_string(window.first_step)
-                 : ", steps " + std::to_string(window.first_step) + " to " +
-                       std::to_string(window.last_step);
-  if (trace.stages > 1)
+  if (window_.first_step >= 0)
+    title += window_.first_step == window_.last_step
+                 ? ", step " + std::to_string(window_.first_step)
+                 : ", steps " + std::to_string(window_.first_step) + " to " +
+                       std::to_string(window_.last_step);
+  if (trace_.stages > 1)
     title += string_printf(" (P = %lld%s, M = %lld%s%s)",
-                    static_cast<long long>(trace.stages / trace.virtual_stages),
-                    trace.virtual_stages > 1
-                        ? string_printf(", v = %lld", static_cast<long long>(trace.virtual_stages)).c_str()
+                    static_cast<long long>(trace_.stages / trace_.virtual_stages),
+                    trace_.virtual_stages > 1
+                        ? string_printf(", v = %lld", static_cast<long long>(trace_.virtual_stages)).c_str()
                         : "",
-                    static_cast<long long>(trace.microbatches), trace.schedule.empty() ? "" : ", ",
-                    trace.schedule.c_str());
-  svg += string_printf("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
+                    static_cast<long long>(trace_.microbatches), trace_.schedule.empty() ? "" : ", ",
+                    trace_.schedule.c_str());
+  svg_ += string_printf("<text x=\"%.1f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
                 label_width, xml_text(title).c_str());
+}
 
+void timeline_canvas::draw_node_bands() {
   // Node bands under everything: each node's rows on a shaded band with its name above.
-  if (!rows.empty() && rows.front().node != rows.back().node) {
-    svg += "<g class=\"nodes\">\n";
-    for (std::size_t i = 0; i < rows.size();) {
+  if (!rows_.empty() && rows_.front().node != rows_.back().node) {
+    svg_ += "<g class=\"nodes\">\n";
+    for (std::size_t i = 0; i < rows_.size();) {
       std::size_t j = i;
-      while (j < rows.size() && rows[j].node == rows[i].node)
+      while (j < rows_.size() && rows_[j].node == rows_[i].node)
         ++j;
-      const double top = rows[i].y - node_header_height;
-      const double bottom = rows[j - 1].y + row_height - row_gap / 2;
-      svg += string_printf(
+      const double top = rows_[i].y - node_header_height;
+      const double bottom = rows_[j - 1].y + row_height - row_gap / 2;
+      svg_ += string_printf(
           "<rect class=\"node\" data-node=\"%d\" x=\"0\" y=\"%.1f\" width=\"%.0f\" "
           "height=\"%.1f\" fill=\"%s\"/><line x1=\"0\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" "
           "stroke=\"#777\"/><text x=\"8\" y=\"%.1f\" font-weight=\"bold\" "
           "fill=\"#444\">node%d%s</text>\n",
-          rows[i].node, top, width, bottom - top, rows[i].node % 2 ? "#f1f4f8" : "#fafafa", top,
-          width, top, top + 14, rows[i].node, rows[i].node == 0 ? " (coordinator)" : "");
+          rows_[i].node, top, width_, bottom - top, rows_[i].node % 2 ? "#f1f4f8" : "#fafafa", top,
+          width_, top, top + 14, rows_[i].node, rows_[i].node == 0 ? " (coordinator)" : "");
       i = j;
     }
-    svg += "</g>\n";
+    svg_ += "</g>\n";
   }
+}
 
+void timeline_canvas::draw_axis_and_rows() {
   // Axis and grid first, so that jobs draw over the grid lines.
-  const double start_ms = window.start_us / 1000, end_ms = window.start_us / 1000 + span / 1000;
-  const double tick = tick_spacing(span / 1000, 10);
+  const double start_ms = window_.start_us / 1000, end_ms = window_.start_us / 1000 + span_ / 1000;
+  const double tick = tick_spacing(span_ / 1000, 10);
   const int decimals = tick >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(tick) - 1e-9));
-  svg += "<g class=\"axis\">\n";
-  svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
-                label_width, plot_bottom, label_width + plot_width, plot_bottom);
+  svg_ += "<g class=\"axis\">\n";
+  svg_ += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
+                label_width, plot_bottom_, label_width + plot_width_, plot_bottom_);
   // Ticks counted by an integer, never by adding tick to t: far from 0 (a large timestamp)
   // t + tick can round back to t and the loop would never end (Note [input limits]).
   const double first_tick = std::ceil(start_ms / tick - 1e-9);
@@ -274,63 +325,68 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     if (std::abs(t) < 1e-6 * tick)
       t = 0;  // not "-0.0"
     double x = x_of(t * 1000);
-    svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
+    svg_ += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n",
-                  x, title_height - 4, x, plot_bottom + 4, x, plot_bottom + 17, decimals, t);
+                  x, title_height - 4, x, plot_bottom_ + 4, x, plot_bottom_ + 17, decimals, t);
   }
-  svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ms since the trace began</text>\n",
-                label_width + plot_width, plot_bottom + 31);
-  svg += "</g>\n<g class=\"rows\">\n";
-  for (const auto& r : rows) {
-    svg += string_printf("<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", r.y + 13,
+  svg_ += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ms since the trace began</text>\n",
+                label_width + plot_width_, plot_bottom_ + 31);
+  svg_ += "</g>\n<g class=\"rows\">\n";
+  for (const auto& r : rows_) {
+    svg_ += string_printf("<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", r.y + 13,
                   xml_text(r.device).c_str());
     if (!r.label.empty())
-      svg += string_printf("<text x=\"8\" y=\"%.1f\" fill=\"#555\">%s</text>\n", r.y + 27,
+      svg_ += string_printf("<text x=\"8\" y=\"%.1f\" fill=\"#555\">%s</text>\n", r.y + 27,
                     xml_text(r.label).c_str());
   }
-  svg += "</g>\n<g class=\"markers\">\n";
-  for (const auto& m : trace.markers)
-    if (m.time_us >= window.start_us && m.time_us <= window.end_us) {
-      double x = x_of(m.time_us);
-      svg += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
-                    "stroke-dasharray=\"3,3\"><title>%s at %.3f ms</title></line>\n",
-                    x, title_height - 4, x, plot_bottom, xml_text(m.name).c_str(), m.time_us / 1000);
-    }
+}
 
+void timeline_canvas::draw_markers() {
+  svg_ += "</g>\n<g class=\"markers\">\n";
+  for (const auto& m : trace_.markers)
+    if (m.time_us >= window_.start_us && m.time_us <= window_.end_us) {
+      double x = x_of(m.time_us);
+      svg_ += string_printf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
+                    "stroke-dasharray=\"3,3\"><title>%s at %.3f ms</title></line>\n",
+                    x, title_height - 4, x, plot_bottom_, xml_text(m.name).c_str(), m.time_us / 1000);
+    }
+}
+
+void timeline_canvas::find_chunks_and_critical_paths() {
   // Interleaved stages: a device's odd chunks (stage / P odd) in darker shades, as in
   // Megatron's figure, so a micro-batch's two visits to a device tell apart.
-  std::map<std::string, bool> odd_chunk;  // by actor
-  if (trace.virtual_stages > 1)
-    for (const auto& t : trace.tracks)
+  if (trace_.virtual_stages > 1)
+    for (const auto& t : trace_.tracks)
       if (t.stage >= 0)
-        odd_chunk[t.name] = (t.stage / (trace.stages / trace.virtual_stages)) % 2 == 1;
-  // Jobs on the shown steps' critical paths, in path order per step.
-  std::map<std::size_t, std::int64_t> critical;  // job -> its step
-  std::vector<std::vector<std::size_t>> paths;
-  if (options.critical_path) {
-    for (const auto& step : explain_trace(trace).steps) {
-      if (step.start_us + step.time_us <= window.start_us || step.start_us >= window.end_us)
+        odd_chunk_[t.name] = (t.stage / (trace_.stages / trace_.virtual_stages)) % 2 == 1;
+  // Jobs on the shown steps' critical paths_, in path order per step.
+  if (options_.critical_path) {
+    for (const auto& step : explain_trace(trace_).steps) {
+      if (step.start_us + step.time_us <= window_.start_us || step.start_us >= window_.end_us)
         continue;
-      paths.emplace_back();
+      paths_.emplace_back();
       for (const auto& piece : step.path)
         if (piece.kind == path_kind::job && piece.job >= 0) {
-          critical[static_cast<std::size_t>(piece.job)] = step.step;
-          paths.back().push_back(static_cast<std::size_t>(piece.job));
+          critical_[static_cast<std::size_t>(piece.job)] = step.step;
+          paths_.back().push_back(static_cast<std::size_t>(piece.job));
         }
     }
   }
-  svg += "</g>\n<g class=\"jobs\">\n";
-  for (const auto& job : trace.jobs) {
-    if (job.end_us() <= window.start_us || job.start_us >= window.end_us)
+}
+
+void timeline_canvas::draw_jobs() {
+  svg_ += "</g>\n<g class=\"jobs\">\n";
+  for (const auto& job : trace_.jobs) {
+    if (job.end_us() <= window_.start_us || job.start_us >= window_.end_us)
       continue;
     const row* r = row_of(job.device);
     if (!r)
       continue;
-    double x0 = x_of(std::max(job.start_us, window.start_us));
-    double x1 = x_of(std::min(job.end_us(), window.end_us));
+    double x0 = x_of(std::max(job.start_us, window_.start_us));
+    double x1 = x_of(std::min(job.end_us(), window_.end_us));
     double w = std::max(x1 - x0, 0.5);  // a very short job stays visible as a hairline
-    std::string kind = css_class(job.name);
-    if (auto found = odd_chunk.find(job.actor); found != odd_chunk.end() && found->second)
+    std::string kind = css_class(job);
+    if (auto found = odd_chunk_.find(job.actor); found != odd_chunk_.end() && found->second)
       kind += " odd-chunk";
     std::string details = job.name + " by " + (job.actor.empty() ? "?" : job.actor);
     if (job.step >= 0)
@@ -344,25 +400,28 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
       details += string_printf(", waited %.3f ms for the device", job.queued_us / 1000);
     if (job.bytes > 0)
       details += string_printf(", %lld bytes", static_cast<long long>(job.bytes));
-    const auto on_path = critical.find(static_cast<std::size_t>(&job - trace.jobs.data()));
-    if (on_path != critical.end()) {
+    const auto on_path = critical_.find(static_cast<std::size_t>(&job - trace_.jobs.data()));
+    if (on_path != critical_.end()) {
       kind += " critical";
       details += string_printf("; on the critical path of step %lld",
                                static_cast<long long>(on_path->second));
     }
-    svg += string_printf("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
+    svg_ += string_printf("<rect class=\"%s%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
                   "data-step=\"%lld\" data-microbatch=\"%d\" data-actor=\"%s\"><title>%s</title></rect>\n",
                   kind.c_str(), job.eval ? " eval" : "", x0, r->y, w, job_height,
                   static_cast<long long>(job.step), job.microbatch, xml_text(job.actor).c_str(),
                   xml_text(details).c_str());
-    if ((job.name == "forward" || job.name == "backward" || job.name == "backward_weight") &&
+    if ((job.kind == job_kind::forward || job.kind == job_kind::backward ||
+         job.kind == job_kind::backward_weight) &&
         job.microbatch >= 0 && w >= label_min_width)
-      svg += string_printf("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+      svg_ += string_printf("<text class=\"mb\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
                     x0 + w / 2, r->y + job_height / 2 + 4, job.microbatch);
   }
+}
 
-  svg += "</g>\n<g class=\"credit-waits\">\n";
-  for (const auto& [name, samples] : trace.counters) {
+void timeline_canvas::draw_credit_waits() {
+  svg_ += "</g>\n<g class=\"credit-waits\">\n";
+  for (const auto& [name, samples] : trace_.counters) {
     const std::string prefix = "credits ";
     auto arrow = name.find(" -> ");
     if (name.compare(0, prefix.size(), prefix) != 0 || arrow == std::string::npos)
@@ -370,21 +429,21 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
     auto sender = name.substr(prefix.size(), arrow - prefix.size());
     auto receiver = name.substr(arrow + 4);
     std::int64_t capacity = 0;
-    for (const auto& w : trace.wires)
+    for (const auto& w : trace_.wires)
       if (w.from == sender && w.to == receiver && w.capacity > 0 &&
           (capacity == 0 || w.kind == "activations"))
         capacity = w.capacity;
-    const auto* track = trace.find_track(sender);
+    const auto* track = trace_.find_track(sender);
     const row* r = track ? row_of(track->device) : nullptr;
     if (capacity <= 0 || !r)
       continue;
-    for (auto [start, end] : saturated(samples, static_cast<double>(capacity), trace.last_us)) {
-      start = std::max(start, window.start_us);
-      end = std::min(end, window.end_us);
+    for (auto [start, end] : saturated(samples, static_cast<double>(capacity), trace_.last_us)) {
+      start = std::max(start, window_.start_us);
+      end = std::min(end, window_.end_us);
       if (end <= start)
         continue;
       double x0 = x_of(start), x1 = x_of(end);
-      svg += string_printf("<rect class=\"credit-wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+      svg_ += string_printf("<rect class=\"credit-wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
                     "height=\"%.1f\" data-wire=\"%s\"><title>%s -&gt; %s: all %lld credits in use "
                     "for %.3f ms from %.3f ms (the sender could not send more)</title></rect>\n",
                     x0, r->y + job_height, std::max(x1 - x0, 0.5), credit_height,
@@ -393,27 +452,32 @@ std::string render_timeline_svg(const trace_file& trace, const timeline_options&
                     (end - start) / 1000, start / 1000);
     }
   }
-  svg += "</g>\n";
-  if (!paths.empty()) {
-    svg += "<g class=\"critical-path\">\n";
-    for (const auto& path : paths)
+  svg_ += "</g>\n";
+}
+
+void timeline_canvas::draw_critical_hops() {
+  if (!paths_.empty()) {
+    svg_ += "<g class=\"critical-path\">\n";
+    for (const auto& path : paths_)
       for (std::size_t k = 1; k < path.size(); ++k) {
-        const auto& a = trace.jobs[path[k - 1]];
-        const auto& b = trace.jobs[path[k]];
+        const auto& a = trace_.jobs[path[k - 1]];
+        const auto& b = trace_.jobs[path[k]];
         const row* ra = row_of(a.device);
         const row* rb = row_of(b.device);
         if (!ra || !rb || a.device == b.device)
           continue;  // on one row the outlines show the path
-        const double from = std::clamp(a.end_us(), window.start_us, window.end_us);
-        const double to = std::clamp(b.start_us, window.start_us, window.end_us);
-        svg += string_printf(
+        const double from = std::clamp(a.end_us(), window_.start_us, window_.end_us);
+        const double to = std::clamp(b.start_us, window_.start_us, window_.end_us);
+        svg_ += string_printf(
             "<line class=\"critical-hop\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\"/>\n",
             x_of(from), ra->y + job_height / 2, x_of(to), rb->y + job_height / 2);
       }
-    svg += "</g>\n";
+    svg_ += "</g>\n";
   }
-  svg += "</svg>\n";
-  return svg;
+}
+
+std::string render_timeline_svg(const trace_file& trace, const timeline_options& options) {
+  return timeline_canvas{trace, options}.draw();
 }
 
 std::string render_timeline_html(const trace_file& trace, const timeline_options& options) {

@@ -343,6 +343,7 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
         span.bytes = to_int(read.number(args, "bytes", 0));
         auto category = read.text(e, "cat");
         if (category == "job") {
+          span.kind = job_kind_of(span.name);
           span.actor = read.text(args, "actor");
           span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
           out.jobs.push_back(std::move(span));

@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "troupe/device.hpp"
+
 namespace troupe {
 
 /// An actor or device stream, from otherData.tracks.
@@ -38,6 +40,7 @@ struct trace_wire {
 /// A span (ph "X"): a job a device stream ran, or an actor handling one message.
 struct trace_span {
   std::string name;    // job: "forward", "backward", "copy", ...; handler: the message kind
+  job_kind kind = job_kind::other;  // job: job_kind_of(name); other for a handler
   std::string track;   // the track the span is on (stream or receiving actor)
   std::string device;  // the process the span is in
   std::string actor;   // job: who submitted it (args.actor); handler: the receiver

@@ -15,6 +15,8 @@
 #include "actors/tools/simulate.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
+#include "runtime/trace_tools/steps.hpp"
+#include "runtime/trace_tools/summary.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
@@ -273,7 +275,7 @@ TEST_CASE("a simulated run runs the same code: the same parameters as the run") 
 TEST_CASE("the predicted step of a fixed-cost pipeline is within 10% of the measured one") {
   // 1F1B, P = 2, M = 4, forwards 4 ms, backwards 8 ms: the layers are timed here
   // (calibrate), the run is measured from its trace, and both step times are read the same
-  // way from the traces (step_period_us).
+  // way from the traces (run_step_time_us, Note [step time]).
   const auto config = parse_config(
       two_device_pipeline(delay(4000, 8000, 0) + delay(4000, 8000, 0),
                           "pipeline = 2\nschedule = \"1f1b\"\n", 8),
@@ -289,12 +291,38 @@ TEST_CASE("the predicted step of a fixed-cost pipeline is within 10% of the meas
     auto options = test::quiet_options();
     options.trace_path = test::temp_file("troupe_simulate_measured.json");
     test::run_ok(config, options);
-    const double measured = step_period_us(load_trace(options.trace_path));
+    const double measured = run_step_time_us(step_windows(load_trace(options.trace_path)));
     if (std::abs(measured / p.step_us - 1) < std::abs(best / p.step_us - 1))
       best = measured;
   }
   INFO("measured " << best << " us, predicted " << p.step_us << " us");
   CHECK(std::abs(p.step_us / best - 1) <= 0.1);
+}
+
+TEST_CASE("simulate and trace summary and explain read one step time from a trace") {
+  // Note [step time]: the prediction's step time is the summary's average step of the
+  // simulated run's trace, and explain's steps tile the run as the summary's do.
+  const auto config = parse_config(
+      two_device_pipeline(delay(400, 800, 0) + delay(400, 800, 0),
+                          "pipeline = 2\nschedule = \"1f1b\"\n", 8),
+      "one_step_time.toml");
+  const auto costs = calibrate(config, "one_step_time.toml", 1);
+  simulate_options o;
+  o.steps = 8;
+  const auto p = simulate_run(config, costs, o);
+  const auto trace = parse_trace(p.trace_json, "simulated.json");
+  const auto summary = summarize_trace(trace);
+  REQUIRE(p.step_us > 0);
+  CHECK(summary.average.time_us == doctest::Approx(p.step_us));
+  REQUIRE(summary.steps.size() == p.explanation.steps.size());
+  for (std::size_t k = 0; k < summary.steps.size(); ++k) {
+    CAPTURE(k);
+    CHECK(summary.steps[k].start_us == doctest::Approx(p.explanation.steps[k].start_us));
+    CHECK(summary.steps[k].time_us == doctest::Approx(p.explanation.steps[k].time_us));
+    if (k > 0)  // the steps tile the run: each starts where the one before ended
+      CHECK(summary.steps[k].start_us ==
+            doctest::Approx(summary.steps[k - 1].start_us + summary.steps[k - 1].time_us));
+  }
 }
 
 TEST_CASE("the predicted peak memory of each device is the run's") {
@@ -325,8 +353,9 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
     // lives, and a real DP2 run's peak on a device takes one of two values, 1.62 or 1.81 MB
     // (the simulated schedule's). The second showed in every plain run and nearly every
     // sanitized one; the first under ThreadSanitizer (5-10x slower) in 2 of 5 runs and
-    // once in a whole ASan pass with another test on the other core. So the prediction must
-    // match one of up to three runs: a wrong prediction matches none.
+    // once in a whole ASan pass with another test on the other core, and on an Intel Xeon
+    // (AVX-512) VM in about a third of plain runs. So the prediction must match one of up to
+    // six runs: a wrong prediction matches none.
     const double tolerance = testing::under_thread_sanitizer ? 0.15 : 0.1;
     auto matches = [&](const session_result& real) {
       bool all = true;
@@ -338,7 +367,7 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
       return all;
     };
     auto real = test::run_ok(config, test::quiet_options());
-    for (int again = 0; again < 2 && real.outcome.device_peak_bytes.size() == 2 && !matches(real);
+    for (int again = 0; again < 5 && real.outcome.device_peak_bytes.size() == 2 && !matches(real);
          ++again)
       real = test::run_ok(config, test::quiet_options());
     REQUIRE(real.outcome.device_peak_bytes.size() == 2);

@@ -109,6 +109,22 @@ TEST_CASE("a trace is valid JSON where every message appears once with its flow 
   CHECK(markers >= 6);
 }
 
+TEST_CASE("every job troupe's own actors record is one of the job kinds") {
+  // The trace tools, calibrate and the simulator read jobs by job_kind: a job named
+  // outside the enum would be invisible to them (priced at nothing, never compute).
+  auto path = temp_path("kinds.json");
+  REQUIRE(run(small_pipeline, path).outcome.exit_code == exit_code::ok);
+  std::set<job_kind> seen;
+  for (const auto& j : load_trace(path).jobs) {
+    INFO(j.actor << "'s job " << j.name);
+    CHECK(j.kind != job_kind::other);
+    CHECK(j.name == job_kind_name(j.kind));
+    seen.insert(j.kind);
+  }
+  for (auto kind : {job_kind::forward, job_kind::backward, job_kind::loss, job_kind::update})
+    CHECK(seen.count(kind) == 1);
+}
+
 TEST_CASE("actors on a device handle their messages on its thread, between its jobs") {
   // Note [actors on device threads]: a handler of an actor placed on cpu:N runs on cpu:N's
   // stream thread, so no handler span of such an actor ever overlaps a job span of its

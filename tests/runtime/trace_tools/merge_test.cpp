@@ -59,5 +59,5 @@ TEST_CASE("a worker's trace joins node0's on node0's clock, its processes kept a
 TEST_CASE("a worker's trace that is not JSON is a user error naming the node") {
   trace::node_trace broken{2, "{not json", 0, 0, ""};
   CHECK_THROWS_WITH_AS(trace::merge_node_traces(node_trace_text("cpu:0", 0), {broken}),
-                       doctest::Contains("the trace of node2 is not JSON"), user_error);
+                       doctest::Contains("the trace of node2: not valid JSON"), user_error);
 }

@@ -211,6 +211,22 @@ TEST_CASE("for stages of unequal cost the summary's costed theory is the slower 
   CHECK(out["pipeline"]["stages"][1]["work_us"].get<double>() == 6000);
 }
 
+TEST_CASE("each job kind's name reads back as that kind, and other names as other") {
+  for (auto kind : all_job_kinds) {
+    CAPTURE(job_kind_name(kind));
+    CHECK(job_kind_of(job_kind_name(kind)) == kind);
+  }
+  CHECK(job_kind_of("scale") == job_kind::other);  // a plugin's job
+  CHECK(job_kind_of("") == job_kind::other);
+  CHECK(job_kind_of("Forward") == job_kind::other);
+  // A trace's jobs carry their kind; handlers (messages) have none.
+  auto t = gpipe();
+  for (const auto& j : t.jobs)
+    CHECK(j.kind == job_kind_of(j.name));
+  for (const auto& h : t.handlers)
+    CHECK(h.kind == job_kind::other);
+}
+
 TEST_CASE("the summary splits each actor's time into compute, handling, waiting and idle") {
   auto s = summarize_trace(gpipe());
   std::vector<std::string> order;
@@ -255,10 +271,15 @@ TEST_CASE("each step splits into compute, communication and waiting on its busie
   }
   CHECK(s.steps[0].time_us == 1600);
   CHECK(s.steps[0].waiting_us == 250);
-  CHECK(s.steps[3].time_us == 1900);  // cpu:0's update started 300 us late
-  CHECK(s.steps[3].waiting_us == 550);
-  CHECK(s.average.time_us == doctest::Approx((3 * 1600 + 1900) / 4.0));
-  CHECK(s.average.waiting_us == doctest::Approx((3 * 250 + 550) / 4.0));
+  // A step starts where the one before ended (Note [step time]): the steps start every
+  // 2000 us, and step 3's ends 300 us late (cpu:0's update started late).
+  CHECK(s.steps[1].time_us == 2000);
+  CHECK(s.steps[1].waiting_us == 650);
+  CHECK(s.steps[3].time_us == 2300);
+  CHECK(s.steps[3].waiting_us == 950);
+  // The run's step time: the steps after the first (none of three is a tenth to trim).
+  CHECK(s.average.time_us == doctest::Approx((2000 + 2000 + 2300) / 3.0));
+  CHECK(s.average.waiting_us == doctest::Approx((650 + 650 + 950) / 3.0));
 
   auto text = format_summary_text(s);
   CHECK(text.find("warning") == std::string::npos);
@@ -278,8 +299,8 @@ TEST_CASE("the summary's JSON parses and carries every table") {
   CHECK(json["wires"][0]["bytes"] == 16384);
   CHECK(json["steps"].size() == 4);
   CHECK(json["steps"][3]["slowest_actor"] == "layer_1");
-  CHECK(json["steps"][3]["waiting_us"] == 550);
-  CHECK(json["step_average"]["time_us"].get<double>() == doctest::Approx(1675));
+  CHECK(json["steps"][3]["waiting_us"] == 950);
+  CHECK(json["step_average"]["time_us"].get<double>() == doctest::Approx(2100));
   CHECK(json["dropped_events"] == 0);
   CHECK_FALSE(json.contains("warning"));
 }
