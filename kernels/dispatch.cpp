@@ -64,7 +64,9 @@ void load_cuda_kernels() {
     if (handle == nullptr) {
       const char* why = dlerror();
       cuda_load_error = "the CUDA kernels (" + path + ") did not load: " +
-                        (why != nullptr ? why : "no reason given");
+                        (why != nullptr ? why : "no reason given") +
+                        "; build them with cmake --build build --target troupe_cuda "
+                        "(scripts/build.sh builds everything)";
     }
   });
 #endif

@@ -2,11 +2,14 @@
 # install-deps.sh: installs what troupe needs to build, test and train, from Debian's
 # packages only. Idempotent: packages already installed are skipped quickly.
 #
-#   scripts/install-deps.sh          # build, tests (PyTorch as their reference), Fashion-MNIST
-#   scripts/install-deps.sh --bench  # also hyperfine and valgrind, for bench/
+#   scripts/install-deps.sh --train  # what training needs: build tools, libraries, Fashion-MNIST
+#   scripts/install-deps.sh          # and the tests' (doctest, PyTorch as their reference, clang)
+#   scripts/install-deps.sh --bench  # and hyperfine and valgrind, for bench/
 set -euo pipefail
 
-packages=(
+# What training needs (scripts/train.sh): a compiler, CMake, the libraries troupe links,
+# and the real data set.
+train_packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev                      # CAF 0.17.6: actors, messaging, network
   libcaf-openssl0.17              # CAF's openssl module: [cluster] tls (libcaf-dev pulls it in)
@@ -16,18 +19,28 @@ packages=(
   nlohmann-json3-dev
   libssl-dev                      # libcrypto: HMAC proofs of the cluster secret, SHA-256, nonces;
                                   # libssl: the check of [cluster] tls's files
-  openssl                         # the command: the TLS tests make a throwaway CA with it
   libgloo-dev                     # [parallel] averaging = "gloo": gloo's all-reduce over TCP
-  doctest-dev
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
+)
+# What the tests need besides (scripts/test.sh).
+test_packages=(
+  openssl                         # the command: the TLS tests make a throwaway CA with it
+  doctest-dev
   fortunes                        # real text: config/char_lm*.toml's data (/usr/share/games/fortunes)
   python3-torch                   # the reference: tests load troupe's exports into PyTorch
+                                  # (and python3 for tests/function_sizes.py)
   clang libclang-rt-14-dev        # the sanitizer pass of the tests (scripts/sanitize.sh) and
                                   # libFuzzer (scripts/fuzz.sh)
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(hyperfine valgrind)
-fi
+case "${1:-}" in
+  --train) packages=("${train_packages[@]}") ;;
+  "") packages=("${train_packages[@]}" "${test_packages[@]}") ;;
+  --bench) packages=("${train_packages[@]}" "${test_packages[@]}" hyperfine valgrind) ;;
+  *)
+    echo "install-deps.sh: unknown option '$1' (expected --train, --bench or nothing)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
