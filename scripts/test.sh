@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # OpenBLAS picks its kernels by CPU, and kernels of another width sum in another order. The
-# tests against PyTorch's Adam trajectory (tests/actors/pytorch_trajectory_test.cpp) hold to
+# tests against PyTorch's Adam trajectory
+# (tests/actors/session/pytorch_trajectory_test.cpp) hold to
 # 1e-4 with the Haswell kernels their reference was checked with; Adam turns a last-bit
 # difference in a near-zero gradient into a whole step, and with the SkylakeX kernels an
 # AVX-512 CPU gets by default the trajectory drifts by 1e-2 in 20 steps. So the tests run

@@ -5,7 +5,7 @@
 // of which bucket it sends and receives in which round of which phase, how the buffer is
 // cut into buckets and chunks, and which spans it owns after reduce-scatter (the sharded
 // optimizer updates exactly those). It holds no tensors, sends nothing and knows no actor:
-// the actor books messages by it, and tests/actors/ring_schedule_test.cpp checks it alone.
+// the actor books messages by it, and tests/actors/averaging/ring_schedule_test.cpp checks it alone.
 //
 // Layout: the n floats are cut into buckets of at most bucket_elements (the last one
 // shorter); each bucket is cut into R chunks whose sizes differ by at most one (the first

@@ -29,7 +29,7 @@
 // device like every other actor: a credit from the same device is a post on that thread,
 // from another device a post to a thread that is usually awake. GPipe's samples/s went up
 // 5.9% (medians of 5 alternating 1500-step runs); the host thread took 60 turns instead of
-// 163 in a 20-step DP2 run of 2 micro-batches (tests/actors/training_test.cpp).
+// 163 in a 20-step DP2 run of 2 micro-batches (tests/actors/session/training_test.cpp).
 //
 // Placement is looked up per enqueue in a small map under a mutex (uncontended: two
 // devices and a host thread); an actor leaves the map when it terminates, so a later

@@ -38,7 +38,7 @@ run_config single_device_form(const run_config& config) {
 // (OpenBLAS's SkylakeX kernels) one weight of layer 0 of the shipped DP2 MLP differed from
 // one pass by 1.58e-5 of the layer's largest after one step, and stayed there for 20 steps
 // (1.7e-7 with SGD, 5.9e-7 with eps 1e-6); one device with 2 micro-batches differed from
-// DP2 by 8.5e-8. The equivalence tests (tests/actors/equivalence_test.cpp) still hold
+// DP2 by 8.5e-8. The equivalence tests (tests/actors/session/equivalence_test.cpp) still hold
 // every wiring against one pass, on models and data where eps does not decide.
 run_config reference_form(const run_config& config) {
   auto single = single_device_form(config);

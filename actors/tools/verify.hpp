@@ -3,7 +3,7 @@
 // Runs a config's wiring and the same model on one device with the same seed, data and
 // global batch for a few steps, and compares every parameter (DESIGN.md "Equivalence").
 // Used by `troupe verify` and the tests of plugins' layers; the equivalence tests hold
-// every wiring against one pass over the batch (tests/actors/equivalence_test.cpp).
+// every wiring against one pass over the batch (tests/actors/session/equivalence_test.cpp).
 #pragma once
 
 #include <functional>

@@ -22,7 +22,7 @@
 // it reaches the stage's first layer (release()), so a stage's stash is freed before the
 // next forward starts. Jobs go to the device's in-order stream as they are admitted.
 // A simulation of this sequence (equal stages, P <= 6, v <= 4, M up to 5 P) finishes
-// every step with exactly the formula's bubble; tests/actors/tracing_test.cpp records it
+// every step with exactly the formula's bubble; tests/actors/session/tracing_test.cpp records it
 // on a real run and schedule_memory_test.cpp counts what a device holds.
 //
 // A turn is a stage's whole pass: a forward's turn ends when it reaches the stage's last

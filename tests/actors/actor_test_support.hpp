@@ -3,7 +3,7 @@
 // (previous and next layer, loss, loader, optimizer, trainer), and receive helpers that fail
 // a test instead of hanging it.
 //
-// The model is the averager fixture (tests/actors/grad_averager_test.cpp). Tests drive an
+// The model is the averager fixture (tests/actors/averaging/grad_averager_test.cpp). Tests drive an
 // actor only through its public settings, its spawn call and real messages
 // (include/troupe/messages.hpp), never through its members, so that they keep testing the same
 // protocol when the actors move onto another base class.

@@ -2,8 +2,8 @@
 // run's share (DESIGN.md "Equivalence"): the small MLP they train for 20 steps, the
 // training itself, and the largest relative difference between two runs' parameters.
 //
-// Header-only and test-only: tests/actors/equivalence_test.cpp (every wiring),
-// tests/actors/gpu_training_test.cpp (the fake GPU) and tests/gpu/ (a real GPU).
+// Header-only and test-only: tests/actors/session/equivalence_test.cpp (every wiring),
+// tests/actors/session/gpu_training_test.cpp (the fake GPU) and tests/gpu/ (a real GPU).
 #pragma once
 
 #include <doctest/doctest.h>

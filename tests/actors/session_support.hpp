@@ -23,7 +23,7 @@ inline session_options quiet_options(std::string metrics_path = "/dev/null") {
   session_options options;
   options.quiet = true;
   options.metrics_path = std::move(metrics_path);
-  options.sample_length = 0;  // a language model's text: only tests/actors/language_model_test.cpp
+  options.sample_length = 0;  // a language model's text: only tests/actors/session/language_model_test.cpp
   return options;
 }
 

@@ -45,7 +45,7 @@ inline std::map<std::string, std::vector<float>> final_parameters(const std::str
 
 /// The same tensors, each within 1e-5 relative, measured as the equivalence test and
 /// `troupe verify` measure it (compare_parameters in actors/tools/verify.hpp): the largest
-/// difference over the tensor's largest magnitude. tests/actors/equivalence_test.cpp's
+/// difference over the tensor's largest magnitude. tests/actors/session/equivalence_test.cpp's
 /// header says why 1e-5 separates float summation order from a wiring bug. (An
 /// element-wise measure is not that test: after 20 Adam steps a weight near zero differs
 /// by summation order alone; on an AMD EPYC with OpenBLAS's Haswell kernels one of PP2's

@@ -689,7 +689,7 @@ TEST_CASE("a lost coordinator ends its workers within 10 s") {
 }
 
 TEST_CASE("the watchdog of a stuck run over two nodes names what each node's actors wait for") {
-  // As tests/actors/tracing_test.cpp's stuck run: GPipe's loss (on node1) waits for all 4
+  // As tests/actors/session/tracing_test.cpp's stuck run: GPipe's loss (on node1) waits for all 4
   // micro-batches of a step, but the wire into stage 1 lets only one cross the network.
   test::temp_directory dir{"troupe-cluster"};
   auto pipeline =

@@ -1,11 +1,11 @@
 // Training on a real GPU: 20 steps on cuda:0 against the same 20 steps on cpu:0, and data
 // parallel over two GPUs against one, with the CUDA kernels (not the fake GPU of
-// tests/actors/gpu_training_test.cpp, which checks the runtime's side on any machine).
+// tests/actors/session/gpu_training_test.cpp, which checks the runtime's side on any machine).
 // Part of troupe_cuda_tests; each case skips with a printed reason where there is no GPU
 // (or, for two GPUs, only one).
 //
 // Tolerance: cuBLAS and OpenBLAS sum a GEMM's products in different orders, as the
-// wirings of tests/actors/equivalence_test.cpp do; its argument (a few float ulps a
+// wirings of tests/actors/session/equivalence_test.cpp do; its argument (a few float ulps a
 // gradient, ~2e-8 relative in the parameters after 20 Adam steps of lr 0.01) gives 1e-5
 // with room, and a wrong kernel or a value read before the GPU wrote it moves them 1e-3.
 #if TROUPE_WITH_CUDA

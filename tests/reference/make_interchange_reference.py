@@ -3,7 +3,7 @@
 trajectory of the shipped MLP (config/fashion_mlp.toml: 784-256-relu-256-relu-10) for 20
 steps on Fashion-MNIST, from initial weights PyTorch drew, with SGD (momentum) and with Adam.
 
-tests/actors/interchange_test.cpp starts troupe from interchange_initial.safetensors
+tests/actors/session/pytorch_trajectory_test.cpp starts troupe from interchange_initial.safetensors
 ([model] init_from), trains the same 20 batches with the same optimizer settings and
 compares each step's loss and the final parameters with what is recorded here. Run once and
 commit both outputs (the weights file is ~1 MB: the shipped MLP's 269,322 parameters):

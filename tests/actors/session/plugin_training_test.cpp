@@ -178,7 +178,7 @@ TEST_CASE("a run that an exception ends after tracing started still writes its t
   auto options = test::quiet_options();
   options.trace_path = d.file("t.json");
   CHECK_THROWS_AS(run_session(config, options), config_error);
-  REQUIRE(std::filesystem::exists(options.trace_path));
-  std::ifstream in(options.trace_path);
+  REQUIRE(std::filesystem::exists(*options.trace_path));
+  std::ifstream in(*options.trace_path);
   CHECK(nlohmann::json::parse(in).contains("traceEvents"));
 }

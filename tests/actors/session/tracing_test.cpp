@@ -514,8 +514,8 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   CHECK(why.find("waiting for a credit on the wire to layer_1 (capacity 1, 1 in flight") !=
         std::string::npos);
   CHECK(why.find("for the GPipe flush") != std::string::npos);
-  CHECK(result.trace_written == options.trace_path);
-  CHECK(read_json(options.trace_path)["traceEvents"].size() > 0);
+  CHECK(result.trace_written == *options.trace_path);
+  CHECK(read_json(*options.trace_path)["traceEvents"].size() > 0);
 }
 
 namespace {

@@ -93,7 +93,7 @@ TEST_CASE(
 TEST_CASE(
     "a checkpoint of the sharded DP2 run resumes on every other wiring as if it had run "
     "all along") {
-  // Tolerance: the equivalence test's (tests/actors/equivalence_test.cpp): the wirings
+  // Tolerance: the equivalence test's (tests/actors/session/equivalence_test.cpp): the wirings
   // differ in float summation order only, ~1e-7 per gradient, far below 1e-5 after 12 steps.
   // With Adam's eps at 1e-6, not the shipped 1e-8: an element whose gradient is at eps's
   // scale (a pixel almost always 0) moves by a fraction of the learning rate that its

@@ -6,7 +6,7 @@
 //
 // The outbox has no priorities of its own: queued messages leave strictly in the order they
 // were sent (1F1B's priority is that of gradients over activations, in the layer actor,
-// tests/actors/layer_actor_test.cpp).
+// tests/actors/training/layer_actor_test.cpp).
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>

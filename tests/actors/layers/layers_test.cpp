@@ -72,7 +72,7 @@ TEST_CASE("every registered layer's backward matches finite differences") {
          {2, 4, 4}, 1}}},
       {"flatten", {{make_layer("flatten"), {2, 3, 4}, 2}, {make_layer("flatten"), {5}, 1}}},
       // Alone, an add reads one input (its sum over ports is the actor's, tested in
-      // tests/actors/residual_test.cpp).
+      // tests/actors/session/residual_test.cpp).
       {"add", {{make_layer("add"), {3, 4}, 2}}},
       // Token ids in, drawn by the check (the layer's input_ids); dx is not checked.
       {"embedding",

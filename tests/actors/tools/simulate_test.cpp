@@ -291,7 +291,7 @@ TEST_CASE("the predicted step of a fixed-cost pipeline is within 10% of the meas
     auto options = test::quiet_options();
     options.trace_path = test::temp_file("troupe_simulate_measured.json");
     test::run_ok(config, options);
-    const double measured = run_step_time_us(step_windows(load_trace(options.trace_path)));
+    const double measured = run_step_time_us(step_windows(load_trace(*options.trace_path)));
     if (std::abs(measured / p.step_us - 1) < std::abs(best / p.step_us - 1))
       best = measured;
   }

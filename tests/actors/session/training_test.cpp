@@ -59,7 +59,7 @@ TEST_CASE("an MLP trained through actors separates synthetic data with over 95% 
   CHECK(outcome.steps == 2 * (2048 / 64));
   CHECK(outcome.test_accuracy > 0.95);
 
-  auto records = read_jsonl(options.metrics_path);
+  auto records = read_jsonl(*options.metrics_path);
   int steps = 0, evaluations = 0, done = 0;
   double first_loss = -1, last_loss = -1;
   for (const auto& r : records) {
@@ -173,7 +173,7 @@ TEST_CASE("an exception in a layer ends the run with the actor, layer, step and 
   CHECK(result.outcome.failure.find("layer_1 (test_failing) forward of step 3, micro-batch 0") !=
         std::string::npos);
   CHECK(result.outcome.failure.find("deliberate failure") != std::string::npos);
-  auto records = read_jsonl(options.metrics_path);
+  auto records = read_jsonl(*options.metrics_path);
   REQUIRE_FALSE(records.empty());
   CHECK(records.back()["event"] == "failed");
 }

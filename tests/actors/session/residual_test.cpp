@@ -9,7 +9,7 @@
 // and B), B's input is A's output, the add passes its gradient to both: a lost or
 // doubled path, a gradient not summed, or an add that does not add breaks the identity
 // by far more than float rounding. The equivalence tests then carry the residual model
-// to every wiring (tests/actors/equivalence_test.cpp).
+// to every wiring (tests/actors/session/equivalence_test.cpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
