@@ -147,11 +147,10 @@ void session::check_outputs() {
   const auto& config = s_.config;
   const auto& options = s_.options;
   const int rank = options.cluster ? options.cluster->rank : 0;
-  s_.metrics_path = options.metrics_path.empty() ? config.run.metrics : options.metrics_path;
+  s_.metrics_path = options.metrics_path.value_or(config.run.metrics);
   if (rank != 0)
     s_.metrics_path.clear();  // only the coordinator reports
-  s_.trace_path = trace_path_of_node(
-      options.trace_path.empty() ? config.run.trace : options.trace_path, rank);
+  s_.trace_path = trace_path_of_node(options.trace_path.value_or(config.run.trace), rank);
   if (!s_.metrics_path.empty())
     check_output_file(s_.metrics_path, "the metrics file");
   if (!s_.trace_path.empty())

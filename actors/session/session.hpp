@@ -1,11 +1,13 @@
 // session.hpp: one training run, from a checked config to a finished outcome.
 //
-// run_session() checks everything that can be checked before anything is spawned (layer
-// types and settings, shapes along the model, the actor graph, batch and data sizes,
-// devices), loads the data, creates the devices, spawns every actor the topology lists
-// (through the actor kind registry), sends each its wiring, runs until the trainer is
-// done, and returns the outcome and the final parameters. Errors in the input throw
-// config_error / data_error before the first actor exists.
+// run_session() runs the session's phases in order (session.cpp): check the outputs,
+// restore (everything that can be checked before anything is spawned: layer types and
+// settings, shapes along the model, the actor graph, batch and data sizes, a checkpoint to
+// resume; prepare.hpp), start the devices, spawn every actor the topology lists (through
+// the actor kind registry), wire them, run until the trainer is done, collect the final
+// parameters, finish (the trace, the outcome). One process, several nodes and a simulated
+// run differ only in the run mode the phases call (run_modes.hpp). Errors in the input
+// throw config_error / data_error before the first actor exists.
 //
 // Sessions share nothing: each has its own actor system, devices and trace recorder (with
 // its own message log), so several may run in one process, one after the other or at once
@@ -33,8 +35,9 @@ struct session_options {
   bool progress_bar = false;    // redraw a bar (a terminal) instead of printing lines
   bool keep_parameters = false; // copy the final parameters into the result
   std::int64_t sample_length = 300;  // a language model's text after training; 0: none
-  std::string metrics_path;     // overrides [run] metrics when not empty
-  std::string trace_path;       // overrides [run] trace when not empty
+  /// Override [run] metrics and [run] trace when set; "" writes none (--metrics "").
+  std::optional<std::string> metrics_path;
+  std::optional<std::string> trace_path;
   bool log_messages = false;    // print messages as they are handled...
   std::string log_filter;       // ...those matching this (trace::recorder_settings)
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0

@@ -78,6 +78,24 @@ void check_trace(const std::string& path) {
 
 }  // namespace
 
+TEST_CASE("--metrics \"\" and --trace \"\" write none of the files [run] names") {
+  test::temp_directory d{"troupe-none"};
+  const auto metrics = d.file("m.jsonl"), trace = d.file("t.json");
+  const auto config = d.write(
+      "named.toml", "[run]\nlog_every = 1000\nmetrics = \"" + metrics + "\"\ntrace = \"" + trace +
+                        "\"\n" + test::data_section({32, 256, 64, 16, 3}) + "\n" + test::linear(3));
+  auto r = run_troupe("run " + config + " --steps 5 -q --metrics '' --trace ''");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(metrics));
+  CHECK_FALSE(std::filesystem::exists(trace));
+  // Without them, the config's files are written (empty meant "the config's" until now).
+  r = run_troupe("run " + config + " --steps 5 -q");
+  CHECK(r.exit_code == 0);
+  CHECK(std::filesystem::exists(metrics));
+  check_trace(trace);
+}
+
 TEST_CASE("a full metrics device ends the run at once: exit 1, the file and the OS error") {
   test::temp_directory d{"troupe-full"};
   const auto config = d.write("tiny.toml", tiny_model);
