@@ -292,22 +292,13 @@ const char* optimizer_name(optimizer_type type) {
 
 }  // namespace
 
-calibration calibrate(const run_config& config, const std::string& path, std::int64_t repeats) {
-  constexpr std::int64_t most_repeats = 10000;  // a minute or so of the largest ops
-  if (repeats < 1 || repeats > most_repeats)
-    throw user_error("--repeats should be between 1 and " + std::to_string(most_repeats) +
-                     ", not " + std::to_string(repeats));
-  const auto prepared = prepare_session(config);
-  const auto& graph = prepared.graph;
-  calibration out;
-  out.config = path;
-  out.repeats = repeats;
-  out.rows = prepared.plan.batch_size / (prepared.plan.replicas * prepared.plan.microbatches);
-  out.optimizer = optimizer_name(config.optimizer.type);
-  // A cpu:N device's kernels run on one thread (Note [OpenBLAS threads]).
-  const int threads_before = kernels::cpu_kernel_threads();
-  kernels::set_cpu_kernel_threads(1);
-  keyed_random random{config.run.seed, 0xca11b};
+namespace {
+
+// Each layer's forward and backward on the calibration's rows, in rounds as a device runs
+// the whole model, and the contention of two devices computing at once; the elements of the
+// largest activation (what copies and sums are timed with).
+std::int64_t time_layers(const topology& graph, std::int64_t repeats, keyed_random& random,
+                         calibration& out) {
   std::int64_t largest = 1;
   auto make_benches = [&] {
     std::vector<std::unique_ptr<layer_bench>> made;
@@ -375,8 +366,11 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   }
   for (auto& b : benches)
     out.layers.push_back(b->finish());
+  return largest;
+}
 
-  // The update: every parameter of the model in one flat buffer, as the optimizers hold it.
+// The update: every parameter of the model in one flat buffer, as the optimizers hold it.
+void time_update(const run_config& config, std::int64_t repeats, calibration& out) {
   std::int64_t parameters = 0;
   for (const auto& l : out.layers)
     parameters += l.parameters;
@@ -417,8 +411,10 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
     }
     out.update_ns_per_parameter = us * 1000 / static_cast<double>(parameters);
   }
+}
 
-  // A copy between two CPU devices is a memcpy of the activation (runtime/core/transfer.cpp).
+// A copy between two CPU devices is a memcpy of the activation (runtime/core/transfer.cpp).
+void time_copy(std::int64_t largest, std::int64_t repeats, calibration& out) {
   out.copy_bytes = largest * static_cast<std::int64_t>(sizeof(float));
   const auto copy_sets = cold_sets(2 * out.copy_bytes);
   std::vector<char> buffers(static_cast<std::size_t>(2 * out.copy_bytes * copy_sets), 1);
@@ -429,63 +425,95 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
     std::memcpy(from + out.copy_bytes, from, static_cast<std::size_t>(out.copy_bytes));
   });
   out.copy_gb_per_s = copy_us > 0 ? static_cast<double>(out.copy_bytes) / (copy_us * 1000) : 0;
-  // A loader's batch: a micro-batch of random rows of the data set gathered into one
-  // buffer (gather_rows in actors/training/batch_assembler_actor.cpp), from the data set itself.
-  {
-    const auto& train = prepared.data->train;
-    const auto features = train.features;
-    std::vector<float> batch(static_cast<std::size_t>(out.rows * features));
-    std::vector<std::int64_t> picked(static_cast<std::size_t>(out.rows));
-    const double us = median_us(repeats, [&] {
-      for (auto& row : picked)
-        row = static_cast<std::int64_t>(random.below(static_cast<std::uint64_t>(train.count)));
-      for (std::size_t i = 0; i < picked.size(); ++i)
-        std::memcpy(batch.data() + static_cast<std::int64_t>(i) * features,
-                    train.images.data() + picked[i] * features,
-                    static_cast<std::size_t>(features) * sizeof(float));
-    });
-    out.load_gb_per_s =
-        us > 0 ? static_cast<double>(batch.size() * sizeof(float)) / (us * 1000) : 0;
-  }
-  // An averager's sum: y += x over the same bytes (actors/*_averager_actor.cpp).
-  {
-    const kernels::context device_context;
-    const auto axpy = kernels::lookup<kernels::ops::axpy>(device_type::cpu);
-    const auto sets = cold_sets(2 * out.copy_bytes);
-    auto xy = random_tensor({sets, 2, largest}, random);
-    std::int64_t set = 0;
-    const double us = median_us(repeats, [&] {
-      set = (set + 1) % sets;
-      float* x = xy.f32() + set * 2 * largest;
-      axpy(device_context, largest, 1.0f, x, x + largest);
-    });
-    out.reduce_gb_per_s = us > 0 ? static_cast<double>(out.copy_bytes) / (us * 1000) : 0;
-  }
-  // The loss of one micro-batch: every position's cross-entropy and accuracy (loss_actor).
-  {
-    const kernels::context device_context;
-    const auto& last = graph.shapes.back();
-    const std::int64_t classes = last.empty() ? 1 : last.back();
-    std::int64_t rows = out.rows;
-    for (std::size_t i = 0; i + 1 < last.size(); ++i)
-      rows *= last[i];
-    const auto xent = kernels::lookup<kernels::ops::softmax_xent>(device_type::cpu);
-    const auto accuracy = kernels::lookup<kernels::ops::accuracy>(device_type::cpu);
-    auto logits = random_tensor({rows, classes}, random);
-    auto labels = random_tensor({rows}, random, classes);
-    auto ids = tensor::empty({rows}, dtype::i32);
-    for (std::int64_t i = 0; i < rows; ++i)
-      ids.i32()[i] = static_cast<std::int32_t>(labels.f32()[i]);
-    auto dlogits = tensor::zeros({rows, classes});
-    auto loss = tensor::zeros({1});
-    auto correct = tensor::empty({1}, dtype::i32);
-    out.loss_us = median_us(repeats, [&] {
-      xent(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
-           ids.i32(), 1.0f, loss.f32(), dlogits.f32());
-      accuracy(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
-               ids.i32(), correct.i32());
-    });
-  }
+}
+
+// A loader's batch: a micro-batch of random rows of the data set gathered into one
+// buffer (gather_rows in actors/training/batch_assembler_actor.cpp), from the data set itself.
+void time_load(const session_prepared& prepared, std::int64_t repeats, keyed_random& random,
+               calibration& out) {
+  const auto& train = prepared.data->train;
+  const auto features = train.features;
+  std::vector<float> batch(static_cast<std::size_t>(out.rows * features));
+  std::vector<std::int64_t> picked(static_cast<std::size_t>(out.rows));
+  const double us = median_us(repeats, [&] {
+    for (auto& row : picked)
+      row = static_cast<std::int64_t>(random.below(static_cast<std::uint64_t>(train.count)));
+    for (std::size_t i = 0; i < picked.size(); ++i)
+      std::memcpy(batch.data() + static_cast<std::int64_t>(i) * features,
+                  train.images.data() + picked[i] * features,
+                  static_cast<std::size_t>(features) * sizeof(float));
+  });
+  out.load_gb_per_s =
+      us > 0 ? static_cast<double>(batch.size() * sizeof(float)) / (us * 1000) : 0;
+}
+
+// An averager's sum: y += x over the same bytes (actors/*_averager_actor.cpp).
+void time_reduce(std::int64_t largest, std::int64_t repeats, keyed_random& random,
+                 calibration& out) {
+  const kernels::context device_context;
+  const auto axpy = kernels::lookup<kernels::ops::axpy>(device_type::cpu);
+  const auto sets = cold_sets(2 * out.copy_bytes);
+  auto xy = random_tensor({sets, 2, largest}, random);
+  std::int64_t set = 0;
+  const double us = median_us(repeats, [&] {
+    set = (set + 1) % sets;
+    float* x = xy.f32() + set * 2 * largest;
+    axpy(device_context, largest, 1.0f, x, x + largest);
+  });
+  out.reduce_gb_per_s = us > 0 ? static_cast<double>(out.copy_bytes) / (us * 1000) : 0;
+}
+
+// The loss of one micro-batch: every position's cross-entropy and accuracy (loss_actor).
+void time_loss(const topology& graph, std::int64_t repeats, keyed_random& random,
+               calibration& out) {
+  const kernels::context device_context;
+  const auto& last = graph.shapes.back();
+  const std::int64_t classes = last.empty() ? 1 : last.back();
+  std::int64_t rows = out.rows;
+  for (std::size_t i = 0; i + 1 < last.size(); ++i)
+    rows *= last[i];
+  const auto xent = kernels::lookup<kernels::ops::softmax_xent>(device_type::cpu);
+  const auto accuracy = kernels::lookup<kernels::ops::accuracy>(device_type::cpu);
+  auto logits = random_tensor({rows, classes}, random);
+  auto labels = random_tensor({rows}, random, classes);
+  auto ids = tensor::empty({rows}, dtype::i32);
+  for (std::int64_t i = 0; i < rows; ++i)
+    ids.i32()[i] = static_cast<std::int32_t>(labels.f32()[i]);
+  auto dlogits = tensor::zeros({rows, classes});
+  auto loss = tensor::zeros({1});
+  auto correct = tensor::empty({1}, dtype::i32);
+  out.loss_us = median_us(repeats, [&] {
+    xent(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
+         ids.i32(), 1.0f, loss.f32(), dlogits.f32());
+    accuracy(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
+             ids.i32(), correct.i32());
+  });
+}
+
+}  // namespace
+
+calibration calibrate(const run_config& config, const std::string& path, std::int64_t repeats) {
+  constexpr std::int64_t most_repeats = 10000;  // a minute or so of the largest ops
+  if (repeats < 1 || repeats > most_repeats)
+    throw user_error("--repeats should be between 1 and " + std::to_string(most_repeats) +
+                     ", not " + std::to_string(repeats));
+  const auto prepared = prepare_session(config);
+  const auto& graph = prepared.graph;
+  calibration out;
+  out.config = path;
+  out.repeats = repeats;
+  out.rows = prepared.plan.batch_size / (prepared.plan.replicas * prepared.plan.microbatches);
+  out.optimizer = optimizer_name(config.optimizer.type);
+  // A cpu:N device's kernels run on one thread (Note [OpenBLAS threads]).
+  const int threads_before = kernels::cpu_kernel_threads();
+  kernels::set_cpu_kernel_threads(1);
+  keyed_random random{config.run.seed, 0xca11b};
+  const auto largest = time_layers(graph, repeats, random, out);
+  time_update(config, repeats, out);
+  time_copy(largest, repeats, out);
+  time_load(prepared, repeats, random, out);
+  time_reduce(largest, repeats, random, out);
+  time_loss(graph, repeats, random, out);
   kernels::set_cpu_kernel_threads(threads_before);
   out.handover_us = time_handover(std::min<std::int64_t>(repeats, 50));
   const auto handlers = time_handlers(config, prepared, out.rows);
