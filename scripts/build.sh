@@ -25,7 +25,13 @@ while [[ $# -gt 0 ]]; do
       ;;
   esac
 done
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
+# Everything includes the tests unless the arguments say otherwise (scripts/train.sh turns
+# them off; a build directory remembers that, so say it again here).
+tests_option=(-DTROUPE_BUILD_TESTS=ON)
+for a in "${cmake_args[@]}"; do
+  [[ "$a" == -DTROUPE_BUILD_TESTS=* ]] && tests_option=()
+done
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${tests_option[@]}" "${cmake_args[@]}"
 if [[ ${#targets[@]} -gt 0 ]]; then
   cmake --build build -j "$jobs" --target "${targets[@]}"
 else
