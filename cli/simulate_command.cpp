@@ -43,7 +43,7 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "how many times longer a job takes while another device of its node computes "
       "(default: the calibration's measure, two threads running the model at once)")(
       "host-us", po::value<double>(),
-      "with --cores: what each turn of a host actor (the trainer, the loader) takes of a "
+      "with --cores: what each turn of a host actor (the trainer) takes of a "
       "core, in microseconds (default: the calibration's measure, the host thread's CPU "
       "time a turn; 0 without one)")(
       "cores", po::value<int>()->default_value(0),

@@ -36,7 +36,8 @@ const char* trace_usage =
     "            to the step's, and the share of all steps' paths each actor, device and\n"
     "            wire sits on; the slowest steps first\n"
     "  timeline  the schedule as a picture: one row per device, forward jobs blue, backward\n"
-    "            green, the rest grey, red hatching where a sender ran out of credits;\n"
+    "            green, split weight gradients purple, the rest grey, red hatching where a\n"
+    "            sender ran out of credits;\n"
     "            .svg, or .html (the SVG with a legend and hover details); with\n"
     "            --critical-path, the jobs on each step's critical path outlined\n";
 

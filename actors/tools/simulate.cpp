@@ -404,7 +404,7 @@ std::string format_prediction_text(const prediction& p) {
     std::stable_sort(memory.begin(), memory.end(), [](const device_memory& a, const device_memory& b) {
       return a.peak_bytes > b.peak_bytes;
     });
-    text += "peak memory per device (tensors held at once; Note [what a device holds]):";
+    text += "peak memory per device (tensors held at once):";
     for (std::size_t i = 0; i < memory.size() && i < 8; ++i)
       text += string_printf("%s %s %s (%lld micro-batch(es) held)", i == 0 ? "" : ",",
                             memory[i].device.c_str(), human_bytes(memory[i].peak_bytes).c_str(),
