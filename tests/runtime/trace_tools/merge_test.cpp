@@ -61,3 +61,14 @@ TEST_CASE("a worker's trace that is not JSON is a user error naming the node") {
   CHECK_THROWS_WITH_AS(trace::merge_node_traces(node_trace_text("cpu:0", 0), {broken}),
                        doctest::Contains("the trace of node2: not valid JSON"), user_error);
 }
+
+TEST_CASE("a worker's trace nested past the limit or with a repeated key is refused naming the node") {
+  // A node's trace is a peer's text: the depth is measured before nlohmann recurses.
+  trace::node_trace deep{3, std::string(100000, '[') + std::string(100000, ']'), 0, 0, ""};
+  CHECK_THROWS_WITH_AS(trace::merge_node_traces(node_trace_text("cpu:0", 0), {deep}),
+                       doctest::Contains("the trace of node3: arrays and objects nest more than"),
+                       data_error);
+  trace::node_trace twice{1, R"({"traceEvents": [], "traceEvents": []})", 0, 0, ""};
+  CHECK_THROWS_WITH_AS(trace::merge_node_traces(node_trace_text("cpu:0", 0), {twice}),
+                       doctest::Contains("the trace of node1: the key"), data_error);
+}
