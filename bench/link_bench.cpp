@@ -3,7 +3,7 @@
 // Two processes (a fork): node0 publishes a sink actor with CAF's io module, as the
 // coordinator publishes its gatekeeper; node1 connects and sends it tensors of 1, 16 and
 // 64 MiB, each answered by an 8-byte acknowledgement, through troupe's own tensor
-// serialisation (include/troupe/tensor_inspect.hpp: the header, then the bytes in one block,
+// serialisation (include/troupe/detail/tensor_inspect.hpp: the header, then the bytes in one block,
 // validated on arrival), the actor systems set up as a run's nodes are
 // (configure_cluster_system). Prints GB/s per size: the median of 9 rounds of 8 tensors,
 // over CAF's TCP link, and through the shared-memory inbox the receiver offers (Note

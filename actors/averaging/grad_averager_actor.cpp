@@ -10,6 +10,7 @@
 #include "actors/averaging/central_averager_actor.hpp"
 #include "actors/averaging/gloo_averager_actor.hpp"
 #include "actors/averaging/ring_averager_actor.hpp"
+#include "actors/base/collective_messages.hpp"
 #include "troupe/check.hpp"
 
 namespace troupe {

@@ -22,6 +22,7 @@
 
 #include "actors/averaging/grad_averager_actor.hpp"
 #include "actors/averaging/ring_schedule.hpp"
+#include "actors/base/collective_messages.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/ops.hpp"
 

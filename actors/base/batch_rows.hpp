@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/detail/posting.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
 
@@ -35,9 +36,12 @@ typename Inspector::result_type inspect(Inspector& f, batch_rows_msg& x) {
            x.trace, x.sequence);
 }
 
-/// Rows may be left in the shared memory of the assembler's process (device_actor.hpp).
+/// Rows may be left in the shared memory of the assembler's process
+/// (include/troupe/detail/posting.hpp).
+namespace detail {
 template <>
 struct posted_kind<batch_rows_msg> : std::integral_constant<std::uint8_t, 5> {};
+}  // namespace detail
 
 /// "loader@node1": the roster's name of node k's assembler.
 std::string batch_assembler_name(int node);

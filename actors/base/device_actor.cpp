@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "actors/base/failures.hpp"
+#include "actors/base/network_atoms.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/check.hpp"
 
@@ -92,7 +93,7 @@ caf::behavior device_actor::make_behavior() {
 // Note [nothing unwritten to the network]
 // A message to an actor of another node is serialised by CAF's network thread of this
 // process (the BASP broker on the multiplexer), and serialising a tensor waits until it
-// is written (include/troupe/tensor_inspect.hpp). Sent as soon as its job was submitted,
+// is written (include/troupe/detail/tensor_inspect.hpp). Sent as soon as its job was submitted,
 // an activation made the network thread wait for that job: 3783 of 4000 tensors a run
 // of config/fashion_mlp_pp2_2nodes.toml's first node sent, 657 ms of its 2.8 s, during
 // which that one thread (middleman.workers = 0) read and wrote nothing else for this

@@ -1,6 +1,8 @@
 // messages.cpp: registration of troupe's message types with CAF.
 #include "troupe/messages.hpp"
 
+#include "actors/base/collective_messages.hpp"
+
 namespace troupe {
 
 namespace {

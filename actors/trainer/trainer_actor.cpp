@@ -10,6 +10,7 @@
 
 #include "actors/trainer/interrupts.hpp"
 #include "actors/base/step_markers.hpp"
+#include "actors/base/network_atoms.hpp"
 #include "runtime/core/gpu.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/traced.hpp"

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "runtime/core/gpu.hpp"
+#include "runtime/core/stream_state.hpp"
 
 namespace troupe {
 
@@ -61,7 +62,7 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
   label.bytes = bytes_of(x);
   // On a GPU the rows are gathered into page-locked host memory and go over in one
   // asynchronous copy, which keeps the host rows until it has run (Note [GPU streams]).
-  auto* gpu = on.work().gpu();
+  auto* gpu = gpu_queue_of(on.work());
   const auto host = gpu != nullptr ? tensor::empty_pinned(x.shape()) : x;
   // Rows [first, last) of the batch; `data` keeps the images alive until the job has run.
   const auto picked = std::make_shared<const std::vector<std::int64_t>>(std::move(rows));

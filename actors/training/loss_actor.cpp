@@ -6,6 +6,7 @@
 
 #include "actors/base/actor_kinds.hpp"
 #include "runtime/core/gpu.hpp"
+#include "runtime/core/stream_state.hpp"
 #include "runtime/core/transfer.hpp"
 #include "troupe/error.hpp"
 
@@ -147,10 +148,10 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
     }
     stamp(report, track, 0, "report", 0);
     // A trainer in another process of this machine takes it from shared memory.
-    if (!post_message(caf::actor_cast<caf::actor>(report_to), report, track))
+    if (!detail::post_message(caf::actor_cast<caf::actor>(report_to), report, track))
       caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
   };
-  auto* gpu = work.gpu();
+  auto* gpu = gpu_queue_of(work);
   // On a GPU the job only issues the kernels: the two sums come to the host by an
   // asynchronous copy, and are reported when the GPU has run it (Note [GPU streams]).
   tensor host_sums;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/base/collective_messages.hpp"
 #include "actors/training/checkpoint_writer.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/graph/topology.hpp"

@@ -4,6 +4,8 @@
 //
 // Not here: the queues and inboxes (runtime/net/shared_memory.cpp), the actor's side of a
 // link (device_actor::stage_for, the offer and poll handlers in actors/base/device_actor.cpp).
+#include "actors/base/collective_messages.hpp"
+#include "actors/base/network_atoms.hpp"
 #include "actors/transport/shm_delivery.hpp"
 
 #include <algorithm>
@@ -42,7 +44,7 @@ bool post_bytes(const caf::actor& peer, const std::vector<char>& bytes, std::uin
   return true;
 }
 
-// The two ends of a staged tensor's crossing (include/troupe/tensor_inspect.hpp).
+// The two ends of a staged tensor's crossing (include/troupe/detail/tensor_inspect.hpp).
 
 bool staged_place(const void* data, std::size_t bytes, std::uint64_t& key, std::uint64_t& offset) {
   auto* links = net::shm_links::current();
@@ -162,15 +164,15 @@ std::optional<caf::message> load_posted(caf::actor_system& system, const char* d
     return std::nullopt;
   }
   switch (kind) {
-    case posted_kind<ring_msg>::value:
+    case detail::posted_kind<ring_msg>::value:
       return load_posted_as<ring_msg>(system, source, "a ring message");
-    case posted_kind<labels_msg>::value:
+    case detail::posted_kind<labels_msg>::value:
       return load_posted_as<labels_msg>(system, source, "labels");
-    case posted_kind<release_msg>::value:
+    case detail::posted_kind<release_msg>::value:
       return load_posted_as<release_msg>(system, source, "a release");
-    case posted_kind<loss_report_msg>::value:
+    case detail::posted_kind<loss_report_msg>::value:
       return load_posted_as<loss_report_msg>(system, source, "a loss report");
-    case posted_kind<batch_rows_msg>::value:
+    case detail::posted_kind<batch_rows_msg>::value:
       return load_posted_as<batch_rows_msg>(system, source, "the rows of a batch");
     default:
       detail::said_refused("a message of unknown kind " + std::to_string(kind));

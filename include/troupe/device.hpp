@@ -12,18 +12,12 @@
 // tensors (tensor.hpp) and knows no actors.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "troupe/kernel.hpp"
@@ -55,16 +49,16 @@ struct device_id {
 };
 
 /// The node this process is in a multi-process run (0 otherwise). Tensors that arrive
-/// from another node are host tensors of this node (include/troupe/tensor_inspect.hpp).
+/// from another node are host tensors of this node (include/troupe/detail/tensor_inspect.hpp).
 /// One process is one node: the run sets it once, before its actors exist.
 int this_node();
 void set_this_node(int node);
 
 class stream;
-class simulation;  // runtime/core/simulation.hpp: streams on a virtual clock
-namespace gpu {
-class queue;  // runtime/core/gpu.hpp: a GPU's work queue
-}  // namespace gpu
+class stream_progress;  // runtime/core/stream_state.hpp: a stream's completed count
+class stream_state;     // runtime/core/stream_state.hpp: the inside of a stream
+class stream_backend;   // runtime/core/stream_state.hpp: what runs a stream's jobs
+class simulation;       // runtime/core/simulation.hpp: streams on a virtual clock
 
 /// What a job does, as troupe's own actors say it. Traces name a job by job_kind_name();
 /// the trace tools, `troupe calibrate` and the simulator read it back with job_kind_of(),
@@ -131,55 +125,6 @@ struct job_label {
                              // estimates of a job's length are by source and name
 };
 
-/// How far one stream has got: how many of its jobs have completed, the host threads
-/// waiting for a count, and the callbacks due at a count. The stream and every event of it
-/// share it, so an event stays answerable after its stream (and device_set) is gone
-/// (Note [events outlive their stream] in device.cpp). Only the stream advances it.
-class stream_progress {
- public:
-  std::uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
-
-  /// Blocks the calling thread until `sequence` jobs have completed.
-  void wait_until(std::uint64_t sequence);
-
-  /// Calls `callback` once `sequence` jobs have completed: at once, on the calling thread,
-  /// if they have; else on the stream's thread right after the job that completes them.
-  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback);
-
-  /// The stream's side: one more job completed (wakes host waiters).
-  void advance();
-  /// True when some callback is registered (the stream then calls fire_due()).
-  bool has_watchers() const { return watcher_count_.load() > 0; }
-  /// Calls, on this thread, every callback that is due, each once. If some throw, the
-  /// others still run and the first exception is rethrown after them.
-  void fire_due();
-
-  /// About how long until `sequence` jobs have completed, at `now_ns` of the stream's
-  /// clock: 0 if they have (Note [looking ahead before an idle job] in device.cpp).
-  std::int64_t eta_ns(std::uint64_t sequence, std::int64_t now_ns) const;
-  /// The stream's side: a job expected to end at `until_ns` started (0: none runs now);
-  /// `main_lane`: it is the next of this progress's count.
-  void note_running(std::int64_t until_ns, bool main_lane) {
-    running_main_lane_.store(main_lane, std::memory_order_relaxed);
-    running_until_ns_.store(until_ns, std::memory_order_release);
-  }
-  /// The stream's side: how long its next main-lane job will take, as far as it knows.
-  void note_next(std::int64_t estimate_ns) {
-    next_estimate_ns_.store(estimate_ns, std::memory_order_relaxed);
-  }
-
- private:
-  std::atomic<std::int64_t> running_until_ns_{0};
-  std::atomic<bool> running_main_lane_{false};
-  std::atomic<std::int64_t> next_estimate_ns_{0};
-  mutable std::mutex mutex_;
-  std::condition_variable done_;
-  std::atomic<std::uint64_t> completed_{0};
-  std::atomic<int> host_waiters_{0};
-  std::vector<std::pair<std::uint64_t, std::function<void()>>> watchers_;  // guarded by mutex_
-  std::atomic<std::size_t> watcher_count_{0};
-};
-
 /// A point in a stream: reached once the stream has completed `sequence` jobs.
 /// A default event (no stream) is always reached. Copying one bumps one reference count;
 /// it keeps the stream's progress (not the stream) alive, so it never dangles.
@@ -205,23 +150,21 @@ struct event {
   void then(std::function<void()> callback) const;
 };
 
-struct expected_events;  // a stream's messages on their way (device.cpp)
+struct expected_events;  // a stream's messages on their way (runtime/core/stream_state.hpp)
 
-/// An in-order queue of jobs run by one worker thread.
+/// An in-order queue of jobs, run by one worker thread (a CPU device's), a GPU (its
+/// thread issues each job's kernels) or a simulation's virtual clock.
 class stream {
  public:
   using job = std::function<void()>;
   using error_handler = std::function<void(std::exception_ptr)>;
 
-  /// core: an index into the process's allowed CPUs (taken modulo their count), or -1
-  /// to leave the thread unbound.
+  /// A CPU stream: one worker thread. core: an index into the process's allowed CPUs
+  /// (taken modulo their count), or -1 to leave the thread unbound.
   stream(device_id device, int core);
-  /// A stream of a simulated run: no thread of its own; `world` runs its jobs and tasks
-  /// on its virtual clock (Note [simulated streams] in runtime/core/simulation.cpp).
-  stream(device_id device, simulation& world);
-  /// A GPU's stream: its thread issues each job's kernels to `queue`, and a job's event is
-  /// reached when the GPU has run them (Note [GPU streams] in runtime/core/gpu.hpp).
-  stream(device_id device, std::unique_ptr<gpu::queue> queue);
+  /// A stream that `backend` runs: a GPU's, a simulated one (the runtime makes these:
+  /// Note [stream backends] in runtime/core/stream_state.hpp).
+  stream(device_id device, std::unique_ptr<stream_backend> backend);
   ~stream();
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -230,8 +173,8 @@ class stream {
   /// job is recorded as a span on this stream's track with `label`.
   event submit(job work, const job_label& label = {});
 
-  /// Appends a job to the stream's idle lane (Note [idle lane] in device.cpp): it runs
-  /// only when no main-lane job is queued, after the idle jobs submitted before it. The
+  /// Appends a job to the stream's idle lane (Note [idle lane] in runtime/core/stream.cpp):
+  /// it runs only when no main-lane job is queued, after the idle jobs submitted before it. The
   /// event it returns is of the idle lane; this stream's wait_for() hurries it.
   event submit_when_idle(job work, const job_label& label = {});
 
@@ -241,13 +184,13 @@ class stream {
   void hurry(const event& e);
 
   /// The trace track of this stream (0: not traced).
-  void set_trace_track(std::uint32_t track) { trace_track_ = track; }
-  std::uint32_t trace_track() const { return trace_track_; }
+  void set_trace_track(std::uint32_t track);
+  std::uint32_t trace_track() const;
 
   /// Main-lane work for this stream follows once `e`, another stream's event, is reached:
   /// an actor placed here put a message aside until a tensor is written (include/troupe/
   /// inputs.hpp). An idle job that would still run when it is due waits for it (Note
-  /// [looking ahead before an idle job] in device.cpp). Call done() on what it returns
+  /// [looking ahead before an idle job] in runtime/core/stream.cpp). Call done() on what it returns
   /// once the message is back in the actor's mailbox; it may outlive the stream. While
   /// `wanted` (if given; called on this stream's thread) says false, it is not waited for.
   class expectation {
@@ -271,9 +214,7 @@ class stream {
   /// Calls `callback` on this stream's thread once `sequence` jobs have completed (at
   /// once, on the calling thread, if they already have). A callback that throws on the
   /// stream's thread fails the stream like a job that throws.
-  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback) {
-    progress_->notify_when_reached(sequence, std::move(callback));
-  }
+  void notify_when_reached(std::uint64_t sequence, std::function<void()> callback);
 
   /// Runs `task` on this stream's thread soon, between jobs: not part of the stream's
   /// order (no event, no busy time). Tasks run in the order posted, before queued jobs.
@@ -305,84 +246,23 @@ class stream {
   /// event callback throws. After that the stream is failed: later jobs are skipped (their
   /// events are still reached, so nothing waits forever).
   void set_error_handler(error_handler handler);
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const;
 
-  const device_id& device() const { return device_; }
-  /// A GPU stream's queue (copies are issued to it); nullptr on a CPU stream.
-  gpu::queue* gpu() const { return gpu_.get(); }
-  std::uint64_t completed() const { return progress_->completed(); }
+  const device_id& device() const;
+  /// How many main-lane jobs have completed.
+  std::uint64_t completed() const;
 
   /// Seconds this stream has spent running jobs (not waiting for other streams' events,
   /// not idle) since it started: a device's utilisation is busy / elapsed.
-  double busy_seconds() const {
-    return static_cast<double>(busy_nanoseconds_.load(std::memory_order_relaxed)) * 1e-9;
-  }
+  double busy_seconds() const;
+
+  /// The runtime's side of the stream (runtime/core/stream_state.hpp); opaque to plugins.
+  stream_state& state() const { return *state_; }
 
  private:
-  friend class simulation;
   event enqueue(job work, bool busy, const job_label& label);
-  /// Tells whoever runs this stream (its worker, or the simulation) that there is work.
-  void wake(bool worker_sleeping);
-  void run();
-  /// Runs `work` (a posted task, event callbacks) on the stream's thread; an exception
-  /// fails the stream, as one from a job does.
-  template <class Work>
-  void run_guarded(Work&& work);
-  void run_guarded_job(const job& work);  // the same, for the simulation
-  /// A GPU stream's end of a job: its event is reached, and `captures` released, once
-  /// the GPU has run what it issued (Note [GPU streams]).
-  void finish_on_gpu(job captures, bool idle_lane);
-  /// Releases (on this thread) the captures of jobs the GPU has run.
-  void release_retired();
-  void fail(std::exception_ptr error);
-  // Note [looking ahead before an idle job]; all under mutex_.
-  /// How long the idle lane's head should wait, at `now_ns`, for main-lane work due before
-  /// it would end; 0: run it now.
-  std::int64_t idle_hold_ns(std::int64_t now_ns);
-  /// About how long a job with `label` takes here (0: none like it has run yet).
-  std::int64_t estimate_ns(const job_label& label) const;
-  /// A job with `label` took `took_ns`.
-  void learn(const job_label& label, std::int64_t took_ns);
-  /// Tells progress_ what the main lane's head will take.
-  void note_next_job();
-  /// A job with `label` starts at `now_ns` (the worker's or the simulation's side).
-  void note_start(const job_label& label, bool idle_lane, std::int64_t now_ns);
 
-  device_id device_;
-  mutable std::mutex mutex_;
-  std::condition_variable work_ready_;
-  struct entry {
-    job work;
-    bool busy;  // false: a wait for another stream, which is idle time
-    job_label label;
-    std::int64_t submitted_ns = 0;  // when tracing
-    bool idle_lane = false;         // advances idle_progress_, not progress_
-    event waits_on;                 // simulated streams: a wait's event (work is empty)
-  };
-  std::deque<entry> queue_;
-  std::deque<entry> idle_queue_;  // guarded by mutex_; runs when queue_ is empty
-  std::deque<job> posted_;  // guarded by mutex_
-  std::atomic<std::int64_t> busy_nanoseconds_{0};
-  std::uint64_t submitted_ = 0;  // guarded by mutex_
-  std::shared_ptr<stream_progress> progress_ = std::make_shared<stream_progress>();
-  std::uint64_t idle_submitted_ = 0;  // guarded by mutex_
-  std::shared_ptr<stream_progress> idle_progress_ = std::make_shared<stream_progress>();
-  std::atomic<bool> failed_{false};
-  bool stopping_ = false;         // guarded by mutex_
-  bool worker_sleeping_ = false;  // guarded by mutex_
-  error_handler on_error_;        // guarded by mutex_
-  std::uint32_t trace_track_ = 0;
-  std::unordered_map<std::uint64_t, std::int64_t> estimates_;  // guarded by mutex_
-  std::int64_t held_since_ns_ = -1;  // guarded by mutex_: the idle head waits since then
-  std::shared_ptr<expected_events> expected_;
-  simulation* world_ = nullptr;  // a simulated stream's; then worker_ never runs
-  std::unique_ptr<gpu::queue> gpu_;  // a GPU stream's
-  struct retired_jobs {
-    std::mutex mutex;
-    std::vector<job> captures;
-  };
-  retired_jobs retired_;  // a GPU stream's jobs that the GPU has run
-  std::thread worker_;
+  std::unique_ptr<stream_state> state_;
 };
 
 /// How a run's GPUs compute ([run] tf32); CPU devices ignore it.

@@ -39,7 +39,6 @@
 #pragma once
 
 #include <caf/all.hpp>
-#include <caf/binary_serializer.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -50,6 +49,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "troupe/detail/posting.hpp"
 #include "troupe/device.hpp"
 #include "troupe/inputs.hpp"
 #include "troupe/messages.hpp"
@@ -88,8 +88,6 @@ inline job_label step_job(const char* name, std::uint32_t track, std::int64_t st
 inline std::vector<tensor*> tensors_sent(activation_msg& m) { return {&m.x}; }
 inline std::vector<tensor*> tensors_sent(gradient_msg& m) { return {&m.dx}; }
 inline std::vector<tensor*> tensors_sent(labels_msg& m) { return {&m.labels}; }
-inline std::vector<tensor*> tensors_sent(ring_msg& m) { return {&m.data}; }
-inline std::vector<tensor*> tensors_sent(shard_msg& m) { return {&m.flat}; }
 inline std::vector<tensor*> tensors_sent(weight_grads_msg& m) {
   std::vector<tensor*> out;
   for (auto& g : m.grads)
@@ -106,61 +104,6 @@ template <class Message>
 std::vector<tensor*> tensors_sent(Message&) {
   return {};
 }
-
-/// The messages a process may leave in the shared memory of another process of its machine
-/// instead of sending them through CAF (Note [messages through shared memory] in
-/// runtime/net/shared_memory.cpp): a byte naming the type, before the serialised message,
-/// says what the reader loads (that type only, whole). 0: not one of them. Each is one
-/// whose receiver takes it in any order against what still goes through CAF and needs no
-/// sender (a message from there has none): the ring keys its chunks, the loss pairs labels
-/// by tag, the data loader counts a credit by its replica (a layer finds the wire of a
-/// credit by its sender: those keep CAF), the trainer finishes steps in order (Note
-/// [finished in order] in actors/trainer/run_control.cpp), and the rows of a batch carry their own
-/// number (batch_assembler_actor.hpp, where their kind is declared).
-template <class Message>
-struct posted_kind : std::integral_constant<std::uint8_t, 0> {};
-template <>
-struct posted_kind<ring_msg> : std::integral_constant<std::uint8_t, 1> {};
-template <>
-struct posted_kind<labels_msg> : std::integral_constant<std::uint8_t, 2> {};
-template <>
-struct posted_kind<release_msg> : std::integral_constant<std::uint8_t, 3> {};
-template <>
-struct posted_kind<loss_report_msg> : std::integral_constant<std::uint8_t, 4> {};
-
-namespace detail {
-/// Leaves `bytes` (a posted_kind byte, then the message) for `peer` in its node's shared
-/// memory: false when it cannot (no link, no room, `peer` in this process); wakes that
-/// node through CAF when none of its threads polls; counts it on trace track `track`.
-bool post_bytes(const caf::actor& peer, const std::vector<char>& bytes, std::uint32_t track);
-/// Whether a message to `peer` could go through shared memory at all (a run with links,
-/// `peer` in another process).
-bool may_post(const caf::actor& peer);
-}  // namespace detail
-
-/// Leaves `message` for `peer`, an actor of another process of this machine, in that
-/// process's shared memory; false when it cannot (send it through CAF then). Callable
-/// from any thread (the loss reports from a job's callback).
-template <class Message>
-bool post_message(const caf::actor& peer, Message message, std::uint32_t track = 0) {
-  static_assert(posted_kind<Message>::value != 0, "not a message that may be posted");
-  if (!detail::may_post(peer))
-    return false;
-  std::vector<char> buffer;
-  caf::binary_serializer sink{peer->home_system(), buffer};
-  auto kind = posted_kind<Message>::value;
-  if (sink(kind, message))
-    return false;
-  return detail::post_bytes(peer, buffer, track);
-}
-
-/// Asks a device actor to send what it held back for another node (send_written).
-using remote_flush_atom = caf::atom_constant<caf::atom("rflush")>;
-/// Asks a device actor of another node of this machine for its node's shared-memory inbox
-/// (runtime/net/shared_memory.hpp); the answer is a net::shm_offer's fields.
-using shm_offer_atom = caf::atom_constant<caf::atom("shmoffer")>;
-/// Wakes a device actor's node to take the messages left in its shared memory.
-using shm_poll_atom = caf::atom_constant<caf::atom("shmpoll")>;
 
 class device_actor : public caf::event_based_actor {
  public:
@@ -277,8 +220,8 @@ class device_actor : public caf::event_based_actor {
       if (on_ != nullptr)
         on_->work().sent_to_network(bytes);
       stage_for(peer, tensors_sent(message));
-      if constexpr (posted_kind<Message>::value != 0)
-        if (post_message(peer, message, track_))
+      if constexpr (detail::posted_kind<Message>::value != 0)
+        if (detail::post_message(peer, message, track_))
           return;
       this->template send<Priority>(peer, std::move(message));
       return;
@@ -288,8 +231,8 @@ class device_actor : public caf::event_based_actor {
            if (on_ != nullptr)
              on_->work().sent_to_network(bytes);
            stage_for(peer, tensors_sent(m));
-           if constexpr (posted_kind<Message>::value != 0)
-             if (post_message(peer, m, track_))
+           if constexpr (detail::posted_kind<Message>::value != 0)
+             if (detail::post_message(peer, m, track_))
                return;
            this->template send<Priority>(peer, std::move(m));
          }});

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "troupe/tensor.hpp"
-#include "troupe/tensor_inspect.hpp"  // tensors in messages cross nodes
+#include "troupe/detail/tensor_inspect.hpp"  // tensors in messages cross nodes
 
 namespace troupe {
 
@@ -106,40 +106,6 @@ struct params_msg {
   trace_stamp trace;
 };
 
-/// One step of a ring all-reduce between the averagers of one layer: a chunk of a bucket
-/// of the flattened gradients, sent to the next replica's averager. phase 0 is
-/// reduce-scatter (the receiver adds it to its own chunk), phase 1 all-gather (the
-/// receiver takes it as the final sum).
-struct ring_msg {
-  std::int64_t step = 0;
-  std::int32_t layer = 0;
-  std::int32_t bucket = 0;
-  std::int32_t phase = 0;  // 0 reduce-scatter, 1 all-gather
-  std::int32_t round = 0;  // 0 .. R-2 within the phase
-  std::int32_t chunk = 0;  // which of the R chunks of the bucket
-  tensor data;             // (chunk elements)
-  trace_stamp trace;
-};
-
-/// The sharded optimizer's exchange between a layer's ring averager and that replica's
-/// optimizer, on the grads wire and back (Note [sharded optimizer] in
-/// actors/averaging/grad_averager_actor.cpp). `flat` is one buffer in the layout of the layer's
-/// parameters, flattened in order; `spans` are (offset, size) pairs of floats in it.
-///   reduced   averager -> optimizer: the summed gradients, complete at `spans` (the
-///             chunks this replica owns after reduce-scatter), handed over;
-///   updated   optimizer -> averager: the next parameters, complete at `spans`, handed
-///             over for the all-gather;
-///   gathered  averager -> optimizer: the same buffer, now complete everywhere.
-struct shard_msg {
-  enum stage_t : std::int32_t { reduced = 0, updated = 1, gathered = 2 };
-  std::int64_t step = 0;
-  std::int32_t layer = 0;
-  std::int32_t stage = reduced;
-  tensor flat;
-  std::vector<std::int64_t> spans;
-  trace_stamp trace;
-};
-
 /// Returns one credit on an activations wire without a gradient: the receiver has
 /// released the micro-batch `tag` (a forward-only micro-batch, or a first layer that
 /// sends no dx).
@@ -218,15 +184,6 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
   detail::staged_message_scope one_message;
   return f(caf::meta::type_name("params_msg"), x.version, x.layer, x.params, x.trace);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
-  return f(caf::meta::type_name("ring_msg"), x.step, x.layer, x.bucket, x.phase, x.round, x.chunk,
-           x.data, x.trace);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, shard_msg& x) {
-  return f(caf::meta::type_name("shard_msg"), x.step, x.layer, x.stage, x.flat, x.spans, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, release_msg& x) {

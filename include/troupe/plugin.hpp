@@ -36,7 +36,12 @@
 /// 7: stream and stream_progress gain the idle lane's look-ahead (expect, estimates);
 /// job_label gains source; device_actor gains its source id.
 /// 8: device_actor gains send_written (what it holds back for other nodes).
-#define TROUPE_ABI_VERSION 8
+/// 9: the narrow facade: a stream is opaque (its state and backends are the runtime's:
+/// stream_progress leaves the facade, stream::gpu() becomes the runtime's gpu_queue_of);
+/// ring_msg, shard_msg and the network atoms leave it; shared-memory posting and tensor
+/// serialisation move to troupe/detail/. Changes inside the runtime no longer change the
+/// layout of a public class.
+#define TROUPE_ABI_VERSION 9
 
 namespace troupe {
 

@@ -67,7 +67,7 @@ void simulation::mark(slot* s) {
   }
 }
 
-void simulation::wake(stream& s) {
+void simulation::wake(stream_state& s) {
   if (on_own_thread()) {
     auto found = slot_of_.find(&s);
     if (found != slot_of_.end())
@@ -95,7 +95,7 @@ void simulation::hand_over(slot* target) {
   agenda_.push(due{target->handed_at, order_++, target, false});
 }
 
-void simulation::posted_to(stream& s) {
+void simulation::posted_to(stream_state& s) {
   if (!on_own_thread())
     return;
   auto found = slot_of_.find(&s);
@@ -103,7 +103,7 @@ void simulation::posted_to(stream& s) {
     hand_over(found->second);
 }
 
-void simulation::sent_to_network(stream& s, std::int64_t bytes) {
+void simulation::sent_to_network(stream_state& s, std::int64_t bytes) {
   if (!on_own_thread() || settings_.network_ns_per_byte <= 0 || bytes <= 0)
     return;
   auto found = slot_of_.find(&s);
@@ -138,13 +138,40 @@ void simulation::post_host(std::function<void()> task) {
   woken_.notify_all();
 }
 
+// A simulated stream's backend: the simulation's thread runs its jobs and tasks.
+class simulated_backend final : public stream_backend {
+ public:
+  explicit simulated_backend(simulation& world) : world_(world) {}
+  void attach(stream& s) override { world_.attach(s.state()); }
+  void detach(stream& s) override {
+    s.synchronize();  // as a worker does: run everything queued before going
+    s.drain_posted();
+    world_.detach(s.state());
+  }
+  bool on_own_thread() const override { return world_.on_own_thread(); }
+  void wake(stream& s, bool) override { world_.wake(s.state()); }
+  void hurried(stream& s) override { world_.wake(s.state()); }  // its main lane has work now
+  void posted(stream& s) override { world_.posted_to(s.state()); }
+  void sent_to_network(stream& s, std::int64_t bytes) override {
+    world_.sent_to_network(s.state(), bytes);
+  }
+  bool waits_in_queue() const override { return true; }
+
+ private:
+  simulation& world_;
+};
+
+std::unique_ptr<stream_backend> simulation::backend() {
+  return std::make_unique<simulated_backend>(*this);
+}
+
 void simulation::name_tracks(const std::map<std::string, std::uint32_t>& tracks) {
   std::lock_guard<std::mutex> guard{mutex_};
   for (const auto& [name, track] : tracks)
     names_[track] = name;
 }
 
-void simulation::attach(stream& s) {
+void simulation::attach(stream_state& s) {
   {
     std::lock_guard<std::mutex> guard{mutex_};
     joining_.push_back(&s);
@@ -154,7 +181,7 @@ void simulation::attach(stream& s) {
   woken_.notify_all();
 }
 
-void simulation::detach(stream& s) {
+void simulation::detach(stream_state& s) {
   TROUPE_CHECK(!on_own_thread(), "a simulated stream cannot be destroyed by its simulation");
   std::unique_lock<std::mutex> lock{mutex_};
   leaving_.push_back(&s);
@@ -167,13 +194,13 @@ void simulation::detach(stream& s) {
 }
 
 void simulation::update_members() {
-  std::vector<stream*> woken;
+  std::vector<stream_state*> woken;
   {
     std::lock_guard<std::mutex> guard{mutex_};
     woken.swap(woken_streams_);
   }
   if (members_changed_.exchange(false)) {
-    std::vector<stream*> joining, leaving;
+    std::vector<stream_state*> joining, leaving;
     {
       std::lock_guard<std::mutex> guard{mutex_};
       joining.swap(joining_);
@@ -183,7 +210,7 @@ void simulation::update_members() {
       slots_.push_back(std::make_unique<slot>());
       auto* sl = slots_.back().get();
       sl->on = s;
-      sl->node = s->device_.node;
+      sl->node = s->device.node;
       sl->free_at = now_ns();
       slot_of_[s] = sl;
       if (settings_.cores > 0) {
@@ -276,15 +303,15 @@ bool simulation::run_posted_tasks() {
     stream::job task;
     bool more = false;
     {
-      std::lock_guard<std::mutex> guard{s->mutex_};
-      if (s->posted_.empty())
+      std::lock_guard<std::mutex> guard{s->mutex};
+      if (s->posted.empty())
         continue;
-      task = std::move(s->posted_.front());
-      s->posted_.pop_front();
-      more = !s->posted_.empty();
+      task = std::move(s->posted.front());
+      s->posted.pop_front();
+      more = !s->posted.empty();
     }
     current_ = sl;
-    s->run_guarded_job(task);  // Note [one failure path] in device.cpp
+    s->run_guarded(task);  // Note [one failure path] in stream.cpp
     current_ = nullptr;
     ran = true;
     if (settings_.handler_ns > 0) {
@@ -349,11 +376,11 @@ bool simulation::start_jobs() {
     bool waited = false;
     event arm;  // a wait not reached yet: its event marks this slot when it is
     {
-      std::lock_guard<std::mutex> guard{s->mutex_};
-      if (!s->posted_.empty())
+      std::lock_guard<std::mutex> guard{s->mutex};
+      if (!s->posted.empty())
         continue;  // its handlers first (they mark it again)
-      if (!s->queue_.empty()) {
-        auto& head = s->queue_.front();
+      if (!s->queue.empty()) {
+        auto& head = s->queue.front();
         if (!head.work) {  // a wait for another stream's event
           if (!head.waits_on.reached()) {
             if (!sl->wait_armed) {
@@ -363,17 +390,17 @@ bool simulation::start_jobs() {
             if (!arm.owner)
               continue;
           } else {
-            s->queue_.pop_front();
+            s->queue.pop_front();
             waited = true;
           }
         } else {
           sl->current = std::move(head);
-          s->queue_.pop_front();
+          s->queue.pop_front();
           s->note_start(sl->current.label, false, now);
         }
-      } else if (!s->idle_queue_.empty()) {
+      } else if (!s->idle_queue.empty()) {
         // Main-lane work due before this one would end (Note [looking ahead before an
-        // idle job] in device.cpp).
+        // idle job] in stream.cpp).
         if (now >= sl->idle_from) {
           const auto hold = s->idle_hold_ns(now);
           if (hold > 0)
@@ -386,8 +413,8 @@ bool simulation::start_jobs() {
           }
           continue;
         }
-        sl->current = std::move(s->idle_queue_.front());
-        s->idle_queue_.pop_front();
+        sl->current = std::move(s->idle_queue.front());
+        s->idle_queue.pop_front();
         s->note_start(sl->current.label, true, now);
       } else {
         continue;
@@ -403,9 +430,7 @@ bool simulation::start_jobs() {
     started = true;
     if (waited) {  // a wait counts in the stream's order, as on a worker
       current_ = sl;
-      s->progress_->advance();
-      if (s->progress_->has_watchers())
-        s->run_guarded_job([s] { s->progress_->fire_due(); });
+      s->completed(false);
       current_ = nullptr;
       mark(sl);
       continue;
@@ -422,7 +447,7 @@ bool simulation::start_jobs() {
       if (found != names_.end())
         actor = found->second;
     }
-    auto cost = std::max<std::int64_t>(0, settings_.cost(sl->current.label, s->device_, actor));
+    auto cost = std::max<std::int64_t>(0, settings_.cost(sl->current.label, s->device, actor));
     if (crowded && settings_.contention != 1)
       cost = static_cast<std::int64_t>(static_cast<double>(cost) * settings_.contention);
     agenda_.push(due{now + cost, order_++, sl, true});
@@ -442,31 +467,28 @@ void simulation::finish(slot& sl) {
     waiters.clear();
   }
   auto next = std::move(sl.current);
-  sl.current = stream::entry{};
+  sl.current = stream_entry{};
   const auto now = now_ns();
   if (s == nullptr)
     return;
   mark(&sl);
   current_ = &sl;  // what the job and its callbacks send leaves from this device
-  if (!s->failed()) {
-    s->run_guarded_job(next.work);
-    if (s->trace_track_ != 0 && trace::enabled())
-      record_job_span(s->trace_track_, next.label, next.submitted_ns, sl.started,
+  if (!s->failed.load(std::memory_order_acquire)) {
+    s->run_guarded(next.work);
+    if (s->trace_track != 0 && trace::enabled())
+      record_job_span(s->trace_track, next.label, next.submitted_ns, sl.started,
                       now - sl.started);
     if (next.busy)
-      s->busy_nanoseconds_.fetch_add(now - sl.started, std::memory_order_relaxed);
+      s->busy_nanoseconds.fetch_add(now - sl.started, std::memory_order_relaxed);
   }
   next.work = nullptr;  // release what the job captured before reporting it done
-  s->progress_->note_running(0, false);
+  s->progress->note_running(0, false);
   {
-    std::lock_guard<std::mutex> guard{s->mutex_};
+    std::lock_guard<std::mutex> guard{s->mutex};
     s->learn(next.label, now - sl.started);
   }
   jobs_run_.fetch_add(1);
-  auto& progress = next.idle_lane ? *s->idle_progress_ : *s->progress_;
-  progress.advance();
-  if (progress.has_watchers())
-    s->run_guarded_job([&progress] { progress.fire_due(); });
+  s->completed(next.idle_lane);
   current_ = nullptr;
 }
 

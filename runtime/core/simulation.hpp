@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/core/stream_state.hpp"
 #include "troupe/device.hpp"
 
 namespace troupe {
@@ -101,21 +102,25 @@ class simulation {
 
   bool on_own_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
+  /// The backend of a stream this simulation runs (Note [stream backends] in
+  /// stream_state.hpp): stream(id, world.backend()).
+  std::unique_ptr<stream_backend> backend();
+
   /// Jobs run so far, over all streams.
   std::uint64_t jobs_run() const { return jobs_run_.load(); }
 
  private:
-  friend class stream;
+  friend class simulated_backend;
   struct slot;
   /// stream::post's note: a task for `s` was posted (a message for one of its actors).
-  void posted_to(stream& s);
+  void posted_to(stream_state& s);
   /// An actor on `s` sent `bytes` to another node (stream::sent_to_network).
-  void sent_to_network(stream& s, std::int64_t bytes);
+  void sent_to_network(stream_state& s, std::int64_t bytes);
   void hand_over(slot* target);
-  void attach(stream& s);
-  void detach(stream& s);
+  void attach(stream_state& s);
+  void detach(stream_state& s);
   /// `s` has new work (a job, a task): from another thread, or on this one.
-  void wake(stream& s);
+  void wake(stream_state& s);
   void run();
   bool run_host_tasks();
   /// Runs the posted tasks of the streams marked since; true if any ran.
@@ -129,7 +134,7 @@ class simulation {
   void update_members();
 
   struct slot {
-    stream* on = nullptr;
+    stream_state* on = nullptr;
     bool running = false;      // a job is under way
     std::int64_t started = 0;  // its virtual start
     std::int64_t free_at = 0;  // the end of the handler time it is in
@@ -142,7 +147,7 @@ class simulation {
     bool marked = false;         // in marked_
     bool to_check = false;       // in to_check_
     bool wait_armed = false;     // its head wait's event calls back when reached
-    stream::entry current;     // the job under way
+    stream_entry current;      // the job under way
   };
   void finish(slot& s);
   /// `s` may have something to do now: its tasks, then (once no task anywhere can run) its
@@ -168,8 +173,8 @@ class simulation {
   bool pending_ = false;                      // guarded by mutex_
   bool stopping_ = false;                     // guarded by mutex_
   int holds_ = 0;                             // guarded by mutex_: clock_holds alive
-  std::vector<stream*> joining_;              // guarded by mutex_
-  std::vector<stream*> leaving_;              // guarded by mutex_
+  std::vector<stream_state*> joining_;              // guarded by mutex_
+  std::vector<stream_state*> leaving_;              // guarded by mutex_
   std::atomic<bool> members_changed_{false};
   std::deque<std::function<void()>> host_;    // guarded by mutex_
   std::map<std::uint32_t, std::string> names_;  // guarded by mutex_
@@ -181,8 +186,8 @@ class simulation {
   std::vector<slot*> marked_;     // may run a task
   std::vector<slot*> to_check_;   // may start a job
   std::vector<std::vector<slot*>> core_waiters_;  // by core: slots waiting for it
-  std::vector<stream*> woken_streams_;  // guarded by mutex_: from other threads
-  std::unordered_map<const stream*, slot*> slot_of_;
+  std::vector<stream_state*> woken_streams_;  // guarded by mutex_: from other threads
+  std::unordered_map<const stream_state*, slot*> slot_of_;
   slot host_slot_;              // the host actors' (on == nullptr): its handed_at
   slot* current_ = nullptr;     // whose task or job runs now (&host_slot_: a host actor's)
   std::vector<slot*> core_job_;             // by core: whose job runs on it

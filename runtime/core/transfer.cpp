@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "runtime/core/gpu.hpp"
+#include "runtime/core/stream_state.hpp"
 #include "runtime/trace/current_handler.hpp"
 
 namespace troupe {
@@ -38,7 +39,7 @@ tensor arrive(const tensor& t, device& here, job_label label) {
   label.name = job_kind_name(job_kind::copy);
   label.bytes = static_cast<std::int64_t>(t.bytes());
   label.from_node = t.device().node;
-  if (auto* queue = work.gpu()) {
+  if (auto* queue = gpu_queue_of(work)) {
     // Onto a GPU, from the host or another GPU: issued to its queue, which keeps both
     // tensors until the GPU has copied (Note [GPU streams] in runtime/core/gpu.hpp).
     copy.set_ready(work.submit(

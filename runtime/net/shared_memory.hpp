@@ -11,7 +11,7 @@
 // any order; the rest still cross CAF's link, in its order.
 //
 // Not here: when an actor asks for an inbox and which tensors it stages (send_written in
-// include/troupe/device_actor.hpp), the wire format (include/troupe/tensor_inspect.hpp),
+// include/troupe/device_actor.hpp), the wire format (include/troupe/detail/tensor_inspect.hpp),
 // the config key ([cluster] shared_memory).
 #pragma once
 

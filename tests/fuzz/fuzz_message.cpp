@@ -27,12 +27,13 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/base/collective_messages.hpp"
 #include "actors/training/batch_assembler_actor.hpp"
 #include "actors/session/cluster.hpp"
 #include "actors/transport/shm_delivery.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
-#include "troupe/tensor_inspect.hpp"
+#include "troupe/detail/tensor_inspect.hpp"
 
 namespace {
 
@@ -131,7 +132,7 @@ extern "C" int troupe_fuzz_write_seeds(const char* directory) {
   auto write_posted = [&](const std::string& name, auto message) {
     std::vector<char> bytes;
     caf::binary_serializer sink{system, bytes};
-    auto kind = posted_kind<decltype(message)>::value;
+    auto kind = detail::posted_kind<decltype(message)>::value;
     if (auto err = sink(kind, message)) {
       std::fprintf(stderr, "seed %s: %s\n", name.c_str(), system.render(err).c_str());
       return;

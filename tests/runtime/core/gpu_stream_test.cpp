@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/core/stream_state.hpp"
 #include "runtime/core/transfer.hpp"
 #include "tests/runtime/core/fake_gpu.hpp"
 #include "troupe/device.hpp"
@@ -50,7 +51,7 @@ TEST_CASE("a GPU job's event is reached when the GPU has run what it issued, not
     const std::vector<float> values = {1, 2, 3, 4};
     fake->engine(0).set_open(false);  // the GPU holds back
     std::atomic<bool> issued{false};
-    auto* queue = gpu.work().gpu();
+    auto* queue = gpu_queue_of(gpu.work());
     REQUIRE(queue != nullptr);
     auto done = gpu.work().submit([&, target] {
       queue->copy(target.raw(), values.data(), 16);
@@ -183,7 +184,7 @@ TEST_CASE(
   try {
     device_set devices{{cuda0}};
     MESSAGE("this machine has a GPU: cuda:0 was made");
-    CHECK(devices.at(cuda0).work().gpu() != nullptr);
+    CHECK(gpu_queue_of(devices.at(cuda0).work()) != nullptr);
   } catch (const user_error& e) {
     const std::string message = e.what();
     MESSAGE("no GPU here: " << message);

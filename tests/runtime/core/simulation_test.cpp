@@ -62,9 +62,9 @@ TEST_CASE(
     clock_log log{world};
     {
       // a and c share core 0 when there are two cores; b has core 1.
-      stream a{{device_type::cpu, 0}, world};
-      stream b{{device_type::cpu, 1}, world};
-      stream c{{device_type::cpu, 2}, world};
+      stream a{{device_type::cpu, 0}, world.backend()};
+      stream b{{device_type::cpu, 1}, world.backend()};
+      stream c{{device_type::cpu, 2}, world.backend()};
       {
         simulation::clock_hold hold{world};  // both jobs start at 0
         a.submit([&] { log.note("A"); }, {"A 1000"});
@@ -91,8 +91,8 @@ TEST_CASE(
   simulation world{settings_with(1, 100 * us, 0, 0)};
   clock_log log{world};
   {
-    stream a{{device_type::cpu, 0}, world};
-    stream b{{device_type::cpu, 1}, world};  // core 0 too
+    stream a{{device_type::cpu, 0}, world.backend()};
+    stream b{{device_type::cpu, 1}, world.backend()};  // core 0 too
     {
       simulation::clock_hold hold{world};
       a.submit(
@@ -133,8 +133,8 @@ TEST_CASE("a simulated host turn takes a free core, else preempts the job of its
     clock_log log{world};
     const std::string a_label = "A " + std::to_string(want.a_us);
     {
-      stream a{{device_type::cpu, 0}, world};
-      stream b{{device_type::cpu, 1}, world};
+      stream a{{device_type::cpu, 0}, world.backend()};
+      stream b{{device_type::cpu, 1}, world.backend()};
       {
         simulation::clock_hold hold{world};
         a.submit([&] { log.note("A"); }, {a_label.c_str()});
@@ -166,8 +166,8 @@ TEST_CASE("a simulated send to another node takes its bytes' time of the sender'
     simulation world{s};
     clock_log log{world};
     {
-      stream a{{device_type::cpu, 0}, world};
-      stream b{{device_type::cpu, 1}, world};
+      stream a{{device_type::cpu, 0}, world.backend()};
+      stream b{{device_type::cpu, 1}, world.backend()};
       {
         simulation::clock_hold hold{world};
         a.submit(

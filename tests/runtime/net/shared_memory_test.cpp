@@ -5,6 +5,7 @@
 // takes its oldest slot, whatever the order it takes them in; a writer maps only an offer
 // of its machine whose descriptor is the offered inbox; and a tensor staged so crosses
 // CAF's serialisation as a place, not as bytes.
+#include "actors/base/collective_messages.hpp"
 #include "runtime/net/shared_memory.hpp"
 
 #include <doctest/doctest.h>
@@ -29,7 +30,7 @@
 #include "tests/temp_files.hpp"
 #include "troupe/device_actor.hpp"
 #include "troupe/messages.hpp"
-#include "troupe/tensor_inspect.hpp"
+#include "troupe/detail/tensor_inspect.hpp"
 
 using namespace troupe;
 using namespace troupe::net;
@@ -503,7 +504,7 @@ TEST_CASE_FIXTURE(
   auto serialised = [&](ring_msg message) {  // as post_message leaves it
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
-    auto kind = posted_kind<ring_msg>::value;
+    auto kind = detail::posted_kind<ring_msg>::value;
     REQUIRE(!sink(kind, message));
     return buffer;
   };
@@ -539,7 +540,7 @@ TEST_CASE_FIXTURE(
     shape_t shape{std::int64_t{1} << 30};
     std::uint8_t type = 0;
     std::uint64_t bytes = std::uint64_t{4} << 30;
-    auto kind = posted_kind<ring_msg>::value;
+    auto kind = detail::posted_kind<ring_msg>::value;
     REQUIRE(!sink(kind, step, layer, bucket, phase, round, chunk, shape, type, bytes));
     claim.resize(std::max<std::size_t>(claim.size(), 600));
     leave(claim, self->id());
@@ -553,7 +554,7 @@ TEST_CASE_FIXTURE(
   leave(unknown, self->id());
   nothing_arrives();
   auto labels = serialised(good);
-  labels[0] = posted_kind<labels_msg>::value;  // a ring message's bytes as labels
+  labels[0] = detail::posted_kind<labels_msg>::value;  // a ring message's bytes as labels
   leave(labels, self->id());
   nothing_arrives();
   {
@@ -564,7 +565,7 @@ TEST_CASE_FIXTURE(
       nested = caf::make_message(std::move(nested));
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
-    auto kind = posted_kind<ring_msg>::value;
+    auto kind = detail::posted_kind<ring_msg>::value;
     REQUIRE(!sink(kind, nested));
     leave(buffer, self->id());
     nothing_arrives();
@@ -592,7 +593,7 @@ TEST_CASE_FIXTURE(
   auto leave = [&](auto message, caf::actor_id to) {
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
-    auto kind = posted_kind<decltype(message)>::value;
+    auto kind = detail::posted_kind<decltype(message)>::value;
     REQUIRE(!sink(kind, message));
     REQUIRE(links.post("r", to, buffer.data(), buffer.size()) != shm_links::posted::no);
     links.poll(false);
@@ -648,7 +649,7 @@ TEST_CASE_FIXTURE(
   {
     std::vector<char> buffer;
     caf::binary_serializer sink{system, buffer};
-    auto kind = posted_kind<batch_rows_msg>::value;
+    auto kind = detail::posted_kind<batch_rows_msg>::value;
     REQUIRE(!sink(kind, rows));  // puts `gone` in the registry, as any local handle saved
     system.registry().erase(gone.id());
     REQUIRE(links.post("r", self->id(), buffer.data(), buffer.size()) != shm_links::posted::no);
