@@ -24,11 +24,15 @@ exit_code calibrate_command(const std::vector<std::string>& args) {
           "config gives it (global batch / (replicas x micro-batches)) on one CPU thread,\n"
           "as a cpu:N device runs it: forward, backward, and backward_input /\n"
           "backward_weight for layers that split their backward (ZB-H1); then the\n"
-          "optimizer's update per parameter, a copy's and a sum's bandwidth, and the loss\n"
-          "of a micro-batch. Medians of --repeats runs after two warm-ups, on random inputs\n"
-          "and parameters. Then a thread's wake-up, and the mean time an actor's handler\n"
-          "takes in steps 10-39 of a 40-step traced run of the model on one device (not for\n"
-          "an explicit config). The JSON is what troupe simulate --calibration reads.",
+          "optimizer's update per parameter, the bandwidth of a copy, of a sum and of a\n"
+          "batch's gather (the loader's rows into one buffer), and the loss of a\n"
+          "micro-batch. Medians of --repeats runs after two warm-ups, on random inputs and\n"
+          "parameters. Then a message to another device's thread (its wake-up), how much\n"
+          "longer a job takes with two devices at once (they share the memory system),\n"
+          "and, from steps 10-39 of a 40-step traced run of the model on one device (not\n"
+          "for an explicit config), the mean time a message handled and a host turn (the\n"
+          "trainer's, the loader's) take. The JSON is what troupe simulate --calibration\n"
+          "reads.",
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);

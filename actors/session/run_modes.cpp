@@ -31,7 +31,7 @@ std::vector<device_id> devices_of_node(const topology& graph, int rank) {
 }
 
 // Note [more CPU devices than cores]
-// A CPU device is one core (Note [CPU streams] in device.cpp): cpu:N runs on core
+// A CPU device is one core (Note [CPU streams] in stream_worker.cpp): cpu:N runs on core
 // (first + N) mod the cores this process may use. Listing more CPU devices than there are
 // cores is allowed, since the math does not change (config/fashion_mlp_dp2_pp2.toml runs
 // four devices, on a two-core machine too), but the devices then share cores and a step takes
@@ -431,7 +431,7 @@ std::unique_ptr<device_set> run_mode::make_devices(const session_state& s) const
       }
     }
   // Several nodes on one machine take turns at its cores: node k's cpu:N is a core after
-  // those of the nodes before it (Note [CPU streams] in device.cpp).
+  // those of the nodes before it (Note [CPU streams] in stream_worker.cpp).
   const int local_rank = s.options.cluster && s.graph().nodes > 1 ? s.options.cluster->local_rank : 0;
   const int first_core = local_rank * static_cast<int>(local.size());
   auto devices = std::make_unique<device_set>(local, first_core, device_options{s.config.run.tf32});

@@ -157,7 +157,7 @@ class layer_bench {
 
 // A message to an actor on another device: from a post to the task running on that
 // device's stream thread, which had gone to sleep waiting for work (its spin is 200 us;
-// Note [CPU streams] in device.cpp), as a device waiting for its next message has.
+// Note [CPU streams] in stream_worker.cpp), as a device waiting for its next message has.
 double time_handover(std::int64_t repeats) {
   stream there{device_id{}, 1};
   auto now_ns = [] {

@@ -14,7 +14,7 @@ std::string batch_assembler_name(int node) { return "loader@node" + std::to_stri
 
 // Note [a batch when the device is idle]
 // A batch is gathered ahead (`prefetch` steps), so its job goes to the device's idle lane
-// (Note [idle lane] in runtime/core/device.cpp): it runs when the device would otherwise
+// (Note [idle lane] in runtime/core/stream.cpp): it runs when the device would otherwise
 // wait, and the first layer's forward, which reads it, hurries it if it has not run by
 // then (arrive(), runtime/core/transfer.hpp). In the main lane it ran where the trainer's
 // credit happened to put it: in a DP2 step of the shipped MLP that was between the

@@ -135,7 +135,7 @@ void layer_actor::arrive_forward(activation_msg& message, std::int32_t port) {
   if (pending_input(settings_->on->id(), {&message.x}) != nullptr) {
     ported_activation later{std::move(message), port};
     // The device's idle lane may wait for it (Note [looking ahead before an idle job] in
-    // runtime/core/device.cpp), unless it will first hurry this layer's weight gradients
+    // runtime/core/stream.cpp), unless it will first hurry this layer's weight gradients
     // itself, having no room for its stash then (Note [split backward]).
     std::function<bool()> room;
     if (split_ && settings_->stash_limit > 0)
@@ -531,7 +531,7 @@ void layer_actor::install(params_msg& message) {
 // into the input gradient, which the previous stage waits for, and the weight gradient,
 // which nobody needs until the step's optimizer. Here the first is a main-lane job whose
 // dx goes back at once, as an unsplit backward's does; the second goes to the device's
-// idle lane (Note [idle lane] in runtime/core/device.cpp), so it runs when the device
+// idle lane (Note [idle lane] in runtime/core/stream.cpp), so it runs when the device
 // would otherwise wait for its neighbours. Until it has run, the micro-batch's saved
 // activations stay alive: in 1F1B's order (its turns, Note [zero-bubble turns] in
 // runtime/model/interleaved_schedule.hpp, or its credits where a replica's stages share a

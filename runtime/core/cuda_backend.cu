@@ -73,7 +73,7 @@ void CUDART_CB run_host_callback(void* data) {
   try {
     (*done)();
   } catch (...) {
-    // The stream's callback fails the stream itself (runtime/core/device.cpp); nothing may
+    // The stream's callback fails the stream itself (runtime/core/stream_worker.cpp); nothing may
     // leave a CUDA callback.
   }
 }

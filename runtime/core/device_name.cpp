@@ -5,7 +5,7 @@ namespace troupe {
 
 // Note [device index range]
 // N is an index into devices of one type. A CPU device is one stream thread bound to core
-// N mod (the process's allowed cores) (Note [CPU streams] in device.cpp), and a CUDA device
+// N mod (the process's allowed cores) (Note [CPU streams] in stream_worker.cpp), and a CUDA device
 // is a GPU of this machine, so no run has a use for thousands of them. 1023 leaves room for
 // the largest machines while keeping N far from int overflow: before this parser,
 // "cpu:1234567" passed the config loader (nine digits allowed) but not device_id::parse

@@ -1,4 +1,4 @@
-// job_span.hpp: the trace span of a job a stream ran (device.cpp's workers and the
+// job_span.hpp: the trace span of a job a stream ran (stream_worker.cpp's workers and the
 // simulation's streams record it the same way). Internal to runtime/core.
 #pragma once
 

@@ -20,7 +20,7 @@
 // Steps 1 and 2 before 3 mean that every message sent at time t is handled at t, before
 // any device picks its next job at t: messages take no time. An idle-lane job waits
 // for main-lane work due in its first half (Note [looking ahead before an idle job] in
-// device.cpp), as the runtime's streams do, with the same estimates. Everything the
+// stream.cpp), as the runtime's streams do, with the same estimates. Everything the
 // simulation does is on its one thread, in one order, so a simulated run is
 // deterministic; other threads (the session's, CAF's clock) only add work and wake it.
 //

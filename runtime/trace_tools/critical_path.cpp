@@ -138,7 +138,7 @@ class walker {
           out.back().peer = before.actor.empty() ? before.name : before.actor + " " + before.name;
         } else {
           // Then idle, and the job still waited: an idle-lane job waiting for work on its
-          // way (Note [looking ahead before an idle job] in runtime/core/device.cpp), or
+          // way (Note [looking ahead before an idle job] in runtime/core/stream.cpp), or
           // the thread's wake-up.
           gap(out, path_kind::dispatch, j, before.end_us());
         }

@@ -168,6 +168,13 @@ TEST_CASE("troupe calibrate prints each layer's times, or JSON, and refuses bad 
   auto words = run_troupe("calibrate " + path + " --repeats many");
   CHECK(words.exit_code == 2);
   CHECK(run_troupe("--help").output.find("calibrate CONFIG.toml") != std::string::npos);
+  // The help names everything the table reports (the gather's bandwidth was missing once).
+  auto help = run_troupe("calibrate --help").output;
+  for (const char* measured : {"update", "copy", "sum", "gather", "loss", "another device's thread",
+                               "two devices at once", "a message handled", "a host turn"}) {
+    CHECK_MESSAGE(text.output.find(measured) != std::string::npos, measured);
+    CHECK_MESSAGE(help.find(measured) != std::string::npos, measured);
+  }
 }
 
 TEST_CASE("troupe calibrate of a config with GPU devices says that it times a CPU thread") {

@@ -156,7 +156,7 @@ TEST_CASE("simulated ZB-H1 with two layers a stage keeps near its theory") {
   // stage's next forward must not run before its backward (credits back on a gradient's
   // arrival, Note [credits back on arrival] in actors/training/layer_actor.cpp), and a weight
   // gradient must not start when a forward or backward is due in its first half (Note
-  // [looking ahead before an idle job] in runtime/core/device.cpp): with one credit more
+  // [looking ahead before an idle job] in runtime/core/stream.cpp): with one credit more
   // and a fixed grace after each weight gradient this came out 0.099.
   const auto config = parse_config(
       two_device_pipeline(test::layer("relu") + delay(1000, 1000, 1000) + delay(1000, 1000, 1000) +

@@ -1,6 +1,6 @@
 // plugin_run_test.cpp: a plugin actor whose task posted to its device's stream throws, in a
 // whole run: the run must end with exit 1 and the task's message (Note [one failure path]
-// in runtime/core/device.cpp), not terminate the process.
+// in runtime/core/stream.cpp), not terminate the process.
 #include <doctest/doctest.h>
 
 #include "actors/session/session.hpp"
