@@ -44,6 +44,26 @@ using namespace troupe;
 
 namespace {
 
+// gloo's file store as the run's collective store: the two processes of the bench meet in a
+// folder (runtime/collective/store.hpp).
+class file_store final : public troupe::collective_store {
+ public:
+  explicit file_store(const std::string& folder) : inner_(folder) {}
+  void set(const std::string& key, const std::vector<char>& value) override {
+    inner_.set(key, value);
+  }
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    inner_.wait({key}, timeout);
+    return inner_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    inner_.wait(keys, timeout);
+  }
+
+ private:
+  gloo::rendezvous::FileStore inner_;
+};
+
 constexpr int warm_up_rounds = 3;
 constexpr int timed_rounds = 15;
 
@@ -82,7 +102,7 @@ std::vector<double> run_node(int rank, const std::vector<std::int64_t>& sizes,
     s.replica = rank;
     s.replicas = 2;
     s.bucket_elements = 1 << 18;  // [parallel] bucket_elements' default
-    s.gloo.store = std::make_shared<gloo::rendezvous::FileStore>(store_dir);
+    s.gloo.store = std::make_shared<file_store>(store_dir);
     s.gloo.prefix = "allreduce_bench/";
     s.gloo.hostname = "127.0.0.1";
     s.on = &devices.at(cpu);

@@ -1,15 +1,15 @@
 // grad_averager_actor.cpp: the "averager" kind's factory and the check both averagers make
 // of the gradients they receive (see the header). The actors themselves are in
-// central_averager_actor.cpp, ring_averager_actor.cpp and gloo_averager_actor.cpp.
+// central_averager_actor.cpp and allreduce_averager_actor.cpp (over a collective backend:
+// ring_collective.cpp, gloo_collective.cpp).
 #include "actors/averaging/grad_averager_actor.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "actors/base/actor_kinds.hpp"
+#include "actors/averaging/allreduce_averager_actor.hpp"
 #include "actors/averaging/central_averager_actor.hpp"
-#include "actors/averaging/gloo_averager_actor.hpp"
-#include "actors/averaging/ring_averager_actor.hpp"
+#include "actors/base/actor_kinds.hpp"
 #include "actors/base/collective_messages.hpp"
 #include "troupe/check.hpp"
 
@@ -28,15 +28,15 @@ namespace troupe {
 // unsharded run's. Each replica runs 1/R of the optimizer; the messages between an
 // averager and its optimizer stay on one device. Optimizer state outside a replica's
 // spans stays allocated but unused (compute is sharded, memory is not). The ring's side
-// is in ring_averager_actor.cpp (hand_reduced, start_gather), the spans come from
+// is ring_collective.cpp (reduce_scatter, all_gather), the averager's
+// allreduce_averager_actor.cpp (reduce_scattered, all_gathered), the spans come from
 // ring_schedule::owned_spans, the optimizer's side is optimizer_actor::update_shard.
 
 caf::actor spawn_grad_averager(caf::actor_system& system, grad_averager_settings settings) {
   switch (settings.method) {
     case averaging_method::ring:
-      return system.spawn<ring_averager_actor>(std::move(settings));
     case averaging_method::gloo:
-      return system.spawn<gloo_averager_actor>(std::move(settings));
+      return system.spawn<allreduce_averager_actor>(std::move(settings));
     case averaging_method::central:
       return system.spawn<central_averager_actor>(std::move(settings));
   }

@@ -2,15 +2,16 @@
 // the R data-parallel replicas, as soon as that layer's backward of a step is done on each
 // replica (so the averaging of late layers overlaps the backward of early layers).
 //
-// Three actors implement it, chosen by the method ([parallel] averaging, or an [[actor]]'s
+// Two actors implement it, chosen by the method ([parallel] averaging, or an [[actor]]'s
 // `method`):
 //   central  one averager per layer sums the R replicas' gradients in replica order
 //            (actors/averaging/central_averager_actor.hpp);
-//   ring     one averager per replica per layer all-reduces them in a ring, every replica
-//            ending with bit-identical sums (actors/averaging/ring_averager_actor.hpp, with its
-//            schedule in actors/averaging/ring_schedule.hpp);
-//   gloo     the same wiring, with gloo's all-reduce over TCP on a thread per averager
-//            (actors/averaging/gloo_averager_actor.hpp).
+//   ring, gloo  one averager per replica per layer, rank r of the layer's group, all-reduces
+//            them through a collective backend, every replica ending with bit-identical sums
+//            (actors/averaging/allreduce_averager_actor.hpp over collective_backend.hpp):
+//            the ring's chunks travel the averagers as messages (ring_collective.cpp, with
+//            its schedule in ring_schedule.hpp), gloo's all-reduce runs over TCP on a thread
+//            per averager (gloo_collective.cpp).
 // This file holds what they share: their settings, the check of the gradients they
 // receive, and the kind's factory (grad_averager_actor.cpp, which also holds Note
 // [sharded optimizer]).

@@ -1,6 +1,6 @@
 // ring_schedule.hpp: where every float of a ring all-reduce goes, as plain arithmetic.
 //
-// The ring averager (actors/averaging/ring_averager_actor.hpp) all-reduces a layer's flattened
+// The ring backend (actors/averaging/ring_collective.cpp) all-reduces a layer's flattened
 // gradients of n floats over R replicas. This helper says, for one replica, which chunk
 // of which bucket it sends and receives in which round of which phase, how the buffer is
 // cut into buckets and chunks, and which spans it owns after reduce-scatter (the sharded
@@ -11,7 +11,7 @@
 // shorter); each bucket is cut into R chunks whose sizes differ by at most one (the first
 // `size % R` chunks are one longer). Replica r sends to replica (r + 1) mod R.
 //
-// Rounds (Note [ring order] in actors/averaging/ring_averager_actor.cpp): in reduce-scatter round t
+// Rounds (Note [ring order] in actors/averaging/ring_collective.cpp): in reduce-scatter round t
 // (t = 0 .. R-2) replica r receives chunk (r - 1 - t) mod R, adds its own copy and sends the
 // partial sum on; round 0 starts with replica r sending its own chunk r. After the last
 // round, replica r holds the full sum of chunk (r + 1) mod R (it "owns" it). In all-gather

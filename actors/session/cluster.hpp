@@ -107,7 +107,7 @@ struct welcome_msg {
   std::string proof;  // the coordinator's, of the worker's nonce
   caf::actor trainer;
   caf::actor checkpoint_writer;  // none: no checkpoints
-  caf::actor gloo_store;         // the run's gloo rendezvous store (cluster_gloo_store)
+  caf::actor gloo_store;         // the run's gloo rendezvous store (cluster_store)
 };
 
 template <class Inspector>
@@ -121,14 +121,14 @@ typename Inspector::result_type inspect(Inspector& f, welcome_msg& x) {
 /// `get` and `wait` block the calling thread (a gloo worker's) until the keys are set, at
 /// most `timeout`; a lost coordinator or the timeout throws std::runtime_error, which the
 /// gloo worker reports as the averager's failure.
-std::shared_ptr<gloo::rendezvous::Store> cluster_gloo_store(caf::actor_system& system,
-                                                            caf::actor store, double timeout);
+std::shared_ptr<collective_store> cluster_store(caf::actor_system& system, caf::actor store,
+                                                double timeout);
 
 /// The address this node's gloo transport binds to: TROUPE_NODE_ADDRESS when set, else
 /// 127.0.0.1 for a run on loopback, else this machine's host name.
 std::string gloo_address(const cluster_node& node);
 
-/// A value and a list of keys of the gloo store (cluster_gloo_store).
+/// A value and a list of keys of the gloo store (cluster_store).
 struct store_value {
   std::vector<char> bytes;
 };
@@ -215,7 +215,7 @@ class coordinator_gate {
   /// before each), is left out (and said so on stderr).
   std::vector<trace::node_trace> collect_traces(const joined_cluster& joined);
 
-  /// The run's gloo rendezvous store (cluster_gloo_store), on this node.
+  /// The run's gloo rendezvous store (cluster_store), on this node.
   const caf::actor& gloo_store() const { return store_; }
 
  private:

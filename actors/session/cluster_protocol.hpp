@@ -93,7 +93,7 @@ caf::actor spawn_gatekeeper(caf::actor_system& system, cluster_node node, caf::a
 caf::actor spawn_node_watch(caf::actor_system& system, joined_cluster joined, caf::actor trainer,
                             double heartbeat, double node_timeout);
 
-/// node0's gloo rendezvous store (gloo_store.cpp), which cluster_gloo_store reaches.
+/// node0's gloo rendezvous store (gloo_store.cpp), which cluster_store reaches.
 caf::actor spawn_gloo_store(caf::actor_system& system);
 
 }  // namespace troupe::node_protocol

@@ -1,7 +1,8 @@
-// gloo_store.cpp: the run's gloo rendezvous store over several nodes: an actor on node0
-// holds the keys, and every node's gloo contexts reach it through remote_gloo_store.
-#include <gloo/rendezvous/store.h>
-
+// gloo_store.cpp: the run's collective store over several nodes (runtime/collective/
+// store.hpp): an actor on node0 holds the keys, and every node's collectives reach it
+// through remote_store.
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -74,31 +75,30 @@ caf::behavior gloo_store_actor(store_actor* self) {
   };
 }
 
-// A gloo store whose keys live in the coordinator's store actor.
-class remote_gloo_store : public gloo::rendezvous::Store {
+// A collective store whose keys live in the coordinator's store actor. Each call waits at
+// most the lesser of its own timeout and the run's (`timeout`, the nodes' patience).
+class remote_store final : public collective_store {
  public:
-  remote_gloo_store(caf::actor_system& system, caf::actor store, double timeout)
+  remote_store(caf::actor_system& system, caf::actor store, double timeout)
       : system_(system), store_(std::move(store)), timeout_(milliseconds(timeout)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     caf::anon_send(store_, store_set_atom::value, key, store_value{data});
   }
-  std::vector<char> get(const std::string& key) override {
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::vector<char> out;
     caf::scoped_actor self{system_};
     std::string failure;
-    self->request(store_, timeout_, store_get_atom::value, key)
+    self->request(store_, std::min(timeout, timeout_), store_get_atom::value, key)
         .receive([&](store_value& v) { out = std::move(v.bytes); },
                  [&](caf::error& e) { failure = system_.render(e); });
     fail_if(failure, "get '" + key + "'");
     return out;
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     caf::scoped_actor self{system_};
     std::string failure;
-    self->request(store_, timeout, store_wait_atom::value, store_keys{keys})
+    self->request(store_, std::min(timeout, timeout_), store_wait_atom::value, store_keys{keys})
         .receive([] {}, [&](caf::error& e) { failure = system_.render(e); });
     fail_if(failure, "wait for " + std::to_string(keys.size()) + " key(s)");
   }
@@ -106,7 +106,7 @@ class remote_gloo_store : public gloo::rendezvous::Store {
  private:
   static void fail_if(const std::string& failure, const std::string& what) {
     if (!failure.empty())
-      throw std::runtime_error("the gloo store on the coordinator did not answer " + what + ": " +
+      throw std::runtime_error("the store on the coordinator did not answer " + what + ": " +
                                failure);
   }
 
@@ -121,9 +121,9 @@ caf::actor spawn_gloo_store(caf::actor_system& system) { return system.spawn(glo
 
 }  // namespace node_protocol
 
-std::shared_ptr<gloo::rendezvous::Store> cluster_gloo_store(caf::actor_system& system,
-                                                            caf::actor store, double timeout) {
-  return std::make_shared<node_protocol::remote_gloo_store>(system, std::move(store), timeout);
+std::shared_ptr<collective_store> cluster_store(caf::actor_system& system, caf::actor store,
+                                                double timeout) {
+  return std::make_shared<node_protocol::remote_store>(system, std::move(store), timeout);
 }
 
 }  // namespace troupe

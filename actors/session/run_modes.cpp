@@ -249,7 +249,7 @@ struct node_setup {
   gloo_rendezvous gloo(const session_state& s, gloo_rendezvous given,
                        const caf::actor& store) const {
     if (!given.store) {
-      given.store = cluster_gloo_store(*s.system, store, s.config.parallel.gloo_timeout);
+      given.store = cluster_store(*s.system, store, s.config.parallel.gloo_timeout);
       given.prefix = "troupe.run/";
       given.hostname = gloo_address(node);
     }
@@ -444,7 +444,7 @@ gloo_rendezvous run_mode::gloo(const session_state& s, gloo_rendezvous given) co
   // One store and prefix for the whole session, so its contexts meet each other and no
   // other session's.
   if (!given.store)
-    given.store = make_in_process_gloo_store();
+    given.store = make_in_process_store();
   if (given.prefix.empty())
     given.prefix = unique_gloo_prefix();
   return given;

@@ -4,8 +4,6 @@
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/hash_store.h>
-#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -42,9 +40,30 @@ std::string unique_gloo_prefix() {
   return "troupe." + std::to_string(::getpid()) + "." + std::to_string(runs.fetch_add(1)) + "/";
 }
 
-std::shared_ptr<gloo::rendezvous::Store> make_in_process_gloo_store() {
-  return std::make_shared<gloo::rendezvous::HashStore>();
-}
+namespace {
+
+// gloo's view of the run's store (runtime/collective/store.hpp): gloo waits without a
+// timeout of its own in get(), so every call takes the context's.
+class gloo_store_view final : public gloo::rendezvous::Store {
+ public:
+  gloo_store_view(collective_store& store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override { return store_.get(key, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    store_.wait(keys, timeout);
+  }
+
+ private:
+  collective_store& store_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
 
 struct detail::gloo_worker_state {
   int rank = 0;
@@ -169,7 +188,8 @@ void run(std::shared_ptr<detail::gloo_worker_state> shared, gloo_rendezvous rend
       gloo::transport::tcp::attr attr;
       attr.hostname = rendezvous.hostname;
       to.device = gloo::transport::tcp::CreateDevice(attr);
-      gloo::rendezvous::PrefixStore store{rendezvous.prefix + key, *rendezvous.store};
+      auto prefixed = make_prefix_store(rendezvous.prefix + key + "/", rendezvous.store);
+      gloo_store_view store{*prefixed, s.timeout};
       to.context = std::make_shared<gloo::rendezvous::Context>(s.rank, s.size);
       to.context->setTimeout(s.timeout);
       to.context->connectFullMesh(store, to.device);

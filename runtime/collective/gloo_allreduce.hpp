@@ -1,5 +1,5 @@
 // gloo_allreduce.hpp: one rank of one gloo context, with the thread that runs its
-// all-reduces, for the "gloo" gradient averager (actors/averaging/gloo_averager_actor.hpp).
+// all-reduces, for the "gloo" gradient averager (actors/averaging/gloo_collective.cpp).
 //
 // A gloo_allreduce_worker is rank r of R in a context named by a key: on its own thread it
 // creates a TCP device on the rendezvous' hostname, connects the context's full mesh
@@ -11,9 +11,9 @@
 // stream's thread. Every wait (rendezvous, all-reduce) ends after the timeout: a peer that
 // is gone or never came becomes an error in the callback, never a hang.
 //
-// The store is an injected dependency (gloo_rendezvous::store): one process with every
-// replica passes an in-process gloo::rendezvous::HashStore (run_session makes one per
-// session); several processes pass a store they all reach (one served by the coordinator).
+// The store is an injected dependency (gloo_rendezvous::store, runtime/collective/store.hpp):
+// one process with every replica passes an in-process store (the session makes one);
+// several processes pass a store they all reach (one served by the coordinator).
 //
 // Not here: anything about actors, tensors or layers (the averager books those), reductions
 // other than a float sum, and GPU buffers (gloo's TCP transport reads host memory).
@@ -26,17 +26,16 @@
 #include <string>
 #include <thread>
 
-namespace gloo::rendezvous {
-class Store;
-}
+#include "runtime/collective/store.hpp"
+
 
 namespace troupe {
 
 /// Where the gloo contexts of one run meet: what a session's gloo averagers share.
 struct gloo_rendezvous {
-  /// The store every rank of every context of the run reaches. run_session makes an
-  /// in-process gloo::rendezvous::HashStore when this is empty.
-  std::shared_ptr<gloo::rendezvous::Store> store;
+  /// The store every rank of every context of the run reaches. The session makes an
+  /// in-process one (make_in_process_store) when this is empty.
+  std::shared_ptr<collective_store> store;
   /// Prepended to every key, so that runs sharing a store never meet each other's ranks;
   /// the same on every process of a run. run_session takes unique_gloo_prefix() when empty.
   std::string prefix;
@@ -48,9 +47,6 @@ struct gloo_rendezvous {
 /// this machine) uses.
 std::string unique_gloo_prefix();
 
-/// A store in this process's memory (gloo::rendezvous::HashStore), for runs whose
-/// replicas are all local.
-std::shared_ptr<gloo::rendezvous::Store> make_in_process_gloo_store();
 
 /// How one job went; times are steady_clock nanoseconds (since its epoch).
 struct gloo_allreduce_outcome {

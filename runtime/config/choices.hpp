@@ -30,7 +30,7 @@ enum class lr_schedule_type { constant, step, cosine };
 enum class pipeline_schedule { gpipe, one_f_one_b, zb_h1 };
 /// [parallel] averaging and an averager's method: one central averager per layer, a ring
 /// all-reduce among one averager per replica (actor messages), or the same wiring with
-/// gloo's all-reduce over TCP (actors/averaging/gloo_averager_actor.hpp).
+/// gloo's all-reduce over TCP (actors/averaging/gloo_collective.cpp).
 enum class averaging_method { ring, central, gloo };
 
 /// [parallel] balance: how the global batch is split between replicas: evenly, or by

@@ -7,7 +7,6 @@
 // second.
 #include <doctest/doctest.h>
 
-#include <gloo/rendezvous/hash_store.h>
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -64,7 +63,7 @@ struct gloo_averagers : test::plain_actor_fixture {
   gloo_rendezvous rendezvous;
 
   gloo_averagers() : plain_actor_fixture(4) {
-    rendezvous.store = make_in_process_gloo_store();
+    rendezvous.store = make_in_process_store();
     rendezvous.prefix = unique_gloo_prefix();
   }
 
@@ -265,22 +264,22 @@ namespace {
 
 /// A store that loses what rank 1 of every context writes: rank 0 never learns its
 /// address, as if replica 1's process never started.
-class store_losing_rank_1 : public gloo::rendezvous::Store {
+class store_losing_rank_1 : public collective_store {
  public:
   void set(const std::string& key, const std::vector<char>& data) override {
     if (key.size() >= 2 && key.compare(key.size() - 2, 2, "/1") == 0)
       return;
-    inner_.set(key, data);
+    inner_->set(key, data);
   }
-  std::vector<char> get(const std::string& key) override { return inner_.get(key); }
-  void wait(const std::vector<std::string>& keys) override { inner_.wait(keys); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    inner_.wait(keys, timeout);
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return inner_->get(key, timeout);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    inner_->wait(keys, timeout);
   }
 
  private:
-  gloo::rendezvous::HashStore inner_;
+  std::shared_ptr<collective_store> inner_ = make_in_process_store();
 };
 
 }  // namespace

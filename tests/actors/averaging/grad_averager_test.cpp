@@ -237,7 +237,7 @@ TEST_CASE_FIXTURE(averagers,
 TEST_CASE_FIXTURE(averagers,
                   "between CPU devices of one process the ring copies nothing: it reads what a "
                   "neighbour sent where it lies and sums its own chunk in place") {
-  // Note [chunks in place] in actors/averaging/ring_averager_actor.cpp and Note [reading a peer in
+  // Note [chunks in place] in actors/averaging/ring_collective.cpp and Note [reading a peer in
   // place] in runtime/core/transfer.cpp. What a device allocates while the ring runs shows
   // it: with two replicas nothing at all besides the buffer handed over (before: a copy
   // of the chunk sent, a copy of the chunk received and a sum, each a chunk long); with

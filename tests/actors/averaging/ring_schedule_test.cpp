@@ -1,6 +1,6 @@
 // The ring all-reduce's schedule, alone: layout (buckets, chunks, owned spans) and the
 // rounds, checked by simulating the ring on sets of contributions instead of floats. The
-// ring averager books its messages by this schedule (actors/averaging/ring_averager_actor.cpp), so a
+// ring averager books its messages by this schedule (actors/averaging/ring_collective.cpp), so a
 // schedule that reduced an element twice or never, or let two replicas own one float,
 // would fail here before it could corrupt a training run.
 #include <doctest/doctest.h>
