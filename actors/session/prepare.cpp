@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/npy.hpp"
 #include "runtime/data/text.hpp"
 #include "runtime/graph/model_graph.hpp"
 #include "runtime/graph/topology.hpp"
@@ -96,6 +97,9 @@ dataset_split load_data(const run_config& config) {
                           d.synthetic_classes, config.run.seed);
   if (d.source == data_source::text)
     return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
+  if (d.source == data_source::npy)
+    return load_npy(d.features, d.targets, d.test_features, d.test_targets,
+                    feature_normalisation{d.scale, d.mean, d.std});
   return load_fashion_mnist(d.path);
 }
 

@@ -438,16 +438,13 @@ void time_load(const session_prepared& prepared, std::int64_t repeats, keyed_ran
   const double us = median_us(repeats, [&] {
     for (auto& row : picked)
       row = static_cast<std::int64_t>(random.below(static_cast<std::uint64_t>(train.count)));
-    for (std::size_t i = 0; i < picked.size(); ++i)
-      std::memcpy(batch.data() + static_cast<std::int64_t>(i) * features,
-                  train.images.data() + picked[i] * features,
-                  static_cast<std::size_t>(features) * sizeof(float));
+    train.gather(picked.data(), 0, picked.size(), batch.data());
   });
   out.load_gb_per_s =
       us > 0 ? static_cast<double>(batch.size() * sizeof(float)) / (us * 1000) : 0;
 }
 
-// An averager's sum: y += x over the same bytes (actors/*_averager_actor.cpp).
+// An averager's sum: y += x over the same bytes (actors/averaging/ring_collective.cpp).
 void time_reduce(std::int64_t largest, std::int64_t repeats, keyed_random& random,
                  calibration& out) {
   const kernels::context device_context;

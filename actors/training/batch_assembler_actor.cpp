@@ -64,14 +64,11 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
   // asynchronous copy, which keeps the host rows until it has run (Note [GPU streams]).
   auto* gpu = gpu_queue_of(on.work());
   const auto host = gpu != nullptr ? tensor::empty_pinned(x.shape()) : x;
-  // Rows [first, last) of the batch; `data` keeps the images alive until the job has run.
+  // Rows [first, last) of the batch; `data` keeps the features alive until the job has run.
   const auto picked = std::make_shared<const std::vector<std::int64_t>>(std::move(rows));
-  auto gather = [data, images = source.images.data(), features, host, picked](std::size_t first,
-                                                                              std::size_t last) {
-    float* xs = host.f32();
-    for (std::size_t i = first; i < last; ++i)
-      std::memcpy(xs + static_cast<std::int64_t>(i) * features, images + (*picked)[i] * features,
-                  static_cast<std::size_t>(features) * sizeof(float));
+  auto gather = [data, &source, features, host, picked](std::size_t first, std::size_t last) {
+    source.gather(picked->data(), first, last,
+                  host.f32() + static_cast<std::int64_t>(first) * features);
   };
   const auto count = picked->size();
   if (gpu == nullptr) {

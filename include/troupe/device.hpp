@@ -56,7 +56,7 @@ void set_this_node(int node);
 
 class stream;
 class stream_progress;  // runtime/core/stream_state.hpp: a stream's completed count
-class stream_state;     // runtime/core/stream_state.hpp: the inside of a stream
+struct stream_state;    // runtime/core/stream_state.hpp: the inside of a stream
 class stream_backend;   // runtime/core/stream_state.hpp: what runs a stream's jobs
 class simulation;       // runtime/core/simulation.hpp: streams on a virtual clock
 

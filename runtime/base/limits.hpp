@@ -60,6 +60,9 @@ constexpr double max_stage_split_work = 2e9;
 constexpr std::int64_t max_steps = std::int64_t{1} << 40;
 /// The most samples a data set may have (an IDX file's count, [data] synthetic_train).
 constexpr std::int64_t max_samples = std::int64_t{1} << 28;
+/// The most values one data file may hold (a .npy's shape product): 2^40, a terabyte of
+/// bytes; its rows are read as batches gather them, never all at once.
+constexpr std::int64_t max_data_elements = std::int64_t{1} << 40;
 /// The most features (pixels) one sample may have (IDX rows x cols, synthetic_features).
 constexpr std::int64_t max_sample_features = std::int64_t{1} << 20;
 /// The most values (elements) one tensor a user's sizes decide may hold: 2^30 (4 GiB).

@@ -14,6 +14,8 @@ const char* to_string(data_source value) {
       return "synthetic";
     case data_source::text:
       return "text";
+    case data_source::npy:
+      return "npy";
   }
   TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
   return "";

@@ -152,6 +152,8 @@ struct number_range {
     return std::isfinite(value) && (low_open ? value > low : value >= low) && value < high;
   }
   std::string describe() const {
+    if (std::isinf(high) && std::isinf(low))
+      return "that is finite";
     if (std::isinf(high))
       return (low_open ? "> " : ">= ") + format_number(low);
     return "in " + std::string(low_open ? "(" : "[") + format_number(low) + ", " +
@@ -408,6 +410,65 @@ void check_fashion_mnist_directory(const data_section& s) {
                                          " has no " + join(missing) + hint);
 }
 
+/// [data] scale, mean or std: a number, or an array of one a feature.
+void read_numbers(const section_reader& r, const std::string& key, number_range range,
+                  std::vector<double>& out) {
+  const auto* node = r.find(key);
+  if (node == nullptr)
+    return;
+  out.clear();
+  if (!node->is_array()) {
+    out.push_back(r.number(*node, key, range));
+    return;
+  }
+  const auto& array = *node->as_array();
+  if (array.empty() || array.size() > static_cast<std::size_t>(limits::max_sample_features))
+    r.fail(*node, key,
+           "expected a number or an array of one a feature (1 to " +
+               std::to_string(limits::max_sample_features) + " numbers), found " +
+               std::to_string(array.size()) + " values");
+  for (const auto& element : array)
+    out.push_back(r.number(element, key, range));
+}
+
+/// The npy source's files (relative to the config's directory) and normalisation.
+void read_npy_settings(const section_reader& r, const std::string& directory, data_section& s) {
+  for (auto [key, out] : {std::pair{"features", &s.features}, std::pair{"targets", &s.targets},
+                          std::pair{"test_features", &s.test_features},
+                          std::pair{"test_targets", &s.test_targets}}) {
+    r.read(key, *out);
+    if (const auto* node = r.find(key)) {
+      if (out->empty())
+        r.fail(*node, key, "expected a .npy file, found an empty string");
+      fs::path path(*out);
+      if (path.is_relative())
+        *out = (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+    }
+  }
+  const auto any = -std::numeric_limits<double>::infinity();
+  read_numbers(r, "scale", number_range{any, false}, s.scale);
+  read_numbers(r, "mean", number_range{any, false}, s.mean);
+  read_numbers(r, "std", number_range{0, true}, s.std);
+}
+
+/// source = "npy" names its four files, and each is there.
+void check_npy_files(const section_reader& r, const data_section& s) {
+  for (auto [key, path] : {std::pair{"features", &s.features}, std::pair{"targets", &s.targets},
+                           std::pair{"test_features", &s.test_features},
+                           std::pair{"test_targets", &s.test_targets}}) {
+    if (path->empty())
+      throw config_error(s.source_where,
+                         std::string("[data] source = \"npy\" needs ") + key +
+                             " (a .npy file; also features, targets, test_features and "
+                             "test_targets: the training and the test split)");
+    std::error_code error;
+    if (!fs::is_regular_file(*path, error))
+      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
+                                                  quote_user_text(*path, limits::max_quoted_path_length) +
+                                                  " is not a file");
+  }
+}
+
 data_section read_data(const section_reader& r, const std::string& directory) {
   data_section s;
   s.where = r.where();
@@ -427,6 +488,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("prefetch", s.prefetch, integer_range{1, 64});
   r.read("context", s.context, integer_range{1, 1 << 16});
   r.read("validation_every", s.validation_every, integer_range{2, limits::max_samples});
+  read_npy_settings(r, directory, s);
   if (s.source == data_source::text && !r.find("path"))
     s.path = text_default_path;
   // The limits of make_synthetic (runtime/data/dataset.hpp), stated where they are read.
@@ -456,6 +518,8 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   }
   if (s.source == data_source::fashion_mnist)
     check_fashion_mnist_directory(s);
+  if (s.source == data_source::npy)
+    check_npy_files(r, s);
   if (s.source == data_source::text) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))

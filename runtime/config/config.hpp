@@ -71,6 +71,9 @@ struct data_section {
   // text source only (runtime/data/text.hpp): a character-level language model's windows
   std::int64_t context = 64;          // T characters a sample, each with its next one as label
   std::int64_t validation_every = 10; // every n-th text record (a fortune) is validation
+  // npy source only (runtime/data/npy.hpp): files relative to the config file
+  std::string features, targets, test_features, test_targets;
+  std::vector<double> scale{1.0}, mean{0.0}, std{1.0};  // one value, or one per feature
   // synthetic source only
   std::int64_t synthetic_train = 4096;
   std::int64_t synthetic_test = 1024;

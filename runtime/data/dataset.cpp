@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -27,6 +28,19 @@
 #include "troupe/error.hpp"
 
 namespace troupe {
+
+void dataset::gather(const std::int64_t* picked, std::size_t first, std::size_t last,
+                     float* out) const {
+  if (rows) {
+    rows->gather(picked, first, last, out);
+    return;
+  }
+  const auto row_bytes = static_cast<std::size_t>(features) * sizeof(float);
+  for (std::size_t i = first; i < last; ++i)
+    std::memcpy(out + (i - first) * static_cast<std::size_t>(features),
+                images.data() + picked[i] * features, row_bytes);
+}
+
 namespace {
 
 // Limits that no real IDX image set comes near; a header beyond them is corrupt (or not

@@ -7,13 +7,26 @@
 // Nothing here knows about actors or batching order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/base/huge_pages.hpp"
 
 namespace troupe {
+
+/// Rows of features kept outside `dataset::images`: a file read as batches gather them (a
+/// .npy of any numeric type, converted to float32: runtime/data/npy.hpp).
+class feature_rows {
+ public:
+  virtual ~feature_rows() = default;
+  /// Writes rows picked[first .. last) as float32, D values each, to `out` (row i of the
+  /// range at out + (i - first) * D). Safe to call from several threads at once.
+  virtual void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
+                      float* out) const = 0;
+};
 
 /// N samples of D features each, with integer class labels: one per sample, or one per
 /// position of a sequence (a language model's next tokens, runtime/data/text.hpp).
@@ -26,6 +39,13 @@ struct dataset {
   // data sets] in runtime/base/huge_pages.hpp)
   std::vector<float, huge_page_allocator<float>> images;
   std::vector<std::int32_t> labels;  // (N, T)
+  /// When set, the features are here instead, and `images` is empty.
+  std::shared_ptr<const feature_rows> rows;
+
+  /// Writes rows picked[first .. last) of the features, D floats each, to `out` (row i of
+  /// the range at out + (i - first) * D), from `images` or from `rows`.
+  void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
+              float* out) const;
 };
 
 struct dataset_split {

@@ -18,11 +18,13 @@
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
 
+#include "tests/data_error_of.hpp"
 #include "tests/temp_files.hpp"
 #include "troupe/error.hpp"
 
 namespace fs = std::filesystem;
 using bytes = std::vector<std::uint8_t>;
+using troupe::test::data_error_of;
 using troupe::test::temp_directory;
 
 namespace {
@@ -73,17 +75,6 @@ void write_gzip(const std::string& path, const bytes& content) {
 bytes read_raw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-/// The message of the data_error that `f` throws, or a marker that fails every check.
-template <class F>
-std::string data_error_of(F&& f) {
-  try {
-    f();
-  } catch (const troupe::data_error& e) {
-    return e.what();
-  }
-  return "<no data_error thrown>";
 }
 
 bool contains(const std::string& text, const std::string& part) {

@@ -1,0 +1,478 @@
+// npy.cpp: the .npy reader and the rows it gathers (npy.hpp).
+//
+// Note [rows from a file]
+// A features file may be larger than the machine's memory, so it is never read whole: a
+// batch converts the rows it picks. Mapping the file makes that a copy from the page cache;
+// but a mapping takes address space, and a process under an address-space limit (ulimit -v,
+// a container's) cannot map a file larger than the limit. So the file is mapped when that
+// succeeds and read with pread, row by row into a small buffer of the gathering thread,
+// when it does not: slower (a system call a row), the same floats. Either way the kernel's
+// page cache holds what was read recently, and nothing holds the file.
+#include "runtime/data/npy.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include "runtime/base/limits.hpp"
+#include "troupe/error.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe {
+
+namespace {
+
+constexpr std::int32_t max_label = (1 << 24) - 1;
+
+std::string quote_path(const std::string& path) {
+  return quote_user_text(path, limits::max_quoted_path_length);
+}
+
+[[noreturn]] void fail(const std::string& path, std::int64_t offset, const std::string& what) {
+  throw data_error(quote_path(path) + ": byte " + std::to_string(offset) + ": " + what);
+}
+
+/// An open file descriptor, closed when it goes.
+class file_descriptor {
+ public:
+  explicit file_descriptor(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY)) {
+    if (fd_ < 0)
+      throw data_error(quote_path(path) + ": cannot open: " + std::strerror(errno));
+  }
+  ~file_descriptor() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  file_descriptor(const file_descriptor&) = delete;
+  file_descriptor& operator=(const file_descriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+/// Reads exactly `size` bytes at `offset`; false if the file ends first.
+bool read_at(int fd, void* out, std::size_t size, std::int64_t offset) {
+  auto* bytes = static_cast<char*>(out);
+  while (size > 0) {
+    const auto got = ::pread(fd, bytes, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return false;
+    bytes += got;
+    size -= static_cast<std::size_t>(got);
+    offset += got;
+  }
+  return true;
+}
+
+struct type_info {
+  std::string_view descr;
+  npy_type type;
+  std::int64_t bytes;
+};
+
+// '|' (not applicable) for one-byte types, '<' little-endian: this machine's order.
+constexpr type_info known_types[] = {
+    {"|u1", npy_type::u8, 1},  {"|i1", npy_type::i8, 1},  {"<i2", npy_type::i16, 2},
+    {"<i4", npy_type::i32, 4}, {"<i8", npy_type::i64, 8}, {"<f2", npy_type::f16, 2},
+    {"<f4", npy_type::f32, 4}, {"<f8", npy_type::f64, 8}};
+
+/// The value of `key` in the header's dict text: the characters after "'key':" up to the
+/// end of the value (a quoted string, a tuple, or a word). Empty when it is not there.
+std::string dict_value(const std::string& dict, const std::string& key) {
+  const auto at = dict.find("'" + key + "'");
+  if (at == std::string::npos)
+    return "";
+  auto i = dict.find(':', at);
+  if (i == std::string::npos)
+    return "";
+  ++i;
+  while (i < dict.size() && dict[i] == ' ')
+    ++i;
+  if (i >= dict.size())
+    return "";
+  const char open = dict[i];
+  std::size_t end;
+  if (open == '\'' || open == '"')
+    end = dict.find(open, i + 1);
+  else if (open == '(')
+    end = dict.find(')', i + 1);
+  else
+    end = dict.find_first_of(",}", i) - 1;
+  if (end == std::string::npos || end < i)
+    return "";
+  return dict.substr(i, end - i + 1);
+}
+
+std::vector<std::int64_t> parse_shape(const std::string& path, std::int64_t offset,
+                                      const std::string& text) {
+  // "(3, 784)", "(3,)", "()"
+  std::vector<std::int64_t> shape;
+  std::size_t i = 1;
+  while (i + 1 < text.size()) {
+    while (i + 1 < text.size() && (text[i] == ' ' || text[i] == ','))
+      ++i;
+    if (i + 1 >= text.size())
+      break;
+    std::int64_t value = 0;
+    std::size_t digits = 0;
+    while (i + 1 < text.size() && text[i] >= '0' && text[i] <= '9') {
+      if (value > limits::max_tensor_elements)
+        fail(path, offset, "a dimension of 'shape' " + quote_user_text(text) +
+                               " is larger than any troupe reads");
+      value = value * 10 + (text[i] - '0');
+      ++i;
+      ++digits;
+    }
+    if (digits == 0)
+      fail(path, offset, "'shape' should be a tuple of integers, not " + quote_user_text(text));
+    shape.push_back(value);
+  }
+  return shape;
+}
+
+/// The dict of a header, checked, into `out`.
+void read_dict(const std::string& path, std::int64_t offset, const std::string& dict,
+               npy_header& out) {
+  const auto descr = dict_value(dict, "descr");
+  const auto order = dict_value(dict, "fortran_order");
+  const auto shape = dict_value(dict, "shape");
+  if (descr.size() < 2 || order.empty() || shape.size() < 2 || shape.front() != '(')
+    fail(path, offset,
+         "the header should be a dict with 'descr', 'fortran_order' and 'shape', not " +
+             quote_user_text(dict));
+  const auto type = descr.substr(1, descr.size() - 2);
+  const auto* known = std::find_if(std::begin(known_types), std::end(known_types),
+                                   [&](const type_info& t) { return t.descr == type; });
+  if (known == std::end(known_types)) {
+    std::string why = "dtype " + quote_user_text(type) + " is not one troupe reads";
+    if (!type.empty() && type.front() == '>')
+      why += " (big-endian: save it little-endian, e.g. x.astype(x.dtype.newbyteorder('<')))";
+    else if (type == "|O" || type == "O")
+      why += " (an object array: save numbers, not Python objects)";
+    fail(path, offset, why + "; expected uint8, int8, int16, int32, int64, float16, float32 "
+                             "or float64");
+  }
+  out.type = known->type;
+  out.item_bytes = known->bytes;
+  if (order != "False")
+    fail(path, offset, "fortran_order is " + quote_user_text(order) +
+                           "; troupe reads C order (save np.ascontiguousarray(x))");
+  out.shape = parse_shape(path, offset, shape);
+  out.elements = 1;
+  for (const auto d : out.shape) {
+    const auto product = checked_multiply(out.elements, d);
+    if (!product || *product > limits::max_data_elements)
+      fail(path, offset, "'shape' " + quote_user_text(shape) + " holds more than " +
+                             std::to_string(limits::max_data_elements) +
+                             " values, the most troupe reads from one file");
+    out.elements = *product;
+  }
+}
+
+}  // namespace
+
+npy_header read_npy_header(const std::string& path) {
+  file_descriptor file{path};
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0)
+    throw data_error(quote_path(path) + ": cannot read its size: " + std::strerror(errno));
+  const std::int64_t size = info.st_size;
+  unsigned char start[12] = {};
+  if (size < 10 || !read_at(file.get(), start, 10, 0) ||
+      std::memcmp(start, "\x93NUMPY", 6) != 0)
+    fail(path, 0, "not a NumPy .npy file (it should start with \\x93NUMPY)");
+  npy_header out;
+  out.major_version = start[6];
+  if (start[6] < 1 || start[6] > 3 || start[7] != 0)
+    fail(path, 6, "format version " + std::to_string(start[6]) + "." + std::to_string(start[7]) +
+                      "; troupe reads 1.0, 2.0 and 3.0");
+  std::int64_t header_bytes = start[8] | (start[9] << 8);
+  std::int64_t dict_at = 10;
+  if (start[6] >= 2) {
+    if (size < 12 || !read_at(file.get(), start + 10, 2, 10))
+      fail(path, 10, "the file ends inside the header's length");
+    header_bytes = static_cast<std::int64_t>(start[8]) | (static_cast<std::int64_t>(start[9]) << 8) |
+                   (static_cast<std::int64_t>(start[10]) << 16) |
+                   (static_cast<std::int64_t>(start[11]) << 24);
+    dict_at = 12;
+  }
+  constexpr std::int64_t max_header_bytes = 1 << 20;  // NumPy writes a few hundred
+  if (header_bytes > max_header_bytes || dict_at + header_bytes > size)
+    fail(path, dict_at, "the header claims " + std::to_string(header_bytes) + " bytes, but " +
+                            (header_bytes > max_header_bytes
+                                 ? "no .npy header is longer than " +
+                                       std::to_string(max_header_bytes)
+                                 : "the file has " + std::to_string(size - dict_at) +
+                                       " after its start"));
+  std::string dict(static_cast<std::size_t>(header_bytes), '\0');
+  if (!read_at(file.get(), dict.data(), dict.size(), dict_at))
+    fail(path, dict_at, "the file ends inside the header");
+  read_dict(path, dict_at, dict, out);
+  out.data_offset = dict_at + header_bytes;
+  const auto data_bytes = out.elements * out.item_bytes;  // <= 2^40 * 8: no overflow
+  if (size - out.data_offset < data_bytes)
+    fail(path, out.data_offset,
+         "shape " + shape_to_string(out.shape) + " of " + std::to_string(out.item_bytes) +
+             "-byte values needs " + std::to_string(data_bytes) + " bytes of data, but the file "
+             "has " + std::to_string(size - out.data_offset) + " (is it truncated?)");
+  return out;
+}
+
+namespace {
+
+/// IEEE half to float (subnormals, infinities and NaN included).
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu;
+  std::uint32_t mantissa = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    std::uint32_t e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+/// Calls `each(i, value)` for the `count` values of `type` at `in`, value a double.
+template <class Each>
+void for_each_value(npy_type type, const unsigned char* in, std::int64_t count, Each each) {
+  auto typed = [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t i = 0; i < count; ++i) {
+      T value;
+      std::memcpy(&value, in + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
+      each(i, static_cast<double>(value));
+    }
+  };
+  switch (type) {
+    case npy_type::u8: typed(std::uint8_t{}); return;
+    case npy_type::i8: typed(std::int8_t{}); return;
+    case npy_type::i16: typed(std::int16_t{}); return;
+    case npy_type::i32: typed(std::int32_t{}); return;
+    case npy_type::i64: typed(std::int64_t{}); return;
+    case npy_type::f32: typed(float{}); return;
+    case npy_type::f64: typed(double{}); return;
+    case npy_type::f16:
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, in + 2 * i, 2);
+        each(i, static_cast<double>(half_to_float(h)));
+      }
+      return;
+  }
+}
+
+/// The rows of one features file (Note [rows from a file]).
+class npy_rows final : public feature_rows {
+ public:
+  npy_rows(const std::string& path, npy_header header, const feature_normalisation& n,
+           npy_access access)
+      : path_(path), header_(std::move(header)), file_(path) {
+    const auto& shape = header_.shape;
+    if (shape.empty() || shape.front() < 1 || header_.elements < 1)
+      fail(path, 8, "features of shape " + shape_to_string(shape) +
+                        "; expected (N, ...) with at least one sample of at least one value");
+    count_ = shape.front();
+    features_ = header_.elements / count_;
+    if (features_ > limits::max_sample_features)
+      fail(path, 8, "samples of " + std::to_string(features_) + " values; troupe reads at most " +
+                        std::to_string(limits::max_sample_features) + " a sample");
+    row_bytes_ = features_ * header_.item_bytes;
+    scale_ = per_feature(n.scale, "scale");
+    mean_ = per_feature(n.mean, "mean");
+    std_ = per_feature(n.std, "std");
+    for (const auto s : std_)
+      if (s == 0 || !std::isfinite(s))
+        throw data_error(quote_path(path_) + ": [data] std must be finite and not 0");
+    identity_ = std::all_of(scale_.begin(), scale_.end(), [](double v) { return v == 1; }) &&
+                std::all_of(mean_.begin(), mean_.end(), [](double v) { return v == 0; }) &&
+                std::all_of(std_.begin(), std_.end(), [](double v) { return v == 1; });
+    if (access != npy_access::read)
+      map();
+    if (access == npy_access::mapped && mapped_ == nullptr)
+      throw data_error(quote_path(path_) + ": cannot map its " +
+                       std::to_string(header_.data_offset + count_ * row_bytes_) + " bytes");
+  }
+
+  ~npy_rows() override {
+    if (mapped_ != nullptr)
+      ::munmap(mapped_, mapped_bytes_);
+  }
+
+  std::int64_t count() const { return count_; }
+  std::int64_t features() const { return features_; }
+
+  void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
+              float* out) const override {
+    thread_local std::vector<unsigned char> buffer;  // a row read with pread
+    for (std::size_t i = first; i < last; ++i, out += features_) {
+      const auto row = picked[i];
+      const std::int64_t offset = header_.data_offset + row * row_bytes_;
+      const unsigned char* bytes;
+      if (mapped_ != nullptr) {
+        bytes = static_cast<const unsigned char*>(mapped_) + offset;
+      } else {
+        buffer.resize(static_cast<std::size_t>(row_bytes_));
+        if (!read_at(file_.get(), buffer.data(), buffer.size(), offset))
+          throw data_error(quote_path(path_) + ": row " + std::to_string(row) +
+                           " could not be read (did the file change?)");
+        bytes = buffer.data();
+      }
+      if (identity_ && header_.type == npy_type::f32)
+        std::memcpy(out, bytes, static_cast<std::size_t>(row_bytes_));
+      else if (identity_)
+        for_each_value(header_.type, bytes, features_,
+                       [out](std::int64_t f, double v) { out[f] = static_cast<float>(v); });
+      else  // in double, as the IDX source normalises its pixels (dataset.cpp)
+        for_each_value(header_.type, bytes, features_, [this, out](std::int64_t f, double v) {
+          out[f] = static_cast<float>((v * scale_[static_cast<std::size_t>(f)] -
+                                       mean_[static_cast<std::size_t>(f)]) /
+                                      std_[static_cast<std::size_t>(f)]);
+        });
+    }
+  }
+
+ private:
+  std::vector<double> per_feature(const std::vector<double>& values, const char* what) const {
+    if (values.size() != 1 && static_cast<std::int64_t>(values.size()) != features_)
+      throw data_error(quote_path(path_) + ": [data] " + what + " has " +
+                       std::to_string(values.size()) + " values; expected 1 or one per feature (" +
+                       std::to_string(features_) + ")");
+    std::vector<double> out(static_cast<std::size_t>(features_));
+    for (std::size_t f = 0; f < out.size(); ++f)
+      out[f] = values.size() == 1 ? values[0] : values[f];
+    return out;
+  }
+
+  void map() {
+    mapped_bytes_ = static_cast<std::size_t>(header_.data_offset + count_ * row_bytes_);
+    void* at = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_PRIVATE, file_.get(), 0);
+    if (at == MAP_FAILED)
+      return;  // no address space for it: pread (Note [rows from a file])
+    ::madvise(at, mapped_bytes_, MADV_RANDOM);  // batches pick rows at random
+    mapped_ = at;
+  }
+
+  std::string path_;
+  npy_header header_;
+  file_descriptor file_;
+  std::int64_t count_ = 0;     // N
+  std::int64_t features_ = 0;  // D
+  std::int64_t row_bytes_ = 0;
+  std::vector<double> scale_, mean_, std_;  // (D) each
+  bool identity_ = true;
+  void* mapped_ = nullptr;
+  std::size_t mapped_bytes_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
+                                                  const feature_normalisation& normalisation,
+                                                  npy_access access) {
+  return std::make_shared<npy_rows>(path, read_npy_header(path), normalisation, access);
+}
+
+std::vector<std::int32_t> read_npy_labels(const std::string& path) {
+  const auto header = read_npy_header(path);
+  if (header.shape.empty() || header.shape.size() > 2 ||
+      (header.shape.size() == 2 && header.shape[1] != 1))
+    fail(path, 8, "targets of shape " + shape_to_string(header.shape) +
+                      "; expected (N) or (N, 1): one class label a sample");
+  if (header.type == npy_type::f16 || header.type == npy_type::f32 ||
+      header.type == npy_type::f64)
+    fail(path, 8, "targets of a floating-point type; class labels are integers (regression "
+                  "targets are not supported yet)");
+  const auto count = header.shape.front();
+  if (count > limits::max_samples)
+    fail(path, 8, std::to_string(count) + " targets; troupe reads at most " +
+                      std::to_string(limits::max_samples) + " samples");
+  file_descriptor file{path};
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(count * header.item_bytes));
+  if (!read_at(file.get(), bytes.data(), bytes.size(), header.data_offset))
+    fail(path, header.data_offset, "the data ends early");
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t value = 0;
+    std::memcpy(&value, bytes.data() + i * header.item_bytes,
+                static_cast<std::size_t>(header.item_bytes));
+    // Sign-extend the narrower signed types (little-endian: the low bytes came first).
+    const auto bits = 8 * header.item_bytes;
+    if (header.type != npy_type::u8 && bits < 64 && (value >> (bits - 1)) & 1)
+      value -= std::int64_t{1} << bits;
+    if (value < 0 || value > max_label)
+      fail(path, header.data_offset + i * header.item_bytes,
+           "target " + std::to_string(i) + " is " + std::to_string(value) +
+               "; class labels are in 0 .. " + std::to_string(max_label));
+    labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(value);
+  }
+  return labels;
+}
+
+namespace {
+
+dataset load_npy_split(const std::string& features, const std::string& targets,
+                       const feature_normalisation& normalisation) {
+  auto rows = std::make_shared<npy_rows>(features, read_npy_header(features), normalisation,
+                                         npy_access::automatic);
+  dataset out;
+  out.labels = read_npy_labels(targets);
+  if (static_cast<std::int64_t>(out.labels.size()) != rows->count())
+    throw data_error(quote_path(features) + " has " + std::to_string(rows->count()) +
+                     " samples, but " + quote_path(targets) + " has " +
+                     std::to_string(out.labels.size()) + " targets; they must agree");
+  out.count = rows->count();
+  out.features = rows->features();
+  out.rows = std::move(rows);
+  return out;
+}
+
+}  // namespace
+
+dataset_split load_npy(const std::string& train_features, const std::string& train_targets,
+                       const std::string& test_features, const std::string& test_targets,
+                       const feature_normalisation& normalisation) {
+  dataset_split out;
+  out.train = load_npy_split(train_features, train_targets, normalisation);
+  out.test = load_npy_split(test_features, test_targets, normalisation);
+  if (out.train.features != out.test.features)
+    throw data_error(quote_path(test_features) + " has samples of " +
+                     std::to_string(out.test.features) + " values, but " +
+                     quote_path(train_features) + " has " + std::to_string(out.train.features) +
+                     "; the splits must agree");
+  std::int32_t largest = 0;
+  for (const auto* split : {&out.train, &out.test})
+    for (const auto label : split->labels)
+      largest = std::max(largest, label);
+  out.train.classes = out.test.classes = std::int64_t{largest} + 1;
+  if (out.train.classes < 2)
+    throw data_error(quote_path(train_targets) + ": every target is 0; a classifier needs two "
+                                             "classes at least");
+  return out;
+}
+
+}  // namespace troupe

@@ -1,0 +1,72 @@
+// npy.hpp: NumPy's .npy files as a data source ([data] source = "npy").
+//
+// A features file holds N samples, each one row of D values (any shape after the first axis,
+// flattened in C order), of any of uint8, int8/16/32/64, float16/32/64, little-endian. It is
+// never read whole: rows are converted to float32 (and normalised) as a batch gathers them,
+// from the file mapped into memory, or, where the process may not map that much (a file
+// larger than its address-space limit), read with pread row by row (Note [rows from a file]
+// in npy.cpp). A targets file holds N integer class labels, read whole (N small values).
+//
+// The header is checked before anything is read or mapped: every failure is a data_error
+// naming the file, the byte offset and what was expected there (a truncated or lying header,
+// a shape whose product overflows or passes the input limits, data shorter than the shape
+// says, Fortran order, an object, big-endian or unknown dtype). Not here: .npz, writing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.hpp"
+
+namespace troupe {
+
+/// The element types troupe reads from a .npy file.
+enum class npy_type { u8, i8, i16, i32, i64, f16, f32, f64 };
+
+/// A checked .npy header: what follows it, and where.
+struct npy_header {
+  npy_type type = npy_type::f32;
+  std::int64_t item_bytes = 4;
+  std::vector<std::int64_t> shape;  // () for a scalar
+  std::int64_t elements = 1;        // the product of shape
+  std::int64_t data_offset = 0;     // bytes before the first element
+  int major_version = 1;
+};
+
+/// Reads and checks the header of the .npy file at `path`, including that the file holds
+/// every element its shape says. Throws data_error (file, byte offset, what was expected).
+npy_header read_npy_header(const std::string& path);
+
+/// How a feature is normalised as its rows are gathered: x * scale, minus mean, over std;
+/// each one value for every feature or one value per feature (D).
+struct feature_normalisation {
+  std::vector<double> scale{1.0};
+  std::vector<double> mean{0.0};
+  std::vector<double> std{1.0};
+};
+
+/// How rows are read: mapped when the address space allows (`automatic`), or one way only
+/// (the tests check that both give the same floats).
+enum class npy_access { automatic, mapped, read };
+
+/// The rows of a features file as float32 (see the top). Throws data_error for a file whose
+/// header does not describe at least one row of at least one value, and for normalisation
+/// vectors of the wrong length (neither 1 nor D values) or a zero std.
+std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
+                                                  const feature_normalisation& normalisation,
+                                                  npy_access access = npy_access::automatic);
+
+/// The class labels of a targets file: N integers (shape (N) or (N, 1)) of an integer type,
+/// each in [0, 2^24). Throws data_error naming the file and the first bad label's index.
+std::vector<std::int32_t> read_npy_labels(const std::string& path);
+
+/// [data] source = "npy": features and targets of the training split and of the test split,
+/// checked to agree in count (and the two splits in features); classes is the largest label
+/// plus one.
+dataset_split load_npy(const std::string& train_features, const std::string& train_targets,
+                       const std::string& test_features, const std::string& test_targets,
+                       const feature_normalisation& normalisation);
+
+}  // namespace troupe

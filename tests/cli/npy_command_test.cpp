@@ -1,0 +1,93 @@
+// npy_command_test.cpp: a data set larger than the process may map trains (Note [rows from
+// a file] in runtime/data/npy.cpp): troupe run under an address-space limit (ulimit -v)
+// below the size of its features file.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli/run_troupe.hpp"
+#include "tests/temp_files.hpp"
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
+/// A version 1.0 .npy header for `descr` and `shape`, padded to 64 bytes as NumPy pads it.
+std::string npy_header(const std::string& descr, const std::string& shape) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + dict.size() + 1) % 64 != 0)
+    dict += ' ';
+  dict += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict;
+}
+
+void write_npy(const std::string& path, const std::string& descr, const std::string& shape,
+               const std::vector<unsigned char>& data) {
+  std::ofstream out(path, std::ios::binary);
+  const auto header = npy_header(descr, shape);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  REQUIRE(out.good());
+}
+
+}  // namespace
+
+TEST_CASE("a features file larger than the process's address space trains, read row by row") {
+  if (sanitized) {
+    MESSAGE("skipped: a sanitizer's shadow memory needs more address space than ulimit -v leaves");
+    return;
+  }
+  troupe::test::temp_directory dir{"troupe-npy-large"};
+  // 2,000,000 samples of 784 bytes: 1.57 GB of features, sparse (zeros), over a 1 GB limit.
+  const long long samples = 2'000'000, features = 784;
+  const auto x = dir / "x.npy";
+  const auto header = npy_header("|u1", "(" + std::to_string(samples) + ", 784)");
+  {
+    std::ofstream out(x, std::ios::binary);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    REQUIRE(out.good());
+  }
+  REQUIRE(::truncate(x.c_str(), static_cast<off_t>(header.size() + samples * features)) == 0);
+  std::vector<unsigned char> labels(static_cast<std::size_t>(samples));
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<unsigned char>(i % 10);
+  write_npy(dir / "y.npy", "|u1", "(" + std::to_string(samples) + ",)", labels);
+  std::vector<unsigned char> test_x(100 * 784, 7), test_y(100);
+  for (std::size_t i = 0; i < test_y.size(); ++i)
+    test_y[i] = static_cast<unsigned char>(i % 10);
+  write_npy(dir / "tx.npy", "|u1", "(100, 784)", test_x);
+  write_npy(dir / "ty.npy", "|u1", "(100,)", test_y);
+  const auto config = dir / "large.toml";
+  std::ofstream{config} << "[data]\nsource = \"npy\"\nfeatures = \"x.npy\"\ntargets = \"y.npy\"\n"
+                           "test_features = \"tx.npy\"\ntest_targets = \"ty.npy\"\n"
+                           "scale = 0.0039215686274509803\nbatch_size = 128\n"
+                           "[model]\n[[model.layers]]\ntype = \"linear\"\nout = 32\n"
+                           "[[model.layers]]\ntype = \"relu\"\n[[model.layers]]\n"
+                           "type = \"linear\"\nout = 10\n";
+  const auto result = troupe::testing::run_shell(
+      "ulimit -v 1000000 && " + std::string{TROUPE_BINARY} + " run " + config +
+      " --steps 20 --metrics '' --trace '' -q 2>&1");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK(result.output.find("done: 20 steps") != std::string::npos);
+}
