@@ -28,11 +28,12 @@ for f in bin/troupe lib/libtroupe.so lib/cmake/troupe/troupeConfig.cmake \
          include/troupe/actor_kind.hpp include/troupe/plugin.hpp; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f" >&2; exit 1; }
 done
-# The installed headers are the facade and nothing else: exactly include/troupe/*.hpp.
+# The installed headers are the facade and nothing else: exactly include/troupe/*.hpp and
+# the internals its templates need, include/troupe/detail/*.hpp.
 installed=$(cd "$prefix" && find include -type f | sort)
-facade=$(ls include/troupe/*.hpp | sort)
+facade=$(ls include/troupe/*.hpp include/troupe/detail/*.hpp | sort)
 if [ "$installed" != "$facade" ]; then
-  echo "the installed headers are not the facade include/troupe/*.hpp:" >&2
+  echo "the installed headers are not the facade include/troupe/*.hpp and detail/*.hpp:" >&2
   diff <(echo "$facade") <(echo "$installed") >&2 || true
   exit 1
 fi
