@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "runtime/base/text_format.hpp"
+#include "runtime/base/unique_fd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -59,28 +60,15 @@ std::string describe_bytes(std::int64_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
-namespace {
-
-// Closes a file descriptor when it goes (RAII for the one resource read_file_capped holds).
-struct file_descriptor {
-  int fd = -1;
-  ~file_descriptor() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
-
-}  // namespace
-
 std::string read_file_capped(const std::string& path, std::int64_t max_bytes,
                              const std::string& what, const std::string& hint) {
   const auto name = quote_user_text(path, limits::max_quoted_path_length);
   // A plain blocking open, as cat's: a FIFO waits for its writer.
-  file_descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0)
+  unique_fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.get() < 0)
     throw user_error("cannot open " + what + " " + name + ": " + std::strerror(errno) + hint);
   struct stat info {};
-  if (::fstat(file.fd, &info) == 0 && S_ISDIR(info.st_mode))
+  if (::fstat(file.get(), &info) == 0 && S_ISDIR(info.st_mode))
     throw user_error("cannot open " + what + " " + name + ": it is a directory");
   // A regular file says its size up front; anything else (a FIFO, /dev/zero) is read up
   // to one byte past the cap.
@@ -97,7 +85,7 @@ std::string read_file_capped(const std::string& path, std::int64_t max_bytes,
                        describe_bytes(max_bytes) + "; is it the right file?");
     const auto old_size = text.size();
     text.resize(old_size + static_cast<std::size_t>(room));
-    const auto got = ::read(file.fd, text.data() + old_size, static_cast<std::size_t>(room));
+    const auto got = ::read(file.get(), text.data() + old_size, static_cast<std::size_t>(room));
     if (got < 0) {
       if (errno == EINTR) {
         text.resize(old_size);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/base/unique_fd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -33,28 +34,6 @@ std::string describe_errno(int error) {
   throw user_error("cannot write '" + path + "': " + what + ": " + describe_errno(error),
                    exit_code::run_failed);
 }
-
-// A file descriptor closed when it goes (close() errors that matter are checked before).
-class unique_fd {
- public:
-  explicit unique_fd(int fd) : fd_(fd) {}
-  ~unique_fd() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now and reports close()'s result (0, or -1 with errno set).
-  int close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd);  // never retried on EINTR: on Linux the descriptor is gone anyway
-  }
-
- private:
-  int fd_;
-};
 
 int fsync_retrying(int fd) {
   int result;

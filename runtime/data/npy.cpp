@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/base/unique_fd.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
 
@@ -41,24 +42,13 @@ std::string quote_path(const std::string& path) {
   throw data_error(quote_path(path) + ": byte " + std::to_string(offset) + ": " + what);
 }
 
-/// An open file descriptor, closed when it goes.
-class file_descriptor {
- public:
-  explicit file_descriptor(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY)) {
-    if (fd_ < 0)
-      throw data_error(quote_path(path) + ": cannot open: " + std::strerror(errno));
-  }
-  ~file_descriptor() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+/// `path` opened for reading; a data_error naming it when it cannot be.
+unique_fd open_for_reading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw data_error(quote_path(path) + ": cannot open: " + std::strerror(errno));
+  return unique_fd{fd};
+}
 
 /// Reads exactly `size` bytes at `offset`; false if the file ends first.
 bool read_at(int fd, void* out, std::size_t size, std::int64_t offset) {
@@ -184,7 +174,7 @@ void read_dict(const std::string& path, std::int64_t offset, const std::string& 
 }  // namespace
 
 npy_header read_npy_header(const std::string& path) {
-  file_descriptor file{path};
+  auto file = open_for_reading(path);
   struct stat info {};
   if (::fstat(file.get(), &info) != 0)
     throw data_error(quote_path(path) + ": cannot read its size: " + std::strerror(errno));
@@ -291,7 +281,7 @@ class npy_rows final : public feature_rows {
  public:
   npy_rows(const std::string& path, npy_header header, const feature_normalisation& n,
            npy_access access)
-      : path_(path), header_(std::move(header)), file_(path) {
+      : path_(path), header_(std::move(header)), file_(open_for_reading(path)) {
     const auto& shape = header_.shape;
     if (shape.empty() || shape.front() < 1 || header_.elements < 1)
       fail(path, 8, "features of shape " + shape_to_string(shape) +
@@ -406,7 +396,7 @@ class npy_rows final : public feature_rows {
 
   std::string path_;
   npy_header header_;
-  file_descriptor file_;
+  unique_fd file_;
   std::int64_t count_ = 0;     // N
   std::int64_t features_ = 0;  // D
   std::int64_t row_bytes_ = 0;
@@ -439,7 +429,7 @@ std::vector<std::int32_t> read_npy_labels(const std::string& path) {
   if (count > limits::max_samples)
     fail(path, 8, std::to_string(count) + " targets; troupe reads at most " +
                       std::to_string(limits::max_samples) + " samples");
-  file_descriptor file{path};
+  auto file = open_for_reading(path);
   std::vector<unsigned char> bytes(static_cast<std::size_t>(count * header.item_bytes));
   if (!read_at(file.get(), bytes.data(), bytes.size(), header.data_offset))
     fail(path, header.data_offset, "the data ends early");

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/base/unique_fd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::net {
@@ -91,22 +92,6 @@ std::string octal_mode(mode_t mode) {
   out << std::oct << std::setw(4) << std::setfill('0') << (mode & 07777);
   return out.str();
 }
-
-// A file descriptor closed when it goes.
-class unique_fd {
- public:
-  explicit unique_fd(int fd) : fd_(fd) {}
-  ~unique_fd() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 void append_field(std::string& message, std::string_view field) {
   const std::uint64_t size = field.size();

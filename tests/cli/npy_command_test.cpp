@@ -91,3 +91,18 @@ TEST_CASE("a features file larger than the process's address space trains, read 
   CHECK(result.exit_code == 0);
   CHECK(result.output.find("done: 20 steps") != std::string::npos);
 }
+
+TEST_CASE("a run on a malformed .npy file ends with exit 2 and the file and byte named") {
+  troupe::test::temp_directory dir{"troupe-npy-bad"};
+  write_npy(dir / "x.npy", "<f4", "(4, 2)", std::vector<unsigned char>(8 * 4 - 1, 0));
+  write_npy(dir / "y.npy", "|u1", "(4,)", {0, 1, 0, 1});
+  const auto config = dir / "bad.toml";
+  std::ofstream{config} << "[data]\nsource = \"npy\"\nfeatures = \"x.npy\"\ntargets = \"y.npy\"\n"
+                           "test_features = \"x.npy\"\ntest_targets = \"y.npy\"\nbatch_size = 2\n"
+                           "[model]\n[[model.layers]]\ntype = \"linear\"\nout = 2\n";
+  const auto result = troupe::testing::run_troupe("run " + config + " --steps 1 --metrics '' -q");
+  INFO(result.output);
+  CHECK(result.exit_code == 2);
+  CHECK(result.output.find("x.npy': byte 128: shape (4, 2) of 4-byte values needs 32 bytes of "
+                           "data, but the file has 31") != std::string::npos);
+}

@@ -197,6 +197,10 @@ TEST_CASE("a bad header is a data_error naming the file, the byte and what was e
   lying_length[9] = 0x7f;  // a header of 32767 bytes in a file of 80
   auto version_4 = npy_file("<f4", "(2, 2)", data);
   version_4[6] = 4;
+  auto huge_header = npy_file("<f4", "(2, 2)", data, 2);
+  huge_header[8] = huge_header[9] = huge_header[10] = 0xff;
+  huge_header[11] = 0x7f;  // 2 GiB of header claimed, in a file of 144 bytes
+  const std::string nested = std::string(100000, '(') + std::string(100000, ')');
   const std::vector<bad_case> cases = {
       {"not npy", bytes{'P', 'K', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0}, "byte 0: not a NumPy .npy file"},
       {"empty", bytes{}, "byte 0: not a NumPy .npy file"},
@@ -214,6 +218,9 @@ TEST_CASE("a bad header is a data_error naming the file, the byte and what was e
       {"truncated data", truncated, "needs 16 bytes of data, but the file has 15 (is it truncated?)"},
       {"no shape", bytes(npy_file("<f4", "(2, 2)", data)), ""},  // the control: reads
       {"not a tuple", npy_file("<f4", "(2, x)", data), "'shape' should be a tuple of integers"},
+      {"huge header", huge_header, "no .npy header is longer than 1048576"},
+      {"deeply nested shape", npy_file("<f4", nested, data, 2),
+       "'shape' should be a tuple of integers, not '(((("},
   };
   for (const auto& c : cases) {
     INFO(c.what);
@@ -294,4 +301,20 @@ TEST_CASE("a run on .npy files trains to the parameters a run on the same IDX pi
   const auto a = troupe::test::train_resumable(idx_config, 12, "", "");
   const auto b = troupe::test::train_resumable(npy_config, 12, "", "");
   CHECK(a == b);
+}
+
+TEST_CASE("scale, mean and std that are not numbers, nested or empty are config errors at their key") {
+  const std::string head = "[data]\nsource = \"npy\"\n";
+  const std::string model = "[model]\n[[model.layers]]\ntype = \"linear\"\nout = 2\n";
+  auto refused = [&](const std::string& line, const std::string& says) {
+    INFO(line);
+    CHECK_THROWS_WITH_AS(troupe::parse_config(head + line + "\n" + model, "bad.toml"),
+                         doctest::Contains(says.c_str()), troupe::config_error);
+  };
+  refused("scale = [[1.0]]", "bad.toml:3:");
+  refused("mean = []", "found 0 values");
+  refused("std = 0", "std");
+  refused("std = [1.0, -2.0]", "std");
+  refused("scale = \"1/255\"", "scale");
+  refused("mean = [" + std::string(200000, '[') + std::string(200000, ']') + "]", "bad.toml");
 }
