@@ -1,10 +1,12 @@
-// layers_command.cpp: `troupe layers`: the layer types and actor kinds a config can name.
+// layers_command.cpp: `troupe layers`: the layer types, losses and actor kinds a config can
+// name.
 #include <cstdio>
 
 #include "actors/base/actor_kinds.hpp"
 #include "cli/commands.hpp"
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/model/layer.hpp"
+#include "runtime/model/loss.hpp"
 #include "runtime/plugin/plugin.hpp"
 
 namespace troupe::cli {
@@ -13,8 +15,8 @@ exit_code layers_command(const std::vector<std::string>& args) {
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::printf(
         "usage: troupe layers [--plugin PATH]...\n\nLists the layer types a config's "
-        "[[model.layers]] can use, and\nthe actor kinds an explicit config's [[actor]] tables "
-        "can use, with those of\nthe plugins named.\n");
+        "[[model.layers]] can use, the losses its\n[model] loss can name, and the actor kinds "
+        "an explicit config's [[actor]] tables\ncan use, with those of the plugins named.\n");
     return exit_code::ok;
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -27,6 +29,9 @@ exit_code layers_command(const std::vector<std::string>& args) {
   }
   std::printf("layer types:\n");
   for (const auto& [name, description] : registered_layers())
+    std::printf("  %-18s %s\n", name.c_str(), description.c_str());
+  std::printf("losses:\n");
+  for (const auto& [name, description] : registered_losses())
     std::printf("  %-18s %s\n", name.c_str(), description.c_str());
   std::printf("actor kinds:\n");
   for (const auto& [name, description] : registered_actor_kinds()) {

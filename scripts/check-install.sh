@@ -68,12 +68,20 @@ plugin="$work/build/libcustom_layers.so"
 step "clipper_test (the grad_clipper actor with real messages)"
 "$work/build/clipper_test"
 
+step "focal_test (the plugin's loss against its reference and finite differences)"
+"$work/build/focal_test"
+
 step "troupe check-layer swish (learnable, then fixed beta)"
 "$prefix/bin/troupe" check-layer swish --plugin "$plugin" --input 9 --batch 4
 "$prefix/bin/troupe" check-layer swish --plugin "$plugin" --set learnable=false --set beta=1.7
 
 step "troupe run swish_mlp.toml --steps 20 ([run] plugins)"
 "$prefix/bin/troupe" run "$work/swish_mlp.toml" --steps 20
+
+step "troupe run focal_mlp.toml --steps 20 ([model] loss from the plugin)"
+"$prefix/bin/troupe" layers --plugin "$plugin" | grep -q "^  focal " \
+  || { echo "troupe layers does not list the focal loss" >&2; exit 1; }
+"$prefix/bin/troupe" run "$work/focal_mlp.toml" --steps 20
 
 step "troupe plan + run clipped_explicit.toml --steps 20 (a grad_clipper on a grads wire)"
 "$prefix/bin/troupe" plan "$work/clipped_explicit.toml" | grep -q "clip_2" \

@@ -1,33 +1,24 @@
 // actor_kinds.cpp: the actor kind registry, built-in and custom kinds alike.
 #include "actors/base/actor_kinds.hpp"
 
-#include <map>
-#include <mutex>
+#include "runtime/base/name_registry.hpp"
 
 namespace troupe {
 
 namespace {
 
 struct kind_entry {
-  std::string description;
   actor_factory factory;
   custom_actor_factory custom;  // custom kinds: what `factory` calls
 };
 
-struct kind_registry {
-  std::mutex mutex;
-  std::map<std::string, kind_entry> entries;
-};
-
-kind_registry& the_registry() {
-  static kind_registry registry;
+name_registry<kind_entry>& the_registry() {
+  static name_registry<kind_entry> registry;
   return registry;
 }
 
-void add_entry(const std::string& kind, kind_entry entry) {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  if (!r.entries.emplace(kind, std::move(entry)).second)
+void add_entry(const std::string& kind, const std::string& description, kind_entry entry) {
+  if (!the_registry().add(kind, description, std::move(entry)))
     throw std::logic_error(actor_kind_registered_twice(kind));
 }
 
@@ -35,18 +26,11 @@ void add_entry(const std::string& kind, kind_entry entry) {
 kind_entry find_entry(const std::string& kind, const std::string& actor_name,
                       const source_position& where) {
   std::vector<std::string> kinds;
-  {
-    auto& r = the_registry();
-    std::lock_guard<std::mutex> guard{r.mutex};
-    auto it = r.entries.find(kind);
-    if (it != r.entries.end())
-      return it->second;
-    for (const auto& entry : r.entries)
-      kinds.push_back(entry.first);
-  }
-  throw config_error(where, "unknown actor kind '" + kind + "' for actor '" + actor_name + "'" +
-                                did_you_mean(kind, kinds) + " (registered: " + comma_list(kinds) +
-                                ")");
+  if (auto entry = the_registry().find(kind, kinds))
+    return *entry;
+  throw config_error(where, name_registry<kind_entry>::unknown(
+                                "unknown actor kind '" + kind + "' for actor '" + actor_name + "'",
+                                kind, kinds));
 }
 
 // Runs a custom kind's factory on `spawn`, then refuses the settings it did not read (the
@@ -66,7 +50,7 @@ caf::actor spawn_with(const custom_actor_factory& factory, actor_spawn& spawn) {
 
 void register_builtin_actor_kind(const std::string& kind, const std::string& description,
                                  actor_factory factory) {
-  add_entry(kind, kind_entry{description, std::move(factory), nullptr});
+  add_entry(kind, description, kind_entry{std::move(factory), nullptr});
   if (!find_actor_signature(kind))
     register_actor_signature(kind, {}, {});
 }
@@ -96,22 +80,13 @@ void register_actor_kind(const std::string& kind, const std::string& description
                       plan.stage,     plan.layer};
     return spawn_with(custom, spawn);
   };
-  add_entry(kind, kind_entry{description, std::move(whole_plan), std::move(factory)});
+  add_entry(kind, description, kind_entry{std::move(whole_plan), std::move(factory)});
 }
 
-bool has_actor_kind(const std::string& kind) {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  return r.entries.count(kind) > 0;
-}
+bool has_actor_kind(const std::string& kind) { return the_registry().has(kind); }
 
 std::vector<std::pair<std::string, std::string>> registered_actor_kinds() {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [kind, entry] : r.entries)
-    out.emplace_back(kind, entry.description);
-  return out;
+  return the_registry().described();
 }
 
 caf::actor spawn_actor(const actor_plan& plan, spawn_context& context) {

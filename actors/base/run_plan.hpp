@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "troupe/loss.hpp"
+
 namespace troupe {
 
 /// How the run is cut into steps and evaluations; shared by the loader and the trainer.
@@ -21,6 +23,8 @@ struct run_plan {
   std::int64_t eval_batch_size = 0;
   std::int64_t eval_batches = 0;     // per evaluation: ceil(N_test / eval_batch_size)
   std::int64_t positions = 1;        // labels a sample: > 1 for a language model's sequences
+  /// What the [model] loss compares and reports (its targets, ignored label, metrics).
+  loss_spec loss;
   /// Rows of each step for each replica: R entries summing to B, B / R each unless
   /// [parallel] balance says otherwise (Note [balanced replicas] in data_loader_actor.cpp).
   std::vector<std::int64_t> replica_rows;

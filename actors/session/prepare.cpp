@@ -21,6 +21,7 @@
 #include "runtime/graph/model_graph.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
+#include "runtime/model/loss.hpp"
 #include "runtime/plugin/plugin.hpp"
 
 namespace troupe {
@@ -74,14 +75,17 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
   shapes.push_back(model.output.back());
   const auto& out = shapes.back();
   const auto expected = loss_input_shape(classes, positions);
+  const bool values = loss_spec_of(config.model).targets == target_kind::values;
   if (out != expected) {
     const auto& last = config.model.layers.back();
     throw config_error(last.where,
                        "the model's output shape " + shape_to_string(out) + " must be " +
                            shape_to_string(expected) +
-                           (positions > 1 ? ", one logit per token of the vocabulary at each "
-                                            "of the sequence's positions"
-                                          : ", one logit per class of the data set") +
+                           (values ? ", one value per target of a sample ([model] loss = \"" +
+                                         config.model.loss + "\")"
+                            : positions > 1 ? ", one logit per token of the vocabulary at each "
+                                              "of the sequence's positions"
+                                            : ", one logit per class of the data set") +
                            "; change the last layer's 'out'");
   }
   return shapes;
@@ -90,7 +94,7 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
 
 namespace {
 
-dataset_split load_data(const run_config& config) {
+dataset_split load_data(const run_config& config, target_kind targets) {
   const auto& d = config.data;
   if (d.source == data_source::synthetic)
     return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
@@ -99,8 +103,23 @@ dataset_split load_data(const run_config& config) {
     return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
   if (d.source == data_source::npy)
     return load_npy(d.features, d.targets, d.test_features, d.test_targets,
-                    feature_normalisation{d.scale, d.mean, d.std});
+                    feature_normalisation{d.scale, d.mean, d.std}, targets);
   return load_fashion_mnist(d.path);
+}
+
+/// The [model] loss's spec, checked against the data's targets.
+loss_spec checked_loss(const run_config& config, const dataset_split& data) {
+  auto spec = loss_spec_of(config.model);
+  const bool values = spec.targets == target_kind::values;
+  if (values != (data.train.outputs > 0))
+    throw config_error(config.model.loss_type_where,
+                       "[model] loss = \"" + config.model.loss + "\" compares " +
+                           (values ? std::string("float targets, but [data] source = \"") +
+                                         to_string(config.data.source) +
+                                         "\" gives class labels; float targets come from "
+                                         "source = \"npy\""
+                                   : std::string("class labels, but the data has float targets")));
+  return spec;
 }
 
 /// [parallel] balance = [w0, w1, ...]: each replica's rows of a step (Note [balanced
@@ -207,6 +226,16 @@ std::vector<model_layer> model_layers(const topology& graph) {
   return out;
 }
 
+std::string setting_text(const setting_value& value) {
+  return std::visit(
+      [](const auto& v) {
+        std::ostringstream out;
+        out << std::boolalpha << v;
+        return out.str();
+      },
+      value.value);
+}
+
 }  // namespace
 
 std::string config_fingerprint(const run_config& config) {
@@ -215,15 +244,14 @@ std::string config_fingerprint(const run_config& config) {
   for (const auto& layer : config.model.layers) {
     text += layer.type + "(";
     for (const auto& [key, value] : layer.settings)
-      text += key + "=" +
-              std::visit(
-                  [](const auto& v) {
-                    std::ostringstream out;
-                    out << std::boolalpha << v;
-                    return out.str();
-                  },
-                  value.value) +
-              ",";
+      text += key + "=" + setting_text(value) + ",";
+    text += ")";
+  }
+  // Only a loss other than the first one there was: older checkpoints keep their hash.
+  if (config.model.loss != "softmax_xent" || !config.model.loss_settings.empty()) {
+    text += "loss=" + config.model.loss + "(";
+    for (const auto& [key, value] : config.model.loss_settings)
+      text += key + "=" + setting_text(value) + ",";
     text += ")";
   }
   const auto& o = config.optimizer;
@@ -245,7 +273,9 @@ session_prepared prepare_session(const run_config& config, const std::string& re
   // A no-op for those the command line loaded already; run_session() callers (tests,
   // programs using the library) get the config's plugins too.
   load_config_plugins(config);
-  return prepare_session(config, std::make_shared<const dataset_split>(load_data(config)), resume);
+  const auto targets = loss_spec_of(config.model).targets;
+  return prepare_session(config, std::make_shared<const dataset_split>(load_data(config, targets)),
+                         resume);
 }
 
 session_prepared prepare_session(const run_config& config,
@@ -253,15 +283,17 @@ session_prepared prepare_session(const run_config& config,
                                  const std::string& resume) {
   session_prepared p;
   p.data = std::move(data);
+  const auto loss = checked_loss(config, *p.data);
+  const auto width = p.data->train.target_width();
   if (config.is_explicit()) {
     p.graph = topology_from_explicit(config, p.data->train.features);
   } else {
-    auto shapes = check_model(config, p.data->train.features, p.data->train.classes,
-                              p.data->train.positions);
+    auto shapes = check_model(config, p.data->train.features, width, p.data->train.positions);
     p.graph = expand_shorthand(config, shapes);
   }
-  validate_topology(p.graph, config, p.data->train.classes, p.data->train.positions);
+  validate_topology(p.graph, config, width, p.data->train.positions);
   p.plan = make_plan(config, p.graph, *p.data);
+  p.plan.loss = loss;
   p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
   p.model = model_layers(p.graph);
   // init_from is where a run starts; a resumed run continues from its checkpoint instead

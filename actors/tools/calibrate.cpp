@@ -21,6 +21,7 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/base/text_format.hpp"
+#include "runtime/model/loss.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "troupe/error.hpp"
 #include "troupe/kernel.hpp"
@@ -460,31 +461,35 @@ void time_reduce(std::int64_t largest, std::int64_t repeats, keyed_random& rando
   out.reduce_gb_per_s = us > 0 ? static_cast<double>(out.copy_bytes) / (us * 1000) : 0;
 }
 
-// The loss of one micro-batch: every position's cross-entropy and accuracy (loss_actor).
-void time_loss(const topology& graph, std::int64_t repeats, keyed_random& random,
-               calibration& out) {
+// The loss of one micro-batch: the config's loss over every position, and its metrics
+// (loss_actor).
+void time_loss(const run_config& config, const topology& graph, std::int64_t repeats,
+               keyed_random& random, calibration& out) {
   const kernels::context device_context;
   const auto& last = graph.shapes.back();
-  const std::int64_t classes = last.empty() ? 1 : last.back();
+  const std::int64_t width = last.empty() ? 1 : last.back();
   std::int64_t rows = out.rows;
   for (std::size_t i = 0; i + 1 < last.size(); ++i)
     rows *= last[i];
-  const auto xent = kernels::lookup<kernels::ops::softmax_xent>(device_type::cpu);
-  const auto accuracy = kernels::lookup<kernels::ops::accuracy>(device_type::cpu);
-  auto logits = random_tensor({rows, classes}, random);
-  auto labels = random_tensor({rows}, random, classes);
-  auto ids = tensor::empty({rows}, dtype::i32);
-  for (std::int64_t i = 0; i < rows; ++i)
-    ids.i32()[i] = static_cast<std::int32_t>(labels.f32()[i]);
-  auto dlogits = tensor::zeros({rows, classes});
-  auto loss = tensor::zeros({1});
-  auto correct = tensor::empty({1}, dtype::i32);
-  out.loss_us = median_us(repeats, [&] {
-    xent(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
-         ids.i32(), 1.0f, loss.f32(), dlogits.f32());
-    accuracy(device_context, static_cast<int>(rows), static_cast<int>(classes), logits.f32(),
-             ids.i32(), correct.i32());
-  });
+  const auto loss = create_loss(config.model, device_type::cpu);
+  const bool ids = loss->spec().targets == target_kind::class_ids;
+  auto logits = random_tensor({rows, width}, random);
+  auto targets = random_tensor(ids ? shape_t{rows} : shape_t{rows, width}, random, ids ? width : 0);
+  auto classes = tensor::empty({rows}, dtype::i32);
+  for (std::int64_t i = 0; ids && i < rows; ++i)
+    classes.i32()[i] = static_cast<std::int32_t>(targets.f32()[i]);
+  auto dlogits = tensor::zeros({rows, width});
+  auto sums = tensor::zeros({2 + loss_job::max_metrics});
+  loss_job job;
+  job.rows = rows;
+  job.width = width;
+  job.output = logits.f32();
+  job.class_ids = classes.i32();
+  job.values = targets.f32();
+  job.grad_scale = 1.0f;
+  job.sums = sums.f32();
+  job.doutput = dlogits.f32();
+  out.loss_us = median_us(repeats, [&] { loss->compute(device_context, job); });
 }
 
 }  // namespace
@@ -510,7 +515,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   time_copy(largest, repeats, out);
   time_load(prepared, repeats, random, out);
   time_reduce(largest, repeats, random, out);
-  time_loss(graph, repeats, random, out);
+  time_loss(config, graph, repeats, random, out);
   kernels::set_cpu_kernel_threads(threads_before);
   out.handover_us = time_handover(std::min<std::int64_t>(repeats, 50));
   const auto handlers = time_handlers(config, prepared, out.rows);

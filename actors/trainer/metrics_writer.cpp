@@ -68,26 +68,22 @@ void metrics_writer::close() {
     fail("closing", errno);
 }
 
-void metrics_writer::step(std::int64_t step, std::int64_t epoch, double loss, double accuracy,
-                          double lr, double samples_per_second) {
-  write_line({
-      {"step", step},
-      {"epoch", epoch},
-      {"loss", loss},
-      {"accuracy", accuracy},
-      {"lr", lr},
-      {"samples_per_s", samples_per_second},
-  });
+void metrics_writer::step(std::int64_t step, std::int64_t epoch, double loss,
+                          const metric_values& metrics, double lr, double samples_per_second) {
+  nlohmann::json record = {{"step", step}, {"epoch", epoch}, {"loss", loss}};
+  for (const auto& [name, value] : metrics)
+    record[name] = value;
+  record["lr"] = lr;
+  record["samples_per_s"] = samples_per_second;
+  write_line(record);
 }
 
 void metrics_writer::evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
-                                double test_accuracy) {
-  write_line({
-      {"epoch", epoch},
-      {"step", steps_done},
-      {"test_loss", test_loss},
-      {"test_accuracy", test_accuracy},
-  });
+                                const metric_values& test_metrics) {
+  nlohmann::json record = {{"epoch", epoch}, {"step", steps_done}, {"test_loss", test_loss}};
+  for (const auto& [name, value] : test_metrics)
+    record["test_" + name] = value;
+  write_line(record);
 }
 
 void metrics_writer::checkpoint(std::int64_t steps, const std::string& directory) {
@@ -96,7 +92,7 @@ void metrics_writer::checkpoint(std::int64_t steps, const std::string& directory
 
 void metrics_writer::end(const char* event, std::int64_t steps, double train_seconds,
                          double samples_per_second, const nlohmann::json& devices,
-                         double test_accuracy, const std::string& error) {
+                         const metric_values& test_metrics, const std::string& error) {
   nlohmann::json record = {
       {"event", event},
       {"steps", steps},
@@ -104,8 +100,8 @@ void metrics_writer::end(const char* event, std::int64_t steps, double train_sec
       {"samples_per_s", samples_per_second},
       {"devices", devices},
   };
-  if (test_accuracy >= 0)
-    record["test_accuracy"] = test_accuracy;
+  for (const auto& [name, value] : test_metrics)
+    record["test_" + name] = value;
   if (!error.empty())
     record["error"] = error;
   write_line(record);

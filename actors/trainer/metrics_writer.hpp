@@ -1,10 +1,11 @@
 // metrics_writer.hpp: the metrics file of a run, one JSON object per line (JSONL).
 //
-// Lines: one per training step {"step", "epoch", "loss", "accuracy", "lr",
-// "samples_per_s"}, one per evaluation {"epoch", "step", "test_loss", "test_accuracy"},
-// one per complete checkpoint {"event": "checkpoint", "steps", "path"}, and a last one
-// {"event": "done"|"failed"|"interrupted", "steps", "train_seconds", "samples_per_s",
-// "devices", ["test_accuracy"], ["error"]}. Each line goes to the file as it is made, in
+// Lines: one per training step {"step", "epoch", "loss", METRIC..., "lr", "samples_per_s"},
+// one per evaluation {"epoch", "step", "test_loss", "test_" METRIC...}, one per complete
+// checkpoint {"event": "checkpoint", "steps", "path"}, and a last one {"event":
+// "done"|"failed"|"interrupted", "steps", "train_seconds", "samples_per_s", "devices",
+// ["test_" METRIC...], ["error"]}. The metrics are the loss's (troupe/loss.hpp): "accuracy"
+// for a classifier, "rmse" and "mae" for a regression. Each line goes to the file as it is made, in
 // one write() (Note [whole lines]), so a program that follows the file never reads half a
 // line and a killed run loses nothing it had reported. Every write is checked: after the
 // first failure good() is false and error() names the file and the OS error. It does not
@@ -16,10 +17,15 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace troupe {
+
+/// A loss's metrics, (name, value) in its spec's order: {"accuracy", 0.91}.
+using metric_values = std::vector<std::pair<std::string, double>>;
 
 class metrics_writer {
  public:
@@ -33,15 +39,16 @@ class metrics_writer {
   bool open(const std::string& path, bool append = false);
   bool is_open() const { return fd_ >= 0; }
 
-  void step(std::int64_t step, std::int64_t epoch, double loss, double accuracy, double lr,
-            double samples_per_second);
+  void step(std::int64_t step, std::int64_t epoch, double loss, const metric_values& metrics,
+            double lr, double samples_per_second);
   void evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
-                  double test_accuracy);
+                  const metric_values& test_metrics);
   /// A checkpoint of the parameters after `steps` steps is complete in `directory`.
   void checkpoint(std::int64_t steps, const std::string& directory);
   /// The last line, `event` "done", "failed" or "interrupted"; then closes the file.
   void end(const char* event, std::int64_t steps, double train_seconds, double samples_per_second,
-           const nlohmann::json& devices, double test_accuracy, const std::string& error);
+           const nlohmann::json& devices, const metric_values& test_metrics,
+           const std::string& error);
 
   /// False once opening, a write or the close has failed; the lines after it are dropped.
   bool good() const { return error_.empty(); }

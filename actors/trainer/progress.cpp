@@ -25,7 +25,38 @@ std::string format_duration(double seconds) {
 progress::progress(progress_settings settings, std::ostream& out)
     : settings_(std::move(settings)), out_(out) {}
 
-void progress::step(std::int64_t step, double loss, double accuracy, double samples_per_second) {
+namespace {
+
+/// " acc 0.912" or " rmse 0.3100 mae 0.2200": a step's metrics on a progress line.
+std::string step_metrics(const metric_values& metrics) {
+  std::ostringstream text;
+  text << std::fixed;
+  for (const auto& [name, value] : metrics)
+    if (name == "accuracy")
+      text << " acc " << std::setprecision(3) << value;
+    else
+      text << ' ' << name << ' ' << std::setprecision(4) << value;
+  return text.str();
+}
+
+/// "test accuracy 91.20%" or "test rmse 0.3100, test mae 0.2200".
+std::string test_metrics(const metric_values& metrics) {
+  std::ostringstream text;
+  text << std::fixed;
+  for (const auto& [name, value] : metrics) {
+    text << ", test " << name << ' ';
+    if (name == "accuracy")
+      text << std::setprecision(2) << 100.0 * value << '%';
+    else
+      text << std::setprecision(4) << value;
+  }
+  return text.str();
+}
+
+}  // namespace
+
+void progress::step(std::int64_t step, double loss, const metric_values& metrics,
+                    double samples_per_second) {
   if (settings_.quiet)
     return;
   const auto& plan = settings_.plan;
@@ -52,35 +83,36 @@ void progress::step(std::int64_t step, double loss, double accuracy, double samp
     bar.resize(width, ' ');
     line << '\r' << settings_.title << " epoch " << epoch << '/' << plan.epochs << " [" << bar
          << "] step " << done << '/' << plan.total_steps << " loss " << std::setprecision(4) << loss
-         << " acc " << std::setprecision(3) << accuracy << ' ' << std::setprecision(0)
-         << samples_per_second << " samples/s ETA " << eta_text << ' ';
+         << step_metrics(metrics) << ' ' << std::setprecision(0) << samples_per_second
+         << " samples/s ETA " << eta_text << ' ';
     out_ << line.str() << std::flush;
     return;
   }
   if (!last && done % settings_.log_every != 0)
     return;
   line << settings_.title << " epoch " << epoch << '/' << plan.epochs << " step " << done << '/'
-       << plan.total_steps << " loss " << std::setprecision(4) << loss << " acc "
-       << std::setprecision(3) << accuracy << ' ' << std::setprecision(0) << samples_per_second
-       << " samples/s ETA " << eta_text << '\n';
+       << plan.total_steps << " loss " << std::setprecision(4) << loss << step_metrics(metrics)
+       << ' ' << std::setprecision(0) << samples_per_second << " samples/s ETA " << eta_text
+       << '\n';
   out_ << line.str() << std::flush;
 }
 
-void progress::evaluation(std::int64_t epoch, double loss, double accuracy, std::int64_t samples) {
+void progress::evaluation(std::int64_t epoch, double loss, const metric_values& metrics,
+                          std::int64_t samples) {
   if (settings_.quiet)
     return;
   std::ostringstream line;
   if (settings_.bar)
     line << '\n';
-  if (settings_.plan.positions > 1)  // a language model: per character, on validation text
+  if (settings_.plan.positions > 1 && metrics.size() == 1 && metrics[0].first == "accuracy")
+    // a language model: per character, on validation text
     line << "epoch " << epoch + 1 << ": validation loss " << std::fixed << std::setprecision(4)
          << loss << " (" << std::setprecision(3) << loss / std::log(2.0)
          << " bits per character), next-character accuracy " << std::setprecision(2)
-         << 100.0 * accuracy << "% (" << samples << " characters)\n";
+         << 100.0 * metrics[0].second << "% (" << samples << " characters)\n";
   else
     line << "epoch " << epoch + 1 << ": test loss " << std::fixed << std::setprecision(4) << loss
-         << ", test accuracy " << std::setprecision(2) << 100.0 * accuracy << "% (" << samples
-         << " samples)\n";
+         << test_metrics(metrics) << " (" << samples << " samples)\n";
   out_ << line.str() << std::flush;
 }
 

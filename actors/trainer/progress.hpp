@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 
+#include "actors/trainer/metrics_writer.hpp"       // metric_values
 #include "actors/training/data_loader_actor.hpp"  // run_plan
 
 namespace troupe {
@@ -31,11 +32,13 @@ class progress {
   /// `out` must outlive this object.
   progress(progress_settings settings, std::ostream& out);
 
-  /// Training step `step` (0-based) is done with this mean loss and accuracy; the
-  /// smoothed throughput gives the ETA.
-  void step(std::int64_t step, double loss, double accuracy, double samples_per_second);
+  /// Training step `step` (0-based) is done with this mean loss and the loss's metrics
+  /// ("acc 0.912", "rmse 0.31 mae 0.22"); the smoothed throughput gives the ETA.
+  void step(std::int64_t step, double loss, const metric_values& metrics,
+            double samples_per_second);
   /// The evaluation after epoch `epoch` (0-based) is done.
-  void evaluation(std::int64_t epoch, double loss, double accuracy, std::int64_t samples);
+  void evaluation(std::int64_t epoch, double loss, const metric_values& metrics,
+                  std::int64_t samples);
   /// The run is over: ends a redrawn line.
   void end();
 

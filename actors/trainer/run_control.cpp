@@ -2,6 +2,7 @@
 #include "actors/trainer/run_control.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace troupe {
 
@@ -28,15 +29,30 @@ run_control::run_control(const run_plan& plan)
   items_left_ = plan_.total_steps - plan_.first_step + evaluations_in(plan_) * plan_.eval_batches;
 }
 
-report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std::int64_t correct,
-                                     std::int64_t samples, std::int32_t microbatches) {
+void report_totals::add(const loss_report_msg& report) {
+  loss_sum += report.loss_sum;
+  terms += report.terms;
+  for (std::size_t m = 0; m < metric_sums.size(); ++m)
+    metric_sums[m] += report.metric_sums[m];
+  samples += report.samples;
+}
+
+metric_values report_totals::metrics(const loss_spec& spec) const {
+  metric_values out;
+  for (std::size_t m = 0; m < spec.metrics.size() && m < metric_sums.size(); ++m) {
+    const double mean = metric_sums[m] / terms;
+    out.emplace_back(spec.metrics[m].name, spec.metrics[m].root ? std::sqrt(mean) : mean);
+  }
+  return out;
+}
+
+report_effect run_control::on_report(const loss_report_msg& report) {
   report_effect effect;
   if (items_left_ == 0)
     return effect;
+  const auto& tag = report.tag;
   if (tag.stage == phase::eval) {
-    eval_.loss_sum += loss_sum;
-    eval_.correct += correct;
-    eval_.samples += samples;
+    eval_.add(report);
     effect.item_done = true;
     --items_left_;
     if (++evals_done_ % plan_.eval_batches == 0) {
@@ -47,10 +63,8 @@ report_effect run_control::on_report(const micro_tag& tag, double loss_sum, std:
     }
   } else {
     auto& t = steps_[tag.step];
-    t.loss_sum += loss_sum;
-    t.correct += correct;
-    t.samples += samples;
-    t.reports += std::max<std::int32_t>(1, microbatches);
+    t.add(report);
+    t.reports += std::max<std::int32_t>(1, report.microbatches);
     if (t.reports >= plan_.replicas * plan_.microbatches) {
       effect.item_done = true;
       const auto totals = t;

@@ -9,11 +9,15 @@
 // watchdog).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "actors/trainer/metrics_writer.hpp"       // metric_values
 #include "actors/training/data_loader_actor.hpp"  // run_plan
 #include "troupe/messages.hpp"
 
@@ -22,12 +26,15 @@ namespace troupe {
 /// Sums of the loss reports of one step or one evaluation.
 struct report_totals {
   double loss_sum = 0;
-  std::int64_t correct = 0;
+  double terms = 0;
+  std::array<double, 2> metric_sums{};
   std::int64_t samples = 0;
   std::int64_t reports = 0;  // micro-batches reported
 
-  double mean_loss() const { return loss_sum / static_cast<double>(samples); }
-  double accuracy() const { return static_cast<double>(correct) / static_cast<double>(samples); }
+  void add(const loss_report_msg& report);
+  double mean_loss() const { return loss_sum / terms; }
+  /// Each metric of `spec`: its sum over the terms (the square root of that for RMSE).
+  metric_values metrics(const loss_spec& spec) const;
 };
 
 /// A training step or an evaluation, complete, with its sums.
@@ -51,10 +58,9 @@ class run_control {
  public:
   explicit run_control(const run_plan& plan);
 
-  /// Counts a report of `microbatches` micro-batches' sums; reports after the end (or for
-  /// nothing) change nothing.
-  report_effect on_report(const micro_tag& tag, double loss_sum, std::int64_t correct,
-                          std::int64_t samples, std::int32_t microbatches = 1);
+  /// Counts a report (of its micro-batches' sums); reports after the end (or for nothing)
+  /// change nothing.
+  report_effect on_report(const loss_report_msg& report);
 
   /// Items (steps and evaluation batches) still to come.
   std::int64_t items_left() const { return items_left_; }

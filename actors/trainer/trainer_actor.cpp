@@ -102,8 +102,7 @@ void trainer_actor::start() {
 void trainer_actor::on_report(const loss_report_msg& report) {
   if (ended_)
     return;
-  auto effect = control_.on_report(report.tag, report.loss_sum, report.correct, report.samples,
-                                   report.microbatches);
+  auto effect = control_.on_report(report);
   if (effect.item_done)
     send(settings_->loader, credit_atom::value);
   for (const auto& item : effect.finished)
@@ -227,25 +226,34 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   outcome.steps = step + 1;  // steps finish in order (Note [finished in order])
   outcome.last_loss = t.mean_loss();
   outcome.train_seconds = seconds_since_start();
+  const auto metrics = t.metrics(plan.loss);
   if (metrics_.is_open())
-    metrics_.step(step, step / plan.steps_per_epoch, outcome.last_loss, t.accuracy(),
+    metrics_.step(step, step / plan.steps_per_epoch, outcome.last_loss, metrics,
                   settings_->schedule.at(step), samples_per_second_);
-  progress_.step(step, outcome.last_loss, t.accuracy(), samples_per_second_);
+  progress_.step(step, outcome.last_loss, metrics, samples_per_second_);
 }
 
 void trainer_actor::finish_evaluation(std::int64_t epoch, const report_totals& t) {
   auto& outcome = *settings_->outcome;
+  const auto& plan = settings_->plan;
   outcome.test_loss = t.mean_loss();
-  outcome.test_accuracy = t.accuracy();
+  outcome.test_metrics = t.metrics(plan.loss);
+  for (const auto& [name, value] : outcome.test_metrics)
+    if (name == "accuracy")
+      outcome.test_accuracy = value;
   if (metrics_.is_open())
-    metrics_.evaluation(epoch, control_.steps_done(), outcome.test_loss, outcome.test_accuracy);
+    metrics_.evaluation(epoch, control_.steps_done(), outcome.test_loss, outcome.test_metrics);
   if (settings_->checkpoints.at_evaluations) {
-    // The evaluation after epoch `epoch` used the parameters after its last step.
-    const auto& plan = settings_->plan;
+    // The evaluation after epoch `epoch` used the parameters after its last step; its score
+    // is the loss's first metric, higher better (the test accuracy, minus the RMSE).
     const auto steps = std::min((epoch + 1) * plan.steps_per_epoch, plan.total_steps);
-    send(settings_->checkpoints.writer, checkpoint_atom::value, steps, outcome.test_accuracy);
+    double score = -outcome.test_loss;
+    if (!outcome.test_metrics.empty())
+      score = plan.loss.metrics.front().higher_is_better ? outcome.test_metrics.front().second
+                                                         : -outcome.test_metrics.front().second;
+    send(settings_->checkpoints.writer, checkpoint_atom::value, steps, score);
   }
-  progress_.evaluation(epoch, outcome.test_loss, outcome.test_accuracy, t.samples);
+  progress_.evaluation(epoch, outcome.test_loss, outcome.test_metrics, t.samples);
 }
 
 void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
@@ -284,7 +292,7 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
                             ? "interrupted"
                             : "failed";
     metrics_.end(event, outcome.steps, outcome.train_seconds, outcome.samples_per_second, devices,
-                 outcome.test_accuracy, failure);
+                 outcome.test_metrics, failure);
   }
   // Note [lost output]: the run trained, but its record is incomplete; say so rather than
   // succeed quietly, and add it to a failure of its own.

@@ -33,7 +33,8 @@ struct run_outcome {
   std::int64_t steps = 0;         // optimizer steps completed
   double last_loss = 0;           // mean training loss of the last step
   double test_loss = 0;           // of the last evaluation
-  double test_accuracy = -1;      // fraction; -1 when no evaluation ran
+  double test_accuracy = -1;      // fraction; -1 when no evaluation ran or the loss has none
+  metric_values test_metrics;     // the last evaluation's metrics; empty when none ran
   double train_seconds = 0;       // from start to the last training step's report
   double samples_per_second = 0;  // training samples / train_seconds
   /// Per device: the share of train_seconds its stream spent computing (1 - idle share).

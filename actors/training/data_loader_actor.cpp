@@ -188,19 +188,25 @@ void data_loader_actor::connect(const wiring_msg& wiring) {
 
 void data_loader_actor::send_batch(const dataset& source, const std::int64_t* rows,
                                    std::int64_t count, const micro_tag& tag,
-                                   std::int64_t global_batch) {
+                                   std::int64_t global_batch, std::int64_t global_terms) {
   auto r = static_cast<std::size_t>(tag.replica);
-  // One label a sample, or one a position of a sequence (a language model's next tokens).
-  const auto positions = source.positions;
+  // One label a sample, or one a position of a sequence (a language model's next tokens),
+  // or K float values a sample.
+  const bool values = source.outputs > 0;
+  const auto width = values ? source.outputs : source.positions;
   // Written here, on the host: a loader on a GPU keeps its labels in (page-locked) host
   // memory, and the loss copies them over when they arrive (runtime/core/transfer.hpp).
-  const shape_t shape = positions > 1 ? shape_t{count, positions} : shape_t{count};
-  auto y = settings_.on.type == device_type::cuda ? tensor::empty_pinned(shape, dtype::i32)
-                                                  : tensor::empty(shape, dtype::i32, settings_.on);
-  std::int32_t* ys = y.i32();
-  for (std::int64_t i = 0; i < count; ++i)
-    std::copy_n(source.labels.begin() + rows[i] * positions, positions, ys + i * positions);
-  labels_msg labels{tag, std::move(y), global_batch, trace_stamp{}};
+  const shape_t shape = values || width > 1 ? shape_t{count, width} : shape_t{count};
+  const auto type = values ? dtype::f32 : dtype::i32;
+  auto y = settings_.on.type == device_type::cuda ? tensor::empty_pinned(shape, type)
+                                                  : tensor::empty(shape, type, settings_.on);
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (values)
+      std::copy_n(source.values.begin() + rows[i] * width, width, y.f32() + i * width);
+    else
+      std::copy_n(source.labels.begin() + rows[i] * width, width, y.i32() + i * width);
+  }
+  labels_msg labels{tag, std::move(y), global_batch, global_terms, trace_stamp{}};
   stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send_written(losses_.at(r), std::move(labels));  // Note [nothing unwritten to the network]
   std::vector<std::int64_t> picked(rows, rows + count);
@@ -228,6 +234,22 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
   record_counter("credits", first_layer_tracks_[r], first_layers_[r].in_flight());
 }
 
+std::int64_t data_loader_actor::terms_of(const dataset& source, const std::int64_t* rows,
+                                         std::int64_t count) const {
+  if (source.outputs > 0)
+    return count * source.outputs;
+  const auto ignored = settings_.plan.loss.ignore_index;
+  if (ignored == kernels::no_ignore_index)
+    return count * source.positions;
+  std::int64_t terms = 0;  // torch's mean over the labels not ignored
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto* labels = source.labels.data() + rows[i] * source.positions;
+    terms += std::count_if(labels, labels + source.positions,
+                           [ignored](std::int32_t label) { return label != ignored; });
+  }
+  return terms;
+}
+
 bool data_loader_actor::send_next() {
   const auto& plan = settings_.plan;
   if (stopped_)
@@ -244,7 +266,7 @@ bool data_loader_actor::send_next() {
     tag.step = eval_counter_++;
     tag.version = next_step_;  // after all steps sent so far
     tag.epoch = (next_step_ - 1) / plan.steps_per_epoch;
-    send_batch(test, rows.data(), count, tag, count);
+    send_batch(test, rows.data(), count, tag, count, terms_of(test, rows.data(), count));
     if (++next_eval_ == plan.eval_batches)
       next_eval_ = -1;
     return true;
@@ -261,6 +283,7 @@ bool data_loader_actor::send_next() {
   const auto* batch_rows = order_.data() + (step % plan.steps_per_epoch) * plan.batch_size;
   // Replica r takes plan.replica_rows[r] of the global batch, after those of the replicas before
   // it, in M micro-batches of as equal a size as they divide into.
+  const auto global_terms = terms_of(settings_.data->train, batch_rows, plan.batch_size);
   std::int64_t first = 0;
   for (std::int64_t r = 0; r < plan.replicas; ++r) {
     const auto rows = plan.replica_rows[static_cast<std::size_t>(r)];
@@ -273,7 +296,8 @@ bool data_loader_actor::send_next() {
       tag.version = step;
       tag.epoch = epoch;
       tag.first_sample = first;
-      send_batch(settings_.data->train, batch_rows + first, count, tag, plan.batch_size);
+      send_batch(settings_.data->train, batch_rows + first, count, tag, plan.batch_size,
+                 global_terms);
       first += count;
     }
   }

@@ -6,6 +6,7 @@
 
 #include "actors/base/actor_kinds.hpp"
 #include "runtime/core/gpu.hpp"
+#include "runtime/model/loss.hpp"
 #include "runtime/core/stream_state.hpp"
 #include "runtime/core/transfer.hpp"
 #include "troupe/error.hpp"
@@ -13,11 +14,9 @@
 namespace troupe {
 
 loss_actor::loss_actor(caf::actor_config& config, loss_actor_settings settings)
-    : device_actor(config, settings.name, settings.on), settings_(std::move(settings)) {
-  auto type = settings_.on->id().type;
-  softmax_xent_ = kernels::lookup<kernels::ops::softmax_xent>(type);
-  accuracy_ = kernels::lookup<kernels::ops::accuracy>(type);
-}
+    : device_actor(config, settings.name, settings.on),
+      settings_(std::move(settings)),
+      spec_(settings_.loss->spec()) {}
 
 namespace {
 
@@ -104,46 +103,59 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
   auto logits = arrive(arrived_logits, device);
   auto y = arrive(labels.labels, device);
   // Rows: samples, or every position of every sample (logits (b, T, classes), labels
-  // (b, T)); the loss is the mean over rows, as torch's cross_entropy over (b T) rows.
-  TROUPE_CHECK(logits.shape().back() == settings_.classes,
-               settings_.name << ": logits have " << logits.shape().back()
-                              << " classes, expected " << settings_.classes);
-  const auto rows = logits.numel() / settings_.classes;
-  const auto positions = rows / logits.dim(0);
-  TROUPE_CHECK(y.numel() == rows,
-               settings_.name << ": " << rows << " logits rows but " << y.numel() << " labels");
+  // (b, T)); the loss is the mean over its terms, as torch's losses over (b T) rows.
+  const auto width = settings_.width;
+  TROUPE_CHECK(logits.shape().back() == width,
+               settings_.name << ": the output has " << logits.shape().back()
+                              << " values a row, expected " << width);
+  const auto rows = logits.numel() / width;
+  const bool ids = spec_.targets == target_kind::class_ids;
+  TROUPE_CHECK(y.numel() == (ids ? rows : logits.numel()) &&
+                   y.type() == (ids ? dtype::i32 : dtype::f32),
+               settings_.name << ": " << rows << " output rows of " << width << " but "
+                              << y.numel() << " targets of the wrong kind");
   const bool training = tag.stage == phase::train;
   tensor dlogits;
   if (training)
     dlogits = tensor::empty(logits.shape(), dtype::f32, device.id());
-  auto loss_sum = tensor::empty({1}, dtype::f32, device.id());
-  auto correct = tensor::empty({1}, dtype::i32, device.id());
-  const float scale = 1.0f / static_cast<float>(labels.global_batch * positions);
+  constexpr std::int64_t sum_count = 2 + loss_job::max_metrics;
+  auto sums = tensor::empty({sum_count}, dtype::f32, device.id());
+  const float scale =
+      labels.global_terms > 0 ? 1.0f / static_cast<float>(labels.global_terms) : 0.0f;
   // Note [one report a step]: the step's sums, shared by its loss jobs.
-  std::shared_ptr<step_sums> sums;
+  std::shared_ptr<step_sums> step;
   if (training) {
     auto& entry = step_sums_[tag.step];
     if (entry.sums == nullptr)
       entry.sums = std::make_shared<step_sums>();
-    sums = entry.sums;
+    step = entry.sums;
     if (++entry.submitted == settings_.microbatches)
       step_sums_.erase(tag.step);  // the jobs hold the sums from here
   }
 
   // What the step's last loss job reports: the sums of its micro-batches (read on the
   // host, once the values are written).
-  auto report = [tag, rows, sums, microbatches = settings_.microbatches, report_to = trainer(),
-                 track = track()](float loss, std::int32_t right) {
-    loss_report_msg report{tag, static_cast<double>(loss), static_cast<std::int64_t>(right), rows};
-    if (sums != nullptr) {  // the jobs of one stream end one at a time, in order
-      sums->report.loss_sum += report.loss_sum;
-      sums->report.correct += report.correct;
-      sums->report.samples += report.samples;
-      if (++sums->done < microbatches)
+  auto report = [tag, rows, step, metrics = spec_.metrics.size(),
+                 microbatches = settings_.microbatches, report_to = trainer(),
+                 track = track()](const float* values) {
+    loss_report_msg report;
+    report.tag = tag;
+    report.loss_sum = values[0];
+    report.terms = values[1];
+    for (std::size_t m = 0; m < metrics; ++m)
+      report.metric_sums[m] = values[2 + m];
+    report.samples = rows;
+    if (step != nullptr) {  // the jobs of one stream end one at a time, in order
+      auto& total = step->report;
+      total.loss_sum += report.loss_sum;
+      total.terms += report.terms;
+      for (std::size_t m = 0; m < report.metric_sums.size(); ++m)
+        total.metric_sums[m] += report.metric_sums[m];
+      total.samples += report.samples;
+      if (++step->done < microbatches)
         return;
-      report.loss_sum = sums->report.loss_sum;
-      report.correct = sums->report.correct;
-      report.samples = sums->report.samples;
+      report = total;
+      report.tag = tag;
       report.microbatches = microbatches;
     }
     stamp(report, track, 0, "report", 0);
@@ -152,35 +164,36 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
       caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes
   };
   auto* gpu = gpu_queue_of(work);
-  // On a GPU the job only issues the kernels: the two sums come to the host by an
-  // asynchronous copy, and are reported when the GPU has run it (Note [GPU streams]).
+  // On a GPU the job only issues the kernels: the sums come to the host by an asynchronous
+  // copy, and are reported when the GPU has run it (Note [GPU streams]).
   tensor host_sums;
   if (gpu != nullptr)
-    host_sums = tensor::empty_pinned({2});
+    host_sums = tensor::empty_pinned({sum_count});
   // The job captures everything by value: it may run after this actor has quit.
   auto done = work.submit(
-      [xent = softmax_xent_, accuracy = accuracy_, context = device.context(),
-       classes = static_cast<int>(settings_.classes), logits, y, dlogits, loss_sum, correct, scale,
-       rows, training, gpu, host_sums, report] {
-        const int n = static_cast<int>(rows);
-        xent(context, n, classes, logits.f32(), y.i32(), scale, loss_sum.f32(),
-             training ? dlogits.f32() : nullptr);
-        accuracy(context, n, classes, logits.f32(), y.i32(), correct.i32());
+      [loss = settings_.loss, context = device.context(), width, logits, y, dlogits, sums, scale,
+       rows, ids, training, gpu, host_sums, report] {
+        if (gpu == nullptr)
+          std::fill_n(sums.f32(), sum_count, 0.0f);
+        loss_job job;
+        job.rows = rows;
+        job.width = width;
+        job.output = logits.f32();
+        job.class_ids = ids ? y.i32() : nullptr;
+        job.values = ids ? nullptr : y.f32();
+        job.grad_scale = scale;
+        job.sums = sums.f32();
+        job.doutput = training ? dlogits.f32() : nullptr;
+        loss->compute(context, job);
         if (gpu == nullptr) {  // a CPU stream's values are final here
-          report(*loss_sum.f32(), *correct.i32());
+          report(sums.f32());
           return;
         }
-        gpu->copy(host_sums.raw(), loss_sum.raw(), sizeof(float));
-        gpu->copy(static_cast<char*>(host_sums.raw()) + sizeof(float), correct.raw(),
-                  sizeof(std::int32_t));
+        gpu->copy(host_sums.raw(), sums.raw(), sum_count * sizeof(float));
       },
       job_for(job_kind::loss, tag));
   if (gpu != nullptr)
-    done.then([host_sums, report] {
-      std::int32_t right = 0;
-      std::memcpy(&right, host_sums.f32() + 1, sizeof right);
-      report(host_sums.f32()[0], right);
-    });
+    done.then([host_sums, report] { report(host_sums.f32()); });
   if (!training) {
     release_msg release{tag};
     stamp_send(release, last_layer_track_, "release", 0);
@@ -215,16 +228,17 @@ void loss_actor::send_back(gradient_msg message) {
 namespace troupe {
 
 TROUPE_REGISTER_BUILTIN_ACTOR_KIND("loss",
-                                   "softmax cross-entropy after a replica's last layer (at "
-                                   "every position of a sequence's labels)",
+                                   "the [model] loss after a replica's last layer (softmax "
+                                   "cross-entropy, mse, ...; at every position of a sequence)",
                                    [](const actor_plan& plan, spawn_context& context) {
                                      loss_actor_settings s;
                                      s.name = plan.name;
-                                     s.classes = context.data->train.classes;
+                                     s.on = &context.devices.at(plan.device);
+                                     s.loss = create_loss(context.config.model, s.on->id().type);
+                                     s.width = context.data->train.target_width();
                                      s.microbatches =
                                          static_cast<std::int32_t>(context.plan.microbatches);
                                      s.flush = context.graph.schedule == pipeline_schedule::gpipe;
-                                     s.on = &context.devices.at(plan.device);
                                      return context.system.spawn<loss_actor>(std::move(s));
                                    });
 

@@ -1,12 +1,13 @@
-// loss_actor.hpp: softmax cross-entropy at the end of one replica's model.
+// loss_actor.hpp: the loss at the end of one replica's model ([model] loss, troupe/loss.hpp).
 //
-// It pairs the logits of a micro-batch (from the last layer) with its labels (from the
-// data loader), in whichever order they arrive, computes loss and accuracy on its device
-// and, for training micro-batches, sends dlogits (scaled by 1 / global batch) back to the
+// It pairs the output of a micro-batch (from the last layer) with its targets (from the
+// data loader), in whichever order they arrive, runs the loss kind's job on its device (the
+// loss and its metrics' sums) and, for training micro-batches, sends the output's gradient
+// (scaled by 1 / the global batch's terms) back to the
 // last layer, which also returns that wire's credit. With `flush` (GPipe) it holds the
 // dlogits of a step until all M micro-batches of the step have their loss, then sends
 // them in micro-batch order: all forwards, then all backwards. When the last loss job of a
-// step has run it reports the step's loss and accuracy to the trainer (an evaluation
+// step has run it reports the step's loss and metric sums to the trainer (an evaluation
 // batch's job, that batch's). The protocol around that (wiring, failures,
 // status, finish, readiness, tracing) is device_actor's.
 #pragma once
@@ -17,14 +18,15 @@
 
 #include "troupe/device.hpp"
 #include "troupe/device_actor.hpp"
+#include "troupe/loss.hpp"
 #include "troupe/messages.hpp"
-#include "troupe/ops.hpp"
 
 namespace troupe {
 
 struct loss_actor_settings {
   std::string name = "loss";
-  std::int64_t classes = 10;
+  std::shared_ptr<const loss_function> loss;  // made for the device's type
+  std::int64_t width = 10;  // the output's last dimension: classes, or outputs a sample
   std::int32_t microbatches = 1;  // M
   bool flush = false;             // GPipe: backward only after all M forwards of a step
   device* on = nullptr;
@@ -50,8 +52,7 @@ class loss_actor : public device_actor {
   void send_back(gradient_msg message);
 
   loss_actor_settings settings_;
-  kernels::ops::softmax_xent::function softmax_xent_;
-  kernels::ops::accuracy::function accuracy_;
+  loss_spec spec_;
   caf::actor last_layer_;
   std::string last_layer_name_;
   std::uint32_t last_layer_track_ = 0;

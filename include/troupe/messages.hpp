@@ -13,6 +13,7 @@
 
 #include <caf/all.hpp>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -76,13 +77,16 @@ struct gradient_msg {
   trace_stamp trace;
 };
 
-/// The labels of a micro-batch, for the loss. labels: (b) i32. The loss scales each
-/// micro-batch's gradient by 1 / global_batch, so that sums over micro-batches and
-/// replicas are exactly the full-batch mean gradient (DESIGN.md).
+/// The targets of a micro-batch, for the loss. The loss scales each micro-batch's gradient
+/// by 1 / global_terms, so that sums over micro-batches and replicas are exactly the
+/// full-batch mean gradient (DESIGN.md).
 struct labels_msg {
   micro_tag tag;
-  tensor labels;
+  tensor labels;  // (b) or (b, T) int32 class ids, or (b, K) float targets (troupe/loss.hpp)
   std::int64_t global_batch = 0;
+  /// The terms of the loss over the whole global batch (rows, positions or elements, less
+  /// ignored labels): the loss scales each gradient by 1 / global_terms.
+  std::int64_t global_terms = 0;
   trace_stamp trace;
 };
 
@@ -145,15 +149,17 @@ struct wiring_msg {
   std::vector<wire_end> in(const std::string& kind) const;
 };
 
-/// Loss and accuracy of a replica's training step (the sums over its M micro-batches, sent
+/// Loss and metrics of a replica's training step (the sums over its M micro-batches, sent
 /// once the last loss job of the step has run: Note [one report a step] in loss_actor.cpp)
-/// or of one evaluation batch.
+/// or of one evaluation batch. Means are sums over terms (Note [loss sums] in
+/// troupe/ops.hpp); what each metric is, the loss's spec says (troupe/loss.hpp).
 struct loss_report_msg {
-  micro_tag tag;                  // of the micro-batch whose loss job sent it
-  double loss_sum = 0;            // sum over rows of the per-row loss
-  std::int64_t correct = 0;       // rows whose argmax is the label
-  std::int64_t samples = 0;       // rows: samples, or every position of them for a sequence loss
-  std::int32_t microbatches = 1;  // micro-batches these sums cover
+  micro_tag tag;                          // of the micro-batch whose loss job sent it
+  double loss_sum = 0;                    // sum over the terms of the per-term loss
+  double terms = 0;                       // rows, positions or elements counted
+  std::array<double, 2> metric_sums{};    // one a metric of the loss, in its spec's order
+  std::int64_t samples = 0;               // rows: samples, or every position of them
+  std::int32_t microbatches = 1;          // micro-batches these sums cover
   trace_stamp trace;
 };
 
@@ -173,7 +179,8 @@ typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, labels_msg& x) {
-  return f(caf::meta::type_name("labels_msg"), x.tag, x.labels, x.global_batch, x.trace);
+  return f(caf::meta::type_name("labels_msg"), x.tag, x.labels, x.global_batch, x.global_terms,
+           x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weight_grads_msg& x) {
@@ -200,8 +207,8 @@ typename Inspector::result_type inspect(Inspector& f, wiring_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
-  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.correct, x.samples,
-           x.microbatches, x.trace);
+  return f(caf::meta::type_name("loss_report_msg"), x.tag, x.loss_sum, x.terms, x.metric_sums,
+           x.samples, x.microbatches, x.trace);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {

@@ -74,6 +74,17 @@ struct window2d {
   TROUPE_HOST_DEVICE int out_w() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
 };
 
+/// A label no row has (labels are class indices, never negative): the loss ignores no row.
+constexpr std::int32_t no_ignore_index = INT32_MIN;
+
+/// How softmax_xent reads its labels, as torch.nn.functional.cross_entropy does.
+struct xent_options {
+  /// epsilon in [0, 1]: each row's target is (1 - epsilon) onehot(label) + epsilon / classes.
+  float label_smoothing = 0.0f;
+  /// Rows whose label is this count for nothing: no loss, no gradient (0), not counted.
+  std::int32_t ignore_index = no_ignore_index;
+};
+
 namespace ops {
 
 /// C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, row-major; op(X) = X or X^T.
@@ -237,22 +248,68 @@ struct embedding_backward {
                             const float* dy, float beta, float* dtable, float* dpositions);
 };
 
+// Note [loss sums]: a loss op adds nothing up across calls and divides by nothing. It
+// writes sums (device memory, so a CUDA kernel never makes the host wait): sums[0] the sum
+// of the per-term losses, sums[1] the number of terms (rows counted, or elements), and
+// from sums[2] on the sums its metrics need. The caller folds 1 / (the global batch's
+// terms) into grad_scale and divides the sums itself; counts are exact in a float up to
+// 2^24 terms a call.
+
 /// Softmax cross-entropy over rows of logits(rows, classes) with integer labels(rows).
-/// *loss_sum = sum over rows of -log softmax(logits)[label] (numerically stable).
-/// If dlogits is not null: dlogits = grad_scale * (softmax(logits) - onehot(label)).
-/// A label outside [0, classes) is a programmer error (checked on CPU).
+/// With t = (1 - eps) onehot(label) + eps / classes (xent_options), over counted rows:
+///   sums[0] = sum of -sum_c t_c log softmax(logits)_c   (numerically stable)
+///   sums[1] = rows counted (label != ignore_index)
+/// If dlogits is not null: dlogits = grad_scale * (softmax(logits) - t), 0 on ignored rows.
+/// A label outside [0, classes), not ignored, is a programmer error (checked on CPU).
 struct softmax_xent {
   static constexpr const char* name = "softmax_xent";
   using function = void (*)(const context&, int rows, int classes, const float* logits,
-                            const std::int32_t* labels, float grad_scale, float* loss_sum,
-                            float* dlogits);
+                            const std::int32_t* labels, const xent_options& options,
+                            float grad_scale, float* sums, float* dlogits);
 };
 
-/// *correct = number of rows whose argmax (first on ties) equals the label.
+/// *correct = number of rows, their label not ignore_index, whose argmax (first on ties)
+/// equals the label (a float: exact up to 2^24 rows).
 struct accuracy {
   static constexpr const char* name = "accuracy";
   using function = void (*)(const context&, int rows, int classes, const float* logits,
-                            const std::int32_t* labels, std::int32_t* correct);
+                            const std::int32_t* labels, std::int32_t ignore_index,
+                            float* correct);
+};
+
+/// The regression losses, elementwise over n predictions x and targets y, d = x - y, as
+/// torch.nn.functional's mse_loss, l1_loss and huber_loss define them (Note [loss sums]):
+///   sums[0] = sum of the losses, sums[1] = n, sums[2] = sum d^2, sums[3] = sum |d|
+///   dx (if not null) = grad_scale * d loss / dx
+/// mse_loss: d^2, gradient 2 d. `delta` is unused.
+struct mse_loss {
+  static constexpr const char* name = "mse_loss";
+  using function = void (*)(const context&, std::int64_t n, const float* x, const float* y,
+                            float delta, float grad_scale, float* sums, float* dx);
+};
+
+/// l1_loss: |d|, gradient sign(d) (0 at d = 0). `delta` is unused.
+struct l1_loss {
+  static constexpr const char* name = "l1_loss";
+  using function = mse_loss::function;
+};
+
+/// huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); gradient
+/// clamp(d, -delta, delta). delta > 0.
+struct huber_loss {
+  static constexpr const char* name = "huber_loss";
+  using function = mse_loss::function;
+};
+
+/// Binary cross-entropy on logits, elementwise over n logits x and targets y in [0, 1], as
+/// torch.nn.functional.binary_cross_entropy_with_logits (Note [loss sums]):
+///   loss = max(x, 0) - x y + log(1 + exp(-|x|))      (stable for any x)
+///   sums[0] = sum of the losses, sums[1] = n, sums[2] = elements with (x > 0) == (y >= 0.5)
+///   dx (if not null) = grad_scale * (sigmoid(x) - y)
+struct bce_with_logits {
+  static constexpr const char* name = "bce_with_logits";
+  using function = void (*)(const context&, std::int64_t n, const float* x, const float* y,
+                            float grad_scale, float* sums, float* dx);
 };
 
 // Note [out-of-place updates]: an update reads the current parameters `param` and writes

@@ -41,7 +41,11 @@
 /// ring_msg, shard_msg and the network atoms leave it; shared-memory posting and tensor
 /// serialisation move to troupe/detail/. Changes inside the runtime no longer change the
 /// layout of a public class.
-#define TROUPE_ABI_VERSION 9
+/// 10: losses are registered kinds (troupe/loss.hpp, TROUPE_REGISTER_LOSS); softmax_xent takes
+/// xent_options and writes its sums, accuracy counts in a float and skips an ignored label;
+/// ops.hpp gains mse_loss, l1_loss, huber_loss and bce_with_logits; labels_msg gains
+/// global_terms, loss_report_msg carries terms and metric sums instead of correct.
+#define TROUPE_ABI_VERSION 10
 
 namespace troupe {
 

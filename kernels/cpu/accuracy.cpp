@@ -2,8 +2,8 @@
 // on the CPU.
 //
 // Ties go to the first maximum (as torch.argmax documents). With NaN logits the argmax
-// is some in-range index (the loss is NaN then anyway). It counts only; dividing by the
-// number of rows is the caller's business.
+// is some in-range index (the loss is NaN then anyway). Rows labelled ignore_index are
+// not counted. It counts only; dividing by the rows counted is the caller's business.
 #include "troupe/check.hpp"
 #include "troupe/ops.hpp"
 
@@ -11,11 +11,13 @@ namespace troupe::kernels::cpu {
 namespace {
 
 void accuracy(const context&, int rows, int classes, const float* logits,
-              const std::int32_t* labels, std::int32_t* correct) {
+              const std::int32_t* labels, std::int32_t ignore_index, float* correct) {
   std::int32_t count = 0;
   for (int r = 0; r < rows; ++r) {
     const float* row = logits + static_cast<std::int64_t>(r) * classes;
     const std::int32_t label = labels[r];
+    if (label == ignore_index)
+      continue;
     TROUPE_CHECK(label >= 0 && label < classes,
                  "label " << label << " of row " << r << " is outside [0, " << classes
                           << ")");
@@ -26,7 +28,7 @@ void accuracy(const context&, int rows, int classes, const float* logits,
     }
     count += best == label ? 1 : 0;
   }
-  *correct = count;
+  *correct = static_cast<float>(count);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 //
 // One warp per row; argmax takes the first index on ties, as torch.argmax and the CPU
 // kernel do. A warp whose row is right adds 1 to *correct (zeroed by the launcher on the
-// stream); integer atomics, so the count is exact whatever the order. A row with a NaN logit
+// stream); adds of 1.0 are exact up to 2^24, so the count is exact whatever the order. Rows
+// labelled ignore_index are not counted. A row with a NaN logit
 // has no meaningful argmax (it may differ from the CPU's); a label outside [0, classes)
 // simply never matches.
 #include <cuda_runtime.h>
@@ -24,7 +25,8 @@ constexpr unsigned int full_mask = 0xffffffffu;
 // ---- kernels ----
 
 __global__ void accuracy_kernel(int rows, int classes, const float* logits,
-                                const std::int32_t* labels, std::int32_t* correct) {
+                                const std::int32_t* labels, std::int32_t ignore_index,
+                                float* correct) {
   const int row = blockIdx.x * rows_per_block + threadIdx.x / warp_size;
   const int lane = threadIdx.x % warp_size;
   if (row >= rows)
@@ -52,8 +54,8 @@ __global__ void accuracy_kernel(int rows, int classes, const float* logits,
       best_index = other_index;
     }
   }
-  if (lane == 0 && best_index == labels[row])
-    atomicAdd(correct, 1);
+  if (lane == 0 && labels[row] != ignore_index && best_index == labels[row])
+    atomicAdd(correct, 1.0f);
 }
 
 }  // namespace
@@ -61,17 +63,17 @@ __global__ void accuracy_kernel(int rows, int classes, const float* logits,
 // ---- launchers ----
 
 void accuracy(const context& ctx, int rows, int classes, const float* logits,
-              const std::int32_t* labels, std::int32_t* correct) {
+              const std::int32_t* labels, std::int32_t ignore_index, float* correct) {
   TROUPE_CHECK(rows >= 0 && classes > 0, "accuracy needs rows >= 0 and classes > 0: rows="
                                              << rows << " classes=" << classes);
   TROUPE_CHECK(correct != nullptr, "accuracy needs a device pointer for correct");
-  CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(std::int32_t), stream_of(ctx)));
+  CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(float), stream_of(ctx)));
   if (rows == 0)
     return;
   const auto blocks =
       static_cast<unsigned int>((rows + rows_per_block - 1) / rows_per_block);
   accuracy_kernel<<<blocks, threads_per_block, 0, stream_of(ctx)>>>(rows, classes, logits,
-                                                                     labels, correct);
+                                                                     labels, ignore_index, correct);
   TROUPE_CHECK_LAUNCH();
 }
 

@@ -607,12 +607,48 @@ layer_config read_layer(const section_reader& model, const toml::node& node, std
   return layer;
 }
 
+/// [model] loss: a loss kind's name, or a table of its type and settings (`loss = { type =
+/// "huber", delta = 0.5 }` or [model.loss]). The name is checked against the registry
+/// later, when plugins are loaded (runtime/model/loss.hpp).
+void read_loss(const section_reader& model, model_section& s) {
+  const auto* loss = model.find("loss");
+  if (loss == nullptr)
+    return;
+  s.loss_where = model.position(*loss);
+  s.loss_type_where = s.loss_where;
+  const auto expected = "a loss's name (like \"mse\") or a table of its type and settings "
+                        "(like { type = \"huber\", delta = 0.5 })";
+  if (loss->is_string()) {
+    s.loss = loss->as_string()->get();
+    return;
+  }
+  if (!loss->is_table())
+    model.fail_type(*loss, "loss", expected);
+  const auto& table = *loss->as_table();
+  const auto* type = table.get("type");
+  if (type == nullptr || !type->is_string() || type->as_string()->get().empty())
+    throw config_error(type ? model.position(*type) : s.loss_where,
+                       "[model] loss: expected " + std::string(expected) + ", found " +
+                           (type == nullptr ? std::string("a table without a type")
+                                            : type->is_string() ? "an empty type"
+                                                                : type_name(type->type())));
+  s.loss = type->as_string()->get();
+  s.loss_type_where = model.position(*type);
+  for (const auto& [key, value] : entries_in_order(table)) {
+    if (key->str() == "type")
+      continue;
+    s.loss_settings.emplace(std::string(key->str()),
+                            read_scalar(*value, position_in(model.file(), key->source()),
+                                        model.file(), "[model] loss " + std::string(key->str())));
+  }
+}
+
 /// explicit_form: the config has [[actor]] tables, which list the layers instead.
 model_section read_model(const section_reader& r, bool explicit_form,
                          const std::string& directory) {
   model_section s;
   s.where = r.where();
-  r.read_choice("loss", s.loss, "loss", {"softmax_xent"});
+  read_loss(r, s);
   s.init_from_where = r.read("init_from", s.init_from);
   if (!s.init_from.empty()) {  // "" (the default): the layers' init from the seed
     fs::path path(s.init_from);

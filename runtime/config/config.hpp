@@ -86,7 +86,11 @@ struct data_section {
 
 struct model_section {
   std::vector<layer_config> layers;
+  /// A loss kind's name (troupe/loss.hpp), with its settings when written as a table.
   std::string loss = "softmax_xent";
+  std::map<std::string, setting_value> loss_settings;  // every key of the table but type
+  source_position loss_where;       // the value (a string or a table), or [model]
+  source_position loss_type_where;  // its name
   /// A safetensors file of weights to start from, named as torch.nn.Sequential's state_dict
   /// (runtime/checkpoint/interchange.hpp); relative to the config file. Empty: the layers'
   /// init from the seed.

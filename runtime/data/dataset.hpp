@@ -28,19 +28,25 @@ class feature_rows {
                       float* out) const = 0;
 };
 
-/// N samples of D features each, with integer class labels: one per sample, or one per
-/// position of a sequence (a language model's next tokens, runtime/data/text.hpp).
+/// N samples of D features each, with targets: integer class labels (one per sample, or
+/// one per position of a sequence: a language model's next tokens, runtime/data/text.hpp),
+/// or K float values per sample (regression, binary labels: `values`).
 struct dataset {
   std::int64_t count = 0;            // N
   std::int64_t features = 0;         // D
   std::int64_t classes = 0;          // number of classes, labels in [0, classes)
   std::int64_t positions = 1;        // T labels per sample
+  std::int64_t outputs = 0;          // K float targets per sample; 0: class labels
   // (N, D), normalised (a text's token ids, exactly); on huge pages (Note [huge pages for
   // data sets] in runtime/base/huge_pages.hpp)
   std::vector<float, huge_page_allocator<float>> images;
-  std::vector<std::int32_t> labels;  // (N, T)
+  std::vector<std::int32_t> labels;  // (N, T), when outputs == 0
+  std::vector<float> values;         // (N, K), when outputs > 0
   /// When set, the features are here instead, and `images` is empty.
   std::shared_ptr<const feature_rows> rows;
+
+  /// What the model's output must be wide (per position): K values, or one logit a class.
+  std::int64_t target_width() const { return outputs > 0 ? outputs : classes; }
 
   /// Writes rows picked[first .. last) of the features, D floats each, to `out` (row i of
   /// the range at out + (i - first) * D), from `images` or from `rows`.

@@ -420,11 +420,12 @@ std::vector<std::int32_t> read_npy_labels(const std::string& path) {
   if (header.shape.empty() || header.shape.size() > 2 ||
       (header.shape.size() == 2 && header.shape[1] != 1))
     fail(path, 8, "targets of shape " + shape_to_string(header.shape) +
-                      "; expected (N) or (N, 1): one class label a sample");
+                      "; expected (N) or (N, 1): one class label a sample (K float targets a "
+                      "sample are for a loss such as \"mse\" or \"bce_with_logits\")");
   if (header.type == npy_type::f16 || header.type == npy_type::f32 ||
       header.type == npy_type::f64)
-    fail(path, 8, "targets of a floating-point type; class labels are integers (regression "
-                  "targets are not supported yet)");
+    fail(path, 8, "targets of a floating-point type; class labels are integers (float "
+                  "targets are for a loss such as \"mse\" or \"bce_with_logits\")");
   const auto count = header.shape.front();
   if (count > limits::max_samples)
     fail(path, 8, std::to_string(count) + " targets; troupe reads at most " +
@@ -451,18 +452,54 @@ std::vector<std::int32_t> read_npy_labels(const std::string& path) {
   return labels;
 }
 
+npy_values read_npy_values(const std::string& path) {
+  const auto header = read_npy_header(path);
+  if (header.shape.empty() || header.shape.size() > 2 || header.elements == 0)
+    fail(path, 8, "targets of shape " + shape_to_string(header.shape) +
+                      "; expected (N) or (N, K): K float targets a sample");
+  npy_values out;
+  out.count = header.shape.front();
+  out.outputs = header.shape.size() == 2 ? header.shape[1] : 1;
+  if (header.elements > limits::max_samples)
+    fail(path, 8, std::to_string(header.elements) + " target values; troupe reads at most " +
+                      std::to_string(limits::max_samples));
+  auto file = open_for_reading(path);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(header.elements * header.item_bytes));
+  if (!read_at(file.get(), bytes.data(), bytes.size(), header.data_offset))
+    fail(path, header.data_offset, "the data ends early");
+  out.values.resize(static_cast<std::size_t>(header.elements));
+  for_each_value(header.type, bytes.data(), header.elements, [&](std::int64_t i, double v) {
+    const auto value = static_cast<float>(v);
+    if (!std::isfinite(value))
+      fail(path, header.data_offset + i * header.item_bytes,
+           "target value " + std::to_string(i) + " is " + std::to_string(v) +
+               "; targets must be finite float32 numbers");
+    out.values[static_cast<std::size_t>(i)] = value;
+  });
+  return out;
+}
+
 namespace {
 
 dataset load_npy_split(const std::string& features, const std::string& targets,
-                       const feature_normalisation& normalisation) {
+                       const feature_normalisation& normalisation, target_kind kind) {
   auto rows = std::make_shared<npy_rows>(features, read_npy_header(features), normalisation,
                                          npy_access::automatic);
   dataset out;
-  out.labels = read_npy_labels(targets);
-  if (static_cast<std::int64_t>(out.labels.size()) != rows->count())
+  std::int64_t count = 0;
+  if (kind == target_kind::values) {
+    auto values = read_npy_values(targets);
+    out.values = std::move(values.values);
+    out.outputs = values.outputs;
+    count = values.count;
+  } else {
+    out.labels = read_npy_labels(targets);
+    count = static_cast<std::int64_t>(out.labels.size());
+  }
+  if (count != rows->count())
     throw data_error(quote_path(features) + " has " + std::to_string(rows->count()) +
-                     " samples, but " + quote_path(targets) + " has " +
-                     std::to_string(out.labels.size()) + " targets; they must agree");
+                     " samples, but " + quote_path(targets) + " has " + std::to_string(count) +
+                     " targets; they must agree");
   out.count = rows->count();
   out.features = rows->features();
   out.rows = std::move(rows);
@@ -473,15 +510,22 @@ dataset load_npy_split(const std::string& features, const std::string& targets,
 
 dataset_split load_npy(const std::string& train_features, const std::string& train_targets,
                        const std::string& test_features, const std::string& test_targets,
-                       const feature_normalisation& normalisation) {
+                       const feature_normalisation& normalisation, target_kind targets) {
   dataset_split out;
-  out.train = load_npy_split(train_features, train_targets, normalisation);
-  out.test = load_npy_split(test_features, test_targets, normalisation);
+  out.train = load_npy_split(train_features, train_targets, normalisation, targets);
+  out.test = load_npy_split(test_features, test_targets, normalisation, targets);
   if (out.train.features != out.test.features)
     throw data_error(quote_path(test_features) + " has samples of " +
                      std::to_string(out.test.features) + " values, but " +
                      quote_path(train_features) + " has " + std::to_string(out.train.features) +
                      "; the splits must agree");
+  if (targets == target_kind::values) {
+    if (out.train.outputs != out.test.outputs)
+      throw data_error(quote_path(test_targets) + " has " + std::to_string(out.test.outputs) +
+                       " targets a sample, but " + quote_path(train_targets) + " has " +
+                       std::to_string(out.train.outputs) + "; the splits must agree");
+    return out;
+  }
   std::int32_t largest = 0;
   for (const auto* split : {&out.train, &out.test})
     for (const auto label : split->labels)

@@ -5,7 +5,8 @@
 // never read whole: rows are converted to float32 (and normalised) as a batch gathers them,
 // from the file mapped into memory, or, where the process may not map that much (a file
 // larger than its address-space limit), read with pread row by row (Note [rows from a file]
-// in npy.cpp). A targets file holds N integer class labels, read whole (N small values).
+// in npy.cpp). A targets file holds N integer class labels, or N x K float targets (for a
+// loss that compares values: troupe/loss.hpp), read whole.
 //
 // The header is checked before anything is read or mapped: every failure is a data_error
 // naming the file, the byte offset and what was expected there (a truncated or lying header,
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "runtime/data/dataset.hpp"
+#include "troupe/loss.hpp"
 
 namespace troupe {
 
@@ -62,11 +64,22 @@ std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
 /// each in [0, 2^24). Throws data_error naming the file and the first bad label's index.
 std::vector<std::int32_t> read_npy_labels(const std::string& path);
 
+/// The float targets of a targets file: shape (N) (K = 1) or (N, K), any numeric type,
+/// converted to float32; each finite. Throws data_error naming the file and the first bad
+/// value's index.
+struct npy_values {
+  std::int64_t count = 0;    // N
+  std::int64_t outputs = 1;  // K
+  std::vector<float> values;  // (N, K)
+};
+npy_values read_npy_values(const std::string& path);
+
 /// [data] source = "npy": features and targets of the training split and of the test split,
-/// checked to agree in count (and the two splits in features); classes is the largest label
-/// plus one.
+/// checked to agree in count (and the two splits in features and outputs). Targets are
+/// class labels (classes is the largest label plus one) or float values, as the loss says.
 dataset_split load_npy(const std::string& train_features, const std::string& train_targets,
                        const std::string& test_features, const std::string& test_targets,
-                       const feature_normalisation& normalisation);
+                       const feature_normalisation& normalisation,
+                       target_kind targets = target_kind::class_ids);
 
 }  // namespace troupe

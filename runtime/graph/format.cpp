@@ -355,7 +355,14 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("synthetic_classes", data.synthetic_classes);
 
   w.section("[model]");
-  w.put("loss", config.model.loss);
+  if (config.model.loss_settings.empty()) {
+    w.put("loss", config.model.loss);
+  } else {
+    std::string loss = "{ type = " + toml_string(config.model.loss);
+    for (const auto& [key, value] : config.model.loss_settings)
+      loss += ", " + toml_key(key) + " = " + toml_value(value);
+    w.raw("loss", loss + " }");
+  }
   if (!config.model.init_from.empty())
     w.put("init_from",
           std::filesystem::absolute(config.model.init_from).lexically_normal().string());

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "runtime/base/name_registry.hpp"
 #include "runtime/base/random.hpp"
 
 namespace troupe {
@@ -29,18 +30,8 @@ const std::vector<std::pair<std::string, init_kind>>& init_names() {
   return names;
 }
 
-struct registry_entry {
-  std::string description;
-  layer_factory factory;
-};
-
-struct layer_registry {
-  std::mutex mutex;
-  std::map<std::string, registry_entry> entries;
-};
-
-layer_registry& the_registry() {
-  static layer_registry registry;
+name_registry<layer_factory>& the_registry() {
+  static name_registry<layer_factory> registry;
   return registry;
 }
 
@@ -132,49 +123,27 @@ void layer::backward_weight(const layer_context&, const std::vector<tensor>&,
 
 void register_layer(const std::string& name, const std::string& description,
                     layer_factory factory) {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  auto [it, inserted] = r.entries.emplace(name, registry_entry{description, std::move(factory)});
-  if (!inserted)
+  if (!the_registry().add(name, description, std::move(factory)))
     throw std::logic_error(layer_registered_twice(name));
 }
 
-bool has_layer(const std::string& name) {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  return r.entries.count(name) > 0;
-}
+bool has_layer(const std::string& name) { return the_registry().has(name); }
 
 std::unique_ptr<layer> create_layer(const layer_config& config) {
-  layer_factory factory;
   std::vector<std::string> names;
-  {
-    auto& r = the_registry();
-    std::lock_guard<std::mutex> guard{r.mutex};
-    auto it = r.entries.find(config.type);
-    if (it != r.entries.end())
-      factory = it->second.factory;
-    for (const auto& entry : r.entries)
-      names.push_back(entry.first);
-  }
-  if (!factory) {
-    throw config_error(config.type_where, "unknown layer type '" + config.type + "'" +
-                                              did_you_mean(config.type, names) +
-                                              " (registered: " + comma_list(names) + ")");
-  }
+  const auto factory = the_registry().find(config.type, names);
+  if (!factory)
+    throw config_error(config.type_where,
+                       name_registry<layer_factory>::unknown(
+                           "unknown layer type '" + config.type + "'", config.type, names));
   layer_settings settings{config.type, config.settings, config.where};
-  auto result = factory(settings);
+  auto result = (*factory)(settings);
   settings.finish();
   return result;
 }
 
 std::vector<std::pair<std::string, std::string>> registered_layers() {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [name, entry] : r.entries)
-    out.emplace_back(name, entry.description);
-  return out;
+  return the_registry().described();
 }
 
 }  // namespace troupe

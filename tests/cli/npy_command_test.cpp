@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/cli/run_troupe.hpp"
+#include "tests/npy_files.hpp"
 #include "tests/temp_files.hpp"
 
 namespace {
@@ -29,25 +30,13 @@ constexpr bool sanitized = false;
 
 /// A version 1.0 .npy header for `descr` and `shape`, padded to 64 bytes as NumPy pads it.
 std::string npy_header(const std::string& descr, const std::string& shape) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + dict.size() + 1) % 64 != 0)
-    dict += ' ';
-  dict += '\n';
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  out += static_cast<char>(dict.size() & 0xff);
-  out += static_cast<char>(dict.size() >> 8);
-  return out + dict;
+  const auto file = troupe::test::npy_file(descr, shape, {});
+  return std::string(file.begin(), file.end());
 }
 
 void write_npy(const std::string& path, const std::string& descr, const std::string& shape,
                const std::vector<unsigned char>& data) {
-  std::ofstream out(path, std::ios::binary);
-  const auto header = npy_header(descr, shape);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  REQUIRE(out.good());
+  troupe::test::write_test_file(path, troupe::test::npy_file(descr, shape, data));
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ extern "C" int troupe_fuzz_write_seeds(const char* directory) {
   write("tensor", 1, tensor{matrix});
   write("activation", 0, caf::make_message(activation_msg{tag, matrix, {}}));
   write("gradient", 0, caf::make_message(gradient_msg{tag, matrix, {}}));
-  write("labels", 0, caf::make_message(labels_msg{tag, tensor::from({1.0f, 0.0f}, {2}), 2, {}}));
+  write("labels", 0, caf::make_message(labels_msg{tag, tensor::from({1.0f, 0.0f}, {2}), 2, 2, {}}));
   write("weight_grads", 0, caf::make_message(weight_grads_msg{3, 1, 0, {matrix, matrix}, {}}));
   write("params", 0, caf::make_message(params_msg{4, 0, {matrix}, {}}));
   ring_msg ring;
@@ -121,7 +121,7 @@ extern "C" int troupe_fuzz_write_seeds(const char* directory) {
   shard.flat = matrix;
   shard.spans = {0, 6};
   write("shard", 0, caf::make_message(shard));
-  write("loss_report", 0, caf::make_message(loss_report_msg{tag, 1.25, 1, 2, 1, {}}));
+  write("loss_report", 0, caf::make_message(loss_report_msg{tag, 1.25, 2, {1, 0}, 2, 1, {}}));
   write("failure", 0, caf::make_message(failure_msg{"layer_1", "fails on purpose"}));
   batch_rows_msg rows;
   rows.tag = tag;
@@ -143,9 +143,9 @@ extern "C" int troupe_fuzz_write_seeds(const char* directory) {
     written += out.good() ? 1 : 0;
   };
   write_posted("posted_ring", ring);
-  write_posted("posted_labels", labels_msg{tag, tensor::from({1.0f, 0.0f}, {2}), 2, {}});
+  write_posted("posted_labels", labels_msg{tag, tensor::from({1.0f, 0.0f}, {2}), 2, 2, {}});
   write_posted("posted_release", release_msg{tag, {}});
-  write_posted("posted_loss_report", loss_report_msg{tag, 1.25, 1, 2, 1, {}});
+  write_posted("posted_loss_report", loss_report_msg{tag, 1.25, 2, {1, 0}, 2, 1, {}});
   write_posted("posted_batch_rows", rows);
   write("store_value", 0, caf::make_message(store_value{{'a', 'b', 'c'}}));
   write("store_keys", 0, caf::make_message(store_keys{{"rank0", "rank1"}}));

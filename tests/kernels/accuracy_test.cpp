@@ -1,5 +1,5 @@
-// accuracy_test.cpp: the CPU accuracy count against a naive argmax, ties, and the label
-// range check.
+// accuracy_test.cpp: the CPU accuracy count against a naive argmax, ties, ignored rows and
+// the label range check.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -28,8 +28,8 @@ TEST_CASE("accuracy counts the rows whose argmax equals the label") {
           best = c;
       want += best == labels[r] ? 1 : 0;
     }
-    std::int32_t correct = -1;
-    accuracy(test::cpu_context(), rows, classes, logits.data(), labels.data(), &correct);
+    float correct = -1;
+    accuracy(test::cpu_context(), rows, classes, logits.data(), labels.data(), kernels::no_ignore_index, &correct);
     CHECK(correct == want);
   }
 }
@@ -39,12 +39,12 @@ TEST_CASE("accuracy breaks ties toward the first maximum, as torch.argmax") {
   const std::vector<float> logits{1, 3, 3, 0,   // tie between 1 and 2: argmax 1
                                   5, 5, 5, 5,   // all equal: argmax 0
                                   0, 0, 0, 1};  // plain: argmax 3
-  std::int32_t correct = -1;
+  float correct = -1;
   const std::vector<std::int32_t> first{1, 0, 3};
-  accuracy(test::cpu_context(), 3, 4, logits.data(), first.data(), &correct);
+  accuracy(test::cpu_context(), 3, 4, logits.data(), first.data(), kernels::no_ignore_index, &correct);
   CHECK(correct == 3);
   const std::vector<std::int32_t> later{2, 3, 3};
-  accuracy(test::cpu_context(), 3, 4, logits.data(), later.data(), &correct);
+  accuracy(test::cpu_context(), 3, 4, logits.data(), later.data(), kernels::no_ignore_index, &correct);
   CHECK(correct == 1);
 }
 
@@ -52,7 +52,22 @@ TEST_CASE("accuracy rejects a label that is not a class index") {
   auto accuracy = kernels::lookup<kernels::ops::accuracy>(kernels::device_type::cpu);
   const std::vector<float> logits(4, 0.0f);
   const std::vector<std::int32_t> labels{0, 2};
-  std::int32_t correct = 0;
-  CHECK_THROWS_AS(accuracy(test::cpu_context(), 2, 2, logits.data(), labels.data(), &correct),
+  float correct = 0;
+  CHECK_THROWS_AS(accuracy(test::cpu_context(), 2, 2, logits.data(), labels.data(), kernels::no_ignore_index, &correct),
                   check_failure);
+}
+
+TEST_CASE("accuracy leaves out the rows labelled ignore_index, whatever their logits") {
+  auto accuracy = kernels::lookup<kernels::ops::accuracy>(kernels::device_type::cpu);
+  const std::vector<float> logits{0, 1,   // argmax 1
+                                  1, 0,   // argmax 0
+                                  0, 1};  // argmax 1
+  // -100 (torch's default) is no class index: counted, it would be refused (the test above).
+  const std::vector<std::int32_t> labels{1, -100, 0};
+  float correct = -1;
+  accuracy(test::cpu_context(), 3, 2, logits.data(), labels.data(), -100, &correct);
+  CHECK(correct == 1);  // row 0 right, row 2 wrong, row 1 not counted
+  const std::vector<std::int32_t> ignore_one{1, 0, 1};
+  accuracy(test::cpu_context(), 3, 2, logits.data(), ignore_one.data(), 1, &correct);
+  CHECK(correct == 1);  // only row 1 (label 0, argmax 0) is counted
 }

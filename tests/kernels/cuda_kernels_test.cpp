@@ -368,7 +368,9 @@ TEST_CASE("CUDA relu, gelu and tanh match the CPU kernels forward and backward")
   check_activation<ops::tanh_forward, ops::tanh_backward>(session, "tanh", 2e-6, 1e-5);
 }
 
-TEST_CASE("CUDA softmax_xent matches the CPU loss and gradient, also for huge logits") {
+TEST_CASE(
+    "CUDA softmax_xent matches the CPU loss and gradient, also for huge logits, label smoothing "
+    "and an ignored label") {
   TROUPE_SKIP_WITHOUT_CUDA();
   cuda_session session;
   const auto cpu_xent = lookup<ops::softmax_xent>(device_type::cpu);
@@ -376,8 +378,13 @@ TEST_CASE("CUDA softmax_xent matches the CPU loss and gradient, also for huge lo
   // 129 rows: not a multiple of the 8 rows (warps) per block. 10 classes: fewer than a
   // warp; 1000: many per lane. Offset 1000: exp(logit) overflows unless max-subtracted.
   const int rows = 129;
+  kernels::xent_options smoothed_ignoring;  // rows labelled 3: about a tenth
+  smoothed_ignoring.label_smoothing = 0.1f;
+  smoothed_ignoring.ignore_index = 3;
+  for (const auto& options : {kernels::xent_options{}, smoothed_ignoring})
   for (const int classes : {10, 1000}) {
     for (const float offset : {0.0f, 1000.0f}) {
+      CAPTURE(options.label_smoothing);
       CAPTURE(classes);
       CAPTURE(offset);
       const float low = offset - 8.0f, high = offset + 8.0f;
@@ -385,20 +392,22 @@ TEST_CASE("CUDA softmax_xent matches the CPU loss and gradient, also for huge lo
       const auto labels = random_labels(rows, classes, 32);
       const float grad_scale = 1.0f / rows;
 
-      float cpu_loss = 0.0f;
+      float cpu_sums[2] = {};
       std::vector<float> cpu_dlogits(logits.size());
-      cpu_xent(context{}, rows, classes, logits.data(), labels.data(), grad_scale, &cpu_loss,
-               cpu_dlogits.data());
+      cpu_xent(context{}, rows, classes, logits.data(), labels.data(), options, grad_scale,
+               cpu_sums, cpu_dlogits.data());
+      const float cpu_loss = cpu_sums[0];
       REQUIRE(std::isfinite(cpu_loss));
 
       const auto device_logits = session.upload(logits);
       const auto device_labels = session.upload(labels);
       // Garbage in the outputs: the kernel must zero the loss itself.
-      const auto device_loss = session.upload(std::vector<float>{12345.0f});
+      const auto device_loss = session.upload(std::vector<float>{12345.0f, 678.0f});
       device_buffer<float> device_dlogits{logits.size()};
-      cuda_xent(session.ctx(), rows, classes, device_logits.get(), device_labels.get(),
+      cuda_xent(session.ctx(), rows, classes, device_logits.get(), device_labels.get(), options,
                 grad_scale, device_loss.get(), device_dlogits.get());
       const float cuda_loss = session.download(device_loss)[0];
+      CHECK(session.download(device_loss)[1] == cpu_sums[1]);  // rows counted: exact
 
       // Per row, loss = (max - x_label) + log(sum exp(x - max)): the sum of classes terms
       // (expf within 2 ulp each, x - max rounded by at most u * (high - low)) is within
@@ -420,20 +429,78 @@ TEST_CASE("CUDA softmax_xent matches the CPU loss and gradient, also for huge lo
 
       // dlogits may be the logits themselves: the gradient then replaces them.
       const auto device_in_place = session.upload(logits);
-      const auto device_loss_in_place = session.upload(std::vector<float>{-1.0f});
-      cuda_xent(session.ctx(), rows, classes, device_in_place.get(), device_labels.get(),
+      const auto device_loss_in_place = session.upload(std::vector<float>{-1.0f, -1.0f});
+      cuda_xent(session.ctx(), rows, classes, device_in_place.get(), device_labels.get(), options,
                 grad_scale, device_loss_in_place.get(), device_in_place.get());
       CHECK(std::fabs(session.download(device_loss_in_place)[0] - cpu_loss) <= loss_tolerance);
       check_close("softmax_xent dlogits in place", session.download(device_in_place),
                   cpu_dlogits, gradient_tolerance, 0.0);
 
       // Without dlogits only the loss is computed, and it is the same loss.
-      const auto device_loss_only = session.upload(std::vector<float>{-1.0f});
-      cuda_xent(session.ctx(), rows, classes, device_logits.get(), device_labels.get(),
+      const auto device_loss_only = session.upload(std::vector<float>{-1.0f, -1.0f});
+      cuda_xent(session.ctx(), rows, classes, device_logits.get(), device_labels.get(), options,
                 grad_scale, device_loss_only.get(), nullptr);
       CHECK(std::fabs(session.download(device_loss_only)[0] - cpu_loss) <= loss_tolerance);
     }
   }
+}
+
+TEST_CASE("CUDA mse_loss, l1_loss, huber_loss and bce_with_logits match the CPU") {
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  // 70001 elements: many blocks of the grid-stride loop, and a partial last block.
+  const std::int64_t n = 70001;
+  const auto x = random_floats(std::size_t(n), -3.0f, 3.0f, 51);
+  const auto y = random_floats(std::size_t(n), -3.0f, 3.0f, 52);
+  auto binary = random_floats(std::size_t(n), 0.0f, 1.0f, 53);
+  for (auto& t : binary)
+    t = t < 0.5f ? 0.0f : 1.0f;
+  const float grad_scale = 1.0f / static_cast<float>(n);
+  const auto device_x = session.upload(x);
+  const auto device_y = session.upload(y);
+  const auto device_binary = session.upload(binary);
+  // The CPU sums in double; the GPU in float per thread, then per block, then by atomics:
+  // about log2(n) + n / (threads) roundings of sums of positive terms, under 1e-4 relative.
+  // Each gradient element is one formula in float on both: a few ulp.
+  auto check_regression = [&](const char* what, ops::mse_loss::function cpu,
+                              ops::mse_loss::function cuda, float delta) {
+    CAPTURE(what);
+    float cpu_sums[4];
+    std::vector<float> cpu_dx(x.size());
+    cpu(context{}, n, x.data(), y.data(), delta, grad_scale, cpu_sums, cpu_dx.data());
+    const auto device_sums = session.upload(std::vector<float>(4, 777.0f));
+    device_buffer<float> device_dx{x.size()};
+    cuda(session.ctx(), n, device_x.get(), device_y.get(), delta, grad_scale, device_sums.get(),
+         device_dx.get());
+    const auto sums = session.download(device_sums);
+    CHECK(sums[1] == cpu_sums[1]);
+    for (int k : {0, 2, 3})
+      CHECK(std::fabs(sums[k] - cpu_sums[k]) <= 1e-4 * std::fabs(cpu_sums[k]));
+    check_close(what, session.download(device_dx), cpu_dx, 1e-12, 4 * eps);
+  };
+  check_regression("mse_loss", lookup<ops::mse_loss>(device_type::cpu),
+                   lookup<ops::mse_loss>(device_type::cuda), 0.0f);
+  check_regression("l1_loss", lookup<ops::l1_loss>(device_type::cpu),
+                   lookup<ops::l1_loss>(device_type::cuda), 0.0f);
+  check_regression("huber_loss", lookup<ops::huber_loss>(device_type::cpu),
+                   lookup<ops::huber_loss>(device_type::cuda), 1.0f);
+
+  float cpu_sums[3];
+  std::vector<float> cpu_dx(x.size());
+  lookup<ops::bce_with_logits>(device_type::cpu)(context{}, n, x.data(), binary.data(),
+                                                 grad_scale, cpu_sums, cpu_dx.data());
+  const auto device_sums = session.upload(std::vector<float>(3, 777.0f));
+  device_buffer<float> device_dx{x.size()};
+  lookup<ops::bce_with_logits>(device_type::cuda)(session.ctx(), n, device_x.get(),
+                                                  device_binary.get(), grad_scale,
+                                                  device_sums.get(), device_dx.get());
+  const auto sums = session.download(device_sums);
+  CHECK(std::fabs(sums[0] - cpu_sums[0]) <= 1e-4 * std::fabs(cpu_sums[0]));
+  CHECK(sums[1] == cpu_sums[1]);
+  CHECK(sums[2] == cpu_sums[2]);  // counts below 2^24: exact
+  // expf and the division within a few ulp of the CPU's double sigmoid: absolute, |.| <= 1.
+  check_close("bce_with_logits", session.download(device_dx), cpu_dx,
+              std::fabs(grad_scale) * 8 * eps, 0.0);
 }
 
 TEST_CASE("CUDA accuracy counts the same rows as the CPU, ties included") {
@@ -459,18 +526,26 @@ TEST_CASE("CUDA accuracy counts the same rows as the CPU, ties included") {
       expected += labels[r] == first_max ? 1 : 0;
     }
 
-    std::int32_t cpu_correct = -1;
+    float cpu_correct = -1;
     lookup<ops::accuracy>(device_type::cpu)(context{}, rows, classes, logits.data(),
-                                            labels.data(), &cpu_correct);
+                                            labels.data(), kernels::no_ignore_index, &cpu_correct);
     const auto device_logits = session.upload(logits);
     const auto device_labels = session.upload(labels);
-    const auto device_correct = session.upload(std::vector<std::int32_t>{777});
+    const auto device_correct = session.upload(std::vector<float>{777});
     lookup<ops::accuracy>(device_type::cuda)(session.ctx(), rows, classes, device_logits.get(),
-                                             device_labels.get(), device_correct.get());
-    // Counts are integers: exact.
-    const std::int32_t cuda_correct = session.download(device_correct)[0];
+                                             device_labels.get(), kernels::no_ignore_index,
+                                             device_correct.get());
+    // Counts below 2^24 in a float: exact.
+    const float cuda_correct = session.download(device_correct)[0];
     CHECK(cuda_correct == cpu_correct);
     CHECK(cuda_correct == expected);
+    // Leaving out the rows labelled 1 leaves out the same rows on both.
+    lookup<ops::accuracy>(device_type::cpu)(context{}, rows, classes, logits.data(),
+                                            labels.data(), 1, &cpu_correct);
+    lookup<ops::accuracy>(device_type::cuda)(session.ctx(), rows, classes, device_logits.get(),
+                                             device_labels.get(), 1, device_correct.get());
+    CHECK(session.download(device_correct)[0] == cpu_correct);
+    CHECK(cpu_correct < expected);
   }
 }
 

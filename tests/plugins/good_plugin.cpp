@@ -1,10 +1,12 @@
 // good_plugin.cpp: a well-formed troupe plugin, as the tests load it: a layer
-// ("test_scale", y = a * x with a learnable a per feature) and an actor kind
+// ("test_scale", y = a * x with a learnable a per feature), an actor kind
 // ("test_grad_scaler", which multiplies the gradients passing through it by its `factor`
 // setting; it accepts and emits grads wires, so it can sit between a layer and its
-// averager or optimizer).
+// averager or optimizer) and a loss ("test_margin", the multi-class hinge loss of
+// torch.nn.MultiMarginLoss, on CPU devices).
 #include "tests/plugins/scale_layer.hpp"
 #include "troupe/actor_kind.hpp"
+#include "troupe/loss.hpp"
 #include "troupe/ops.hpp"
 #include "troupe/plugin.hpp"
 
@@ -51,5 +53,56 @@ TROUPE_REGISTER_ACTOR_KIND("test_grad_scaler",
                              return spawn.system.spawn<grad_scaler>(
                                  spawn.name, static_cast<float>(factor), &spawn.on);
                            });
+
+/// torch.nn.MultiMarginLoss (p = 1, margin = `margin`): a row's loss is
+/// sum over c != y of max(0, margin - x_y + x_c) / classes; its metric is accuracy. The math
+/// runs on the host: the factory refuses devices of other types.
+class margin_loss final : public troupe::loss_function {
+ public:
+  explicit margin_loss(troupe::loss_settings& s)
+      : margin_(s.number("margin", 1.0, 0.0, 1e6)) {
+    if (s.device() != troupe::kernels::device_type::cpu)
+      throw troupe::config_error(s.where(), "loss 'test_margin' runs on CPU devices only");
+  }
+
+  troupe::loss_spec spec() const override {
+    return {troupe::target_kind::class_ids, troupe::kernels::no_ignore_index,
+            {{"accuracy", false, true}}};
+  }
+
+  void compute(const troupe::kernels::context&, const troupe::loss_job& job) const override {
+    double loss = 0, right = 0;
+    const auto classes = job.width;
+    for (std::int64_t r = 0; r < job.rows; ++r) {
+      const float* x = job.output + r * classes;
+      const auto y = job.class_ids[r];
+      std::int64_t best = 0;
+      for (std::int64_t c = 0; c < classes; ++c) {
+        best = x[c] > x[best] ? c : best;
+        const double hinge = margin_ - x[y] + x[c];
+        const bool active = c != y && hinge > 0;
+        loss += active ? hinge / static_cast<double>(classes) : 0.0;
+        if (job.doutput != nullptr)
+          job.doutput[r * classes + c] = 0.0f;
+      }
+      right += best == y ? 1 : 0;
+      for (std::int64_t c = 0; job.doutput != nullptr && c < classes; ++c)
+        if (c != y && margin_ - x[y] + x[c] > 0) {
+          const auto g = job.grad_scale / static_cast<float>(classes);
+          job.doutput[r * classes + c] += g;
+          job.doutput[r * classes + y] -= g;
+        }
+    }
+    job.sums[0] = static_cast<float>(loss);
+    job.sums[1] = static_cast<float>(job.rows);
+    job.sums[2] = static_cast<float>(right);
+  }
+
+ private:
+  double margin_;
+};
+
+TROUPE_REGISTER_LOSS("test_margin", "multi-class hinge loss (test plugin)",
+                     [](troupe::loss_settings& s) { return std::make_unique<margin_loss>(s); });
 
 }  // namespace

@@ -48,10 +48,10 @@ TEST_CASE("metrics lines carry the step, evaluation and end keys") {
   {
     metrics_writer m;
     REQUIRE(m.open(path));
-    m.step(0, 0, 2.5, 0.25, 1e-3, 1000);
-    m.evaluation(0, 1, 2.0, 0.5);
+    m.step(0, 0, 2.5, {{"accuracy", 0.25}}, 1e-3, 1000);
+    m.evaluation(0, 1, 2.0, {{"accuracy", 0.5}});
     m.end("done", 1, 0.5, 64, nlohmann::json{{"cpu:0", {{"busy_s", 0.25}, {"utilisation", 0.5}}}},
-          0.5, "");
+          {{"accuracy", 0.5}}, "");
     CHECK_FALSE(m.is_open());
   }
   auto lines = lines_of(read_all(path));
@@ -77,7 +77,7 @@ TEST_CASE("a failed run's last metrics line says failed and why, without a test 
   {
     metrics_writer m;
     REQUIRE(m.open(path));
-    m.end("failed", 0, 0, 0, nlohmann::json::object(), -1, "layer_1: boom");
+    m.end("failed", 0, 0, 0, nlohmann::json::object(), {}, "layer_1: boom");
   }
   auto lines = lines_of(read_all(path));
   REQUIRE(lines.size() == 1);
@@ -94,7 +94,7 @@ TEST_CASE("each metrics line is in the file, whole, as soon as it is made") {
   metrics_writer m;
   REQUIRE(m.open(path));
   for (int step = 0; step < 200; ++step) {
-    m.step(step, step / 50, 1.0 / (step + 1), 0.5, 1e-3, 12345.678);
+    m.step(step, step / 50, 1.0 / (step + 1), {{"accuracy", 0.5}}, 1e-3, 12345.678);
     auto text = read_all(path);
     REQUIRE_FALSE(text.empty());
     CHECK(text.back() == '\n');
@@ -115,7 +115,7 @@ TEST_CASE("a metrics file that cannot be created is reported, not ignored") {
   CHECK_FALSE(m.good());
   CHECK(m.error().find("'/nonexistent-dir/troupe/metrics.jsonl'") != std::string::npos);
   CHECK(m.error().find("No such file or directory") != std::string::npos);
-  m.step(0, 0, 1, 1, 1, 1);  // nothing to write to: no effect
+  m.step(0, 0, 1, {{"accuracy", 1}}, 1, 1);  // nothing to write to: no effect
 }
 
 TEST_CASE("a write to a full device fails the writer with the file and the OS error") {
@@ -123,14 +123,14 @@ TEST_CASE("a write to a full device fails the writer with the file and the OS er
   metrics_writer m;
   REQUIRE(m.open("/dev/full"));
   CHECK(m.good());
-  m.step(0, 0, 1, 1, 1, 1);
+  m.step(0, 0, 1, {{"accuracy", 1}}, 1, 1);
   CHECK_FALSE(m.good());
   INFO(m.error());
   CHECK(m.error().find("writing the metrics file '/dev/full' failed") != std::string::npos);
   CHECK(m.error().find("No space left on device (errno 28)") != std::string::npos);
   const auto first = m.error();
-  m.step(1, 0, 1, 1, 1, 1);  // dropped; the first failure stays the one reported
-  m.end("done", 2, 1, 1, nlohmann::json::object(), -1, "");
+  m.step(1, 0, 1, {{"accuracy", 1}}, 1, 1);  // dropped; the first failure stays the one reported
+  m.end("done", 2, 1, 1, nlohmann::json::object(), {}, "");
   CHECK(m.error() == first);
   CHECK_FALSE(m.is_open());
 }
@@ -171,7 +171,7 @@ TEST_CASE("a disk that fills up in the middle of a line leaves only whole lines"
     REQUIRE(m.open(path));
     file_size_limit limit{1000};  // these step lines are 92 bytes: the 11th crosses 1000
     for (int step = 0; step < 50 && m.good(); ++step)
-      m.step(step, 0, 0.123456789, 0.5, 1e-3, 12345.678);
+      m.step(step, 0, 0.123456789, {{"accuracy", 0.5}}, 1e-3, 12345.678);
     error = m.error();
   }
   INFO(error);

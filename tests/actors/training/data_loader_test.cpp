@@ -131,6 +131,7 @@ struct loader_fixture : actor_fixture {
     for (std::int64_t i = 0; i < messages; ++i) {
       auto m = next<labels_msg>("a micro-batch's labels");
       CHECK(m.global_batch == plan.batch_size);
+      CHECK(m.global_terms == plan.batch_size);  // one label a sample, none ignored
       const auto& rows = batches.at({m.tag.step, m.tag.replica, m.tag.microbatch});
       std::vector<std::int32_t> want;
       for (auto sample : rows)
@@ -406,4 +407,74 @@ TEST_CASE_FIXTURE(loader_fixture,
   main.wait();
   CHECK(gathered_before);
   CHECK(samples_of(y) == std::vector<std::int64_t>{0, 2, 5});
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "with an ignored label every micro-batch carries the global batch's count of "
+                  "the labels not ignored") {
+  auto plan = plan_of(2, 2);
+  plan.loss.ignore_index = 1;  // labels are i % 3: a third of the samples
+  auto actor = spawn(plan, 5, true, plan.total_steps);
+  self->send(actor, start_atom::value);
+  const auto messages = plan.total_steps * plan.replicas * plan.microbatches;
+  std::map<item_key, std::vector<std::int64_t>> batches;
+  std::map<std::int64_t, std::int64_t> terms_of_step;
+  for (std::int64_t i = 0; i < messages; ++i) {
+    auto m = next<activation_msg>("a micro-batch");
+    batches[{m.tag.step, m.tag.replica, m.tag.microbatch}] = samples_of(m.x);
+  }
+  for (std::int64_t i = 0; i < messages; ++i) {
+    auto m = next<labels_msg>("a micro-batch's labels");
+    auto [it, first] = terms_of_step.emplace(m.tag.step, m.global_terms);
+    CHECK(it->second == m.global_terms);  // the same for every micro-batch of the step
+  }
+  expect_quiet("nothing after the last step");
+  finish(actor);
+  std::map<std::int64_t, std::int64_t> counted;
+  for (const auto& [key, samples] : batches)
+    for (auto sample : samples)
+      counted[std::get<0>(key)] += sample % classes != 1 ? 1 : 0;
+  CHECK(terms_of_step == counted);
+  bool varies = false;  // the count is the step's, not a constant
+  for (const auto& [step, terms] : counted)
+    varies = varies || terms != counted.begin()->second;
+  CHECK(varies);
+}
+
+TEST_CASE_FIXTURE(loader_fixture,
+                  "float targets go to the loss as (b, K) values with K terms a sample") {
+  auto data = std::make_shared<dataset_split>(*indexed_data());
+  for (auto* part : {&data->train, &data->test}) {
+    part->classes = 0;
+    part->outputs = 2;
+    part->labels.clear();
+    for (std::int64_t i = 0; i < part->count; ++i) {
+      part->values.push_back(static_cast<float>(i) + 0.5f);
+      part->values.push_back(-static_cast<float>(i));
+    }
+  }
+  data_loader_settings s;
+  s.data = data;
+  s.plan = plan_of(1, 1);
+  s.seed = 5;
+  s.prefetch = 1;
+  s.on = {device_type::cpu, 0};
+  s.devices = &devices;
+  auto actor = system.spawn<data_loader_actor>(std::move(s));
+  self->send(actor, wiring({wire("activations", me(), "layer", 0, 0, "cpu:0"),
+                            wire("labels", me(), "loss", 0, 0)},
+                           {}));
+  self->send(actor, start_atom::value);
+  auto batch = next<activation_msg>("a batch");
+  auto targets = next<labels_msg>("its targets");
+  CHECK(targets.labels.type() == dtype::f32);
+  CHECK(targets.labels.shape() == shape_t{8, 2});
+  CHECK(targets.global_terms == 16);
+  const auto samples = samples_of(batch.x);
+  const auto got = values(targets.labels);
+  for (std::size_t r = 0; r < samples.size(); ++r) {
+    CHECK(got[2 * r] == static_cast<float>(samples[r]) + 0.5f);
+    CHECK(got[2 * r + 1] == -static_cast<float>(samples[r]));
+  }
+  finish(actor);
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/training/loss_actor.hpp"
+#include "runtime/model/loss.hpp"
 #include "tests/actors/actor_test_support.hpp"
 
 using namespace troupe;
@@ -94,13 +95,15 @@ labels_msg labels_of(const micro_tag& tag, const std::vector<std::int32_t>& y) {
   m.labels = tensor::empty({rows}, dtype::i32, {device_type::cpu, 0});
   std::copy(y.begin(), y.end(), m.labels.i32());
   m.global_batch = global_batch;
+  m.global_terms = global_batch;
   return m;
 }
 
 void check_report(const loss_report_msg& got, const expected_loss& want) {
   CHECK(got.samples == rows);
   CHECK(got.microbatches == 1);
-  CHECK(got.correct == want.correct);
+  CHECK(got.terms == rows);
+  CHECK(got.metric_sums[0] == static_cast<double>(want.correct));
   CHECK(std::abs(got.loss_sum - want.loss_sum) <= 2e-5);
 }
 
@@ -114,7 +117,8 @@ void check_step_report(const loss_report_msg& got, const std::vector<expected_lo
   }
   CHECK(got.microbatches == static_cast<std::int32_t>(want.size()));
   CHECK(got.samples == rows * static_cast<std::int64_t>(want.size()));
-  CHECK(got.correct == correct);
+  CHECK(got.terms == static_cast<double>(got.samples));
+  CHECK(got.metric_sums[0] == static_cast<double>(correct));
   CHECK(std::abs(got.loss_sum - loss_sum) <= 2e-5 * static_cast<double>(want.size()));
 }
 
@@ -130,10 +134,14 @@ void check_dlogits(const tensor& got, const expected_loss& want) {
 
 /// A loss actor on cpu:0 after the scoped actor (its last layer), reporting to it.
 struct loss_fixture : actor_fixture {
-  caf::actor spawn(std::int32_t microbatches, bool flush) {
+  caf::actor spawn(std::int32_t microbatches, bool flush, const std::string& loss = "softmax_xent",
+                   std::int64_t width = classes) {
     loss_actor_settings s;
     s.name = "loss";
-    s.classes = classes;
+    model_section model;
+    model.loss = loss;
+    s.loss = create_loss(model, device_type::cpu);
+    s.width = width;
     s.microbatches = microbatches;
     s.flush = flush;
     s.on = &cpu(0);
@@ -170,7 +178,7 @@ TEST_CASE_FIXTURE(loss_fixture,
   check_report(report0, want);
   check_dlogits(back0.dx, want);
   CHECK(report1.loss_sum == report0.loss_sum);
-  CHECK(report1.correct == report0.correct);
+  CHECK(report1.metric_sums == report0.metric_sums);
   CHECK(values(back1.dx) == values(back0.dx));
   // Some rows right and some wrong, so the accuracy check above has teeth.
   CHECK(want.correct > 0);
@@ -254,4 +262,31 @@ TEST_CASE_FIXTURE(loss_fixture,
     check_step_report(next<loss_report_msg>("the next step's report"), next_step);
     finish(actor);
   }
+}
+
+TEST_CASE_FIXTURE(loss_fixture,
+                  "with mse the loss actor compares float targets, scales by the global terms "
+                  "and reports the squared and absolute errors") {
+  auto actor = spawn(1, false, "mse", 2);
+  const std::vector<float> x{1.0f, 2.0f, -1.0f, 0.5f};  // (2, 2) predictions
+  const std::vector<float> y{0.5f, 2.0f, 1.0f, 0.0f};   // d = 0.5, 0, -2, 0.5
+  activation_msg output;
+  output.tag = tag_of(0, 0);
+  output.x = tensor::from(x, {2, 2}, {device_type::cpu, 0});
+  labels_msg targets;
+  targets.tag = tag_of(0, 0);
+  targets.labels = tensor::from(y, {2, 2}, {device_type::cpu, 0});
+  targets.global_batch = 4;
+  targets.global_terms = 8;  // 4 samples of 2 targets in the global batch
+  self->send(actor, targets);
+  self->send(actor, output);
+  auto report = next<loss_report_msg>("the report");
+  auto back = next<gradient_msg>("the gradient");
+  CHECK(report.terms == 4);
+  CHECK(report.loss_sum == 0.25 + 0 + 4 + 0.25);
+  CHECK(report.metric_sums[0] == 0.25 + 0 + 4 + 0.25);  // for the RMSE
+  CHECK(report.metric_sums[1] == 0.5 + 0 + 2 + 0.5);    // for the MAE
+  // 2 d / 8, exact in float.
+  CHECK(values(back.dx) == std::vector<float>{0.125f, 0.0f, -0.5f, 0.125f});
+  finish(actor);
 }

@@ -442,8 +442,26 @@ TEST_CASE("an unknown name for an enumerated setting suggests the nearest and li
               "unknown pipeline schedule '1f1f'; did you mean '1f1b'?");
   check_error(minimal_model + "[parallel]\naveraging = \"allreduce\"\n", 5, 13,
               "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central', 'gloo')");
-  check_error("[model]\nloss = \"mse\"\n[[model.layers]]\ntype = \"linear\"\n", 2, 8,
-              "unknown loss 'mse' (expected one of 'softmax_xent')");
+}
+
+TEST_CASE("[model] loss is a name or a table of its type and settings, kept with positions") {
+  auto config = parse_config(
+      "[model]\nloss = { type = \"huber\", delta = 0.5 }\n[[model.layers]]\ntype = \"linear\"\n",
+      "t.toml", ".");
+  CHECK(config.model.loss == "huber");
+  REQUIRE(config.model.loss_settings.count("delta") == 1);
+  CHECK(std::get<double>(config.model.loss_settings.at("delta").value) == 0.5);
+  CHECK(config.model.loss_type_where.to_string() == "t.toml:2:17");
+  config = parse_config("[model]\nloss = \"mse\"\n[[model.layers]]\ntype = \"linear\"\n",
+                        "t.toml", ".");
+  CHECK(config.model.loss == "mse");
+  CHECK(config.model.loss_settings.empty());
+  check_error("[model]\nloss = 3\n[[model.layers]]\ntype = \"linear\"\n", 2, 8,
+              "[model] loss: expected a loss's name (like \"mse\") or a table");
+  check_error("[model]\nloss = { delta = 1 }\n[[model.layers]]\ntype = \"linear\"\n", 2, 8,
+              "found a table without a type");
+  check_error("[model]\nloss = { type = 2 }\n[[model.layers]]\ntype = \"linear\"\n", 2, 17,
+              "found an integer");
 }
 
 TEST_CASE("a device that is not cpu:N or cuda:N is rejected at its array element") {

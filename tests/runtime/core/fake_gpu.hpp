@@ -194,7 +194,8 @@ class fake_gpu_kernels {
          o::max_pool2d_forward, o::max_pool2d_backward, o::avg_pool2d_forward,
          o::avg_pool2d_backward, o::layer_norm_forward, o::layer_norm_backward,
          o::causal_softmax_forward, o::causal_softmax_backward, o::dropout, o::embedding_forward,
-         o::embedding_backward, o::softmax_xent, o::accuracy, o::sgd_update, o::adam_update,
+         o::embedding_backward, o::softmax_xent, o::accuracy, o::mse_loss, o::l1_loss,
+         o::huber_loss, o::bce_with_logits, o::sgd_update, o::adam_update,
          o::axpy, o::scale, o::fill, o::copy>();
   }
   ~fake_gpu_kernels() {

@@ -18,6 +18,7 @@
 #include "runtime/config/config.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/data_error_of.hpp"
+#include "tests/npy_files.hpp"
 #include "tests/temp_files.hpp"
 #include "troupe/error.hpp"
 
@@ -25,44 +26,12 @@ namespace {
 
 using troupe::test::data_error_of;
 using troupe::test::temp_directory;
-using bytes = std::vector<unsigned char>;
-
-/// A .npy file: the magic, version, header (padded to 64 bytes as NumPy does), data.
-bytes npy_file(const std::string& descr, const std::string& shape, const bytes& data,
-               int version = 1, const std::string& order = "False") {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': " + order +
-                     ", 'shape': " + shape + ", }";
-  const std::size_t prefix = version == 1 ? 10 : 12;
-  while ((prefix + dict.size() + 1) % 64 != 0)
-    dict += ' ';
-  dict += '\n';
-  bytes out = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<unsigned char>(version), 0};
-  const auto length = dict.size();
-  out.push_back(static_cast<unsigned char>(length & 0xff));
-  out.push_back(static_cast<unsigned char>((length >> 8) & 0xff));
-  if (version != 1) {
-    out.push_back(static_cast<unsigned char>((length >> 16) & 0xff));
-    out.push_back(static_cast<unsigned char>((length >> 24) & 0xff));
-  }
-  out.insert(out.end(), dict.begin(), dict.end());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
-}
-
-template <class T>
-bytes raw(const std::vector<T>& values) {
-  bytes out(values.size() * sizeof(T));
-  std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
+using troupe::test::bytes;
+using troupe::test::npy_file;
+using troupe::test::raw;
 
 std::string write(const temp_directory& dir, const std::string& name, const bytes& content) {
-  const auto path = dir / name;
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(content.data()),
-            static_cast<std::streamsize>(content.size()));
-  REQUIRE(out.good());
-  return path;
+  return troupe::test::write_test_file(dir / name, content);
 }
 
 /// Every row of `rows` (count of them, features each) gathered in order.

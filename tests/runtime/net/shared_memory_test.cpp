@@ -612,10 +612,12 @@ TEST_CASE_FIXTURE(
     CHECK_MESSAGE(arrived, what);
   };
 
-  leave(labels_msg{tag, tensor::from(std::vector<float>(300, 2.0f), {300}), 512, {}}, self->id());
+  leave(labels_msg{tag, tensor::from(std::vector<float>(300, 2.0f), {300}), 512, 500, {}},
+        self->id());
   expect("labels", std::function<void(labels_msg&)>{[&](labels_msg& labels) {
            CHECK(labels.tag.step == 7);
            CHECK(labels.global_batch == 512);
+           CHECK(labels.global_terms == 500);
            CHECK(labels.labels.to_vector() == std::vector<float>(300, 2.0f));
          }});
   // A credit comes without a sender, so only to an actor that takes credits so (the data
@@ -630,9 +632,11 @@ TEST_CASE_FIXTURE(
   expect("a release", std::function<void(release_msg&)>{
                           [&](release_msg& release) { CHECK(release.tag.replica == 1); }});
   caf::anon_send_exit(taker, caf::exit_reason::user_shutdown);
-  leave(loss_report_msg{tag, 1.5, 3, 4, 2, {}}, self->id());
+  leave(loss_report_msg{tag, 1.5, 4, {3, 0.25}, 4, 2, {}}, self->id());
   expect("a loss report", std::function<void(loss_report_msg&)>{[&](loss_report_msg& report) {
            CHECK(report.loss_sum == 1.5);
+           CHECK(report.terms == 4);
+           CHECK(report.metric_sums == std::array<double, 2>{3, 0.25});
            CHECK(report.samples == 4);
            CHECK(report.microbatches == 2);
          }});

@@ -6,6 +6,7 @@
 #include "actors/session/session.hpp"
 #include "actors/tools/verify.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/model/loss.hpp"
 #include "runtime/plugin/plugin.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
@@ -51,4 +52,26 @@ TEST_CASE("a posted task that throws ends the run with exit 1 and its message") 
   INFO(result.outcome.failure);
   CHECK(result.outcome.exit_code == exit_code::run_failed);
   CHECK(result.outcome.failure.find("a posted task fails on purpose") != std::string::npos);
+}
+
+TEST_CASE("a plugin's loss kind trains a run named in [model] loss, and refuses other devices") {
+  const auto text = R"(
+[run]
+steps = 120
+seed = 5
+plugins = [")" + test_plugins::good() + "\"]\n" + test::data_section({16, 160, 64, 12, 4}) +
+                    "[model]\nloss = { type = \"test_margin\", margin = 1.0 }\n" +
+                    test::linear(16) + test::layer("relu") + test::linear(4) + R"(
+[optimizer]
+type = "adam"
+lr = 0.01
+)";
+  const auto config = parse_config(text, "margin.toml");
+  auto result = test::run_ok(config, test::quiet_options());
+  // Four separable classes: chance is 25%; the hinge loss learns them.
+  INFO("test accuracy " << result.outcome.test_accuracy);
+  CHECK(result.outcome.test_accuracy > 0.8);
+  CHECK(has_loss("test_margin"));
+  CHECK_THROWS_WITH_AS(create_loss(config.model, kernels::device_type::cuda),
+                       doctest::Contains("runs on CPU devices only"), config_error);
 }
