@@ -15,6 +15,7 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
+#include "runtime/data/csv.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/data/npy.hpp"
 #include "runtime/data/text.hpp"
@@ -104,6 +105,9 @@ dataset_split load_data(const run_config& config, target_kind targets) {
   if (d.source == data_source::npy)
     return load_npy(d.features, d.targets, d.test_features, d.test_targets,
                     feature_normalisation{d.scale, d.mean, d.std}, targets);
+  if (d.source == data_source::csv)
+    return load_csv(d.path, d.test_path, csv_columns{d.target_columns, d.feature_columns, d.delimiter},
+                    targets, feature_normalisation{d.scale, d.mean, d.std});
   return load_fashion_mnist(d.path);
 }
 
@@ -117,7 +121,7 @@ loss_spec checked_loss(const run_config& config, const dataset_split& data) {
                            (values ? std::string("float targets, but [data] source = \"") +
                                          to_string(config.data.source) +
                                          "\" gives class labels; float targets come from "
-                                         "source = \"npy\""
+                                         "source = \"npy\" or \"csv\""
                                    : std::string("class labels, but the data has float targets")));
   return spec;
 }

@@ -16,6 +16,8 @@ const char* to_string(data_source value) {
       return "text";
     case data_source::npy:
       return "npy";
+    case data_source::csv:
+      return "csv";
   }
   TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
   return "";

@@ -432,10 +432,57 @@ void read_numbers(const section_reader& r, const std::string& key, number_range 
 }
 
 /// The npy source's files (relative to the config's directory) and normalisation.
+/// A string or an array of strings (csv's target and features): the names, in order.
+std::vector<std::string> read_names(const section_reader& r, const std::string& key,
+                                    const toml::node& node) {
+  std::vector<std::string> names;
+  if (node.is_string()) {
+    names.push_back(node.as_string()->get());
+  } else if (node.is_array() && !node.as_array()->empty()) {
+    for (const auto& entry : *node.as_array()) {
+      if (!entry.is_string())
+        r.fail(entry, key, "expected column names (strings), found " + type_name(entry.type()));
+      names.push_back(entry.as_string()->get());
+    }
+  } else {
+    r.fail_type(node, key, "a column name or an array of them");
+  }
+  for (const auto& name : names)
+    if (name.empty())
+      r.fail(node, key, "expected column names, found an empty string");
+  return names;
+}
+
+/// source = "csv": the test table, the target and feature columns and the delimiter.
+void read_csv_settings(const section_reader& r, const std::string& directory, data_section& s) {
+  r.read("test_path", s.test_path);
+  if (const auto* node = r.find("test_path")) {
+    if (s.test_path.empty())
+      r.fail(*node, "test_path", "expected a CSV file, found an empty string");
+    fs::path path(s.test_path);
+    if (path.is_relative())
+      s.test_path =
+          (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+  }
+  if (const auto* node = r.find("target"))
+    s.target_columns = read_names(r, "target", *node);
+  std::string delimiter = ",";
+  r.read("delimiter", delimiter);
+  if (delimiter.size() != 1 || delimiter == "\"" || delimiter == "\n" || delimiter == "\r")
+    r.fail(*r.find("delimiter"), "delimiter",
+           "expected one character other than a quote or a line end (\",\", \";\", \"\\t\"), "
+           "found " + quote_user_text(delimiter));
+  s.delimiter = delimiter.front();
+}
+
 void read_npy_settings(const section_reader& r, const std::string& directory, data_section& s) {
   for (auto [key, out] : {std::pair{"features", &s.features}, std::pair{"targets", &s.targets},
                           std::pair{"test_features", &s.test_features},
                           std::pair{"test_targets", &s.test_targets}}) {
+    if (std::string(key) == "features" && r.find(key) && r.find(key)->is_array()) {
+      s.feature_columns = read_names(r, key, *r.find(key));  // csv's columns
+      continue;
+    }
     r.read(key, *out);
     if (const auto* node = r.find(key)) {
       if (out->empty())
@@ -469,6 +516,26 @@ void check_npy_files(const section_reader& r, const data_section& s) {
   }
 }
 
+/// source = "csv" names its two tables, each there, and its target columns.
+void check_csv_files(const section_reader& r, const data_section& s) {
+  const std::string needs = "[data] source = \"csv\" needs ";
+  const std::string what = " (path and test_path: the training and the test table; target: "
+                           "the target column or columns)";
+  if (!r.find("path"))
+    throw config_error(s.source_where, needs + "path" + what);
+  if (s.test_path.empty())
+    throw config_error(s.source_where, needs + "test_path" + what);
+  if (s.target_columns.empty())
+    throw config_error(s.source_where, needs + "target" + what);
+  for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
+    std::error_code error;
+    if (!fs::is_regular_file(*path, error))
+      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
+                                                  quote_user_text(*path, limits::max_quoted_path_length) +
+                                                  " is not a file");
+  }
+}
+
 data_section read_data(const section_reader& r, const std::string& directory) {
   data_section s;
   s.where = r.where();
@@ -476,7 +543,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   s.path_where = r.read("path", s.path);
   if (const auto* node = r.find("path")) {
     if (s.path.empty())
-      r.fail(*node, "path", "expected a directory, found an empty string");
+      r.fail(*node, "path", "expected a directory or a file, found an empty string");
     fs::path path(s.path);
     if (path.is_relative())
       s.path = (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
@@ -489,6 +556,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("context", s.context, integer_range{1, 1 << 16});
   r.read("validation_every", s.validation_every, integer_range{2, limits::max_samples});
   read_npy_settings(r, directory, s);
+  read_csv_settings(r, directory, s);
   if (s.source == data_source::text && !r.find("path"))
     s.path = text_default_path;
   // The limits of make_synthetic (runtime/data/dataset.hpp), stated where they are read.
@@ -520,6 +588,8 @@ data_section read_data(const section_reader& r, const std::string& directory) {
     check_fashion_mnist_directory(s);
   if (s.source == data_source::npy)
     check_npy_files(r, s);
+  if (s.source == data_source::csv)
+    check_csv_files(r, s);
   if (s.source == data_source::text) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))

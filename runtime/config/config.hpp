@@ -73,7 +73,13 @@ struct data_section {
   std::int64_t validation_every = 10; // every n-th text record (a fortune) is validation
   // npy source only (runtime/data/npy.hpp): files relative to the config file
   std::string features, targets, test_features, test_targets;
-  std::vector<double> scale{1.0}, mean{0.0}, std{1.0};  // one value, or one per feature
+  // npy and csv: one value, or one per feature
+  std::vector<double> scale{1.0}, mean{0.0}, std{1.0};
+  // csv source only (runtime/data/csv.hpp): `path` is the training table
+  std::string test_path;                     // relative to the config file
+  std::vector<std::string> target_columns;   // target = "y" or ["y1", "y2"]
+  std::vector<std::string> feature_columns;  // features = [...]; empty: every other column
+  char delimiter = ',';
   // synthetic source only
   std::int64_t synthetic_train = 4096;
   std::int64_t synthetic_test = 1024;

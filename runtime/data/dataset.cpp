@@ -483,4 +483,15 @@ dataset_split make_synthetic(std::int64_t train_count, std::int64_t test_count,
   return out;
 }
 
+void count_classes(dataset_split& split, const std::string& train_targets) {
+  std::int32_t largest = 0;
+  for (const auto* part : {&split.train, &split.test})
+    for (const auto label : part->labels)
+      largest = std::max(largest, label);
+  split.train.classes = split.test.classes = std::int64_t{largest} + 1;
+  if (split.train.classes < 2)
+    throw data_error(quote_user_text(train_targets, limits::max_quoted_path_length) +
+                     ": every target is 0; a classifier needs two classes at least");
+}
+
 }  // namespace troupe

@@ -60,6 +60,10 @@ struct dataset_split {
   std::string vocabulary;  // a text source's tokens: the byte of each id (text.hpp)
 };
 
+/// Sets both splits' classes to the largest label of either plus one; throws data_error
+/// naming `train_targets` (where the labels came from) when that is fewer than two.
+void count_classes(dataset_split& split, const std::string& train_targets);
+
 /// The raw contents of an IDX3 image file (magic 0x00000803).
 struct idx_images {
   std::int64_t count = 0;

@@ -292,15 +292,7 @@ class npy_rows final : public feature_rows {
       fail(path, 8, "samples of " + std::to_string(features_) + " values; troupe reads at most " +
                         std::to_string(limits::max_sample_features) + " a sample");
     row_bytes_ = features_ * header_.item_bytes;
-    scale_ = per_feature(n.scale, "scale");
-    mean_ = per_feature(n.mean, "mean");
-    std_ = per_feature(n.std, "std");
-    for (const auto s : std_)
-      if (s == 0 || !std::isfinite(s))
-        throw data_error(quote_path(path_) + ": [data] std must be finite and not 0");
-    identity_ = std::all_of(scale_.begin(), scale_.end(), [](double v) { return v == 1; }) &&
-                std::all_of(mean_.begin(), mean_.end(), [](double v) { return v == 0; }) &&
-                std::all_of(std_.begin(), std_.end(), [](double v) { return v == 1; });
+    norm_ = resolve_normalisation(n, features_, path_);
     build_byte_table();
     if (access != npy_access::read)
       map();
@@ -336,32 +328,18 @@ class npy_rows final : public feature_rows {
       if (!byte_table_.empty())  // one-byte values: what each of the 256 becomes
         for (std::int64_t f = 0; f < features_; ++f)
           out[f] = byte_table_[bytes[f]];
-      else if (identity_ && header_.type == npy_type::f32)
+      else if (norm_.identity && header_.type == npy_type::f32)
         std::memcpy(out, bytes, static_cast<std::size_t>(row_bytes_));
-      else if (identity_)
+      else if (norm_.identity)
         for_each_value(header_.type, bytes, features_,
                        [out](std::int64_t f, double v) { out[f] = static_cast<float>(v); });
       else  // in double, as the IDX source normalises its pixels (dataset.cpp)
-        for_each_value(header_.type, bytes, features_, [this, out](std::int64_t f, double v) {
-          out[f] = static_cast<float>((v * scale_[static_cast<std::size_t>(f)] -
-                                       mean_[static_cast<std::size_t>(f)]) /
-                                      std_[static_cast<std::size_t>(f)]);
-        });
+        for_each_value(header_.type, bytes, features_,
+                       [this, out](std::int64_t f, double v) { out[f] = norm_.apply(f, v); });
     }
   }
 
  private:
-  std::vector<double> per_feature(const std::vector<double>& values, const char* what) const {
-    if (values.size() != 1 && static_cast<std::int64_t>(values.size()) != features_)
-      throw data_error(quote_path(path_) + ": [data] " + what + " has " +
-                       std::to_string(values.size()) + " values; expected 1 or one per feature (" +
-                       std::to_string(features_) + ")");
-    std::vector<double> out(static_cast<std::size_t>(features_));
-    for (std::size_t f = 0; f < out.size(); ++f)
-      out[f] = values.size() == 1 ? values[0] : values[f];
-    return out;
-  }
-
   /// One-byte values normalised alike (one scale, mean and std for every feature): a table
   /// of the 256 results, computed by the same double arithmetic as each would be, as the IDX
   /// source does for its pixels. A gather is then a lookup a value (it was 0.18 GB/s of
@@ -369,10 +347,7 @@ class npy_rows final : public feature_rows {
   void build_byte_table() {
     if (header_.type != npy_type::u8 && header_.type != npy_type::i8)
       return;
-    auto uniform = [](const std::vector<double>& v) {
-      return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
-    };
-    if (!uniform(scale_) || !uniform(mean_) || !uniform(std_))
+    if (!norm_.uniform)
       return;
     byte_table_.resize(256);
     for (int b = 0; b < 256; ++b) {
@@ -380,8 +355,7 @@ class npy_rows final : public feature_rows {
                            ? static_cast<double>(b)
                            : static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(b)));
       byte_table_[static_cast<std::size_t>(b)] =
-          identity_ ? static_cast<float>(v)
-                    : static_cast<float>((v * scale_.front() - mean_.front()) / std_.front());
+          norm_.identity ? static_cast<float>(v) : norm_.apply(0, v);
     }
   }
 
@@ -400,8 +374,7 @@ class npy_rows final : public feature_rows {
   std::int64_t count_ = 0;     // N
   std::int64_t features_ = 0;  // D
   std::int64_t row_bytes_ = 0;
-  std::vector<double> scale_, mean_, std_;  // (D) each
-  bool identity_ = true;
+  per_feature_normalisation norm_;
   std::vector<float> byte_table_;  // (256) for one-byte values normalised alike; else empty
   void* mapped_ = nullptr;
   std::size_t mapped_bytes_ = 0;
@@ -526,14 +499,7 @@ dataset_split load_npy(const std::string& train_features, const std::string& tra
                        std::to_string(out.train.outputs) + "; the splits must agree");
     return out;
   }
-  std::int32_t largest = 0;
-  for (const auto* split : {&out.train, &out.test})
-    for (const auto label : split->labels)
-      largest = std::max(largest, label);
-  out.train.classes = out.test.classes = std::int64_t{largest} + 1;
-  if (out.train.classes < 2)
-    throw data_error(quote_path(train_targets) + ": every target is 0; a classifier needs two "
-                                             "classes at least");
+  count_classes(out, train_targets);
   return out;
 }
 

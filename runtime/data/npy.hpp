@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/normalisation.hpp"
 #include "troupe/loss.hpp"
 
 namespace troupe {
@@ -40,14 +41,6 @@ struct npy_header {
 /// Reads and checks the header of the .npy file at `path`, including that the file holds
 /// every element its shape says. Throws data_error (file, byte offset, what was expected).
 npy_header read_npy_header(const std::string& path);
-
-/// How a feature is normalised as its rows are gathered: x * scale, minus mean, over std;
-/// each one value for every feature or one value per feature (D).
-struct feature_normalisation {
-  std::vector<double> scale{1.0};
-  std::vector<double> mean{0.0};
-  std::vector<double> std{1.0};
-};
 
 /// How rows are read: mapped when the address space allows (`automatic`), or one way only
 /// (the tests check that both give the same floats).

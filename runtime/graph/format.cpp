@@ -302,6 +302,64 @@ std::string format_dot(const topology& t) {
   return out + "}\n";
 }
 
+namespace {
+
+/// [data], with the keys of its source's own files (absolute, like path).
+void write_data_section(toml_writer& w, const data_section& data) {
+  w.section("[data]");
+  w.put("source", to_string(data.source));
+  // Absolute, so that the ejected file works wherever it is saved.
+  w.put("path", std::filesystem::absolute(data.path).lexically_normal().string());
+  w.put("batch_size", data.batch_size);
+  w.put("eval_batch_size", data.eval_batch_size);
+  w.put("shuffle", data.shuffle);
+  w.put("prefetch", data.prefetch);
+  // The keys of the source's own files, absolute like path.
+  auto absolute = [](const std::string& path) {
+    return std::filesystem::absolute(path).lexically_normal().string();
+  };
+  auto numbers = [](const std::vector<double>& values) {
+    std::string text;
+    for (const auto v : values)
+      text += (text.empty() ? "" : ", ") + toml_float(v);
+    return "[" + text + "]";
+  };
+  auto names = [](const std::vector<std::string>& values) {
+    std::string text;
+    for (const auto& v : values)
+      text += (text.empty() ? "" : ", ") + toml_string(v);
+    return "[" + text + "]";
+  };
+  if (data.source == data_source::npy)
+    for (auto [key, file] : {std::pair{"features", &data.features},
+                             std::pair{"targets", &data.targets},
+                             std::pair{"test_features", &data.test_features},
+                             std::pair{"test_targets", &data.test_targets}})
+      w.put(key, absolute(*file));
+  if (data.source == data_source::csv) {
+    w.put("test_path", absolute(data.test_path));
+    w.raw("target", names(data.target_columns));
+    if (!data.feature_columns.empty())
+      w.raw("features", names(data.feature_columns));
+    w.put("delimiter", std::string(1, data.delimiter));
+  }
+  if (data.source == data_source::npy || data.source == data_source::csv) {
+    w.raw("scale", numbers(data.scale));
+    w.raw("mean", numbers(data.mean));
+    w.raw("std", numbers(data.std));
+  }
+  if (data.source == data_source::text) {
+    w.put("context", data.context);
+    w.put("validation_every", data.validation_every);
+  }
+  w.put("synthetic_train", data.synthetic_train);
+  w.put("synthetic_test", data.synthetic_test);
+  w.put("synthetic_features", data.synthetic_features);
+  w.put("synthetic_classes", data.synthetic_classes);
+}
+
+}  // namespace
+
 std::string format_explicit(const topology& t, const run_config& config) {
   toml_writer w;
   auto source = config.path;
@@ -340,19 +398,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
     w.raw("plugins", "[" + plugins + "]");
   }
 
-  const auto& data = config.data;
-  w.section("[data]");
-  w.put("source", to_string(data.source));
-  // Absolute, so that the ejected file works wherever it is saved.
-  w.put("path", std::filesystem::absolute(data.path).lexically_normal().string());
-  w.put("batch_size", data.batch_size);
-  w.put("eval_batch_size", data.eval_batch_size);
-  w.put("shuffle", data.shuffle);
-  w.put("prefetch", data.prefetch);
-  w.put("synthetic_train", data.synthetic_train);
-  w.put("synthetic_test", data.synthetic_test);
-  w.put("synthetic_features", data.synthetic_features);
-  w.put("synthetic_classes", data.synthetic_classes);
+  write_data_section(w, config.data);
 
   w.section("[model]");
   if (config.model.loss_settings.empty()) {

@@ -1,6 +1,7 @@
-// npy_command_test.cpp: a data set larger than the process may map trains (Note [rows from
-// a file] in runtime/data/npy.cpp): troupe run under an address-space limit (ulimit -v)
-// below the size of its features file.
+// own_data_command_test.cpp: `troupe run` on a user's own files: a data set larger than the
+// process may map trains (Note [rows from a file] in runtime/data/npy.cpp: troupe run under
+// an address-space limit (ulimit -v) below the size of its features file), and a malformed
+// .npy file or CSV table ends the run with exit 2, naming the file and the place.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -94,4 +95,18 @@ TEST_CASE("a run on a malformed .npy file ends with exit 2 and the file and byte
   CHECK(result.exit_code == 2);
   CHECK(result.output.find("x.npy': byte 128: shape (4, 2) of 4-byte values needs 32 bytes of "
                            "data, but the file has 31") != std::string::npos);
+}
+
+TEST_CASE("a run on a CSV table with a ragged row ends with exit 2 and its file:line named") {
+  troupe::test::temp_directory dir{"troupe-csv-bad"};
+  std::ofstream{dir / "t.csv"} << "a,b,y\n1,2,0\n3,4\n5,6,1\n";
+  const auto config = dir / "bad.toml";
+  std::ofstream{config} << "[data]\nsource = \"csv\"\npath = \"t.csv\"\ntest_path = \"t.csv\"\n"
+                           "target = \"y\"\nbatch_size = 2\n"
+                           "[model]\n[[model.layers]]\ntype = \"linear\"\nout = 2\n";
+  const auto result = troupe::testing::run_troupe("run " + config + " --steps 1 --metrics '' -q");
+  INFO(result.output);
+  CHECK(result.exit_code == 2);
+  CHECK(result.output.find("t.csv':3:1: a row of 2 fields; the header has 3 columns") !=
+        std::string::npos);
 }

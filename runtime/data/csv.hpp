@@ -1,0 +1,46 @@
+// csv.hpp: CSV tables as a data source ([data] source = "csv").
+//
+// A table's first row names its columns; every other row is a sample. The target columns
+// (`target`, one or several) become the sample's class label (one column of integers in
+// [0, 2^24), for a loss of class labels) or its K float targets (a loss of float targets:
+// troupe/loss.hpp); the feature columns (`features`, or every other column) its D values,
+// normalised as [data] scale, mean and std say. Fields are separated by the delimiter
+// (',' by default), may be quoted ("a, b" with "" for a quote inside, as RFC 4180 and
+// Python's csv module write them), and a UTF-8 byte-order mark and CRLF line ends are
+// accepted; blank lines are skipped.
+//
+// The table is parsed once, into memory (the features as float32: at most
+// limits::max_csv_bytes of text and limits::max_tensor_elements values), not on every epoch.
+// Every failure is a data_error naming file:line:column and what was expected there: a
+// ragged row, a cell that is not a number (a categorical column: leave it out with
+// `features`, or encode it first), an empty cell, a header naming a column twice, a target
+// or feature column that does not exist (with the nearest name), an empty file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.hpp"
+#include "runtime/data/normalisation.hpp"
+#include "troupe/loss.hpp"
+
+namespace troupe {
+
+/// Which columns of a table are what, and how its fields are separated.
+struct csv_columns {
+  std::vector<std::string> targets;   // at least one
+  std::vector<std::string> features;  // empty: every column that is not a target
+  char delimiter = ',';
+};
+
+/// One table: a split of a data set, its features in `images`.
+dataset read_csv(const std::string& path, const csv_columns& columns, target_kind targets,
+                 const feature_normalisation& normalisation);
+
+/// [data] source = "csv": the training table and the test table, which must have the same
+/// columns; the classes are the largest label of either plus one.
+dataset_split load_csv(const std::string& train_path, const std::string& test_path,
+                       const csv_columns& columns, target_kind targets,
+                       const feature_normalisation& normalisation);
+
+}  // namespace troupe
