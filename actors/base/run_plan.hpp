@@ -20,6 +20,9 @@ struct run_plan {
   std::int64_t first_step = 0;       // > 0: resumed; steps before it are in the checkpoint
   std::int64_t epochs = 0;           // ceil(total_steps / steps_per_epoch)
   bool evaluate = true;
+  /// `troupe eval`: no training step; one evaluation of the parameters at first_step
+  /// (total_steps == first_step), then the run ends.
+  bool evaluate_only = false;
   std::int64_t eval_batch_size = 0;
   std::int64_t eval_batches = 0;     // per evaluation: ceil(N_test / eval_batch_size)
   std::int64_t positions = 1;        // labels a sample: > 1 for a language model's sequences

@@ -240,6 +240,17 @@ std::string setting_text(const setting_value& value) {
       value.value);
 }
 
+/// `troupe eval`: the checkpoint's parameters, one evaluation of the test split, no step.
+session_prepared evaluation_of(session_prepared p, const std::string& checkpoint) {
+  if (p.data->test.count == 0)
+    throw data_error("the data has no samples to evaluate the checkpoint '" + checkpoint +
+                     "' on");
+  p.plan.first_step = p.plan.total_steps = p.start.step;
+  p.plan.evaluate = true;
+  p.plan.evaluate_only = true;
+  return p;
+}
+
 }  // namespace
 
 std::string config_fingerprint(const run_config& config) {
@@ -273,18 +284,22 @@ std::string config_fingerprint(const run_config& config) {
   return out.str();
 }
 
-session_prepared prepare_session(const run_config& config, const std::string& resume) {
+std::shared_ptr<const dataset_split> load_session_data(const run_config& config) {
   // A no-op for those the command line loaded already; run_session() callers (tests,
   // programs using the library) get the config's plugins too.
   load_config_plugins(config);
   const auto targets = loss_spec_of(config.model).targets;
-  return prepare_session(config, std::make_shared<const dataset_split>(load_data(config, targets)),
-                         resume);
+  return std::make_shared<const dataset_split>(load_data(config, targets));
+}
+
+session_prepared prepare_session(const run_config& config, const std::string& resume,
+                                 session_purpose purpose) {
+  return prepare_session(config, load_session_data(config), resume, purpose);
 }
 
 session_prepared prepare_session(const run_config& config,
                                  std::shared_ptr<const dataset_split> data,
-                                 const std::string& resume) {
+                                 const std::string& resume, session_purpose purpose) {
   session_prepared p;
   p.data = std::move(data);
   const auto loss = checked_loss(config, *p.data);
@@ -334,6 +349,8 @@ session_prepared prepare_session(const run_config& config,
                    config_fingerprint(config).c_str());
     p.start = resume_from(checkpoint.path, manifest, p.model,
                           optimizer_state_names(config.optimizer.type, config.optimizer.momentum));
+    if (purpose == session_purpose::evaluate)
+      return evaluation_of(std::move(p), checkpoint.path);
     if (p.start.step >= p.plan.total_steps)
       throw data_error("checkpoint '" + checkpoint.path + "' is at step " +
                        std::to_string(p.start.step) + ", and the run has " +

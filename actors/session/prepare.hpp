@@ -38,15 +38,25 @@ struct session_prepared {
   run_start start;                 // step 0 from the seed, or a checkpoint's
 };
 
+/// What a session does: train (from the seed, init_from or `resume`), or evaluate the
+/// parameters of the checkpoint `resume` names once (`troupe eval`), training nothing.
+enum class session_purpose { train, evaluate };
+
 /// `resume`: a checkpoint (or a directory of them, meaning its newest complete one) to
 /// continue from; it is verified and must fit the model (data_error, exit 2, otherwise).
-session_prepared prepare_session(const run_config& config, const std::string& resume = "");
+session_prepared prepare_session(const run_config& config, const std::string& resume = "",
+                                 session_purpose purpose = session_purpose::train);
 
 /// The same with the data given rather than loaded: of it only the counts, features and
 /// classes are read (the config fuzzer, tests/fuzz/fuzz_config.cpp, passes no samples).
 session_prepared prepare_session(const run_config& config,
                                  std::shared_ptr<const dataset_split> data,
-                                 const std::string& resume = "");
+                                 const std::string& resume = "",
+                                 session_purpose purpose = session_purpose::train);
+
+/// The config's data set, loaded as its source and its loss say (the config's plugins
+/// loaded first: a plugin's loss decides its targets).
+std::shared_ptr<const dataset_split> load_session_data(const run_config& config);
 
 /// A fingerprint of what decides a run's numbers apart from its wiring (the model, the
 /// optimizer, the batch, the seed): FNV-1a over their text. A checkpoint records it, so

@@ -193,8 +193,13 @@ void session::restore() {
       resume.clear();
     }
   }
-  s_.prepared = options.data != nullptr ? prepare_session(config, options.data, resume)
-                                        : prepare_session(config, resume);
+  auto data = options.data != nullptr ? options.data : load_session_data(config);
+  if (options.purpose == session_purpose::evaluate && options.evaluate_training_split) {
+    auto both = std::make_shared<dataset_split>(*data);  // the training split evaluated
+    both->test = both->train;
+    data = std::move(both);
+  }
+  s_.prepared = prepare_session(config, data, resume, options.purpose);
   // A text source's vocabulary goes with the run: token ids mean nothing without it. Next
   // to a metrics file, not a device (--metrics /dev/null).
   const auto& metrics_path = s_.metrics_path;

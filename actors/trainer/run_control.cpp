@@ -11,6 +11,8 @@ namespace {
 // How many of the steps first..total-1 run_plan::evaluates_after, counted rather than
 // looped over: a run of 2^40 steps must not spend its start visiting each of them.
 std::int64_t evaluations_in(const run_plan& plan) {
+  if (plan.evaluate_only)
+    return 1;
   if (!plan.evaluate || plan.first_step >= plan.total_steps)
     return 0;
   // Steps s with (s + 1) % steps_per_epoch == 0, i.e. s + 1 in (first, total] a multiple.

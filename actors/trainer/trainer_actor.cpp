@@ -238,6 +238,7 @@ void trainer_actor::finish_evaluation(std::int64_t epoch, const report_totals& t
   const auto& plan = settings_->plan;
   outcome.test_loss = t.mean_loss();
   outcome.test_metrics = t.metrics(plan.loss);
+  outcome.test_samples = t.samples;
   for (const auto& [name, value] : outcome.test_metrics)
     if (name == "accuracy")
       outcome.test_accuracy = value;

@@ -53,7 +53,8 @@ std::vector<std::int64_t> apportion_rows(std::int64_t total, const std::vector<d
 data_loader_actor::data_loader_actor(caf::actor_config& config, data_loader_settings settings)
     : device_actor(config, "data_loader", nullptr),
       settings_(std::move(settings)),
-      next_step_(settings_.plan.first_step) {
+      next_step_(settings_.plan.first_step),
+      next_eval_(settings_.plan.evaluate_only ? 0 : -1) {
   auto& plan = settings_.plan;
   if (plan.replica_rows.empty())  // a plan made by hand: the even split
     plan.replica_rows = apportion_rows(plan.batch_size, std::vector<double>(plan.replicas, 1.0));
