@@ -18,12 +18,14 @@ std::optional<exit_code> parse_command_line(const std::vector<std::string>& args
   options.add_options()("plugin", po::value<std::vector<std::string>>()->composing(),
                         "load a plugin (a shared library of layers, actors, kernels); repeatable")(
       "help,h", "show this help");
+  // The operand's key: a name no option has (predict has a --config of its own).
+  const char* key = "operand";
   po::options_description hidden;
-  hidden.add_options()("config", po::value<std::string>());
+  hidden.add_options()(key, po::value<std::string>());
   po::options_description all;
   all.add(options).add(hidden);
   po::positional_options_description positional;
-  positional.add("config", 1);
+  positional.add(key, 1);
   auto usage = [&](std::FILE* to) {
     std::ostringstream text;
     text << options;
@@ -42,12 +44,12 @@ std::optional<exit_code> parse_command_line(const std::vector<std::string>& args
     usage(stdout);
     return exit_code::ok;
   }
-  if (!out.values.count("config")) {
+  if (!out.values.count(key)) {
     std::fprintf(stderr, "troupe %s: missing %s\n\n", name, operand);
     usage(stderr);
     return exit_code::bad_input;
   }
-  out.config = out.values["config"].as<std::string>();
+  out.config = out.values[key].as<std::string>();
   return std::nullopt;
 }
 

@@ -27,6 +27,8 @@ exit_code simulate_command(const std::vector<std::string>& args);
 exit_code verify_command(const std::vector<std::string>& args);
 /// `troupe eval CONFIG.toml --checkpoint DIR`: a checkpoint's loss and metrics on a split.
 exit_code eval_command(const std::vector<std::string>& args);
+/// `troupe predict CHECKPOINT --config CONFIG.toml --input FILE`: a model's outputs.
+exit_code predict_command(const std::vector<std::string>& args);
 exit_code layers_command(const std::vector<std::string>& args);
 exit_code check_layer_command(const std::vector<std::string>& args);
 /// `troupe trace summary|timeline FILE`: reads a trace written by `troupe run --trace`.

@@ -26,6 +26,7 @@ const char* main_usage =
     "  plan CONFIG.toml     print the actors and wires a config expands into (--dot, --eject)\n"
     "  verify CONFIG.toml   check that a parallel config computes what one device computes\n"
     "  eval CONFIG.toml --checkpoint DIR  a trained model's loss and metrics on its test split\n"
+    "  predict CHECKPOINT --config CONFIG.toml --input FILE  a trained model's outputs\n"
     "  layers               list the layer types and actor kinds configs can use\n"
     "  check-layer NAME     check a layer's backward against finite differences\n"
     "  calibrate CONFIG.toml  time each layer of a config at its shapes on this machine\n"
@@ -62,6 +63,7 @@ const command_entry commands[] = {
     {"export", troupe::cli::export_command}, {"launch", troupe::cli::launch_command},
     {"plot", troupe::cli::plot_command},     {"calibrate", troupe::cli::calibrate_command},
     {"simulate", troupe::cli::simulate_command}, {"eval", troupe::cli::eval_command},
+    {"predict", troupe::cli::predict_command},
 };
 
 troupe::exit_code run(const std::string& command, const std::vector<std::string>& args) {

@@ -27,12 +27,10 @@
 
 namespace troupe {
 
-std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
-                                 std::int64_t classes, std::int64_t positions) {
+std::vector<shape_t> layer_shapes(const run_config& config, std::int64_t input_features) {
   // A layer's output for the largest batch it sees must fit limits::max_tensor_elements,
   // or a config (a conv2d of 65536 channels) would be killed for memory mid-run.
   const auto batch = std::max(config.data.batch_size, config.data.eval_batch_size);
-  const auto inputs = resolve_inputs(config.model);
   std::vector<const layer_config*> layers;
   std::vector<source_position> where;
   for (const auto& layer : config.model.layers) {
@@ -55,7 +53,20 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
                              " values for a batch of " + std::to_string(batch) +
                              "; use a smaller layer or batch");
   };
-  const auto model = infer_shapes(layers, inputs, {input_features}, where, fits_limit);
+  const auto model =
+      infer_shapes(layers, resolve_inputs(config.model), {input_features}, where, fits_limit);
+  auto shapes = model.input;
+  shapes.push_back(model.output.back());
+  return shapes;
+}
+
+std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
+                                 std::int64_t classes, std::int64_t positions) {
+  const auto shapes = layer_shapes(config, input_features);
+  const auto inputs = resolve_inputs(config.model);
+  std::vector<const layer_config*> layers;
+  for (const auto& layer : config.model.layers)
+    layers.push_back(&layer);
   // A layer that reads token ids must know every id the data holds (a text's vocabulary).
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto ids = create_layer(*layers[i])->input_ids();
@@ -72,8 +83,6 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
                              std::to_string(classes) + " distinct tokens (bytes); set its vocab "
                              "to " + std::to_string(classes));
   }
-  auto shapes = model.input;
-  shapes.push_back(model.output.back());
   const auto& out = shapes.back();
   const auto expected = loss_input_shape(classes, positions);
   const bool values = loss_spec_of(config.model).targets == target_kind::values;

@@ -21,8 +21,13 @@
 
 namespace troupe {
 
-/// The model's per-sample shapes: shapes[i] is the input of layer i, shapes.back() the
-/// output. Throws config_error at the layer that does not fit.
+/// The shorthand model's per-sample shapes for inputs of `input_features` values: shapes[i]
+/// is the input of layer i, shapes.back() the output. Throws config_error at the layer that
+/// does not fit.
+std::vector<shape_t> layer_shapes(const run_config& config, std::int64_t input_features);
+
+/// layer_shapes(), checked against the data: layers that read token ids know every id, and
+/// the output is what the loss compares with `classes` (or K float targets) at `positions`.
 std::vector<shape_t> check_model(const run_config& config, std::int64_t input_features,
                                  std::int64_t classes, std::int64_t positions = 1);
 

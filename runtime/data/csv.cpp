@@ -188,7 +188,12 @@ column_plan plan_columns(const csv_reader& reader, const std::vector<csv_field>&
                          const csv_columns& columns) {
   column_plan plan;
   plan.names = column_names(reader, header);
-  plan.targets = indices_of(reader, plan.names, columns.targets, "target");
+  std::vector<std::string> targets;
+  for (const auto& name : columns.targets)
+    if (!columns.targets_optional ||
+        std::find(plan.names.begin(), plan.names.end(), name) != plan.names.end())
+      targets.push_back(name);
+  plan.targets = indices_of(reader, plan.names, targets, "target");
   if (columns.features.empty()) {
     for (std::size_t c = 0; c < plan.names.size(); ++c)
       if (std::find(plan.targets.begin(), plan.targets.end(), c) == plan.targets.end())
@@ -237,14 +242,16 @@ dataset read_csv(const std::string& path, const csv_columns& columns, target_kin
   std::vector<csv_field> fields;
   if (!reader.next(fields))
     reader.fail(1, 1, "the file is empty; expected a header row naming the columns");
-  const auto plan = plan_columns(reader, fields, columns);
+  auto plan = plan_columns(reader, fields, columns);
   const bool labels = targets == target_kind::class_ids;
-  if (labels && plan.targets.size() != 1)
+  if (columns.targets_optional)
+    plan.targets.clear();  // read no targets
+  else if (labels && plan.targets.size() != 1)
     reader.fail(1, 1, "a loss of class labels reads one target column, not " +
                           std::to_string(plan.targets.size()));
   dataset out;
   out.features = static_cast<std::int64_t>(plan.features.size());
-  out.outputs = labels ? 0 : static_cast<std::int64_t>(plan.targets.size());
+  out.outputs = labels || plan.targets.empty() ? 0 : static_cast<std::int64_t>(plan.targets.size());
   const auto norm = resolve_normalisation(normalisation, out.features, path);
   while (reader.next(fields)) {
     const auto& first = fields.front();

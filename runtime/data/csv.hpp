@@ -28,9 +28,12 @@ namespace troupe {
 
 /// Which columns of a table are what, and how its fields are separated.
 struct csv_columns {
-  std::vector<std::string> targets;   // at least one
+  std::vector<std::string> targets;   // at least one, unless targets_optional
   std::vector<std::string> features;  // empty: every column that is not a target
   char delimiter = ',';
+  /// Inputs to predict from: the targets are left out where the header has them, and not
+  /// read; the dataset has no labels or values.
+  bool targets_optional = false;
 };
 
 /// One table: a split of a data set, its features in `images`.

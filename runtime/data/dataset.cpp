@@ -320,9 +320,6 @@ std::string find_idx_file(const std::filesystem::path& directory, const std::str
                    "\"synthetic\"");
 }
 
-// Fashion-MNIST's training-set pixel statistics (of x / 255), the usual published values.
-constexpr double fashion_mean = 0.2860;
-constexpr double fashion_std = 0.3530;
 constexpr std::int64_t fashion_classes = 10;
 
 dataset load_fashion_split(const std::filesystem::path& directory, const std::string& prefix) {
@@ -352,7 +349,7 @@ dataset load_fashion_split(const std::filesystem::path& directory, const std::st
   // A byte has 256 values: normalise through a table, in double, rounded once to float.
   std::array<float, 256> table{};
   for (int v = 0; v < 256; ++v)
-    table[v] = static_cast<float>((v / 255.0 - fashion_mean) / fashion_std);
+    table[v] = static_cast<float>((v / 255.0 - fashion_mnist_mean) / fashion_mnist_std);
   out.images.resize(images.pixels.size());
   std::transform(images.pixels.begin(), images.pixels.end(), out.images.begin(),
                  [&table](std::uint8_t v) { return table[v]; });

@@ -64,6 +64,10 @@ struct dataset_split {
 /// naming `train_targets` (where the labels came from) when that is fewer than two.
 void count_classes(dataset_split& split, const std::string& train_targets);
 
+/// Fashion-MNIST's training-set pixel statistics (of x / 255), the usual published values.
+constexpr double fashion_mnist_mean = 0.2860;
+constexpr double fashion_mnist_std = 0.3530;
+
 /// The raw contents of an IDX3 image file (magic 0x00000803).
 struct idx_images {
   std::int64_t count = 0;

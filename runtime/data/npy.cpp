@@ -503,4 +503,22 @@ dataset_split load_npy(const std::string& train_features, const std::string& tra
   return out;
 }
 
+std::string npy_float_header(const std::vector<std::int64_t>& shape) {
+  std::string dims;
+  for (const auto d : shape)
+    dims += std::to_string(d) + ", ";
+  if (!shape.empty())  // "(4, 2)", but "(4,)" for one dimension
+    dims.resize(dims.size() - (shape.size() > 1 ? 2 : 1));
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + dict.size() + 1) % 64 != 0)
+    dict += ' ';
+  dict += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>((dict.size() >> 8) & 0xff);
+  return out + dict;
+}
+
 }  // namespace troupe

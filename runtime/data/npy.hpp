@@ -67,6 +67,10 @@ struct npy_values {
 };
 npy_values read_npy_values(const std::string& path);
 
+/// The header of a version 1.0 .npy file of little-endian float32 values of `shape` (C
+/// order), padded as NumPy pads it: what a writer puts before the values.
+std::string npy_float_header(const std::vector<std::int64_t>& shape);
+
 /// [data] source = "npy": features and targets of the training split and of the test split,
 /// checked to agree in count (and the two splits in features and outputs). Targets are
 /// class labels (classes is the largest label plus one) or float values, as the loss says.
