@@ -104,7 +104,39 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
 
 namespace {
 
+dataset_split load_source(const run_config& config, target_kind targets);
+
+/// Both splits normalised with each feature's mean and std over the training split
+/// ([data] normalize = "standard"): a .npy's rows opened again with them, a CSV table's
+/// values normalised in place, as the npy source's arithmetic does.
+void standardize(const run_config& config, target_kind targets, dataset_split& split) {
+  const auto statistics = statistics_of(split.train);
+  const feature_normalisation standard{{1.0}, statistics.mean, statistics.std};
+  const auto& d = config.data;
+  if (d.source == data_source::npy) {
+    auto again = load_npy(d.features, d.targets, d.test_features, d.test_targets, standard, targets);
+    split.train = std::move(again.train);
+    split.test = std::move(again.test);
+  } else {
+    const auto norm = resolve_normalisation(standard, split.train.features, d.path);
+    for (auto* part : {&split.train, &split.test})
+      for (std::size_t i = 0; i < part->images.size(); ++i)
+        part->images[i] = norm.apply(static_cast<std::int64_t>(i % norm.mean.size()),
+                                     part->images[i]);
+  }
+  split.feature_mean = statistics.mean;
+  split.feature_std = statistics.std;
+}
+
 dataset_split load_data(const run_config& config, target_kind targets) {
+  auto split = load_source(config, targets);
+  const auto& d = config.data;
+  if (d.standardize && (d.source == data_source::npy || d.source == data_source::csv))
+    standardize(config, targets, split);
+  return split;
+}
+
+dataset_split load_source(const run_config& config, target_kind targets) {
   const auto& d = config.data;
   if (d.source == data_source::synthetic)
     return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
@@ -271,6 +303,8 @@ std::string config_fingerprint(const run_config& config) {
       text += key + "=" + setting_text(value) + ",";
     text += ")";
   }
+  if (config.data.standardize)  // (only then: older checkpoints keep their hash)
+    text += "normalize=standard;";
   // Only a loss other than the first one there was: older checkpoints keep their hash.
   if (config.model.loss != "softmax_xent" || !config.model.loss_settings.empty()) {
     text += "loss=" + config.model.loss + "(";

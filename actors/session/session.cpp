@@ -338,6 +338,8 @@ void session::spawn_checkpoint_writer() {
   w.base.seed = config.run.seed;
   w.base.optimizer = to_string(config.optimizer.type);
   w.base.layers = describe_model(prepared.model);
+  w.base.feature_mean = prepared.data->feature_mean;  // normalize = "standard"
+  w.base.feature_std = prepared.data->feature_std;
   w.trainer = s_.trainer;
   s_.checkpoints.writer =
       troupe::spawn_checkpoint_writer(*s_.system, std::move(w), writer_home_.get());

@@ -27,12 +27,20 @@ bool ends_with(const std::string& text, const std::string& suffix) {
                     [](char a, char b) { return std::tolower(a) == std::tolower(b); });
 }
 
-/// The rows to predict from: a .npy file's, read as batches gather them, or a CSV table's.
-dataset input_rows(const run_config& config, const std::string& path) {
+/// The rows to predict from: a .npy file's, read as batches gather them, or a CSV table's,
+/// normalised as the model's training data was.
+dataset input_rows(const run_config& config, const std::string& path,
+                   const checkpoint_manifest& manifest) {
   const auto& d = config.data;
   feature_normalisation normalisation{d.scale, d.mean, d.std};
   if (d.source == data_source::fashion_mnist)  // the IDX source's, for raw pixels (dataset.hpp)
     normalisation = feature_normalisation{{1.0 / 255}, {fashion_mnist_mean}, {fashion_mnist_std}};
+  if (d.standardize) {
+    if (manifest.feature_mean.empty())
+      throw data_error("the config says [data] normalize = \"standard\", but the checkpoint "
+                       "records no feature statistics (was it trained with another config?)");
+    normalisation = feature_normalisation{{1.0}, manifest.feature_mean, manifest.feature_std};
+  }
   if (ends_with(path, ".npy")) {
     const auto header = read_npy_header(path);
     dataset out;
@@ -50,7 +58,8 @@ dataset input_rows(const run_config& config, const std::string& path) {
 
 /// The checkpoint's parameters for the config's model, per layer in parameters() order.
 std::vector<std::vector<std::vector<float>>> checkpoint_parameters(
-    const run_config& config, const std::vector<shape_t>& shapes, const checkpoint_info& found) {
+    const run_config& config, const std::vector<shape_t>& shapes, const checkpoint_info& found,
+    const checkpoint_manifest& manifest) {
   std::vector<model_layer> model;
   for (std::size_t i = 0; i < config.model.layers.size(); ++i) {
     auto params = create_layer(config.model.layers[i])->parameters(shapes[i]);
@@ -58,7 +67,7 @@ std::vector<std::vector<std::vector<float>>> checkpoint_parameters(
       model.push_back(model_layer{static_cast<std::int64_t>(i), config.model.layers[i].type,
                                   std::move(params)});
   }
-  const auto start = resume_from(found.path, verify_checkpoint(found.path), model, {});
+  const auto start = resume_from(found.path, manifest, model, {});
   std::vector<std::vector<std::vector<float>>> out(config.model.layers.size());
   for (const auto& layer : model)
     for (const auto& param : layer.params)
@@ -132,11 +141,12 @@ prediction_summary predict(const run_config& config, const prediction_request& r
   if (request.softmax && !classes)
     throw user_error("troupe predict: --softmax needs a loss of class labels; [model] loss = \"" +
                      config.model.loss + "\" compares float targets");
-  const auto input = input_rows(config, request.input);
-  const auto shapes = layer_shapes(config, input.features);
   const auto found = resolve_resume_path(request.checkpoint);
+  const auto manifest = verify_checkpoint(found.path);
+  const auto input = input_rows(config, request.input, manifest);
+  const auto shapes = layer_shapes(config, input.features);
   const host_model model{config.model.layers, resolve_inputs(config.model), shapes,
-                         checkpoint_parameters(config, shapes, found)};
+                         checkpoint_parameters(config, shapes, found, manifest)};
   const auto& out_shape = shapes.back();
   const auto width = element_count(out_shape);
   const auto classes_a_row = out_shape.empty() ? 1 : out_shape.back();

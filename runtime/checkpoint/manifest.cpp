@@ -6,6 +6,7 @@
 // data_error "manifest '<file>': field '<path.to.field>' ...". Nothing here touches shards.
 #include "runtime/checkpoint/manifest.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -52,6 +53,12 @@ std::string manifest_to_json(const checkpoint_manifest& manifest) {
                     {"optimizer", manifest.optimizer},
                     {"shards", std::move(shards)},
                     {"layers", std::move(layers)}};
+  if (!manifest.feature_mean.empty()) {
+    auto with = out;
+    with["feature_mean"] = manifest.feature_mean;
+    with["feature_std"] = manifest.feature_std;
+    return with.dump(2) + "\n";
+  }
   return out.dump(2) + "\n";
 }
 
@@ -105,6 +112,18 @@ class object_reader {
       fail("field '" + field_path(name) + "'", "is " + describe_json_value(v) + "; expected a " +
                                                    (may_be_empty ? "string" : "non-empty string"));
     return v.get<std::string>();
+  }
+
+  /// An array of finite numbers.
+  std::vector<double> numbers(const std::string& name) {
+    std::vector<double> out;
+    for (const auto& v : array(name)) {
+      if (!v.is_number() || !std::isfinite(v.get<double>()))
+        fail("field '" + field_path(name) + "'",
+             "holds " + describe_json_value(v) + "; expected finite numbers");
+      out.push_back(v.get<double>());
+    }
+    return out;
   }
 
   const json& array(const std::string& name) {
@@ -256,6 +275,14 @@ checkpoint_manifest manifest_from_json(const std::string& text, const std::strin
   m.data_step_in_epoch = reader.count("data_step_in_epoch");
   m.lr_schedule_step = reader.count("lr_schedule_step");
   m.optimizer = reader.string("optimizer", true);
+  if (parsed.contains("feature_mean") || parsed.contains("feature_std")) {
+    m.feature_mean = reader.numbers("feature_mean");
+    m.feature_std = reader.numbers("feature_std");
+    if (m.feature_mean.size() != m.feature_std.size())
+      reader.fail("field 'feature_std'", "has " + std::to_string(m.feature_std.size()) +
+                                             " values, and feature_mean " +
+                                             std::to_string(m.feature_mean.size()));
+  }
 
   const auto& shards = reader.array("shards");
   std::map<std::string, std::string> shard_of_tensor;

@@ -64,6 +64,10 @@ struct checkpoint_manifest {
   std::string optimizer;  // "sgd", "adam", "adamw": which optimizer state the shards hold    // the step the learning-rate schedule is at
   std::vector<checkpoint_shard> shards;
   std::vector<checkpoint_layer> layers;
+  /// [data] normalize = "standard": the training split's mean and standard deviation of
+  /// each feature, which the model's inputs were normalised with (troupe predict reads them
+  /// back); empty otherwise, and then not written.
+  std::vector<double> feature_mean, feature_std;
 };
 
 /// The name of the manifest in a checkpoint's directory.

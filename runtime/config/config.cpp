@@ -496,6 +496,21 @@ void read_npy_settings(const section_reader& r, const std::string& directory, da
   read_numbers(r, "scale", number_range{any, false}, s.scale);
   read_numbers(r, "mean", number_range{any, false}, s.mean);
   read_numbers(r, "std", number_range{0, true}, s.std);
+  std::string normalize = "none";
+  const auto normalize_where =
+      r.read_choice("normalize", normalize, "normalization", {"none", "standard"});
+  s.standardize = normalize == "standard";
+  if (s.standardize && s.source != data_source::npy && s.source != data_source::csv)
+    throw config_error(normalize_where, "[data] normalize = \"standard\" is for source = \"npy\" "
+                                        "or \"csv\"; \"" + std::string(to_string(s.source)) +
+                                        "\" normalises its data itself");
+  if (s.standardize)
+    for (const char* key : {"scale", "mean", "std"})
+      if (r.find(key))
+        throw config_error(normalize_where,
+                           std::string("[data] normalize = \"standard\" computes each feature's "
+                                       "mean and std from the training split; remove ") +
+                               key + " (or normalize)");
 }
 
 /// source = "npy" names its four files, and each is there.

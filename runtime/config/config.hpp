@@ -75,6 +75,9 @@ struct data_section {
   std::string features, targets, test_features, test_targets;
   // npy and csv: one value, or one per feature
   std::vector<double> scale{1.0}, mean{0.0}, std{1.0};
+  /// normalize = "standard": each feature's mean and standard deviation over the training
+  /// split instead of scale, mean and std (recorded in checkpoints: runtime/data/normalisation.hpp)
+  bool standardize = false;
   // csv source only (runtime/data/csv.hpp): `path` is the training table
   std::string test_path;                     // relative to the config file
   std::vector<std::string> target_columns;   // target = "y" or ["y1", "y2"]

@@ -58,6 +58,9 @@ struct dataset_split {
   dataset train;
   dataset test;
   std::string vocabulary;  // a text source's tokens: the byte of each id (text.hpp)
+  /// [data] normalize = "standard": each feature's mean and standard deviation over the
+  /// training split, which both splits were normalised with; empty otherwise.
+  std::vector<double> feature_mean, feature_std;
 };
 
 /// Sets both splits' classes to the largest label of either plus one; throws data_error

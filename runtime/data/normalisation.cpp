@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/data/dataset.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -37,6 +38,41 @@ per_feature_normalisation resolve_normalisation(const feature_normalisation& n,
   out.uniform = out.scale.empty() || (all(out.scale, out.scale.front()) &&
                                       all(out.mean, out.mean.front()) &&
                                       all(out.std, out.std.front()));
+  return out;
+}
+
+feature_statistics statistics_of(const dataset& rows) {
+  const auto features = static_cast<std::size_t>(rows.features);
+  // Sums of x - x0 (x0: the first sample) and their squares: no cancellation for values far
+  // from 0 with a small spread.
+  std::vector<float> first(features), chunk;
+  std::vector<double> sum(features), squares(features);
+  const std::int64_t first_row = 0;
+  rows.gather(&first_row, 0, 1, first.data());
+  constexpr std::int64_t rows_a_chunk = 4096;
+  std::vector<std::int64_t> picked(static_cast<std::size_t>(rows_a_chunk));
+  for (std::int64_t start = 0; start < rows.count; start += rows_a_chunk) {
+    const auto count = std::min(rows_a_chunk, rows.count - start);
+    for (std::int64_t i = 0; i < count; ++i)
+      picked[static_cast<std::size_t>(i)] = start + i;
+    chunk.resize(static_cast<std::size_t>(count) * features);
+    rows.gather(picked.data(), 0, static_cast<std::size_t>(count), chunk.data());
+    for (std::int64_t i = 0; i < count; ++i)
+      for (std::size_t f = 0; f < features; ++f) {
+        const double d = static_cast<double>(chunk[static_cast<std::size_t>(i) * features + f]) -
+                         first[f];
+        sum[f] += d;
+        squares[f] += d * d;
+      }
+  }
+  feature_statistics out;
+  const auto n = static_cast<double>(rows.count);
+  for (std::size_t f = 0; f < features; ++f) {
+    const double shifted_mean = sum[f] / n;
+    const double variance = std::max(0.0, squares[f] / n - shifted_mean * shifted_mean);
+    out.mean.push_back(first[f] + shifted_mean);
+    out.std.push_back(variance > 0 ? std::sqrt(variance) : 1.0);
+  }
   return out;
 }
 

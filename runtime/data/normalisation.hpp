@@ -10,6 +10,8 @@
 
 namespace troupe {
 
+struct dataset;  // runtime/data/dataset.hpp
+
 /// As the config gives it: each 1 value, or one a feature.
 struct feature_normalisation {
   std::vector<double> scale{1.0};
@@ -29,6 +31,14 @@ struct per_feature_normalisation {
     return static_cast<float>((v * scale[i] - mean[i]) / std[i]);
   }
 };
+
+/// Each feature's mean and standard deviation (population: sklearn's StandardScaler) over
+/// every sample of `rows`, read in chunks, in double; a feature that never varies gets std 1
+/// (as StandardScaler does), so it normalises to 0 instead of dividing by 0.
+struct feature_statistics {
+  std::vector<double> mean, std;  // (D) each
+};
+feature_statistics statistics_of(const dataset& rows);
 
 /// Resolves `n` for `features` values a sample. Throws data_error naming `path` for a
 /// vector of neither 1 nor D values, or a std that is 0 or not finite.

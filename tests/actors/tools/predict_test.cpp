@@ -47,8 +47,10 @@ void write_tables(const temp_directory& dir) {
   test::write_float_npy(dir / "tx.npy", "(64, 3)", inputs.second);
 }
 
-std::string regression_config(const temp_directory& dir) {
-  return "[run]\nsteps = 60\nseed = 4\n[data]\nsource = \"csv\"\npath = \"" + dir / "train.csv" +
+std::string regression_config(const temp_directory& dir, bool standard = false) {
+  return "[run]\nsteps = 60\nseed = 4\n[data]\n" +
+         std::string(standard ? "normalize = \"standard\"\n" : "") +
+         "source = \"csv\"\npath = \"" + dir / "train.csv" +
          "\"\ntest_path = \"" + dir / "test.csv" + "\"\ntarget = \"y\"\nbatch_size = 32\n"
          "eval_batch_size = 64\n[model]\nloss = \"mse\"\n" + test::linear(16) +
          test::layer("tanh") + test::linear(1) + "[optimizer]\ntype = \"adam\"\nlr = 0.01\n";
@@ -68,12 +70,17 @@ std::vector<float> floats_of_npy(const std::string& path) {
 TEST_CASE("predict gives the outputs the run's own evaluation scored, from .npy or CSV") {
   temp_directory dir{"troupe-predict"};
   write_tables(dir);
-  auto config = parse_config(regression_config(dir), "r.toml");
-  config.run.checkpoint = dir / "ck";
+  // Standardised: the checkpoint's manifest records the training split's statistics, and
+  // predict normalises the inputs with them.
+  for (const bool standard : {false, true}) {
+  CAPTURE(standard);
+  const std::string ck = dir / (standard ? "ck_standard" : "ck");
+  auto config = parse_config(regression_config(dir, standard), "r.toml");
+  config.run.checkpoint = ck;
   const auto trained = test::run_ok(config, test::quiet_options()).outcome;
 
   prediction_request request;
-  request.checkpoint = dir / "ck";
+  request.checkpoint = ck;
   request.input = dir / "tx.npy";
   request.output = dir / "out.npy";
   const auto summary = predict(config, request, stdout);
@@ -109,6 +116,7 @@ TEST_CASE("predict gives the outputs the run's own evaluation scored, from .npy 
   CHECK(line == "y");  // the config's target column names the output
   for (std::size_t i = 0; std::getline(csv, line); ++i)
     CHECK(std::stof(line) == doctest::Approx(predicted[i]).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("a classifier's predicted probabilities sum to 1 and score the run's test accuracy") {

@@ -180,6 +180,12 @@ TEST_CASE("a run on a CSV table trains as a run on the same numbers as .npy file
                    dir / "x.npy" + "\"\ntargets = \"" + dir / "y.npy" + "\"\ntest_features = \"" +
                    dir / "tx.npy" + "\"\ntest_targets = \"" + dir / "ty.npy" + "\"\n" + rest;
   CHECK(test::train_twenty_steps(csv) == test::train_twenty_steps(npy));
+  // Standardised by the training split's statistics, the same on both.
+  const auto standard = [](std::string text) {
+    return text.insert(text.find("batch_size"), "normalize = \"standard\"\n");
+  };
+  CHECK(test::train_twenty_steps(standard(csv)) == test::train_twenty_steps(standard(npy)));
+  CHECK(test::train_twenty_steps(standard(csv)) != test::train_twenty_steps(csv));
   // And on two replicas, as every wiring does.
   CHECK(test::largest_difference(
             test::train_twenty_steps(csv),
@@ -248,4 +254,49 @@ TEST_CASE("plan --eject keeps a CSV or .npy source's own keys, so the ejected co
   REQUIRE(ejected.model.loss_settings.count("delta") == 1);
   CHECK(std::get<double>(ejected.model.loss_settings.at("delta").value) == 0.25);
   CHECK(prepare_session(ejected).data->train.images == prepared.data->train.images);
+}
+
+TEST_CASE("normalize = \"standard\" gives every training feature mean 0 and std 1") {
+  temp_directory dir{"troupe-csv-standard"};
+  // Features far from 0 with a small spread (no cancellation), one that never varies.
+  std::string text = "big,small,constant,y\n";
+  for (int i = 0; i < 100; ++i)
+    text += std::to_string(1e6 + i) + "," + std::to_string(0.001 * (i % 7)) + ",5," +
+            std::to_string(i % 2) + "\n";
+  write_text(dir, "t.csv", text);
+  auto config = parse_config("[data]\nsource = \"csv\"\npath = \"t.csv\"\ntest_path = \"t.csv\"\n"
+                             "target = \"y\"\nnormalize = \"standard\"\nbatch_size = 10\n"
+                             "[[model.layers]]\ntype = \"linear\"\nout = 2\n",
+                             "s.toml", dir.string());
+  const auto data = load_session_data(config);
+  REQUIRE(data->feature_mean.size() == 3);
+  CHECK(data->feature_mean[0] == doctest::Approx(1e6 + 49.5));
+  CHECK(data->feature_std[2] == 1.0);  // never varies: divided by 1, as StandardScaler does
+  for (std::size_t f = 0; f < 3; ++f) {
+    double sum = 0, squares = 0;
+    for (std::int64_t i = 0; i < 100; ++i) {
+      const double v = data->train.images[static_cast<std::size_t>(i * 3) + f];
+      sum += v;
+      squares += v * v;
+    }
+    CHECK(std::abs(sum / 100) < 1e-6);
+    CHECK(squares / 100 == doctest::Approx(f == 2 ? 0.0 : 1.0).epsilon(1e-5));
+  }
+  auto refused = [&](const std::string& data_text) {
+    try {
+      parse_config(data_text + "[[model.layers]]\ntype = \"linear\"\nout = 2\n", "s.toml",
+                   dir.string());
+    } catch (const config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string{};
+  };
+  CHECK(refused("[data]\nsource = \"csv\"\npath = \"t.csv\"\ntest_path = \"t.csv\"\n"
+                "target = \"y\"\nnormalize = \"standard\"\nmean = 3\n")
+            .find("remove mean") != std::string::npos);
+  CHECK(refused("[data]\nsource = \"synthetic\"\nnormalize = \"standard\"\n")
+            .find("is for source = \"npy\" or \"csv\"") != std::string::npos);
+  CHECK(refused("[data]\nsource = \"csv\"\npath = \"t.csv\"\ntest_path = \"t.csv\"\n"
+                "target = \"y\"\nnormalize = \"standrad\"\n")
+            .find("did you mean 'standard'") != std::string::npos);
 }
