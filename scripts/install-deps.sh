@@ -31,6 +31,7 @@ test_packages=(
                                   # (and python3 for tests/function_sizes.py)
   clang libclang-rt-14-dev        # the sanitizer pass of the tests (scripts/sanitize.sh) and
                                   # libFuzzer (scripts/fuzz.sh)
+  python3-numpy python3-sklearn   # examples/own_data: scikit-learn's bundled data sets
 )
 case "${1:-}" in
   --train) packages=("${train_packages[@]}") ;;
