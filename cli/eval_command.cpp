@@ -53,7 +53,7 @@ exit_code eval_command(const std::vector<std::string>& args) {
       "checkpoint", po::value<std::string>(),
       "the checkpoint to evaluate: a checkpoint directory, or a directory of them (its newest "
       "complete one); required")("split", po::value<std::string>()->default_value("test"),
-                                 "the split to evaluate: test or train")(
+                                 "the split to evaluate: test, validation ([data] validation) or train")(
       "json", "print one JSON object (checkpoint, step, split, samples, loss, each metric)")(
       "watchdog", po::value<double>(),
       "stop an evaluation that has made no progress for this many seconds (overrides [run] "
@@ -72,18 +72,18 @@ exit_code eval_command(const std::vector<std::string>& args) {
     return exit_code::bad_input;
   }
   const auto split = line.values["split"].as<std::string>();
-  if (split != "test" && split != "train") {
-    std::fprintf(stderr, "troupe eval: --split must be test or train, not %s\n",
+  if (split != "test" && split != "validation" && split != "train") {
+    std::fprintf(stderr, "troupe eval: --split must be test, validation or train, not %s\n",
                  quote_user_text(split).c_str());
     return exit_code::bad_input;
   }
   auto config = load_config_and_plugins(line);
-  config.run.checkpoint.clear();  // an evaluation writes none
-  config.run.checkpoint_keep_best = false;
   config.run.trace.clear();
   session_options session;
   session.purpose = session_purpose::evaluate;
-  session.evaluate_training_split = split == "train";
+  session.evaluation = split == "train"        ? evaluated_split::train
+                       : split == "validation" ? evaluated_split::validation
+                                               : evaluated_split::test;
   session.resume = line.values["checkpoint"].as<std::string>();
   session.quiet = true;
   session.metrics_path = "";

@@ -175,10 +175,10 @@ exit_code run_command(const std::vector<std::string>& args) {
     std::printf(", validation loss %.4f (%.3f bits per character)", outcome.test_loss,
                 outcome.test_loss / std::log(2.0));
   else if (outcome.test_accuracy >= 0)
-    std::printf(", test accuracy %.2f%%", 100.0 * outcome.test_accuracy);
+    std::printf(", %s accuracy %.2f%%", outcome.evaluated.c_str(), 100.0 * outcome.test_accuracy);
   else  // a regression's errors
     for (const auto& [name, value] : outcome.test_metrics)
-      std::printf(", test %s %.4f", name.c_str(), value);
+      std::printf(", %s %s %.4f", outcome.evaluated.c_str(), name.c_str(), value);
   std::printf("\n");
   if (!result.sample.empty())
     std::printf("sample of the model's text (temperature 0.8):\n%s\n", result.sample.c_str());

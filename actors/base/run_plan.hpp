@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "troupe/loss.hpp"
@@ -23,6 +24,8 @@ struct run_plan {
   /// `troupe eval`: no training step; one evaluation of the parameters at first_step
   /// (total_steps == first_step), then the run ends.
   bool evaluate_only = false;
+  /// The split evaluations run on: "test", "validation" ([data] validation) or "train".
+  std::string evaluated = "test";
   std::int64_t eval_batch_size = 0;
   std::int64_t eval_batches = 0;     // per evaluation: ceil(N_test / eval_batch_size)
   std::int64_t positions = 1;        // labels a sample: > 1 for a language model's sequences

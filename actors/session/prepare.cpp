@@ -104,22 +104,45 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
 
 namespace {
 
-dataset_split load_source(const run_config& config, target_kind targets);
+/// The config's source read with `normalisation` (npy and csv), before any hold-out.
+dataset_split load_source(const run_config& config, target_kind targets,
+                          const feature_normalisation& normalisation) {
+  const auto& d = config.data;
+  if (d.source == data_source::synthetic)
+    return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
+                          d.synthetic_classes, config.run.seed);
+  if (d.source == data_source::text)
+    return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
+  if (d.source == data_source::npy)
+    return load_npy(d.features, d.targets, d.test_features, d.test_targets, normalisation,
+                    targets);
+  if (d.source == data_source::csv)
+    return load_csv(d.path, d.test_path, csv_columns{d.target_columns, d.feature_columns, d.delimiter},
+                    targets, normalisation);
+  return load_fashion_mnist(d.path);
+}
 
-/// Both splits normalised with each feature's mean and std over the training split
-/// ([data] normalize = "standard"): a .npy's rows opened again with them, a CSV table's
+/// The source, with [data] validation held out of the training split.
+dataset_split load_held_out(const run_config& config, target_kind targets,
+                            const feature_normalisation& normalisation) {
+  auto split = load_source(config, targets, normalisation);
+  if (config.data.validation > 0)
+    split.validation = hold_out(split.train, config.data.validation, config.run.seed);
+  return split;
+}
+
+/// [data] normalize = "standard": every split normalised with each feature's mean and std
+/// over the (held-in) training split: a .npy's rows opened again with them, a CSV table's
 /// values normalised in place, as the npy source's arithmetic does.
 void standardize(const run_config& config, target_kind targets, dataset_split& split) {
   const auto statistics = statistics_of(split.train);
   const feature_normalisation standard{{1.0}, statistics.mean, statistics.std};
   const auto& d = config.data;
   if (d.source == data_source::npy) {
-    auto again = load_npy(d.features, d.targets, d.test_features, d.test_targets, standard, targets);
-    split.train = std::move(again.train);
-    split.test = std::move(again.test);
+    split = load_held_out(config, targets, standard);  // the same hold-out: keyed by the seed
   } else {
     const auto norm = resolve_normalisation(standard, split.train.features, d.path);
-    for (auto* part : {&split.train, &split.test})
+    for (auto* part : {&split.train, &split.test, &split.validation})
       for (std::size_t i = 0; i < part->images.size(); ++i)
         part->images[i] = norm.apply(static_cast<std::int64_t>(i % norm.mean.size()),
                                      part->images[i]);
@@ -129,27 +152,11 @@ void standardize(const run_config& config, target_kind targets, dataset_split& s
 }
 
 dataset_split load_data(const run_config& config, target_kind targets) {
-  auto split = load_source(config, targets);
   const auto& d = config.data;
-  if (d.standardize && (d.source == data_source::npy || d.source == data_source::csv))
+  auto split = load_held_out(config, targets, feature_normalisation{d.scale, d.mean, d.std});
+  if (d.standardize)
     standardize(config, targets, split);
   return split;
-}
-
-dataset_split load_source(const run_config& config, target_kind targets) {
-  const auto& d = config.data;
-  if (d.source == data_source::synthetic)
-    return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
-                          d.synthetic_classes, config.run.seed);
-  if (d.source == data_source::text)
-    return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
-  if (d.source == data_source::npy)
-    return load_npy(d.features, d.targets, d.test_features, d.test_targets,
-                    feature_normalisation{d.scale, d.mean, d.std}, targets);
-  if (d.source == data_source::csv)
-    return load_csv(d.path, d.test_path, csv_columns{d.target_columns, d.feature_columns, d.delimiter},
-                    targets, feature_normalisation{d.scale, d.mean, d.std});
-  return load_fashion_mnist(d.path);
 }
 
 /// The [model] loss's spec, checked against the data's targets.
@@ -305,6 +312,11 @@ std::string config_fingerprint(const run_config& config) {
   }
   if (config.data.standardize)  // (only then: older checkpoints keep their hash)
     text += "normalize=standard;";
+  if (config.data.validation > 0) {
+    std::ostringstream held;
+    held << std::setprecision(17) << "validation=" << config.data.validation << ";";
+    text += held.str();
+  }
   // Only a loss other than the first one there was: older checkpoints keep their hash.
   if (config.model.loss != "softmax_xent" || !config.model.loss_settings.empty()) {
     text += "loss=" + config.model.loss + "(";
@@ -327,12 +339,43 @@ std::string config_fingerprint(const run_config& config) {
   return out.str();
 }
 
-std::shared_ptr<const dataset_split> load_session_data(const run_config& config) {
+const char* to_string(evaluated_split split) {
+  switch (split) {
+    case evaluated_split::automatic:
+      return "automatic";
+    case evaluated_split::test:
+      return "test";
+    case evaluated_split::validation:
+      return "validation";
+    case evaluated_split::train:
+      return "train";
+  }
+  return "";
+}
+
+std::shared_ptr<const dataset_split> load_session_data(const run_config& config,
+                                                       evaluated_split evaluated) {
   // A no-op for those the command line loaded already; run_session() callers (tests,
   // programs using the library) get the config's plugins too.
   load_config_plugins(config);
   const auto targets = loss_spec_of(config.model).targets;
-  return std::make_shared<const dataset_split>(load_data(config, targets));
+  auto split = load_data(config, targets);
+  const bool held_out = split.validation.count > 0;
+  if (evaluated == evaluated_split::automatic)
+    evaluated = held_out ? evaluated_split::validation : evaluated_split::test;
+  if (evaluated == evaluated_split::validation && !held_out)
+    throw data_error("the config holds out no validation split; set [data] validation = 0.1 "
+                     "(a share of the training split) to have one");
+  if (evaluated == evaluated_split::test && split.test.count == 0)
+    throw data_error("the config names no test split (its evaluations are on the validation "
+                     "split [data] validation holds out: --split validation)");
+  if (evaluated == evaluated_split::validation)
+    split.test = std::move(split.validation);
+  if (evaluated == evaluated_split::train)
+    split.test = split.train;
+  split.validation = dataset{};
+  split.evaluated = to_string(evaluated);
+  return std::make_shared<const dataset_split>(std::move(split));
 }
 
 session_prepared prepare_session(const run_config& config, const std::string& resume,
@@ -356,6 +399,7 @@ session_prepared prepare_session(const run_config& config,
   validate_topology(p.graph, config, width, p.data->train.positions);
   p.plan = make_plan(config, p.graph, *p.data);
   p.plan.loss = loss;
+  p.plan.evaluated = p.data->evaluated;
   p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
   p.model = model_layers(p.graph);
   // init_from is where a run starts; a resumed run continues from its checkpoint instead
@@ -392,6 +436,21 @@ session_prepared prepare_session(const run_config& config,
                    config_fingerprint(config).c_str());
     p.start = resume_from(checkpoint.path, manifest, p.model,
                           optimizer_state_names(config.optimizer.type, config.optimizer.momentum));
+    // The held-out samples were the checkpoint's: the same share and seed, or other ones.
+    if (manifest.validation != config.data.validation ||
+        (manifest.validation > 0 && manifest.validation_seed != config.run.seed))
+      throw data_error("checkpoint '" + checkpoint.path + "' was trained holding out " +
+                       (manifest.validation > 0
+                            ? "[data] validation = " + std::to_string(manifest.validation) +
+                                  " of the training split with seed " +
+                                  std::to_string(manifest.validation_seed)
+                            : std::string("no validation split")) +
+                       ", and the config holds out " +
+                       (config.data.validation > 0
+                            ? std::to_string(config.data.validation) + " with seed " +
+                                  std::to_string(config.run.seed)
+                            : std::string("none")) +
+                       ": its samples would differ; use the settings it was trained with");
     if (purpose == session_purpose::evaluate)
       return evaluation_of(std::move(p), checkpoint.path);
     if (p.start.step >= p.plan.total_steps)

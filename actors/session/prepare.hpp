@@ -59,9 +59,16 @@ session_prepared prepare_session(const run_config& config,
                                  const std::string& resume = "",
                                  session_purpose purpose = session_purpose::train);
 
+/// Which split a run evaluates (its `test` after load_session_data): `automatic` is the
+/// held-out validation split where [data] validation makes one, else the test split.
+enum class evaluated_split { automatic, test, validation, train };
+const char* to_string(evaluated_split split);
+
 /// The config's data set, loaded as its source and its loss say (the config's plugins
-/// loaded first: a plugin's loss decides its targets).
-std::shared_ptr<const dataset_split> load_session_data(const run_config& config);
+/// loaded first: a plugin's loss decides its targets), with the split to evaluate in `test`
+/// (a data_error when the config has no such split).
+std::shared_ptr<const dataset_split> load_session_data(
+    const run_config& config, evaluated_split evaluated = evaluated_split::automatic);
 
 /// A fingerprint of what decides a run's numbers apart from its wiring (the model, the
 /// optimizer, the batch, the seed): FNV-1a over their text. A checkpoint records it, so

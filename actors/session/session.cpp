@@ -193,12 +193,8 @@ void session::restore() {
       resume.clear();
     }
   }
-  auto data = options.data != nullptr ? options.data : load_session_data(config);
-  if (options.purpose == session_purpose::evaluate && options.evaluate_training_split) {
-    auto both = std::make_shared<dataset_split>(*data);  // the training split evaluated
-    both->test = both->train;
-    data = std::move(both);
-  }
+  auto data = options.data != nullptr ? options.data
+                                      : load_session_data(config, options.evaluation);
   s_.prepared = prepare_session(config, data, resume, options.purpose);
   // A text source's vocabulary goes with the run: token ids mean nothing without it. Next
   // to a metrics file, not a device (--metrics /dev/null).
@@ -340,6 +336,8 @@ void session::spawn_checkpoint_writer() {
   w.base.layers = describe_model(prepared.model);
   w.base.feature_mean = prepared.data->feature_mean;  // normalize = "standard"
   w.base.feature_std = prepared.data->feature_std;
+  w.base.validation = config.data.validation;
+  w.base.validation_seed = config.data.validation > 0 ? config.run.seed : 0;
   w.trainer = s_.trainer;
   s_.checkpoints.writer =
       troupe::spawn_checkpoint_writer(*s_.system, std::move(w), writer_home_.get());
@@ -449,6 +447,14 @@ session_result session::finish(std::exception_ptr escaped) {
 }  // namespace
 
 session_result run_session(const run_config& config, const session_options& options) {
+  if (options.purpose == session_purpose::evaluate) {
+    // An evaluation trains nothing, so it writes no checkpoint (nor keeps a best one).
+    auto evaluation = config;
+    evaluation.run.checkpoint.clear();
+    evaluation.run.checkpoint_keep_best = false;
+    session s{evaluation, options};
+    return s.run();
+  }
   session s{config, options};
   return s.run();
 }

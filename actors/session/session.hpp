@@ -42,10 +42,9 @@ struct session_options {
   std::string log_filter;       // ...those matching this (trace::recorder_settings)
   double watchdog = -1;         // overrides [run] watchdog (seconds) when >= 0
   std::string resume;           // continue from this checkpoint (prepare_session)
-  /// Train, or evaluate `resume`'s parameters once (`troupe eval`): on the test split, or
-  /// with evaluate_training_split on the training split.
+  /// Train, or evaluate `resume`'s parameters once (`troupe eval`), on `evaluation`.
   session_purpose purpose = session_purpose::train;
-  bool evaluate_training_split = false;
+  evaluated_split evaluation = evaluated_split::automatic;
   bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/trainer/interrupts.hpp)
   /// This process's node in a run over several ([cluster] nodes > 1): which rank, where
   /// the coordinator is, the secret, the config's identity (actors/session/cluster.hpp).

@@ -79,8 +79,10 @@ void metrics_writer::step(std::int64_t step, std::int64_t epoch, double loss,
 }
 
 void metrics_writer::evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
-                                const metric_values& test_metrics) {
+                                const metric_values& test_metrics, const std::string& split) {
   nlohmann::json record = {{"epoch", epoch}, {"step", steps_done}, {"test_loss", test_loss}};
+  if (split != "test")
+    record["split"] = split;
   for (const auto& [name, value] : test_metrics)
     record["test_" + name] = value;
   write_line(record);

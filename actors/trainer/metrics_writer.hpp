@@ -41,8 +41,9 @@ class metrics_writer {
 
   void step(std::int64_t step, std::int64_t epoch, double loss, const metric_values& metrics,
             double lr, double samples_per_second);
+  /// `split`: which split was evaluated; written as "split" unless it is "test".
   void evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
-                  const metric_values& test_metrics);
+                  const metric_values& test_metrics, const std::string& split = "test");
   /// A checkpoint of the parameters after `steps` steps is complete in `directory`.
   void checkpoint(std::int64_t steps, const std::string& directory);
   /// The last line, `event` "done", "failed" or "interrupted"; then closes the file.

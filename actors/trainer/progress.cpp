@@ -39,12 +39,12 @@ std::string step_metrics(const metric_values& metrics) {
   return text.str();
 }
 
-/// "test accuracy 91.20%" or "test rmse 0.3100, test mae 0.2200".
-std::string test_metrics(const metric_values& metrics) {
+/// "test accuracy 91.20%" or "test rmse 0.3100, test mae 0.2200" (`split` for "test").
+std::string test_metrics(const metric_values& metrics, const std::string& split) {
   std::ostringstream text;
   text << std::fixed;
   for (const auto& [name, value] : metrics) {
-    text << ", test " << name << ' ';
+    text << ", " << split << ' ' << name << ' ';
     if (name == "accuracy")
       text << std::setprecision(2) << 100.0 * value << '%';
     else
@@ -111,8 +111,9 @@ void progress::evaluation(std::int64_t epoch, double loss, const metric_values& 
          << " bits per character), next-character accuracy " << std::setprecision(2)
          << 100.0 * metrics[0].second << "% (" << samples << " characters)\n";
   else
-    line << "epoch " << epoch + 1 << ": test loss " << std::fixed << std::setprecision(4) << loss
-         << test_metrics(metrics) << " (" << samples << " samples)\n";
+    line << "epoch " << epoch + 1 << ": " << settings_.plan.evaluated << " loss " << std::fixed
+         << std::setprecision(4) << loss << test_metrics(metrics, settings_.plan.evaluated) << " ("
+         << samples << " samples)\n";
   out_ << line.str() << std::flush;
 }
 

@@ -239,11 +239,13 @@ void trainer_actor::finish_evaluation(std::int64_t epoch, const report_totals& t
   outcome.test_loss = t.mean_loss();
   outcome.test_metrics = t.metrics(plan.loss);
   outcome.test_samples = t.samples;
+  outcome.evaluated = plan.evaluated;
   for (const auto& [name, value] : outcome.test_metrics)
     if (name == "accuracy")
       outcome.test_accuracy = value;
   if (metrics_.is_open())
-    metrics_.evaluation(epoch, control_.steps_done(), outcome.test_loss, outcome.test_metrics);
+    metrics_.evaluation(epoch, control_.steps_done(), outcome.test_loss, outcome.test_metrics,
+                        plan.evaluated);
   if (settings_->checkpoints.at_evaluations) {
     // The evaluation after epoch `epoch` used the parameters after its last step; its score
     // is the loss's first metric, higher better (the test accuracy, minus the RMSE).

@@ -36,6 +36,7 @@ struct run_outcome {
   double test_accuracy = -1;      // fraction; -1 when no evaluation ran or the loss has none
   metric_values test_metrics;     // the last evaluation's metrics; empty when none ran
   std::int64_t test_samples = 0;  // the rows the last evaluation covered
+  std::string evaluated = "test"; // which split the evaluations ran on
   double train_seconds = 0;       // from start to the last training step's report
   double samples_per_second = 0;  // training samples / train_seconds
   /// Per device: the share of train_seconds its stream spent computing (1 - idle share).

@@ -53,13 +53,14 @@ std::string manifest_to_json(const checkpoint_manifest& manifest) {
                     {"optimizer", manifest.optimizer},
                     {"shards", std::move(shards)},
                     {"layers", std::move(layers)}};
+  auto with = out;  // the optional fields, only where they apply
   if (!manifest.feature_mean.empty()) {
-    auto with = out;
     with["feature_mean"] = manifest.feature_mean;
     with["feature_std"] = manifest.feature_std;
-    return with.dump(2) + "\n";
   }
-  return out.dump(2) + "\n";
+  if (manifest.validation > 0)
+    with["validation"] = {{"fraction", manifest.validation}, {"seed", manifest.validation_seed}};
+  return with.dump(2) + "\n";
 }
 
 namespace {
@@ -112,6 +113,15 @@ class object_reader {
       fail("field '" + field_path(name) + "'", "is " + describe_json_value(v) + "; expected a " +
                                                    (may_be_empty ? "string" : "non-empty string"));
     return v.get<std::string>();
+  }
+
+  /// A finite number.
+  double numbers_in(const std::string& name) {
+    const auto& v = field(name);
+    if (!v.is_number() || !std::isfinite(v.get<double>()))
+      fail("field '" + field_path(name) + "'",
+           "is " + describe_json_value(v) + "; expected a finite number");
+    return v.get<double>();
   }
 
   /// An array of finite numbers.
@@ -275,6 +285,16 @@ checkpoint_manifest manifest_from_json(const std::string& text, const std::strin
   m.data_step_in_epoch = reader.count("data_step_in_epoch");
   m.lr_schedule_step = reader.count("lr_schedule_step");
   m.optimizer = reader.string("optimizer", true);
+  if (parsed.contains("validation")) {
+    object_reader held{reader.field("validation"), "validation", source};
+    const auto fraction = held.numbers_in("fraction");
+    if (!(fraction > 0 && fraction < 1))
+      held.fail("field 'validation.fraction'", "is " + std::to_string(fraction) +
+                                                   "; expected a number in (0, 1)");
+    m.validation = fraction;
+    m.validation_seed = held.integer("seed", std::numeric_limits<std::uint64_t>::max());
+    held.refuse_other_fields();
+  }
   if (parsed.contains("feature_mean") || parsed.contains("feature_std")) {
     m.feature_mean = reader.numbers("feature_mean");
     m.feature_std = reader.numbers("feature_std");

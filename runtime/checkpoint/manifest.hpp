@@ -68,6 +68,11 @@ struct checkpoint_manifest {
   /// each feature, which the model's inputs were normalised with (troupe predict reads them
   /// back); empty otherwise, and then not written.
   std::vector<double> feature_mean, feature_std;
+  /// [data] validation: the share of the training split held out, and the seed its
+  /// permutation was keyed by, so that a resume and `troupe eval` hold out the same samples;
+  /// 0 (and not written) when none was.
+  double validation = 0;
+  std::uint64_t validation_seed = 0;
 };
 
 /// The name of the manifest in a checkpoint's directory.

@@ -515,14 +515,20 @@ void read_npy_settings(const section_reader& r, const std::string& directory, da
 
 /// source = "npy" names its four files, and each is there.
 void check_npy_files(const section_reader& r, const data_section& s) {
+  if (s.test_features.empty() != s.test_targets.empty())
+    throw config_error(s.source_where, "[data] source = \"npy\": test_features and test_targets "
+                                       "go together (the test split), or neither");
   for (auto [key, path] : {std::pair{"features", &s.features}, std::pair{"targets", &s.targets},
                            std::pair{"test_features", &s.test_features},
                            std::pair{"test_targets", &s.test_targets}}) {
+    if (path->empty() && s.validation > 0 && std::string(key).rfind("test_", 0) == 0)
+      continue;  // the held-out validation split is evaluated instead
     if (path->empty())
       throw config_error(s.source_where,
                          std::string("[data] source = \"npy\" needs ") + key +
                              " (a .npy file; also features, targets, test_features and "
-                             "test_targets: the training and the test split)");
+                             "test_targets: the training and the test split, or [data] "
+                             "validation instead of the test split)");
     std::error_code error;
     if (!fs::is_regular_file(*path, error))
       throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
@@ -538,11 +544,13 @@ void check_csv_files(const section_reader& r, const data_section& s) {
                            "the target column or columns)";
   if (!r.find("path"))
     throw config_error(s.source_where, needs + "path" + what);
-  if (s.test_path.empty())
-    throw config_error(s.source_where, needs + "test_path" + what);
+  if (s.test_path.empty() && s.validation == 0)
+    throw config_error(s.source_where, needs + "test_path" + what + ", or [data] validation");
   if (s.target_columns.empty())
     throw config_error(s.source_where, needs + "target" + what);
   for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
+    if (path->empty())
+      continue;
     std::error_code error;
     if (!fs::is_regular_file(*path, error))
       throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
@@ -572,6 +580,11 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("validation_every", s.validation_every, integer_range{2, limits::max_samples});
   read_npy_settings(r, directory, s);
   read_csv_settings(r, directory, s);
+  s.validation_where = r.read("validation", s.validation, number_range{0.0, true, 1.0});
+  if (s.validation > 0 && s.source == data_source::text)
+    throw config_error(s.validation_where,
+                       "[data] validation holds out a share of the samples; a text source "
+                       "holds out every validation_every-th record instead");
   if (s.source == data_source::text && !r.find("path"))
     s.path = text_default_path;
   // The limits of make_synthetic (runtime/data/dataset.hpp), stated where they are read.

@@ -78,6 +78,11 @@ struct data_section {
   /// normalize = "standard": each feature's mean and standard deviation over the training
   /// split instead of scale, mean and std (recorded in checkpoints: runtime/data/normalisation.hpp)
   bool standardize = false;
+  /// validation = f in (0, 1): that share of the training split held out, by a permutation
+  /// keyed by the seed, and evaluated after each epoch instead of the test split (whose
+  /// files may then be left out); 0: none.
+  double validation = 0;
+  source_position validation_where;
   // csv source only (runtime/data/csv.hpp): `path` is the training table
   std::string test_path;                     // relative to the config file
   std::vector<std::string> target_columns;   // target = "y" or ["y1", "y2"]

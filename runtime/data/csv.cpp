@@ -292,6 +292,13 @@ dataset_split load_csv(const std::string& train_path, const std::string& test_pa
                        const feature_normalisation& normalisation) {
   dataset_split out;
   out.train = read_csv(train_path, columns, targets, normalisation);
+  if (test_path.empty()) {  // [data] validation instead
+    out.test.features = out.train.features;
+    out.test.outputs = out.train.outputs;
+    if (targets == target_kind::class_ids)
+      count_classes(out, train_path);
+    return out;
+  }
   out.test = read_csv(test_path, columns, targets, normalisation);
   if (out.test.features != out.train.features)
     throw data_error(quote_user_text(test_path, limits::max_quoted_path_length) + " has " +

@@ -16,6 +16,7 @@
 #include <ios>
 #include <istream>
 #include <memory>
+#include <numeric>
 #include <sstream>
 
 #include <zlib.h>
@@ -489,6 +490,79 @@ void count_classes(dataset_split& split, const std::string& train_targets) {
   if (split.train.classes < 2)
     throw data_error(quote_user_text(train_targets, limits::max_quoted_path_length) +
                      ": every target is 0; a classifier needs two classes at least");
+}
+
+namespace {
+
+/// The rows of a file picked through an index: row i is the file's row index[i].
+class indexed_rows final : public feature_rows {
+ public:
+  indexed_rows(std::shared_ptr<const feature_rows> rows, std::vector<std::int64_t> index)
+      : rows_(std::move(rows)), index_(std::move(index)) {}
+
+  void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
+              float* out) const override {
+    std::vector<std::int64_t> mapped(last - first);
+    for (std::size_t i = first; i < last; ++i)
+      mapped[i - first] = index_[static_cast<std::size_t>(picked[i])];
+    rows_->gather(mapped.data(), 0, mapped.size(), out);
+  }
+
+ private:
+  std::shared_ptr<const feature_rows> rows_;
+  std::vector<std::int64_t> index_;
+};
+
+/// The samples `index` picks of `from`, in that order.
+dataset pick(const dataset& from, const std::vector<std::int64_t>& index) {
+  dataset out;
+  out.count = static_cast<std::int64_t>(index.size());
+  out.features = from.features;
+  out.classes = from.classes;
+  out.positions = from.positions;
+  out.outputs = from.outputs;
+  const auto d = static_cast<std::size_t>(from.features);
+  const auto t = static_cast<std::size_t>(from.outputs > 0 ? from.outputs : from.positions);
+  for (const auto row : index) {
+    const auto r = static_cast<std::size_t>(row);
+    if (from.rows == nullptr)
+      out.images.insert(out.images.end(), from.images.begin() + r * d,
+                        from.images.begin() + (r + 1) * d);
+    if (from.outputs > 0)
+      out.values.insert(out.values.end(), from.values.begin() + r * t,
+                        from.values.begin() + (r + 1) * t);
+    else
+      out.labels.insert(out.labels.end(), from.labels.begin() + r * t,
+                        from.labels.begin() + (r + 1) * t);
+  }
+  if (from.rows != nullptr)
+    out.rows = std::make_shared<indexed_rows>(from.rows, index);
+  return out;
+}
+
+}  // namespace
+
+dataset hold_out(dataset& train, double fraction, std::uint64_t seed) {
+  const auto n = train.count;
+  auto held = static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(n)));
+  held = std::clamp<std::int64_t>(held, 1, n - 1);
+  if (n < 2)
+    throw data_error("[data] validation needs two training samples at least; the training "
+                     "split has " + std::to_string(n));
+  // A Fisher-Yates permutation keyed by the seed alone; its first `held` are validation.
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  keyed_random random{seed, 0x7a11da7e};
+  for (std::int64_t i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<std::size_t>(i)],
+              order[static_cast<std::size_t>(random.below(static_cast<std::uint64_t>(i + 1)))]);
+  std::vector<std::int64_t> validation(order.begin(), order.begin() + held);
+  std::vector<std::int64_t> kept(order.begin() + held, order.end());
+  std::sort(validation.begin(), validation.end());
+  std::sort(kept.begin(), kept.end());
+  auto out = pick(train, validation);
+  train = pick(train, kept);
+  return out;
 }
 
 }  // namespace troupe

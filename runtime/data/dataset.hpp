@@ -56,12 +56,21 @@ struct dataset {
 
 struct dataset_split {
   dataset train;
-  dataset test;
+  dataset test;        // empty (count 0) when the source names no test files
+  dataset validation;  // [data] validation: held out of the training split; else empty
+  std::string evaluated = "test";  // which split `test` is, once a session picked it
   std::string vocabulary;  // a text source's tokens: the byte of each id (text.hpp)
   /// [data] normalize = "standard": each feature's mean and standard deviation over the
   /// training split, which both splits were normalised with; empty otherwise.
   std::vector<double> feature_mean, feature_std;
 };
+
+/// [data] validation = `fraction`: moves round(fraction x N) samples of `train`, chosen by a
+/// permutation keyed by `seed` alone (the same on every wiring, resume and `troupe eval`),
+/// into the returned split; both keep their samples in their original order. Rows from a
+/// file stay in the file (each split reads its own through an index); rows in memory are
+/// copied into the two splits. At least one sample stays on each side.
+dataset hold_out(dataset& train, double fraction, std::uint64_t seed);
 
 /// Sets both splits' classes to the largest label of either plus one; throws data_error
 /// naming `train_targets` (where the labels came from) when that is fewer than two.

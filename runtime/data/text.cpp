@@ -139,7 +139,11 @@ dataset_split make_text_dataset(const text_corpus& corpus, std::int64_t context)
     }
     return d;
   };
-  return dataset_split{windows(corpus.train), windows(corpus.validation), corpus.vocabulary};
+  dataset_split out;
+  out.train = windows(corpus.train);
+  out.test = windows(corpus.validation);
+  out.vocabulary = corpus.vocabulary;
+  return out;
 }
 
 std::string vocabulary_json(const std::string& vocabulary) {

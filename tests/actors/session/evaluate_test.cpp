@@ -31,7 +31,7 @@ run_outcome evaluate(const std::string& text, const std::string& checkpoint, boo
   auto config = parse_config(text, "e.toml");
   auto options = test::quiet_options();
   options.purpose = session_purpose::evaluate;
-  options.evaluate_training_split = train;
+  options.evaluation = train ? evaluated_split::train : evaluated_split::automatic;
   options.resume = checkpoint;
   return test::run_ok(config, options).outcome;
 }
