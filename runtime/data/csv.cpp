@@ -293,10 +293,7 @@ dataset_split load_csv(const std::string& train_path, const std::string& test_pa
   dataset_split out;
   out.train = read_csv(train_path, columns, targets, normalisation);
   if (test_path.empty()) {  // [data] validation instead
-    out.test.features = out.train.features;
-    out.test.outputs = out.train.outputs;
-    if (targets == target_kind::class_ids)
-      count_classes(out, train_path);
+    leave_test_empty(out, targets == target_kind::class_ids, train_path);
     return out;
   }
   out.test = read_csv(test_path, columns, targets, normalisation);

@@ -481,6 +481,13 @@ dataset_split make_synthetic(std::int64_t train_count, std::int64_t test_count,
   return out;
 }
 
+void leave_test_empty(dataset_split& split, bool class_labels, const std::string& train_targets) {
+  split.test.features = split.train.features;
+  split.test.outputs = split.train.outputs;
+  if (class_labels)
+    count_classes(split, train_targets);
+}
+
 void count_classes(dataset_split& split, const std::string& train_targets) {
   std::int32_t largest = 0;
   for (const auto* part : {&split.train, &split.test})

@@ -72,6 +72,10 @@ struct dataset_split {
 /// copied into the two splits. At least one sample stays on each side.
 dataset hold_out(dataset& train, double fraction, std::uint64_t seed);
 
+/// A split whose source names no test files ([data] validation instead): an empty test
+/// split shaped like the training one, the classes counted from the training labels.
+void leave_test_empty(dataset_split& split, bool class_labels, const std::string& train_targets);
+
 /// Sets both splits' classes to the largest label of either plus one; throws data_error
 /// naming `train_targets` (where the labels came from) when that is fewer than two.
 void count_classes(dataset_split& split, const std::string& train_targets);

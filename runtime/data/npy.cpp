@@ -487,10 +487,7 @@ dataset_split load_npy(const std::string& train_features, const std::string& tra
   dataset_split out;
   out.train = load_npy_split(train_features, train_targets, normalisation, targets);
   if (test_features.empty()) {  // [data] validation instead
-    out.test.features = out.train.features;
-    out.test.outputs = out.train.outputs;
-    if (targets == target_kind::class_ids)
-      count_classes(out, train_targets);
+    leave_test_empty(out, targets == target_kind::class_ids, train_targets);
     return out;
   }
   out.test = load_npy_split(test_features, test_targets, normalisation, targets);
