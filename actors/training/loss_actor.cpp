@@ -6,9 +6,9 @@
 
 #include "actors/base/actor_kinds.hpp"
 #include "runtime/core/gpu.hpp"
-#include "runtime/model/loss.hpp"
 #include "runtime/core/stream_state.hpp"
 #include "runtime/core/transfer.hpp"
+#include "runtime/model/loss.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
