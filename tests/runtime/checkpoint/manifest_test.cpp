@@ -182,3 +182,51 @@ TEST_CASE("a manifest that is not JSON, or nests too deep, is refused naming its
   CHECK(contains(data_error_of([&] { read_manifest(dir / "manifest.json"); }),
                  "manifest '" + dir / "manifest.json" + "' does not exist"));
 }
+
+TEST_CASE("a manifest's feature statistics and validation split round-trip, and bad ones are "
+          "refused naming the field") {
+  auto m = sample_manifest();
+  m.feature_mean = {1.5, -2};
+  m.feature_std = {0.25, 3};
+  m.validation = 0.1;
+  m.validation_seed = 42;
+  const auto back = manifest_from_json(manifest_to_json(m), "m.json");
+  CHECK(back.feature_mean == m.feature_mean);
+  CHECK(back.feature_std == m.feature_std);
+  CHECK(back.validation == 0.1);
+  CHECK(back.validation_seed == 42);
+  // Written only where they apply: the sample manifest has neither.
+  const auto plain = manifest_to_json(sample_manifest());
+  CHECK_FALSE(contains(plain, "feature_mean"));
+  CHECK_FALSE(contains(plain, "validation"));
+  using json = nlohmann::json;
+  CHECK(contains(refusal_after([](json& j) { j["validation"] = "0.1"; }),
+                 "field 'validation' is"));
+  CHECK(contains(refusal_after([](json& j) {
+                   j["validation"] = {{"fraction", 1.5}, {"seed", 1}};
+                 }),
+                 "field 'validation.fraction' is 1.5"));
+  CHECK(contains(refusal_after([](json& j) {
+                   j["validation"] = {{"fraction", 0.1}, {"seed", -1}};
+                 }),
+                 "field 'validation.seed'"));
+  CHECK(contains(refusal_after([](json& j) {
+                   j["validation"] = {{"fraction", 0.1}, {"seed", 1}, {"extra", 2}};
+                 }),
+                 "field 'validation.extra' is not one troupe writes"));
+  CHECK(contains(refusal_after([](json& j) {
+                   j["feature_mean"] = {1, 2};
+                   j["feature_std"] = {1};
+                 }),
+                 "field 'feature_std' has 1 values"));
+  CHECK(contains(refusal_after([](json& j) {
+                   j["feature_mean"] = {1, "x"};
+                   j["feature_std"] = {1, 2};
+                 }),
+                 "field 'feature_mean' holds the string 'x'"));
+  CHECK(contains(refusal_after([](json& j) {
+                   j["feature_mean"] = json::array({json::array({1})});
+                   j["feature_std"] = {1};
+                 }),
+                 "expected finite numbers"));
+}
