@@ -19,6 +19,7 @@
 #include "runtime/data/dataset.hpp"
 #include "runtime/data/npy.hpp"
 #include "runtime/data/text.hpp"
+#include "runtime/data/tokens.hpp"
 #include "runtime/graph/model_graph.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/layer.hpp"
@@ -71,17 +72,22 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto ids = create_layer(*layers[i])->input_ids();
     // Images are values, not ids: found at step 0 it was exit 1 ("token id -0.17676").
-    if (ids > 0 && inputs[i].front() == data_input && config.data.source != data_source::text)
+    const bool text = config.data.source == data_source::text;
+    if (ids > 0 && inputs[i].front() == data_input && !text &&
+        config.data.source != data_source::tokens)
       throw config_error(layers[i]->where,
                          "layer '" + layers[i]->type + "' reads token ids, but [data] source = \"" +
                              to_string(config.data.source) +
-                             "\" gives feature values; token ids come from source = \"text\"");
+                             "\" gives feature values; token ids come from source = \"text\" "
+                             "or \"tokens\"");
     if (ids > 0 && positions > 1 && inputs[i].front() == data_input && ids < classes)
       throw config_error(layers[i]->where,
                          "layer '" + layers[i]->type + "' reads token ids below " +
-                             std::to_string(ids) + ", and the text has " +
-                             std::to_string(classes) + " distinct tokens (bytes); set its vocab "
-                             "to " + std::to_string(classes));
+                             std::to_string(ids) + ", and " +
+                             (text ? "the text has " + std::to_string(classes) +
+                                         " distinct tokens (bytes)"
+                                   : "the vocabulary has " + std::to_string(classes) + " ids") +
+                             "; set its vocab to " + std::to_string(classes));
   }
   const auto& out = shapes.back();
   const auto expected = loss_input_shape(classes, positions);
@@ -113,6 +119,10 @@ dataset_split load_source(const run_config& config, target_kind targets,
                           d.synthetic_classes, config.run.seed);
   if (d.source == data_source::text)
     return make_text_dataset(read_text_corpus(d.path, d.validation_every, d.context), d.context);
+  if (d.source == data_source::tokens)
+    return load_tokens(token_source{d.path, d.test_path, d.token_dtype, d.vocabulary, d.context,
+                                    d.random_windows ? token_windows::random : token_windows::tiled,
+                                    d.validation});
   if (d.source == data_source::npy)
     return load_npy(d.features, d.targets, d.test_features, d.test_targets, normalisation,
                     targets);
@@ -126,7 +136,7 @@ dataset_split load_source(const run_config& config, target_kind targets,
 dataset_split load_held_out(const run_config& config, target_kind targets,
                             const feature_normalisation& normalisation) {
   auto split = load_source(config, targets, normalisation);
-  if (config.data.validation > 0)
+  if (config.data.validation > 0 && config.data.source != data_source::tokens)  // its own
     split.validation = hold_out(split.train, config.data.validation, config.run.seed);
   return split;
 }
@@ -204,10 +214,11 @@ run_plan make_plan(const run_config& config, const topology& graph, const datase
   plan.batch_size = d.batch_size;
   plan.replicas = graph.replicas;
   plan.microbatches = graph.microbatches;
-  if (data.train.count < d.batch_size)
+  if (data.train.epoch_samples() < d.batch_size)
     throw config_error(d.where, "[data] batch_size " + std::to_string(d.batch_size) +
                                     " is larger than the training set (" +
-                                    std::to_string(data.train.count) + " samples)");
+                                    std::to_string(data.train.epoch_samples()) + " samples" +
+                                    (data.train.draws_per_epoch > 0 ? " an epoch)" : ")"));
   if (config.parallel.balance == replica_balance::weights)
     plan.replica_rows = weighted_rows(config, graph);
   else if (d.batch_size % (plan.replicas * plan.microbatches) != 0)
@@ -219,7 +230,7 @@ run_plan make_plan(const run_config& config, const topology& graph, const datase
                            std::to_string(plan.replicas * plan.microbatches));
   else
     plan.replica_rows.assign(static_cast<std::size_t>(plan.replicas), d.batch_size / plan.replicas);
-  plan.steps_per_epoch = data.train.count / d.batch_size;
+  plan.steps_per_epoch = data.train.epoch_samples() / d.batch_size;
   // epochs x steps per epoch, overflow-checked and bounded: a step count past the limit is
   // refused here rather than wrapping (Note [input limits] in runtime/base/limits.hpp).
   const auto total = config.run.steps > 0

@@ -24,6 +24,15 @@ std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, st
   return order;
 }
 
+std::vector<std::int64_t> step_draws(std::int64_t count, std::uint64_t seed, std::int64_t step,
+                                     std::int64_t batch) {
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));
+  keyed_random random{seed, 0xd4a35ull, static_cast<std::uint64_t>(step)};
+  for (auto& row : rows)
+    row = static_cast<std::int64_t>(random.below(static_cast<std::uint64_t>(count)));
+  return rows;
+}
+
 std::vector<std::int64_t> apportion_rows(std::int64_t total, const std::vector<double>& weights) {
   TROUPE_CHECK(!weights.empty() && total >= 0,
                "apportion_rows: " << total << " rows into " << weights.size() << " parts");
@@ -201,12 +210,11 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
   const auto type = values ? dtype::f32 : dtype::i32;
   auto y = settings_.on.type == device_type::cuda ? tensor::empty_pinned(shape, type)
                                                   : tensor::empty(shape, type, settings_.on);
-  for (std::int64_t i = 0; i < count; ++i) {
-    if (values)
+  if (values)
+    for (std::int64_t i = 0; i < count; ++i)
       std::copy_n(source.values.begin() + rows[i] * width, width, y.f32() + i * width);
-    else
-      std::copy_n(source.labels.begin() + rows[i] * width, width, y.i32() + i * width);
-  }
+  else
+    source.gather_labels(rows, static_cast<std::size_t>(count), y.i32());
   labels_msg labels{tag, std::move(y), global_batch, global_terms, trace_stamp{}};
   stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send_written(losses_.at(r), std::move(labels));  // Note [nothing unwritten to the network]
@@ -242,13 +250,11 @@ std::int64_t data_loader_actor::terms_of(const dataset& source, const std::int64
   const auto ignored = settings_.plan.loss.ignore_index;
   if (ignored == kernels::no_ignore_index)
     return count * source.positions;
-  std::int64_t terms = 0;  // torch's mean over the labels not ignored
-  for (std::int64_t i = 0; i < count; ++i) {
-    const auto* labels = source.labels.data() + rows[i] * source.positions;
-    terms += std::count_if(labels, labels + source.positions,
-                           [ignored](std::int32_t label) { return label != ignored; });
-  }
-  return terms;
+  // torch's mean over the labels not ignored
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(count * source.positions));
+  source.gather_labels(rows, static_cast<std::size_t>(count), labels.data());
+  return std::count_if(labels.begin(), labels.end(),
+                       [ignored](std::int32_t label) { return label != ignored; });
 }
 
 bool data_loader_actor::send_next() {
@@ -277,11 +283,18 @@ bool data_loader_actor::send_next() {
 
   const auto step = next_step_++;
   const auto epoch = step / plan.steps_per_epoch;
-  if (epoch != order_epoch_) {
-    order_ = epoch_order(settings_.data->train.count, settings_.seed, epoch, settings_.shuffle);
-    order_epoch_ = epoch;
+  const auto& train = settings_.data->train;
+  const std::int64_t* batch_rows;
+  if (train.draws_per_epoch > 0) {
+    order_ = step_draws(train.count, settings_.seed, step, plan.batch_size);
+    batch_rows = order_.data();
+  } else {
+    if (epoch != order_epoch_) {
+      order_ = epoch_order(train.count, settings_.seed, epoch, settings_.shuffle);
+      order_epoch_ = epoch;
+    }
+    batch_rows = order_.data() + (step % plan.steps_per_epoch) * plan.batch_size;
   }
-  const auto* batch_rows = order_.data() + (step % plan.steps_per_epoch) * plan.batch_size;
   // Replica r takes plan.replica_rows[r] of the global batch, after those of the replicas before
   // it, in M micro-batches of as equal a size as they divide into.
   const auto global_terms = terms_of(settings_.data->train, batch_rows, plan.batch_size);

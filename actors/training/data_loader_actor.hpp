@@ -58,6 +58,12 @@ std::vector<std::int64_t> apportion_rows(std::int64_t total, const std::vector<d
 std::vector<std::int64_t> epoch_order(std::int64_t count, std::uint64_t seed, std::int64_t epoch,
                                       bool shuffle);
 
+/// The B sample indices of training step `step` of a data set that draws its samples
+/// (dataset::draws_per_epoch): uniform in [0, count) with replacement, keyed by (seed, step),
+/// so a resumed run and every wiring draw the same.
+std::vector<std::int64_t> step_draws(std::int64_t count, std::uint64_t seed, std::int64_t step,
+                                     std::int64_t batch);
+
 class data_loader_actor : public device_actor {
  public:
   data_loader_actor(caf::actor_config& config, data_loader_settings settings);

@@ -18,6 +18,8 @@ const char* to_string(data_source value) {
       return "npy";
     case data_source::csv:
       return "csv";
+    case data_source::tokens:
+      return "tokens";
   }
   TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
   return "";

@@ -458,7 +458,7 @@ void read_csv_settings(const section_reader& r, const std::string& directory, da
   r.read("test_path", s.test_path);
   if (const auto* node = r.find("test_path")) {
     if (s.test_path.empty())
-      r.fail(*node, "test_path", "expected a CSV file, found an empty string");
+      r.fail(*node, "test_path", "expected a file, found an empty string");
     fs::path path(s.test_path);
     if (path.is_relative())
       s.test_path =
@@ -511,6 +511,38 @@ void read_npy_settings(const section_reader& r, const std::string& directory, da
                            std::string("[data] normalize = \"standard\" computes each feature's "
                                        "mean and std from the training split; remove ") +
                                key + " (or normalize)");
+}
+
+/// source = "tokens": the ids' type, the vocabulary's size and the training windows.
+void read_token_settings(const section_reader& r, data_section& s) {
+  r.read_choice("dtype", s.token_dtype, "token type", {"uint16", "uint32"});
+  r.read("vocab", s.vocabulary, integer_range{2, std::int64_t{1} << 24});
+  std::string windows = "random";
+  const auto windows_where = r.read_choice("windows", windows, "windows", {"random", "tiled"});
+  s.random_windows = windows == "random";
+  if (s.source == data_source::tokens && s.random_windows && !s.shuffle)
+    throw config_error(r.find("windows") ? windows_where : r.key_position("shuffle"),
+                       "[data] shuffle = false reads the windows in order, but windows = "
+                       "\"random\" (the default) draws them at random; set windows = \"tiled\"");
+}
+
+/// source = "tokens" names its training file, and a test file or a validation share.
+void check_token_files(const section_reader& r, const data_section& s) {
+  if (!r.find("path"))
+    throw config_error(s.source_where, "[data] source = \"tokens\" needs path (a token file: "
+                                       "ids as uint16 or uint32, or a .npy) and test_path (or "
+                                       "[data] validation: the last share of path's tokens)");
+  if (s.test_path.empty() && s.validation == 0)
+    throw config_error(s.source_where, "[data] source = \"tokens\" needs test_path (a token "
+                                       "file to evaluate on) or [data] validation (the last "
+                                       "share of path's tokens)");
+  for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
+    std::error_code error;
+    if (!path->empty() && !fs::is_regular_file(*path, error))
+      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
+                                                  quote_user_text(*path, limits::max_quoted_path_length) +
+                                                  " is not a file");
+  }
 }
 
 /// source = "npy" names its four files, and each is there.
@@ -580,6 +612,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   r.read("validation_every", s.validation_every, integer_range{2, limits::max_samples});
   read_npy_settings(r, directory, s);
   read_csv_settings(r, directory, s);
+  read_token_settings(r, s);
   s.validation_where = r.read("validation", s.validation, number_range{0.0, true, 1.0});
   if (s.validation > 0 && s.source == data_source::text)
     throw config_error(s.validation_where,
@@ -618,6 +651,8 @@ data_section read_data(const section_reader& r, const std::string& directory) {
     check_npy_files(r, s);
   if (s.source == data_source::csv)
     check_csv_files(r, s);
+  if (s.source == data_source::tokens)
+    check_token_files(r, s);
   if (s.source == data_source::text) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))

@@ -68,9 +68,13 @@ struct data_section {
   std::int64_t eval_batch_size = 1000;
   bool shuffle = true;
   std::int64_t prefetch = 2;             // batches prepared ahead of the one training
-  // text source only (runtime/data/text.hpp): a character-level language model's windows
-  std::int64_t context = 64;          // T characters a sample, each with its next one as label
-  std::int64_t validation_every = 10; // every n-th text record (a fortune) is validation
+  // text and tokens sources (runtime/data/text.hpp, tokens.hpp): a language model's windows
+  std::int64_t context = 64;          // T tokens a sample, each with its next one as label
+  std::int64_t validation_every = 10; // text: every n-th text record (a fortune) is validation
+  // tokens source only: `path` and `test_path` are token files
+  std::string token_dtype = "uint16";  // dtype: of a raw file's ids, "uint16" or "uint32"
+  std::int64_t vocabulary = 0;         // vocab: 0 reads vocab.json next to `path`
+  bool random_windows = true;          // windows = "random" (nanoGPT's) or "tiled"
   // npy source only (runtime/data/npy.hpp): files relative to the config file
   std::string features, targets, test_features, test_targets;
   // npy and csv: one value, or one per feature
@@ -83,8 +87,8 @@ struct data_section {
   /// files may then be left out); 0: none.
   double validation = 0;
   source_position validation_where;
-  // csv source only (runtime/data/csv.hpp): `path` is the training table
-  std::string test_path;                     // relative to the config file
+  // csv source (runtime/data/csv.hpp): `path` is the training table
+  std::string test_path;                     // csv, tokens: relative to the config file
   std::vector<std::string> target_columns;   // target = "y" or ["y1", "y2"]
   std::vector<std::string> feature_columns;  // features = [...]; empty: every other column
   char delimiter = ',';

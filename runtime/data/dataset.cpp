@@ -42,6 +42,17 @@ void dataset::gather(const std::int64_t* picked, std::size_t first, std::size_t 
                 images.data() + picked[i] * features, row_bytes);
 }
 
+void dataset::gather_labels(const std::int64_t* picked, std::size_t count,
+                            std::int32_t* out) const {
+  if (rows && rows->holds_labels()) {
+    rows->gather_labels(picked, 0, count, out);
+    return;
+  }
+  const auto width = static_cast<std::size_t>(positions);
+  for (std::size_t i = 0; i < count; ++i)
+    std::copy_n(labels.begin() + picked[i] * positions, width, out + i * width);
+}
+
 namespace {
 
 // Limits that no real IDX image set comes near; a header beyond them is corrupt (or not

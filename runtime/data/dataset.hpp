@@ -18,7 +18,8 @@
 namespace troupe {
 
 /// Rows of features kept outside `dataset::images`: a file read as batches gather them (a
-/// .npy of any numeric type, converted to float32: runtime/data/npy.hpp).
+/// .npy of any numeric type, converted to float32: runtime/data/npy.hpp; windows of token
+/// ids, which hold their labels too: runtime/data/tokens.hpp).
 class feature_rows {
  public:
   virtual ~feature_rows() = default;
@@ -26,6 +27,12 @@ class feature_rows {
   /// range at out + (i - first) * D). Safe to call from several threads at once.
   virtual void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
                       float* out) const = 0;
+  /// Whether the rows hold the class labels too (then `dataset::labels` is empty).
+  virtual bool holds_labels() const { return false; }
+  /// Writes the labels of rows picked[first .. last), T each, to `out`; only where
+  /// holds_labels().
+  virtual void gather_labels(const std::int64_t* /*picked*/, std::size_t /*first*/,
+                             std::size_t /*last*/, std::int32_t* /*out*/) const {}
 };
 
 /// N samples of D features each, with targets: integer class labels (one per sample, or
@@ -42,8 +49,13 @@ struct dataset {
   std::vector<float, huge_page_allocator<float>> images;
   std::vector<std::int32_t> labels;  // (N, T), when outputs == 0
   std::vector<float> values;         // (N, K), when outputs > 0
-  /// When set, the features are here instead, and `images` is empty.
+  /// When set, the features are here instead, and `images` is empty (and the labels too,
+  /// where rows->holds_labels()).
   std::shared_ptr<const feature_rows> rows;
+  /// > 0: each training step draws its B samples uniformly with replacement, keyed by
+  /// (seed, step), instead of taking them from an epoch's permutation, and an epoch is this
+  /// many samples (a token file's random windows: runtime/data/tokens.hpp).
+  std::int64_t draws_per_epoch = 0;
 
   /// What the model's output must be wide (per position): K values, or one logit a class.
   std::int64_t target_width() const { return outputs > 0 ? outputs : classes; }
@@ -52,6 +64,11 @@ struct dataset {
   /// the range at out + (i - first) * D), from `images` or from `rows`.
   void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
               float* out) const;
+  /// Writes the class labels of rows picked[0 .. count), T each, to `out`, from `labels` or
+  /// from `rows`.
+  void gather_labels(const std::int64_t* picked, std::size_t count, std::int32_t* out) const;
+  /// Samples an epoch: draws_per_epoch, or every sample once.
+  std::int64_t epoch_samples() const { return draws_per_epoch > 0 ? draws_per_epoch : count; }
 };
 
 struct dataset_split {

@@ -1,17 +1,10 @@
 // npy.cpp: the .npy reader and the rows it gathers (npy.hpp).
 //
-// Note [rows from a file]
-// A features file may be larger than the machine's memory, so it is never read whole: a
-// batch converts the rows it picks. Mapping the file makes that a copy from the page cache;
-// but a mapping takes address space, and a process under an address-space limit (ulimit -v,
-// a container's) cannot map a file larger than the limit. So the file is mapped when that
-// succeeds and read with pread, row by row into a small buffer of the gathering thread,
-// when it does not: slower (a system call a row), the same floats. Either way the kernel's
-// page cache holds what was read recently, and nothing holds the file.
+// Rows are read through file_bytes: mapped, or read with pread where the address space does
+// not allow a mapping (Note [rows from a file] in file_bytes.hpp).
 #include "runtime/data/npy.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +18,7 @@
 
 #include "runtime/base/limits.hpp"
 #include "runtime/base/unique_fd.hpp"
+#include "runtime/data/file_bytes.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
 
@@ -42,30 +36,6 @@ std::string quote_path(const std::string& path) {
   throw data_error(quote_path(path) + ": byte " + std::to_string(offset) + ": " + what);
 }
 
-/// `path` opened for reading; a data_error naming it when it cannot be.
-unique_fd open_for_reading(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw data_error(quote_path(path) + ": cannot open: " + std::strerror(errno));
-  return unique_fd{fd};
-}
-
-/// Reads exactly `size` bytes at `offset`; false if the file ends first.
-bool read_at(int fd, void* out, std::size_t size, std::int64_t offset) {
-  auto* bytes = static_cast<char*>(out);
-  while (size > 0) {
-    const auto got = ::pread(fd, bytes, size, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      return false;
-    bytes += got;
-    size -= static_cast<std::size_t>(got);
-    offset += got;
-  }
-  return true;
-}
-
 struct type_info {
   std::string_view descr;
   npy_type type;
@@ -75,7 +45,8 @@ struct type_info {
 // '|' (not applicable) for one-byte types, '<' little-endian: this machine's order.
 constexpr type_info known_types[] = {
     {"|u1", npy_type::u8, 1},  {"|i1", npy_type::i8, 1},  {"<i2", npy_type::i16, 2},
-    {"<i4", npy_type::i32, 4}, {"<i8", npy_type::i64, 8}, {"<f2", npy_type::f16, 2},
+    {"<i4", npy_type::i32, 4}, {"<i8", npy_type::i64, 8}, {"<u2", npy_type::u16, 2},
+    {"<u4", npy_type::u32, 4}, {"<f2", npy_type::f16, 2},
     {"<f4", npy_type::f32, 4}, {"<f8", npy_type::f64, 8}};
 
 /// The value of `key` in the header's dict text: the characters after "'key':" up to the
@@ -151,8 +122,8 @@ void read_dict(const std::string& path, std::int64_t offset, const std::string& 
       why += " (big-endian: save it little-endian, e.g. x.astype(x.dtype.newbyteorder('<')))";
     else if (type == "|O" || type == "O")
       why += " (an object array: save numbers, not Python objects)";
-    fail(path, offset, why + "; expected uint8, int8, int16, int32, int64, float16, float32 "
-                             "or float64");
+    fail(path, offset, why + "; expected uint8, uint16, uint32, int8, int16, int32, int64, "
+                             "float16, float32 or float64");
   }
   out.type = known->type;
   out.item_bytes = known->bytes;
@@ -262,6 +233,8 @@ void for_each_value(npy_type type, const unsigned char* in, std::int64_t count, 
     case npy_type::u8: typed(std::uint8_t{}); return;
     case npy_type::i8: typed(std::int8_t{}); return;
     case npy_type::i16: typed(std::int16_t{}); return;
+    case npy_type::u16: typed(std::uint16_t{}); return;
+    case npy_type::u32: typed(std::uint32_t{}); return;
     case npy_type::i32: typed(std::int32_t{}); return;
     case npy_type::i64: typed(std::int64_t{}); return;
     case npy_type::f32: typed(float{}); return;
@@ -280,8 +253,8 @@ void for_each_value(npy_type type, const unsigned char* in, std::int64_t count, 
 class npy_rows final : public feature_rows {
  public:
   npy_rows(const std::string& path, npy_header header, const feature_normalisation& n,
-           npy_access access)
-      : path_(path), header_(std::move(header)), file_(open_for_reading(path)) {
+           file_access access)
+      : path_(path), header_(std::move(header)) {
     const auto& shape = header_.shape;
     if (shape.empty() || shape.front() < 1 || header_.elements < 1)
       fail(path, 8, "features of shape " + shape_to_string(shape) +
@@ -294,16 +267,7 @@ class npy_rows final : public feature_rows {
     row_bytes_ = features_ * header_.item_bytes;
     norm_ = resolve_normalisation(n, features_, path_);
     build_byte_table();
-    if (access != npy_access::read)
-      map();
-    if (access == npy_access::mapped && mapped_ == nullptr)
-      throw data_error(quote_path(path_) + ": cannot map its " +
-                       std::to_string(header_.data_offset + count_ * row_bytes_) + " bytes");
-  }
-
-  ~npy_rows() override {
-    if (mapped_ != nullptr)
-      ::munmap(mapped_, mapped_bytes_);
+    file_ = std::make_unique<file_bytes>(path, header_.data_offset + count_ * row_bytes_, access);
   }
 
   std::int64_t count() const { return count_; }
@@ -313,18 +277,8 @@ class npy_rows final : public feature_rows {
               float* out) const override {
     thread_local std::vector<unsigned char> buffer;  // a row read with pread
     for (std::size_t i = first; i < last; ++i, out += features_) {
-      const auto row = picked[i];
-      const std::int64_t offset = header_.data_offset + row * row_bytes_;
-      const unsigned char* bytes;
-      if (mapped_ != nullptr) {
-        bytes = static_cast<const unsigned char*>(mapped_) + offset;
-      } else {
-        buffer.resize(static_cast<std::size_t>(row_bytes_));
-        if (!read_at(file_.get(), buffer.data(), buffer.size(), offset))
-          throw data_error(quote_path(path_) + ": row " + std::to_string(row) +
-                           " could not be read (did the file change?)");
-        bytes = buffer.data();
-      }
+      const unsigned char* bytes = file_->at(header_.data_offset + picked[i] * row_bytes_,
+                                             static_cast<std::size_t>(row_bytes_), buffer);
       if (!byte_table_.empty())  // one-byte values: what each of the 256 becomes
         for (std::int64_t f = 0; f < features_; ++f)
           out[f] = byte_table_[bytes[f]];
@@ -359,32 +313,21 @@ class npy_rows final : public feature_rows {
     }
   }
 
-  void map() {
-    mapped_bytes_ = static_cast<std::size_t>(header_.data_offset + count_ * row_bytes_);
-    void* at = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_PRIVATE, file_.get(), 0);
-    if (at == MAP_FAILED)
-      return;  // no address space for it: pread (Note [rows from a file])
-    ::madvise(at, mapped_bytes_, MADV_RANDOM);  // batches pick rows at random
-    mapped_ = at;
-  }
-
   std::string path_;
   npy_header header_;
-  unique_fd file_;
+  std::unique_ptr<file_bytes> file_;
   std::int64_t count_ = 0;     // N
   std::int64_t features_ = 0;  // D
   std::int64_t row_bytes_ = 0;
   per_feature_normalisation norm_;
   std::vector<float> byte_table_;  // (256) for one-byte values normalised alike; else empty
-  void* mapped_ = nullptr;
-  std::size_t mapped_bytes_ = 0;
 };
 
 }  // namespace
 
 std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
                                                   const feature_normalisation& normalisation,
-                                                  npy_access access) {
+                                                  file_access access) {
   return std::make_shared<npy_rows>(path, read_npy_header(path), normalisation, access);
 }
 
@@ -414,7 +357,9 @@ std::vector<std::int32_t> read_npy_labels(const std::string& path) {
                 static_cast<std::size_t>(header.item_bytes));
     // Sign-extend the narrower signed types (little-endian: the low bytes came first).
     const auto bits = 8 * header.item_bytes;
-    if (header.type != npy_type::u8 && bits < 64 && (value >> (bits - 1)) & 1)
+    const bool is_unsigned = header.type == npy_type::u8 || header.type == npy_type::u16 ||
+                             header.type == npy_type::u32;
+    if (!is_unsigned && bits < 64 && (value >> (bits - 1)) & 1)
       value -= std::int64_t{1} << bits;
     if (value < 0 || value > max_label)
       fail(path, header.data_offset + i * header.item_bytes,
@@ -457,7 +402,7 @@ namespace {
 dataset load_npy_split(const std::string& features, const std::string& targets,
                        const feature_normalisation& normalisation, target_kind kind) {
   auto rows = std::make_shared<npy_rows>(features, read_npy_header(features), normalisation,
-                                         npy_access::automatic);
+                                         file_access::automatic);
   dataset out;
   std::int64_t count = 0;
   if (kind == target_kind::values) {

@@ -1,11 +1,11 @@
 // npy.hpp: NumPy's .npy files as a data source ([data] source = "npy").
 //
 // A features file holds N samples, each one row of D values (any shape after the first axis,
-// flattened in C order), of any of uint8, int8/16/32/64, float16/32/64, little-endian. It is
+// flattened in C order), of any of uint8/16/32, int8/16/32/64, float16/32/64, little-endian. It is
 // never read whole: rows are converted to float32 (and normalised) as a batch gathers them,
 // from the file mapped into memory, or, where the process may not map that much (a file
 // larger than its address-space limit), read with pread row by row (Note [rows from a file]
-// in npy.cpp). A targets file holds N integer class labels, or N x K float targets (for a
+// in file_bytes.hpp). A targets file holds N integer class labels, or N x K float targets (for a
 // loss that compares values: troupe/loss.hpp), read whole.
 //
 // The header is checked before anything is read or mapped: every failure is a data_error
@@ -20,13 +20,14 @@
 #include <vector>
 
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/file_bytes.hpp"
 #include "runtime/data/normalisation.hpp"
 #include "troupe/loss.hpp"
 
 namespace troupe {
 
 /// The element types troupe reads from a .npy file.
-enum class npy_type { u8, i8, i16, i32, i64, f16, f32, f64 };
+enum class npy_type { u8, i8, i16, i32, i64, u16, u32, f16, f32, f64 };
 
 /// A checked .npy header: what follows it, and where.
 struct npy_header {
@@ -42,16 +43,12 @@ struct npy_header {
 /// every element its shape says. Throws data_error (file, byte offset, what was expected).
 npy_header read_npy_header(const std::string& path);
 
-/// How rows are read: mapped when the address space allows (`automatic`), or one way only
-/// (the tests check that both give the same floats).
-enum class npy_access { automatic, mapped, read };
-
 /// The rows of a features file as float32 (see the top). Throws data_error for a file whose
 /// header does not describe at least one row of at least one value, and for normalisation
 /// vectors of the wrong length (neither 1 nor D values) or a zero std.
 std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
                                                   const feature_normalisation& normalisation,
-                                                  npy_access access = npy_access::automatic);
+                                                  file_access access = file_access::automatic);
 
 /// The class labels of a targets file: N integers (shape (N) or (N, 1)) of an integer type,
 /// each in [0, 2^24). Throws data_error naming the file and the first bad label's index.

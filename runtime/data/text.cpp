@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/data/tokens.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -124,24 +125,19 @@ dataset_split make_text_dataset(const text_corpus& corpus, std::int64_t context)
   std::array<std::int32_t, 256> id{};
   for (std::size_t i = 0; i < corpus.vocabulary.size(); ++i)
     id[static_cast<unsigned char>(corpus.vocabulary[i])] = static_cast<std::int32_t>(i);
-  auto windows = [&](const std::string& text) {
-    dataset d;
-    d.features = context;
-    d.positions = context;
-    d.classes = static_cast<std::int64_t>(corpus.vocabulary.size());
-    d.count = (static_cast<std::int64_t>(text.size()) - 1) / context;
-    d.images.resize(static_cast<std::size_t>(d.count * context));
-    d.labels.resize(d.images.size());
-    for (std::int64_t i = 0; i < d.count * context; ++i) {
-      const auto at = static_cast<std::size_t>(i);
-      d.images[at] = static_cast<float>(id[static_cast<unsigned char>(text[at])]);
-      d.labels[at] = id[static_cast<unsigned char>(text[at + 1])];
-    }
-    return d;
+  const auto vocabulary = static_cast<std::int64_t>(corpus.vocabulary.size());
+  // The bytes as ids, windowed as a token file's (tokens.hpp): tiled, shuffled by epoch.
+  auto windows = [&](const std::string& text, const char* what) {
+    std::vector<std::int32_t> ids(text.size());
+    std::transform(text.begin(), text.end(), ids.begin(),
+                   [&id](char c) { return id[static_cast<unsigned char>(c)]; });
+    const auto n = static_cast<std::int64_t>(ids.size());
+    return token_dataset(tokens_in_memory(std::move(ids)), 0, n, context, vocabulary,
+                         token_windows::tiled, what);
   };
   dataset_split out;
-  out.train = windows(corpus.train);
-  out.test = windows(corpus.validation);
+  out.train = windows(corpus.train, "the training text");
+  out.test = windows(corpus.validation, "the validation text");
   out.vocabulary = corpus.vocabulary;
   return out;
 }

@@ -7,7 +7,8 @@
 // (the last of each group) goes to validation: deterministic, and both parts draw from
 // every file. The vocabulary is the sorted set of bytes the text holds; a token id is a
 // byte's index in it. Samples are non-overlapping windows of `context` tokens, each
-// token's label the token after it (so a window reads context + 1 bytes).
+// token's label the token after it (so a window reads context + 1 bytes): the windows of a
+// token file (tokens.hpp), over ids held in memory.
 // Nothing here knows about actors or batching order.
 #pragma once
 
@@ -32,9 +33,10 @@ struct text_corpus {
 text_corpus read_text_corpus(const std::string& path, std::int64_t validation_every,
                              std::int64_t context);
 
-/// The windows of both parts as a dataset_split: images (N, T) the token ids as floats
-/// (exact below 2^24), labels (N, T) the next tokens, classes = the vocabulary's size,
-/// positions = T.
+/// The windows of both parts as a dataset_split, through the token source's windows
+/// (tokens.hpp, tiled): features (N, T) the token ids as floats, labels (N, T) the next
+/// tokens, classes = the vocabulary's size, positions = T. Throws data_error for a part too
+/// short for one window.
 dataset_split make_text_dataset(const text_corpus& corpus, std::int64_t context);
 
 /// A vocabulary as JSON text: {"size": n, "vocabulary": [byte of id 0, ...], "text": the

@@ -348,6 +348,15 @@ void write_data_section(toml_writer& w, const data_section& data) {
     w.raw("mean", numbers(data.mean));
     w.raw("std", numbers(data.std));
   }
+  if (data.source == data_source::tokens) {
+    if (!data.test_path.empty())
+      w.put("test_path", absolute(data.test_path));
+    w.put("dtype", data.token_dtype);
+    if (data.vocabulary > 0)
+      w.put("vocab", data.vocabulary);
+    w.put("windows", std::string(data.random_windows ? "random" : "tiled"));
+    w.put("context", data.context);
+  }
   if (data.source == data_source::text) {
     w.put("context", data.context);
     w.put("validation_every", data.validation_every);

@@ -1,5 +1,5 @@
 // own_data_command_test.cpp: `troupe run` on a user's own files: a data set larger than the
-// process may map trains (Note [rows from a file] in runtime/data/npy.cpp: troupe run under
+// process may map trains (Note [rows from a file] in runtime/data/file_bytes.hpp: troupe run under
 // an address-space limit (ulimit -v) below the size of its features file), and a malformed
 // .npy file or CSV table ends the run with exit 2, naming the file and the place.
 #include <doctest/doctest.h>

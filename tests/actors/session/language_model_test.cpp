@@ -13,6 +13,7 @@
 
 #include "actors/session/session.hpp"
 #include "actors/tools/verify.hpp"
+#include "runtime/data/text.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 #include "tests/temp_files.hpp"
@@ -41,7 +42,90 @@ std::string lm_config(const std::string& text, const std::string& run, const std
          "\n[optimizer]\n" + optimizer + parallel;
 }
 
+/// The text's two parts as token files of its vocabulary's ids (uint16, nanoGPT's layout),
+/// and the [data] table that trains on them.
+std::string write_token_files(const test::temp_directory& dir, const std::string& text) {
+  const auto corpus = read_text_corpus(text, 10, 8);
+  auto write = [&](const std::string& name, const std::string& part) {
+    std::ofstream out(dir / name, std::ios::binary);
+    for (unsigned char c : part) {
+      const auto id = static_cast<std::uint16_t>(corpus.vocabulary.find(static_cast<char>(c)));
+      out.write(reinterpret_cast<const char*>(&id), sizeof(id));
+    }
+  };
+  write("train.bin", corpus.train);
+  write("val.bin", corpus.validation);
+  return "source = \"tokens\"\npath = \"" + dir / "train.bin" + "\"\ntest_path = \"" +
+         dir / "val.bin" + "\"\nvocab = " + std::to_string(corpus.vocabulary.size()) + "\n";
+}
+
+/// lm_config with its [data] source replaced by `data`'s keys.
+std::string with_data(std::string config, const std::string& data) {
+  const auto from = config.find("source = ");
+  const auto to = config.find("context = ");
+  return config.replace(from, to - from, data);
+}
+
 }  // namespace
+
+TEST_CASE("a token file trains as the text it was made from: the same windows, the same steps") {
+  const test::temp_directory dir{"troupe-lm"};
+  const auto text = write_text(dir);
+  const auto data = write_token_files(dir, text);
+  auto train = [&](const std::string& config_text) {
+    auto config = parse_config(config_text, "lm.toml");
+    auto options = test::quiet_options();
+    options.keep_parameters = true;
+    return test::run_ok(config, options);
+  };
+  const auto base = lm_config(text, "steps = 20\n", "");
+  const auto from_text = train(base);
+  const auto tiled = train(with_data(base, data + "windows = \"tiled\"\n"));
+  // Bit for bit: the same ids as floats, the same labels, the same order.
+  for (const auto& d : compare_parameters(from_text.parameters, tiled.parameters))
+    CHECK(d.relative == 0);
+  CHECK(tiled.outcome.test_loss == from_text.outcome.test_loss);
+  // nanoGPT's random windows learn it too, and compute the same on two replicas.
+  auto config = lm_config(text, "steps = 60\n", "");
+  const auto random = train(with_data(config, data));
+  CHECK(random.outcome.test_loss < 0.3);
+  CHECK(random.outcome.test_accuracy > 0.9);
+  const auto short_run = lm_config(text, "steps = 20\nevaluate = false\n", "", 9,
+                                   "type = \"adamw\"\nlr = 0.01\n");
+  const auto single = train(with_data(short_run, data)).parameters;
+  const auto dp2 = train(with_data(short_run + "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\n"
+                                               "data = 2\naveraging = \"ring\"\n",
+                                   data)).parameters;
+  double difference = 0;
+  for (const auto& d : compare_parameters(single, dp2))
+    difference = std::max(difference, d.relative);
+  CHECK(difference <= 1e-5);
+}
+
+TEST_CASE("a token config without a test file or a validation share, or with shuffle off, is refused") {
+  const test::temp_directory dir{"troupe-lm"};
+  const auto text = write_text(dir);
+  const auto data = write_token_files(dir, text);
+  const auto base = lm_config(text, "steps = 1\n", "");
+  const auto no_test = data.substr(0, data.find("test_path")) + data.substr(data.find("vocab"));
+  CHECK_THROWS_WITH_AS(parse_config(with_data(base, no_test), "lm.toml"),
+                       doctest::Contains("needs test_path (a token file to evaluate on) or [data] "
+                                         "validation"),
+                       config_error);
+  CHECK_NOTHROW(prepare_session(parse_config(with_data(base, no_test + "validation = 0.1\n"), "lm.toml")));
+  CHECK_THROWS_WITH_AS(parse_config(with_data(base, data + "shuffle = false\n"), "lm.toml"),
+                       doctest::Contains("set windows = \"tiled\""), config_error);
+  CHECK_THROWS_WITH_AS(parse_config(with_data(base, data + "dtype = \"int8\"\n"), "lm.toml"),
+                       doctest::Contains("unknown token type 'int8'"), config_error);
+  const auto nowhere = "source = \"tokens\"\npath = \"nowhere.bin\"\n" + data.substr(data.find("test_path"));
+  CHECK_THROWS_WITH_AS(parse_config(with_data(base, nowhere), "lm.toml"),
+                       doctest::Contains("is not a file"), config_error);
+  // A vocabulary larger than the embedding's: named at the layer.
+  const auto wide = data.substr(0, data.find("vocab")) + "vocab = 12\n";
+  CHECK_THROWS_WITH_AS(prepare_session(parse_config(with_data(base, wide), "lm.toml")),
+                       doctest::Contains("reads token ids below 9, and the vocabulary has 12 ids"),
+                       config_error);
+}
 
 TEST_CASE("a character-level transformer learns a text, keeps its vocabulary and writes text") {
   const test::temp_directory dir{"troupe-lm"};

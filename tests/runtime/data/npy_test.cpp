@@ -64,7 +64,7 @@ TEST_CASE("every element type reads back as the float NumPy's astype(float32) gi
   auto check = [&](const std::string& descr, const bytes& data, const std::vector<float>& expected) {
     INFO(descr);
     const auto path = write(dir, "x.npy", npy_file(descr, "(2, 3)", data));
-    for (auto access : {troupe::npy_access::mapped, troupe::npy_access::read}) {
+    for (auto access : {troupe::file_access::mapped, troupe::file_access::read}) {
       auto rows = troupe::open_npy_rows(path, none, access);
       CHECK(all_rows(*rows, 2, 3) == expected);
     }
@@ -107,7 +107,7 @@ TEST_CASE("scale, mean and std normalise every feature, or each its own, mapped 
   troupe::feature_normalisation n{{0.5}, {1.0, 2.0}, {2.0, 4.0}};
   // (x * 0.5 - mean_f) / std_f in double, then float.
   const std::vector<float> expected{-0.5f, 0.75f, 4.5f, 3.25f, 9.5f, 5.75f};
-  for (auto access : {troupe::npy_access::mapped, troupe::npy_access::read})
+  for (auto access : {troupe::file_access::mapped, troupe::file_access::read})
     CHECK(all_rows(*troupe::open_npy_rows(path, n, access), 3, 2) == expected);
   // Picked rows land in order at the range's start.
   auto rows = troupe::open_npy_rows(path, n);

@@ -42,17 +42,30 @@ TEST_CASE("a text's windows are token ids with the next token as label") {
   text_corpus corpus;
   corpus.vocabulary = "abc";
   corpus.train = "abcabca";  // 7 bytes: two windows of 3, the 7th byte a label only
-  corpus.validation = "cba";
+  corpus.validation = "cbab";
   const auto split = make_text_dataset(corpus, 3);
   CHECK(split.vocabulary == "abc");
   CHECK(split.train.count == 2);
   CHECK(split.train.features == 3);
   CHECK(split.train.positions == 3);
   CHECK(split.train.classes == 3);
-  CHECK(std::vector<float>(split.train.images.begin(), split.train.images.end()) ==
-        std::vector<float>{0, 1, 2, 0, 1, 2});
-  CHECK(split.train.labels == std::vector<std::int32_t>{1, 2, 0, 1, 2, 0});
-  CHECK(split.test.count == 0);  // 3 bytes hold no window of 3 and its labels
+  const std::vector<std::int64_t> rows{0, 1};
+  std::vector<float> x(6);
+  std::vector<std::int32_t> y(6);
+  split.train.gather(rows.data(), 0, 2, x.data());
+  split.train.gather_labels(rows.data(), 2, y.data());
+  CHECK(x == std::vector<float>{0, 1, 2, 0, 1, 2});
+  CHECK(y == std::vector<std::int32_t>{1, 2, 0, 1, 2, 0});
+  CHECK(split.test.count == 1);  // 4 bytes: one window of 3 and its labels
+  split.test.gather(rows.data(), 0, 1, x.data());
+  split.test.gather_labels(rows.data(), 1, y.data());
+  CHECK(x[0] == 2);
+  CHECK(y[2] == 1);
+  corpus.validation = "cba";  // 3 bytes hold no window of 3 and its labels
+  CHECK_THROWS_WITH_AS(make_text_dataset(corpus, 3),
+                       doctest::Contains("the validation text holds 3 token(s); a window needs "
+                                         "context + 1 = 4"),
+                       data_error);
 }
 
 TEST_CASE("a text without records is split by its last share, and too little text is refused") {

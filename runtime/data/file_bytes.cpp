@@ -1,0 +1,76 @@
+// file_bytes.cpp: mapped or read data files (file_bytes.hpp, Note [rows from a file]).
+#include "runtime/data/file_bytes.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/base/limits.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+std::string quote_path(const std::string& path) {
+  return quote_user_text(path, limits::max_quoted_path_length);
+}
+
+}  // namespace
+
+unique_fd open_for_reading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw data_error(quote_path(path) + ": cannot open: " + std::strerror(errno));
+  return unique_fd{fd};
+}
+
+bool read_at(int fd, void* out, std::size_t size, std::int64_t offset) {
+  auto* bytes = static_cast<char*>(out);
+  while (size > 0) {
+    const auto got = ::pread(fd, bytes, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return false;
+    bytes += got;
+    size -= static_cast<std::size_t>(got);
+    offset += got;
+  }
+  return true;
+}
+
+file_bytes::file_bytes(const std::string& path, std::int64_t bytes, file_access access)
+    : path_(path), file_(open_for_reading(path)) {
+  if (access != file_access::read && bytes > 0) {
+    void* at = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ, MAP_PRIVATE,
+                      file_.get(), 0);
+    if (at != MAP_FAILED) {  // else no address space for it: pread
+      ::madvise(at, static_cast<std::size_t>(bytes), MADV_RANDOM);  // batches pick at random
+      mapped_ = at;
+      mapped_bytes_ = static_cast<std::size_t>(bytes);
+    }
+  }
+  if (access == file_access::mapped && mapped_ == nullptr)
+    throw data_error(quote_path(path_) + ": cannot map its " + std::to_string(bytes) + " bytes");
+}
+
+file_bytes::~file_bytes() {
+  if (mapped_ != nullptr)
+    ::munmap(mapped_, mapped_bytes_);
+}
+
+const unsigned char* file_bytes::at(std::int64_t offset, std::size_t size,
+                                    std::vector<unsigned char>& buffer) const {
+  if (mapped_ != nullptr)
+    return static_cast<const unsigned char*>(mapped_) + offset;
+  buffer.resize(size);
+  if (!read_at(file_.get(), buffer.data(), size, offset))
+    throw data_error(quote_path(path_) + ": the " + std::to_string(size) + " bytes at byte " +
+                     std::to_string(offset) + " could not be read (did the file change?)");
+  return buffer.data();
+}
+
+}  // namespace troupe
