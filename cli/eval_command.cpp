@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/session/prepare.hpp"
 #include "actors/session/session.hpp"
 #include "cli/commands.hpp"
 #include "runtime/base/limits.hpp"
@@ -24,6 +25,8 @@ namespace {
 /// What `troupe eval` prints: one line, or one JSON object.
 void print_evaluation(const run_outcome& outcome, const std::string& checkpoint,
                       const std::string& split, bool json) {
+  // An image folder's class names, by index, as the checkpoint recorded them.
+  const auto classes = read_manifest(checkpoint + "/" + manifest_file_name).class_names;
   if (json) {
     nlohmann::json out = {{"checkpoint", checkpoint},
                           {"step", outcome.steps},
@@ -32,7 +35,9 @@ void print_evaluation(const run_outcome& outcome, const std::string& checkpoint,
                           {"loss", outcome.test_loss}};
     for (const auto& [name, value] : outcome.test_metrics)
       out[name] = value;
-    std::printf("%s\n", out.dump().c_str());
+    if (!classes.empty())
+      out["classes"] = classes;
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
   std::printf("%s (step %lld) on the %s split: loss %.4f", checkpoint.c_str(),
@@ -43,6 +48,8 @@ void print_evaluation(const run_outcome& outcome, const std::string& checkpoint,
     else
       std::printf(", %s %.4f", name.c_str(), value);
   std::printf(" (%lld samples)\n", static_cast<long long>(outcome.test_samples));
+  if (!classes.empty())
+    std::printf("classes: %s\n", describe_classes(classes).c_str());
 }
 
 }  // namespace
@@ -54,7 +61,8 @@ exit_code eval_command(const std::vector<std::string>& args) {
       "the checkpoint to evaluate: a checkpoint directory, or a directory of them (its newest "
       "complete one); required")("split", po::value<std::string>()->default_value("test"),
                                  "the split to evaluate: test, validation ([data] validation) or train")(
-      "json", "print one JSON object (checkpoint, step, split, samples, loss, each metric)")(
+      "json", "print one JSON object (checkpoint, step, split, samples, loss, each metric, and an "
+      "image folder's class names by index)")(
       "watchdog", po::value<double>(),
       "stop an evaluation that has made no progress for this many seconds (overrides [run] "
       "watchdog; 0 = off)");

@@ -17,7 +17,8 @@ exit_code predict_command(const std::vector<std::string>& args) {
                         "the config the model was trained with (its [model] and [data]); required")(
       "input", po::value<std::string>(),
       "the inputs: a .npy of features (N, ...) or a CSV table with the config's feature columns "
-      "(its targets may be absent); required")(
+      "(its targets may be absent); for a model of [data] source = \"images\", a PNG or JPEG "
+      "image or a folder of them; required")(
       "output,o", po::value<std::string>(),
       "write the outputs here: .npy (float32, (N, output...)) or .csv; default: CSV on stdout")(
       "softmax", "probabilities over the classes instead of logits (a loss of class labels)")(
@@ -29,7 +30,8 @@ exit_code predict_command(const std::vector<std::string>& args) {
           "directory, or a directory of them: its newest complete one) on every row of the\n"
           "input, in batches, on the host, and writes its outputs: logits (a classifier's\n"
           "argmax first in CSV), probabilities with --softmax, or regression values. The\n"
-          "input is normalised as the config's [data] says.",
+          "input is normalised as the config's [data] says. An image's CSV line starts\n"
+          "with its file, and an image folder's classifier names the argmax's class.",
           options, line, "CHECKPOINT"))
     return *stop;
   for (const char* required : {"config", "input"})

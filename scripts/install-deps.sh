@@ -20,6 +20,7 @@ train_packages=(
   libssl-dev                      # libcrypto: HMAC proofs of the cluster secret, SHA-256, nonces;
                                   # libssl: the check of [cluster] tls's files
   libgloo-dev                     # [parallel] averaging = "gloo": gloo's all-reduce over TCP
+  libpng-dev libjpeg62-turbo-dev  # [data] source = "images": PNG and JPEG decoding
   dataset-fashion-mnist           # the real data set (IDX .gz under /usr/share/datasets)
 )
 # What the tests need besides (scripts/test.sh).
@@ -32,11 +33,13 @@ test_packages=(
   clang libclang-rt-14-dev        # the sanitizer pass of the tests (scripts/sanitize.sh) and
                                   # libFuzzer (scripts/fuzz.sh)
   python3-numpy python3-sklearn   # examples/own_data: scikit-learn's bundled data sets
+  python3-pil                     # examples/own_data: writes the digits as a PNG folder
 )
 case "${1:-}" in
   --train) packages=("${train_packages[@]}") ;;
   "") packages=("${train_packages[@]}" "${test_packages[@]}") ;;
-  --bench) packages=("${train_packages[@]}" "${test_packages[@]}" hyperfine valgrind) ;;
+  --bench) packages=("${train_packages[@]}" "${test_packages[@]}" hyperfine valgrind
+                    python3-torchvision) ;;  # the peer's ImageFolder (bench/image_loader.py)
   *)
     echo "install-deps.sh: unknown option '$1' (expected --train, --bench or nothing)" >&2
     exit 2

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/interchange.hpp"
 #include "runtime/data/csv.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/images.hpp"
 #include "runtime/data/npy.hpp"
 #include "runtime/data/text.hpp"
 #include "runtime/data/tokens.hpp"
@@ -108,6 +109,34 @@ std::vector<shape_t> check_model(const run_config& config, std::int64_t input_fe
 }
 
 
+image_settings image_settings_of(const run_config& config) {
+  const auto& d = config.data;
+  image_settings images;
+  images.channels = d.channels;
+  images.height = d.image_height;
+  images.width = d.image_width;
+  images.scale = d.scale;
+  images.mean = d.mean;
+  images.std = d.std;
+  images.crop_padding = d.crop_padding;
+  images.flip = d.flip;
+  images.seed = config.run.seed;
+  images.workers = d.workers;
+  return images;
+}
+
+std::string describe_classes(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i == 8) {
+      out += ", ... (" + std::to_string(names.size()) + " in all)";
+      break;
+    }
+    out += (i ? ", " : "") + std::to_string(i) + " = " + quote_user_text(names[i]);
+  }
+  return names.empty() ? "(none: not an image folder)" : out;
+}
+
 namespace {
 
 /// The config's source read with `normalisation` (npy and csv), before any hold-out.
@@ -123,6 +152,8 @@ dataset_split load_source(const run_config& config, target_kind targets,
     return load_tokens(token_source{d.path, d.test_path, d.token_dtype, d.vocabulary, d.context,
                                     d.random_windows ? token_windows::random : token_windows::tiled,
                                     d.validation});
+  if (d.source == data_source::images)
+    return load_images(d.path, d.test_path, image_settings_of(config));
   if (d.source == data_source::npy)
     return load_npy(d.features, d.targets, d.test_features, d.test_targets, normalisation,
                     targets);
@@ -462,6 +493,12 @@ session_prepared prepare_session(const run_config& config,
                                   std::to_string(config.run.seed)
                             : std::string("none")) +
                        ": its samples would differ; use the settings it was trained with");
+    // An image folder's classes are its folder names: another set renumbers them.
+    if (!manifest.class_names.empty() && manifest.class_names != p.data->class_names)
+      throw data_error("checkpoint '" + checkpoint.path + "' was trained on the classes " +
+                       describe_classes(manifest.class_names) + ", and [data] path has " +
+                       describe_classes(p.data->class_names) +
+                       ": class indices would differ; use the folder it was trained on");
     if (purpose == session_purpose::evaluate)
       return evaluation_of(std::move(p), checkpoint.path);
     if (p.start.step >= p.plan.total_steps)

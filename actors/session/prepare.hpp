@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/restore.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/images.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/lr_schedule.hpp"
 
@@ -74,5 +75,11 @@ std::shared_ptr<const dataset_split> load_session_data(
 /// optimizer, the batch, the seed): FNV-1a over their text. A checkpoint records it, so
 /// that a resume with other settings can say so; the wiring is left out on purpose.
 std::string config_fingerprint(const run_config& config);
+
+/// [data] source = "images": how the config's images become samples.
+image_settings image_settings_of(const run_config& config);
+
+/// An image folder's class names with their indices, "0 = 'cat', 1 = 'dog'" (the first 8).
+std::string describe_classes(const std::vector<std::string>& names);
 
 }  // namespace troupe

@@ -336,6 +336,7 @@ void session::spawn_checkpoint_writer() {
   w.base.layers = describe_model(prepared.model);
   w.base.feature_mean = prepared.data->feature_mean;  // normalize = "standard"
   w.base.feature_std = prepared.data->feature_std;
+  w.base.class_names = prepared.data->class_names;  // an image folder's
   w.base.validation = config.data.validation;
   w.base.validation_seed = config.data.validation > 0 ? config.run.seed : 0;
   w.trainer = s_.trainer;

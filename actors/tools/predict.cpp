@@ -11,6 +11,7 @@
 #include "runtime/checkpoint/atomic_file.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/data/csv.hpp"
+#include "runtime/data/images.hpp"
 #include "runtime/data/npy.hpp"
 #include "runtime/graph/host_model.hpp"
 #include "runtime/model/layer.hpp"
@@ -30,8 +31,17 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 /// The rows to predict from: a .npy file's, read as batches gather them, or a CSV table's,
 /// normalised as the model's training data was.
 dataset input_rows(const run_config& config, const std::string& path,
-                   const checkpoint_manifest& manifest) {
+                   const checkpoint_manifest& manifest, std::vector<std::string>& files) {
   const auto& d = config.data;
+  if (d.source == data_source::images) {  // one image, or a folder of them
+    const auto settings = with_image_size(image_settings_of(config), d.path);
+    files = images_at(path);
+    dataset out;
+    out.count = static_cast<std::int64_t>(files.size());
+    out.features = settings.channels * settings.height * settings.width;
+    out.rows = open_image_rows(files, settings, false);
+    return out;
+  }
   feature_normalisation normalisation{d.scale, d.mean, d.std};
   if (d.source == data_source::fashion_mnist)  // the IDX source's, for raw pixels (dataset.hpp)
     normalisation = feature_normalisation{{1.0 / 255}, {fashion_mnist_mean}, {fashion_mnist_std}};
@@ -89,18 +99,19 @@ void softmax_rows(float* values, std::int64_t count, std::int64_t classes) {
   }
 }
 
-/// The CSV header: a classifier's argmax and one column a class, or the targets' names.
+/// The CSV header: an image's file, a classifier's argmax (and its class name) and one column
+/// a class, or the targets' names.
 std::string csv_header(const run_config& config, const loss_spec& spec, std::int64_t width,
-                       bool softmax) {
-  std::string line;
+                       bool softmax, bool files, bool class_names) {
+  std::string line = files ? "file," : "";
   const bool classes = spec.targets == target_kind::class_ids;
   const auto& named = config.data.target_columns;
   const bool use_names = !classes && config.data.source == data_source::csv &&
                          static_cast<std::int64_t>(named.size()) == width;
   if (classes)
-    line = "class";
+    line += class_names ? "class,class_name" : "class";
   for (std::int64_t k = 0; k < width; ++k) {
-    line += line.empty() ? "" : ",";
+    line += line.empty() || line.back() == ',' ? "" : ",";
     if (use_names)
       line += named[static_cast<std::size_t>(k)];
     else
@@ -109,19 +120,38 @@ std::string csv_header(const run_config& config, const loss_spec& spec, std::int
   return line + "\n";
 }
 
-/// A batch of outputs as CSV lines (a classifier's argmax first).
-std::string csv_lines(const float* values, std::int64_t count, std::int64_t width, bool classes) {
+/// A CSV field: as it is, or quoted (RFC 4180) when it holds a comma, a quote or a line end.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos)
+    return text;
+  std::string out = "\"";
+  for (char c : text)
+    out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+/// A batch of outputs as CSV lines: an image's file (`files`, from the batch's first), a
+/// classifier's argmax (and its name from `class_names`) first.
+std::string csv_lines(const float* values, std::int64_t count, std::int64_t width, bool classes,
+                      const std::string* files, const std::vector<std::string>& class_names) {
   std::string text;
   char number[32];
   for (std::int64_t r = 0; r < count; ++r) {
     const float* row = values + r * width;
-    if (classes)
-      text += std::to_string(std::max_element(row, row + width) - row);
+    std::string line = files ? csv_field(files[r]) + "," : "";
+    if (classes) {
+      const auto best = std::max_element(row, row + width) - row;
+      line += std::to_string(best);
+      if (!class_names.empty())
+        line += "," + csv_field(best < static_cast<std::ptrdiff_t>(class_names.size())
+                                    ? class_names[static_cast<std::size_t>(best)]
+                                    : std::string());
+    }
     for (std::int64_t k = 0; k < width; ++k) {
       std::snprintf(number, sizeof number, "%.9g", static_cast<double>(row[k]));
-      text += (k == 0 && !classes ? "" : ",") + std::string(number);
+      line += (line.empty() || line.back() == ',' ? "" : ",") + std::string(number);
     }
-    text += "\n";
+    text += line + "\n";
   }
   return text;
 }
@@ -143,7 +173,9 @@ prediction_summary predict(const run_config& config, const prediction_request& r
                      config.model.loss + "\" compares float targets");
   const auto found = resolve_resume_path(request.checkpoint);
   const auto manifest = verify_checkpoint(found.path);
-  const auto input = input_rows(config, request.input, manifest);
+  std::vector<std::string> files;  // an image source's inputs, by row
+  const auto input = input_rows(config, request.input, manifest, files);
+  const auto& class_names = manifest.class_names;
   const auto shapes = layer_shapes(config, input.features);
   const host_model model{config.model.layers, resolve_inputs(config.model), shapes,
                          checkpoint_parameters(config, shapes, found, manifest)};
@@ -152,7 +184,7 @@ prediction_summary predict(const run_config& config, const prediction_request& r
   const auto classes_a_row = out_shape.empty() ? 1 : out_shape.back();
 
   // Runs the model batch by batch, handing each batch's outputs to `sink`.
-  auto run = [&](const std::function<void(const float*, std::int64_t)>& sink) {
+  auto run = [&](const std::function<void(const float*, std::int64_t, std::int64_t)>& sink) {
     std::vector<std::int64_t> picked(static_cast<std::size_t>(request.batch));
     for (std::int64_t first = 0; first < input.count; first += request.batch) {
       const auto count = std::min(request.batch, input.count - first);
@@ -162,7 +194,7 @@ prediction_summary predict(const run_config& config, const prediction_request& r
       auto y = model.forward(x);
       if (request.softmax)
         softmax_rows(y.f32(), count * width / classes_a_row, classes_a_row);
-      sink(y.f32(), count);
+      sink(y.f32(), first, count);
     }
   };
   const bool npy = ends_with(request.output, ".npy");
@@ -172,15 +204,17 @@ prediction_summary predict(const run_config& config, const prediction_request& r
       shape.insert(shape.end(), out_shape.begin(), out_shape.end());
       const auto header = npy_float_header(shape);
       write(header.data(), header.size());
-      run([&](const float* values, std::int64_t count) {
+      run([&](const float* values, std::int64_t, std::int64_t count) {
         write(values, static_cast<std::size_t>(count * width) * sizeof(float));
       });
       return;
     }
-    const auto header = csv_header(config, spec, width, request.softmax);
+    const auto header =
+        csv_header(config, spec, width, request.softmax, !files.empty(), !class_names.empty());
     write(header.data(), header.size());
-    run([&](const float* values, std::int64_t count) {
-      const auto text = csv_lines(values, count, width, classes);
+    run([&](const float* values, std::int64_t first, std::int64_t count) {
+      const auto* names = files.empty() ? nullptr : files.data() + first;
+      const auto text = csv_lines(values, count, width, classes, names, class_names);
       write(text.data(), text.size());
     });
   };

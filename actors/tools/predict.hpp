@@ -6,12 +6,15 @@
 // input's rows in batches: a .npy file of features (read as batches need it, never whole:
 // a million-row input does not take a million rows of memory) or a CSV table (its feature
 // columns: the config's `features` or every column but its targets, which it may lack),
-// normalised as the config's [data] says. The outputs (logits, probabilities with softmax,
+// normalised as the config's [data] says, or, for an image folder's model, one image or a
+// folder of them (decoded as the training images were, not augmented). The outputs (logits, probabilities with softmax,
 // or regression values) go to a .npy file (float32, (N, output...)) or a CSV table, written
-// atomically, or as CSV to a stream.
+// atomically, or as CSV to a stream; a CSV table of images' outputs starts with each image's
+// file, and a classifier's argmax is followed by its class name where the checkpoint
+// records them (an image folder's).
 //
-// Not here: evaluating against targets (`troupe eval` does, on the config's wiring), image
-// folders, explicit configs (the model is read from [[model.layers]]).
+// Not here: evaluating against targets (`troupe eval` does, on the config's wiring), explicit
+// configs (the model is read from [[model.layers]]).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,8 @@ namespace troupe {
 
 struct prediction_request {
   std::string checkpoint;      // a checkpoint directory, or a directory of them (its newest)
-  std::string input;           // a .npy file, or a CSV table (any other name)
+  std::string input;           // a .npy file, or a CSV table (any other name); for an image
+                               // source, an image or a folder of them
   std::string output;          // a .npy or .csv file; "" writes CSV to `stream`
   bool softmax = false;        // probabilities over the classes (a loss of class labels)
   std::int64_t batch = 1000;   // rows a forward

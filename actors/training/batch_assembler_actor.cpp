@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "runtime/core/gpu.hpp"
@@ -41,22 +42,30 @@ namespace {
 
 constexpr std::size_t max_early = 65536;  // rows messages held, of all replicas
 
-// Up to 4 host threads, at most half the cores: the rows are split between them.
-const std::vector<std::unique_ptr<stream>>& host_gathers() {
-  static const auto gatherers = [] {
+/// Host threads that gather rows off the devices' threads: `count` of them (made as first
+/// asked for, then kept for the process), or by default (a GPU's batch) up to 4, at most half
+/// the cores.
+std::vector<stream*> host_gathers(std::size_t count) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<stream>> made;
+  if (count == 0) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::unique_ptr<stream>> out;
-    for (unsigned i = 0; i < std::clamp(cores / 2, 1u, 4u); ++i)
-      out.push_back(std::make_unique<stream>(device_id{}, -1));
-    return out;
-  }();
-  return gatherers;
+    count = std::clamp(cores / 2, 1u, 4u);
+  }
+  std::lock_guard<std::mutex> guard{mutex};
+  while (made.size() < count)
+    made.push_back(std::make_unique<stream>(device_id{}, -1));
+  std::vector<stream*> out;
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(made[i].get());
+  return out;
 }
 
 }  // namespace
 
 tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const dataset& source,
-                   std::vector<std::int64_t> rows, device& on, job_label label) {
+                   std::vector<std::int64_t> rows, device& on, job_label label,
+                   std::int64_t epoch) {
   const auto features = source.features;
   auto x = tensor::empty({static_cast<std::int64_t>(rows.size()), features}, dtype::f32, on.id());
   label.bytes = bytes_of(x);
@@ -66,18 +75,19 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
   const auto host = gpu != nullptr ? tensor::empty_pinned(x.shape()) : x;
   // Rows [first, last) of the batch; `data` keeps the features alive until the job has run.
   const auto picked = std::make_shared<const std::vector<std::int64_t>>(std::move(rows));
-  auto gather = [data, &source, features, host, picked](std::size_t first, std::size_t last) {
+  auto gather = [data, &source, features, host, picked, epoch](std::size_t first, std::size_t last) {
     source.gather(picked->data(), first, last,
-                  host.f32() + static_cast<std::int64_t>(first) * features);
+                  host.f32() + static_cast<std::int64_t>(first) * features, epoch);
   };
   const auto count = picked->size();
-  if (gpu == nullptr) {
+  if (gpu == nullptr && source.workers == 0) {
     // Note [a batch when the device is idle]
     x.set_ready(on.work().submit_when_idle([gather, count] { gather(0, count); }, label));
     return x;
   }
-  // Note [a GPU's batch gathered off its thread]
-  const auto& gatherers = host_gathers();
+  // Note [a GPU's batch gathered off its thread]; an image folder's decoding likewise, on
+  // [data] workers threads (Note [images decoded off the devices' threads]).
+  const auto gatherers = host_gathers(static_cast<std::size_t>(source.workers));
   std::vector<event> gathered;
   for (std::size_t k = 0; k < gatherers.size(); ++k) {
     const auto first = count * k / gatherers.size(), last = count * (k + 1) / gatherers.size();
@@ -89,7 +99,8 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
       [gathered = std::move(gathered), gpu, x, host] {
         for (const auto& e : gathered)
           e.wait();
-        gpu->copy(x.raw(), host.raw(), x.bytes());
+        if (gpu != nullptr)
+          gpu->copy(x.raw(), host.raw(), x.bytes());
       },
       label));
   return x;
@@ -173,7 +184,7 @@ void batch_assembler_actor::assemble(batch_rows_msg& message) {
   device_id where;
   device_id::parse(message.device, where);  // check() held
   auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
-                       job_for(job_kind::load, message.tag));
+                       job_for(job_kind::load, message.tag), gather_epoch(message.tag));
   // Sent on behalf of the loader: the stamp is its send, which the first layer's
   // handling ends, so no handling of our own is recorded.
   send(message.first_layer, activation_msg{message.tag, std::move(x), message.trace});

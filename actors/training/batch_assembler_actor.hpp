@@ -34,9 +34,18 @@ namespace troupe {
 /// Rows `rows[0 .. count)` of `source` as one (count, D) f32 tensor on `on`, gathered by a
 /// job on its stream labelled `label` (on a CPU device in its idle lane, which whoever reads
 /// the batch hurries by arrive(): Note [a batch when the device is idle] in the .cpp); ready
-/// when the job has run. The loader does the same for a first layer on its own node.
+/// when the job has run. A split with `workers` (an image folder) is gathered by that many
+/// host threads instead, the device's job waiting for them. `epoch` is the training batch's
+/// (rows that augment draw from it: dataset::gather), or -1 for an evaluation's.
+/// The loader does the same for a first layer on its own node.
 tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const dataset& source,
-                   std::vector<std::int64_t> rows, device& on, job_label label);
+                   std::vector<std::int64_t> rows, device& on, job_label label,
+                   std::int64_t epoch);
+
+/// The epoch a batch's rows are gathered for: its tag's, or -1 for an evaluation's.
+inline std::int64_t gather_epoch(const micro_tag& tag) {
+  return tag.stage == phase::eval ? -1 : tag.epoch;
+}
 
 class batch_assembler_actor : public device_actor {
  public:

@@ -236,7 +236,8 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
   }
   // Assembled straight into the first layer's device memory: no copy on arrival.
   auto x = gather_rows(settings_.data, source, std::move(picked),
-                       settings_.devices->at(replica_devices_.at(r)), job_for(job_kind::load, tag));
+                       settings_.devices->at(replica_devices_.at(r)), job_for(job_kind::load, tag),
+                       gather_epoch(tag));
   activation_msg batch{tag, std::move(x), trace_stamp{}};
   stamp_send(batch, first_layer_tracks_.at(r), "forward", bytes_of(batch.x));
   first_layers_.at(r).send(this, std::move(batch));

@@ -67,6 +67,11 @@ constexpr std::int64_t max_data_elements = std::int64_t{1} << 40;
 constexpr std::int64_t max_csv_bytes = std::int64_t{4} << 30;
 /// The most columns one CSV table may have.
 constexpr std::int64_t max_csv_columns = std::int64_t{1} << 16;
+/// An image of an image folder: pixels a side and in all (checked from its header before
+/// anything is decoded), and its file's bytes.
+constexpr std::int64_t max_image_side = std::int64_t{1} << 15;
+constexpr std::int64_t max_image_pixels = std::int64_t{1} << 26;
+constexpr std::int64_t max_image_file_bytes = std::int64_t{256} << 20;
 /// The most features (pixels) one sample may have (IDX rows x cols, synthetic_features).
 constexpr std::int64_t max_sample_features = std::int64_t{1} << 20;
 /// The most values (elements) one tensor a user's sizes decide may hold: 2^30 (4 GiB).

@@ -58,6 +58,8 @@ std::string manifest_to_json(const checkpoint_manifest& manifest) {
     with["feature_mean"] = manifest.feature_mean;
     with["feature_std"] = manifest.feature_std;
   }
+  if (!manifest.class_names.empty())
+    with["class_names"] = manifest.class_names;
   if (manifest.validation > 0)
     with["validation"] = {{"fraction", manifest.validation}, {"seed", manifest.validation_seed}};
   return with.dump(2) + "\n";
@@ -125,6 +127,19 @@ class object_reader {
   }
 
   /// An array of finite numbers.
+  std::vector<std::string> strings(const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& v : array(name)) {
+      if (!v.is_string() || v.get<std::string>().empty() ||
+          v.get<std::string>().size() > limits::max_name_length)
+        fail("field '" + field_path(name) + "'",
+             "holds " + describe_json_value(v) + "; expected names (strings of 1 to " +
+                 std::to_string(limits::max_name_length) + " bytes)");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  }
+
   std::vector<double> numbers(const std::string& name) {
     std::vector<double> out;
     for (const auto& v : array(name)) {
@@ -295,6 +310,8 @@ checkpoint_manifest manifest_from_json(const std::string& text, const std::strin
     m.validation_seed = held.integer("seed", std::numeric_limits<std::uint64_t>::max());
     held.refuse_other_fields();
   }
+  if (parsed.contains("class_names"))
+    m.class_names = reader.strings("class_names");
   if (parsed.contains("feature_mean") || parsed.contains("feature_std")) {
     m.feature_mean = reader.numbers("feature_mean");
     m.feature_std = reader.numbers("feature_std");

@@ -73,6 +73,9 @@ struct checkpoint_manifest {
   /// 0 (and not written) when none was.
   double validation = 0;
   std::uint64_t validation_seed = 0;
+  /// [data] source = "images": the class folders' names, by class index (troupe eval and
+  /// troupe predict print them); empty (and not written) for other sources.
+  std::vector<std::string> class_names;
 };
 
 /// The name of the manifest in a checkpoint's directory.

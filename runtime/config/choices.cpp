@@ -20,6 +20,8 @@ const char* to_string(data_source value) {
       return "csv";
     case data_source::tokens:
       return "tokens";
+    case data_source::images:
+      return "images";
   }
   TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
   return "";

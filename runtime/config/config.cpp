@@ -250,13 +250,18 @@ class section_reader {
     const auto* node = find(key);
     if (!node)
       return where_;
-    if (!node->is_integer())
-      fail_type(*node, key, "an integer");
-    auto value = node->as_integer()->get();
-    if (!range.contains(value))
-      fail(*node, key, "expected an integer " + range.describe() + ", found " + std::to_string(value));
-    out = value;
+    out = integer(*node, key, range);
     return position(*node);
+  }
+
+  /// An integer checked against `range`; for array elements too.
+  std::int64_t integer(const toml::node& node, const std::string& key, integer_range range) const {
+    if (!node.is_integer())
+      fail_type(node, key, "an integer");
+    auto value = node.as_integer()->get();
+    if (!range.contains(value))
+      fail(node, key, "expected an integer " + range.describe() + ", found " + std::to_string(value));
+    return value;
   }
 
   source_position read(const std::string& key, double& out, number_range range) const {
@@ -526,6 +531,67 @@ void read_token_settings(const section_reader& r, data_section& s) {
                        "\"random\" (the default) draws them at random; set windows = \"tiled\"");
 }
 
+/// source = "images": the size, channels, workers and augmentation; pixels scaled by 1/255
+/// unless scale says otherwise.
+void read_image_settings(const section_reader& r, data_section& s) {
+  const auto side = integer_range{1, limits::max_image_side};
+  if (const auto* node = r.find("size")) {
+    if (node->is_integer()) {
+      r.read("size", s.image_height, side);
+      s.image_width = s.image_height;
+    } else if (node->is_array() && node->as_array()->size() == 2) {
+      const auto& pair = *node->as_array();
+      s.image_height = r.integer(pair[0], "size", side);
+      s.image_width = r.integer(pair[1], "size", side);
+    } else {
+      r.fail_type(*node, "size", "[H, W] (two integers) or one integer for a square");
+    }
+  }
+  const auto channels_where = r.read("channels", s.channels, integer_range{1, 3});
+  if (s.channels == 2)
+    throw config_error(channels_where, "[data] channels: expected 1 (gray) or 3 (RGB), found 2");
+  r.read("workers", s.workers, integer_range{0, 64});
+  r.read("crop_padding", s.crop_padding, integer_range{0, 1024});
+  r.read("flip", s.flip);
+  if (s.source != data_source::images)
+    return;
+  if (!r.find("scale"))
+    s.scale = {1.0 / 255};  // ToTensor's
+  for (auto [key, values] : {std::pair{"scale", &s.scale}, std::pair{"mean", &s.mean},
+                             std::pair{"std", &s.std}})
+    if (values->size() != 1 && static_cast<std::int64_t>(values->size()) != s.channels)
+      throw config_error(r.key_position(key),
+                         std::string("[data] ") + key + ": " + std::to_string(values->size()) +
+                             " values for images of " + std::to_string(s.channels) +
+                             " channel(s); give one value, or one a channel");
+  const auto pixels = s.channels * s.image_height * s.image_width;
+  if (pixels > limits::max_sample_features)
+    throw config_error(r.key_position("size"),
+                       "[data] size: " + std::to_string(s.channels) + " x " +
+                           std::to_string(s.image_height) + " x " + std::to_string(s.image_width) +
+                           " values a sample, more than the limit of " +
+                           std::to_string(limits::max_sample_features));
+}
+
+/// source = "images" names its training folder, and a test folder or a validation share.
+void check_image_folders(const section_reader& r, const data_section& s) {
+  if (!r.find("path"))
+    throw config_error(s.source_where, "[data] source = \"images\" needs path (a folder of "
+                                       "class folders of PNG or JPEG images) and test_path (or "
+                                       "[data] validation)");
+  if (s.test_path.empty() && s.validation == 0)
+    throw config_error(s.source_where, "[data] source = \"images\" needs test_path (a folder "
+                                       "like path's, to evaluate on) or [data] validation (a "
+                                       "share of path's images)");
+  for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
+    std::error_code error;
+    if (!path->empty() && !fs::is_directory(*path, error))
+      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
+                                                  quote_user_text(*path, limits::max_quoted_path_length) +
+                                                  " is not a folder");
+  }
+}
+
 /// source = "tokens" names its training file, and a test file or a validation share.
 void check_token_files(const section_reader& r, const data_section& s) {
   if (!r.find("path"))
@@ -613,6 +679,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   read_npy_settings(r, directory, s);
   read_csv_settings(r, directory, s);
   read_token_settings(r, s);
+  read_image_settings(r, s);
   s.validation_where = r.read("validation", s.validation, number_range{0.0, true, 1.0});
   if (s.validation > 0 && s.source == data_source::text)
     throw config_error(s.validation_where,
@@ -653,6 +720,8 @@ data_section read_data(const section_reader& r, const std::string& directory) {
     check_csv_files(r, s);
   if (s.source == data_source::tokens)
     check_token_files(r, s);
+  if (s.source == data_source::images)
+    check_image_folders(r, s);
   if (s.source == data_source::text) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))

@@ -87,8 +87,14 @@ struct data_section {
   /// files may then be left out); 0: none.
   double validation = 0;
   source_position validation_where;
+  // images source only (runtime/data/images.hpp): `path` and `test_path` are folders
+  std::int64_t image_height = 0, image_width = 0;  // size = [H, W]; 0: the first image's
+  std::int64_t channels = 3;        // 1: gray, 3: RGB
+  std::int64_t workers = 1;         // host threads decoding a batch's images
+  std::int64_t crop_padding = 0;    // > 0: a random crop of the image padded by this much
+  bool flip = false;                // a random horizontal flip
   // csv source (runtime/data/csv.hpp): `path` is the training table
-  std::string test_path;                     // csv, tokens: relative to the config file
+  std::string test_path;                     // csv, tokens, images: relative to the config file
   std::vector<std::string> target_columns;   // target = "y" or ["y1", "y2"]
   std::vector<std::string> feature_columns;  // features = [...]; empty: every other column
   char delimiter = ',';

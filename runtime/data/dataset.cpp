@@ -31,7 +31,11 @@
 namespace troupe {
 
 void dataset::gather(const std::int64_t* picked, std::size_t first, std::size_t last,
-                     float* out) const {
+                     float* out, std::int64_t epoch) const {
+  if (rows && epoch >= 0) {
+    rows->gather_in_epoch(picked, first, last, out, epoch);
+    return;
+  }
   if (rows) {
     rows->gather(picked, first, last, out);
     return;
@@ -526,6 +530,14 @@ class indexed_rows final : public feature_rows {
     rows_->gather(mapped.data(), 0, mapped.size(), out);
   }
 
+  void gather_in_epoch(const std::int64_t* picked, std::size_t first, std::size_t last, float* out,
+                       std::int64_t epoch) const override {
+    std::vector<std::int64_t> mapped(last - first);
+    for (std::size_t i = first; i < last; ++i)
+      mapped[i - first] = index_[static_cast<std::size_t>(picked[i])];
+    rows_->gather_in_epoch(mapped.data(), 0, mapped.size(), out, epoch);
+  }
+
  private:
   std::shared_ptr<const feature_rows> rows_;
   std::vector<std::int64_t> index_;
@@ -539,6 +551,7 @@ dataset pick(const dataset& from, const std::vector<std::int64_t>& index) {
   out.classes = from.classes;
   out.positions = from.positions;
   out.outputs = from.outputs;
+  out.workers = from.workers;
   const auto d = static_cast<std::size_t>(from.features);
   const auto t = static_cast<std::size_t>(from.outputs > 0 ? from.outputs : from.positions);
   for (const auto row : index) {

@@ -27,6 +27,13 @@ class feature_rows {
   /// range at out + (i - first) * D). Safe to call from several threads at once.
   virtual void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
                       float* out) const = 0;
+  /// The same for a training batch of epoch `epoch`: rows that augment (an image folder's
+  /// random crops and flips: runtime/data/images.hpp) draw it keyed by (seed, epoch, row);
+  /// the others read what gather() does.
+  virtual void gather_in_epoch(const std::int64_t* picked, std::size_t first, std::size_t last,
+                               float* out, std::int64_t /*epoch*/) const {
+    gather(picked, first, last, out);
+  }
   /// Whether the rows hold the class labels too (then `dataset::labels` is empty).
   virtual bool holds_labels() const { return false; }
   /// Writes the labels of rows picked[first .. last), T each, to `out`; only where
@@ -56,14 +63,18 @@ struct dataset {
   /// (seed, step), instead of taking them from an epoch's permutation, and an epoch is this
   /// many samples (a token file's random windows: runtime/data/tokens.hpp).
   std::int64_t draws_per_epoch = 0;
+  /// > 0: host threads of their own gather this split's batches (an image folder's decoding,
+  /// `[data] workers`), ahead of the device that reads them; 0: that device's thread.
+  std::int64_t workers = 0;
 
   /// What the model's output must be wide (per position): K values, or one logit a class.
   std::int64_t target_width() const { return outputs > 0 ? outputs : classes; }
 
   /// Writes rows picked[first .. last) of the features, D floats each, to `out` (row i of
-  /// the range at out + (i - first) * D), from `images` or from `rows`.
-  void gather(const std::int64_t* picked, std::size_t first, std::size_t last,
-              float* out) const;
+  /// the range at out + (i - first) * D), from `images` or from `rows`; as a training batch
+  /// of epoch `epoch` (augmented where the rows augment) when it is not negative.
+  void gather(const std::int64_t* picked, std::size_t first, std::size_t last, float* out,
+              std::int64_t epoch = -1) const;
   /// Writes the class labels of rows picked[0 .. count), T each, to `out`, from `labels` or
   /// from `rows`.
   void gather_labels(const std::int64_t* picked, std::size_t count, std::int32_t* out) const;
@@ -77,6 +88,7 @@ struct dataset_split {
   dataset validation;  // [data] validation: held out of the training split; else empty
   std::string evaluated = "test";  // which split `test` is, once a session picked it
   std::string vocabulary;  // a text source's tokens: the byte of each id (text.hpp)
+  std::vector<std::string> class_names;  // an image folder's classes, by index (images.hpp)
   /// [data] normalize = "standard": each feature's mean and standard deviation over the
   /// training split, which both splits were normalised with; empty otherwise.
   std::vector<double> feature_mean, feature_std;

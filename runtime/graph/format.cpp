@@ -343,10 +343,27 @@ void write_data_section(toml_writer& w, const data_section& data) {
       w.raw("features", names(data.feature_columns));
     w.put("delimiter", std::string(1, data.delimiter));
   }
-  if (data.source == data_source::npy || data.source == data_source::csv) {
+  if ((data.source == data_source::npy || data.source == data_source::csv ||
+       data.source == data_source::images) &&
+      !data.standardize) {
     w.raw("scale", numbers(data.scale));
     w.raw("mean", numbers(data.mean));
     w.raw("std", numbers(data.std));
+  }
+  if (data.validation > 0)
+    w.put("validation", data.validation);
+  if (data.standardize)
+    w.put("normalize", "standard");
+  if (data.source == data_source::images) {
+    if (!data.test_path.empty())
+      w.put("test_path", absolute(data.test_path));
+    if (data.image_height > 0)
+      w.raw("size", "[" + std::to_string(data.image_height) + ", " +
+                        std::to_string(data.image_width) + "]");
+    w.put("channels", data.channels);
+    w.put("workers", data.workers);
+    w.put("crop_padding", data.crop_padding);
+    w.put("flip", data.flip);
   }
   if (data.source == data_source::tokens) {
     if (!data.test_path.empty())

@@ -389,7 +389,7 @@ TEST_CASE_FIXTURE(loader_fixture,
   };
   // Main-lane work submitted after the gather runs before it.
   hold();
-  auto x = gather_rows(data, data->train, {3, 1}, cpu(0), job_label{"load"});
+  auto x = gather_rows(data, data->train, {3, 1}, cpu(0), job_label{"load"}, -1);
   bool gathered_before = true;
   auto main = work.submit([&] { gathered_before = x.ready().reached(); });
   release = true;
@@ -398,7 +398,7 @@ TEST_CASE_FIXTURE(loader_fixture,
   CHECK(samples_of(x) == std::vector<std::int64_t>{3, 1});  // values() waits for it
   // A reader's arrival hurries it ahead of what is submitted after.
   hold();
-  auto y = gather_rows(data, data->train, {0, 2, 5}, cpu(0), job_label{"load"});
+  auto y = gather_rows(data, data->train, {0, 2, 5}, cpu(0), job_label{"load"}, -1);
   auto read = arrive(y, cpu(0));
   CHECK(read.shares_storage_with(y));  // on its own device: no copy
   gathered_before = false;
