@@ -36,9 +36,10 @@ caf::behavior device_actor::make_behavior() {
   // An exception in any handler (or in connect) ends the run through the trainer, naming
   // this actor; the actor then exits with that error (actors/base/failures.hpp).
   set_exception_handler([this](std::exception_ptr& error) -> caf::error {
-    auto what = describe_exception(error);
+    auto failure = failure_of(name_, error);
+    auto what = failure.what;
     if (trainer_)
-      send(trainer_, failure_msg{name_, what});
+      send(trainer_, std::move(failure));
     return caf::make_error(caf::sec::runtime_error, what);
   });
   attach_functor([this, &registry = system().registry(), me = id()] {

@@ -10,6 +10,8 @@
 
 #include <string>
 
+#include "troupe/messages.hpp"
+
 namespace troupe {
 
 /// Installs the handler on `self`. `trainer` is read when an exception happens (it may
@@ -18,5 +20,9 @@ void report_failures_to(caf::event_based_actor* self, std::string name, const ca
 
 /// The message of an exception pointer ("unknown exception" for non-std exceptions).
 std::string describe_exception(std::exception_ptr error);
+
+/// What `actor` reports of `error` to the trainer: its message, and whether it is the
+/// input's fault (a data_error: a data file that does not read, found as a batch reads it).
+failure_msg failure_of(std::string actor, std::exception_ptr error);
 
 }  // namespace troupe

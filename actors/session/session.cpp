@@ -368,7 +368,7 @@ void session::spawn() {
   for (auto& d : s_.devices->all())
     d->work().set_error_handler([trainer = s_.trainer, name = d->id().to_string()](
                                     std::exception_ptr e) {
-      caf::anon_send(trainer, failure_msg{name, describe_exception(e)});
+      caf::anon_send(trainer, failure_of(name, e));
     });
   s_.gloo = mode_->gloo(s_, s_.options.gloo);
   s_.sequencers = make_stage_sequencers(graph);

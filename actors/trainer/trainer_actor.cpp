@@ -65,7 +65,8 @@ caf::behavior trainer_actor::make_behavior() {
       },
       [this](tick_atom) { watch(); },
       [this](failure_msg& failure) {
-        end(exit_code::run_failed, failure.actor + ": " + failure.what);
+        end(failure.bad_input ? exit_code::bad_input : exit_code::run_failed,
+            failure.actor + ": " + failure.what);
       },
       [this](node_lost_atom, std::int32_t, const std::string& what) {
         end(exit_code::run_failed,

@@ -88,17 +88,30 @@ tensor gather_rows(const std::shared_ptr<const dataset_split>& data, const datas
   // Note [a GPU's batch gathered off its thread]; an image folder's decoding likewise, on
   // [data] workers threads (Note [images decoded off the devices' threads]).
   const auto gatherers = host_gathers(static_cast<std::size_t>(source.workers));
+  // A worker's failure (an image that does not decode) is the device job's: that stream's
+  // error handler ends the run naming it, where the worker's would be lost.
+  auto failures = std::make_shared<std::vector<std::exception_ptr>>(gatherers.size());
   std::vector<event> gathered;
   for (std::size_t k = 0; k < gatherers.size(); ++k) {
     const auto first = count * k / gatherers.size(), last = count * (k + 1) / gatherers.size();
     if (first < last)
-      gathered.push_back(
-          gatherers[k]->submit([gather, first, last] { gather(first, last); }, label));
+      gathered.push_back(gatherers[k]->submit(
+          [gather, first, last, failures, k] {
+            try {
+              gather(first, last);
+            } catch (...) {
+              (*failures)[k] = std::current_exception();
+            }
+          },
+          label));
   }
   x.set_ready(on.work().submit_when_idle(
-      [gathered = std::move(gathered), gpu, x, host] {
+      [gathered = std::move(gathered), failures, gpu, x, host] {
         for (const auto& e : gathered)
           e.wait();
+        for (const auto& failure : *failures)
+          if (failure)
+            std::rethrow_exception(failure);
         if (gpu != nullptr)
           gpu->copy(x.raw(), host.raw(), x.bytes());
       },

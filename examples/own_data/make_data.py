@@ -4,19 +4,22 @@ downloaded) as the files troupe's own-data sources read, each split 80/20 into a
 and a test part by a fixed permutation:
 
     digits/          8x8 images of handwritten digits, 10 classes, as .npy (uint8, 0..16)
+    digits_png/      the same split as folders of 8x8 gray PNG images, a folder a digit
+                     (torchvision's ImageFolder layout), pixels 0..16 scaled to 0..255
     breast_cancer/   30 measurements, benign or not, as CSV tables with a header row
     diabetes/        10 measurements, disease progression a year later, as CSV tables
 
     /usr/bin/python3 examples/own_data/make_data.py [DIR]     # DIR: examples/own_data/data
 
-The configs next to this script (digits.toml, breast_cancer.toml, diabetes.toml) train on
-them: `troupe run examples/own_data/digits.toml`.
+The configs next to this script (digits.toml, digits_png.toml, breast_cancer.toml,
+diabetes.toml) train on them: `troupe run examples/own_data/digits.toml`.
 """
 import csv
 import os
 import sys
 
 import numpy as np
+from PIL import Image
 from sklearn import datasets
 
 
@@ -47,6 +50,13 @@ def main():
         np.save(os.path.join(root, "digits", name + "_x.npy"), pixels[rows])
         np.save(os.path.join(root, "digits", name + "_y.npy"), digits.target[rows].astype(np.uint8))
 
+    for name, rows in (("train", train), ("test", test)):
+        for row in rows:
+            folder = os.path.join(root, "digits_png", name, str(digits.target[row]))
+            os.makedirs(folder, exist_ok=True)
+            image = np.round(digits.images[row] * (255 / 16)).astype(np.uint8)
+            Image.fromarray(image, mode="L").save(os.path.join(folder, "%04d.png" % row))
+
     cancer = datasets.load_breast_cancer()
     train, test = split(len(cancer.target))
     for name, rows in (("train", train), ("test", test)):
@@ -58,7 +68,7 @@ def main():
     for name, rows in (("train", train), ("test", test)):
         write_csv(os.path.join(root, "diabetes", name + ".csv"), diabetes.feature_names,
                   diabetes.data[rows], diabetes.target[rows], "progression")
-    print("wrote digits (npy), breast_cancer and diabetes (csv) under " + root)
+    print("wrote digits (npy and png), breast_cancer and diabetes (csv) under " + root)
 
 
 main()

@@ -167,6 +167,7 @@ struct loss_report_msg {
 struct failure_msg {
   std::string actor;
   std::string what;
+  bool bad_input = false;  // the input's fault (a data file that does not read): exit 2
 };
 
 template <class Inspector>
@@ -212,7 +213,7 @@ typename Inspector::result_type inspect(Inspector& f, loss_report_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
-  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what, x.bad_input);
 }
 
 // Note [typed handles]

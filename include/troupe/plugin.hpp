@@ -45,7 +45,9 @@
 /// xent_options and writes its sums, accuracy counts in a float and skips an ignored label;
 /// ops.hpp gains mse_loss, l1_loss, huber_loss and bce_with_logits; labels_msg gains
 /// global_terms, loss_report_msg carries terms and metric sums instead of correct.
-#define TROUPE_ABI_VERSION 10
+/// 11: failure_msg gains bad_input (a data_error in an actor or a device's job ends the run
+/// with exit 2, as one before it starts does).
+#define TROUPE_ABI_VERSION 11
 
 namespace troupe {
 

@@ -108,6 +108,17 @@ TEST_CASE("a run on a bad image folder ends with exit 2, naming the folder or th
   std::ofstream(dir / "train/red/x.png") << "not a picture";
   CHECK(run().find("train/red/x.png': neither a PNG nor a JPEG") != std::string::npos);
   std::filesystem::remove(dir / "train/red/x.png");
+  // A header that reads and a body that does not: found as a batch decodes it, on a
+  // worker's thread, and still exit 2 naming the file.
+  {
+    std::ifstream in(dir / "train/red/0.png", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir / "train/red/0.png", std::ios::binary) << bytes.substr(0, 40);
+  }
+  const auto cut = run();
+  CHECK(cut.find("train/red/0.png': not a valid PNG") != std::string::npos);
+  CHECK(cut.find("cpu:0") != std::string::npos);  // the device whose batch it was
+  write_colours(dir, "train", 4);
   std::ofstream(dir / "test/red/x.gif") << "GIF89a";
   CHECK(run().find("x.gif': a gif image; troupe decodes PNG and JPEG") != std::string::npos);
   std::filesystem::remove(dir / "test/red/x.gif");

@@ -2,13 +2,15 @@
 // comments say: make_data.py writes scikit-learn's bundled digits, breast cancer and
 // diabetes data (Debian's python3-sklearn, installed by scripts/install-deps.sh) as .npy
 // files and CSV tables, and each config trains on them with `troupe run` to its stated
-// quality: digits >= 95% test accuracy (softmax_xent on .npy), breast cancer >= 95%
+// quality: digits >= 95% test accuracy (softmax_xent on .npy; and as a PNG folder with a
+// conv net, then `troupe predict` on a folder of its images), breast cancer >= 95%
 // (bce_with_logits on CSV, standardised), diabetes a test RMSE <= 60 (mse on CSV; predicting
 // the mean scores about 77). Then `troupe predict` on the diabetes test table.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +51,7 @@ TEST_CASE("the own-data examples train scikit-learn's data sets to their stated 
     double bound;  // accuracy at least, or RMSE at most
   };
   for (const auto& e : {example{"digits", "test_accuracy", 0.95},
+                        example{"digits_png", "test_accuracy", 0.95},
                         example{"breast_cancer", "test_accuracy", 0.95},
                         example{"diabetes", "test_rmse", 60.0}}) {
     CAPTURE(e.name);
@@ -75,4 +78,20 @@ TEST_CASE("the own-data examples train scikit-learn's data sets to their stated 
   INFO(predicted.output);
   CHECK(predicted.exit_code == 0);
   CHECK(predicted.output.find("89 rows of 1 outputs") != std::string::npos);
+  // The test images of one digit, named by their class folders: nearly all called 7.
+  const auto sevens = troupe::testing::run_troupe(
+      "predict " + dir / "digits_png" + " --config " + dir / "digits_png.toml" + " --input " +
+      dir / "data/digits_png/test/7");
+  INFO(sevens.output);
+  CHECK(sevens.exit_code == 0);
+  std::istringstream lines(sevens.output);
+  std::string line;
+  int images = 0, called_seven = 0;
+  while (std::getline(lines, line))
+    if (line.find("/test/7/") != std::string::npos) {
+      ++images;
+      called_seven += line.find(".png,7,7,") != std::string::npos;
+    }
+  CHECK(images > 20);
+  CHECK(called_seven >= images * 9 / 10);
 }
