@@ -15,10 +15,12 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/interchange.hpp"
+#include "runtime/checkpoint/safetensors_arrays.hpp"
 #include "runtime/data/csv.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/data/images.hpp"
 #include "runtime/data/npy.hpp"
+#include "runtime/data/npz.hpp"
 #include "runtime/data/text.hpp"
 #include "runtime/data/tokens.hpp"
 #include "runtime/graph/model_graph.hpp"
@@ -139,7 +141,27 @@ std::string describe_classes(const std::vector<std::string>& names) {
 
 namespace {
 
-/// The config's source read with `normalisation` (npy and csv), before any hold-out.
+/// source = "npz" or "safetensors": the arrays `features` and `targets` ("x" and "y") of
+/// path's file and of test_path's.
+dataset_split load_named_arrays(const run_config& config, target_kind targets,
+                                const feature_normalisation& normalisation) {
+  const auto& d = config.data;
+  const auto x = d.features.empty() ? std::string("x") : d.features;
+  const auto y = d.targets.empty() ? std::string("y") : d.targets;
+  auto split_of = [&](const std::string& file) {
+    if (d.source == data_source::npz)
+      return npy_split_arrays{npz_array(file, x), npz_array(file, y)};
+    return npy_split_arrays{safetensors_array(file, x), safetensors_array(file, y)};
+  };
+  const auto train = split_of(d.path);
+  if (d.test_path.empty())
+    return load_arrays(train, nullptr, normalisation, targets);
+  const auto test = split_of(d.test_path);
+  return load_arrays(train, &test, normalisation, targets);
+}
+
+/// The config's source read with `normalisation` (npy, npz, safetensors, csv, images),
+/// before any hold-out.
 dataset_split load_source(const run_config& config, target_kind targets,
                           const feature_normalisation& normalisation) {
   const auto& d = config.data;
@@ -154,6 +176,8 @@ dataset_split load_source(const run_config& config, target_kind targets,
                                     d.validation});
   if (d.source == data_source::images)
     return load_images(d.path, d.test_path, image_settings_of(config));
+  if (d.source == data_source::npz || d.source == data_source::safetensors)
+    return load_named_arrays(config, targets, normalisation);
   if (d.source == data_source::npy)
     return load_npy(d.features, d.targets, d.test_features, d.test_targets, normalisation,
                     targets);
@@ -179,7 +203,8 @@ void standardize(const run_config& config, target_kind targets, dataset_split& s
   const auto statistics = statistics_of(split.train);
   const feature_normalisation standard{{1.0}, statistics.mean, statistics.std};
   const auto& d = config.data;
-  if (d.source == data_source::npy) {
+  if (d.source == data_source::npy || d.source == data_source::npz ||
+      d.source == data_source::safetensors) {  // rows read from files: opened again
     split = load_held_out(config, targets, standard);  // the same hold-out: keyed by the seed
   } else {
     const auto norm = resolve_normalisation(standard, split.train.features, d.path);
@@ -210,7 +235,7 @@ loss_spec checked_loss(const run_config& config, const dataset_split& data) {
                            (values ? std::string("float targets, but [data] source = \"") +
                                          to_string(config.data.source) +
                                          "\" gives class labels; float targets come from "
-                                         "source = \"npy\" or \"csv\""
+                                         "source = \"npy\", \"npz\", \"safetensors\" or \"csv\""
                                    : std::string("class labels, but the data has float targets")));
   return spec;
 }

@@ -10,9 +10,11 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/atomic_file.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
+#include "runtime/checkpoint/safetensors_arrays.hpp"
 #include "runtime/data/csv.hpp"
 #include "runtime/data/images.hpp"
 #include "runtime/data/npy.hpp"
+#include "runtime/data/npz.hpp"
 #include "runtime/graph/host_model.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/model/loss.hpp"
@@ -28,8 +30,9 @@ bool ends_with(const std::string& text, const std::string& suffix) {
                     [](char a, char b) { return std::tolower(a) == std::tolower(b); });
 }
 
-/// The rows to predict from: a .npy file's, read as batches gather them, or a CSV table's,
-/// normalised as the model's training data was.
+/// The rows to predict from: a .npy file's (or an .npz's or a safetensors file's features
+/// array), read as batches gather them, or a CSV table's, or images, normalised as the
+/// model's training data was.
 dataset input_rows(const run_config& config, const std::string& path,
                    const checkpoint_manifest& manifest, std::vector<std::string>& files) {
   const auto& d = config.data;
@@ -51,12 +54,18 @@ dataset input_rows(const run_config& config, const std::string& path,
                        "records no feature statistics (was it trained with another config?)");
     normalisation = feature_normalisation{{1.0}, manifest.feature_mean, manifest.feature_std};
   }
-  if (ends_with(path, ".npy")) {
-    const auto header = read_npy_header(path);
+  const bool npz = ends_with(path, ".npz"), safetensors = ends_with(path, ".safetensors");
+  if (ends_with(path, ".npy") || npz || safetensors) {
+    // An archive's features array: the config's name for it, or "x".
+    const bool named = d.source == data_source::npz || d.source == data_source::safetensors;
+    const auto name = named && !d.features.empty() ? d.features : std::string("x");
+    const auto array = npz           ? npz_array(path, name)
+                       : safetensors ? safetensors_array(path, name)
+                                     : npy_file_array(path);
     dataset out;
-    out.rows = open_npy_rows(path, normalisation);
-    out.count = header.shape.front();
-    out.features = header.elements / out.count;
+    out.rows = open_npy_rows(array, normalisation);
+    out.count = array.header.shape.empty() ? 0 : array.header.shape.front();
+    out.features = out.count > 0 ? array.header.elements / out.count : 0;
     return out;
   }
   csv_columns columns;

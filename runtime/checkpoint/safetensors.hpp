@@ -103,6 +103,9 @@ class safetensors_file {
   const safetensors_entry* find(const std::string& name) const;
   /// The entry named `name`; throws data_error naming the file and the names it has.
   const safetensors_entry& at(const std::string& name) const;
+  /// Where the data block starts in the file (8 + the header's length): an entry's bytes
+  /// are at data_start() + begin.
+  std::uint64_t data_start() const { return data_start_; }
   /// Whether the tensors' bytes are here (false after read_safetensors_header).
   bool has_data() const { return has_data_; }
   /// A view of the bytes of `entry` (an entry of this file), valid while this file lives.

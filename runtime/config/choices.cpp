@@ -22,6 +22,10 @@ const char* to_string(data_source value) {
       return "tokens";
     case data_source::images:
       return "images";
+    case data_source::npz:
+      return "npz";
+    case data_source::safetensors:
+      return "safetensors";
   }
   TROUPE_CHECK(false, "data_source " << static_cast<int>(value));
   return "";

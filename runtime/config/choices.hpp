@@ -20,7 +20,7 @@
 namespace troupe {
 
 /// [data] source: the Fashion-MNIST files, or a generated, linearly separable problem.
-enum class data_source { fashion_mnist, synthetic, text, npy, csv, tokens, images };
+enum class data_source { fashion_mnist, synthetic, text, npy, csv, tokens, images, npz, safetensors };
 /// [optimizer] type.
 enum class optimizer_type { sgd, adam, adamw };
 /// [optimizer.schedule] type: the learning-rate schedule (runtime/model/lr_schedule.hpp).
@@ -52,10 +52,10 @@ struct enum_values;
 
 template <>
 struct enum_values<data_source> {
-  static constexpr std::array<data_source, 7> all = {
+  static constexpr std::array<data_source, 9> all = {
       data_source::fashion_mnist, data_source::synthetic, data_source::text,
       data_source::npy,           data_source::csv,       data_source::tokens,
-      data_source::images};
+      data_source::images,        data_source::npz,       data_source::safetensors};
 };
 template <>
 struct enum_values<optimizer_type> {

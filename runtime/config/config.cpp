@@ -489,6 +489,11 @@ void read_npy_settings(const section_reader& r, const std::string& directory, da
       continue;
     }
     r.read(key, *out);
+    if (s.source == data_source::npz || s.source == data_source::safetensors) {
+      if (r.find(key) && out->empty())
+        r.fail(*r.find(key), key, "expected an array's name, found an empty string");
+      continue;  // the name of an array in path's file, not a file
+    }
     if (const auto* node = r.find(key)) {
       if (out->empty())
         r.fail(*node, key, "expected a .npy file, found an empty string");
@@ -505,9 +510,12 @@ void read_npy_settings(const section_reader& r, const std::string& directory, da
   const auto normalize_where =
       r.read_choice("normalize", normalize, "normalization", {"none", "standard"});
   s.standardize = normalize == "standard";
-  if (s.standardize && s.source != data_source::npy && s.source != data_source::csv)
-    throw config_error(normalize_where, "[data] normalize = \"standard\" is for source = \"npy\" "
-                                        "or \"csv\"; \"" + std::string(to_string(s.source)) +
+  const bool arrays = s.source == data_source::npy || s.source == data_source::npz ||
+                      s.source == data_source::safetensors;
+  if (s.standardize && !arrays && s.source != data_source::csv)
+    throw config_error(normalize_where, "[data] normalize = \"standard\" is for source = \"npy\", "
+                                        "\"npz\", \"safetensors\" or \"csv\"; \"" +
+                                        std::string(to_string(s.source)) +
                                         "\" normalises its data itself");
   if (s.standardize)
     for (const char* key : {"scale", "mean", "std"})
@@ -571,6 +579,25 @@ void read_image_settings(const section_reader& r, data_section& s) {
                            std::to_string(s.image_height) + " x " + std::to_string(s.image_width) +
                            " values a sample, more than the limit of " +
                            std::to_string(limits::max_sample_features));
+}
+
+/// source = "npz" or "safetensors" names its file (and a test file, or a validation share).
+void check_array_files(const section_reader& r, const data_section& s) {
+  const std::string needs = std::string("[data] source = \"") + to_string(s.source) + "\" needs ";
+  const std::string what = " (path and test_path: the training and the test file, each holding "
+                           "the arrays named by features and targets, \"x\" and \"y\" unless "
+                           "they say otherwise)";
+  if (!r.find("path"))
+    throw config_error(s.source_where, needs + "path" + what);
+  if (s.test_path.empty() && s.validation == 0)
+    throw config_error(s.source_where, needs + "test_path" + what + ", or [data] validation");
+  for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
+    std::error_code error;
+    if (!path->empty() && !fs::is_regular_file(*path, error))
+      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
+                                                  quote_user_text(*path, limits::max_quoted_path_length) +
+                                                  " is not a file");
+  }
 }
 
 /// source = "images" names its training folder, and a test folder or a validation share.
@@ -722,6 +749,8 @@ data_section read_data(const section_reader& r, const std::string& directory) {
     check_token_files(r, s);
   if (s.source == data_source::images)
     check_image_folders(r, s);
+  if (s.source == data_source::npz || s.source == data_source::safetensors)
+    check_array_files(r, s);
   if (s.source == data_source::text) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))

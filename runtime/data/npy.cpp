@@ -36,6 +36,19 @@ std::string quote_path(const std::string& path) {
   throw data_error(quote_path(path) + ": byte " + std::to_string(offset) + ": " + what);
 }
 
+[[noreturn]] void fail(const npy_array& array, std::int64_t offset, const std::string& what) {
+  throw data_error(array.name + ": byte " + std::to_string(offset) + ": " + what);
+}
+
+/// The first `bytes` bytes of an array's data.
+std::vector<unsigned char> read_data(const npy_array& array, std::int64_t bytes) {
+  auto file = open_for_reading(array.path);
+  std::vector<unsigned char> out(static_cast<std::size_t>(bytes));
+  if (!read_at(file.get(), out.data(), out.size(), array.header.data_offset))
+    fail(array, array.header.data_offset, "the data ends early");
+  return out;
+}
+
 struct type_info {
   std::string_view descr;
   npy_type type;
@@ -144,26 +157,34 @@ void read_dict(const std::string& path, std::int64_t offset, const std::string& 
 
 }  // namespace
 
-npy_header read_npy_header(const std::string& path) {
+npy_header read_npy_header(const std::string& path, std::int64_t base, std::int64_t length) {
   auto file = open_for_reading(path);
   struct stat info {};
   if (::fstat(file.get(), &info) != 0)
     throw data_error(quote_path(path) + ": cannot read its size: " + std::strerror(errno));
-  const std::int64_t size = info.st_size;
+  // Offsets below count from `base`; messages name them in the file.
+  const std::int64_t size = length >= 0 ? std::min<std::int64_t>(length, info.st_size - base)
+                                        : info.st_size - base;
+  auto fail = [&path, base](std::int64_t offset, const std::string& what) {
+    troupe::fail(path, base + offset, what);
+  };
+  auto read_at = [fd = file.get(), base](void* out, std::size_t bytes, std::int64_t offset) {
+    return troupe::read_at(fd, out, bytes, base + offset);
+  };
   unsigned char start[12] = {};
-  if (size < 10 || !read_at(file.get(), start, 10, 0) ||
+  if (size < 10 || !read_at(start, 10, 0) ||
       std::memcmp(start, "\x93NUMPY", 6) != 0)
-    fail(path, 0, "not a NumPy .npy file (it should start with \\x93NUMPY)");
+    fail(0, "not a NumPy .npy file (it should start with \\x93NUMPY)");
   npy_header out;
   out.major_version = start[6];
   if (start[6] < 1 || start[6] > 3 || start[7] != 0)
-    fail(path, 6, "format version " + std::to_string(start[6]) + "." + std::to_string(start[7]) +
+    fail(6, "format version " + std::to_string(start[6]) + "." + std::to_string(start[7]) +
                       "; troupe reads 1.0, 2.0 and 3.0");
   std::int64_t header_bytes = start[8] | (start[9] << 8);
   std::int64_t dict_at = 10;
   if (start[6] >= 2) {
-    if (size < 12 || !read_at(file.get(), start + 10, 2, 10))
-      fail(path, 10, "the file ends inside the header's length");
+    if (size < 12 || !read_at(start + 10, 2, 10))
+      fail(10, "the file ends inside the header's length");
     header_bytes = static_cast<std::int64_t>(start[8]) | (static_cast<std::int64_t>(start[9]) << 8) |
                    (static_cast<std::int64_t>(start[10]) << 16) |
                    (static_cast<std::int64_t>(start[11]) << 24);
@@ -171,23 +192,23 @@ npy_header read_npy_header(const std::string& path) {
   }
   constexpr std::int64_t max_header_bytes = 1 << 20;  // NumPy writes a few hundred
   if (header_bytes > max_header_bytes || dict_at + header_bytes > size)
-    fail(path, dict_at, "the header claims " + std::to_string(header_bytes) + " bytes, but " +
+    fail(dict_at, "the header claims " + std::to_string(header_bytes) + " bytes, but " +
                             (header_bytes > max_header_bytes
                                  ? "no .npy header is longer than " +
                                        std::to_string(max_header_bytes)
                                  : "the file has " + std::to_string(size - dict_at) +
                                        " after its start"));
   std::string dict(static_cast<std::size_t>(header_bytes), '\0');
-  if (!read_at(file.get(), dict.data(), dict.size(), dict_at))
-    fail(path, dict_at, "the file ends inside the header");
-  read_dict(path, dict_at, dict, out);
-  out.data_offset = dict_at + header_bytes;
+  if (!read_at(dict.data(), dict.size(), dict_at))
+    fail(dict_at, "the file ends inside the header");
+  read_dict(path, base + dict_at, dict, out);
+  out.data_offset = base + dict_at + header_bytes;
   const auto data_bytes = out.elements * out.item_bytes;  // <= 2^40 * 8: no overflow
-  if (size - out.data_offset < data_bytes)
-    fail(path, out.data_offset,
+  if (size - (out.data_offset - base) < data_bytes)
+    fail(out.data_offset - base,
          "shape " + shape_to_string(out.shape) + " of " + std::to_string(out.item_bytes) +
              "-byte values needs " + std::to_string(data_bytes) + " bytes of data, but the file "
-             "has " + std::to_string(size - out.data_offset) + " (is it truncated?)");
+             "has " + std::to_string(size - (out.data_offset - base)) + " (is it truncated?)");
   return out;
 }
 
@@ -252,22 +273,23 @@ void for_each_value(npy_type type, const unsigned char* in, std::int64_t count, 
 /// The rows of one features file (Note [rows from a file]).
 class npy_rows final : public feature_rows {
  public:
-  npy_rows(const std::string& path, npy_header header, const feature_normalisation& n,
-           file_access access)
-      : path_(path), header_(std::move(header)) {
+  npy_rows(const npy_array& array, const feature_normalisation& n, file_access access)
+      : path_(array.path), header_(array.header) {
     const auto& shape = header_.shape;
     if (shape.empty() || shape.front() < 1 || header_.elements < 1)
-      fail(path, 8, "features of shape " + shape_to_string(shape) +
-                        "; expected (N, ...) with at least one sample of at least one value");
+      fail(array, array.base + 8, "features of shape " + shape_to_string(shape) +
+                                      "; expected (N, ...) with at least one sample of at least "
+                                      "one value");
     count_ = shape.front();
     features_ = header_.elements / count_;
     if (features_ > limits::max_sample_features)
-      fail(path, 8, "samples of " + std::to_string(features_) + " values; troupe reads at most " +
-                        std::to_string(limits::max_sample_features) + " a sample");
+      fail(array, array.base + 8, "samples of " + std::to_string(features_) +
+                                      " values; troupe reads at most " +
+                                      std::to_string(limits::max_sample_features) + " a sample");
     row_bytes_ = features_ * header_.item_bytes;
-    norm_ = resolve_normalisation(n, features_, path_);
+    norm_ = resolve_normalisation(n, features_, array.name);
     build_byte_table();
-    file_ = std::make_unique<file_bytes>(path, header_.data_offset + count_ * row_bytes_, access);
+    file_ = std::make_unique<file_bytes>(path_, header_.data_offset + count_ * row_bytes_, access);
   }
 
   std::int64_t count() const { return count_; }
@@ -325,31 +347,39 @@ class npy_rows final : public feature_rows {
 
 }  // namespace
 
+npy_array npy_file_array(const std::string& path) {
+  return npy_array{path, read_npy_header(path), quote_path(path), 0};
+}
+
 std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
                                                   const feature_normalisation& normalisation,
                                                   file_access access) {
-  return std::make_shared<npy_rows>(path, read_npy_header(path), normalisation, access);
+  return open_npy_rows(npy_file_array(path), normalisation, access);
 }
 
-std::vector<std::int32_t> read_npy_labels(const std::string& path) {
-  const auto header = read_npy_header(path);
+std::shared_ptr<const feature_rows> open_npy_rows(const npy_array& array,
+                                                  const feature_normalisation& normalisation,
+                                                  file_access access) {
+  return std::make_shared<npy_rows>(array, normalisation, access);
+}
+
+std::vector<std::int32_t> read_npy_labels(const npy_array& array) {
+  const auto& header = array.header;
+  const auto at = array.base + 8;  // the header's dict
   if (header.shape.empty() || header.shape.size() > 2 ||
       (header.shape.size() == 2 && header.shape[1] != 1))
-    fail(path, 8, "targets of shape " + shape_to_string(header.shape) +
-                      "; expected (N) or (N, 1): one class label a sample (K float targets a "
-                      "sample are for a loss such as \"mse\" or \"bce_with_logits\")");
+    fail(array, at, "targets of shape " + shape_to_string(header.shape) +
+                        "; expected (N) or (N, 1): one class label a sample (K float targets a "
+                        "sample are for a loss such as \"mse\" or \"bce_with_logits\")");
   if (header.type == npy_type::f16 || header.type == npy_type::f32 ||
       header.type == npy_type::f64)
-    fail(path, 8, "targets of a floating-point type; class labels are integers (float "
-                  "targets are for a loss such as \"mse\" or \"bce_with_logits\")");
+    fail(array, at, "targets of a floating-point type; class labels are integers (float "
+                    "targets are for a loss such as \"mse\" or \"bce_with_logits\")");
   const auto count = header.shape.front();
   if (count > limits::max_samples)
-    fail(path, 8, std::to_string(count) + " targets; troupe reads at most " +
-                      std::to_string(limits::max_samples) + " samples");
-  auto file = open_for_reading(path);
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(count * header.item_bytes));
-  if (!read_at(file.get(), bytes.data(), bytes.size(), header.data_offset))
-    fail(path, header.data_offset, "the data ends early");
+    fail(array, at, std::to_string(count) + " targets; troupe reads at most " +
+                        std::to_string(limits::max_samples) + " samples");
+  const auto bytes = read_data(array, count * header.item_bytes);
   std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) {
     std::int64_t value = 0;
@@ -362,7 +392,7 @@ std::vector<std::int32_t> read_npy_labels(const std::string& path) {
     if (!is_unsigned && bits < 64 && (value >> (bits - 1)) & 1)
       value -= std::int64_t{1} << bits;
     if (value < 0 || value > max_label)
-      fail(path, header.data_offset + i * header.item_bytes,
+      fail(array, header.data_offset + i * header.item_bytes,
            "target " + std::to_string(i) + " is " + std::to_string(value) +
                "; class labels are in 0 .. " + std::to_string(max_label));
     labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(value);
@@ -370,26 +400,28 @@ std::vector<std::int32_t> read_npy_labels(const std::string& path) {
   return labels;
 }
 
-npy_values read_npy_values(const std::string& path) {
-  const auto header = read_npy_header(path);
+std::vector<std::int32_t> read_npy_labels(const std::string& path) {
+  return read_npy_labels(npy_file_array(path));
+}
+
+npy_values read_npy_values(const npy_array& array) {
+  const auto& header = array.header;
+  const auto at = array.base + 8;
   if (header.shape.empty() || header.shape.size() > 2 || header.elements == 0)
-    fail(path, 8, "targets of shape " + shape_to_string(header.shape) +
-                      "; expected (N) or (N, K): K float targets a sample");
+    fail(array, at, "targets of shape " + shape_to_string(header.shape) +
+                        "; expected (N) or (N, K): K float targets a sample");
   npy_values out;
   out.count = header.shape.front();
   out.outputs = header.shape.size() == 2 ? header.shape[1] : 1;
   if (header.elements > limits::max_samples)
-    fail(path, 8, std::to_string(header.elements) + " target values; troupe reads at most " +
-                      std::to_string(limits::max_samples));
-  auto file = open_for_reading(path);
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(header.elements * header.item_bytes));
-  if (!read_at(file.get(), bytes.data(), bytes.size(), header.data_offset))
-    fail(path, header.data_offset, "the data ends early");
+    fail(array, at, std::to_string(header.elements) + " target values; troupe reads at most " +
+                        std::to_string(limits::max_samples));
+  const auto bytes = read_data(array, header.elements * header.item_bytes);
   out.values.resize(static_cast<std::size_t>(header.elements));
   for_each_value(header.type, bytes.data(), header.elements, [&](std::int64_t i, double v) {
     const auto value = static_cast<float>(v);
     if (!std::isfinite(value))
-      fail(path, header.data_offset + i * header.item_bytes,
+      fail(array, header.data_offset + i * header.item_bytes,
            "target value " + std::to_string(i) + " is " + std::to_string(v) +
                "; targets must be finite float32 numbers");
     out.values[static_cast<std::size_t>(i)] = value;
@@ -397,26 +429,29 @@ npy_values read_npy_values(const std::string& path) {
   return out;
 }
 
+npy_values read_npy_values(const std::string& path) {
+  return read_npy_values(npy_file_array(path));
+}
+
 namespace {
 
-dataset load_npy_split(const std::string& features, const std::string& targets,
-                       const feature_normalisation& normalisation, target_kind kind) {
-  auto rows = std::make_shared<npy_rows>(features, read_npy_header(features), normalisation,
-                                         file_access::automatic);
+dataset load_split(const npy_split_arrays& arrays, const feature_normalisation& normalisation,
+                   target_kind kind) {
+  auto rows = std::make_shared<npy_rows>(arrays.features, normalisation, file_access::automatic);
   dataset out;
   std::int64_t count = 0;
   if (kind == target_kind::values) {
-    auto values = read_npy_values(targets);
+    auto values = read_npy_values(arrays.targets);
     out.values = std::move(values.values);
     out.outputs = values.outputs;
     count = values.count;
   } else {
-    out.labels = read_npy_labels(targets);
+    out.labels = read_npy_labels(arrays.targets);
     count = static_cast<std::int64_t>(out.labels.size());
   }
   if (count != rows->count())
-    throw data_error(quote_path(features) + " has " + std::to_string(rows->count()) +
-                     " samples, but " + quote_path(targets) + " has " + std::to_string(count) +
+    throw data_error(arrays.features.name + " has " + std::to_string(rows->count()) +
+                     " samples, but " + arrays.targets.name + " has " + std::to_string(count) +
                      " targets; they must agree");
   out.count = rows->count();
   out.features = rows->features();
@@ -426,30 +461,40 @@ dataset load_npy_split(const std::string& features, const std::string& targets,
 
 }  // namespace
 
-dataset_split load_npy(const std::string& train_features, const std::string& train_targets,
-                       const std::string& test_features, const std::string& test_targets,
-                       const feature_normalisation& normalisation, target_kind targets) {
+dataset_split load_arrays(const npy_split_arrays& train, const npy_split_arrays* test,
+                          const feature_normalisation& normalisation, target_kind targets) {
   dataset_split out;
-  out.train = load_npy_split(train_features, train_targets, normalisation, targets);
-  if (test_features.empty()) {  // [data] validation instead
+  out.train = load_split(train, normalisation, targets);
+  const auto& train_targets = train.targets.name;
+  if (test == nullptr) {  // [data] validation instead
     leave_test_empty(out, targets == target_kind::class_ids, train_targets);
     return out;
   }
-  out.test = load_npy_split(test_features, test_targets, normalisation, targets);
+  out.test = load_split(*test, normalisation, targets);
   if (out.train.features != out.test.features)
-    throw data_error(quote_path(test_features) + " has samples of " +
+    throw data_error(test->features.name + " has samples of " +
                      std::to_string(out.test.features) + " values, but " +
-                     quote_path(train_features) + " has " + std::to_string(out.train.features) +
+                     train.features.name + " has " + std::to_string(out.train.features) +
                      "; the splits must agree");
   if (targets == target_kind::values) {
     if (out.train.outputs != out.test.outputs)
-      throw data_error(quote_path(test_targets) + " has " + std::to_string(out.test.outputs) +
-                       " targets a sample, but " + quote_path(train_targets) + " has " +
+      throw data_error(test->targets.name + " has " + std::to_string(out.test.outputs) +
+                       " targets a sample, but " + train_targets + " has " +
                        std::to_string(out.train.outputs) + "; the splits must agree");
     return out;
   }
   count_classes(out, train_targets);
   return out;
+}
+
+dataset_split load_npy(const std::string& train_features, const std::string& train_targets,
+                       const std::string& test_features, const std::string& test_targets,
+                       const feature_normalisation& normalisation, target_kind targets) {
+  const npy_split_arrays train{npy_file_array(train_features), npy_file_array(train_targets)};
+  if (test_features.empty())
+    return load_arrays(train, nullptr, normalisation, targets);
+  const npy_split_arrays test{npy_file_array(test_features), npy_file_array(test_targets)};
+  return load_arrays(train, &test, normalisation, targets);
 }
 
 std::string npy_float_header(const std::vector<std::int64_t>& shape) {

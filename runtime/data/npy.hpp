@@ -41,7 +41,22 @@ struct npy_header {
 
 /// Reads and checks the header of the .npy file at `path`, including that the file holds
 /// every element its shape says. Throws data_error (file, byte offset, what was expected).
-npy_header read_npy_header(const std::string& path);
+/// With `base`, the .npy starts at that byte of the file (an entry stored in a .npz) and
+/// holds `length` bytes (-1: to the file's end); data_offset counts from the file's start.
+npy_header read_npy_header(const std::string& path, std::int64_t base = 0,
+                           std::int64_t length = -1);
+
+/// An array in a file: its header (data_offset from the file's start), and how messages
+/// name it ("'x.npy'", "'train.npz' entry 'x.npy'", "'d.safetensors' tensor 'x'").
+struct npy_array {
+  std::string path;
+  npy_header header;
+  std::string name;
+  std::int64_t base = 0;  // where the array's .npy bytes start in the file (its magic)
+};
+
+/// The array of the .npy file at `path`.
+npy_array npy_file_array(const std::string& path);
 
 /// The rows of a features file as float32 (see the top). Throws data_error for a file whose
 /// header does not describe at least one row of at least one value, and for normalisation
@@ -49,10 +64,14 @@ npy_header read_npy_header(const std::string& path);
 std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,
                                                   const feature_normalisation& normalisation,
                                                   file_access access = file_access::automatic);
+std::shared_ptr<const feature_rows> open_npy_rows(const npy_array& array,
+                                                  const feature_normalisation& normalisation,
+                                                  file_access access = file_access::automatic);
 
 /// The class labels of a targets file: N integers (shape (N) or (N, 1)) of an integer type,
 /// each in [0, 2^24). Throws data_error naming the file and the first bad label's index.
 std::vector<std::int32_t> read_npy_labels(const std::string& path);
+std::vector<std::int32_t> read_npy_labels(const npy_array& array);
 
 /// The float targets of a targets file: shape (N) (K = 1) or (N, K), any numeric type,
 /// converted to float32; each finite. Throws data_error naming the file and the first bad
@@ -63,10 +82,22 @@ struct npy_values {
   std::vector<float> values;  // (N, K)
 };
 npy_values read_npy_values(const std::string& path);
+npy_values read_npy_values(const npy_array& array);
 
 /// The header of a version 1.0 .npy file of little-endian float32 values of `shape` (C
 /// order), padded as NumPy pads it: what a writer puts before the values.
 std::string npy_float_header(const std::vector<std::int64_t>& shape);
+
+/// The features and targets of one split.
+struct npy_split_arrays {
+  npy_array features, targets;
+};
+
+/// Two splits of arrays (the test split may be null: [data] validation instead), checked to
+/// agree in count (and the two splits in features and outputs). Targets are class labels
+/// (classes is the largest label plus one) or float values, as the loss says.
+dataset_split load_arrays(const npy_split_arrays& train, const npy_split_arrays* test,
+                          const feature_normalisation& normalisation, target_kind targets);
 
 /// [data] source = "npy": features and targets of the training split and of the test split,
 /// checked to agree in count (and the two splits in features and outputs). Targets are

@@ -336,6 +336,12 @@ void write_data_section(toml_writer& w, const data_section& data) {
                              std::pair{"test_features", &data.test_features},
                              std::pair{"test_targets", &data.test_targets}})
       w.put(key, absolute(*file));
+  if (data.source == data_source::npz || data.source == data_source::safetensors) {
+    if (!data.test_path.empty())
+      w.put("test_path", absolute(data.test_path));
+    w.put("features", data.features.empty() ? std::string("x") : data.features);
+    w.put("targets", data.targets.empty() ? std::string("y") : data.targets);
+  }
   if (data.source == data_source::csv) {
     w.put("test_path", absolute(data.test_path));
     w.raw("target", names(data.target_columns));
@@ -344,7 +350,8 @@ void write_data_section(toml_writer& w, const data_section& data) {
     w.put("delimiter", std::string(1, data.delimiter));
   }
   if ((data.source == data_source::npy || data.source == data_source::csv ||
-       data.source == data_source::images) &&
+       data.source == data_source::images || data.source == data_source::npz ||
+       data.source == data_source::safetensors) &&
       !data.standardize) {
     w.raw("scale", numbers(data.scale));
     w.raw("mean", numbers(data.mean));

@@ -295,7 +295,7 @@ TEST_CASE("normalize = \"standard\" gives every training feature mean 0 and std 
                 "target = \"y\"\nnormalize = \"standard\"\nmean = 3\n")
             .find("remove mean") != std::string::npos);
   CHECK(refused("[data]\nsource = \"synthetic\"\nnormalize = \"standard\"\n")
-            .find("is for source = \"npy\" or \"csv\"") != std::string::npos);
+            .find("is for source = \"npy\", \"npz\", \"safetensors\" or \"csv\"") != std::string::npos);
   CHECK(refused("[data]\nsource = \"csv\"\npath = \"t.csv\"\ntest_path = \"t.csv\"\n"
                 "target = \"y\"\nnormalize = \"standrad\"\n")
             .find("did you mean 'standard'") != std::string::npos);

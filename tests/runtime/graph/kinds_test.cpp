@@ -32,7 +32,7 @@ void check_round_trip(std::size_t count) {
 }  // namespace
 
 TEST_CASE("every choice and kind parses back from its name, and nothing else parses") {
-  check_round_trip<data_source>(7);
+  check_round_trip<data_source>(9);
   check_round_trip<optimizer_type>(3);
   check_round_trip<lr_schedule_type>(3);
   check_round_trip<pipeline_schedule>(3);
@@ -40,7 +40,8 @@ TEST_CASE("every choice and kind parses back from its name, and nothing else par
   check_round_trip<actor_kind>(5);
   check_round_trip<wire_kind>(5);
   CHECK(enum_names<data_source>() ==
-        std::vector<std::string>{"fashion-mnist", "synthetic", "text", "npy", "csv", "tokens", "images"});
+        std::vector<std::string>{"fashion-mnist", "synthetic", "text", "npy", "csv", "tokens", "images", "npz",
+                                 "safetensors"});
   CHECK(enum_names<optimizer_type>() == std::vector<std::string>{"sgd", "adam", "adamw"});
   CHECK(enum_names<pipeline_schedule>() == std::vector<std::string>{"gpipe", "1f1b", "zb-h1"});
   CHECK(enum_names<averaging_method>() == std::vector<std::string>{"ring", "central", "gloo"});
