@@ -12,9 +12,9 @@ Three tables, each of medians over --repeats alternating runs:
    worker processes) is left out, the first 5 batches not timed.
 2. Rows a second gathered at random (batches of 128) from a .npy of about 1 GB (Fashion-MNIST's
    training pixels as uint8, tiled 21 times: 1.26 million rows of 784): troupe's npy source
-   mapped, read with pread, and from a copy in memory; and NumPy's memory-mapped array indexed
-   with the same batches and converted to a float tensor, as a Dataset over np.load(mmap_mode)
-   would hand them to PyTorch.
+   mapped, read with pread, and from a copy in memory (each value as float32, unscaled); and
+   NumPy's memory-mapped array indexed with the same batches and converted to a float tensor,
+   as a Dataset over np.load(mmap_mode) would hand them to PyTorch.
 3. The step rate of config/fashion_cnn.toml fed from the PNG folder (workers 1 and 2) against
    the same config from the IDX files, the same images, the same batches (tests hold the
    two to the same parameters bit for bit); one training device, so the decoding workers have
@@ -74,7 +74,7 @@ rng = np.random.default_rng(7)
 rows, start = 0, time.perf_counter()
 while time.perf_counter() - start < 3:
     picked = np.sort(rng.integers(0, x.shape[0], 128))  # fancy indexing reads in order anyway
-    batch = torch.from_numpy(x[picked].astype(np.float32) * (1 / 255))
+    batch = torch.from_numpy(x[picked].astype(np.float32))
     rows += 128
 print(rows / (time.perf_counter() - start))
 """
