@@ -197,22 +197,12 @@ dataset_split load_held_out(const run_config& config, target_kind targets,
 }
 
 /// [data] normalize = "standard": every split normalised with each feature's mean and std
-/// over the (held-in) training split: a .npy's rows opened again with them, a CSV table's
-/// values normalised in place, as the npy source's arithmetic does.
+/// over the (held-in) training split: the source read again with them (a file's rows opened
+/// again, a CSV table parsed again), each value normalised from the file's own, in double.
 void standardize(const run_config& config, target_kind targets, dataset_split& split) {
   const auto statistics = statistics_of(split.train);
   const feature_normalisation standard{{1.0}, statistics.mean, statistics.std};
-  const auto& d = config.data;
-  if (d.source == data_source::npy || d.source == data_source::npz ||
-      d.source == data_source::safetensors) {  // rows read from files: opened again
-    split = load_held_out(config, targets, standard);  // the same hold-out: keyed by the seed
-  } else {
-    const auto norm = resolve_normalisation(standard, split.train.features, d.path);
-    for (auto* part : {&split.train, &split.test, &split.validation})
-      for (std::size_t i = 0; i < part->images.size(); ++i)
-        part->images[i] = norm.apply(static_cast<std::int64_t>(i % norm.mean.size()),
-                                     part->images[i]);
-  }
+  split = load_held_out(config, targets, standard);  // the same hold-out: keyed by the seed
   split.feature_mean = statistics.mean;
   split.feature_std = statistics.std;
 }

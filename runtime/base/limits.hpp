@@ -63,8 +63,8 @@ constexpr std::int64_t max_samples = std::int64_t{1} << 28;
 /// The most values one data file may hold (a .npy's shape product): 2^40, a terabyte of
 /// bytes; its rows are read as batches gather them, never all at once.
 constexpr std::int64_t max_data_elements = std::int64_t{1} << 40;
-/// The most bytes of one CSV table, parsed into memory whole (runtime/data/csv.hpp): 4 GiB.
-constexpr std::int64_t max_csv_bytes = std::int64_t{4} << 30;
+/// The most bytes of one CSV table (runtime/data/csv.hpp), mapped and parsed once: 1 TiB.
+constexpr std::int64_t max_csv_bytes = std::int64_t{1} << 40;
 /// The most columns one CSV table may have.
 constexpr std::int64_t max_csv_columns = std::int64_t{1} << 16;
 /// An image of an image folder: pixels a side and in all (checked from its header before

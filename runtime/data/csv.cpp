@@ -1,14 +1,21 @@
 // csv.cpp: reading a CSV table into a data set (see csv.hpp).
 #include "runtime/data/csv.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <memory>
 #include <cmath>
 #include <deque>
 #include <optional>
 #include <string_view>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/data/file_bytes.hpp"
+#include "runtime/data/npy.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -27,7 +34,7 @@ struct csv_field {
 /// Splits a table's text into records of fields (RFC 4180, with `delimiter`).
 class csv_reader {
  public:
-  csv_reader(const std::string& text, std::string path, char delimiter)
+  csv_reader(std::string_view text, std::string path, char delimiter)
       : text_(text), path_(std::move(path)), delimiter_(delimiter), stops_{delimiter, '\n', '\r'} {
     if (text_.substr(0, 3) == "\xEF\xBB\xBF")  // a UTF-8 byte-order mark
       at_ = start_of_line_ = 3;
@@ -77,8 +84,8 @@ class csv_reader {
     if (at_ < text_.size() && text_[at_] == '"')
       return read_quoted(field);
     const auto end = text_.find_first_of(stops_, at_);
-    const auto stop = end == std::string::npos ? text_.size() : end;
-    field.text = std::string_view(text_).substr(at_, stop - at_);
+    const auto stop = end == std::string_view::npos ? text_.size() : end;
+    field.text = text_.substr(at_, stop - at_);
     at_ = stop;
     if (field.text.find('"') != std::string_view::npos)
       fail(field.line, field.column, "a quote inside an unquoted field; quote the whole field");
@@ -90,12 +97,12 @@ class csv_reader {
     ++at_;
     for (;;) {
       const auto quote = text_.find('"', at_);
-      if (quote == std::string::npos)
+      if (quote == std::string_view::npos)
         fail(field.line, field.column, "a quoted field that never ends (no closing \")");
       for (auto i = at_; i < quote; ++i)
         if (text_[i] == '\n')
           ++line_, start_of_line_ = i + 1;
-      value.append(text_, at_, quote - at_);
+      value.append(text_.substr(at_, quote - at_));
       at_ = quote + 1;
       if (at_ < text_.size() && text_[at_] == '"') {  // "" is one quote
         value += '"';
@@ -113,7 +120,7 @@ class csv_reader {
     return field;
   }
 
-  const std::string& text_;
+  std::string_view text_;
   std::string path_;
   char delimiter_;
   std::string stops_;  // what ends an unquoted field
@@ -228,17 +235,98 @@ double cell_value(const csv_reader& reader, const csv_field& field, const std::s
 
 }  // namespace
 
-dataset read_csv(const std::string& path, const csv_columns& columns, target_kind targets,
-                 const feature_normalisation& normalisation) {
-  std::string text;
-  try {
-    text = read_file_capped(path, limits::max_csv_bytes, "CSV file");
-  } catch (const data_error&) {
-    throw;
-  } catch (const user_error& e) {  // a file that cannot be read is bad data, as a .npy's is
-    throw data_error(e.what());
+namespace {
+
+/// Where a table's feature rows go as they are parsed: memory, or, past `memory_values`, a
+/// scratch file of float32 rows that the split then reads as a .npy's (Note [a CSV table
+/// larger than memory]).
+class feature_sink {
+ public:
+  feature_sink(dataset& out, std::string path, std::int64_t memory_values)
+      : out_(out), path_(std::move(path)), memory_values_(memory_values) {}
+
+  void push(float value) {
+    if (file_.fd < 0 && static_cast<std::int64_t>(out_.images.size()) < memory_values_) {
+      out_.images.push_back(value);
+      return;
+    }
+    if (file_.fd < 0) {  // past the memory's share: what is in memory moves to the file
+      file_ = make_scratch_file(quote_user_text(path_, limits::max_quoted_path_length));
+      buffer_.assign(out_.images.begin(), out_.images.end());
+      written_ = static_cast<std::int64_t>(buffer_.size());
+      decltype(out_.images)().swap(out_.images);
+    }
+    buffer_.push_back(value);
+    ++written_;
+    if (buffer_.size() >= (std::size_t{1} << 20))
+      flush();
   }
-  csv_reader reader{text, path, columns.delimiter};
+
+  /// The rows, once every one is pushed: in memory, or the file's through a .npy's reader.
+  void finish() {
+    if (file_.fd < 0)
+      return;
+    flush();
+    npy_header header;
+    header.type = npy_type::f32;
+    header.item_bytes = 4;
+    header.shape = {out_.count, out_.features};
+    header.elements = written_;
+    header.data_offset = 0;
+    out_.rows = open_npy_rows(npy_array{file_.path, header, quote_user_text(path_), 0}, {});
+  }
+
+ private:
+  void flush() {
+    if (!write_all(file_.fd, buffer_.data(), buffer_.size() * sizeof(float)))
+      throw data_error(quote_user_text(path_, limits::max_quoted_path_length) +
+                       ": cannot write its parsed rows to a temporary file: " +
+                       std::strerror(errno) + " (set TMPDIR to a directory with room)");
+    buffer_.clear();
+  }
+
+  dataset& out_;
+  std::string path_;
+  std::int64_t memory_values_;
+  scratch_file file_;
+  std::vector<float> buffer_;
+  std::int64_t written_ = 0;
+};
+
+/// The table's bytes, mapped: a table larger than memory is read through the page cache.
+std::unique_ptr<file_bytes> map_table(const std::string& path, std::int64_t& size) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0)
+    throw data_error(quote_user_text(path, limits::max_quoted_path_length) + ": cannot open: " +
+                     std::strerror(errno));
+  if (!S_ISREG(info.st_mode))
+    throw data_error(quote_user_text(path, limits::max_quoted_path_length) +
+                     " is not a regular file (a CSV table is read from a file)");
+  size = info.st_size;
+  if (size > limits::max_csv_bytes)
+    throw data_error(quote_user_text(path, limits::max_quoted_path_length) + ": " +
+                     describe_bytes(size) + ", more than the " +
+                     describe_bytes(limits::max_csv_bytes) + " troupe reads of a CSV table");
+  return std::make_unique<file_bytes>(path, size, file_access::mapped);
+}
+
+}  // namespace
+
+// Note [a CSV table larger than memory]
+// The table's text is mapped, not read: the kernel pages it in as the parser walks it and may
+// drop what was parsed. Its rows are parsed once (not on every epoch) into memory as float32,
+// up to `memory_values` feature values (2^27 = 512 MiB by default); past that, everything
+// parsed goes to a scratch file of float32 rows (file_bytes.hpp: anonymous, gone when the
+// process ends), which the split reads as a .npy file's rows are read: mapped, never whole.
+// The targets (one label or K values a row) stay in memory.
+dataset read_csv(const std::string& path, const csv_columns& columns, target_kind targets,
+                 const feature_normalisation& normalisation, std::int64_t memory_values) {
+  std::int64_t size = 0;
+  const auto mapped = map_table(path, size);
+  std::vector<unsigned char> unused;
+  const auto* bytes = size > 0 ? mapped->at(0, static_cast<std::size_t>(size), unused) : nullptr;
+  csv_reader reader{std::string_view(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(size)),
+                    path, columns.delimiter};
   std::vector<csv_field> fields;
   if (!reader.next(fields))
     reader.fail(1, 1, "the file is empty; expected a header row naming the columns");
@@ -253,19 +341,20 @@ dataset read_csv(const std::string& path, const csv_columns& columns, target_kin
   out.features = static_cast<std::int64_t>(plan.features.size());
   out.outputs = labels || plan.targets.empty() ? 0 : static_cast<std::int64_t>(plan.targets.size());
   const auto norm = resolve_normalisation(normalisation, out.features, path);
+  feature_sink sink{out, path, memory_values};
   while (reader.next(fields)) {
     const auto& first = fields.front();
     if (fields.size() != plan.names.size())
       reader.fail(first.line, 1, "a row of " + std::to_string(fields.size()) +
                                      " fields; the header has " +
                                      std::to_string(plan.names.size()) + " columns");
-    if (static_cast<std::int64_t>(out.images.size()) + out.features > limits::max_tensor_elements)
-      reader.fail(first.line, 1, "more than " + std::to_string(limits::max_tensor_elements) +
-                                     " feature values; convert a table this large to .npy");
+    if (out.count >= limits::max_samples)
+      reader.fail(first.line, 1, "more than " + std::to_string(limits::max_samples) +
+                                     " rows (the limit of samples in a data set)");
     for (std::size_t f = 0; f < plan.features.size(); ++f) {
       const auto column = plan.features[f];
-      out.images.push_back(norm.apply(static_cast<std::int64_t>(f),
-                                      cell_value(reader, fields[column], plan.names[column])));
+      sink.push(norm.apply(static_cast<std::int64_t>(f),
+                           cell_value(reader, fields[column], plan.names[column])));
     }
     for (const auto column : plan.targets) {
       const double value = cell_value(reader, fields[column], plan.names[column]);
@@ -284,19 +373,20 @@ dataset read_csv(const std::string& path, const csv_columns& columns, target_kin
   }
   if (out.count == 0)
     reader.fail(1, 1, "a header and no rows; expected one row a sample after it");
+  sink.finish();
   return out;
 }
 
 dataset_split load_csv(const std::string& train_path, const std::string& test_path,
                        const csv_columns& columns, target_kind targets,
-                       const feature_normalisation& normalisation) {
+                       const feature_normalisation& normalisation, std::int64_t memory_values) {
   dataset_split out;
-  out.train = read_csv(train_path, columns, targets, normalisation);
+  out.train = read_csv(train_path, columns, targets, normalisation, memory_values);
   if (test_path.empty()) {  // [data] validation instead
     leave_test_empty(out, targets == target_kind::class_ids, train_path);
     return out;
   }
-  out.test = read_csv(test_path, columns, targets, normalisation);
+  out.test = read_csv(test_path, columns, targets, normalisation, memory_values);
   if (out.test.features != out.train.features)
     throw data_error(quote_user_text(test_path, limits::max_quoted_path_length) + " has " +
                      std::to_string(out.test.features) + " feature columns, but " +

@@ -9,8 +9,9 @@
 // Python's csv module write them), and a UTF-8 byte-order mark and CRLF line ends are
 // accepted; blank lines are skipped.
 //
-// The table is parsed once, into memory (the features as float32: at most
-// limits::max_csv_bytes of text and limits::max_tensor_elements values), not on every epoch.
+// The table is parsed once, not on every epoch, from its text mapped (at most
+// limits::max_csv_bytes): into memory as float32, or, past a share of memory, into a scratch
+// file of float32 rows read as a .npy's (Note [a CSV table larger than memory] in csv.cpp).
 // Every failure is a data_error naming file:line:column and what was expected there: a
 // ragged row, a cell that is not a number (a categorical column: leave it out with
 // `features`, or encode it first), an empty cell, a header naming a column twice, a target
@@ -36,14 +37,20 @@ struct csv_columns {
   bool targets_optional = false;
 };
 
-/// One table: a split of a data set, its features in `images`.
+/// Feature values of a table parsed into memory; past them, into a scratch file.
+constexpr std::int64_t csv_memory_values = std::int64_t{1} << 27;
+
+/// One table: a split of a data set, its features in `images`, or in `rows` (a scratch file)
+/// past `memory_values` values.
 dataset read_csv(const std::string& path, const csv_columns& columns, target_kind targets,
-                 const feature_normalisation& normalisation);
+                 const feature_normalisation& normalisation,
+                 std::int64_t memory_values = csv_memory_values);
 
 /// [data] source = "csv": the training table and the test table, which must have the same
 /// columns; the classes are the largest label of either plus one.
 dataset_split load_csv(const std::string& train_path, const std::string& test_path,
                        const csv_columns& columns, target_kind targets,
-                       const feature_normalisation& normalisation);
+                       const feature_normalisation& normalisation,
+                       std::int64_t memory_values = csv_memory_values);
 
 }  // namespace troupe

@@ -5,7 +5,11 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "runtime/base/limits.hpp"
 #include "troupe/error.hpp"
@@ -18,7 +22,45 @@ std::string quote_path(const std::string& path) {
   return quote_user_text(path, limits::max_quoted_path_length);
 }
 
+std::vector<std::unique_ptr<unique_fd>>& scratch_files() {
+  static std::vector<std::unique_ptr<unique_fd>> files;
+  return files;
+}
+std::mutex scratch_mutex;
+
 }  // namespace
+
+scratch_file make_scratch_file(const std::string& what) {
+  const char* directory = std::getenv("TMPDIR");
+  const std::string where = directory && *directory ? directory : "/tmp";
+  int fd = ::open(where.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {  // a file system without O_TMPFILE: a named file, unlinked at once
+    std::string name = where + "/troupe-data-XXXXXX";
+    fd = ::mkstemp(name.data());
+    if (fd >= 0)
+      ::unlink(name.c_str());
+  }
+  if (fd < 0)
+    throw data_error(what + ": cannot make a temporary file in " + quote_path(where) + ": " +
+                     std::strerror(errno) + " (set TMPDIR to a writable directory)");
+  std::lock_guard<std::mutex> guard{scratch_mutex};
+  scratch_files().push_back(std::make_unique<unique_fd>(fd));
+  return scratch_file{fd, "/proc/self/fd/" + std::to_string(fd)};
+}
+
+bool write_all(int fd, const void* data, std::size_t size) {
+  const auto* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    const auto n = ::write(fd, bytes, size);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    bytes += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
 
 unique_fd open_for_reading(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -53,7 +95,7 @@ file_bytes::file_bytes(const std::string& path, std::int64_t bytes, file_access 
       mapped_bytes_ = static_cast<std::size_t>(bytes);
     }
   }
-  if (access == file_access::mapped && mapped_ == nullptr)
+  if (access == file_access::mapped && mapped_ == nullptr && bytes > 0)
     throw data_error(quote_path(path_) + ": cannot map its " + std::to_string(bytes) + " bytes");
 }
 

@@ -49,6 +49,21 @@ class file_bytes {
   std::size_t mapped_bytes_ = 0;
 };
 
+/// An anonymous file in the temporary directory (TMPDIR, or /tmp), which the kernel removes
+/// when the process ends, however it ends: written once as the data loads (an .npz entry
+/// inflated, a CSV table parsed), then read by `path` (/proc/self/fd/N) as any data file.
+/// It stays open for the life of the process.
+struct scratch_file {
+  int fd = -1;
+  std::string path;
+};
+
+/// A new scratch file; `what` says what it is for in the data_error when none can be made.
+scratch_file make_scratch_file(const std::string& what);
+
+/// Writes `size` bytes to `fd` whole; false (errno set) when it cannot.
+bool write_all(int fd, const void* data, std::size_t size);
+
 /// `path` opened for reading; a data_error naming it when it cannot be.
 unique_fd open_for_reading(const std::string& path);
 

@@ -1,7 +1,6 @@
 // npz.cpp: the zip directory of an .npz, and its entries as arrays (npz.hpp).
 #include "runtime/data/npz.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,10 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <mutex>
 
 #include "runtime/base/limits.hpp"
 #include "runtime/data/file_bytes.hpp"
@@ -177,36 +173,10 @@ class zip_reader {
   std::vector<zip_entry> entries_;
 };
 
-/// Inflated entries' temporary files, open for the life of the process (the rows read them
-/// by /proc/self/fd path); anonymous, so the kernel frees them when it ends.
-std::vector<std::unique_ptr<unique_fd>>& inflated_files() {
-  static std::vector<std::unique_ptr<unique_fd>> files;
-  return files;
-}
-std::mutex inflated_mutex;
-
-/// An anonymous file in the temporary directory to write an inflated entry into.
-int anonymous_file(const zip_reader& zip) {
-  const char* directory = std::getenv("TMPDIR");
-  const std::string where = directory && *directory ? directory : "/tmp";
-  int fd = ::open(where.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) {  // a file system without O_TMPFILE: a named file, unlinked at once
-    std::string name = where + "/troupe-npz-XXXXXX";
-    fd = ::mkstemp(name.data());
-    if (fd >= 0)
-      ::unlink(name.c_str());
-  }
-  if (fd < 0)
-    zip.fail("cannot make a temporary file in " + quote_name(where) + " to inflate it into: " +
-             std::strerror(errno) + " (set TMPDIR, or save the arrays with np.savez)");
-  return fd;
-}
-
-/// Inflates the deflated `entry` into a new anonymous file, checking its size and CRC-32;
-/// returns the file's descriptor.
-int inflate_entry(const zip_reader& zip, const zip_entry& entry, std::int64_t offset) {
-  auto file = std::make_unique<unique_fd>(anonymous_file(zip));
-  const auto& out = *file;
+/// Inflates the deflated `entry` into a new scratch file, checking its size and CRC-32;
+/// returns the file's path.
+std::string inflate_entry(const zip_reader& zip, const zip_entry& entry, std::int64_t offset) {
+  const auto out = make_scratch_file(quote_name(zip.path()) + " entry " + quote_name(entry.name));
   z_stream z{};
   if (inflateInit2(&z, -15) != Z_OK)  // raw deflate, as zip stores it
     zip.fail("zlib cannot start");
@@ -239,15 +209,9 @@ int inflate_entry(const zip_reader& zip, const zip_entry& entry, std::int64_t of
       break;
     }
     crc = static_cast<std::uint32_t>(::crc32(crc, buffer.data(), static_cast<uInt>(got)));
-    for (std::int64_t done = 0; done < got;) {
-      const auto n = ::write(out.get(), buffer.data() + done, static_cast<std::size_t>(got - done));
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) {
-        error = "cannot write its inflated bytes to a temporary file: " + std::string(std::strerror(errno));
-        break;
-      }
-      done += n;
+    if (!write_all(out.fd, buffer.data(), static_cast<std::size_t>(got))) {
+      error = "cannot write its inflated bytes to a temporary file: " + std::string(std::strerror(errno));
+      break;
     }
     written += got;
   }
@@ -259,10 +223,7 @@ int inflate_entry(const zip_reader& zip, const zip_entry& entry, std::int64_t of
     error = "its CRC-32 is not the one the directory states (a damaged archive)";
   if (!error.empty())
     zip.fail("entry " + quote_name(entry.name) + ": " + error);
-  std::lock_guard<std::mutex> guard{inflated_mutex};
-  const int fd = out.get();
-  inflated_files().push_back(std::move(file));
-  return fd;
+  return out.path;
 }
 
 }  // namespace
@@ -300,8 +261,7 @@ npy_array npz_array(const std::string& path, const std::string& name) {
     zip.fail("entry " + quote_name(entry.name) + " is compressed with method " +
              std::to_string(entry.method) + "; troupe reads stored entries (np.savez) and "
              "deflate (np.savez_compressed)");
-  const int fd = inflate_entry(zip, entry, offset);
-  const auto inflated = "/proc/self/fd/" + std::to_string(fd);
+  const auto inflated = inflate_entry(zip, entry, offset);
   auto header = read_npy_header(inflated, 0, entry.size);
   return npy_array{inflated, std::move(header), label + " (inflated)", 0};
 }

@@ -300,3 +300,33 @@ TEST_CASE("normalize = \"standard\" gives every training feature mean 0 and std 
                 "target = \"y\"\nnormalize = \"standrad\"\n")
             .find("did you mean 'standard'") != std::string::npos);
 }
+
+TEST_CASE("a table past its share of memory is parsed once into a scratch file and read as rows") {
+  temp_directory dir{"troupe-csv-scratch"};
+  std::string text = "a,b,c,y\n";
+  for (int i = 0; i < 500; ++i)
+    text += std::to_string(i * 0.25) + "," + std::to_string(-i) + ",\"" + std::to_string(i % 7) +
+            "\"," + std::to_string(i % 3) + "\n";
+  const auto path = write_text(dir, "t.csv", text);
+  const csv_columns columns{{"y"}, {}, ','};
+  const feature_normalisation scaled{{0.5}, {1.0}, {2.0}};
+  const auto memory = read_csv(path, columns, target_kind::class_ids, scaled);
+  REQUIRE(memory.rows == nullptr);
+  // 1500 values; past 100 of them in memory, all of them go to the file.
+  const auto spilled = read_csv(path, columns, target_kind::class_ids, scaled, 100);
+  REQUIRE(spilled.rows != nullptr);
+  CHECK(spilled.images.empty());
+  CHECK(spilled.count == 500);
+  CHECK(spilled.features == 3);
+  CHECK(spilled.labels == memory.labels);
+  std::vector<std::int64_t> picked{499, 0, 250, 17};
+  std::vector<float> a(12), b(12);
+  memory.gather(picked.data(), 0, picked.size(), a.data());
+  spilled.gather(picked.data(), 0, picked.size(), b.data());
+  CHECK(a == b);
+  // A table of size 0 and a directory are refused as before, naming them.
+  CHECK(data_error_of([&] { read(write_text(dir, "empty.csv", ""), {"y"}); })
+            .find("the file is empty") != std::string::npos);
+  CHECK(data_error_of([&] { read(dir.string(), {"y"}); }).find("is not a regular file") !=
+        std::string::npos);
+}
