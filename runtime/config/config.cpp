@@ -581,60 +581,25 @@ void read_image_settings(const section_reader& r, data_section& s) {
                            std::to_string(limits::max_sample_features));
 }
 
-/// source = "npz" or "safetensors" names its file (and a test file, or a validation share).
-void check_array_files(const section_reader& r, const data_section& s) {
+/// A source of a training `path` and a `test_path` (files, or folders): path given, test_path
+/// or [data] validation, and each there. The `_is` texts say what each is, for the messages.
+void check_split_paths(const section_reader& r, const data_section& s, bool folders,
+                       const std::string& path_is, const std::string& test_is,
+                       const std::string& validation_is) {
   const std::string needs = std::string("[data] source = \"") + to_string(s.source) + "\" needs ";
-  const std::string what = " (path and test_path: the training and the test file, each holding "
-                           "the arrays named by features and targets, \"x\" and \"y\" unless "
-                           "they say otherwise)";
   if (!r.find("path"))
-    throw config_error(s.source_where, needs + "path" + what);
+    throw config_error(s.source_where, needs + "path (" + path_is + ") and test_path (" +
+                                           test_is + ", or [data] validation instead)");
   if (s.test_path.empty() && s.validation == 0)
-    throw config_error(s.source_where, needs + "test_path" + what + ", or [data] validation");
+    throw config_error(s.source_where, needs + "test_path (" + test_is +
+                                           ") or [data] validation (" + validation_is + ")");
   for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
     std::error_code error;
-    if (!path->empty() && !fs::is_regular_file(*path, error))
+    if (!path->empty() &&
+        !(folders ? fs::is_directory(*path, error) : fs::is_regular_file(*path, error)))
       throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
                                                   quote_user_text(*path, limits::max_quoted_path_length) +
-                                                  " is not a file");
-  }
-}
-
-/// source = "images" names its training folder, and a test folder or a validation share.
-void check_image_folders(const section_reader& r, const data_section& s) {
-  if (!r.find("path"))
-    throw config_error(s.source_where, "[data] source = \"images\" needs path (a folder of "
-                                       "class folders of PNG or JPEG images) and test_path (or "
-                                       "[data] validation)");
-  if (s.test_path.empty() && s.validation == 0)
-    throw config_error(s.source_where, "[data] source = \"images\" needs test_path (a folder "
-                                       "like path's, to evaluate on) or [data] validation (a "
-                                       "share of path's images)");
-  for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
-    std::error_code error;
-    if (!path->empty() && !fs::is_directory(*path, error))
-      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
-                                                  quote_user_text(*path, limits::max_quoted_path_length) +
-                                                  " is not a folder");
-  }
-}
-
-/// source = "tokens" names its training file, and a test file or a validation share.
-void check_token_files(const section_reader& r, const data_section& s) {
-  if (!r.find("path"))
-    throw config_error(s.source_where, "[data] source = \"tokens\" needs path (a token file: "
-                                       "ids as uint16 or uint32, or a .npy) and test_path (or "
-                                       "[data] validation: the last share of path's tokens)");
-  if (s.test_path.empty() && s.validation == 0)
-    throw config_error(s.source_where, "[data] source = \"tokens\" needs test_path (a token "
-                                       "file to evaluate on) or [data] validation (the last "
-                                       "share of path's tokens)");
-  for (auto [key, path] : {std::pair{"path", &s.path}, std::pair{"test_path", &s.test_path}}) {
-    std::error_code error;
-    if (!path->empty() && !fs::is_regular_file(*path, error))
-      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
-                                                  quote_user_text(*path, limits::max_quoted_path_length) +
-                                                  " is not a file");
+                                                  (folders ? " is not a folder" : " is not a file"));
   }
 }
 
@@ -746,11 +711,16 @@ data_section read_data(const section_reader& r, const std::string& directory) {
   if (s.source == data_source::csv)
     check_csv_files(r, s);
   if (s.source == data_source::tokens)
-    check_token_files(r, s);
+    check_split_paths(r, s, false, "a token file: ids as uint16 or uint32, or a .npy",
+                      "a token file to evaluate on", "the last share of path's tokens");
   if (s.source == data_source::images)
-    check_image_folders(r, s);
+    check_split_paths(r, s, true, "a folder of class folders of PNG or JPEG images",
+                      "a folder like path's, to evaluate on", "a share of path's images");
   if (s.source == data_source::npz || s.source == data_source::safetensors)
-    check_array_files(r, s);
+    check_split_paths(r, s, false,
+                      "a file holding the arrays features and targets name, \"x\" and \"y\" "
+                      "unless they say otherwise",
+                      "a file like path's, to evaluate on", "a share of path's samples");
   if (s.source == data_source::text) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))

@@ -126,8 +126,8 @@ TEST_CASE("[data] source = \"npz\" and \"safetensors\" name their arrays, and re
     CAPTURE(source);
     const std::string head = std::string("[data]\nsource = \"") + source + "\"\n";
     CHECK_THROWS_WITH_AS(parse_config(head + model, "a.toml", dir.string()),
-                         doctest::Contains("needs path (path and test_path: the training and the "
-                                           "test file"),
+                         doctest::Contains("needs path (a file holding the arrays features and "
+                                           "targets name"),
                          config_error);
     std::ofstream(dir / "train.bin") << "x";
     CHECK_THROWS_WITH_AS(parse_config(head + "path = \"train.bin\"\n" + model, "a.toml", dir.string()),
