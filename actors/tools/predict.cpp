@@ -15,6 +15,7 @@
 #include "runtime/data/images.hpp"
 #include "runtime/data/npy.hpp"
 #include "runtime/data/npz.hpp"
+#include "runtime/data/tokens.hpp"
 #include "runtime/graph/host_model.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/model/loss.hpp"
@@ -53,6 +54,16 @@ dataset input_rows(const run_config& config, const std::string& path,
       throw data_error("the config says [data] normalize = \"standard\", but the checkpoint "
                        "records no feature statistics (was it trained with another config?)");
     normalisation = feature_normalisation{{1.0}, manifest.feature_mean, manifest.feature_std};
+  }
+  if (d.source == data_source::tokens) {  // a token file, read as tiled windows
+    token_source tokens;
+    tokens.train_path = d.path;
+    tokens.vocabulary = d.vocabulary;
+    const auto vocabulary = vocabulary_of(tokens);
+    auto ids = open_token_file(path, d.token_dtype, vocabulary);
+    const auto n = ids->size();
+    return token_dataset(std::move(ids), 0, n, d.context, vocabulary, token_windows::tiled,
+                         quote_user_text(path, limits::max_quoted_path_length));
   }
   const bool npz = ends_with(path, ".npz"), safetensors = ends_with(path, ".safetensors");
   if (ends_with(path, ".npy") || npz || safetensors) {

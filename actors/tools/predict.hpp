@@ -7,7 +7,8 @@
 // a million-row input does not take a million rows of memory) or a CSV table (its feature
 // columns: the config's `features` or every column but its targets, which it may lack),
 // normalised as the config's [data] says, or, for an image folder's model, one image or a
-// folder of them (decoded as the training images were, not augmented). The outputs (logits, probabilities with softmax,
+// folder of them (decoded as the training images were, not augmented), or, for a language
+// model of token files, a token file (read as tiled windows of its context). The outputs (logits, probabilities with softmax,
 // or regression values) go to a .npy file (float32, (N, output...)) or a CSV table, written
 // atomically, or as CSV to a stream; a CSV table of images' outputs starts with each image's
 // file, and a classifier's argmax is followed by its class name where the checkpoint

@@ -262,16 +262,19 @@ dataset token_dataset(std::shared_ptr<const token_ids> ids, std::int64_t begin, 
   return d;
 }
 
+std::int64_t vocabulary_of(const token_source& source) {
+  if (source.vocabulary > 0)
+    return source.vocabulary;
+  const auto json = (std::filesystem::path(source.train_path).parent_path() / "vocab.json").string();
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(json, error))
+    throw data_error("[data] source = \"tokens\" needs the vocabulary's size: [data] vocab = N, "
+                     "or " + quoted(json) + " holding {\"vocab_size\": N}");
+  return read_vocabulary_size(json);
+}
+
 dataset_split load_tokens(const token_source& source) {
-  auto vocabulary = source.vocabulary;
-  if (vocabulary == 0) {
-    const auto json = (std::filesystem::path(source.train_path).parent_path() / "vocab.json").string();
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(json, error))
-      throw data_error("[data] source = \"tokens\" needs the vocabulary's size: [data] vocab = N, "
-                       "or " + quoted(json) + " holding {\"vocab_size\": N}");
-    vocabulary = read_vocabulary_size(json);
-  }
+  const auto vocabulary = vocabulary_of(source);
   auto train = open_token_file(source.train_path, source.dtype, vocabulary);
   dataset_split split;
   const auto n = train->size();

@@ -70,6 +70,9 @@ struct token_source {
   double validation = 0;              // the last share of the training ids, when no test file
 };
 
+/// The vocabulary's size: as given, or from vocab.json next to train_path. Throws data_error.
+std::int64_t vocabulary_of(const token_source& source);
+
 /// The training split (windows as the source says) and the evaluated one (tiled): from the
 /// test file, or from the last `validation` share of the training ids (in `validation`).
 dataset_split load_tokens(const token_source& source);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/session/session.hpp"
+#include "actors/tools/predict.hpp"
 #include "actors/tools/verify.hpp"
 #include "runtime/data/text.hpp"
 #include "tests/actors/session_support.hpp"
@@ -85,6 +86,18 @@ TEST_CASE("a token file trains as the text it was made from: the same windows, t
   for (const auto& d : compare_parameters(from_text.parameters, tiled.parameters))
     CHECK(d.relative == 0);
   CHECK(tiled.outcome.test_loss == from_text.outcome.test_loss);
+  // troupe predict reads a token file as the config's windows: logits a position.
+  const auto with_checkpoint = with_data(
+      lm_config(text, "steps = 4\ncheckpoint = \"" + dir / "ck" + "\"\n", ""), data);
+  train(with_checkpoint);
+  prediction_request request;
+  request.checkpoint = dir / "ck";
+  request.input = dir / "val.bin";
+  request.output = dir / "logits.npy";
+  const auto predicted = predict(parse_config(with_checkpoint, "lm.toml"), request, stdout);
+  const auto val_ids = static_cast<std::int64_t>(std::filesystem::file_size(dir / "val.bin") / 2);
+  CHECK(predicted.rows == (val_ids - 1) / 8);
+  CHECK(predicted.width == 8 * 9);
   // nanoGPT's random windows learn it too, and compute the same on two replicas.
   auto config = lm_config(text, "steps = 60\n", "");
   const auto random = train(with_data(config, data));
