@@ -16,9 +16,10 @@ exit_code predict_command(const std::vector<std::string>& args) {
   options.add_options()("config", po::value<std::string>(),
                         "the config the model was trained with (its [model] and [data]); required")(
       "input", po::value<std::string>(),
-      "the inputs: a .npy of features (N, ...) or a CSV table with the config's feature columns "
-      "(its targets may be absent); for a model of [data] source = \"images\", a PNG or JPEG "
-      "image or a folder of them; required")(
+      "the inputs: a .npy of features (N, ...) (or an .npz or .safetensors file: its features "
+      "array) or a CSV table with the config's feature columns (its targets may be absent); for "
+      "a model of [data] source = \"images\", a PNG or JPEG image or a folder of them; of "
+      "source = \"tokens\", a token file; required")(
       "output,o", po::value<std::string>(),
       "write the outputs here: .npy (float32, (N, output...)) or .csv; default: CSV on stdout")(
       "softmax", "probabilities over the classes instead of logits (a loss of class labels)")(

@@ -285,9 +285,11 @@ TEST_CASE("the predicted step of a fixed-cost pipeline is within 10% of the meas
   o.steps = 8;
   const auto p = simulate_run(config, costs, o);
   CHECK(p.step_us == doctest::Approx(60000).epsilon(0.1));  // (M + P - 1) (F + B)
-  // Timing on a shared machine: the best of three measured runs.
+  // Timing on a shared machine: the best of up to five measured runs (ctest runs another
+  // test beside this one; under a sanitizer, or beside a test that decodes images, three
+  // were sometimes all 10-11% slow).
   double best = 1e9;
-  for (int attempt = 0; attempt < 3 && std::abs(best / p.step_us - 1) > 0.1; ++attempt) {
+  for (int attempt = 0; attempt < 5 && std::abs(best / p.step_us - 1) > 0.1; ++attempt) {
     auto options = test::quiet_options();
     options.trace_path = test::temp_file("troupe_simulate_measured.json");
     test::run_ok(config, options);
