@@ -109,7 +109,15 @@ void image_header(const unsigned char* bytes, std::size_t size, const std::strin
     for (std::size_t at = 2; at + 4 <= size;) {
       if (bytes[at] != 0xff)
         throw data_error(name + ": a corrupt JPEG: no marker at byte " + std::to_string(at));
+      if (bytes[at + 1] == 0xff) {  // a fill byte before a marker
+        ++at;
+        continue;
+      }
       const int code = bytes[at + 1];
+      if ((code >= 0xd0 && code <= 0xd7) || code == 0x01) {  // markers without a length
+        at += 2;
+        continue;
+      }
       const bool frame = code >= 0xc0 && code <= 0xcf && code != 0xc4 && code != 0xc8 && code != 0xcc;
       if (frame && at + 9 <= size) {
         check_size(big_endian(at + 7, 2), big_endian(at + 5, 2), name);

@@ -356,8 +356,9 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
     // (the simulated schedule's). The second showed in every plain run and nearly every
     // sanitized one; the first under ThreadSanitizer (5-10x slower) in 2 of 5 runs and
     // once in a whole ASan pass with another test on the other core, and on an Intel Xeon
-    // (AVX-512) VM in about a third of plain runs. So the prediction must match one of up to
-    // six runs: a wrong prediction matches none.
+    // (AVX-512) VM in about a third of plain runs; six runs in a row once gave the first in a
+    // fresh clone's CI, beside another test. So the prediction must match one of up to
+    // sixteen runs (a few milliseconds each): a wrong prediction matches none.
     const double tolerance = testing::under_thread_sanitizer ? 0.15 : 0.1;
     auto matches = [&](const session_result& real) {
       bool all = true;
@@ -369,7 +370,7 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
       return all;
     };
     auto real = test::run_ok(config, test::quiet_options());
-    for (int again = 0; again < 5 && real.outcome.device_peak_bytes.size() == 2 && !matches(real);
+    for (int again = 0; again < 15 && real.outcome.device_peak_bytes.size() == 2 && !matches(real);
          ++again)
       real = test::run_ok(config, test::quiet_options());
     REQUIRE(real.outcome.device_peak_bytes.size() == 2);

@@ -159,6 +159,11 @@ TEST_CASE("a corrupt, truncated, empty, foreign or oversized image is refused na
   write_bytes(dir / "cut.jpg", jpeg.substr(0, jpeg.size() / 3));
   CHECK_THROWS_WITH_AS(decode_image(dir / "cut.jpg", 3),
                        doctest::Contains("cut.jpg': a corrupt or unsupported JPEG"), data_error);
+  // Fill bytes before a marker are JPEG: read past, not refused.
+  auto filled = jpeg;
+  filled.insert(filled.find("\xff\xc0"), "\xff\xff\xff");
+  write_bytes(dir / "filled.jpg", filled);
+  CHECK(decode_image(dir / "filled.jpg", 3).width == 16);
   auto big = jpeg;
   const auto frame = big.find("\xff\xc0");
   REQUIRE(frame != std::string::npos);
