@@ -80,6 +80,11 @@ TEST_CASE("a folder without classes, an empty class and an image format troupe d
   write_bytes(dir / "b/readme.md", "#");
   CHECK_THROWS_WITH_AS(scan_image_folder(dir.string()),
                        doctest::Contains("/b': a class folder with no PNG or JPEG images"), data_error);
+  // A link back up the tree (followed, as ImageFolder follows them): refused, not walked forever.
+  std::filesystem::create_directory_symlink(dir / "b", dir / "b/sub/loop");
+  CHECK_THROWS_WITH_AS(scan_image_folder(dir.string()), doctest::Contains("nested more than 32 deep"),
+                       data_error);
+  std::filesystem::remove(dir / "b/sub/loop");
   write_bytes(dir / "b/sub/y.bmp", "BM");
   CHECK_THROWS_WITH_AS(scan_image_folder(dir.string()),
                        doctest::Contains("y.bmp': a bmp image; troupe decodes PNG and JPEG"),
