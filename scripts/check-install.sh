@@ -56,6 +56,25 @@ if compgen -G "build/libtroupe_cuda.so.*" > /dev/null; then
 fi
 "$prefix/bin/troupe" --help > /dev/null  # finds its libtroupe.so through its RPATH
 
+# The Python package, where it was built: Debian's python3 imports it from the prefix's
+# dist-packages (the default prefix /usr/local is on its path; here PYTHONPATH says where),
+# its extension finding the installed libtroupe.so through its RPATH, and trains.
+python_dir=$(cd "$prefix" && find lib -maxdepth 3 -type d -path "lib/python3*/dist-packages/troupe" | head -1)
+if [ -e build/python/troupe/__init__.py ]; then
+  [ -n "$python_dir" ] || { echo "the troupe Python package was built but not installed" >&2; exit 1; }
+  step "import troupe from $python_dir (a run on the installed module)"
+  (cd "$work" && PYTHONPATH="$prefix/$(dirname "$python_dir")" /usr/bin/python3 -c '
+import numpy as np, troupe, sys
+assert troupe.__file__.startswith(sys.argv[1]), troupe.__file__
+x = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
+y = (x[:, 0] > 0).astype(np.int64)
+cfg = troupe.Config.from_dict({"run": {"steps": 40, "evaluate": False}, "data": {"batch_size": 32},
+    "model": {"layers": [{"type": "linear", "out": 2}]}, "optimizer": {"type": "adam", "lr": 0.05}})
+run = troupe.run(cfg, data=troupe.data.arrays(x, y))
+print("installed troupe:", run.wait()["event"], sorted(run.parameters()))
+' "$prefix")
+fi
+
 step "build examples/custom_layer with CMake (find_package(troupe))"
 # The configs find the plugin at build/libcustom_layers.so next to them, so they are
 # copied next to the build directory rather than built into the checkout.

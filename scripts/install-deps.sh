@@ -34,6 +34,10 @@ test_packages=(
                                   # libFuzzer (scripts/fuzz.sh)
   python3-numpy python3-sklearn   # examples/own_data: scikit-learn's bundled data sets
   python3-pil                     # examples/own_data: writes the digits as a PNG folder
+  python3-dev pybind11-dev        # the Python module (python/: import troupe) against Debian's
+  python3-pybind11                # Python 3 and NumPy
+  python3-pytest                  # its tests (tests/python/, run by ctest)
+  python3-matplotlib              # examples/python: plots a run's loss and accuracy
 )
 case "${1:-}" in
   --train) packages=("${train_packages[@]}") ;;

@@ -45,7 +45,7 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_CUDA=OF
   "${compilers[@]}" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" \
-  -DCMAKE_MODULE_LINKER_FLAGS="$flags"
+  -DCMAKE_MODULE_LINKER_FLAGS="$flags" -DTROUPE_PYTHON=OFF
 cmake --build "$dir" -j "$jobs"
 supp=$PWD/scripts/sanitizers
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_stack_use_after_return=0}

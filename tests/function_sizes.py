@@ -22,7 +22,7 @@ import re
 import sys
 
 LIMIT = 150
-FOLDERS = ["actors", "runtime", "kernels", "cli", "include"]
+FOLDERS = ["actors", "runtime", "kernels", "cli", "python", "include"]
 EXTENSIONS = (".cpp", ".hpp", ".cu", ".cuh")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLOWED = os.path.join(ROOT, "tests", "function_sizes_allowed.txt")

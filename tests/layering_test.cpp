@@ -204,3 +204,23 @@ TEST_CASE("each actors folder includes only the folders below it, and layers onl
     CHECK(rank(to) <= rank(from));
   }
 }
+
+TEST_CASE("the CLI and the Python module sit beside each other on top: nothing below includes "
+          "them, and neither includes the other") {
+  for (const char* below : {"kernels", "runtime", "actors", "include/troupe"})
+    for (const auto& i : includes_under(below)) {
+      INFO(i.file << ":" << i.line << " includes \"" << i.target << "\"");
+      CHECK(i.target.rfind("python/", 0) != 0);
+      CHECK(i.target.rfind("cli/", 0) != 0);
+    }
+  const auto python = includes_under("python");
+  REQUIRE_FALSE(python.empty());
+  for (const auto& i : python) {
+    INFO(i.file << ":" << i.line << " includes \"" << i.target << "\"");
+    CHECK(i.target.rfind("cli/", 0) != 0);
+  }
+  for (const auto& i : includes_under("cli")) {
+    INFO(i.file << ":" << i.line << " includes \"" << i.target << "\"");
+    CHECK(i.target.rfind("python/", 0) != 0);
+  }
+}

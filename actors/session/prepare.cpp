@@ -18,6 +18,7 @@
 #include "runtime/checkpoint/safetensors_arrays.hpp"
 #include "runtime/data/csv.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/data/given.hpp"
 #include "runtime/data/images.hpp"
 #include "runtime/data/npy.hpp"
 #include "runtime/data/npz.hpp"
@@ -165,6 +166,8 @@ dataset_split load_named_arrays(const run_config& config, target_kind targets,
 dataset_split load_source(const run_config& config, target_kind targets,
                           const feature_normalisation& normalisation) {
   const auto& d = config.data;
+  if (d.given != nullptr)
+    return d.given->load(targets, normalisation);
   if (d.source == data_source::synthetic)
     return make_synthetic(d.synthetic_train, d.synthetic_test, d.synthetic_features,
                           d.synthetic_classes, config.run.seed);
@@ -418,12 +421,15 @@ std::shared_ptr<const dataset_split> load_session_data(const run_config& config,
   const auto targets = loss_spec_of(config.model).targets;
   auto split = load_data(config, targets);
   const bool held_out = split.validation.count > 0;
+  // A run that never evaluates ([run] evaluate = false) may have no split to evaluate: data
+  // handed over without a test split (the Python module's).
+  const bool needs_evaluation = evaluated != evaluated_split::automatic || config.run.evaluate;
   if (evaluated == evaluated_split::automatic)
     evaluated = held_out ? evaluated_split::validation : evaluated_split::test;
   if (evaluated == evaluated_split::validation && !held_out)
     throw data_error("the config holds out no validation split; set [data] validation = 0.1 "
                      "(a share of the training split) to have one");
-  if (evaluated == evaluated_split::test && split.test.count == 0)
+  if (evaluated == evaluated_split::test && split.test.count == 0 && needs_evaluation)
     throw data_error("the config names no test split (its evaluations are on the validation "
                      "split [data] validation holds out: --split validation)");
   if (evaluated == evaluated_split::validation)

@@ -174,8 +174,10 @@ class one_process_mode : public run_mode {
           host_model(config.model.layers, graph.inputs, graph.shapes, parameters),
           data.vocabulary, config.data.context, "\n", s.options.sample_length, config.run.seed,
           sample_temperature);
-    if (s.options.keep_parameters)
+    if (s.options.keep_parameters) {
       s.result.parameters = std::move(parameters);
+      s.result.model = s.prepared.model;
+    }
   }
 
   void finish(session_state& s) override {

@@ -365,6 +365,8 @@ void session::spawn() {
   mode_->join(s_);
   s_.trainer_config->checkpoints = s_.checkpoints;
   s_.trainer_config->watch_interrupts = s_.options.watch_interrupts;
+  s_.trainer_config->stop_request = s_.options.stop_request;
+  s_.trainer_config->on_record = s_.options.on_record;
   for (auto& d : s_.devices->all())
     d->work().set_error_handler([trainer = s_.trainer, name = d->id().to_string()](
                                     std::exception_ptr e) {

@@ -14,6 +14,8 @@
 // on separate threads, and their traces never mix.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +48,11 @@ struct session_options {
   session_purpose purpose = session_purpose::train;
   evaluated_split evaluation = evaluated_split::automatic;
   bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/trainer/interrupts.hpp)
+  /// This run's own stop request (a signal number once set: the clean stop SIGINT asks
+  /// for, of this session only) and each metrics line as it is made: how a program that
+  /// runs sessions on threads of its own (the Python module) stops and watches one.
+  std::shared_ptr<const std::atomic<int>> stop_request;
+  std::function<void(const std::string&)> on_record;
   /// This process's node in a run over several ([cluster] nodes > 1): which rank, where
   /// the coordinator is, the secret, the config's identity (actors/session/cluster.hpp).
   std::optional<cluster_node> cluster;
@@ -70,6 +77,9 @@ struct session_result {
   /// Final parameters per model layer (empty for parameterless layers), host copies;
   /// filled only with session_options::keep_parameters.
   std::vector<std::vector<std::vector<float>>> parameters;
+  /// The parameterised layers (index, type, each parameter's name and shape), with
+  /// `parameters`: what names them as torch's state_dict does (parameter_name()).
+  std::vector<model_layer> model;
   /// A language model's text ([data] source = "text"), written after training from the
   /// final parameters (host_model.hpp); empty otherwise.
   std::string sample;

@@ -44,9 +44,11 @@ void metrics_writer::fail(const std::string& what, int error) {
 }
 
 void metrics_writer::write_line(const nlohmann::json& record) {
+  std::string line = record.dump();
+  if (listener_)
+    listener_(line);
   if (fd_ < 0 || !good())
     return;
-  std::string line = record.dump();
   line += '\n';
   // One write() of the whole line; write_all only loops when the kernel wrote less.
   if (const int error = write_all(fd_, line.data(), line.size())) {

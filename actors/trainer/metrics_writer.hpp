@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,7 +38,11 @@ class metrics_writer {
   /// Creates (truncates) `path`, or appends to it (a resumed run); false (and error()
   /// says why) if it cannot be opened for writing.
   bool open(const std::string& path, bool append = false);
-  bool is_open() const { return fd_ >= 0; }
+  /// Also hands each line (without its newline) to `listener` as it is made, file or no
+  /// file (the Python module's run.metrics()); called on the trainer's thread.
+  void listen(std::function<void(const std::string&)> listener) { listener_ = std::move(listener); }
+  /// Whether lines go anywhere: a file, or a listener.
+  bool is_open() const { return fd_ >= 0 || listener_ != nullptr; }
 
   void step(std::int64_t step, std::int64_t epoch, double loss, const metric_values& metrics,
             double lr, double samples_per_second);
@@ -64,6 +69,7 @@ class metrics_writer {
   void fail(const std::string& what, int error);
 
   int fd_ = -1;
+  std::function<void(const std::string&)> listener_;
   std::string path_;
   std::string error_;
   off_t whole_ = 0;  // bytes of the file that are whole lines

@@ -83,6 +83,8 @@ void trainer_actor::start() {
   done_ = make_response_promise();
   // The session checked the path before anything started (check_output_file); this is
   // the file vanishing or filling up between then and now.
+  if (settings_->on_record)
+    metrics_.listen(settings_->on_record);
   if (!settings_->metrics_path.empty() &&
       !metrics_.open(settings_->metrics_path, settings_->plan.first_step > 0))
     return end(exit_code::bad_input, metrics_.error());
@@ -91,7 +93,7 @@ void trainer_actor::start() {
   watchdog_.start(start_);
   if (watchdog_.enabled())
     delayed_send(this, watchdog_.interval(), tick_atom::value);
-  if (settings_->watch_interrupts)
+  if (settings_->watch_interrupts || settings_->stop_request)
     delayed_send(this, std::chrono::milliseconds(50), poll_atom::value);
   for (const auto& optimizer : settings_->optimizers)
     send(optimizer, start_atom::value);
@@ -160,7 +162,9 @@ bool trainer_actor::metrics_lost() {
 void trainer_actor::poll_interrupt() {
   if (ended_)
     return;
-  signal_ = interrupt_signal();
+  signal_ = settings_->watch_interrupts ? interrupt_signal() : 0;
+  if (signal_ == 0 && settings_->stop_request)
+    signal_ = settings_->stop_request->load();
   if (signal_ == 0 || stopping_) {
     delayed_send(this, std::chrono::milliseconds(50), poll_atom::value);
     return;

@@ -11,7 +11,9 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "actors/training/checkpoint_writer.hpp"
@@ -62,6 +64,11 @@ struct trainer_settings {
   std::vector<caf::actor> optimizers;
   checkpoint_plan checkpoints;    // the run's checkpoints: the last one ends the run
   bool watch_interrupts = false;  // stop cleanly on SIGINT / SIGTERM (actors/trainer/interrupts.hpp)
+  /// This run's own request to stop, as a signal number (SIGINT, SIGTERM) once set: the
+  /// clean stop a signal asks for, for this run only (the Python module's run.stop()).
+  std::shared_ptr<const std::atomic<int>> stop_request;
+  /// Each metrics line as it is made, whether or not a file is written (metrics_writer::listen).
+  std::function<void(const std::string&)> on_record;
 };
 
 using poll_atom = caf::atom_constant<caf::atom("poll")>;

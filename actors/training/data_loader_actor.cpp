@@ -214,7 +214,7 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
     for (std::int64_t i = 0; i < count; ++i)
       std::copy_n(source.values.begin() + rows[i] * width, width, y.f32() + i * width);
   else
-    source.gather_labels(rows, static_cast<std::size_t>(count), y.i32());
+    source.gather_labels(rows, static_cast<std::size_t>(count), y.i32(), gather_epoch(tag));
   labels_msg labels{tag, std::move(y), global_batch, global_terms, trace_stamp{}};
   stamp_send(labels, loss_tracks_.at(r), "labels", bytes_of(labels.labels));
   send_written(losses_.at(r), std::move(labels));  // Note [nothing unwritten to the network]
@@ -245,7 +245,7 @@ void data_loader_actor::send_batch(const dataset& source, const std::int64_t* ro
 }
 
 std::int64_t data_loader_actor::terms_of(const dataset& source, const std::int64_t* rows,
-                                         std::int64_t count) const {
+                                         std::int64_t count, std::int64_t epoch) const {
   if (source.outputs > 0)
     return count * source.outputs;
   const auto ignored = settings_.plan.loss.ignore_index;
@@ -253,7 +253,7 @@ std::int64_t data_loader_actor::terms_of(const dataset& source, const std::int64
     return count * source.positions;
   // torch's mean over the labels not ignored
   std::vector<std::int32_t> labels(static_cast<std::size_t>(count * source.positions));
-  source.gather_labels(rows, static_cast<std::size_t>(count), labels.data());
+  source.gather_labels(rows, static_cast<std::size_t>(count), labels.data(), epoch);
   return std::count_if(labels.begin(), labels.end(),
                        [ignored](std::int32_t label) { return label != ignored; });
 }
@@ -298,7 +298,7 @@ bool data_loader_actor::send_next() {
   }
   // Replica r takes plan.replica_rows[r] of the global batch, after those of the replicas before
   // it, in M micro-batches of as equal a size as they divide into.
-  const auto global_terms = terms_of(settings_.data->train, batch_rows, plan.batch_size);
+  const auto global_terms = terms_of(settings_.data->train, batch_rows, plan.batch_size, epoch);
   std::int64_t first = 0;
   for (std::int64_t r = 0; r < plan.replicas; ++r) {
     const auto rows = plan.replica_rows[static_cast<std::size_t>(r)];

@@ -83,9 +83,9 @@ class data_loader_actor : public device_actor {
   void send_batch(const dataset& source, const std::int64_t* rows, std::int64_t count,
                   const micro_tag& tag, std::int64_t global_batch, std::int64_t global_terms);
   /// The loss's terms in these rows: one a row or position (less ignored labels), or K
-  /// a row for float targets.
-  std::int64_t terms_of(const dataset& source, const std::int64_t* rows,
-                        std::int64_t count) const;
+  /// a row for float targets; `epoch`: a training batch's (-1: an evaluation's).
+  std::int64_t terms_of(const dataset& source, const std::int64_t* rows, std::int64_t count,
+                        std::int64_t epoch = -1) const;
   /// Takes back a credit of replica `replica`'s first wire; how many are in flight after.
   std::int64_t release_credit(std::size_t replica);
 

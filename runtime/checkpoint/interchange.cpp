@@ -85,19 +85,16 @@ checkpoint_info find_checkpoint(const std::string& path) {
 
 }  // namespace
 
-exported_weights export_weights(const std::string& checkpoint, const std::string& output) {
+checkpoint_parameters read_checkpoint_parameters(const std::string& checkpoint) {
   const auto found = find_checkpoint(checkpoint);
-  check_output_path(output, found.path);
   const auto manifest = verify_checkpoint(found.path);
   const auto where = "checkpoint '" + found.path + "' (step " + std::to_string(manifest.step) + ")";
   if (manifest.layers.empty())
-    throw data_error(where + " lists no layers with parameters in its manifest: nothing to export");
-  const auto tensors = read_checkpoint_tensors(found.path, manifest);
-
-  exported_weights out;
+    throw data_error(where + " lists no layers with parameters in its manifest: nothing to read");
+  auto tensors = read_checkpoint_tensors(found.path, manifest);
+  checkpoint_parameters out;
   out.checkpoint = found.path;
   out.step = manifest.step;
-  std::vector<safetensors_tensor_ref> refs;
   for (const auto& layer : manifest.layers) {
     for (const auto& p : layer.params) {
       const auto name = parameter_name(layer.index, p.name);
@@ -111,10 +108,23 @@ exported_weights export_weights(const std::string& checkpoint, const std::string
                          std::to_string(it->second.size()) + " values; the manifest's shape " +
                          shape_to_string(p.shape) + " needs " +
                          std::to_string(element_count(p.shape)));
-      refs.push_back({name, safetensors_dtype::f32, p.shape, it->second.data()});
-      out.tensors.push_back(name);
-      out.values += element_count(p.shape);
+      out.parameters.push_back({name, p.shape, std::move(it->second)});
     }
+  }
+  return out;
+}
+
+exported_weights export_weights(const std::string& checkpoint, const std::string& output) {
+  check_output_path(output, find_checkpoint(checkpoint).path);
+  const auto read = read_checkpoint_parameters(checkpoint);
+  exported_weights out;
+  out.checkpoint = read.checkpoint;
+  out.step = read.step;
+  std::vector<safetensors_tensor_ref> refs;
+  for (const auto& p : read.parameters) {
+    refs.push_back({p.name, safetensors_dtype::f32, p.shape, p.values.data()});
+    out.tensors.push_back(p.name);
+    out.values += element_count(p.shape);
   }
   try {
     out.file = write_safetensors(output, refs, torch_metadata);

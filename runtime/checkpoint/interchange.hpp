@@ -37,6 +37,23 @@ struct exported_weights {
   written_file file;                 // the output's size and CRC-32
 };
 
+/// The parameters of a checkpoint, whole, named and shaped as its manifest says, in layer
+/// order (what export_weights writes; the Python module's troupe.load()).
+struct checkpoint_parameters {
+  std::string checkpoint;  // the checkpoint directory read
+  std::int64_t step = 0;
+  struct parameter {
+    std::string name;             // "0.weight"
+    std::vector<std::int64_t> shape;
+    std::vector<float> values;    // flattened, C order
+  };
+  std::vector<parameter> parameters;
+};
+
+/// Reads them from `checkpoint` (a checkpoint directory, or a root: its newest complete
+/// one), verified first. Throws data_error as export_weights does.
+checkpoint_parameters read_checkpoint_parameters(const std::string& checkpoint);
+
 /// Writes the parameters of the checkpoint `checkpoint` (a checkpoint directory, or a root
 /// meaning its newest complete checkpoint, as `--resume` takes) to `output` as one
 /// safetensors file, atomically: every parameter the manifest's layers list, whole (pieces

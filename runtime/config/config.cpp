@@ -1287,8 +1287,11 @@ void apply_overrides(toml::table& root, const std::vector<std::string>& override
 
 }  // namespace
 
-run_config parse_config(const std::string& text, const std::string& name,
-                        const std::string& directory, const std::vector<std::string>& overrides) {
+namespace {
+
+/// The config's TOML, with `overrides` applied.
+toml::table parse_with_overrides(const std::string& text, const std::string& name,
+                                 const std::vector<std::string>& overrides) {
   check_toml_limits(text, name);  // what toml++ would recurse over (toml_limits.hpp)
   toml::table root;
   try {
@@ -1300,6 +1303,21 @@ run_config parse_config(const std::string& text, const std::string& name,
     throw config_error(position_in(name, error.source()), "invalid TOML: " + description);
   }
   apply_overrides(root, overrides);
+  return root;
+}
+
+}  // namespace
+
+std::string config_text(const std::string& text, const std::string& name,
+                        const std::vector<std::string>& overrides) {
+  std::ostringstream out;
+  out << toml::toml_formatter{parse_with_overrides(text, name, overrides)} << "\n";
+  return out.str();
+}
+
+run_config parse_config(const std::string& text, const std::string& name,
+                        const std::string& directory, const std::vector<std::string>& overrides) {
+  const toml::table root = parse_with_overrides(text, name, overrides);
   check_key_lengths(root, name);
   reject_unknown_sections(root, name);
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -61,8 +62,13 @@ struct run_section {
   source_position where;
 };
 
+class given_source;  // runtime/data/given.hpp
+
 struct data_section {
   data_source source = data_source::fashion_mnist;
+  /// Data a program handed over (the Python module's arrays or iterable) instead of the
+  /// files [data] names; never from a file. Null: the source's files.
+  std::shared_ptr<const given_source> given;
   std::string path = "/usr/share/datasets/fashion-mnist";  // relative to the config file
   std::int64_t batch_size = 128;         // global batch B
   std::int64_t eval_batch_size = 1000;
@@ -271,5 +277,11 @@ run_config load_config(const std::string& path, const std::vector<std::string>& 
 run_config parse_config(const std::string& text, const std::string& name,
                         const std::string& directory = ".",
                         const std::vector<std::string>& overrides = {});
+
+/// `text` with `overrides` applied (as parse_config applies them), written back as TOML: what
+/// a config that was set key by key (the Python module's Config) holds. Comments and the
+/// order of keys are toml++'s, not the original's. Throws config_error as parse_config.
+std::string config_text(const std::string& text, const std::string& name,
+                        const std::vector<std::string>& overrides);
 
 }  // namespace troupe

@@ -46,10 +46,13 @@ void dataset::gather(const std::int64_t* picked, std::size_t first, std::size_t 
                 images.data() + picked[i] * features, row_bytes);
 }
 
-void dataset::gather_labels(const std::int64_t* picked, std::size_t count,
-                            std::int32_t* out) const {
+void dataset::gather_labels(const std::int64_t* picked, std::size_t count, std::int32_t* out,
+                            std::int64_t epoch) const {
   if (rows && rows->holds_labels()) {
-    rows->gather_labels(picked, 0, count, out);
+    if (epoch >= 0)
+      rows->gather_labels_in_epoch(picked, 0, count, out, epoch);
+    else
+      rows->gather_labels(picked, 0, count, out);
     return;
   }
   const auto width = static_cast<std::size_t>(positions);

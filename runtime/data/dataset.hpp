@@ -40,6 +40,13 @@ class feature_rows {
   /// holds_labels().
   virtual void gather_labels(const std::int64_t* /*picked*/, std::size_t /*first*/,
                              std::size_t /*last*/, std::int32_t* /*out*/) const {}
+  /// The same for a training batch of epoch `epoch` (rows whose labels differ by epoch: a
+  /// Python iterable's batches, python/data_binding.cpp); the others read gather_labels().
+  virtual void gather_labels_in_epoch(const std::int64_t* picked, std::size_t first,
+                                      std::size_t last, std::int32_t* out,
+                                      std::int64_t /*epoch*/) const {
+    gather_labels(picked, first, last, out);
+  }
 };
 
 /// N samples of D features each, with targets: integer class labels (one per sample, or
@@ -76,8 +83,9 @@ struct dataset {
   void gather(const std::int64_t* picked, std::size_t first, std::size_t last, float* out,
               std::int64_t epoch = -1) const;
   /// Writes the class labels of rows picked[0 .. count), T each, to `out`, from `labels` or
-  /// from `rows`.
-  void gather_labels(const std::int64_t* picked, std::size_t count, std::int32_t* out) const;
+  /// from `rows` (as a training batch of epoch `epoch` when it is not negative).
+  void gather_labels(const std::int64_t* picked, std::size_t count, std::int32_t* out,
+                     std::int64_t epoch = -1) const;
   /// Samples an epoch: draws_per_epoch, or every sample once.
   std::int64_t epoch_samples() const { return draws_per_epoch > 0 ? draws_per_epoch : count; }
 };

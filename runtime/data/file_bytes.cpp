@@ -99,6 +99,9 @@ file_bytes::file_bytes(const std::string& path, std::int64_t bytes, file_access 
     throw data_error(quote_path(path_) + ": cannot map its " + std::to_string(bytes) + " bytes");
 }
 
+file_bytes::file_bytes(std::shared_ptr<const unsigned char> memory, std::string name)
+    : path_(std::move(name)), file_(-1), memory_(std::move(memory)) {}
+
 file_bytes::~file_bytes() {
   if (mapped_ != nullptr)
     ::munmap(mapped_, mapped_bytes_);
@@ -106,6 +109,8 @@ file_bytes::~file_bytes() {
 
 const unsigned char* file_bytes::at(std::int64_t offset, std::size_t size,
                                     std::vector<unsigned char>& buffer) const {
+  if (memory_ != nullptr)
+    return memory_.get() + offset;
   if (mapped_ != nullptr)
     return static_cast<const unsigned char*>(mapped_) + offset;
   buffer.resize(size);

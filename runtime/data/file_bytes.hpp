@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ class file_bytes {
   /// Opens `path` for reads of its first `bytes` bytes. Throws data_error when it cannot be
   /// opened, or (file_access::mapped) mapped.
   file_bytes(const std::string& path, std::int64_t bytes, file_access access);
+  /// Bytes a program holds in memory (an array the Python module was given), read in
+  /// place: `memory` keeps them alive; `name` is how messages call them.
+  file_bytes(std::shared_ptr<const unsigned char> memory, std::string name);
   ~file_bytes();
   file_bytes(const file_bytes&) = delete;
   file_bytes& operator=(const file_bytes&) = delete;
@@ -39,7 +43,7 @@ class file_bytes {
   const unsigned char* at(std::int64_t offset, std::size_t size,
                           std::vector<unsigned char>& buffer) const;
 
-  bool mapped() const { return mapped_ != nullptr; }
+  bool mapped() const { return mapped_ != nullptr || memory_ != nullptr; }
   const std::string& path() const { return path_; }
 
  private:
@@ -47,6 +51,7 @@ class file_bytes {
   unique_fd file_;
   void* mapped_ = nullptr;
   std::size_t mapped_bytes_ = 0;
+  std::shared_ptr<const unsigned char> memory_;  // when set: the bytes, not a file's
 };
 
 /// An anonymous file in the temporary directory (TMPDIR, or /tmp), which the kernel removes

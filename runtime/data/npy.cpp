@@ -42,8 +42,12 @@ std::string quote_path(const std::string& path) {
 
 /// The first `bytes` bytes of an array's data.
 std::vector<unsigned char> read_data(const npy_array& array, std::int64_t bytes) {
-  auto file = open_for_reading(array.path);
   std::vector<unsigned char> out(static_cast<std::size_t>(bytes));
+  if (array.memory != nullptr) {
+    std::memcpy(out.data(), array.memory.get() + array.header.data_offset, out.size());
+    return out;
+  }
+  auto file = open_for_reading(array.path);
   if (!read_at(file.get(), out.data(), out.size(), array.header.data_offset))
     fail(array, array.header.data_offset, "the data ends early");
   return out;
@@ -289,7 +293,10 @@ class npy_rows final : public feature_rows {
     row_bytes_ = features_ * header_.item_bytes;
     norm_ = resolve_normalisation(n, features_, array.name);
     build_byte_table();
-    file_ = std::make_unique<file_bytes>(path_, header_.data_offset + count_ * row_bytes_, access);
+    file_ = array.memory != nullptr
+                ? std::make_unique<file_bytes>(array.memory, array.name)
+                : std::make_unique<file_bytes>(path_, header_.data_offset + count_ * row_bytes_,
+                                               access);
   }
 
   std::int64_t count() const { return count_; }
@@ -351,6 +358,23 @@ class npy_rows final : public feature_rows {
 };
 
 }  // namespace
+
+npy_array memory_array(const std::string& name, const std::string& descr,
+                       const std::vector<std::int64_t>& shape,
+                       std::shared_ptr<const unsigned char> memory) {
+  // Checked by the same reader as a file's header dict, written as NumPy writes it.
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    dict += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
+  dict += "), }";
+  npy_array out;
+  out.path = name;
+  out.name = quote_path(name);
+  read_dict(name, 0, dict, out.header);
+  out.header.data_offset = 0;
+  out.memory = std::move(memory);
+  return out;
+}
 
 npy_array npy_file_array(const std::string& path) {
   return npy_array{path, read_npy_header(path), quote_path(path), 0};

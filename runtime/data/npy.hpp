@@ -53,7 +53,17 @@ struct npy_array {
   npy_header header;
   std::string name;
   std::int64_t base = 0;  // where the array's .npy bytes start in the file (its magic)
+  /// When set, the values are here, in memory (header.data_offset 0), not in a file: an
+  /// array a program handed over (the Python module's troupe.data.arrays), read in place.
+  std::shared_ptr<const unsigned char> memory;
 };
+
+/// An array in memory (`memory` holds its C-order values), of NumPy dtype `descr` ("<f4",
+/// "|u1") and `shape`, checked as a file's header is (the dtype one troupe reads, the size
+/// within the limits); `name` names it in messages.
+npy_array memory_array(const std::string& name, const std::string& descr,
+                       const std::vector<std::int64_t>& shape,
+                       std::shared_ptr<const unsigned char> memory);
 
 /// The array of the .npy file at `path`.
 npy_array npy_file_array(const std::string& path);

@@ -335,7 +335,8 @@ void write_data_section(toml_writer& w, const data_section& data) {
                              std::pair{"targets", &data.targets},
                              std::pair{"test_features", &data.test_features},
                              std::pair{"test_targets", &data.test_targets}})
-      w.put(key, absolute(*file));
+      if (!file->empty())  // no test files: [data] validation; none at all: data given
+        w.put(key, absolute(*file));
   if (data.source == data_source::npz || data.source == data_source::safetensors) {
     if (!data.test_path.empty())
       w.put("test_path", absolute(data.test_path));

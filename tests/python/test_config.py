@@ -1,0 +1,82 @@
+# test_config.py: troupe.Config reads, sets, checks and writes configs as the CLI does, and
+# every error class of the module is raised where its exit code says.
+import os
+
+import numpy as np
+import pytest
+
+import troupe
+from conftest import SOURCE, blobs, mlp_config
+
+
+def test_a_shipped_config_loads_and_reads_back_its_keys():
+    cfg = troupe.Config.load(os.path.join(SOURCE, "config", "fashion_mlp_dp2.toml"))
+    assert cfg["parallel.data"] == 2
+    assert cfg["data.batch_size"] == 128
+    assert cfg.to_toml() == open(os.path.join(SOURCE, "config", "fashion_mlp_dp2.toml")).read()
+
+
+def test_a_key_set_is_checked_and_round_trips_through_toml_and_a_dict():
+    cfg = mlp_config()
+    cfg["parallel.devices"] = ["cpu:0", "cpu:1"]
+    cfg["parallel.data"] = 2
+    cfg["optimizer.lr"] = 0.005
+    cfg["run.metrics"] = "m.jsonl"
+    assert cfg["parallel.data"] == 2 and cfg["optimizer.lr"] == 0.005
+    again = troupe.Config(cfg.to_toml())
+    assert again.to_dict() == cfg.to_dict()
+    from_dict = troupe.Config.from_dict(cfg.to_dict())
+    assert from_dict.to_dict() == cfg.to_dict()
+    x, y = blobs()
+    assert troupe.plan(from_dict, data=troupe.data.arrays(x, y)).replicas == 2
+
+
+def test_a_wrong_value_raises_config_error_naming_the_key_and_leaves_the_config_as_it_was():
+    cfg = mlp_config()
+    before = cfg.to_toml()
+    with pytest.raises(troupe.ConfigError) as error:
+        cfg["parallel.data"] = "two"
+    assert "parallel.data" in str(error.value) and "expected an integer" in str(error.value)
+    assert cfg.to_toml() == before
+    with pytest.raises(troupe.ConfigError, match="did you mean 'batch_size'"):
+        cfg["data.batch_sise"] = 64
+    with pytest.raises(troupe.ConfigError, match="SECTION.KEY"):
+        cfg["epochs"] = 3
+    with pytest.raises(troupe.ConfigError, match="no TOML form"):
+        cfg["run.seed"] = object()
+
+
+def test_from_dict_checks_like_a_file_and_plan_checks_the_model():
+    with pytest.raises(troupe.ConfigError, match="did you mean 'adam'"):
+        troupe.Config.from_dict({"optimizer": {"type": "adan"},
+                                 "model": {"layers": [{"type": "linear", "out": 4}]}})
+    cfg = troupe.Config.from_dict({"model": {"layers": [{"type": "linaer", "out": 4}]}})
+    with pytest.raises(troupe.ConfigError, match="did you mean 'linear'"):
+        troupe.plan(cfg)
+
+
+def test_the_error_classes_carry_the_cli_exit_codes():
+    assert issubclass(troupe.ConfigError, troupe.InputError)
+    assert issubclass(troupe.DataError, troupe.InputError)
+    assert issubclass(troupe.WatchdogError, troupe.RunError)
+    assert issubclass(troupe.InputError, troupe.Error) and issubclass(troupe.RunError, troupe.Error)
+    codes = {c.__name__: c.exit_code for c in (troupe.ConfigError, troupe.DataError,
+                                               troupe.InputError, troupe.RunError,
+                                               troupe.WatchdogError)}
+    assert codes == {"ConfigError": 2, "DataError": 2, "InputError": 2, "RunError": 1,
+                     "WatchdogError": 3}
+
+
+def test_a_missing_file_raises_input_error(tmp_path):
+    with pytest.raises(troupe.InputError, match="cannot"):
+        troupe.Config.load(tmp_path / "missing.toml")
+
+
+def test_data_that_does_not_fit_raises_data_error(data):
+    x, y, _, _ = data
+    with pytest.raises(troupe.DataError, match="not one troupe reads"):
+        troupe.data.arrays(x.astype(np.complex64), y)
+    with pytest.raises(troupe.DataError, match="512"):
+        troupe.run(mlp_config(), data=troupe.data.arrays(x, y[:100])).wait()
+    with pytest.raises(troupe.DataError, match="class labels"):
+        troupe.run(mlp_config(), data=troupe.data.arrays(x, y - 5)).wait()
