@@ -16,7 +16,7 @@ process.
 
 PyTorch at its best here: one intra-op thread (torch.set_num_threads(1)).
 
-    /usr/bin/python3 bench/python_vs_cli.py [--repeats 5] [--steps 2000]
+    /usr/bin/python3 bench/python_vs_cli.py [--repeats 5] [--steps 2000] [--only-loader]
 
 Run from the repository root after scripts/build.sh (build/troupe and build/python/troupe).
 Not part of ctest.
@@ -70,8 +70,11 @@ def cli_rate(config, steps):
 
 
 def python_rate(config, steps, data="none", kind="arrays"):
-    out = subprocess.run([sys.executable, "-c", PYTHON_RUN, config, str(steps), data, kind],
-                         check=True, env=ENV, capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "-c", PYTHON_RUN, config, str(steps), data, kind],
+                          env=ENV, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the Python run ({kind}) failed:\n{done.stderr}")
+    out = done.stdout
     return json.loads(out.splitlines()[-1])["samples_per_s"]
 
 
@@ -89,7 +92,12 @@ def fashion_arrays(folder):
                         'mean = 0.2860\nstd = 0.3530')
     path = os.path.join(folder, "npy.toml")
     open(path, "w").write(text)
-    return path
+    # For the arrays against the iterable: no hold-out (an iterable's batches are its own),
+    # no evaluation.
+    plain = os.path.join(folder, "plain.toml")
+    open(plain, "w").write(text.replace("validation = 0.1", 'test_features = "x.npy"\ntest_targets = "y.npy"')
+                           .replace("[run]", "[run]\nevaluate = false"))
+    return path, plain
 
 
 def table(rows, repeats):
@@ -128,6 +136,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--only-loader", action="store_true", help="only the third table")
     args = parser.parse_args()
     steps = args.steps
     mlp = os.path.join(ROOT, "config", "fashion_mlp.toml")
@@ -135,18 +144,18 @@ def main():
     print(f"step rates, samples/s (medians of {args.repeats}, {steps} steps)")
     print(f"{'run':44s} {'CLI':>10s} {'Python':>10s} {'ratio':>7s}")
     with tempfile.TemporaryDirectory() as folder:
-        npy = fashion_arrays(folder)
+        npy, plain = fashion_arrays(folder)
         rows = [
             ("fashion_mlp (IDX files)", [lambda: cli_rate(mlp, steps), lambda: python_rate(mlp, steps)]),
             ("fashion_mlp_dp2 (IDX files)", [lambda: cli_rate(dp2, steps), lambda: python_rate(dp2, steps)]),
             ("fashion_mlp: .npy files / troupe.data.arrays",
              [lambda: cli_rate(npy, steps), lambda: python_rate(npy, steps, folder, "arrays")]),
         ]
-        for name, (cli, py) in table(rows, args.repeats):
+        for name, (cli, py) in table([] if args.only_loader else rows, args.repeats):
             print(f"{name:44s} {cli:10.0f} {py:10.0f} {py / cli:7.3f}")
         fed = [("fashion_mlp: arrays / iterable(DataLoader)",
-                [lambda: python_rate(npy, steps, folder, "arrays"),
-                 lambda: python_rate(npy, steps, folder, "iterable")])]
+                [lambda: python_rate(plain, steps, folder, "arrays"),
+                 lambda: python_rate(plain, steps, folder, "iterable")])]
         for name, (arrays, iterable) in table(fed, args.repeats):
             extra = 128 / iterable - 128 / arrays
             print(f"\n{name}: {arrays:.0f} and {iterable:.0f} samples/s (ratio {iterable / arrays:.3f}); "

@@ -583,6 +583,9 @@ dataset hold_out(dataset& train, double fraction, std::uint64_t seed) {
   if (n < 2)
     throw data_error("[data] validation needs two training samples at least; the training "
                      "split has " + std::to_string(n));
+  if (train.rows && train.rows->holds_labels())  // token windows hold out their own
+    throw data_error("[data] validation holds out rows of a data set, but these rows bring "
+                     "their own labels (a Python iterable's batches): give a test split instead");
   // A Fisher-Yates permutation keyed by the seed alone; its first `held` are validation.
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);

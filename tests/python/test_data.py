@@ -119,6 +119,10 @@ def test_an_iterable_that_breaks_its_promises_raises_data_error(data):
                                  steps_per_epoch=3)
     with pytest.raises(troupe.DataError, match="ended after 1 batch"):
         troupe.run(mlp_config(), data=ended).wait()
+    held_out = mlp_config()
+    held_out["data.validation"] = 0.1
+    with pytest.raises(troupe.ConfigError, match="test=\\(x_test, y_test\\)"):
+        troupe.run(held_out, data=troupe.data.iterable(lambda e: [(x[:32], y[:32])], classes=4))
     wrong = troupe.data.iterable(lambda e: [(x[:32], y[:32] + 4)], classes=4)
     with pytest.raises(troupe.DataError, match="classes are 0 .. 3"):
         troupe.run(mlp_config(), data=wrong).wait()
@@ -130,3 +134,20 @@ def test_an_iterable_that_breaks_its_promises_raises_data_error(data):
     with pytest.raises(troupe.DataError, match="the user's loader failed"):
         troupe.run(mlp_config(), data=troupe.data.iterable(failing, classes=4,
                                                           steps_per_epoch=4)).wait()
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_batch_past_where_the_iterable_failed_fails_too_never_hangs(data, replicas):
+    x, y, _, _ = data
+
+    def breaks_at_2(epoch):
+        for start in range(0, 64, 32):
+            yield x[start:start + 32], y[start:start + 32]
+        raise RuntimeError("the loader broke at batch 2")
+
+    cfg = mlp_config()
+    if replicas == 2:
+        cfg.update({"parallel.devices": ["cpu:0", "cpu:1"], "parallel.data": 2})
+    given = troupe.data.iterable(breaks_at_2, classes=4, steps_per_epoch=8)
+    with pytest.raises(troupe.DataError, match="broke at batch 2"):
+        troupe.run(cfg, data=given).wait(timeout=60)
