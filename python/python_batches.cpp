@@ -175,6 +175,7 @@ void python_batches::fetch_ahead() const {
   cpu_set_t cores;
   if (::sched_getaffinity(::getpid(), sizeof cores, &cores) == 0)
     ::pthread_setaffinity_np(::pthread_self(), sizeof cores, &cores);
+  ::pthread_setname_np(::pthread_self(), "troupe python");
   std::unique_lock<std::mutex> lock{mutex_};
   while (!stopping_) {
     const bool behind = rewind_.first >= 0;
