@@ -91,6 +91,16 @@ def _toml_of_dict(d):
     return "\n".join(lines) + "\n"
 
 
+def _as_python_key(message):
+    """The reader names a key set since as the CLI's --set does ("--set 'parallel.data=2':2:8:
+    ..."); from Python it is cfg['parallel.data'] = 2."""
+    if not message.startswith("--set '"):
+        return message
+    where, _, rest = message.partition(": ")
+    key, _, value = where[len("--set '"):].rpartition("':")[0].partition("=")
+    return f"cfg[{key!r}] = {value}: {rest}"
+
+
 class Config:
     """A topology config, checked as `troupe run` checks a file.
 
@@ -127,19 +137,7 @@ class Config:
     def __setitem__(self, key, value):
         if not isinstance(key, str) or key.count(".") != 1:
             raise ConfigError(f"config keys are SECTION.KEY, e.g. 'parallel.data', not {key!r}")
-        literal = _toml_literal(value, key)
-        self._overrides.append(f"{key}={literal}")
-        try:
-            self._check()
-        except ConfigError as e:
-            self._overrides.pop()
-            message = str(e)
-            if message.startswith("--set "):  # the reader names the key as the CLI's --set
-                message = f"cfg[{key!r}] = {literal}: " + message.split(": ", 1)[-1]
-            raise ConfigError(message) from None
-        except Error:
-            self._overrides.pop()
-            raise
+        self.update({key: value})
 
     def update(self, values):
         """Sets several keys at once ({"data.source": "npy", "data.features": "x.npy"}) and
@@ -153,6 +151,9 @@ class Config:
         self._overrides += added
         try:
             self._check()
+        except ConfigError as e:
+            del self._overrides[-len(added):]
+            raise ConfigError(_as_python_key(str(e))) from None
         except Error:
             del self._overrides[-len(added):]
             raise
@@ -194,6 +195,21 @@ def _config_of(cfg):
     if isinstance(cfg, dict):
         return Config.from_dict(cfg)
     raise TypeError(f"expected a troupe.Config, a TOML path or a dict, not {type(cfg).__name__}")
+
+
+def _with_data(cfg, data):
+    """(config, given data): a dict of [data] keys ({"source": "csv", "path": "t.csv",
+    "target": "y"}: any source the config file can name) is set into a copy of the config,
+    checked together; troupe.data's objects are handed over as they are."""
+    cfg = _config_of(cfg)
+    if isinstance(data, dict):
+        cfg = cfg.copy()
+        cfg.update({f"data.{key}": value for key, value in data.items()})
+        return cfg, None
+    if data is not None and not hasattr(data, "_handle"):
+        raise TypeError("data= takes troupe.data.arrays(...), troupe.data.iterable(...), a dict "
+                        f"of [data] keys or None, not {type(data).__name__}")
+    return cfg, data
 
 
 _runs = weakref.WeakSet()
@@ -327,14 +343,16 @@ def run(cfg, data=None, *, trace=None, checkpoint=None, checkpoint_every=None, r
         steps=None, metrics="", progress=False, watchdog=None):
     """Starts training `cfg` in the background and returns a Run at once.
 
-    data: troupe.data.arrays(...) or troupe.data.iterable(...), or None for the config's
+    data: troupe.data.arrays(...) or troupe.data.iterable(...), a dict of [data] keys
+    ({"source": "csv", "path": "train.csv", "target": "y"}), or None for the config's
     [data]. trace: a Chrome trace file to write. checkpoint / checkpoint_every: as [run]
     checkpoint and checkpoint_every. resume: a checkpoint (or a directory of them) to go on
     from. steps: train this many steps. metrics: also write the JSON-lines file here ("":
     none; the records come through run.metrics()). progress: print progress lines as
     `troupe run` does. watchdog: seconds without progress before the run is stopped.
     """
-    cfg = _config_of(cfg).copy()
+    cfg, data = _with_data(cfg, data)
+    cfg = cfg.copy()
     if steps is not None:
         cfg["run.steps"] = steps
     if checkpoint is not None:
@@ -373,13 +391,15 @@ class Plan:
 
 def plan(cfg, data=None):
     """Checks cfg and returns its actor graph as a Plan; nothing runs."""
-    return Plan(_troupe.plan(_config_of(cfg)._source(), data))
+    cfg, data = _with_data(cfg, data)
+    return Plan(_troupe.plan(cfg._source(), data))
 
 
 def verify(cfg, data=None, *, steps=20, tolerance=1e-5):
     """Trains cfg's wiring and its single-device form for `steps` steps and compares every
     parameter: {"passed", "worst", "differences": [{"layer", "parameter", "relative"}]}."""
-    return _troupe.verify(_config_of(cfg)._source(), data, steps, tolerance)
+    cfg, data = _with_data(cfg, data)
+    return _troupe.verify(cfg._source(), data, steps, tolerance)
 
 
 class Calibration:
@@ -426,7 +446,7 @@ def predict(cfg, checkpoint, inputs, *, data=None, softmax=False, batch=1000):
     normalised as the training data was: give `data` (what the model was trained on, e.g.
     troupe.data.arrays(...)) when that was not the config's own [data] source."""
     import numpy as np
-    cfg = _config_of(cfg)
+    cfg, data = _with_data(cfg, data)
     with tempfile.TemporaryDirectory(prefix="troupe-predict-") as work:
         if isinstance(inputs, (str, os.PathLike)):
             path = os.fspath(inputs)

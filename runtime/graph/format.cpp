@@ -344,7 +344,8 @@ void write_data_section(toml_writer& w, const data_section& data) {
     w.put("targets", data.targets.empty() ? std::string("y") : data.targets);
   }
   if (data.source == data_source::csv) {
-    w.put("test_path", absolute(data.test_path));
+    if (!data.test_path.empty())  // none: [data] validation
+      w.put("test_path", absolute(data.test_path));
     w.raw("target", names(data.target_columns));
     if (!data.feature_columns.empty())
       w.raw("features", names(data.feature_columns));

@@ -151,3 +151,22 @@ def test_a_batch_past_where_the_iterable_failed_fails_too_never_hangs(data, repl
     given = troupe.data.iterable(breaks_at_2, classes=4, steps_per_epoch=8)
     with pytest.raises(troupe.DataError, match="broke at batch 2"):
         troupe.run(cfg, data=given).wait(timeout=60)
+
+
+def test_any_config_source_by_dict_of_data_keys(data, tmp_path):
+    x, y, _, _ = data
+    header = ",".join(f"x{i}" for i in range(x.shape[1])) + ",label"
+    rows = np.column_stack([x, y]).astype(object)
+    rows[:, -1] = y
+    np.savetxt(tmp_path / "train.csv", rows, delimiter=",", header=header, comments="", fmt="%s")
+    cfg = mlp_config(steps=200)
+    cfg["run.evaluate"] = True
+    table = {"source": "csv", "path": str(tmp_path / "train.csv"), "target": "label",
+             "validation": 0.25}
+    result = troupe.run(cfg, data=table).wait()
+    assert result["test_accuracy"] > 0.9
+    assert troupe.plan(cfg, data=table).replicas == 1
+    with pytest.raises(troupe.ConfigError, match=r"cfg\['data.targett'\] = .*did you mean 'targets'"):
+        troupe.run(cfg, data={**table, "targett": "label"})
+    with pytest.raises(TypeError, match="dict of \\[data\\] keys"):
+        troupe.run(cfg, data=[x, y])

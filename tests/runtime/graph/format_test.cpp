@@ -303,3 +303,20 @@ TEST_CASE("format_explicit writes control characters as \\u escapes that read ba
   CHECK(contains(ejected, "metrics = \"m\\u0001\\u001f\\u007f.jsonl\"\n"));
   CHECK(parse_config(ejected, "ejected.toml").run.metrics == config.run.metrics);
 }
+
+TEST_CASE("format_explicit leaves out the test files a config holds out [data] validation "
+          "instead of") {
+  troupe::test::temp_directory dir;
+  const auto table = dir.write("t.csv", "a,b,y\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n");
+  const auto x = dir.write("x.npy", "");  // npy paths are checked to exist, not read, here
+  const auto y = dir.write("y.npy", "");
+  for (const auto& data :
+       {"source = \"csv\"\npath = \"" + table + "\"\ntarget = \"y\"\nvalidation = 0.25\n",
+        "source = \"npy\"\nfeatures = \"" + x + "\"\ntargets = \"" + y + "\"\nvalidation = 0.25\n"}) {
+    auto config = parse_config(replaced(two_replicas, "source = \"synthetic\"\n", data), "t.toml");
+    const auto text = troupe::format_explicit(topology_from_explicit(config, features), config);
+    CHECK_FALSE(contains(text, "test_path"));
+    CHECK_FALSE(contains(text, "test_features"));
+    CHECK(contains(text, "validation = 0.25"));
+  }
+}
