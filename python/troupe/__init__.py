@@ -69,14 +69,14 @@ def _toml_of_dict(d):
     for section, body in d.items():
         if isinstance(body, list) and body and all(isinstance(t, dict) for t in body):
             for table in body:  # [[actor]], [[wire]]
-                lines.append(f"[[{section}]]")
+                lines.append(f"[[{json.dumps(str(section))}]]")
                 lines += [f"{json.dumps(str(k))} = {_toml_literal(v, f'{section}.{k}')}"
                           for k, v in table.items()]
             continue
         if not isinstance(body, dict):
             raise ConfigError(f"Config.from_dict: section {section!r} should be a dict of keys, "
                               f"not {type(body).__name__}")
-        lines.append(f"[{section}]")
+        lines.append(f"[{json.dumps(str(section))}]")  # quoted: any name is one key
         arrays = []
         for k, v in body.items():
             if isinstance(v, list) and v and all(isinstance(t, dict) for t in v):
@@ -85,7 +85,7 @@ def _toml_of_dict(d):
                 lines.append(f"{json.dumps(str(k))} = {_toml_literal(v, f'{section}.{k}')}")
         for k, tables in arrays:
             for table in tables:
-                lines.append(f"[[{section}.{k}]]")
+                lines.append(f"[[{json.dumps(str(section))}.{json.dumps(str(k))}]]")
                 lines += [f"{json.dumps(str(kk))} = {_toml_literal(vv, f'{section}.{k}.{kk}')}"
                           for kk, vv in table.items()]
     return "\n".join(lines) + "\n"
