@@ -213,6 +213,7 @@ def _with_data(cfg, data):
 
 
 _runs = weakref.WeakSet()
+_unfinished = set()
 _previous_sigint = None
 
 
@@ -363,7 +364,12 @@ def run(cfg, data=None, *, trace=None, checkpoint=None, checkpoint_every=None, r
                 "trace": None if trace is None else os.fspath(trace), "watchdog": watchdog,
                 "resume": None if resume is None else os.fspath(resume)}
     _watch_ctrl_c()
-    return Run(_troupe.start_run(cfg._source(), data, settings))
+    started = Run(_troupe.start_run(cfg._source(), data, settings))
+    # A run goes on until it ends even when its Run is dropped (`troupe.run(cfg)` alone in
+    # a notebook cell): held here, and let go at a later run() once it has ended.
+    _unfinished.difference_update({r for r in _unfinished if r._handle.finished()})
+    _unfinished.add(started)
+    return started
 
 
 class Plan:

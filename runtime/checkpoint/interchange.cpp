@@ -70,7 +70,8 @@ void check_output_path(const std::string& output, const std::string& checkpoint)
                      checkpoint + "' being read; write it elsewhere");
 }
 
-// The checkpoint `path` names, as --resume takes it; errors speak of the export's operand.
+// The checkpoint `path` names, as --resume takes it; errors speak of the operand given
+// (troupe export's, troupe.load's).
 checkpoint_info find_checkpoint(const std::string& path) {
   try {
     return resolve_resume_path(path);
@@ -79,7 +80,7 @@ checkpoint_info find_checkpoint(const std::string& path) {
     const std::string resume = "resume path ";
     if (message.compare(0, resume.size(), resume) == 0)
       message = "checkpoint path " + message.substr(resume.size());
-    throw data_error("cannot export: " + message);
+    throw data_error("cannot read the checkpoint: " + message);
   }
 }
 

@@ -176,3 +176,21 @@ def test_the_module_imports_and_trains_under_python_dev_mode():
     done = run_python(code, "-X", "dev", "-W", "error")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["done", "4"]
+
+
+def test_a_run_whose_run_object_is_dropped_goes_on_to_its_end(tmp_path, data):
+    x, y, _, _ = data
+    troupe.run(mlp_config(steps=300), data=troupe.data.arrays(x, y), checkpoint=tmp_path / "c")
+    import gc
+    gc.collect()
+    deadline = time.time() + 60
+    from_checkpoint = None
+    while from_checkpoint is None:  # the only checkpoint is the one at its end, step 300
+        try:
+            from_checkpoint = troupe.load(tmp_path / "c")
+        except troupe.DataError:
+            assert time.time() < deadline, "the dropped run never wrote its checkpoint"
+            time.sleep(0.05)
+    again = troupe.run(mlp_config(steps=300), data=troupe.data.arrays(x, y))
+    for name, value in again.parameters().items():
+        assert np.array_equal(from_checkpoint[name], value), name
