@@ -18,11 +18,15 @@
 
 #include "actors/session/session.hpp"
 #include "python/bindings.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/restore.hpp"
 
 namespace troupe::python {
 
 namespace {
+
+/// Records a run keeps for run.metrics() until they are read (~150 bytes each).
+constexpr std::size_t kept_records = std::size_t{1} << 20;
 
 class run_handle {
  public:
@@ -32,6 +36,8 @@ class run_handle {
     options.on_record = [this](const std::string& line) {
       std::lock_guard<std::mutex> guard{mutex_};
       records_.push_back(line);
+      if (records_.size() > kept_records)  // nobody reads them: the newest are kept
+        records_.pop_front();
       changed_.notify_all();
     };
     thread_ = std::thread([this, config = std::move(config), options = std::move(options)] {
@@ -166,8 +172,13 @@ void bind_run(py::module_& m) {
         };
         options.metrics_path = text("metrics");
         options.trace_path = text("trace");
-        if (!settings["watchdog"].is_none())
+        if (!settings["watchdog"].is_none()) {
           options.watchdog = settings["watchdog"].cast<double>();
+          if (!(options.watchdog >= 0 && options.watchdog < limits::max_seconds))
+            throw user_error("run(watchdog=...) must be in [0, " +
+                             std::to_string(limits::max_seconds) + ") seconds (0: off), got " +
+                             std::to_string(options.watchdog));
+        }
         options.resume = text("resume").value_or("");
         return std::make_unique<run_handle>(std::move(config), std::move(options));
       },

@@ -98,6 +98,13 @@ def test_a_failing_run_raises_run_error(data):
         run.wait()
 
 
+def test_a_watchdog_out_of_range_is_refused(data):
+    x, y, _, _ = data
+    for seconds in (-1, float("nan")):
+        with pytest.raises(troupe.InputError, match="watchdog"):
+            troupe.run(mlp_config(steps=5), data=troupe.data.arrays(x, y), watchdog=seconds)
+
+
 def test_an_iterable_that_stalls_raises_watchdog_error(data):
     x, y, _, _ = data
 
