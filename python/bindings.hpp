@@ -28,9 +28,10 @@ struct config_source {
   run_config parse() const;
 };
 
-/// The exception classes (troupe.Error and those under it), made once by the module.
+/// The exception classes C++ errors are translated to (troupe.InputError and the two under
+/// it), made once by the module with the others (troupe.Error, RunError, WatchdogError).
 struct error_classes {
-  py::object error, input, config, data, run, watchdog;
+  py::object input, config, data;
 };
 const error_classes& errors();
 

@@ -41,8 +41,9 @@ void bind_errors(py::module_& m) {
   classes = new error_classes;
   auto& e = *classes;
   const auto base = py::reinterpret_borrow<py::object>(PyExc_Exception);
-  e.error = make_class(m, "Error", base, 1, "Any error troupe reports; exit_code is the CLI's.");
-  e.input = make_class(m, "InputError", e.error, 2,
+  const auto error =
+      make_class(m, "Error", base, 1, "Any error troupe reports; exit_code is the CLI's.");
+  e.input = make_class(m, "InputError", error, 2,
                        "Bad input: a file, a path, an argument (exit code 2).");
   e.config = make_class(m, "ConfigError", e.input, 2,
                         "A config that does not check: the message names the key (file:line:col), "
@@ -50,10 +51,11 @@ void bind_errors(py::module_& m) {
   e.data = make_class(m, "DataError", e.input, 2,
                       "Data that cannot be read or does not fit the model: the message names "
                       "the file or array and where.");
-  e.run = make_class(m, "RunError", e.error, 1,
-                     "A run that failed: an actor's error, a check, a lost node (exit code 1).");
-  e.watchdog = make_class(m, "WatchdogError", e.run, 3,
-                          "A run the watchdog stopped: nothing moved for [run] watchdog seconds.");
+  const auto run =
+      make_class(m, "RunError", error, 1,
+                 "A run that failed: an actor's error, a check, a lost node (exit code 1).");
+  make_class(m, "WatchdogError", run, 3,
+             "A run the watchdog stopped: nothing moved for [run] watchdog seconds.");
   py::register_exception_translator([](std::exception_ptr thrown) {
     try {
       if (thrown)

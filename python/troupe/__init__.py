@@ -126,7 +126,11 @@ class Config:
     @classmethod
     def from_dict(cls, sections, directory="."):
         """A config from {"section": {"key": value}}, with [[model.layers]] as lists of dicts."""
-        return cls(_toml_of_dict(sections), "<dict>", os.fspath(directory))
+        try:
+            text = _toml_of_dict(sections)
+        except RecursionError:
+            raise ConfigError("Config.from_dict: values nested too deeply to be a config") from None
+        return cls(text, "<dict>", os.fspath(directory))
 
     def _source(self):
         return _troupe.ConfigSource(self._text, self._name, self._directory, list(self._overrides))
@@ -254,7 +258,6 @@ class Run:
     def __init__(self, handle):
         self._handle = handle
         self._result = None
-        self._lock = threading.Lock()
         _runs.add(self)
 
     def metrics(self, timeout=None):

@@ -80,3 +80,13 @@ def test_data_that_does_not_fit_raises_data_error(data):
         troupe.run(mlp_config(), data=troupe.data.arrays(x, y[:100])).wait()
     with pytest.raises(troupe.DataError, match="class labels"):
         troupe.run(mlp_config(), data=troupe.data.arrays(x, y - 5)).wait()
+
+
+def test_a_dict_nested_too_deeply_or_a_huge_value_is_a_config_error_not_a_crash():
+    deep = {"type": "adam"}
+    for _ in range(100000):
+        deep = {"x": deep}
+    with pytest.raises(troupe.ConfigError, match="nested too deeply"):
+        troupe.Config.from_dict({"optimizer": deep})
+    with pytest.raises(troupe.ConfigError):  # toml's limits, checked before parsing
+        troupe.Config.from_dict({"optimizer": {"type": "a" * (32 << 20)}})
