@@ -8,6 +8,20 @@
 #include <typeindex>
 #include <utility>
 
+#include "kernels/registration_journal.hpp"
+#include "troupe/check.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+// The calling thread's open journal, or null (Note [undoing a failed load]).
+thread_local registration_journal* open_journal = nullptr;
+
+}  // namespace
+
+}  // namespace troupe::detail
+
 namespace troupe::kernels {
 
 namespace {
@@ -59,7 +73,10 @@ void load_cuda_kernels() {
         path = here.substr(0, slash + 1) + TROUPE_CUDA_LIBRARY;
     }
     cuda_loading = true;
+    // troupe's own library: what it registers stays, whoever's load asked for it.
+    auto* journal = std::exchange(detail::open_journal, nullptr);
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    detail::open_journal = journal;
     cuda_loading = false;
     if (handle == nullptr) {
       const char* why = dlerror();
@@ -84,6 +101,11 @@ void register_kernel(const char* op, device_type type, erased_function fn,
       t.entries.emplace(std::make_pair(std::string{op}, type), entry{fn, signature});
   if (!inserted)
     throw std::logic_error(kernel_registered_twice(op, type));
+  detail::record_undo([key = it->first] {
+    auto& t = the_table();
+    std::lock_guard<std::mutex> guard{t.mutex};
+    t.entries.erase(key);
+  });
 }
 
 erased_function find_kernel(const char* op, device_type type,
@@ -182,6 +204,37 @@ std::vector<std::string> take_registration_errors() {
   auto out = std::move(list.errors);
   list.errors.clear();
   return out;
+}
+
+void record_undo(std::function<void()> undo) {
+  if (open_journal != nullptr)
+    open_journal->undos_.push_back(std::move(undo));
+}
+
+registration_journal::registration_journal() {
+  TROUPE_CHECK(open_journal == nullptr, "a registration journal is open on this thread already");
+  auto& list = registration_errors();
+  std::lock_guard<std::mutex> guard{list.mutex};
+  errors_before_ = list.errors.size();
+  open_journal = this;
+}
+
+registration_journal::~registration_journal() {
+  open_journal = nullptr;
+  if (!kept_)
+    undo();
+}
+
+void registration_journal::undo() {
+  while (!undos_.empty()) {
+    auto take_back = std::move(undos_.back());
+    undos_.pop_back();
+    take_back();
+  }
+  auto& list = registration_errors();
+  std::lock_guard<std::mutex> guard{list.mutex};
+  if (list.errors.size() > errors_before_)
+    list.errors.resize(errors_before_);
 }
 
 }  // namespace troupe::detail

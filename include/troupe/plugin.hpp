@@ -14,8 +14,9 @@
 // load_plugin() opens the library and checks, in order: that the file exists, that it is
 // a troupe plugin (exports the symbols), that its ABI version is this troupe's, and that
 // nothing it registers clashes with a name already registered or with another of its
-// own; only then does it register everything. Each failure is a user_error that says
-// which and what to do, and leaves nothing registered (the library is closed).
+// own; only then does it register everything. Each failure (a registration that throws
+// too) is a user_error that says which and what to do, and leaves nothing registered (the
+// library is closed).
 #pragma once
 
 #include <string>
@@ -53,7 +54,9 @@ namespace troupe {
 
 /// Loads one plugin; `path` as given (relative to the working directory). Loading the same
 /// file twice is a no-op; loading a file that failed before fails again with the same
-/// message (its library stays mapped, so its registrations cannot run a second time).
+/// message, without opening it again. A failed load, whichever way it fails, leaves nothing
+/// registered (even by a library without TROUPE_PLUGIN, whose lines register inside dlopen)
+/// and closes the library.
 /// Throws user_error.
 void load_plugin(const std::string& path);
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/registration_journal.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -20,8 +21,17 @@ class name_registry {
  public:
   /// Adds `name`; false (and nothing changes) when it is there already.
   bool add(const std::string& name, std::string description, Entry entry) {
-    std::lock_guard<std::mutex> guard{mutex_};
-    return entries_.emplace(name, std::make_pair(std::move(description), std::move(entry))).second;
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      if (!entries_.emplace(name, std::make_pair(std::move(description), std::move(entry))).second)
+        return false;
+    }
+    // Taken back if a library being loaded added it and its load fails.
+    detail::record_undo([this, name] {
+      std::lock_guard<std::mutex> guard{mutex_};
+      entries_.erase(name);
+    });
+    return true;
   }
 
   bool has(const std::string& name) const {

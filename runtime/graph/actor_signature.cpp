@@ -1,6 +1,7 @@
 // actor_signature.cpp: the signature registry, with the five built-in kinds in it.
 #include "runtime/graph/actor_signature.hpp"
 
+#include "kernels/registration_journal.hpp"
 #include "runtime/graph/kinds.hpp"
 
 #include <algorithm>
@@ -79,8 +80,16 @@ const std::vector<std::string>& wire_kinds() {
 void register_actor_signature(const std::string& kind, std::vector<std::string> accepts,
                               std::vector<std::string> emits) {
   auto& r = the_registry();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  r.add({kind, std::move(accepts), std::move(emits), false});
+  {
+    std::lock_guard<std::mutex> guard{r.mutex};
+    r.add({kind, std::move(accepts), std::move(emits), false});
+  }
+  // Taken back if a library being loaded added it and its load fails.
+  detail::record_undo([kind] {
+    auto& registry = the_registry();
+    std::lock_guard<std::mutex> guard{registry.mutex};
+    registry.entries.erase(kind);
+  });
 }
 
 const actor_signature* find_actor_signature(const std::string& kind) {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "kernels/registration_journal.hpp"
 #include "runtime/base/limits.hpp"
 #include "troupe/error.hpp"
 #include "troupe/kernel.hpp"
@@ -116,41 +117,45 @@ struct library_handle {
   }
 };
 
-void open_plugin(const std::string& path, const std::string& canonical) {
-  // RTLD_GLOBAL: a plugin's kernels and layers may be used by another plugin. Its static
-  // initialisers run now, but inside a plugin they only record (Note [plugin
-  // registrations]); nothing reaches troupe's registries before the checks below.
-  library_handle library{dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL)};
-  if (library.handle == nullptr)
-    throw user_error("plugin " + quoted_path(path) + " cannot be loaded: " + dlerror());
+// Throws unless `library` is a troupe plugin of this troupe's ABI version.
+void check_plugin_symbols(void* library, const std::string& path) {
   using abi_function = int (*)();
-  using name_function = const char* (*)();
-  using register_function = void (*)(std::vector<detail::deferred_registration>*);
-  auto abi = reinterpret_cast<abi_function>(dlsym(library.handle, "troupe_plugin_abi_version"));
-  auto name = reinterpret_cast<name_function>(dlsym(library.handle, "troupe_plugin_name"));
-  if (abi == nullptr || name == nullptr)
+  auto abi = reinterpret_cast<abi_function>(dlsym(library, "troupe_plugin_abi_version"));
+  if (abi == nullptr || dlsym(library, "troupe_plugin_name") == nullptr)
     throw user_error(quoted_path(path) +
                      " is not a troupe plugin: it does not export "
                      "troupe_plugin_abi_version (add TROUPE_PLUGIN(\"name\") to one of its "
-                     "sources, from runtime/plugin/plugin.hpp)");
+                     "sources, from the public header troupe/plugin.hpp)");
   if (abi() != TROUPE_ABI_VERSION)
     throw user_error("plugin " + quoted_path(path) + " was built against troupe ABI version " +
                      std::to_string(abi()) + ", but this troupe has ABI version " +
                      std::to_string(TROUPE_ABI_VERSION) + "; rebuild it against this troupe");
-  auto hand_over =
-      reinterpret_cast<register_function>(dlsym(library.handle, "troupe_plugin_register"));
-  TROUPE_CHECK(hand_over != nullptr,
-               "plugin " << quoted_path(path) << " has ABI version " << TROUPE_ABI_VERSION
-                         << " but no troupe_plugin_register (TROUPE_PLUGIN writes both)");
-  const std::string plugin_name = name();
-  {
-    // The registrations' code lives in the library: they go before it may be closed.
-    std::vector<detail::deferred_registration> registrations;
+  if (dlsym(library, "troupe_plugin_register") == nullptr)
+    throw user_error("plugin " + quoted_path(path) + " has ABI version " +
+                     std::to_string(TROUPE_ABI_VERSION) +
+                     " but no troupe_plugin_register (TROUPE_PLUGIN writes both; declare the "
+                     "plugin with TROUPE_PLUGIN(\"name\") from troupe/plugin.hpp)");
+}
+
+// Takes the plugin's deferred registrations and commits them, all or nothing: every clash
+// is found before anything is registered. A throw from the plugin's code (its hand-over, a
+// conflict check or a commit) is a user_error naming the plugin.
+void register_plugin(void* library, const std::string& path, const std::string& plugin_name) {
+  using register_function = void (*)(std::vector<detail::deferred_registration>*);
+  auto hand_over = reinterpret_cast<register_function>(dlsym(library, "troupe_plugin_register"));
+  // The registrations' code lives in the library: they go before it may be closed.
+  std::vector<detail::deferred_registration> registrations;
+  const auto refuse = [&](const std::string& what) {
+    registrations.clear();
+    return user_error("plugin " + quoted_path(path) + " (" + plugin_name + ") " + what);
+  };
+  std::string current = "its registrations";
+  try {
     hand_over(&registrations);
-    // All or nothing: every clash is found before anything is registered.
     std::vector<std::string> clashes;
     std::set<std::string> seen;
     for (const auto& r : registrations) {
+      current = r.what;
       auto problem = r.conflict();
       if (problem.empty() && !seen.insert(r.what).second)
         problem = r.what + " is registered twice by this plugin";
@@ -158,21 +163,44 @@ void open_plugin(const std::string& path, const std::string& canonical) {
         clashes.push_back(problem);
     }
     if (!clashes.empty()) {
-      std::string message =
-          "plugin " + quoted_path(path) + " (" + plugin_name + ") registers names that exist: ";
+      std::string message = "registers names that exist: ";
       for (std::size_t i = 0; i < clashes.size(); ++i)
         message += (i ? "; " : "") + clashes[i];
-      registrations.clear();
-      throw user_error(message);
+      throw refuse(message);
     }
-    try {
-      for (const auto& r : registrations)
-        r.commit();  // checked above: a throw here is a bug
-    } catch (...) {
-      library.handle = nullptr;  // some registrations point into it now: keep it loaded
-      throw;
+    for (const auto& r : registrations) {
+      current = r.what;
+      r.commit();
     }
+  } catch (const user_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw refuse("failed while registering " + current + ": " + quote_user_text(e.what()) +
+                 "; nothing it registers was kept");
+  } catch (...) {
+    throw refuse("failed while registering " + current +
+                 " (a throw that is not a std::exception); nothing it registers was kept");
   }
+}
+
+void open_plugin(const std::string& path, const std::string& canonical) {
+  // Declared first, so that it closes last: after the journal has taken back anything the
+  // library registered (Note [undoing a failed load] in kernels/registration_journal.hpp).
+  library_handle library;
+  detail::registration_journal journal;
+  // RTLD_GLOBAL: a plugin's kernels and layers may be used by another plugin. Its static
+  // initialisers run now, but inside a plugin they only record (Note [plugin
+  // registrations]); nothing reaches troupe's registries before the checks below, except
+  // from a library that is no plugin, which the journal takes back.
+  library.handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (library.handle == nullptr)
+    throw user_error("plugin " + quoted_path(path) + " cannot be loaded: " + dlerror());
+  check_plugin_symbols(library.handle, path);
+  using name_function = const char* (*)();
+  const std::string plugin_name =
+      reinterpret_cast<name_function>(dlsym(library.handle, "troupe_plugin_name"))();
+  register_plugin(library.handle, path, plugin_name);
+  journal.keep();
   library.handle = nullptr;  // accepted: stays loaded
   auto& s = state();
   std::lock_guard<std::mutex> guard{s.mutex};

@@ -55,12 +55,15 @@ TEST_CASE("troupe check-layer passes a plugin's layer and fails its broken varia
   CHECK(contains(broken.output, "FAIL dx["));
 }
 
+// Exit code 2, not 139: a library without TROUPE_PLUGIN that registers layers once crashed
+// the process at exit, after its refusal (its registrations ran its unmapped code).
 TEST_CASE("a plugin that does not load is bad input: exit code 2 and what went wrong") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"/no/such/plugin.so", "error: plugin '/no/such/plugin.so' does not exist"},
       {test_plugins::not_a_plugin(), "is not a troupe plugin"},
       {test_plugins::abi_mismatch(), "was built against troupe ABI version"},
       {test_plugins::clashing(), "layer type 'linear' is registered twice"},
+      {test_plugins::throwing_registration(), "this registration fails on purpose"},
   };
   for (const auto& [plugin, message] : cases) {
     const std::string& path = plugin;  // not a binding: INFO's lambda captures it (clang 14)

@@ -17,8 +17,11 @@ namespace test_plugins {
 inline std::string good() { return TROUPE_TEST_PLUGIN_GOOD; }
 /// test_wrong_gradient, test_throwing_backward, and the actor kind test_throwing_task.
 inline std::string faulty() { return TROUPE_TEST_PLUGIN_FAULTY; }
-/// A shared library without TROUPE_PLUGIN.
+/// A shared library without TROUPE_PLUGIN that registers test_unmarked_layer, the kernel
+/// test_unmarked.op and the actor kind test_unmarked_kind from its static initialisers.
 inline std::string not_a_plugin() { return TROUPE_TEST_NOT_A_PLUGIN; }
+/// Registers test_registered_before_the_throw, then a registration whose commit throws.
+inline std::string throwing_registration() { return TROUPE_TEST_PLUGIN_THROWING_REGISTRATION; }
 /// Exports ABI version TROUPE_ABI_VERSION + 1; would add test_abi_mismatch_layer, the
 /// kernel test_abi_mismatch.op and the actor kind test_abi_mismatch_kind.
 inline std::string abi_mismatch() { return TROUPE_TEST_PLUGIN_ABI_MISMATCH; }

@@ -116,10 +116,28 @@ TEST_CASE("load_plugin says which way a plugin fails to load") {
     CHECK(message.size() < 400);
     CHECK(contains(message, "(10000003 bytes) does not exist"));
   }
-  SUBCASE("a shared library that is not a troupe plugin") {
+  SUBCASE("a shared library that is not a troupe plugin registers nothing and is closed") {
     auto message = load_error(test_plugins::not_a_plugin());
     CHECK(contains(message, "is not a troupe plugin"));
     CHECK(contains(message, "add TROUPE_PLUGIN(\"name\")"));
+    CHECK(contains(message, "the public header troupe/plugin.hpp"));
+    // Its registration lines registered at once inside dlopen (no TROUPE_PLUGIN): the
+    // failed load took each of them back before it closed the library.
+    CHECK_FALSE(has_layer("test_unmarked_layer"));
+    CHECK_FALSE(kernels::has_kernel("test_unmarked.op", device_type::cpu));
+    CHECK_FALSE(has_actor_kind("test_unmarked_kind"));
+    CHECK(find_actor_signature("test_unmarked_kind") == nullptr);
+    CHECK(kernels::take_registration_errors().empty());  // none blamed on troupe
+  }
+  SUBCASE("a plugin whose registration throws keeps none of what it registered") {
+    auto message = load_error(test_plugins::throwing_registration());
+    CHECK(contains(message, "(troupe_test_throwing_registration) failed while registering "
+                            "layer type 'test_throwing_registration'"));
+    CHECK(contains(message, "this registration fails on purpose"));
+    CHECK(contains(message, "nothing it registers was kept"));
+    CHECK_FALSE(has_layer("test_registered_before_the_throw"));  // committed, then taken back
+    CHECK_FALSE(has_layer("test_throwing_registration"));
+    CHECK_FALSE(is_mapped(test_plugins::throwing_registration()));
   }
   SUBCASE("a plugin built against another ABI version registers nothing and is unloaded") {
     auto message = load_error(test_plugins::abi_mismatch());
