@@ -159,7 +159,7 @@ def cnn_table(root, repeats, steps):
     with open(os.path.join(ROOT, "config", "fashion_cnn.toml")) as f:
         shipped = f.read()
     idx_config = shipped.replace("epochs = 5", f"steps = {steps}\nevaluate = false")
-    idx_config = idx_config.replace('metrics = "runs/fashion_cnn/metrics.jsonl"', "")
+    idx_config = idx_config.replace('metrics = "../runs/fashion_cnn/metrics.jsonl"', "")
     def png_config(workers):
         png = (f'source = "images"\npath = "{root}/train"\ntest_path = "{root}/test"\n'
                f"channels = 1\nmean = 0.2860\nstd = 0.3530\nworkers = {workers}\n")

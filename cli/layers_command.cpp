@@ -27,15 +27,22 @@ exit_code layers_command(const std::vector<std::string>& args) {
     }
     load_plugin(args[++i]);
   }
+  // A plugin's entries are marked with its name: "[plugin my_layers] ...".
+  const auto line = [](const std::string& name, const std::string& description,
+                       const std::string& what) {
+    const auto plugin = plugin_that_registered(what + " '" + name + "'");
+    const auto mark = plugin.empty() ? std::string{} : "[plugin " + plugin + "] ";
+    std::printf("  %-18s %s%s\n", name.c_str(), mark.c_str(), description.c_str());
+  };
   std::printf("layer types:\n");
   for (const auto& [name, description] : registered_layers())
-    std::printf("  %-18s %s\n", name.c_str(), description.c_str());
+    line(name, description, "layer type");
   std::printf("losses:\n");
   for (const auto& [name, description] : registered_losses())
-    std::printf("  %-18s %s\n", name.c_str(), description.c_str());
+    line(name, description, "loss");
   std::printf("actor kinds:\n");
   for (const auto& [name, description] : registered_actor_kinds()) {
-    std::printf("  %-18s %s\n", name.c_str(), description.c_str());
+    line(name, description, "actor kind");
     if (const auto* signature = find_actor_signature(name))
       std::printf("  %-18s (%s)\n", "", describe_signature(*signature).c_str());
   }

@@ -102,10 +102,10 @@ exit_code verify_command(const std::vector<std::string>& args) {
       return parameters_in_checkpoint(c, checkpoints.path);
     };
   auto result = verify_against_single_device(config, steps, tolerance, over_nodes);
-  std::printf("%-8s %-10s %s\n", "layer", "parameter", "relative difference");
+  std::printf("%-6s %-14s %-12s %s\n", "layer", "type", "parameter", "relative difference");
   for (const auto& d : result.differences)
-    std::printf("%-8lld %-10lld %.3g\n", static_cast<long long>(d.layer),
-                static_cast<long long>(d.parameter), d.relative);
+    std::printf("%-6lld %-14s %-12s %.3g\n", static_cast<long long>(d.layer),
+                d.layer_type.c_str(), d.name.c_str(), d.relative);
   std::printf("%s: worst relative difference %.3g after %lld steps (tolerance %.3g)\n",
               result.passed ? "PASS" : "FAIL", result.worst, static_cast<long long>(steps),
               tolerance);

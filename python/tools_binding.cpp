@@ -65,6 +65,7 @@ py::dict verify_of(const config_source& source, const py::object& data, std::int
   py::list differences;
   for (const auto& d : result.differences)
     differences.append(py::dict(py::arg("layer") = d.layer, py::arg("parameter") = d.parameter,
+                                py::arg("type") = d.layer_type, py::arg("name") = d.name,
                                 py::arg("relative") = d.relative));
   return py::dict(py::arg("passed") = result.passed, py::arg("worst") = result.worst,
                   py::arg("steps") = steps, py::arg("tolerance") = tolerance,

@@ -91,6 +91,21 @@ std::vector<std::vector<std::vector<float>>> parameters_in_checkpoint(const run_
   return out;
 }
 
+namespace {
+
+// Fills in each difference's layer type and parameter name ("linear", "weight").
+void name_parameters(const std::vector<model_layer>& model,
+                     std::vector<parameter_difference>& differences) {
+  for (auto& d : differences)
+    for (const auto& layer : model)
+      if (layer.index == d.layer && d.parameter < static_cast<std::int64_t>(layer.params.size())) {
+        d.layer_type = layer.type;
+        d.name = layer.params[static_cast<std::size_t>(d.parameter)].name;
+      }
+}
+
+}  // namespace
+
 verify_result verify_against_single_device(const run_config& config, std::int64_t steps,
                                            double tolerance, const parallel_run& run_parallel) {
   if (config.is_explicit())
@@ -108,12 +123,14 @@ verify_result verify_against_single_device(const run_config& config, std::int64_
     if (result.outcome.exit_code != exit_code::ok)
       throw user_error(std::string{"the "} + which + " run failed: " + result.outcome.failure,
                        exit_code::run_failed);
-    return result.parameters;
+    return result;
   };
   auto reference = train(reference_form(config), "single-device");
-  auto parallel = run_parallel ? run_parallel(config, steps) : train(config, "parallel");
+  auto parallel =
+      run_parallel ? run_parallel(config, steps) : train(config, "parallel").parameters;
   verify_result result;
-  result.differences = compare_parameters(reference, parallel);
+  result.differences = compare_parameters(reference.parameters, parallel);
+  name_parameters(reference.model, result.differences);
   for (const auto& d : result.differences)
     result.worst = std::max(result.worst, d.relative);
   result.passed = result.worst <= tolerance;

@@ -18,6 +18,8 @@ struct parameter_difference {
   std::int64_t layer = 0;
   std::int64_t parameter = 0;  // index within the layer (0 weight, 1 bias for linear)
   double relative = 0;         // ||a - b||_inf / ||a||_inf, a = the single-device run
+  std::string layer_type;      // "linear" (verify_against_single_device fills it in)
+  std::string name;            // the layer's name for it: "weight", "gamma"
 };
 
 struct verify_result {

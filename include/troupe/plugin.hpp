@@ -48,7 +48,9 @@
 /// global_terms, loss_report_msg carries terms and metric sums instead of correct.
 /// 11: failure_msg gains bad_input (a data_error in an actor or a device's job ends the run
 /// with exit 2, as one before it starts does).
-#define TROUPE_ABI_VERSION 11
+/// 12: settings records what its accessors declared (declared(): keys, types, defaults,
+/// ranges), for check-layer.
+#define TROUPE_ABI_VERSION 12
 
 namespace troupe {
 

@@ -32,6 +32,19 @@ struct setting_value {
 
 using setting_map = std::map<std::string, setting_value>;
 
+/// A setting as its kind reads it: the key, its type, whether it is required, its default
+/// and its range (integers and numbers; a boolean's default is 0 or 1). What a tool that
+/// varies settings needs (check-layer checks a layer at settings other than its defaults).
+struct setting_declaration {
+  enum class type { integer, number, boolean, text };
+  std::string key;
+  type kind = type::number;
+  bool required = false;
+  double fallback = 0;
+  double min = 0;
+  double max = 0;
+};
+
 class settings {
  public:
   /// What the table configures, for messages: `noun` "layer" and `name` "linear" give
@@ -66,8 +79,15 @@ class settings {
   /// The position of a key's value (or of the table if absent).
   source_position position(const std::string& key) const;
 
+  /// Every setting read so far, as its accessor declared it, in the order first read.
+  const std::vector<setting_declaration>& declared() const { return declared_; }
+
  private:
   const setting_value* find(const std::string& key);
+  void declare(setting_declaration declaration);
+  std::int64_t read_integer(const std::string& key, std::int64_t fallback, std::int64_t min,
+                            std::int64_t max);
+  double read_number(const std::string& key, double fallback, double min, double max);
   /// "layer 'linear' setting 'out'": how every message about one setting starts.
   std::string setting_name(const std::string& key) const;
 
@@ -76,6 +96,7 @@ class settings {
   setting_map values_;
   source_position where_;
   std::set<std::string> read_;
+  std::vector<setting_declaration> declared_;
 };
 
 }  // namespace troupe

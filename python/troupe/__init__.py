@@ -406,7 +406,8 @@ def plan(cfg, data=None):
 
 def verify(cfg, data=None, *, steps=20, tolerance=1e-5):
     """Trains cfg's wiring and its single-device form for `steps` steps and compares every
-    parameter: {"passed", "worst", "differences": [{"layer", "parameter", "relative"}]}."""
+    parameter: {"passed", "worst", "differences": [{"layer", "parameter", "type", "name",
+    "relative"}]} ("type" the layer's type, "name" the layer's name for the parameter)."""
     cfg, data = _with_data(cfg, data)
     return _troupe.verify(cfg._source(), data, steps, tolerance)
 

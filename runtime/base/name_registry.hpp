@@ -60,11 +60,14 @@ class name_registry {
     return out;
   }
 
-  /// "unknown loss 'mes'; did you mean 'mse'? (registered: l1, mse, ...)": `what` is the
-  /// start ("unknown loss 'mes'"), `names` find()'s.
+  /// "unknown loss 'mes'; did you mean 'mse'? (registered: l1, mse, ...); one a plugin
+  /// adds needs ...": `what` is the start ("unknown loss 'mes'"), `names` find()'s. Every
+  /// registry's names can come from plugins, so the message says how one is loaded.
   static std::string unknown(const std::string& what, const std::string& name,
                              const std::vector<std::string>& names) {
-    return what + did_you_mean(name, names) + " (registered: " + comma_list(names) + ")";
+    return what + did_you_mean(name, names) + " (registered: " + comma_list(names) +
+           "); one that a plugin adds needs the plugin loaded: [run] plugins = [\"lib.so\"] in "
+           "the config, or --plugin PATH on the command line";
   }
 
  private:

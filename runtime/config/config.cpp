@@ -356,7 +356,20 @@ class section_reader {
 
 // ---- the sections ----
 
-run_section read_run(const section_reader& r) {
+// Note [relative paths]
+// One rule: a path written in a config ([data] path and its files, [run] metrics, trace,
+// checkpoint and plugins, [model] init_from, [cluster] secret_file and TLS files) is
+// relative to the config file's directory, wherever troupe is started from; a path given
+// on the command line (--metrics, --trace, --checkpoint, --resume) or to a Python call is
+// relative to the working directory, as users expect of command-line paths. A default
+// nobody wrote ([run] metrics absent: troupe-metrics.jsonl) is the command line's.
+std::string in_config_directory(const std::string& directory, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute())
+    return path;
+  return (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+}
+
+run_section read_run(const section_reader& r, const std::string& directory) {
   run_section s;
   s.where = r.where();
   r.read("epochs", s.epochs, integer_range{1, limits::max_steps});
@@ -375,6 +388,10 @@ run_section read_run(const section_reader& r) {
   r.read("checkpoint_keep", s.checkpoint_keep, at_least(1));
   r.read("checkpoint_keep_best", s.checkpoint_keep_best);
   r.read("tf32", s.tf32);
+  if (r.find("metrics"))  // Note [relative paths]
+    s.metrics = in_config_directory(directory, s.metrics);
+  s.trace = in_config_directory(directory, s.trace);
+  s.checkpoint = in_config_directory(directory, s.checkpoint);
   if (const auto* plugins = r.find("plugins")) {
     const auto* array = plugins->as_array();
     if (!array)
@@ -467,7 +484,7 @@ void read_csv_settings(const section_reader& r, const std::string& directory, da
     fs::path path(s.test_path);
     if (path.is_relative())
       s.test_path =
-          (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+          in_config_directory(directory, path);
   }
   if (const auto* node = r.find("target"))
     s.target_columns = read_names(r, "target", *node);
@@ -499,7 +516,7 @@ void read_npy_settings(const section_reader& r, const std::string& directory, da
         r.fail(*node, key, "expected a .npy file, found an empty string");
       fs::path path(*out);
       if (path.is_relative())
-        *out = (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+        *out = in_config_directory(directory, path);
     }
   }
   const auto any = -std::numeric_limits<double>::infinity();
@@ -659,7 +676,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
       r.fail(*node, "path", "expected a directory or a file, found an empty string");
     fs::path path(s.path);
     if (path.is_relative())
-      s.path = (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+      s.path = in_config_directory(directory, path);
   }
   // At most a data set's samples, so that batch arithmetic (ceil(N / B)) cannot overflow.
   r.read("batch_size", s.batch_size, integer_range{1, limits::max_samples});
@@ -855,7 +872,7 @@ model_section read_model(const section_reader& r, bool explicit_form,
     fs::path path(s.init_from);
     if (path.is_relative())
       s.init_from =
-          (fs::path(directory.empty() ? "." : directory) / path).lexically_normal().string();
+          in_config_directory(directory, path);
     std::error_code error;  // checked here, like [data] path, so a typo fails at its line
     if (!fs::is_regular_file(s.init_from, error))
       throw config_error(
@@ -1094,7 +1111,7 @@ void read_cluster_tls(const section_reader& r, const std::string& directory, clu
       throw config_error(where, name + ": expected a file's path, found an empty string");
     if (fs::path(*f.path).is_relative())
       *f.path =
-          (fs::path(directory.empty() ? "." : directory) / *f.path).lexically_normal().string();
+          in_config_directory(directory, *f.path);
     std::error_code error;
     if (!fs::is_regular_file(*f.path, error))
       throw config_error(
@@ -1116,8 +1133,7 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
     throw config_error(secret_where,
                        "[cluster] secret_file: expected a file's path, found an "
                        "empty string");
-  if (!s.secret_file.empty() && fs::path(s.secret_file).is_relative())
-    s.secret_file = (fs::path(directory) / s.secret_file).lexically_normal().string();
+  s.secret_file = in_config_directory(directory, s.secret_file);
   for (auto [key, value] :
        {std::pair<const char*, std::string*>{"address", &s.address}, {"listen", &s.listen}})
     if (value->empty() || value->find_first_of(" \t/") != std::string::npos)
@@ -1328,7 +1344,7 @@ run_config parse_config(const std::string& text, const std::string& name,
   auto section = [&](const char* key) {
     return section_reader(root.get_as<toml::table>(key), key, name, whole_file);
   };
-  config.run = read_run(section("run"));
+  config.run = read_run(section("run"), directory);
   config.data = read_data(section("data"), directory);
   config.actors = read_tables(root, "actor", name);
   config.wires = read_tables(root, "wire", name);

@@ -86,8 +86,22 @@ config_error out_of_range(const std::string& setting, const setting_value& v, T 
 
 }  // namespace
 
+void settings::declare(setting_declaration declaration) {
+  for (const auto& known : declared_)
+    if (known.key == declaration.key)
+      return;
+  declared_.push_back(std::move(declaration));
+}
+
 std::int64_t settings::integer(const std::string& key, std::int64_t fallback, std::int64_t min,
                                std::int64_t max) {
+  declare({key, setting_declaration::type::integer, false, static_cast<double>(fallback),
+           static_cast<double>(min), static_cast<double>(max)});
+  return read_integer(key, fallback, min, max);
+}
+
+std::int64_t settings::read_integer(const std::string& key, std::int64_t fallback,
+                                    std::int64_t min, std::int64_t max) {
   const auto* v = find(key);
   const auto* i = value_as<std::int64_t>(v, setting_name(key), "an integer");
   if (i == nullptr)
@@ -98,14 +112,21 @@ std::int64_t settings::integer(const std::string& key, std::int64_t fallback, st
 }
 
 std::int64_t settings::integer(const std::string& key, std::int64_t min, std::int64_t max) {
+  declare({key, setting_declaration::type::integer, true, 0, static_cast<double>(min),
+           static_cast<double>(max)});
   if (values_.count(key) == 0) {
     refuse_near_miss(values_, read_, key, owner());
     throw config_error(where_, owner() + " needs the integer setting '" + key + "'");
   }
-  return integer(key, 0, min, max);
+  return read_integer(key, 0, min, max);
 }
 
 double settings::number(const std::string& key, double fallback, double min, double max) {
+  declare({key, setting_declaration::type::number, false, fallback, min, max});
+  return read_number(key, fallback, min, max);
+}
+
+double settings::read_number(const std::string& key, double fallback, double min, double max) {
   const auto* v = find(key);
   if (v == nullptr)
     return fallback;
@@ -122,20 +143,23 @@ double settings::number(const std::string& key, double fallback, double min, dou
 }
 
 double settings::number(const std::string& key, double min, double max) {
+  declare({key, setting_declaration::type::number, true, 0, min, max});
   if (values_.count(key) == 0) {
     refuse_near_miss(values_, read_, key, owner());
     throw config_error(where_, owner() + " needs the number setting '" + key + "'");
   }
-  return number(key, 0, min, max);
+  return read_number(key, 0, min, max);
 }
 
 bool settings::boolean(const std::string& key, bool fallback) {
+  declare({key, setting_declaration::type::boolean, false, fallback ? 1.0 : 0.0, 0, 1});
   const auto* b = value_as<bool>(find(key), setting_name(key), "a boolean");
   return b == nullptr ? fallback : *b;
 }
 
 std::string settings::text(const std::string& key, const std::string& fallback,
                            const std::vector<std::string>& allowed) {
+  declare({key, setting_declaration::type::text, false, 0, 0, 0});
   const auto* v = find(key);
   const auto* s = value_as<std::string>(v, setting_name(key), "a string");
   if (s == nullptr)

@@ -408,15 +408,20 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("epochs", run.epochs);
   w.put("steps", run.steps);
   w.put("seed", static_cast<std::int64_t>(run.seed));
-  w.put("metrics", run.metrics);
+  // Paths absolute, like [data] path: the ejected file may be written anywhere, and a
+  // config's relative paths resolve against its own directory.
+  const auto absolute = [](const std::string& path) {
+    return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+  };
+  w.put("metrics", absolute(run.metrics));
   w.put("log_every", run.log_every);
   w.put("evaluate", run.evaluate);
   if (!run.trace.empty())
-    w.put("trace", run.trace);
+    w.put("trace", absolute(run.trace));
   w.put("trace_capacity", run.trace_capacity);
   w.put("watchdog", run.watchdog);
   if (!run.checkpoint.empty())
-    w.put("checkpoint", run.checkpoint);
+    w.put("checkpoint", absolute(run.checkpoint));
   w.put("checkpoint_every", run.checkpoint_every);
   w.put("checkpoint_keep", run.checkpoint_keep);
   w.put("checkpoint_keep_best", run.checkpoint_keep_best);

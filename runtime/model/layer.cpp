@@ -129,7 +129,8 @@ void register_layer(const std::string& name, const std::string& description,
 
 bool has_layer(const std::string& name) { return the_registry().has(name); }
 
-std::unique_ptr<layer> create_layer(const layer_config& config) {
+std::unique_ptr<layer> create_layer(const layer_config& config,
+                                    std::vector<setting_declaration>* declared) {
   std::vector<std::string> names;
   const auto factory = the_registry().find(config.type, names);
   if (!factory)
@@ -139,6 +140,8 @@ std::unique_ptr<layer> create_layer(const layer_config& config) {
   layer_settings settings{config.type, config.settings, config.where};
   auto result = (*factory)(settings);
   settings.finish();
+  if (declared != nullptr)
+    *declared = settings.declared();
   return result;
 }
 

@@ -16,7 +16,9 @@ void initialise_parameter(const param_spec& param, std::uint64_t seed, std::int6
                           std::int64_t param_index, float* values);
 
 /// Creates a layer from its config: unknown type (with the nearest name and the list of
-/// registered ones) and bad settings throw config_error.
-std::unique_ptr<layer> create_layer(const layer_config& config);
+/// registered ones) and bad settings throw config_error. With `declared`, also says which
+/// settings the layer read, with their defaults and ranges (settings::declared()).
+std::unique_ptr<layer> create_layer(const layer_config& config,
+                                    std::vector<setting_declaration>* declared = nullptr);
 
 }  // namespace troupe

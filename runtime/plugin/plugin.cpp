@@ -21,6 +21,7 @@ struct plugin_state {
   std::mutex mutex;
   std::vector<std::pair<std::string, std::string>> loaded;  // (name, canonical path)
   std::map<std::string, std::string> failed;                // canonical path -> the error
+  std::map<std::string, std::string> origin;  // "layer type 'swish'" -> the plugin's name
 };
 
 plugin_state& state() {
@@ -49,6 +50,13 @@ std::vector<std::pair<std::string, std::string>> loaded_plugins() {
   auto& s = state();
   std::lock_guard<std::mutex> guard{s.mutex};
   return s.loaded;
+}
+
+std::string plugin_that_registered(const std::string& what) {
+  auto& s = state();
+  std::lock_guard<std::mutex> guard{s.mutex};
+  auto found = s.origin.find(what);
+  return found == s.origin.end() ? std::string{} : found->second;
 }
 
 namespace {
@@ -140,7 +148,8 @@ void check_plugin_symbols(void* library, const std::string& path) {
 // Takes the plugin's deferred registrations and commits them, all or nothing: every clash
 // is found before anything is registered. A throw from the plugin's code (its hand-over, a
 // conflict check or a commit) is a user_error naming the plugin.
-void register_plugin(void* library, const std::string& path, const std::string& plugin_name) {
+std::vector<std::string> register_plugin(void* library, const std::string& path,
+                                         const std::string& plugin_name) {
   using register_function = void (*)(std::vector<detail::deferred_registration>*);
   auto hand_over = reinterpret_cast<register_function>(dlsym(library, "troupe_plugin_register"));
   // The registrations' code lives in the library: they go before it may be closed.
@@ -168,10 +177,13 @@ void register_plugin(void* library, const std::string& path, const std::string& 
         message += (i ? "; " : "") + clashes[i];
       throw refuse(message);
     }
+    std::vector<std::string> made;
     for (const auto& r : registrations) {
       current = r.what;
       r.commit();
+      made.push_back(r.what);
     }
+    return made;
   } catch (const user_error&) {
     throw;
   } catch (const std::exception& e) {
@@ -199,12 +211,14 @@ void open_plugin(const std::string& path, const std::string& canonical) {
   using name_function = const char* (*)();
   const std::string plugin_name =
       reinterpret_cast<name_function>(dlsym(library.handle, "troupe_plugin_name"))();
-  register_plugin(library.handle, path, plugin_name);
+  const auto made = register_plugin(library.handle, path, plugin_name);
   journal.keep();
   library.handle = nullptr;  // accepted: stays loaded
   auto& s = state();
   std::lock_guard<std::mutex> guard{s.mutex};
   s.loaded.emplace_back(plugin_name, canonical);
+  for (const auto& what : made)
+    s.origin.emplace(what, plugin_name);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 namespace {
 
+using troupe::testing::run_shell;
 using troupe::testing::run_troupe;
 using troupe::testing::write_config;
 
@@ -247,6 +248,10 @@ TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("PASS: worst relative difference") != std::string::npos);
+  CHECK(r.output.find("layer  type           parameter    relative difference") !=
+        std::string::npos);
+  CHECK(r.output.find("0      linear         weight ") != std::string::npos);
+  CHECK(r.output.find("0      linear         bias ") != std::string::npos);
   auto layer = run_troupe("check-layer linear --set out=4 --input 6");
   CHECK(layer.exit_code == 0);
   CHECK(layer.output.find("linear: input (3, 6), output (3, 4)") != std::string::npos);
@@ -290,4 +295,26 @@ TEST_CASE("the exit codes page and troupe --help list the exit codes of the exit
     CHECK(page.find("| " + number + " | " + meaning) != std::string::npos);  // its table row
     CHECK(help.find(number + " " + meaning) != std::string::npos);
   }
+}
+
+TEST_CASE("a config's paths follow the config file and --metrics the working directory") {
+  // Note [relative paths] in runtime/config/config.cpp: started from another folder, a run
+  // writes its [run] metrics beside its config, not where it was started.
+  troupe::test::temp_directory configs{"troupe-paths-config"}, elsewhere{"troupe-paths-cwd"};
+  const auto config = configs.file("c.toml");
+  std::ofstream(config) << "[run]\nsteps = 1\nevaluate = false\nmetrics = \"runs/m.jsonl\"\n" +
+                               troupe::test::data_section({8, 16, 8, 5, 3}) +
+                               troupe::test::linear(3);
+  const std::string in_elsewhere = "cd '" + elsewhere.path().string() + "' && " + TROUPE_BINARY;
+  auto r = run_shell(in_elsewhere + " run '" + config + "' -q 2>&1");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(std::filesystem::exists(configs.file("runs/m.jsonl")));
+  CHECK_FALSE(std::filesystem::exists(elsewhere.file("runs")));
+  // On the command line, a path is the working directory's.
+  auto given = run_shell(in_elsewhere + " run '" + config + "' -q --metrics cli.jsonl 2>&1");
+  INFO(given.output);
+  CHECK(given.exit_code == 0);
+  CHECK(std::filesystem::exists(elsewhere.file("cli.jsonl")));
+  CHECK_FALSE(std::filesystem::exists(configs.file("cli.jsonl")));
 }

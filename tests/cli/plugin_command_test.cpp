@@ -42,6 +42,11 @@ TEST_CASE("troupe layers --plugin lists the plugin's layer and actor kind with i
   CHECK(contains(r.output, "test_grad_scaler"));
   CHECK(contains(r.output, "(accepts grads; emits grads)"));
   CHECK(contains(r.output, "linear"));  // the built-in ones are still there
+  // What the plugin added is marked with its name; troupe's own entries are not.
+  CHECK(contains(r.output, "test_scale         [plugin troupe_test_plugin] y = a * x"));
+  CHECK(contains(r.output, "test_grad_scaler   [plugin troupe_test_plugin] "));
+  CHECK(contains(r.output, "test_margin        [plugin troupe_test_plugin] "));
+  CHECK(contains(r.output, "linear             fully connected"));
 }
 
 TEST_CASE("troupe check-layer passes a plugin's layer and fails its broken variant") {
@@ -53,6 +58,29 @@ TEST_CASE("troupe check-layer passes a plugin's layer and fails its broken varia
   INFO(broken.output);
   CHECK(broken.exit_code == 1);
   CHECK(contains(broken.output, "FAIL dx["));
+}
+
+TEST_CASE("troupe check-layer fails each deliberately broken layer at its defaults, without a crash") {
+  // tests/plugins/broken_layers_plugin.cpp: wrong in one way each, some only by 0.01 * dy.
+  for (const std::string layer :
+       {"test_leaky_no_slope", "test_leaky_wrong_sign", "test_tanh_missing_leak",
+        "test_dense_transposed", "test_dense_overwrites", "test_dense_bias_mean",
+        "test_writes_null_dx"}) {
+    auto r = run_troupe("check-layer " + layer + " --plugin " + test_plugins::broken_layers());
+    INFO(layer << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.output, "\nFAIL"));
+    CHECK(contains(r.output, "worst element: "));
+  }
+  // A first layer's dx is null: writing through it is named, in a child, not a bare crash.
+  auto r = run_troupe("check-layer test_writes_null_dx --plugin " + test_plugins::broken_layers());
+  CHECK(contains(r.output, "FAIL backward wrote to dx, which is null for a first layer"));
+  CHECK(contains(r.output, "Segmentation fault"));
+  // The correct one passes, at its default slope and at two drawn ones.
+  auto right = run_troupe("check-layer test_leaky_right --plugin " + test_plugins::broken_layers());
+  INFO(right.output);
+  CHECK(right.exit_code == 0);
+  CHECK(contains(right.output, "at the given settings, slope = "));
 }
 
 // Exit code 2, not 139: a library without TROUPE_PLUGIN that registers layers once crashed

@@ -20,6 +20,9 @@ inline std::string faulty() { return TROUPE_TEST_PLUGIN_FAULTY; }
 /// A shared library without TROUPE_PLUGIN that registers test_unmarked_layer, the kernel
 /// test_unmarked.op and the actor kind test_unmarked_kind from its static initialisers.
 inline std::string not_a_plugin() { return TROUPE_TEST_NOT_A_PLUGIN; }
+/// Layers each wrong in one way (and test_leaky_right), for the gradient check: the list
+/// is at the top of tests/plugins/broken_layers_plugin.cpp.
+inline std::string broken_layers() { return TROUPE_TEST_PLUGIN_BROKEN_LAYERS; }
 /// Registers test_registered_before_the_throw, then a registration whose commit throws.
 inline std::string throwing_registration() { return TROUPE_TEST_PLUGIN_THROWING_REGISTRATION; }
 /// Exports ABI version TROUPE_ABI_VERSION + 1; would add test_abi_mismatch_layer, the

@@ -45,6 +45,8 @@ def test_verify_holds_a_pipeline_to_the_single_device_run(data):
     result = troupe.verify(cfg, data=troupe.data.arrays(x, y), steps=10)
     assert result["passed"] and result["worst"] <= 1e-5
     assert len(result["differences"]) == 4
+    first = result["differences"][0]
+    assert (first["layer"], first["type"], first["name"]) == (0, "linear", "weight")
 
 
 def test_simulate_predicts_a_wiring_with_a_calibration_measured_once():

@@ -122,7 +122,11 @@ TEST_CASE("a plugin layer trains in PP2 and DP2 wirings as on one device") {
     auto result = verify_against_single_device(config, 8, 1e-5);
     INFO("worst relative difference " << result.worst);
     CHECK(result.passed);
-    CHECK(result.differences.size() == 5);  // linear (2), test_scale (1), linear (2)
+    REQUIRE(result.differences.size() == 5);  // linear (2), test_scale (1), linear (2)
+    // Named as the layers name them, not by index.
+    CHECK(result.differences[2].layer_type == "test_scale");
+    CHECK(result.differences[2].name == "scale");
+    CHECK(result.differences[4].name == "bias");
   }
 }
 

@@ -122,7 +122,8 @@ averaging = "central"
   CHECK(c.run.epochs == 3);
   CHECK(c.run.steps == 1000);
   CHECK(c.run.seed == 7);
-  CHECK(c.run.metrics == "out/metrics.jsonl");  // kept as written: relative to the cwd
+  // Relative to the config's directory, as every path in a config (Note [relative paths]).
+  CHECK(c.run.metrics == dir.path().string() + "/out/metrics.jsonl");
   CHECK(c.run.log_every == 10);
   CHECK(c.run.evaluate == false);
   CHECK(c.run.where.to_string() == "full.toml:1:1");
@@ -689,4 +690,31 @@ TEST_CASE("[cluster] tls needs its three files, each a file, and the files need 
 TEST_CASE("a device listed twice under two spellings is refused") {
   check_error(minimal_model + "[parallel]\ndevices = [\"cpu:1\", \"node0/cpu:1\"]\n", 5, 21,
               "device 'node0/cpu:1' is listed twice (first at t.toml:5:12 as 'cpu:1')");
+}
+
+TEST_CASE("every path in a config is relative to the config's directory, a default the cwd's") {
+  const std::string layer = "[[model.layers]]\ntype = \"linear\"\nout = 2\n";
+  const std::string text = R"([run]
+metrics = "runs/m.jsonl"
+trace = "../traces/t.json"
+checkpoint = "ck"
+[data]
+source = "synthetic"
+[[model.layers]]
+type = "linear"
+out = 2
+)";
+  auto c = parse_config(text, "c.toml", "/some/where");
+  CHECK(c.run.metrics == "/some/where/runs/m.jsonl");
+  CHECK(c.run.trace == "/some/traces/t.json");
+  CHECK(c.run.checkpoint == "/some/where/ck");
+  // Absolute paths stay as written; "" still means none.
+  auto absolute = parse_config(
+      "[run]\nmetrics = \"/tmp/m.jsonl\"\ntrace = \"\"\n[data]\nsource = \"synthetic\"\n" + layer, "a.toml",
+      "/some/where");
+  CHECK(absolute.run.metrics == "/tmp/m.jsonl");
+  CHECK(absolute.run.trace.empty());
+  // Nobody wrote the default: it is where troupe runs, as a command-line path would be.
+  CHECK(parse_config("[data]\nsource = \"synthetic\"\n" + layer, "d.toml", "/some/where").run.metrics ==
+        "troupe-metrics.jsonl");
 }
