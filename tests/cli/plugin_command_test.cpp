@@ -4,6 +4,7 @@
 // that breaks a run (1).
 #include <doctest/doctest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include "tests/cli/run_troupe.hpp"
 #include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
+#include "tests/sanitizers.hpp"
 
 namespace {
 
@@ -129,4 +131,26 @@ TEST_CASE("troupe run of a plugin layer whose backward throws exits 1 naming whe
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "(test_throwing_backward) backward of step 0, micro-batch 0"));
   CHECK(contains(r.output, "fails on purpose"));
+}
+
+TEST_CASE("a run whose plugin layer writes to a null dx crashes with a word on what to check") {
+  // The first layer gets no dx; test_writes_null_dx writes it anyway. check-layer names that
+  // (above); a run still crashes, but says how to find the layer.
+  auto config = write_config("null_dx", R"(
+[run]
+steps = 1
+evaluate = false
+metrics = ""
+plugins = [")" + test_plugins::broken_layers() + "\"]\n" +
+                                            troupe::test::data_section({8, 16, 8, 5, 3}) +
+                                            troupe::test::layer("test_writes_null_dx") +
+                                            troupe::test::linear(3));
+  auto r = run_troupe("run " + config + " -q");
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  if (!troupe::testing::under_sanitizer) {
+    CHECK(r.exit_code == 128 + SIGSEGV);  // the signal's usual end, through the shell
+    CHECK(contains(r.output, "troupe: crashed (Segmentation fault)"));
+    CHECK(contains(r.output, "troupe check-layer NAME --plugin PATH"));
+  }
 }
