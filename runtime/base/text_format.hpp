@@ -9,6 +9,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace troupe {
 
@@ -20,5 +21,11 @@ std::string string_vprintf(const char* pattern, va_list args) __attribute__((for
 
 /// "3.25 MiB", "12.0 KiB", "300 B": a byte count for a person to read.
 std::string human_bytes(std::int64_t bytes);
+
+/// The character that starts at text[at], for a message about a byte troupe refuses: "'x'",
+/// "byte 0x01 (a control character)", "U+00E9 'é'", "U+00A0 (a no-break space)",
+/// "U+FEFF (a byte-order mark)", "U+201C (a curly quote)", "byte 0xff (not UTF-8: is the
+/// file in another encoding?)". `length` is set to the bytes it takes (1 when not UTF-8).
+std::string describe_text_character(std::string_view text, std::size_t at, std::size_t* length = nullptr);
 
 }  // namespace troupe

@@ -1308,10 +1308,16 @@ namespace {
 /// The config's TOML, with `overrides` applied.
 toml::table parse_with_overrides(const std::string& text, const std::string& name,
                                  const std::vector<std::string>& overrides) {
-  check_toml_limits(text, name);  // what toml++ would recurse over (toml_limits.hpp)
+  // A UTF-8 byte-order mark first (what several Windows editors write) is not TOML's: TOML
+  // parsers skip it, and so does troupe; positions count from after it, as editors show them.
+  // CR LF line ends are TOML's own.
+  std::string_view body{text};
+  if (body.substr(0, 3) == "\xEF\xBB\xBF")
+    body.remove_prefix(3);
+  check_toml_limits(body, name);  // what toml++ would recurse over (toml_limits.hpp)
   toml::table root;
   try {
-    root = toml::parse(std::string_view{text}, std::string_view{name});
+    root = toml::parse(body, std::string_view{name});
   } catch (const toml::parse_error& error) {
     std::string description(error.description());
     if (!description.empty())

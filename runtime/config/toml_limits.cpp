@@ -8,6 +8,7 @@
 #include "runtime/config/toml_limits.hpp"
 
 #include "runtime/base/limits.hpp"
+#include "runtime/base/text_format.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -74,9 +75,7 @@ class toml_scanner {
     while (i_ < text_.size()) {
       const char c = text_[i_];
       if (static_cast<unsigned char>(c) >= 0x80)
-        throw config_error(source_position{file_, line_, column_ + 1},
-                           "a non-ASCII character outside a string or a comment; TOML allows "
-                           "them only there (quote the value: \"...\")");
+        refuse_non_ascii();
       const bool opens_string =
           (c == '"' || c == '\'') &&
           std::string_view{"\n=[{,."}.find(last_significant_) != std::string_view::npos;
@@ -106,6 +105,25 @@ class toml_scanner {
 
  private:
   source_position at() const { return source_position{file_, line_, column_}; }
+
+  // Names the character (Note [non-ASCII outside strings]) and what to write instead.
+  [[noreturn]] void refuse_non_ascii() const {
+    const auto what = describe_text_character(text_, i_);
+    std::string hint = "TOML allows non-ASCII characters only in strings and comments (quote "
+                       "the value: \"...\")";
+    if (what.find("curly") != std::string::npos)
+      hint = "write a straight quote (\" or ') instead";
+    else if (what.find("space") != std::string::npos || what.find("joiner") != std::string::npos)
+      hint = "write a plain space, or nothing";
+    else if (what.find("byte-order mark") != std::string::npos)
+      hint = "a byte-order mark is accepted only as the file's first character";
+    else if (what.find("dash") != std::string::npos || what.find("minus") != std::string::npos)
+      hint = "write a plain '-' instead";
+    else if (what.find("not UTF-8") != std::string::npos)
+      hint = "a config is UTF-8 text";
+    throw config_error(source_position{file_, line_, column_ + 1},
+                       what + " outside a string or a comment; " + hint);
+  }
 
   // Advances past text[i], keeping line and column.
   void step() {

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/base/limits.hpp"
 #include "runtime/config/config.hpp"
@@ -70,14 +72,14 @@ TEST_CASE("a table header that does not start with a name is refused where the n
 TEST_CASE("a non-ASCII character outside a string or comment is refused at its line:col") {
   // The config fuzzer's third finding: toml++ reached TOML_UNREACHABLE on such a character.
   CHECK_THROWS_WITH_AS(parse_config("[run]\nsteps = \xc3\xa9\n", "u.toml", "."),
-                       doctest::Contains("u.toml:2:9: a non-ASCII character outside a string "
+                       doctest::Contains("u.toml:2:9: U+00E9 '\xc3\xa9' outside a string "
                                          "or a comment"),
                        config_error);
   CHECK_THROWS_AS(check_toml_limits("\xc2\xa0x = 1\n", "nbsp.toml"), config_error);
   // A quote where no string can start is part of a bad bare value to toml++, which then
   // asks of every character after it whether it is whitespace (the fourth finding).
   CHECK_THROWS_WITH_AS(check_toml_limits("metrics =-\"/tmp/\xc3\xa9\"\n", "q.toml"),
-                       doctest::Contains("q.toml:1:17: a non-ASCII character outside a string"),
+                       doctest::Contains("q.toml:1:17: U+00E9 '\xc3\xa9' outside a string"),
                        config_error);
   // After a backslash (and in a multi-line string the whitespace after it) toml++ asks too.
   CHECK_THROWS_WITH_AS(check_toml_limits("s = \"a\\\xc3\xa9\"\n", "e.toml"),
@@ -140,5 +142,47 @@ TEST_CASE("a key longer than the name limit is refused at its position, quoted s
     CHECK(message.rfind("k.toml:2:1: the key 'kkk", 0) == 0);
     CHECK(message.find("(10000000 bytes) is longer than 256 bytes") != std::string::npos);
     CHECK(message.size() < 300);
+  }
+}
+
+TEST_CASE("a config saved with a byte-order mark and CR LF line ends reads as without them") {
+  const std::string text =
+      "\xEF\xBB\xBF[run]\r\nsteps = 3\r\n[data]\r\nsource = \"synthetic\"\r\n"
+      "[[model.layers]]\r\ntype = \"linear\"\r\nout = 10\r\n";
+  auto config = troupe::parse_config(text, "windows.toml");
+  CHECK(config.run.steps == 3);
+  CHECK(config.model.layers.size() == 1);
+  // Positions count from after the mark, as an editor shows them.
+  try {
+    troupe::parse_config("\xEF\xBB\xBF[run]\r\nstepz = 3\r\n", "typo.toml");
+    FAIL("an unknown key was accepted");
+  } catch (const troupe::config_error& e) {
+    CHECK(std::string{e.what()}.find("typo.toml:2:1:") != std::string::npos);
+  }
+}
+
+TEST_CASE("a byte troupe refuses is named, by code point or as what it is, at its line:col") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"x = 1\xC2\xA0\n", "n.toml:1:6: U+00A0 (a no-break space) outside a string or a comment; "
+                          "write a plain space"},
+      {"x = \xE2\x80\x9C" "a\xE2\x80\x9D\n", "q.toml:1:5: U+201C (a curly double quote) outside a "
+                                          "string or a comment; write a straight quote"},
+      {"x = 1\n\xEF\xBB\xBFy = 2\n", "b.toml:2:1: U+FEFF (a byte-order mark) outside a string or "
+                                     "a comment; a byte-order mark is accepted only as the "
+                                     "file's first character"},
+      {"x = \xC3\xA9\n", "e.toml:1:5: U+00E9 '\xC3\xA9' outside a string or a comment; TOML allows"},
+      {"x = 1 \xFF\n", "l.toml:1:7: byte 0xff (not UTF-8: is the file in another encoding? save it "
+                       "as UTF-8) outside a string or a comment; a config is UTF-8 text"},
+  };
+  for (const auto& [text, message] : cases) {
+    const std::string name = message.substr(0, message.find(':'));
+    try {
+      troupe::check_toml_limits(text, name);
+      FAIL("accepted: " << text);
+    } catch (const troupe::config_error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find(message) != std::string::npos);
+    }
   }
 }
