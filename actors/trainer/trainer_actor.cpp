@@ -89,7 +89,8 @@ void trainer_actor::start() {
       !metrics_.open(settings_->metrics_path, settings_->plan.first_step > 0))
     return end(exit_code::bad_input, metrics_.error());
   settings_->outcome->steps = control_.steps_done();  // a resumed run starts past 0
-  start_ = last_step_time_ = std::chrono::steady_clock::now();
+  start_ = std::chrono::steady_clock::now();
+  rate_.start(start_);
   watchdog_.start(start_);
   if (watchdog_.enabled())
     delayed_send(this, watchdog_.interval(), tick_atom::value);
@@ -211,13 +212,10 @@ void trainer_actor::watch() {
 }
 
 void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
-  auto now = std::chrono::steady_clock::now();
-  double interval = std::chrono::duration<double>(now - last_step_time_).count();
-  last_step_time_ = now;
   const auto& plan = settings_->plan;
   // Samples, not the reports' rows (a sequence loss counts every position).
-  double rate = interval > 0 ? static_cast<double>(plan.batch_size) / interval : 0;
-  samples_per_second_ = step == plan.first_step ? rate : 0.9 * samples_per_second_ + 0.1 * rate;
+  rate_.step(std::chrono::steady_clock::now(), plan.batch_size);
+  const double samples_per_second = rate_.samples_per_second();
   mark_step_done(step, plan.steps_per_epoch);
   if (settings_->devices != nullptr && trace::enabled())
     for (const auto& d : settings_->devices->all())
@@ -234,8 +232,8 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   const auto metrics = t.metrics(plan.loss);
   if (metrics_.is_open())
     metrics_.step(step, step / plan.steps_per_epoch, outcome.last_loss, metrics,
-                  settings_->schedule.at(step), samples_per_second_);
-  progress_.step(step, outcome.last_loss, metrics, samples_per_second_);
+                  settings_->schedule.at(step), samples_per_second);
+  progress_.step(step, outcome.last_loss, metrics, samples_per_second);
 }
 
 void trainer_actor::finish_evaluation(std::int64_t epoch, const report_totals& t) {
@@ -262,6 +260,7 @@ void trainer_actor::finish_evaluation(std::int64_t epoch, const report_totals& t
     send(settings_->checkpoints.writer, checkpoint_atom::value, steps, score);
   }
   progress_.evaluation(epoch, outcome.test_loss, outcome.test_metrics, t.samples);
+  rate_.evaluation_finished();
 }
 
 void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
@@ -271,11 +270,7 @@ void trainer_actor::end(troupe::exit_code code, const std::string& failure) {
   auto& outcome = *settings_->outcome;
   outcome.exit_code = code;
   outcome.failure = failure;
-  if (outcome.train_seconds > 0)
-    outcome.samples_per_second =
-        static_cast<double>((outcome.steps - settings_->plan.first_step) *
-                            settings_->plan.batch_size) /
-        outcome.train_seconds;
+  outcome.samples_per_second = rate_.overall();  // over training time (Note [samples per second])
   nlohmann::json devices = nlohmann::json::object();
   if (settings_->devices != nullptr && outcome.train_seconds > 0) {
     auto elapsed = seconds_since_start();

@@ -21,6 +21,7 @@
 #include "actors/trainer/metrics_writer.hpp"
 #include "actors/trainer/progress.hpp"
 #include "actors/trainer/run_control.hpp"
+#include "actors/trainer/training_rate.hpp"
 #include "actors/trainer/watchdog.hpp"
 #include "runtime/model/lr_schedule.hpp"
 #include "troupe/exit_code.hpp"
@@ -104,8 +105,7 @@ class trainer_actor : public caf::event_based_actor {
   metrics_writer metrics_;
   caf::response_promise done_;
   std::chrono::steady_clock::time_point start_;
-  std::chrono::steady_clock::time_point last_step_time_;
-  double samples_per_second_ = 0;  // smoothed
+  training_rate rate_;
   bool ended_ = false;
   std::uint64_t reports_ = 0;
   std::int64_t last_checkpoint_ = -1;  // steps of the newest complete checkpoint
