@@ -15,6 +15,10 @@ namespace troupe::cli {
 std::optional<exit_code> parse_command_line(const std::vector<std::string>& args, const char* name,
                                       const char* description, po::options_description options,
                                       command_line& out, const char* operand) {
+  // Every command that reads a config takes --set (predict, whose operand is a checkpoint,
+  // adds it itself).
+  if (std::string_view{operand}.find("CONFIG.toml") != std::string_view::npos)
+    add_set_option(options);
   options.add_options()("plugin", po::value<std::vector<std::string>>()->composing(),
                         "load a plugin (a shared library of layers, actors, kernels); repeatable")(
       "help,h", "show this help");
@@ -59,9 +63,22 @@ void load_command_line_plugins(const po::variables_map& values) {
       load_plugin(path);
 }
 
+void add_set_option(po::options_description& options) {
+  options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
+                        "change the config before it is read: SECTION.KEY=VALUE with a TOML "
+                        "value (repeatable), e.g. --set optimizer.lr=0.01 --set "
+                        "parallel.data=2 --set 'run.metrics=\"m.jsonl\"'");
+}
+
+std::vector<std::string> set_options(const command_line& line) {
+  if (!line.values.count("set"))
+    return {};
+  return line.values["set"].as<std::vector<std::string>>();
+}
+
 run_config load_config_and_plugins(const command_line& line) {
   load_command_line_plugins(line.values);
-  auto config = load_config(line.config);
+  auto config = load_config(line.config, set_options(line));
   load_config_plugins(config);
   return config;
 }

@@ -53,8 +53,14 @@ std::optional<exit_code> parse_command_line(const std::vector<std::string>& args
                                       boost::program_options::options_description options,
                                       command_line& out, const char* operand = "CONFIG.toml");
 
-/// Loads the plugins named with --plugin, then the config, then the plugins its [run]
-/// plugins lists (relative to the config file). Throws user_error.
+/// Adds --set SECTION.KEY=VALUE (repeatable): what every command that reads a config takes.
+/// parse_command_line adds it for an operand of CONFIG.toml.
+void add_set_option(boost::program_options::options_description& options);
+/// The --set values, in the order given.
+std::vector<std::string> set_options(const command_line& line);
+
+/// Loads the plugins named with --plugin, then the config with the --set changes, then the
+/// plugins its [run] plugins lists (relative to the config file). Throws user_error.
 run_config load_config_and_plugins(const command_line& line);
 
 /// Whether a picture's -o path asks for HTML (.html, .htm) rather than SVG (.svg), any

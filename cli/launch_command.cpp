@@ -89,7 +89,8 @@ launch_arguments split_arguments(const std::vector<std::string>& args) {
   launch_arguments out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
-    bool takes_value = a == "-n" || a == "--nodes" || a == "--port" || a == "--plugin";
+    bool takes_value =
+        a == "-n" || a == "--nodes" || a == "--port" || a == "--plugin" || a == "--set";
     if (out.config.empty() && !a.empty() && a[0] != '-') {
       out.config = a;
       continue;
@@ -224,10 +225,13 @@ exit_code launch_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "troupe launch: missing -n N (how many processes)\n");
     return exit_code::bad_input;
   }
-  // Plugins named before CONFIG.toml are every node's: each `troupe run` loads them.
+  // Plugins and changes named before CONFIG.toml are every node's: each `troupe run` takes
+  // them.
   if (line.values.count("plugin"))
     for (const auto& plugin : line.values["plugin"].as<std::vector<std::string>>())
       arguments.passed.insert(arguments.passed.begin(), {"--plugin", plugin});
+  for (const auto& change : set_options(line))
+    arguments.passed.insert(arguments.passed.begin(), {"--set", change});
   const int nodes = line.values["nodes"].as<int>();
   if (nodes < 1 || nodes > 64) {
     std::fprintf(stderr, "troupe launch: -n must be in [1, 64] processes on one machine, got %d\n",

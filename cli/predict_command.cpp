@@ -24,6 +24,7 @@ exit_code predict_command(const std::vector<std::string>& args) {
       "write the outputs here: .npy (float32, (N, output...)) or .csv; default: CSV on stdout")(
       "softmax", "probabilities over the classes instead of logits (a loss of class labels)")(
       "batch", po::value<std::int64_t>()->default_value(1000), "rows a forward pass");
+  add_set_option(options);  // on --config's config
   command_line line;
   if (auto stop = parse_command_line(
           args, "predict",
@@ -43,7 +44,7 @@ exit_code predict_command(const std::vector<std::string>& args) {
       return exit_code::bad_input;
     }
   load_command_line_plugins(line.values);
-  const auto config = load_config(line.values["config"].as<std::string>());
+  const auto config = load_config(line.values["config"].as<std::string>(), set_options(line));
   load_config_plugins(config);
   prediction_request request;
   request.checkpoint = line.config;

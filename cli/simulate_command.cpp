@@ -17,10 +17,6 @@ namespace troupe::cli {
 exit_code simulate_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()(
-      "set", po::value<std::vector<std::string>>()->composing(),
-      "change the config before simulating: SECTION.KEY=VALUE with a TOML value "
-      "(repeatable), e.g. --set parallel.data=64 --set parallel.share_devices=true "
-      "--set data.batch_size=8192")(
       "calibration", po::value<std::string>(),
       "job costs from this file (troupe calibrate CONFIG --json -o FILE); without it the "
       "config's layers are timed first, here, at the simulated config's shapes")(
@@ -73,12 +69,7 @@ exit_code simulate_command(const std::vector<std::string>& args) {
           "run would on one core, and needs the memory the run would.",
           options, line))
     return *stop;
-  load_command_line_plugins(line.values);
-  std::vector<std::string> sets;
-  if (line.values.count("set"))
-    sets = line.values["set"].as<std::vector<std::string>>();
-  auto config = load_config(line.config, sets);
-  load_config_plugins(config);
+  auto config = load_config_and_plugins(line);
   simulate_options o;
   o.steps = line.values["steps"].as<std::int64_t>();
   if (line.values.count("handler-us")) {

@@ -91,9 +91,12 @@ exit_code verify_command(const std::vector<std::string>& args) {
   if (config.nodes() > 1)
     over_nodes = [&](const run_config& c, std::int64_t n) {
       scratch_directory checkpoints;
-      int code = launch_and_wait({"launch", "-n", std::to_string(c.nodes()), c.path, "--steps",
-                                  std::to_string(n), "--checkpoint", checkpoints.path, "-q",
-                                  "--metrics", "/dev/null"});
+      std::vector<std::string> launch{"launch", "-n", std::to_string(c.nodes()), c.path,
+                                      "--steps", std::to_string(n), "--checkpoint",
+                                      checkpoints.path, "-q", "--metrics", "/dev/null"};
+      for (const auto& change : set_options(line))  // each node reads the config as changed
+        launch.insert(launch.end(), {"--set", change});
+      int code = launch_and_wait(launch);
       if (code != 0)
         throw user_error("the run over " + std::to_string(c.nodes()) +
                              " processes failed (exit code " + std::to_string(code) +

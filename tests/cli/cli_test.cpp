@@ -318,3 +318,33 @@ TEST_CASE("a config's paths follow the config file and --metrics the working dir
   CHECK(std::filesystem::exists(elsewhere.file("cli.jsonl")));
   CHECK_FALSE(std::filesystem::exists(configs.file("cli.jsonl")));
 }
+
+TEST_CASE("every command that reads a config takes --set, and run, plan and verify apply it") {
+  for (const std::string command :
+       {"run", "launch", "plan", "verify", "eval", "predict", "calibrate", "simulate"}) {
+    auto help = run_troupe(command + " --help");
+    INFO(command << ": " << help.output);
+    CHECK(help.exit_code == 0);
+    CHECK(help.output.find("--set arg") != std::string::npos);
+  }
+  const auto path = write_config("set", std::string{small_model});
+  auto plan = run_troupe("plan " + path +
+                         " --set parallel.data=2 --set 'parallel.devices=[\"cpu:0\", \"cpu:1\"]'");
+  INFO(plan.output);
+  CHECK(plan.exit_code == 0);
+  CHECK(plan.output.find("R = 2 replicas") != std::string::npos);
+  auto run = run_troupe("run " + path + " --set run.steps=3 --set run.evaluate=false -q");
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("done: 3 steps") != std::string::npos);
+  auto verify = run_troupe("verify " + path + " --steps 2 --set parallel.data=2 --set "
+                           "'parallel.devices=[\"cpu:0\", \"cpu:1\"]'");
+  INFO(verify.output);
+  CHECK(verify.exit_code == 0);
+  CHECK(verify.output.find("PASS") != std::string::npos);
+  // A bad change is bad input, named by its --set.
+  auto typo = run_troupe("run " + path + " --set run.stepz=3");
+  CHECK(typo.exit_code == 2);
+  CHECK(typo.output.find("--set 'run.stepz=3'") != std::string::npos);
+  CHECK(typo.output.find("did you mean 'steps'?") != std::string::npos);
+}
