@@ -5,7 +5,7 @@ Two measurements, each side by side in one run of this script:
   pause     a traced run with a checkpoint every N steps: the device time of the checkpoint
             copy jobs (the only work a checkpoint puts on a device) per checkpoint, and
             averaged over all steps, against the mean step time of the same run;
-  slowdown  train_seconds of runs with and without checkpoints (every N steps), alternated
+  slowdown  train_s of runs with and without checkpoints (every N steps), alternated
             in each repetition so they see the same machine noise; the ratio of medians.
 The files are written by the checkpoint writer's own thread, which competes with the
 device threads for the machine's cores: the slowdown includes that, the pause does not.
@@ -34,7 +34,7 @@ def run(workdir, steps, every, trace=None):
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
         lines = [json.loads(line) for line in f]
-    return [l for l in lines if l.get("event") == "done"][0]["train_seconds"]
+    return [l for l in lines if l.get("event") == "done"][0]["train_s"]
 
 
 def pause(workdir, steps, every):
@@ -66,7 +66,7 @@ def main():
                 with tempfile.TemporaryDirectory() as d:
                     out.append(run(d, args.steps, every))
         a, b = statistics.median(plain), statistics.median(checkpointed)
-        print(f"slowdown: train_seconds median {a:.3f} s without, {b:.3f} s with a checkpoint "
+        print(f"slowdown: train_s median {a:.3f} s without, {b:.3f} s with a checkpoint "
               f"every {args.every} steps ({args.repeats} each, alternated): ratio {b / a:.3f}")
 
 

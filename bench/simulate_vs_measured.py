@@ -183,8 +183,8 @@ def main():
                 "--set", f'parallel.averaging="{averaging}"']
         p = predict("config/fashion_mlp.toml", 3, 0, args.scale_link, sets)
         print(f"| {devices} on {nodes} node(s) | {averaging} | {64 * devices} "
-              f"| {p['step_us'] / 1000:.3f} | {p['samples_per_second']:.0f} "
-              f"| {p['wall_seconds']:.1f} |", flush=True)
+              f"| {p['step_us'] / 1000:.3f} | {p['samples_per_s']:.0f} "
+              f"| {p['wall_s']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

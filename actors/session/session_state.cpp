@@ -91,7 +91,7 @@ std::string session_state::trace_json(const run_outcome& how) const {
       {"microbatches", g.microbatches},          {"schedule", to_string(g.schedule)},
       {"virtual_stages", g.virtual_stages},
       {"averaging", to_string(g.averaging)},     {"batch_size", plan.batch_size},
-      {"steps", how.steps},                      {"train_seconds", how.train_seconds},
+      {"steps", how.steps},                      {"train_s", how.train_seconds},
   };
   auto wires = nlohmann::json::array();
   for (const auto& w : g.wires)

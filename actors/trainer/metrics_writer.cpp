@@ -100,7 +100,7 @@ void metrics_writer::end(const char* event, std::int64_t steps, double train_sec
   nlohmann::json record = {
       {"event", event},
       {"steps", steps},
-      {"train_seconds", train_seconds},
+      {"train_s", train_seconds},
       {"samples_per_s", samples_per_second},
       {"devices", devices},
   };

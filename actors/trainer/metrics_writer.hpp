@@ -3,7 +3,7 @@
 // Lines: one per training step {"step", "epoch", "loss", METRIC..., "lr", "samples_per_s"},
 // one per evaluation {"epoch", "step", "test_loss", "test_" METRIC...}, one per complete
 // checkpoint {"event": "checkpoint", "steps", "path"}, and a last one {"event":
-// "done"|"failed"|"interrupted", "steps", "train_seconds", "samples_per_s", "devices",
+// "done"|"failed"|"interrupted", "steps", "train_s", "samples_per_s", "devices",
 // ["test_" METRIC...], ["error"]}. The metrics are the loss's (troupe/loss.hpp): "accuracy"
 // for a classifier, "rmse" and "mae" for a regression. Each line goes to the file as it is made, in
 // one write() (Note [whole lines]), so a program that follows the file never reads half a

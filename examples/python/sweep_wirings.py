@@ -40,7 +40,7 @@ for name, keys in wirings.items():
     cfg.update(keys)
     p = troupe.simulate(cfg, calibration=costs, steps=8)
     predicted[name] = (p["step_us"], cfg)
-    print(f"{name:28s} {p['step_us']:8.0f} us a step, {p['samples_per_second']:9.0f} samples/s")
+    print(f"{name:28s} {p['step_us']:8.0f} us a step, {p['samples_per_s']:9.0f} samples/s")
 
 fastest = min(predicted, key=lambda name: predicted[name][0])
 print(f"training the fastest: {fastest}")

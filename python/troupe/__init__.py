@@ -432,7 +432,7 @@ def calibrate(cfg, *, repeats=20):
 
 def simulate(cfg, *, calibration=None, steps=20, cores=0, repeats=20):
     """Predicts cfg's wiring before it runs (troupe simulate): a dict with "step_us",
-    "samples_per_second", "pipeline", "memory", ... and "trace" (the simulated trace's
+    "samples_per_s", "pipeline", "memory", ... and "trace" (the simulated trace's
     JSON text). `calibration` (troupe.calibrate of the same model) is measured when None."""
     cfg = _config_of(cfg)
     if calibration is None:

@@ -348,3 +348,26 @@ TEST_CASE("every command that reads a config takes --set, and run, plan and veri
   CHECK(typo.output.find("--set 'run.stepz=3'") != std::string::npos);
   CHECK(typo.output.find("did you mean 'steps'?") != std::string::npos);
 }
+
+TEST_CASE("one name for one quantity: samples_per_s and seconds as _s in metrics and simulate") {
+  const auto path = write_config("names", std::string{small_model});
+  troupe::test::temp_directory out{"troupe-names"};
+  const auto metrics = out.file("m.jsonl");
+  auto run = run_troupe("run " + path + " --steps 3 -q --metrics " + metrics);
+  REQUIRE(run.exit_code == 0);
+  std::ifstream lines{metrics};
+  std::string line, last;
+  while (std::getline(lines, line))
+    last = line;
+  const auto done = nlohmann::json::parse(last);
+  CHECK(done.contains("samples_per_s"));
+  CHECK(done.contains("train_s"));
+  CHECK_FALSE(done.contains("train_seconds"));
+  auto simulated = run_troupe("simulate " + path + " --steps 2 --repeats 1 --json");
+  INFO(simulated.output);
+  REQUIRE(simulated.exit_code == 0);
+  const auto prediction = nlohmann::json::parse(simulated.output);
+  CHECK(prediction.contains("samples_per_s"));
+  CHECK(prediction.contains("wall_s"));
+  CHECK_FALSE(prediction.contains("samples_per_second"));
+}

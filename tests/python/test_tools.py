@@ -55,7 +55,7 @@ def test_simulate_predicts_a_wiring_with_a_calibration_measured_once():
     costs = troupe.calibrate(cfg, repeats=3)
     assert "layers" in json.loads(costs.to_json())
     p = troupe.simulate(cfg, calibration=costs, steps=6)
-    assert p["step_us"] > 0 and p["samples_per_second"] > 0 and p["stages"] == 2
+    assert p["step_us"] > 0 and p["samples_per_s"] > 0 and p["stages"] == 2
     assert len(p["pipeline"]) == 2 and json.loads(p["trace"])["traceEvents"]
 
 
