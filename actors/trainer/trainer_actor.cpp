@@ -228,7 +228,7 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   auto& outcome = *settings_->outcome;
   outcome.steps = step + 1;  // steps finish in order (Note [finished in order])
   outcome.last_loss = t.mean_loss();
-  outcome.train_seconds = seconds_since_start();
+  outcome.train_seconds = rate_.training_seconds();  // evaluations left out
   const auto metrics = t.metrics(plan.loss);
   if (metrics_.is_open())
     metrics_.step(step, step / plan.steps_per_epoch, outcome.last_loss, metrics,

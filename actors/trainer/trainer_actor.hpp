@@ -40,9 +40,10 @@ struct run_outcome {
   metric_values test_metrics;     // the last evaluation's metrics; empty when none ran
   std::int64_t test_samples = 0;  // the rows the last evaluation covered
   std::string evaluated = "test"; // which split the evaluations ran on
-  double train_seconds = 0;       // from start to the last training step's report
+  double train_seconds = 0;       // training time: start to the last step, evaluations left
+                                  // out (Note [samples per second] in training_rate.hpp)
   double samples_per_second = 0;  // training samples / train_seconds
-  /// Per device: the share of train_seconds its stream spent computing (1 - idle share).
+  /// Per device: the share of the run's wall time its stream spent computing (1 - idle share).
   std::vector<std::pair<std::string, double>> device_utilisation;
   /// Per device: the most bytes of tensors it held at once (storage_bytes_peak).
   std::vector<std::pair<std::string, std::int64_t>> device_peak_bytes;
