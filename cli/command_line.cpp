@@ -4,8 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
-
-
+#include "runtime/base/limits.hpp"
 #include "runtime/plugin/plugin.hpp"
 
 namespace po = boost::program_options;
@@ -36,11 +35,7 @@ std::optional<exit_code> parse_command_line(const std::vector<std::string>& args
     std::fprintf(to, "usage: troupe %s %s [options]\n\n%s\n\n%s", name, operand, description,
                  text.str().c_str());
   };
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), out.values);
-    po::notify(out.values);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "troupe %s: %s\n\n", name, e.what());
+  if (!parse_options(args, all, positional, out.values, name)) {
     usage(stderr);
     return exit_code::bad_input;
   }
@@ -61,6 +56,29 @@ void load_command_line_plugins(const po::variables_map& values) {
   if (values.count("plugin"))
     for (const auto& path : values["plugin"].as<std::vector<std::string>>())
       load_plugin(path);
+}
+
+bool parse_options(const std::vector<std::string>& args, const po::options_description& all,
+                   const po::positional_options_description& positional, po::variables_map& values,
+                   const char* name) {
+  if (args.size() > limits::max_command_line_arguments) {
+    std::fprintf(stderr, "troupe %s: %zu arguments, more than the limit of %zu\n\n", name,
+                 args.size(), limits::max_command_line_arguments);
+    return false;
+  }
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
+    po::notify(values);
+  } catch (const po::error& e) {
+    // boost's message quotes the argument whole: bounded as every echo is.
+    const std::string message = e.what();
+    const auto shown = message.size() <= 400 ? message
+                                              : message.substr(0, 400) + "... (a message of " +
+                                                    std::to_string(message.size()) + " bytes)";
+    std::fprintf(stderr, "troupe %s: %s\n\n", name, shown.c_str());
+    return false;
+  }
+  return true;
 }
 
 void add_set_option(po::options_description& options) {
@@ -102,8 +120,8 @@ bool picture_is_html(const std::string& command, const std::string& output) {
     return true;
   if (ends_with(output, ".svg"))
     return false;
-  throw user_error(command + ": -o '" + output +
-                   "': the name should end in .svg or .html (that picks the format)");
+  throw user_error(command + ": -o " + quote_user_path(output) +
+                   ": the name should end in .svg or .html (that picks the format)");
 }
 
 }  // namespace troupe::cli

@@ -53,6 +53,14 @@ std::optional<exit_code> parse_command_line(const std::vector<std::string>& args
                                       boost::program_options::options_description options,
                                       command_line& out, const char* operand = "CONFIG.toml");
 
+/// Parses `args` into `values` (at most limits::max_command_line_arguments of them). On bad
+/// usage prints "troupe NAME: what is wrong" (quoting no more than a few hundred bytes of
+/// it) and returns false; the caller prints its usage.
+bool parse_options(const std::vector<std::string>& args,
+                   const boost::program_options::options_description& all,
+                   const boost::program_options::positional_options_description& positional,
+                   boost::program_options::variables_map& values, const char* name);
+
 /// Adds --set SECTION.KEY=VALUE (repeatable): what every command that reads a config takes.
 /// parse_command_line adds it for an operand of CONFIG.toml.
 void add_set_option(boost::program_options::options_description& options);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"
 #include "runtime/plot/curves.hpp"
 #include "troupe/error.hpp"
@@ -58,11 +59,7 @@ exit_code plot_command(const std::vector<std::string>& args) {
     std::fprintf(to, "%s\n%s", plot_usage, text.str().c_str());
   };
   po::variables_map values;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
-    po::notify(values);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "troupe plot: %s\n\n", e.what());
+  if (!parse_options(args, all, positional, values, "plot")) {
     usage(stderr);
     return exit_code::bad_input;
   }

@@ -4,6 +4,7 @@
 
 #include "actors/tools/predict.hpp"
 #include "cli/commands.hpp"
+#include "runtime/base/output_file.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/plugin/plugin.hpp"
 
@@ -49,8 +50,10 @@ exit_code predict_command(const std::vector<std::string>& args) {
   prediction_request request;
   request.checkpoint = line.config;
   request.input = line.values["input"].as<std::string>();
-  if (line.values.count("output"))
+  if (line.values.count("output")) {
     request.output = line.values["output"].as<std::string>();
+    check_output_file(request.output, "the outputs");  // bad input (2) before any work, as elsewhere
+  }
   request.softmax = line.values.count("softmax") > 0;
   request.batch = line.values["batch"].as<std::int64_t>();
   const auto summary = predict(config, request, stdout);

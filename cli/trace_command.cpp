@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
 #include "runtime/trace_tools/summary.hpp"
@@ -72,11 +73,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
     std::fprintf(to, "%s\n%s", trace_usage, text.str().c_str());
   };
   po::variables_map values;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
-    po::notify(values);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "troupe trace: %s\n\n", e.what());
+  if (!parse_options(args, all, positional, values, "trace")) {
     usage(stderr);
     return exit_code::bad_input;
   }
@@ -89,7 +86,7 @@ exit_code trace_command(const std::vector<std::string>& args) {
     if (what.empty())
       std::fprintf(stderr, "troupe trace: say summary, explain or timeline\n\n");
     else
-      std::fprintf(stderr, "troupe trace: unknown '%s'%s\n\n", what.c_str(),
+      std::fprintf(stderr, "troupe trace: unknown %s%s\n\n", quote_user_text(what).c_str(),
                    did_you_mean(what, {"summary", "explain", "timeline"}).c_str());
     usage(stderr);
     return exit_code::bad_input;

@@ -10,6 +10,7 @@
 
 #include "actors/session/cluster.hpp"
 #include "actors/session/cluster_protocol.hpp"
+#include "runtime/base/limits.hpp"
 
 namespace troupe {
 
@@ -26,11 +27,12 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
   if (!port) {
     caf::anon_send_exit(gate_, caf::exit_reason::kill);
     const auto why = system.render(port.error());
-    throw user_error("the coordinator cannot listen on " + node.listen + ":" +
-                     std::to_string(node.coordinator_port) + ": " + why +
+    throw user_error("the coordinator cannot listen on " + quote_user_text(node.listen) + " port " +
+                     std::to_string(node.coordinator_port) + ": " +
+                     quote_user_text(why, limits::max_quoted_path_length) +
                      (why.find("No local interface") != std::string::npos
-                          ? "; is " + node.listen +
-                                " an address of this machine? ([cluster] listen or TROUPE_LISTEN)"
+                          ? "; is it an address of this machine? ([cluster] listen or "
+                            "TROUPE_LISTEN)"
                           : "; is another run using that port? Choose another with [cluster] "
                             "port or MASTER_PORT"));
   }

@@ -482,20 +482,21 @@ session_prepared prepare_session(const run_config& config,
     const std::string optimizer = to_string(config.optimizer.type);
     auto adam = [](const std::string& o) { return o == "adam" || o == "adamw"; };
     if (manifest.optimizer != optimizer && !(adam(manifest.optimizer) && adam(optimizer)))
-      throw data_error("checkpoint '" + checkpoint.path + "' (step " +
-                       std::to_string(manifest.step) + ") holds the " + manifest.optimizer +
-                       " optimizer's state, and the config trains with " + optimizer +
-                       "; resume with " + manifest.optimizer +
-                       ", or start from its weights alone: troupe export " + checkpoint.path +
-                       " -o weights.safetensors, then [model] init_from");
+      throw data_error("checkpoint " + quote_user_path(checkpoint.path) + " (step " +
+                       std::to_string(manifest.step) + ") holds the state of the optimizer " +
+                       quote_user_text(manifest.optimizer) + ", and the config trains with " +
+                       optimizer + "; resume with that optimizer, or start from its weights "
+                       "alone: troupe export CHECKPOINT -o weights.safetensors, then [model] "
+                       "init_from");
     // Other settings may be meant (a lower learning rate), or not (an older run's
     // checkpoint): said, not refused. The wiring is not in the fingerprint.
     if (manifest.config_hash != config_fingerprint(config))
       std::fprintf(stderr,
                    "note: resuming from %s (step %lld), written with other settings than %s "
                    "has (model settings, optimizer, batch or seed: fingerprint %s, here %s)\n",
-                   checkpoint.path.c_str(), static_cast<long long>(manifest.step),
-                   config.path.c_str(), manifest.config_hash.c_str(),
+                   quote_user_path(checkpoint.path).c_str(), static_cast<long long>(manifest.step),
+                   quote_user_path(config.path).c_str(),
+                   quote_user_text(manifest.config_hash).c_str(),
                    config_fingerprint(config).c_str());
     p.start = resume_from(checkpoint.path, manifest, p.model,
                           optimizer_state_names(config.optimizer.type, config.optimizer.momentum));

@@ -84,6 +84,9 @@ constexpr double max_gradient_check_flops = 2e10;
 /// node_timeout, [parallel] gloo_timeout): 10^7 s, 116 days; converted to milliseconds it
 /// fits every clock type.
 constexpr double max_seconds = 1e7;
+/// The most arguments one command line takes: boost's parser erases each from the front of
+/// its list, so its time grows with the square of their number (20,000 took 2.4 s).
+constexpr std::size_t max_command_line_arguments = 4096;
 /// The longest piece of user text a message quotes (longer text is cut, with its length).
 constexpr std::size_t max_quoted_length = 80;
 /// The longest path a message quotes whole: paths are longer than names, and worth seeing.
@@ -98,6 +101,11 @@ namespace troupe {
 /// 'aaaa'... (20000000 bytes). Every message that echoes user text (a key, a value, a
 /// path, a string from a trace) quotes it through here, so no message echoes megabytes.
 std::string quote_user_text(std::string_view text, std::size_t limit = limits::max_quoted_length);
+
+/// A path for an error message: quote_user_text with the longer limit paths have.
+inline std::string quote_user_path(std::string_view path) {
+  return quote_user_text(path, limits::max_quoted_path_length);
+}
 
 /// a * b, or nothing when it overflows std::int64_t.
 std::optional<std::int64_t> checked_multiply(std::int64_t a, std::int64_t b);

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 
+#include "runtime/base/limits.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -53,16 +55,46 @@ std::filesystem::path nearest_existing(std::filesystem::path directory) {
   return directory.empty() ? std::filesystem::path{"."} : directory;
 }
 
+// A path for a message: it may be megabytes long.
+std::string quoted(const std::string& path) {
+  return quote_user_text(path, limits::max_quoted_path_length);
+}
+
 [[noreturn]] void refuse(const std::string& what, const std::string& path,
                          const std::string& reason) {
-  throw user_error("cannot write " + what + " '" + path + "': " + reason +
+  throw user_error("cannot write " + what + " " + quoted(path) + ": " + reason +
                        "; nothing ran: give a path in a writable directory",
                    exit_code::bad_input);
 }
 
 }  // namespace
 
+void check_path_length(const std::string& path, const std::string& what) {
+  // Note [paths the system cannot take]: refused before any directory is made or any
+  // parent walked (std::filesystem's walks copy the path per level: quadratic in its
+  // depth, a minute for 100,000 levels, where open() says ENAMETOOLONG at once).
+  if (path.size() >= PATH_MAX)
+    throw user_error(what + " " + quoted(path) + " is " + std::to_string(path.size()) +
+                         " bytes long, longer than this system takes (" +
+                         std::to_string(PATH_MAX - 1) + " bytes)",
+                     exit_code::bad_input);
+  std::size_t start = 0;
+  while (start < path.size()) {
+    auto end = path.find('/', start);
+    if (end == std::string::npos)
+      end = path.size();
+    if (end - start > NAME_MAX)
+      throw user_error(what + " " + quoted(path) + " has a name of " +
+                           std::to_string(end - start) + " bytes, longer than this system " +
+                           "takes (" + std::to_string(NAME_MAX) + " bytes a name): " +
+                           quote_user_text(path.substr(start, end - start)),
+                       exit_code::bad_input);
+    start = end + 1;
+  }
+}
+
 void check_output_file(const std::string& path, const std::string& what) {
+  check_path_length(path, what);
   const std::filesystem::path file{path};
   const auto parent = file.parent_path();
   if (!parent.empty()) {
@@ -72,10 +104,10 @@ void check_output_file(const std::string& path, const std::string& what) {
       const auto existing = nearest_existing(parent);
       std::error_code ignored;
       if (!std::filesystem::is_directory(existing, ignored))
-        refuse(what, path, "'" + existing.string() + "' is a file, not a directory");
+        refuse(what, path, quoted(existing.string()) + " is a file, not a directory");
       refuse(what, path,
-             "cannot create the directory '" + parent.string() +
-                 "': " + (error ? error.message() : std::string{"it is not a directory"}));
+             "cannot create the directory " + quoted(parent.string()) + ": " +
+                 (error ? error.message() : std::string{"it is not a directory"}));
     }
   }
   struct stat status {};
@@ -100,17 +132,17 @@ void check_output_file(const std::string& path, const std::string& what) {
 void write_whole_file(const std::string& path, const std::string& text, const std::string& what) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0)
-    throw user_error("cannot write " + what + " '" + path + "': " + describe_errno(errno),
+    throw user_error("cannot write " + what + " " + quoted(path) + ": " + describe_errno(errno),
                      exit_code::run_failed);
   if (const int error = write_all(fd, text.data(), text.size())) {
     ::close(fd);
-    throw user_error("writing " + what + " '" + path + "' failed: " + describe_errno(error),
+    throw user_error("writing " + what + " " + quoted(path) + " failed: " + describe_errno(error),
                      exit_code::run_failed);
   }
   // close() can report a deferred write error (NFS, some FUSE file systems).
   if (::close(fd) != 0)
     throw user_error(
-        "writing " + what + " '" + path + "' failed at close: " + describe_errno(errno),
+        "writing " + what + " " + quoted(path) + " failed at close: " + describe_errno(errno),
         exit_code::run_failed);
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/unique_fd.hpp"
 #include "troupe/error.hpp"
 
@@ -31,8 +32,9 @@ std::string describe_errno(int error) {
 }
 
 [[noreturn]] void throw_write_failure(const std::string& path, const std::string& what, int error) {
-  throw user_error("cannot write '" + path + "': " + what + ": " + describe_errno(error),
-                   exit_code::run_failed);
+  throw user_error(
+      "cannot write " + quote_user_path(path) + ": " + what + ": " + describe_errno(error),
+      exit_code::run_failed);
 }
 
 int fsync_retrying(int fd) {
@@ -69,8 +71,8 @@ void atomic_file_writer::write(const void* data, std::size_t size) {
       if (errno == EINTR)
         continue;
       throw_write_failure(path_,
-                          "writing the temporary file '" + temporary_path_ + "' failed after " +
-                              std::to_string(bytes_ + (size - left)) + " bytes",
+                          "writing the temporary file " + quote_user_path(temporary_path_) +
+                              " failed after " + std::to_string(bytes_ + (size - left)) + " bytes",
                           errno);
     }
     p += wrote;
@@ -85,18 +87,22 @@ written_file write_file_atomically(const std::string& path,
   const std::string temporary = temporary_name_for(path);
   unique_fd fd{::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)};
   if (fd.get() < 0)
-    throw_write_failure(path, "cannot create the temporary file '" + temporary + "'", errno);
+    throw_write_failure(path, "cannot create the temporary file " + quote_user_path(temporary) + "",
+                        errno);
   written_file written;
   try {
     atomic_file_writer writer{fd.get(), path, temporary};
     write_content(writer);
     if (fsync_retrying(fd.get()) != 0)
-      throw_write_failure(path, "fsync of the temporary file '" + temporary + "' failed", errno);
+      throw_write_failure(
+          path, "fsync of the temporary file " + quote_user_path(temporary) + " failed", errno);
     // close() can report a deferred write error (NFS, some FUSE file systems).
     if (fd.close() != 0)
-      throw_write_failure(path, "closing the temporary file '" + temporary + "' failed", errno);
+      throw_write_failure(
+          path, "closing the temporary file " + quote_user_path(temporary) + " failed", errno);
     if (std::rename(temporary.c_str(), path.c_str()) != 0)
-      throw_write_failure(path, "renaming '" + temporary + "' over it failed", errno);
+      throw_write_failure(path, "renaming " + quote_user_path(temporary) + " over it failed",
+                          errno);
     written = {writer.bytes_written(), writer.crc_.checksum()};
   } catch (...) {
     ::unlink(temporary.c_str());  // best effort: the error being thrown is the one to report
@@ -121,10 +127,12 @@ written_file write_file_atomically(const std::string& path, const std::string& t
 void sync_directory(const std::string& path) {
   unique_fd fd{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (fd.get() < 0)
-    throw user_error("cannot sync directory '" + path + "': open failed: " + describe_errno(errno),
+    throw user_error("cannot sync directory " + quote_user_path(path) +
+                         ": open failed: " + describe_errno(errno),
                      exit_code::run_failed);
   if (fsync_retrying(fd.get()) != 0)
-    throw user_error("cannot sync directory '" + path + "': fsync failed: " + describe_errno(errno),
+    throw user_error("cannot sync directory " + quote_user_path(path) +
+                         ": fsync failed: " + describe_errno(errno),
                      exit_code::run_failed);
 }
 
@@ -137,7 +145,8 @@ std::uint32_t crc32(const void* data, std::size_t size) {
 std::uint32_t crc32_of_file(const std::string& path) {
   unique_fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (fd.get() < 0)
-    throw data_error("cannot read '" + path + "' to check its checksum: " + describe_errno(errno));
+    throw data_error("cannot read " + quote_user_path(path) +
+                     " to check its checksum: " + describe_errno(errno));
   boost::crc_32_type crc;
   std::vector<char> buffer(std::size_t{1} << 20);
   std::uint64_t done = 0;
@@ -146,8 +155,9 @@ std::uint32_t crc32_of_file(const std::string& path) {
     if (got < 0) {
       if (errno == EINTR)
         continue;
-      throw data_error("cannot read '" + path + "' to check its checksum: read failed after " +
-                       std::to_string(done) + " bytes: " + describe_errno(errno));
+      throw data_error("cannot read " + quote_user_path(path) +
+                       " to check its checksum: read failed after " + std::to_string(done) +
+                       " bytes: " + describe_errno(errno));
     }
     if (got == 0)
       break;

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "runtime/base/json_input.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/atomic_file.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "troupe/error.hpp"
@@ -30,9 +31,9 @@ std::string hex32(std::uint32_t value) {
 }
 
 [[noreturn]] void throw_remove_failure(const fs::path& path, const std::error_code& error) {
-  throw user_error(
-      "cannot remove '" + path.string() + "' while pruning checkpoints: " + error.message(),
-      exit_code::run_failed);
+  throw user_error("cannot remove " + quote_user_path(path.string()) +
+                       " while pruning checkpoints: " + error.message(),
+                   exit_code::run_failed);
 }
 
 // Removes `directory`'s manifest (making it incomplete), then the directory.
@@ -83,7 +84,7 @@ checkpoint_scan scan_checkpoints(const std::string& root) {
   if (!fs::exists(status))
     return scan;
   if (!fs::is_directory(status))
-    throw data_error("checkpoint directory '" + root + "' is not a directory");
+    throw data_error("checkpoint directory " + quote_user_path(root) + " is not a directory");
   fs::directory_iterator it{root, error}, end;
   for (; !error && it != end; it.increment(error)) {
     const auto name = it->path().filename().string();
@@ -113,7 +114,8 @@ checkpoint_scan scan_checkpoints(const std::string& root) {
     }
   }
   if (error)
-    throw data_error("cannot list checkpoint directory '" + root + "': " + error.message());
+    throw data_error("cannot list checkpoint directory " + quote_user_path(root) + ": " +
+                     error.message());
   const auto by_step = [](const auto& a, const auto& b) { return a.step < b.step; };
   std::sort(scan.complete.begin(), scan.complete.end(), by_step);
   std::sort(scan.incomplete.begin(), scan.incomplete.end(), by_step);
@@ -134,7 +136,7 @@ std::optional<checkpoint_info> latest_checkpoint(const std::string& root) {
 checkpoint_manifest verify_checkpoint(const std::string& directory) {
   const fs::path dir{directory};
   auto manifest = read_manifest((dir / manifest_file_name).string());
-  const auto where = "checkpoint '" + directory + "': shard ";
+  const auto where = "checkpoint " + quote_user_path(directory) + ": shard ";
   for (const auto& shard : manifest.shards) {
     const auto path = dir / shard.file;
     const auto label = where + quote_user_text(shard.file);
@@ -218,9 +220,10 @@ std::vector<std::string> set_aside_newer_checkpoints(const std::string& root, st
       target = path + ".superseded-" + std::to_string(n);
     fs::rename(path, target, error);
     if (error)
-      throw user_error("cannot set aside checkpoint '" + path + "' (newer than the step " +
-                           std::to_string(step) + " this run resumes from) as '" + target +
-                           "': " + error.message(),
+      throw user_error("cannot set aside checkpoint " + quote_user_path(path) +
+                           " (newer than the step " + std::to_string(step) +
+                           " this run resumes from) as " + quote_user_path(target) + ": " +
+                           error.message(),
                        exit_code::run_failed);
     out.push_back(target);
   };
@@ -239,10 +242,10 @@ checkpoint_info resolve_resume_path(const std::string& path) {
   std::error_code error;
   const auto status = fs::status(path, error);
   if (!fs::exists(status))
-    throw data_error("resume path '" + path + "' does not exist");
+    throw data_error("resume path " + quote_user_path(path) + " does not exist");
   if (!fs::is_directory(status))
-    throw data_error("resume path '" + path +
-                     "' is not a directory; expected a checkpoint directory (one holding "
+    throw data_error("resume path " + quote_user_path(path) +
+                     " is not a directory; expected a checkpoint directory (one holding "
                      "manifest.json) or a directory of step-<n> checkpoints");
   const auto manifest_path = fs::path{path} / manifest_file_name;
   if (fs::exists(manifest_path, error)) {
@@ -253,7 +256,7 @@ checkpoint_info resolve_resume_path(const std::string& path) {
   auto scan = scan_checkpoints(path);
   if (!scan.complete.empty())
     return std::move(scan.complete.back());
-  std::string message = "resume path '" + path + "' holds no complete checkpoint";
+  std::string message = "resume path " + quote_user_path(path) + " holds no complete checkpoint";
   if (scan.incomplete.empty())
     message += ": no manifest.json and no step-<n> directories in it";
   for (std::size_t i = 0; i < scan.incomplete.size() && i < 3; ++i)
@@ -269,14 +272,14 @@ std::string make_checkpoint_directory(const std::string& root, std::int64_t step
   std::error_code error;
   fs::create_directories(directory, error);
   if (error)
-    throw user_error(
-        "cannot create checkpoint directory '" + directory.string() + "': " + error.message(),
-        exit_code::run_failed);
+    throw user_error("cannot create checkpoint directory " + quote_user_path(directory.string()) +
+                         ": " + error.message(),
+                     exit_code::run_failed);
   const bool had_manifest = fs::remove(directory / manifest_file_name, error);
   if (error)
-    throw user_error(
-        "cannot remove the old manifest of '" + directory.string() + "': " + error.message(),
-        exit_code::run_failed);
+    throw user_error("cannot remove the old manifest of " + quote_user_path(directory.string()) +
+                         ": " + error.message(),
+                     exit_code::run_failed);
   if (had_manifest)  // incomplete for good before any shard is written over
     sync_directory(directory.string());
   return directory.string();

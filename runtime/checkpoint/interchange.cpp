@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "runtime/base/json_input.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
@@ -50,24 +51,25 @@ void check_output_path(const std::string& output, const std::string& checkpoint)
   if (output.empty())
     throw data_error("troupe export: the output path is empty; give one with -o FILE");
   if (fs::is_directory(output, error))
-    throw data_error("cannot write the export to '" + output +
-                     "': it is a directory; name a file, e.g. -o " +
-                     (fs::path(output) / "model.safetensors").string());
+    throw data_error("cannot write the export to " + quote_user_path(output) +
+                     ": it is a directory; name a file, e.g. -o " +
+                     quote_user_path((fs::path(output) / "model.safetensors").string()));
   // The export is renamed over its target (atomic_file.hpp): a device or a FIFO there
   // would be replaced by a regular file.
   if (fs::exists(output, error) && !fs::is_regular_file(output, error))
-    throw data_error("cannot write the export to '" + output +
-                     "': it is not a regular file (a device, a FIFO or a socket), and the "
+    throw data_error("cannot write the export to " + quote_user_path(output) +
+                     ": it is not a regular file (a device, a FIFO or a socket), and the "
                      "export replaces its target; name a regular file");
   auto parent = fs::path(output).parent_path();
   if (parent.empty())
     parent = ".";
   if (!fs::is_directory(parent, error))
-    throw data_error("cannot write the export to '" + output + "': the directory '" +
-                     parent.string() + "' does not exist");
+    throw data_error("cannot write the export to " + quote_user_path(output) + ": the directory " +
+                     quote_user_path(parent.string()) + " does not exist");
   if (fs::equivalent(parent, checkpoint, error))
-    throw data_error("cannot write the export to '" + output + "': it lies in the checkpoint '" +
-                     checkpoint + "' being read; write it elsewhere");
+    throw data_error("cannot write the export to " + quote_user_path(output) +
+                     ": it lies in the checkpoint " + quote_user_path(checkpoint) +
+                     " being read; write it elsewhere");
 }
 
 // The checkpoint `path` names, as --resume takes it; errors speak of the operand given
@@ -89,7 +91,8 @@ checkpoint_info find_checkpoint(const std::string& path) {
 checkpoint_parameters read_checkpoint_parameters(const std::string& checkpoint) {
   const auto found = find_checkpoint(checkpoint);
   const auto manifest = verify_checkpoint(found.path);
-  const auto where = "checkpoint '" + found.path + "' (step " + std::to_string(manifest.step) + ")";
+  const auto where =
+      "checkpoint " + quote_user_path(found.path) + " (step " + std::to_string(manifest.step) + ")";
   if (manifest.layers.empty())
     throw data_error(where + " lists no layers with parameters in its manifest: nothing to read");
   auto tensors = read_checkpoint_tensors(found.path, manifest);
@@ -101,11 +104,12 @@ checkpoint_parameters read_checkpoint_parameters(const std::string& checkpoint) 
       const auto name = parameter_name(layer.index, p.name);
       const auto it = tensors.find(name);
       if (it == tensors.end())
-        throw data_error(where + ": its manifest lists the parameter '" + name + "' " +
-                         shape_to_string(p.shape) + " of layer " + std::to_string(layer.index) +
-                         " (" + layer.type + "), but no shard holds it");
+        throw data_error(where + ": its manifest lists the parameter " + quote_user_path(name) +
+                         " " + shape_to_string(p.shape) + " of layer " +
+                         std::to_string(layer.index) + " (" + layer.type +
+                         "), but no shard holds it");
       if (static_cast<std::int64_t>(it->second.size()) != element_count(p.shape))
-        throw data_error(where + ": tensor '" + name + "' has " +
+        throw data_error(where + ": tensor " + quote_user_path(name) + " has " +
                          std::to_string(it->second.size()) + " values; the manifest's shape " +
                          shape_to_string(p.shape) + " needs " +
                          std::to_string(element_count(p.shape)));
@@ -145,7 +149,8 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
       "troupe export)";
   std::error_code error;
   if (!fs::exists(path, error))
-    throw data_error(what + "the weights file '" + path + "' does not exist" + expects);
+    throw data_error(what + "the weights file " + quote_user_path(path) + " does not exist" +
+                     expects);
   safetensors_file file;
   try {
     file = read_safetensors(path);
@@ -163,8 +168,8 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
       wanted.insert(name);
       listing += (listing.empty() ? "" : ", ") + name + " " + shape_to_string(p.shape);
       if (file.find(name) == nullptr)
-        missing.push_back("'" + name + "' " + shape_to_string(p.shape) + " F32 (layer " +
-                          std::to_string(layer.index) + ", " + layer.type + ")");
+        missing.push_back("" + quote_user_path(name) + " " + shape_to_string(p.shape) +
+                          " F32 (layer " + std::to_string(layer.index) + ", " + layer.type + ")");
     }
   bool state_among_extra = false;
   for (const auto& entry : file.entries())
@@ -174,7 +179,8 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
     }
   std::sort(extra.begin(), extra.end());
   if (!missing.empty() || !extra.empty()) {
-    std::string message = what + "the weights file '" + path + "' does not fit the model:";
+    std::string message =
+        what + "the weights file " + quote_user_path(path) + " does not fit the model:";
     if (!missing.empty()) {
       message += " it has no tensor";
       for (std::size_t i = 0; i < missing.size() && i < 8; ++i)
@@ -208,7 +214,8 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
     for (const auto& p : layer.params) {
       const auto name = parameter_name(layer.index, p.name);
       const auto& entry = *file.find(name);
-      const auto where = what + "the weights file '" + path + "': tensor '" + name + "' ";
+      const auto where = what + "the weights file " + quote_user_path(path) + ": tensor " +
+                         quote_user_path(name) + " ";
       if (entry.dtype != safetensors_dtype::f32)
         throw data_error(where + "is " + to_string(entry.dtype) +
                          "; expected F32 (in PyTorch: {k: v.float() for k, v in "
@@ -217,8 +224,8 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
         const bool transposed = entry.shape.size() == 2 && p.shape.size() == 2 &&
                                 entry.shape[0] == p.shape[1] && entry.shape[1] == p.shape[0];
         throw data_error(where + "has shape " + shape_to_string(entry.shape) + "; layer " +
-                         std::to_string(layer.index) + " ('" + layer.type + "') needs " +
-                         shape_to_string(p.shape) +
+                         std::to_string(layer.index) + " (" + quote_user_path(layer.type) +
+                         ") needs " + shape_to_string(p.shape) +
                          (transposed ? " (transposed: a linear weight is (out, in), as "
                                        "torch.nn.Linear's)"
                                      : ""));

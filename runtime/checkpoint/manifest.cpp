@@ -163,7 +163,7 @@ class object_reader {
   void refuse_other_fields() const {
     for (const auto& item : value_.items())
       if (!seen_.count(item.key()))
-        fail("field '" + field_path(item.key()) + "'",
+        fail("field " + quote_user_text(field_path(item.key())),
              "is not one troupe writes (format_version " +
                  std::to_string(checkpoint_format_version) + "); is the manifest damaged?");
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
 namespace troupe {
@@ -131,13 +132,15 @@ std::vector<checkpoint_layer> describe_model(const std::vector<model_layer>& mod
 namespace {
 
 std::string describe_layers(const std::vector<checkpoint_layer>& layers) {
-  std::string out;
+  // comma_list bounds it (a manifest's names may be anything, its layers thousands).
+  std::vector<std::string> items;
   for (const auto& l : layers) {
-    out += (out.empty() ? "" : ", ") + std::to_string(l.index) + " " + l.type;
+    auto item = std::to_string(l.index) + " " + l.type.substr(0, limits::max_quoted_length);
     for (const auto& p : l.params)
-      out += " " + p.name + shape_to_string(p.shape);
+      item += " " + p.name.substr(0, limits::max_quoted_length) + shape_to_string(p.shape);
+    items.push_back(std::move(item));
   }
-  return out.empty() ? "none" : out;
+  return items.empty() ? "none" : comma_list(items);
 }
 
 }  // namespace
@@ -164,7 +167,7 @@ run_start resume_from(const std::string& directory, const checkpoint_manifest& m
     };
     if (have.index != want.index || have.type != want.type)
       differs("is a " + want.type + " in the config but layer " + std::to_string(have.index) +
-              " is a " + have.type + " in the checkpoint");
+              " is a " + quote_user_text(have.type) + " in the checkpoint");
     if (have.params.size() != want.params.size())
       differs("has " + std::to_string(want.params.size()) + " parameter(s), the checkpoint's " +
               std::to_string(have.params.size()));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
@@ -165,7 +166,7 @@ std::string settings::text(const std::string& key, const std::string& fallback,
   if (s == nullptr)
     return fallback;
   if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *s) == allowed.end()) {
-    throw config_error(v->where, setting_name(key) + ": unknown value '" + *s + "'" +
+    throw config_error(v->where, setting_name(key) + ": unknown value " + quote_user_text(*s) +
                                      did_you_mean(*s, allowed) + " (valid: " + comma_list(allowed) +
                                      ")");
   }

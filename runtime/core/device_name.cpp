@@ -1,6 +1,8 @@
 // device_name.cpp: parse_device_name(), the one reader of "[nodeK/]cpu:N" / "cuda:N".
 #include "runtime/core/device_name.hpp"
 
+#include "runtime/base/limits.hpp"
+
 namespace troupe {
 
 // Note [device index range]
@@ -32,8 +34,8 @@ int read_index(std::string_view number, int largest) {
 device_name parse_device_name(std::string_view text) {
   device_name out;
   auto fail = [&](std::string what) {
-    out.error = "expected a device like 'cpu:0', 'cuda:0' or 'node1/cpu:0'" + what + ", found '" +
-                std::string(text) + "'";
+    out.error = "expected a device like 'cpu:0', 'cuda:0' or 'node1/cpu:0'" + what + ", found " +
+                quote_user_text(text);
     return out;
   };
   auto name = text;

@@ -12,6 +12,8 @@
 #include <deque>
 #include <optional>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "runtime/base/limits.hpp"
 #include "runtime/data/file_bytes.hpp"
@@ -157,12 +159,14 @@ std::vector<std::string> column_names(const csv_reader& reader,
     reader.fail(1, 1, "the header names " + std::to_string(header.size()) +
                           " columns; troupe reads at most " +
                           std::to_string(limits::max_csv_columns));
+  // Sets and maps, not scans: 60,000 columns took seconds (a scan per column).
   std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
   for (const auto& field : header) {
     const auto name = std::string(trimmed(field.text));
     if (name.empty())
       reader.fail(field.line, field.column, "an empty column name in the header row");
-    if (std::find(names.begin(), names.end(), name) != names.end())
+    if (!seen.insert(name).second)
       reader.fail(field.line, field.column, "the header names column " + quote_user_text(name) +
                                                 " twice");
     names.push_back(name);
@@ -173,14 +177,17 @@ std::vector<std::string> column_names(const csv_reader& reader,
 /// The indices of `wanted` among `names`; a name that is not there fails at the header.
 std::vector<std::size_t> indices_of(const csv_reader& reader, const std::vector<std::string>& names,
                                     const std::vector<std::string>& wanted, const char* key) {
+  std::unordered_map<std::string, std::size_t> index;
+  for (std::size_t c = 0; c < names.size(); ++c)
+    index.emplace(names[c], c);
   std::vector<std::size_t> out;
   for (const auto& name : wanted) {
-    const auto it = std::find(names.begin(), names.end(), name);
-    if (it == names.end())
+    const auto it = index.find(name);
+    if (it == index.end())
       reader.fail(1, 1, std::string("[data] ") + key + " names column " + quote_user_text(name) +
                             ", which the header does not have" + did_you_mean(name, names) +
                             " (columns: " + comma_list(names) + ")");
-    out.push_back(static_cast<std::size_t>(it - names.begin()));
+    out.push_back(it->second);
   }
   return out;
 }
@@ -195,21 +202,24 @@ column_plan plan_columns(const csv_reader& reader, const std::vector<csv_field>&
                          const csv_columns& columns) {
   column_plan plan;
   plan.names = column_names(reader, header);
+  const std::unordered_set<std::string> present(plan.names.begin(), plan.names.end());
   std::vector<std::string> targets;
   for (const auto& name : columns.targets)
-    if (!columns.targets_optional ||
-        std::find(plan.names.begin(), plan.names.end(), name) != plan.names.end())
+    if (!columns.targets_optional || present.count(name) > 0)
       targets.push_back(name);
   plan.targets = indices_of(reader, plan.names, targets, "target");
+  std::vector<bool> is_target(plan.names.size(), false);
+  for (auto t : plan.targets)
+    is_target[t] = true;
   if (columns.features.empty()) {
     for (std::size_t c = 0; c < plan.names.size(); ++c)
-      if (std::find(plan.targets.begin(), plan.targets.end(), c) == plan.targets.end())
+      if (!is_target[c])
         plan.features.push_back(c);
   } else {
     plan.features = indices_of(reader, plan.names, columns.features, "features");
   }
   for (auto f : plan.features)
-    if (std::find(plan.targets.begin(), plan.targets.end(), f) != plan.targets.end())
+    if (is_target[f])
       reader.fail(1, 1, "column " + quote_user_text(plan.names[f]) +
                             " is both a feature and a target");
   if (plan.features.empty())

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_input.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/data/npy.hpp"
 #include "troupe/error.hpp"
@@ -217,12 +218,8 @@ std::shared_ptr<const token_ids> open_token_file(const std::string& path, const 
 
 std::int64_t read_vocabulary_size(const std::string& path) {
   const auto text = read_file_capped(path, std::int64_t{1} << 20, "vocabulary file");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text, nullptr, true, false);
-  } catch (const nlohmann::json::exception& e) {
-    throw data_error(quoted(path) + ": not JSON: " + e.what());
-  }
+  // Nesting, syntax and repeated keys checked, its message bounded (json_input.hpp).
+  const auto json = parse_untrusted_json(text.data(), text.data() + text.size(), quoted(path));
   for (const char* key : {"vocab_size", "size"}) {
     if (!json.is_object() || !json.contains(key))
       continue;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <set>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/graph/actor_signature.hpp"
 #include "runtime/model/layer.hpp"
 #include "runtime/graph/topology.hpp"
@@ -57,7 +58,7 @@ std::string word_list(const std::vector<std::string>& words) {
 }
 
 std::string named(const std::string& name) {
-  return "'" + name + "'";
+  return quote_user_text(name);
 }
 
 std::string setting_to_string(const setting_value& value) {

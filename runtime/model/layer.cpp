@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/name_registry.hpp"
 #include "runtime/base/random.hpp"
 
@@ -136,7 +137,7 @@ std::unique_ptr<layer> create_layer(const layer_config& config,
   if (!factory)
     throw config_error(config.type_where,
                        name_registry<layer_factory>::unknown(
-                           "unknown layer type '" + config.type + "'", config.type, names));
+                           "unknown layer type " + quote_user_text(config.type), config.type, names));
   layer_settings settings{config.type, config.settings, config.where};
   auto result = (*factory)(settings);
   settings.finish();

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <optional>
 
+#include "runtime/base/limits.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::net {
@@ -51,7 +52,7 @@ std::optional<std::string> lookup(const getenv_function& getenv, const char* nam
 }
 
 std::string quoted(const char* name, const std::string& value) {
-  return std::string{name} + "='" + value + "'";
+  return std::string{name} + "=" + quote_user_text(value);
 }
 
 bool all_digits(std::string_view text) {
@@ -123,7 +124,7 @@ void parse_coordinator(const std::string& value, node_identity& out) {
   }
   check_host(name, value, host);
   out.coordinator_host = host;
-  out.coordinator_port = parse_port("the port '" + port + "' of " + quoted(name, value), port);
+  out.coordinator_port = parse_port("the port " + quote_user_text(port) + " of " + quoted(name, value), port);
 }
 
 // The variables that hold one launcher's rank, world size and local rank.
@@ -177,7 +178,7 @@ void read_master(const getenv_function& getenv, node_identity& out) {
 }
 
 [[noreturn]] void refuse_nodelist(std::string_view nodelist, const std::string& what) {
-  throw user_error("Slurm node list '" + std::string{nodelist} + "' is malformed: " + what +
+  throw user_error("Slurm node list " + quote_user_text(nodelist) + " is malformed: " + what +
                    "; expected comma-separated hosts with bracketed ranges, e.g. "
                    "node[01-04,07],gpu5");
 }
@@ -209,9 +210,9 @@ std::string_view first_of_ranges(std::string_view nodelist, std::string_view ran
     const auto low = item.substr(0, dash);
     const auto high = dash == std::string_view::npos ? low : item.substr(dash + 1);
     if (!all_digits(low) || !all_digits(high))
-      refuse_nodelist(nodelist, "'" + std::string{item} + "'" + at + " is not N or N-M");
+      refuse_nodelist(nodelist, quote_user_text(item) + at + " is not N or N-M");
     if (!not_above(low, high))
-      refuse_nodelist(nodelist, "the range '" + std::string{item} + "'" + at + " runs backwards");
+      refuse_nodelist(nodelist, "the range " + quote_user_text(item) + at + " runs backwards");
     if (first.empty())
       first = low;
     start = comma + 1;

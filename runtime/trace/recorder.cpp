@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"
 #include "troupe/error.hpp"
 
@@ -118,8 +119,8 @@ recorder::log_filter recorder::parse_filter(const std::string& text) {
              value.find_first_not_of("0123456789") == std::string::npos)
       f.step = std::stoll(value);
     else
-      throw user_error("--log-messages: unknown filter term '" + term +
-                       "'; use actor=NAME, kind=KIND, step=N or a plain word, separated by commas");
+      throw user_error("--log-messages: unknown filter term " + quote_user_text(term) +
+                       "; use actor=NAME, kind=KIND, step=N or a plain word, separated by commas");
   }
   return f;
 }

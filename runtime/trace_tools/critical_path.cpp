@@ -260,10 +260,11 @@ class walker {
     const trace_span* best = nullptr;
     const auto& list = found->second;
     int looked = 0;
-    for (auto it = list.rbegin(); it != list.rend() && looked < 256; ++it) {
+    // The lists are in start order: begin at the last job that started by h's start (a scan
+    // from the end skipped the later ones one by one, uncounted: O(jobs) a call).
+    for (auto it = std::make_reverse_iterator(started_by(list, trace_.jobs, h.start_us));
+         it != list.rend() && looked < 256; ++it) {
       const auto& j = trace_.jobs[*it];
-      if (j.start_us > h.start_us)
-        continue;
       ++looked;
       if (j.device == h.device || j.step != h.step || j.microbatch != h.microbatch ||
           j.replica != h.replica || j.eval != h.eval)
@@ -285,23 +286,31 @@ class walker {
       best = {&s, job, s.end_us()};
       best_end = s.end_us();
     };
+    // The newest 64 that started by `time` of each list (in start order).
     if (auto found = actor_handlers_.find(actor); found != actor_handlers_.end()) {
+      const auto& list = found->second;
       int looked = 0;
-      for (auto it = found->second.rbegin(); it != found->second.rend() && looked < 64; ++it)
-        if (trace_.handlers[*it].start_us <= time) {
-          consider(trace_.handlers[*it], false);
-          ++looked;
-        }
+      for (auto it = std::make_reverse_iterator(started_by(list, trace_.handlers, time));
+           it != list.rend() && looked < 64; ++it, ++looked)
+        consider(trace_.handlers[*it], false);
     }
     if (auto found = actor_jobs_.find(actor); found != actor_jobs_.end()) {
+      const auto& list = found->second;
       int looked = 0;
-      for (auto it = found->second.rbegin(); it != found->second.rend() && looked < 64; ++it)
-        if (trace_.jobs[*it].start_us <= time) {
-          consider(trace_.jobs[*it], true);
-          ++looked;
-        }
+      for (auto it = std::make_reverse_iterator(started_by(list, trace_.jobs, time));
+           it != list.rend() && looked < 64; ++it, ++looked)
+        consider(trace_.jobs[*it], true);
     }
     return best;
+  }
+
+  // The end of the spans of `list` (indices into `spans`, in start order) that started by
+  // `time`.
+  static std::vector<std::size_t>::const_iterator started_by(const std::vector<std::size_t>& list,
+                                                             const std::vector<trace_span>& spans,
+                                                             double time) {
+    return std::upper_bound(list.begin(), list.end(), time,
+                            [&](double t, std::size_t i) { return t < spans[i].start_us; });
   }
 
   const trace_file& trace_;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/text_format.hpp"
 #include "runtime/trace_tools/steps.hpp"
 
@@ -320,7 +321,40 @@ trace_summary summarize_trace(const trace_file& trace) {
   return out;
 }
 
-std::string format_summary_text(const trace_summary& s, std::size_t slowest_steps) {
+namespace {
+
+// A trace's names as the table shows them: a name from a hand-made trace may be a megabyte,
+// and every row of its table was padded to the widest (a 1 MB name made 10 MB of output).
+std::string shown(const std::string& name, std::size_t longest = 64) {
+  if (name.size() <= longest)
+    return name;
+  auto cut = longest;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80)
+    --cut;  // at a UTF-8 character's first byte
+  return name.substr(0, cut) + "... (" + std::to_string(name.size()) + " bytes)";
+}
+
+trace_summary with_names_shown(trace_summary s) {
+  s.path = shown(s.path, limits::max_quoted_path_length);
+  s.schedule = shown(s.schedule);
+  for (auto& a : s.actors)
+    a.name = shown(a.name), a.device = shown(a.device);
+  for (auto& d : s.devices)
+    d.name = shown(d.name);
+  for (auto& st : s.pipeline)
+    for (auto& d : st.devices)
+      d = shown(d);
+  for (auto& w : s.wires)
+    w.from = shown(w.from), w.to = shown(w.to), w.kind = shown(w.kind);
+  for (auto& st : s.steps)
+    st.device = shown(st.device), st.slowest_actor = shown(st.slowest_actor);
+  return s;
+}
+
+}  // namespace
+
+std::string format_summary_text(const trace_summary& summary, std::size_t slowest_steps) {
+  const auto s = with_names_shown(summary);
   std::string text;
   if (s.dropped_events > 0)
     text += string_printf("warning: the trace dropped %lld events (a thread's buffer filled up; raise "

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/text_format.hpp"
 #include "runtime/base/xml_text.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
@@ -173,7 +174,7 @@ timeline_window choose_window(const trace_file& trace, const timeline_options& o
 
 void parse_step_range(const std::string& text, timeline_options& options) {
   auto bad = [&] {
-    return user_error("--steps '" + text + "': expected A:B, two step numbers with A <= B (e.g. 1:3)");
+    return user_error("--steps " + quote_user_text(text) + ": expected A:B, two step numbers with A <= B (e.g. 1:3)");
   };
   auto colon = text.find(':');
   auto first = text.substr(0, colon);

@@ -431,7 +431,7 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
 
 trace_file load_trace(const std::string& path) {
   const auto text = read_file_capped(path, limits::max_trace_bytes, "the trace file",
-                                     "; write one with troupe run CONFIG.toml --trace " + path);
+                                     "; write one with troupe run CONFIG.toml --trace FILE");
   return parse_trace(text, path);
 }
 

@@ -185,10 +185,10 @@ TEST_CASE("a run resumed from an older checkpoint sets the newer ones aside and 
                             "/step-000000008.superseded: it is newer "
                             "than step 4") != std::string::npos);
   CHECK(std::filesystem::exists(root + "/step-000000008.superseded/manifest.json"));
-  CHECK(resumed.output.find("note: resuming from " + root +
-                            "/step-000000004 (step 4), written "
-                            "with other settings than " +
-                            lower) != std::string::npos);
+  CHECK(resumed.output.find("note: resuming from '" + root +
+                            "/step-000000004' (step 4), written "
+                            "with other settings than '" +
+                            lower + "'") != std::string::npos);
   // Its own checkpoints (6, 8, 10) are kept as checkpoint_keep says, the newest its own.
   CHECK(latest_checkpoint(root)->step == 10);
   // A fresh run into the same root sets all of them aside: a restart after it must resume

@@ -153,8 +153,8 @@ TEST_CASE(
       sgd.optimizer.type = optimizer_type::sgd;
       sgd.optimizer.momentum = momentum;
       refused(sgd, checkpoint,
-              "holds the adam optimizer's state, and the config trains with sgd; resume with "
-              "adam, or start from its weights alone: troupe export");
+              "holds the state of the optimizer 'adam', and the config trains with sgd; resume "
+              "with that optimizer, or start from its weights alone: troupe export");
     }
     // AdamW keeps Adam's moments: it resumes.
     auto adamw = config;

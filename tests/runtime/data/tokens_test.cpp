@@ -142,7 +142,7 @@ TEST_CASE("the vocabulary's size comes from vocab.json next to the file, or is r
   CHECK_THROWS_WITH_AS(load_tokens(source), doctest::Contains("expected an object with \"vocab_size\""),
                        data_error);
   std::ofstream{dir / "vocab.json"} << "{";
-  CHECK_THROWS_WITH_AS(load_tokens(source), doctest::Contains("not JSON"), data_error);
+  CHECK_THROWS_WITH_AS(load_tokens(source), doctest::Contains("not valid JSON"), data_error);
   source.vocabulary = 4;  // given: the file is not read; id 4 is past it
   CHECK_THROWS_WITH_AS(load_tokens(source), doctest::Contains("token 4 is 4, outside the vocabulary of 4"),
                        data_error);
