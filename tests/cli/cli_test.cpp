@@ -371,3 +371,30 @@ TEST_CASE("one name for one quantity: samples_per_s and seconds as _s in metrics
   CHECK(prediction.contains("wall_s"));
   CHECK_FALSE(prediction.contains("samples_per_second"));
 }
+
+TEST_CASE("JSON troupe reads is accepted as Windows editors save it: a byte-order mark, CR LF") {
+  const auto path = write_config("windows", std::string{small_model});
+  troupe::test::temp_directory out{"troupe-windows"};
+  const auto metrics = out.file("m.jsonl"), trace = out.file("t.json"), costs = out.file("c.json");
+  REQUIRE(run_troupe("run " + path + " --steps 3 -q --metrics " + metrics + " --trace " + trace)
+              .exit_code == 0);
+  REQUIRE(run_troupe("calibrate " + path + " --repeats 1 --json -o " + costs).exit_code == 0);
+  // Each file rewritten with a UTF-8 byte-order mark first and CR LF line ends.
+  for (const auto& file : {metrics, trace, costs}) {
+    std::ifstream in{file};
+    std::string text = "\xEF\xBB\xBF", line;
+    while (std::getline(in, line))
+      text += line + "\r\n";
+    in.close();
+    std::ofstream(file) << text;
+  }
+  auto plotted = run_troupe("plot " + metrics + " -o " + out.file("p.svg"));
+  INFO(plotted.output);
+  CHECK(plotted.exit_code == 0);
+  auto summary = run_troupe("trace summary " + trace);
+  INFO(summary.output.substr(0, 400));
+  CHECK(summary.exit_code == 0);
+  auto simulated = run_troupe("simulate " + path + " --steps 2 --calibration " + costs);
+  INFO(simulated.output.substr(0, 400));
+  CHECK(simulated.exit_code == 0);
+}
