@@ -31,6 +31,14 @@ inline std::string abi_mismatch() { return TROUPE_TEST_PLUGIN_ABI_MISMATCH; }
 /// Registers "linear" again, besides test_clash_innocent, test_clash.op, test_clash_kind.
 inline std::string clashing() { return TROUPE_TEST_PLUGIN_CLASHING; }
 
+/// A [[model.layers]] entry of `type` with no settings, for the plugin layers' tests.
+inline troupe::layer_config layer_of_type(const std::string& type) {
+  troupe::layer_config config;
+  config.type = type;
+  config.where = config.type_where = troupe::source_position{"a plugin test"};
+  return config;
+}
+
 /// Loads the good and the faulty plugin (a no-op once they are loaded).
 inline void load() {
   troupe::load_plugin(good());

@@ -13,12 +13,7 @@ using namespace troupe;
 
 namespace {
 
-layer_config layer_of(const std::string& type) {
-  layer_config config;
-  config.type = type;
-  config.where = config.type_where = source_position{"broken_layers_test"};
-  return config;
-}
+using test_plugins::layer_of_type;
 
 std::string all_failures(const gradient_check_result& result) {
   std::string text;
@@ -49,7 +44,7 @@ TEST_CASE("the gradient check fails every deliberately broken layer, naming what
       const std::string& name = type;  // not a binding: INFO's lambda captures it (clang 14)
       gradient_check_options options;
       options.seed = seed;
-      auto result = check_layer_gradients(layer_of(name), options);
+      auto result = check_layer_gradients(layer_of_type(name), options);
       INFO(name << " (seed " << seed << "): " << result.summary << "\n" << all_failures(result));
       CHECK_FALSE(result.passed);
       CHECK(contains(all_failures(result), failure));
@@ -63,7 +58,7 @@ TEST_CASE("errors small in scale fail element by element, without drawing other 
   gradient_check_options options;
   options.vary_settings = false;
   for (const char* type : {"test_leaky_no_slope", "test_leaky_wrong_sign"}) {
-    auto result = check_layer_gradients(layer_of(type), options);
+    auto result = check_layer_gradients(layer_of_type(type), options);
     INFO(type << ": " << result.summary);
     CHECK_FALSE(result.passed);
     CHECK(result.checked.empty());
@@ -77,7 +72,7 @@ TEST_CASE("a correct layer with a declared range passes at its default and at dr
   for (std::uint64_t seed = 1; seed <= 5; ++seed) {
     gradient_check_options options;
     options.seed = seed;
-    auto result = check_layer_gradients(layer_of("test_leaky_right"), options);
+    auto result = check_layer_gradients(layer_of_type("test_leaky_right"), options);
     INFO(result.summary << "\n" << all_failures(result));
     CHECK(result.passed);
     // slope's default is 0.01 in [0, 1]: drawn above it and below (kept in the range).
@@ -86,7 +81,7 @@ TEST_CASE("a correct layer with a declared range passes at its default and at dr
     CHECK(result.worst_ratio <= 1);
   }
   // A setting the config gives is checked as given, not drawn.
-  auto given = layer_of("test_leaky_right");
+  auto given = layer_of_type("test_leaky_right");
   given.settings["slope"] = setting_value{0.2, given.where};
   auto result = check_layer_gradients(given, gradient_check_options{});
   CHECK(result.passed);

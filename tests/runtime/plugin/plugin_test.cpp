@@ -20,12 +20,7 @@ using namespace troupe;
 
 namespace {
 
-layer_config layer_of_type(const std::string& type) {
-  layer_config config;
-  config.type = type;
-  config.where = config.type_where = source_position{"plugin_test"};
-  return config;
-}
+using test_plugins::layer_of_type;
 
 /// The message of the user_error load_plugin(path) throws ("" when it does not throw).
 std::string load_error(const std::string& path) {
