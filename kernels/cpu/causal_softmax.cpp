@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/vector_math.hpp"
 #include "troupe/check.hpp"
 #include "troupe/ops.hpp"
 
@@ -24,11 +25,10 @@ void causal_softmax_forward(const context&, int rows, int cols, float scale, con
     float most = scale * in[0];
     for (int j = 1; j < visible; ++j)
       most = std::fmax(most, scale * in[j]);
+    exp_shifted(visible, scale, most, in, out);  // vectorised (vector_math.hpp)
     float sum = 0.0f;
-    for (int j = 0; j < visible; ++j) {
-      out[j] = std::exp(scale * in[j] - most);
+    for (int j = 0; j < visible; ++j)
       sum += out[j];
-    }
     const float inverse = 1.0f / sum;
     for (int j = 0; j < visible; ++j)
       out[j] *= inverse;

@@ -7,7 +7,7 @@
 // calls the loops cannot vectorise, and they were a third of a transformer's step
 // (bench/char_lm_vs_pytorch.py, perf: erff 21%, gelu_backward 8%). So Phi comes from
 // erfc (Numerical Recipes' erfcc, relative error below 1.2e-7 at every x, so the tail
-// x < 0 keeps its relative accuracy) and exp from Cephes' expf polynomial, both straight-line
+// x < 0 keeps its relative accuracy) and exp from Cephes' expf polynomial (vector_math.hpp), both straight-line
 // float code that vectorises (about 17x libm's speed on 131072 values; within a fifth of
 // the tests' 5e-7 bounds of the double reference). The backward needs x (y does not
 // determine x).
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/vector_math.hpp"
 #include "kernels/cpu/vectorize.hpp"
 #include "troupe/check.hpp"
 #include "troupe/ops.hpp"
@@ -24,27 +25,6 @@ namespace {
 
 constexpr float inv_sqrt2 = 0.70710678118654752440f;
 constexpr float inv_sqrt_2pi = 0.39894228040143267794f;
-
-// exp(x) for x <= 0 (below -87 it flushes towards 0): x = n ln 2 + r, |r| <= ln 2 / 2,
-// exp(r) by Cephes' polynomial (relative error ~1e-7), times 2^n built in the exponent bits.
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  // n = x log2(e) rounded to the nearest integer: adding and taking away 1.5 2^23 does it
-  // in float arithmetic, which vectorises (|x log2 e| < 2^22 here).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = (p * r) * r + r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
-}
 
 // Phi(x) = erfc(-x / sqrt 2) / 2, with erfc(z) for z = |x| / sqrt 2 >= 0 and
 // erfc(-z) = 2 - erfc(z) as a sign: Phi = 1/2 + sign(x) (1/2 - erfc(z) / 2).

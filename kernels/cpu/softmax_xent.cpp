@@ -10,6 +10,7 @@
 // logits itself. A row whose label is ignore_index adds nothing and gets a zero gradient.
 #include <cmath>
 
+#include "kernels/cpu/vector_math.hpp"
 #include "troupe/check.hpp"
 #include "troupe/ops.hpp"
 
@@ -54,11 +55,9 @@ void softmax_xent(const context&, int rows, int classes, const float* logits,
         sum += std::exp(row[c] - max);
     } else {
       float* out = dlogits + offset;
-      for (int c = 0; c < classes; ++c) {
-        const float e = std::exp(row[c] - max);
-        out[c] = e;
-        sum += e;
-      }
+      exp_shifted(classes, 1.0f, max, row, out);  // vectorised (vector_math.hpp); out may be row
+      for (int c = 0; c < classes; ++c)
+        sum += out[c];
       const float scale = static_cast<float>(grad_scale / sum);
       for (int c = 0; c < classes; ++c)
         out[c] *= scale;
