@@ -360,7 +360,9 @@ def run(cfg, data=None, *, trace=None, checkpoint=None, checkpoint_every=None, r
     if steps is not None:
         cfg["run.steps"] = steps
     if checkpoint is not None:
-        cfg["run.checkpoint"] = os.fspath(checkpoint)
+        # A path given to a call is the working directory's, as on the command line (a
+        # config's own are its file's: docs/reference/config.md).
+        cfg["run.checkpoint"] = os.path.abspath(os.fspath(checkpoint))
     if checkpoint_every is not None:
         cfg["run.checkpoint_every"] = checkpoint_every
     settings = {"progress": bool(progress), "metrics": None if metrics is None else os.fspath(metrics),

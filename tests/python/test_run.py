@@ -201,3 +201,22 @@ def test_a_run_whose_run_object_is_dropped_goes_on_to_its_end(tmp_path, data):
     again = troupe.run(mlp_config(steps=300), data=troupe.data.arrays(x, y))
     for name, value in again.parameters().items():
         assert np.array_equal(from_checkpoint[name], value), name
+
+
+def test_a_path_given_to_run_is_the_working_directory_s_a_config_s_its_file_s(
+        tmp_path, data, monkeypatch):
+    # Paths written in a config resolve against its folder; those given to a call (as on the
+    # command line) against the working directory (docs/reference/config.md).
+    x, y, _, _ = data
+    configs, work = tmp_path / "configs", tmp_path / "work"
+    configs.mkdir()
+    work.mkdir()
+    cfg = mlp_config(steps=2)
+    cfg["run.trace"] = "own/t.json"
+    (configs / "c.toml").write_text(cfg.to_toml())
+    monkeypatch.chdir(work)
+    loaded = troupe.Config.load(configs / "c.toml")
+    troupe.run(loaded, data=troupe.data.arrays(x, y), checkpoint="ck", metrics="m.jsonl").wait()
+    assert (configs / "own" / "t.json").exists()  # the config's own path
+    assert (work / "ck").is_dir() and (work / "m.jsonl").exists()  # the call's
+    assert not (configs / "ck").exists() and not (work / "own").exists()
