@@ -8,11 +8,14 @@
 // batch over its interval, averaged 0.9 / 0.1) read such a burst as a 10-20x faster run for
 // the next hundred steps (722565 samples/s after an evaluation, against ~64k around it; a
 // DP2 run showed 1.2 million without one). So the rate is measured over a window of training
-// time instead: the samples of the steps finished in the last `window` seconds of it, over
-// those seconds. Training time is wall time less each gap that ended in an evaluation (from
-// the last step before it to the first step after it), so an evaluation neither slows the
-// rate down nor, by the burst after it, speeds it up by more than the burst's share of a
-// window (a few steps of hundreds). The whole run's rate is over its training time too.
+// time instead: the samples of the steps finished in the last `window` seconds of it (and at
+// least the last `min_steps` steps, so that slow steps are not measured one or two at a
+// time), over those seconds. Training time is wall time less each gap that ended in an
+// evaluation; the steps held back by it (the first after it, and those finishing in a burst
+// behind it, each sooner than a quarter of the typical step) are charged the typical step
+// time of the window instead of their microseconds, so an evaluation neither slows the rate
+// down nor speeds it up, whether steps take a millisecond or a second. The whole run's rate
+// is over its training time too.
 #pragma once
 
 #include <chrono>
@@ -25,7 +28,8 @@ class training_rate {
  public:
   using clock = std::chrono::steady_clock;
 
-  explicit training_rate(double window_seconds = 2.0) : window_(window_seconds) {}
+  explicit training_rate(double window_seconds = 2.0, std::size_t min_steps = 8)
+      : window_(window_seconds), min_steps_(min_steps) {}
 
   /// The run starts (or resumes) at `now`.
   void start(clock::time_point now);
@@ -47,12 +51,17 @@ class training_rate {
     double seconds;  // training time at a step's end
     double samples;  // samples finished by then
   };
+  /// The mean step time of the window (0 before two steps).
+  double typical_step() const;
+
   double window_;
+  std::size_t min_steps_;
   std::deque<mark> marks_;
   clock::time_point last_{};
   double seconds_ = 0;
   double samples_ = 0;
   bool gap_is_evaluation_ = false;
+  bool held_back_ = false;  // steps are finishing in the burst behind an evaluation
 };
 
 }  // namespace troupe

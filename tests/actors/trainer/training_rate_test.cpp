@@ -39,13 +39,13 @@ TEST_CASE("the rate over training time does not jump after an evaluation's burst
     lowest = std::min(lowest, rate.samples_per_second());
     highest = std::max(highest, rate.samples_per_second());
   }
-  // A 2 s window holds 1000 steps: the 12 of the burst are 1.2% of it, at most.
-  CHECK(highest < 64000 * 1.02);
+  CHECK(highest < 64000 * 1.01);
   CHECK(lowest > 64000 * 0.99);
   CHECK(rate.samples_per_second() == doctest::Approx(64000).epsilon(1e-6));
-  // The whole run, over training time: the evaluation's 3 s are not in it.
-  CHECK(rate.training_seconds() == doctest::Approx(3000 * 0.002 + 12e-6 - 1e-6).epsilon(1e-6));
-  CHECK(rate.overall() == doctest::Approx(3012.0 * 128 / rate.training_seconds()));
+  // The whole run, over training time: the evaluation's 3 s are not in it, and the 12 steps
+  // held back by it are charged a typical step each.
+  CHECK(rate.training_seconds() == doctest::Approx(3012 * 0.002).epsilon(1e-6));
+  CHECK(rate.overall() == doctest::Approx(64000).epsilon(1e-6));
 }
 
 TEST_CASE("a run of uneven steps reports their mean over the window, not the last step's") {
@@ -58,4 +58,37 @@ TEST_CASE("a run of uneven steps reports their mean over the window, not the las
     rate.step(now, 64);
   }
   CHECK(rate.samples_per_second() == doctest::Approx(2 * 64 / 0.004001).epsilon(0.01));
+}
+
+TEST_CASE("slow steps keep their rate across an evaluation that held some of them back") {
+  // Steps of 0.9 s (a large model, or a pipeline of delay layers): an evaluation of 3 s during
+  // which three steps were computed, finishing together behind it. Charged no time, they
+  // read as a 30% faster run for the next steps, and the run's own rate came out 10% high.
+  training_rate rate;
+  auto now = training_rate::clock::time_point{};
+  rate.start(now);
+  const double steady = 16 / 0.9;
+  for (int i = 0; i < 20; ++i) {
+    now += 900ms;
+    rate.step(now, 16);
+  }
+  CHECK(rate.samples_per_second() == doctest::Approx(steady).epsilon(1e-6));
+  now += 3s;
+  rate.evaluation_finished();
+  double lowest = 1e300, highest = 0;
+  for (int i = 0; i < 3; ++i) {
+    now += 1us;
+    rate.step(now, 16);
+    lowest = std::min(lowest, rate.samples_per_second());
+    highest = std::max(highest, rate.samples_per_second());
+  }
+  for (int i = 0; i < 20; ++i) {
+    now += 900ms;
+    rate.step(now, 16);
+    lowest = std::min(lowest, rate.samples_per_second());
+    highest = std::max(highest, rate.samples_per_second());
+  }
+  CHECK(highest < steady * 1.01);
+  CHECK(lowest > steady * 0.99);
+  CHECK(rate.overall() == doctest::Approx(steady).epsilon(0.01));
 }
