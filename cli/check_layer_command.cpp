@@ -78,10 +78,13 @@ exit_code check_layer_command(const std::vector<std::string>& args) {
   if (auto stop = parse_command_line(
           args, "check-layer",
           "Runs layer NAME's backward against central finite differences of its forward\n"
-          "(dx and every parameter gradient), checks that accumulate adds and, for a\n"
-          "layer that splits its backward, that backward_input and backward_weight\n"
-          "compute what backward does, and prints the worst relative error. Exit code 0\n"
-          "when it passes, 1 when it does not.",
+          "(dx and every parameter gradient), element by element: each within 0.01\n"
+          "relative plus the differences' own noise (estimated from two steps). Checks\n"
+          "that accumulate adds, that a split backward computes what backward does, and\n"
+          "that backward with dx = null (a first layer's) neither writes it nor skips the\n"
+          "parameter gradients (in a child process); checks again at drawn values of the\n"
+          "settings the layer declares that --set does not give; prints the worst element.\n"
+          "Exit code 0 when it passes, 1 when it does not.",
           options, line, "NAME"))
     return *stop;
   const auto& values = line.values;

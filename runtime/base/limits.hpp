@@ -76,9 +76,9 @@ constexpr std::int64_t max_image_file_bytes = std::int64_t{256} << 20;
 constexpr std::int64_t max_sample_features = std::int64_t{1} << 20;
 /// The most values (elements) one tensor a user's sizes decide may hold: 2^30 (4 GiB).
 constexpr std::int64_t max_tensor_elements = std::int64_t{1} << 30;
-/// The most floating-point work `troupe check-layer` takes on: two forward passes per
-/// checked value (finite differences), each costing the layer's cost estimate; 2e10 is
-/// about half a minute on one core.
+/// The most floating-point work `troupe check-layer` takes on: four forward passes per
+/// checked value (central differences at two steps) at each setting checked, each costing
+/// the layer's cost estimate; 2e10 is about half a minute on one core.
 constexpr double max_gradient_check_flops = 2e10;
 /// The longest duration a setting in seconds may give ([run] watchdog, [cluster] timeout,
 /// node_timeout, [parallel] gloo_timeout): 10^7 s, 116 days; converted to milliseconds it

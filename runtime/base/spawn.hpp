@@ -11,7 +11,10 @@
 // the clone and the exec (glibc's is a vfork-like clone): everything the child needs
 // (arguments, environment, output file, process group) is prepared in the parent. (CI's
 // hung `troupe verify` over two nodes looked like this at first; it was the checkpoint
-// writer, Note [the writer's own thread] in actors/training/checkpoint_writer.cpp.)
+// writer, Note [the writer's own thread] in actors/training/checkpoint_writer.cpp.) The one
+// fork() left is the gradient check's, which runs a function rather than a program (a
+// layer's backward with dx = null, to see whether it crashes): its child allocates nothing
+// and ends itself after a deadline (runtime/model/layer_check.cpp).
 #pragma once
 
 #include <sys/types.h>

@@ -1,9 +1,10 @@
 // layer_check.cpp: finite-difference checking of a layer's backward.
 #include "runtime/model/layer_check.hpp"
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -251,41 +252,64 @@ void check_accumulate(const check_state& s, const std::vector<tensor>& saved,
   }
 }
 
+// The seconds the child below may take: a backward of a check's size takes milliseconds.
+constexpr unsigned null_dx_seconds = 60;
+
 // Calls backward with dx = null, as a first layer's backward is called, in a child process:
-// a layer that writes through it crashes there, not here. Returns the failure, or "".
-std::string null_dx_failure(const check_state& s, const std::vector<tensor>& saved) {
+// a layer that writes through it crashes there, not here. `grads` are backward's parameter
+// gradients with a dx, which it must compute the same without one. Returns the failure, or
+// "". This is the one fork() in troupe (Note [spawn, not fork] in runtime/base/spawn.hpp):
+// it runs a function, not a program. The child allocates nothing (its gradients are made
+// here), leaves no core file, and ends itself after null_dx_seconds.
+std::string null_dx_failure(const check_state& s, const std::vector<tensor>& saved,
+                            const std::vector<tensor>& grads) {
+  std::vector<tensor> null_grads;
+  for (const auto& p : s.params)
+    null_grads.push_back(tensor::zeros(p.shape()));
   std::fflush(nullptr);
   const pid_t child = fork();
   if (child < 0)
     return {};  // cannot tell; the in-process calls below pass a real dx
   if (child == 0) {
-    // The child: quiet, and with the default action for the signals a bad write raises
-    // (a sanitizer's handler would turn them into an exit code and a report).
+    // Quiet, no core, a deadline, and the default action for the signals a bad write
+    // raises (a sanitizer's handler would turn them into an exit code and a report).
     const int null_fd = open("/dev/null", O_WRONLY);
     if (null_fd >= 0) {
       dup2(null_fd, 1);
       dup2(null_fd, 2);
     }
-    for (int signal_number : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT})
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    for (int signal_number : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGALRM})
       ::signal(signal_number, SIG_DFL);
+    alarm(null_dx_seconds);
     try {
-      std::vector<tensor> grads;
-      for (const auto& p : s.params)
-        grads.push_back(tensor::zeros(p.shape()));
-      s.math->backward(s.context, s.params, saved, s.r, nullptr, grads, false);
+      s.math->backward(s.context, s.params, saved, s.r, nullptr, null_grads, false);
     } catch (...) {
       _exit(3);
     }
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      for (std::int64_t j = 0; j < grads[i].numel(); ++j)
+        if (!(std::abs(null_grads[i].f32()[j] - grads[i].f32()[j]) <=
+              1e-5f * (1 + std::abs(grads[i].f32()[j]))))
+          _exit(4);
     _exit(0);
   }
   int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited;
+  while ((waited = waitpid(child, &status, 0)) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-    return {};
+  if (waited != child || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    return {};  // done, or not to be known (SIGCHLD ignored)
   if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
     return "backward threw when called with dx = null, as it is for a first layer (no "
            "gradient is wanted there): check dx before writing it";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 4)
+    return "backward with dx = null (a first layer's) computed other parameter gradients than "
+           "with a dx: it must compute them either way, and skip only dx";
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    return "backward with dx = null (a first layer's) did not finish within " +
+           std::to_string(null_dx_seconds) + " s";
   const std::string how = WIFSIGNALED(status)
                               ? std::string{"signal "} + std::to_string(WTERMSIG(status)) + ", " +
                                     strsignal(WTERMSIG(status))
@@ -360,23 +384,23 @@ check_facts check_once(const layer& math, const gradient_check_options& options,
   tensor y = tensor::zeros(s.y_shape);
   std::vector<tensor> saved;
   math.forward(s.context, s.params, s.x, y, saved);
-  // With dx = null first, in a child; if that crashed, the calls here pass a real one.
-  tensor scratch = tensor::zeros(facts.x_shape);
-  tensor* no_dx = nullptr;
-  if (null_dx) {
-    auto failure = null_dx_failure(s, saved);
-    if (!failure.empty()) {
-      result.passed = false;
-      result.failures.push_back(failure);
-      no_dx = &scratch;
-    }
-  }
   // Analytic gradients: dy = r.
   tensor dx = tensor::zeros(facts.x_shape);
   std::vector<tensor> grads;
   for (const auto& p : s.params)
     grads.push_back(tensor::zeros(p.shape()));
   math.backward(s.context, s.params, saved, s.r, &dx, grads, false);
+  // Then with dx = null, in a child; if that failed, the calls below pass a real one.
+  tensor scratch = tensor::zeros(facts.x_shape);
+  tensor* no_dx = nullptr;
+  if (null_dx) {
+    auto failure = null_dx_failure(s, saved, grads);
+    if (!failure.empty()) {
+      result.passed = false;
+      result.failures.push_back(failure);
+      no_dx = &scratch;
+    }
+  }
   if (ids == 0)
     compare(s, s.x, dx, "dx", label, options, result);
   for (std::size_t i = 0; i < s.params.size(); ++i)

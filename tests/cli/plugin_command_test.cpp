@@ -67,7 +67,7 @@ TEST_CASE("troupe check-layer fails each deliberately broken layer at its defaul
   for (const std::string layer :
        {"test_leaky_no_slope", "test_leaky_wrong_sign", "test_tanh_missing_leak",
         "test_dense_transposed", "test_dense_overwrites", "test_dense_bias_mean",
-        "test_writes_null_dx"}) {
+        "test_writes_null_dx", "test_dense_needs_dx"}) {
     auto r = run_troupe("check-layer " + layer + " --plugin " + test_plugins::broken_layers());
     INFO(layer << ": " << r.output);
     CHECK(r.exit_code == 1);

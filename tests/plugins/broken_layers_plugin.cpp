@@ -10,6 +10,7 @@
 //   test_dense_transposed   y = W x + b, dW written in W^T's layout
 //   test_dense_overwrites   accumulate = true overwrites the gradient
 //   test_dense_bias_mean    db divided by the batch size
+//   test_dense_needs_dx     no parameter gradients when dx is null (a first layer's)
 //   test_writes_null_dx     backward writes dx without checking it (null for a first layer)
 //
 // Plain loops on host memory, CPU only. Everything is in an anonymous namespace (two
@@ -80,7 +81,7 @@ class elementwise final : public troupe::layer {
   float slope_;
 };
 
-enum class dense_fault { transposed, overwrites, bias_mean };
+enum class dense_fault { transposed, overwrites, bias_mean, needs_dx };
 
 /// y = W x + b for x of shape (batch, in), W (out, in), broken as `fault` says.
 class dense final : public troupe::layer {
@@ -113,6 +114,8 @@ class dense final : public troupe::layer {
   void backward(const layer_context&, const std::vector<tensor>& params,
                 const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                 std::vector<tensor>& grads, bool accumulate) const override {
+    if (dx == nullptr && how_ == dense_fault::needs_dx)
+      return;  // wrong: the parameter gradients are wanted all the same
     const auto& x = saved.at(0);
     const auto batch = x.dim(0), in = x.dim(1);
     const float* w = params[0].f32();
@@ -170,5 +173,7 @@ TROUPE_REGISTER_LAYER("test_dense_overwrites", "dense, accumulate overwrites (te
                       factory<dense>(dense_fault::overwrites));
 TROUPE_REGISTER_LAYER("test_dense_bias_mean", "dense, db over the batch size (test plugin)",
                       factory<dense>(dense_fault::bias_mean));
+TROUPE_REGISTER_LAYER("test_dense_needs_dx", "dense, no gradients without dx (test plugin)",
+                      factory<dense>(dense_fault::needs_dx));
 
 }  // namespace

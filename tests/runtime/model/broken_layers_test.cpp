@@ -38,6 +38,8 @@ TEST_CASE("the gradient check fails every deliberately broken layer, naming what
       {"test_dense_overwrites", "dweight: backward with accumulate = true does not add"},
       {"test_dense_bias_mean", "dbias["},
       {"test_writes_null_dx", "backward wrote to dx, which is null for a first layer"},
+      {"test_dense_needs_dx", "backward with dx = null (a first layer's) computed other "
+                              "parameter gradients than with a dx"},
   };
   for (const auto& [type, failure] : broken)
     for (std::uint64_t seed : {1, 2, 3}) {
