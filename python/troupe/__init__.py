@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -57,7 +58,7 @@ def _toml_literal(value, key):
                                for k, v in value.items()) + "}"
     if hasattr(value, "item"):  # a NumPy scalar
         return _toml_literal(value.item(), key)
-    raise ConfigError(f"{key}: a value of type {type(value).__name__} has no TOML form; "
+    raise ConfigError(f"{_short(key)}: a value of type {type(value).__name__} has no TOML form; "
                       "expected a bool, int, float, str, list or dict")
 
 
@@ -74,8 +75,8 @@ def _toml_of_dict(d):
                           for k, v in table.items()]
             continue
         if not isinstance(body, dict):
-            raise ConfigError(f"Config.from_dict: section {section!r} should be a dict of keys, "
-                              f"not {type(body).__name__}")
+            raise ConfigError(f"Config.from_dict: section {_short(section)} should be a dict of "
+                              f"keys, not {type(body).__name__}")
         lines.append(f"[{json.dumps(str(section))}]")  # quoted: any name is one key
         arrays = []
         for k, v in body.items():
@@ -91,14 +92,28 @@ def _toml_of_dict(d):
     return "\n".join(lines) + "\n"
 
 
+def _short(text, limit=80):
+    """`text` quoted for a message, cut to `limit` characters with its length: no message
+    echoes a megabyte key back (as the C++ side's quote_user_text)."""
+    text = str(text)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+# "--set 'parallel.data=2':2:8: " or, cut by quote_user_text, "--set 'aaa...'... (N bytes):2:8: "
+_SET_PREFIX = re.compile(r"^--set '(.*?)'((?:\.\.\. \(\d+ bytes\))?):\d+:\d+: ", re.DOTALL)
+
+
 def _as_python_key(message):
     """The reader names a key set since as the CLI's --set does ("--set 'parallel.data=2':2:8:
     ..."); from Python it is cfg['parallel.data'] = 2."""
-    if not message.startswith("--set '"):
+    match = _SET_PREFIX.match(message)
+    if not match:
         return message
-    where, _, rest = message.partition(": ")
-    key, _, value = where[len("--set '"):].rpartition("':")[0].partition("=")
-    return f"cfg[{key!r}] = {value}: {rest}"
+    key, _, value = match.group(1).partition("=")
+    cut = "..." if match.group(2) else ""
+    return f"cfg[{_short(key)}] = {value}{cut}: {message[match.end():]}"
 
 
 class Config:
@@ -140,7 +155,8 @@ class Config:
 
     def __setitem__(self, key, value):
         if not isinstance(key, str) or key.count(".") != 1:
-            raise ConfigError(f"config keys are SECTION.KEY, e.g. 'parallel.data', not {key!r}")
+            raise ConfigError(f"config keys are SECTION.KEY, e.g. 'parallel.data', not "
+                              f"{_short(key)}")
         self.update({key: value})
 
     def update(self, values):
@@ -149,7 +165,8 @@ class Config:
         added = [f"{key}={_toml_literal(value, key)}" for key, value in dict(values).items()]
         for key in dict(values):
             if not isinstance(key, str) or key.count(".") != 1:
-                raise ConfigError(f"config keys are SECTION.KEY, e.g. 'parallel.data', not {key!r}")
+                raise ConfigError(f"config keys are SECTION.KEY, e.g. 'parallel.data', not "
+                                  f"{_short(key)}")
         if not added:
             return
         self._overrides += added
@@ -166,7 +183,8 @@ class Config:
         node = self.to_dict()
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
-                raise KeyError(f"{key!r} is not set in this config (troupe's default applies)")
+                raise KeyError(f"{_short(key)} is not set in this config (troupe's default "
+                               "applies)")
             node = node[part]
         return node
 

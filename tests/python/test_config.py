@@ -90,3 +90,27 @@ def test_a_dict_nested_too_deeply_or_a_huge_value_is_a_config_error_not_a_crash(
         troupe.Config.from_dict({"optimizer": deep})
     with pytest.raises(troupe.ConfigError):  # toml's limits, checked before parsing
         troupe.Config.from_dict({"optimizer": {"type": "a" * (32 << 20)}})
+
+
+def test_a_megabyte_key_or_value_comes_back_short_in_every_message():
+    # Issue 48: every message that quotes user input quotes it short, Python's included.
+    big = "k" * 1_000_000
+    cfg = troupe.Config.load(os.path.join(SOURCE, "config", "fashion_mlp.toml"))
+    attempts = [
+        lambda: cfg.__setitem__("run." + big, 1),         # an unknown key, checked by C++
+        lambda: cfg.__setitem__(big, 1),                  # not SECTION.KEY
+        lambda: cfg["run." + big],                        # not set
+        lambda: troupe.Config.from_dict({big: 1}),        # a section that is no dict
+        lambda: cfg.__setitem__("model.init_from", "/no/" + big),  # a path too long
+    ]
+    for attempt in attempts:
+        with pytest.raises((troupe.ConfigError, KeyError)) as error:
+            attempt()
+        assert len(str(error.value)) < 1000, str(error.value)[:300]
+
+
+def test_a_long_value_set_from_python_is_named_as_python_sets_it():
+    cfg = troupe.Config.load(os.path.join(SOURCE, "config", "fashion_mlp.toml"))
+    with pytest.raises(troupe.ConfigError) as error:
+        cfg["model.init_from"] = "/no/such/" + "w" * 100 + ".safetensors"
+    assert str(error.value).startswith("cfg['model.init_from'] = \"/no/such/"), str(error.value)
