@@ -1,4 +1,5 @@
 // command_line.cpp: option parsing shared by the commands (one positional operand each).
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <sstream>
@@ -72,9 +73,12 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
   } catch (const po::error& e) {
     // boost's message quotes the argument whole: bounded as every echo is.
     const std::string message = e.what();
-    const auto shown = message.size() <= 400 ? message
-                                              : message.substr(0, 400) + "... (a message of " +
-                                                    std::to_string(message.size()) + " bytes)";
+    auto cut = std::min<std::size_t>(message.size(), 400);
+    while (cut < message.size() && cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80)
+      --cut;  // at a UTF-8 character's first byte
+    const auto shown = cut == message.size() ? message
+                                             : message.substr(0, cut) + "... (a message of " +
+                                                   std::to_string(message.size()) + " bytes)";
     std::fprintf(stderr, "troupe %s: %s\n\n", name, shown.c_str());
     return false;
   }

@@ -2,10 +2,12 @@
 // json_input.hpp. It knows no schema; callers check what the parsed value must contain.
 #include "runtime/base/json_input.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <vector>
 
+#include "runtime/base/text_format.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -71,7 +73,25 @@ std::size_t json_too_deep_at(const char* begin, const char* end) {
   return static_cast<std::size_t>(end - begin);
 }
 
+std::string json_error_place(const char* begin, const char* end, std::size_t byte) {
+  std::string out = " at byte " + std::to_string(byte);
+  const auto size = static_cast<std::size_t>(end - begin);
+  if (byte < 1 || byte > size)
+    return out;
+  auto at = byte - 1;  // nlohmann counts from 1
+  while (at > 0 && (static_cast<unsigned char>(begin[at]) & 0xC0) == 0x80)
+    --at;  // the character's first byte
+  const auto c = static_cast<unsigned char>(begin[at]);
+  if (c < 0x20 || c >= 0x7F)
+    out += ", " + describe_text_character(std::string_view{begin, size}, at);
+  return out;
+}
+
 nlohmann::json parse_untrusted_json(const char* begin, const char* end, const std::string& what) {
+  if (const auto utf16 = utf16_refusal(std::string_view{begin, static_cast<std::size_t>(
+                                                                   std::min<std::ptrdiff_t>(end - begin, 4))});
+      !utf16.empty())
+    throw data_error(what + ": " + utf16);
   const auto too_deep = json_too_deep_at(begin, end);
   if (too_deep != static_cast<std::size_t>(end - begin))
     throw data_error(what + ": arrays and objects nest more than " +
@@ -108,8 +128,15 @@ nlohmann::json parse_untrusted_json(const char* begin, const char* end, const st
     if (message.rfind("[json.exception.", 0) == 0 && message.find("] ") != std::string::npos)
       message.erase(0, message.find("] ") + 2);
     const auto cut = cut_point(message, 240);
-    throw data_error(what + ": not valid JSON: " + message.substr(0, cut) +
-                     (cut < message.size() ? "..." : ""));
+    // The character it stopped at, named: an invisible one (a no-break space) or a byte
+    // that is not UTF-8 shows as nothing, or as half a character, in nlohmann's message.
+    const auto* syntax = dynamic_cast<const nlohmann::json::parse_error*>(&e);
+    auto shown = quote_user_text(message.substr(0, cut), cut + 1);  // a byte not UTF-8 as \xNN
+    shown = shown.substr(1, shown.size() - 2);                      // without the quotes
+    throw data_error(what + ": not valid JSON: " + shown +
+                     (cut < message.size() ? "..." : "") +
+                     (syntax != nullptr ? " (" + json_error_place(begin, end, syntax->byte).substr(1) + ")"
+                                        : std::string{}));
   }
   if (!duplicate.empty())
     throw data_error(what + ": the key " + quote_user_text(duplicate) +

@@ -29,7 +29,12 @@ std::size_t json_too_deep_at(const char* begin, const char* end);
 /// "the number 1.5", "an array of 3 elements", "an object with 2 fields", "null".
 std::string describe_json_value(const nlohmann::json& value);
 
-/// Parses [begin, end) as JSON. Throws data_error("<what>: ...") when the text nests deeper
+/// " at byte N" for a JSON syntax error at nlohmann's 1-based byte N of [begin, end), with
+/// the character there named when it is not printable ASCII: " at byte 17, U+00A0 (a
+/// no-break space)".
+std::string json_error_place(const char* begin, const char* end, std::size_t byte);
+
+/// Parses [begin, end) as JSON. UTF-16 text is refused as such. Throws data_error("<what>: ...") when the text nests deeper
 /// than max_json_depth, is not valid JSON (with the byte offset nlohmann reports) or has
 /// an object with a repeated key. `what` names the file and the part, e.g.
 /// "safetensors file 'x.safetensors': header".

@@ -25,12 +25,27 @@ std::string quote_user_text(std::string_view text, std::size_t limit) {
   }
   std::string out = "'";
   out.reserve(cut + 32);
-  for (std::size_t i = 0; i < cut; ++i) {
+  for (std::size_t i = 0; i < cut;) {
     const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7F)
-      out += string_printf("\\x%02X", c);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F)
+        out += string_printf("\\x%02X", c);
+      else
+        out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // Bytes that are not UTF-8 as \xNN; an invisible or look-alike character (a no-break
+    // space in a CSV cell) or a C1 control as \uXXXX, so that a message shows it.
+    std::uint32_t code = 0;
+    std::size_t length = 1;
+    if (!decode_utf8(text, i, code, length) || i + length > cut)
+      out += string_printf("\\x%02X", c), length = 1;
+    else if (name_of_character(code) != nullptr || (code >= 0x80 && code < 0xA0))
+      out += string_printf("\\u%04X", code);
     else
-      out += static_cast<char>(c);
+      out.append(text.data() + i, length);
+    i += length;
   }
   out += "'";
   if (cut < text.size())

@@ -96,7 +96,8 @@ constexpr std::size_t max_quoted_path_length = 256;
 
 namespace troupe {
 
-/// `text` for an error message: in single quotes, control characters as \xNN, cut to
+/// `text` for an error message: in single quotes, control characters and bytes that are not
+/// UTF-8 as \xNN, invisible or look-alike characters (a no-break space) as \uXXXX, cut to
 /// `limit` bytes (at a UTF-8 character boundary) with "..." and the full length noted:
 /// 'aaaa'... (20000000 bytes). Every message that echoes user text (a key, a value, a
 /// path, a string from a trace) quotes it through here, so no message echoes megabytes.

@@ -39,10 +39,6 @@ std::string human_bytes(std::int64_t bytes) {
   return string_printf("%lld B", static_cast<long long>(bytes));
 }
 
-namespace {
-
-// The code point of the UTF-8 sequence at text[at] and its length, or nothing when the bytes
-// there are not one (a stray continuation byte, a cut sequence, an overlong form).
 bool decode_utf8(std::string_view text, std::size_t at, std::uint32_t& code, std::size_t& length) {
   const auto lead = static_cast<unsigned char>(text[at]);
   std::uint32_t minimum = 0;
@@ -70,8 +66,7 @@ bool decode_utf8(std::string_view text, std::size_t at, std::uint32_t& code, std
   return code >= minimum && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF);
 }
 
-// The invisible or look-alike characters editors and word processors put into text.
-const char* name_of(std::uint32_t code) {
+const char* name_of_character(std::uint32_t code) {
   switch (code) {
     case 0x00A0: return "a no-break space";
     case 0x00AD: return "a soft hyphen";
@@ -92,7 +87,20 @@ const char* name_of(std::uint32_t code) {
   }
 }
 
-}  // namespace
+std::string utf16_refusal(std::string_view text) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  std::string why;
+  if (text.size() >= 2 && byte(0) == 0xFF && byte(1) == 0xFE)
+    why = "it starts with the byte-order mark FF FE";
+  else if (text.size() >= 2 && byte(0) == 0xFE && byte(1) == 0xFF)
+    why = "it starts with the byte-order mark FE FF";
+  else if (text.size() >= 2 && byte(0) != 0 && byte(1) == 0)
+    why = "its second byte is 0";
+  else
+    return {};
+  return "is UTF-16 text (" + why +
+         ", as Windows Notepad's \"Unicode\" and PowerShell's > write); save it as UTF-8";
+}
 
 std::string describe_text_character(std::string_view text, std::size_t at, std::size_t* length) {
   std::uint32_t code = 0;
@@ -108,7 +116,7 @@ std::string describe_text_character(std::string_view text, std::size_t at, std::
     return string_printf("byte 0x%02x (a control character)", byte);
   if (code < 0x80)
     return std::string{'\'', static_cast<char>(code), '\''};
-  if (const char* name = name_of(code))
+  if (const char* name = name_of_character(code))
     return string_printf("U+%04X (%s)", code, name);
   if (code >= 0x80 && code < 0xA0)
     return string_printf("U+%04X (a control character)", code);

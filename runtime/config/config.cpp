@@ -58,6 +58,7 @@
 #pragma pop_macro("NDEBUG")
 
 #include "runtime/base/limits.hpp"
+#include "runtime/base/text_format.hpp"
 #include "runtime/config/toml_limits.hpp"
 #include "runtime/core/device_name.hpp"
 
@@ -1314,6 +1315,8 @@ toml::table parse_with_overrides(const std::string& text, const std::string& nam
   std::string_view body{text};
   if (body.substr(0, 3) == "\xEF\xBB\xBF")
     body.remove_prefix(3);
+  if (const auto utf16 = utf16_refusal(body.substr(0, 4)); !utf16.empty())
+    throw config_error(source_position{name, 1, 1}, "the config " + utf16);
   check_toml_limits(body, name);  // what toml++ would recurse over (toml_limits.hpp)
   toml::table root;
   try {

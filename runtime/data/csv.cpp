@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/base/text_format.hpp"
 #include "runtime/data/file_bytes.hpp"
 #include "runtime/data/npy.hpp"
 #include "troupe/error.hpp"
@@ -40,6 +41,8 @@ class csv_reader {
       : text_(text), path_(std::move(path)), delimiter_(delimiter), stops_{delimiter, '\n', '\r'} {
     if (text_.substr(0, 3) == "\xEF\xBB\xBF")  // a UTF-8 byte-order mark
       at_ = start_of_line_ = 3;
+    if (const auto utf16 = utf16_refusal(text_.substr(0, 4)); !utf16.empty())
+      fail(1, 1, "the table " + utf16);
   }
 
   /// The next record's fields; false at the end of the text. Blank lines are skipped.

@@ -13,6 +13,7 @@
 
 #include "runtime/base/json_input.hpp"  // json_too_deep_at, describe_json_value
 #include "runtime/base/limits.hpp"
+#include "runtime/base/text_format.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -187,8 +188,9 @@ namespace {
 // those of the whole document's parse.
 class event_stream final : public nlohmann::json_sax<json> {
  public:
-  explicit event_stream(std::function<void(const json&, std::size_t)> take)
-      : take_(std::move(take)) {}
+  /// `text`: the document, for naming the character a syntax error stops at.
+  event_stream(std::function<void(const json&, std::size_t)> take, std::string_view text)
+      : take_(std::move(take)), begin_(text.data()), end_(text.data() + text.size()) {}
 
   json& root() { return root_; }
   bool saw_events() const { return saw_events_; }
@@ -228,7 +230,7 @@ class event_stream final : public nlohmann::json_sax<json> {
     // A number past the double range ("1e400") is nlohmann's out_of_range: its message
     // names the number (cut short: it may be long); a syntax error, its byte.
     error = e.id == 406 ? ": not JSON: " + quote_user_text(e.what(), 160)
-                        : ": not JSON (at byte " + std::to_string(byte) + ")";
+                        : ": not JSON (" + json_error_place(begin_, end_, byte).substr(1) + ")";
     return false;
   }
 
@@ -271,6 +273,8 @@ class event_stream final : public nlohmann::json_sax<json> {
   }
 
   std::function<void(const json&, std::size_t)> take_;
+  const char* begin_;
+  const char* end_;
   json root_;
   json event_;
   std::vector<json*> stack_;  // nullptr: the "traceEvents" array
@@ -371,7 +375,9 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
       wrong_event = std::current_exception();
     }
   };
-  event_stream stream{take};
+  if (const auto utf16 = utf16_refusal(std::string_view{text}.substr(0, 4)); !utf16.empty())
+    throw user_error(path + ": " + utf16 + "; expected a trace written by troupe run --trace");
+  event_stream stream{take, text};
   bool parsed = false;
   try {
     parsed = json::sax_parse(text, &stream);

@@ -398,3 +398,29 @@ TEST_CASE("JSON troupe reads is accepted as Windows editors save it: a byte-orde
   INFO(simulated.output.substr(0, 400));
   CHECK(simulated.exit_code == 0);
 }
+
+TEST_CASE("a UTF-16 file is refused as such, and an invisible character is named where it is") {
+  troupe::test::temp_directory dir{"troupe-encodings"};
+  const std::string utf16 = std::string("\xFF\xFE[\0r\0u\0n\0]\0\n\0", 14);
+  for (const auto& [file, command] : std::vector<std::pair<std::string, std::string>>{
+           {"u.toml", "plan "}, {"u.json", "trace summary "}, {"u.jsonl", "plot -o x.svg "}}) {
+    std::ofstream(dir.file(file), std::ios::binary) << utf16;
+    auto r = run_troupe(command + dir.file(file));
+    INFO(command << file << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("is UTF-16 text (it starts with the byte-order mark FF FE") !=
+          std::string::npos);
+  }
+  // A CSV's cell with a no-break space (pasted from a web page) shows it.
+  std::ofstream(dir.file("t.csv")) << "a,b,y\n1,2\xC2\xA0,0\n3,4,1\n";
+  std::ofstream(dir.file("c.toml")) << "[data]\nsource = \"csv\"\npath = \"t.csv\"\ntarget = \"y\"\n"
+                                       "validation = 0.5\n[[model.layers]]\ntype = \"linear\"\n"
+                                       "out = 2\n";
+  auto cell = run_troupe("plan " + dir.file("c.toml"));
+  INFO(cell.output);
+  CHECK(cell.output.find("holds '2\\u00A0'") != std::string::npos);
+  // JSON that stops at one is named there.
+  std::ofstream(dir.file("t.json")) << "{\"traceEvents\": [\xC2\xA0]}";
+  auto trace = run_troupe("trace summary " + dir.file("t.json"));
+  CHECK(trace.output.find("at byte 18, U+00A0 (a no-break space)") != std::string::npos);
+}
