@@ -2,6 +2,7 @@
 #include "actors/tools/verify.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "actors/session/session.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
@@ -96,12 +97,17 @@ namespace {
 // Fills in each difference's layer type and parameter name ("linear", "weight").
 void name_parameters(const std::vector<model_layer>& model,
                      std::vector<parameter_difference>& differences) {
-  for (auto& d : differences)
-    for (const auto& layer : model)
-      if (layer.index == d.layer && d.parameter < static_cast<std::int64_t>(layer.params.size())) {
-        d.layer_type = layer.type;
-        d.name = layer.params[static_cast<std::size_t>(d.parameter)].name;
-      }
+  std::map<std::int64_t, const model_layer*> by_index;  // not a scan per parameter
+  for (const auto& layer : model)
+    by_index.emplace(layer.index, &layer);
+  for (auto& d : differences) {
+    const auto found = by_index.find(d.layer);
+    if (found == by_index.end() ||
+        d.parameter >= static_cast<std::int64_t>(found->second->params.size()))
+      continue;
+    d.layer_type = found->second->type;
+    d.name = found->second->params[static_cast<std::size_t>(d.parameter)].name;
+  }
 }
 
 }  // namespace

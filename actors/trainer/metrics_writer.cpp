@@ -18,6 +18,7 @@
 
 #include <cerrno>
 
+#include "runtime/base/limits.hpp"
 #include "runtime/base/output_file.hpp"
 
 namespace troupe {
@@ -30,7 +31,7 @@ bool metrics_writer::open(const std::string& path, bool append) {
   error_.clear();
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0666);
   if (fd_ < 0) {
-    error_ = "cannot write the metrics file '" + path + "': " + describe_errno(errno);
+    error_ = "cannot write the metrics file " + quote_user_path(path) + ": " + describe_errno(errno);
     return false;
   }
   const off_t end = ::lseek(fd_, 0, SEEK_END);
@@ -40,7 +41,7 @@ bool metrics_writer::open(const std::string& path, bool append) {
 
 void metrics_writer::fail(const std::string& what, int error) {
   if (error_.empty())
-    error_ = what + " the metrics file '" + path_ + "' failed: " + describe_errno(error);
+    error_ = what + " the metrics file " + quote_user_path(path_) + " failed: " + describe_errno(error);
 }
 
 void metrics_writer::write_line(const nlohmann::json& record) {

@@ -200,11 +200,12 @@ void open_plugin(const std::string& path, const std::string& canonical) {
   // library registered (Note [undoing a failed load] in kernels/registration_journal.hpp).
   library_handle library;
   detail::registration_journal journal;
-  // RTLD_GLOBAL: a plugin's kernels and layers may be used by another plugin. Its static
-  // initialisers run now, but inside a plugin they only record (Note [plugin
-  // registrations]); nothing reaches troupe's registries before the checks below, except
-  // from a library that is no plugin, which the journal takes back.
-  library.handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  // RTLD_LOCAL until accepted, then RTLD_GLOBAL (a plugin's kernels and layers may be used
+  // by another plugin): a refused library that stays mapped (NODELETE, unique symbols) keeps
+  // its symbols to itself. Its static initialisers run now, but inside a plugin they only
+  // record (Note [plugin registrations]); nothing reaches troupe's registries before the
+  // checks below, except from a library that is no plugin, which the journal takes back.
+  library.handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library.handle == nullptr)
     throw user_error("plugin " + quoted_path(path) + " cannot be loaded: " + dlerror());
   check_plugin_symbols(library.handle, path);
@@ -213,7 +214,10 @@ void open_plugin(const std::string& path, const std::string& canonical) {
       reinterpret_cast<name_function>(dlsym(library.handle, "troupe_plugin_name"))();
   const auto made = register_plugin(library.handle, path, plugin_name);
   journal.keep();
-  library.handle = nullptr;  // accepted: stays loaded
+  // Accepted: its symbols become global, and it stays loaded (this second reference is
+  // never dropped, nor is the first).
+  dlopen(canonical.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+  library.handle = nullptr;
   auto& s = state();
   std::lock_guard<std::mutex> guard{s.mutex};
   s.loaded.emplace_back(plugin_name, canonical);
