@@ -148,7 +148,7 @@ def main():
     parser.add_argument("--batches", default="64,512")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--core", type=int, default=0)
-    parser.add_argument("--samples", type=int, default=60000,
+    parser.add_argument("--samples", type=int, default=20000,
                         help="training samples per run (steps = samples / batch, at least 30)")
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
     args = parser.parse_args()
