@@ -402,8 +402,9 @@ TEST_CASE("JSON troupe reads is accepted as Windows editors save it: a byte-orde
 TEST_CASE("a UTF-16 file is refused as such, and an invisible character is named where it is") {
   troupe::test::temp_directory dir{"troupe-encodings"};
   const std::string utf16 = std::string("\xFF\xFE[\0r\0u\0n\0]\0\n\0", 14);
-  for (const auto& [file, command] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [name, how] : std::vector<std::pair<std::string, std::string>>{
            {"u.toml", "plan "}, {"u.json", "trace summary "}, {"u.jsonl", "plot -o x.svg "}}) {
+    const std::string file = name, command = how;  // not bindings: INFO's lambda captures them (clang 14)
     std::ofstream(dir.file(file), std::ios::binary) << utf16;
     auto r = run_troupe(command + dir.file(file));
     INFO(command << file << ": " << r.output);
