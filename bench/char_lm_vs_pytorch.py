@@ -104,7 +104,7 @@ def factor(step):  # troupe's cosine schedule with linear warm-up, as a multiple
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return (min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))) / lr
-opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
 schedule = torch.optim.lr_scheduler.LambdaLR(opt, factor)
 loss_fn = nn.CrossEntropyLoss()
 per_epoch = x_all.shape[0] // batch

@@ -34,7 +34,7 @@ model = nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
                       nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
 loss_fn = torch.nn.CrossEntropyLoss()
 per_epoch = x_all.shape[0] // batch
 order = torch.randperm(x_all.shape[0])
@@ -91,7 +91,7 @@ def factor(step):  # troupe's cosine schedule with linear warm-up, as a multiple
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return (min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))) / lr
-opt = torch.optim.Adam(model.parameters(), lr=lr)
+opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
 schedule = torch.optim.lr_scheduler.LambdaLR(opt, factor)
 loss_fn = nn.CrossEntropyLoss()
 step = 0

@@ -38,7 +38,7 @@ if world > 1:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model = torch.nn.parallel.DistributedDataParallel(model)
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
 loss_fn = torch.nn.CrossEntropyLoss()
 per_epoch = x_all.shape[0] // batch
 share = batch // world

@@ -5,9 +5,12 @@ Same model (784-256-256-10, ReLU), same optimizer (Adam, lr 1e-3), same batch, s
 data (Fashion-MNIST from dataset-fashion-mnist, shuffled), one thread each, pinned to
 the same core with taskset. Each repetition runs troupe and then PyTorch, so both see
 the same machine noise; the table shows medians over the repetitions. Time is measured
-from the first training step to the end of the last one (data loading excluded).
+from the first training step to the end of the last one (data loading excluded). PyTorch's
+Adam is its fastest CPU one (foreach=True: 1.13's default updates one tensor at a time).
+--cpu-gemm openblas,onednn runs troupe once per library of its CPU GEMM ([run] cpu_gemm).
 
     /usr/bin/python3 bench/mlp_vs_pytorch.py [--batches 32,256] [--repeats 5] [--core 0]
+                                             [--cpu-gemm auto]
 
 Run from the repository root after scripts/build.sh. Not part of ctest.
 """
@@ -69,7 +72,7 @@ model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
 
 PYTORCH = TORCH_PROLOGUE + r"""
 batch, steps = int(sys.argv[1]), int(sys.argv[2])
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
 loss_fn = torch.nn.CrossEntropyLoss()
 per_epoch = x_all.shape[0] // batch
 order = torch.randperm(x_all.shape[0])
@@ -123,29 +126,39 @@ def side_by_side(description, title, troupe_config, pytorch_script, default_batc
     parser.add_argument("--samples", type=int, default=default_samples,
                         help="training samples per run (steps = samples / batch)")
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    parser.add_argument("--cpu-gemm", default="auto",
+                        help="troupe's [run] cpu_gemm, or several (openblas,onednn): a run each")
     args = parser.parse_args()
     if not os.path.exists(args.binary):
         sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
+    libraries = args.cpu_gemm.split(",")
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for batch in [int(b) for b in args.batches.split(",")]:
             steps = max(20, args.samples // batch)
-            troupe_rates, torch_rates = [], []
+            troupe_rates = {library: [] for library in libraries}
+            torch_rates = []
             for r in range(args.repeats):
-                troupe_rates.append(run_troupe(args.binary, troupe_config(batch, steps),
-                                               f"bench_b{batch}", args.core, workdir))
+                for library in libraries:
+                    config = troupe_config(batch, steps).replace(
+                        "[run]\n", f'[run]\ncpu_gemm = "{library}"\n', 1)
+                    troupe_rates[library].append(run_troupe(
+                        args.binary, config, f"bench_b{batch}", args.core, workdir))
                 torch_rates.append(run_pytorch(pytorch_script, batch, steps, args.core))
-                print(f"batch {batch} run {r + 1}: troupe {troupe_rates[-1]:.0f} samples/s, "
-                      f"pytorch {torch_rates[-1]:.0f} samples/s", file=sys.stderr)
-            ratios = [a / b for a, b in zip(troupe_rates, torch_rates)]
-            rows.append((batch, steps, statistics.median(troupe_rates),
-                         statistics.median(torch_rates), statistics.median(ratios),
-                         min(ratios), max(ratios)))
+                mine = ", ".join(f"troupe ({library}) {troupe_rates[library][-1]:.0f}"
+                                 for library in libraries)
+                print(f"batch {batch} run {r + 1}: {mine}, pytorch {torch_rates[-1]:.0f} "
+                      f"samples/s", file=sys.stderr)
+            for library in libraries:
+                ratios = [a / b for a, b in zip(troupe_rates[library], torch_rates)]
+                rows.append((batch, steps, library, statistics.median(troupe_rates[library]),
+                             statistics.median(torch_rates), statistics.median(ratios),
+                             min(ratios), max(ratios)))
     print(f"\n{title}, one core (taskset -c {args.core}), {args.repeats} runs each, medians")
-    print(f"{'batch':>6} {'steps':>6} {'troupe samples/s':>17} {'pytorch samples/s':>18} "
-          f"{'ratio':>6} {'(min-max)':>12}")
-    for batch, steps, t, p, ratio, lo, hi in rows:
-        print(f"{batch:>6} {steps:>6} {t:>17.0f} {p:>18.0f} {ratio:>6.2f} "
+    print(f"{'batch':>6} {'steps':>6} {'cpu_gemm':>9} {'troupe samples/s':>17} "
+          f"{'pytorch samples/s':>18} {'ratio':>6} {'(min-max)':>12}")
+    for batch, steps, library, t, p, ratio, lo, hi in rows:
+        print(f"{batch:>6} {steps:>6} {library:>9} {t:>17.0f} {p:>18.0f} {ratio:>6.2f} "
               f"{f'({lo:.2f}-{hi:.2f})':>12}")
 
 

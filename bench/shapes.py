@@ -3,13 +3,15 @@
 
 For each shape (hidden widths, depth, activation, batch) it trains the same MLP on random
 data with troupe and with PyTorch 1.13 (one thread each, pinned to one core with taskset,
-Adam, PyTorch's foreach=True: its fastest CPU Adam), and times the step's GEMMs alone with
-NumPy's OpenBLAS on the same core (the "floor": forward x W^T, backward dY W and dY^T X per
-layer, nothing else). It prints troupe's share of the floor (floor time / troupe's step
-time) and its ratio to PyTorch, medians of --repeats runs alternating the three.
+Adam, PyTorch's foreach=True: its fastest CPU Adam), and times the step's GEMMs alone through
+troupe's own CPU gemm kernel, with the library the troupe run uses, on the same core (the
+"floor": forward x W^T, backward dY W and dY^T X per layer, nothing else;
+build/troupe_gemm_backends_bench floor). It prints troupe's share of the floor (floor time /
+troupe's step time) and its ratio to PyTorch, medians of --repeats runs alternating the three.
 
     /usr/bin/python3 bench/shapes.py [--widths 128,1024] [--depths 2,6]
         [--activations relu,tanh,gelu] [--batches 64,512] [--repeats 3] [--core 0]
+        [--cpu-gemm auto]
 
 Issue 47's goals: every shape with layers >= 128 wide at batch >= 128 at >= 0.80 of its
 floor and >= 1.2x PyTorch; at batch 32-64 >= 0.6 and >= 1.5x; none slower than PyTorch.
@@ -33,6 +35,8 @@ steps = {steps}
 seed = 1
 evaluate = false
 log_every = 1000000
+
+cpu_gemm = "{cpu_gemm}"
 
 [data]
 source = "synthetic"
@@ -84,32 +88,6 @@ for i in range(steps):
 print(steps * batch / (time.perf_counter() - start))
 """
 
-# The step's GEMMs alone, as OpenBLAS runs them through NumPy (float32, one thread).
-FLOOR = r"""
-import sys, time, numpy as np
-widths, batch, steps, features, classes = ([int(w) for w in sys.argv[1].split(",")],
-                                           int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
-                                           int(sys.argv[5]))
-sizes = [features] + widths + [classes]
-rng = np.random.default_rng(1)
-xs = [rng.standard_normal((batch, i), dtype=np.float32) for i in sizes[:-1]]
-ws = [rng.standard_normal((o, i), dtype=np.float32) for i, o in zip(sizes[:-1], sizes[1:])]
-dys = [rng.standard_normal((batch, o), dtype=np.float32) for o in sizes[1:]]
-def gemms():
-    for l, (x, w, dy) in enumerate(zip(xs, ws, dys)):
-        x @ w.T                     # forward
-        if l > 0:
-            dy @ w                  # dx (the first layer's is not wanted)
-        dy.T @ x                    # dW
-for _ in range(3):
-    gemms()
-start = time.perf_counter()
-for _ in range(steps):
-    gemms()
-print(steps * batch / (time.perf_counter() - start))
-"""
-
-
 def layers_text(widths, activation):
     out = ""
     for w in widths:
@@ -124,14 +102,22 @@ def pinned(core, command, **kwargs):
                           capture_output=True, text=True, **kwargs)
 
 
-def troupe_rate(binary, widths, activation, batch, steps, core, workdir):
+def troupe_rate(binary, widths, activation, batch, steps, core, workdir, cpu_gemm):
     config, metrics = os.path.join(workdir, "s.toml"), os.path.join(workdir, "s.jsonl")
     with open(config, "w") as f:
         f.write(CONFIG.format(steps=steps, features=FEATURES, classes=CLASSES, batch=batch,
+                              cpu_gemm=cpu_gemm,
                               train=8 * batch, layers=layers_text(widths, activation)))
     pinned(core, [binary, "run", config, "--quiet", "--metrics", metrics])
     with open(metrics) as f:
         return [json.loads(line) for line in f if '"event"' in line][-1]["samples_per_s"]
+
+
+def floor_rate(binary, widths, batch, steps, core, cpu_gemm):
+    """The step's GEMMs alone through troupe's gemm kernel (gemm_backends.cpp's floor mode)."""
+    sizes = ",".join(map(str, [FEATURES] + widths + [CLASSES]))
+    out = pinned(core, [binary, "floor", sizes, str(batch), str(steps), cpu_gemm])
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def python_rate(script, arguments, core):
@@ -151,9 +137,13 @@ def main():
     parser.add_argument("--samples", type=int, default=20000,
                         help="training samples per run (steps = samples / batch, at least 30)")
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    parser.add_argument("--cpu-gemm", default="auto", choices=["auto", "onednn", "openblas"],
+                        help="troupe's [run] cpu_gemm, and the floor's library")
     args = parser.parse_args()
-    if not os.path.exists(args.binary):
-        sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
+    floor_binary = os.path.join(os.path.dirname(args.binary), "troupe_gemm_backends_bench")
+    for binary in (args.binary, floor_binary):
+        if not os.path.exists(binary):
+            sys.exit(f"no {binary}: run scripts/build.sh first")
     split = lambda text: text.split(",")
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -164,11 +154,11 @@ def main():
             mine, theirs, floor = [], [], []
             for _ in range(args.repeats):
                 mine.append(troupe_rate(args.binary, widths, activation, batch, steps, args.core,
-                                        workdir))
+                                        workdir, args.cpu_gemm))
                 theirs.append(python_rate(PYTORCH, [",".join(map(str, widths)), activation,
                                                     batch, steps, FEATURES, CLASSES], args.core))
-                floor.append(python_rate(FLOOR, [",".join(map(str, widths)), batch, steps,
-                                                 FEATURES, CLASSES], args.core))
+                floor.append(floor_rate(floor_binary, widths, batch, steps, args.core,
+                                        args.cpu_gemm))
             share = statistics.median(m / f for m, f in zip(mine, floor))
             ratio = statistics.median(m / t for m, t in zip(mine, theirs))
             rows.append((width, depth, activation, batch, statistics.median(mine),
@@ -177,7 +167,7 @@ def main():
                   f"pytorch {rows[-1][5]:.0f} samples/s; {share:.2f} of the floor, "
                   f"{ratio:.2f}x pytorch", file=sys.stderr)
     print(f"\nMLP {FEATURES}-(width x depth)-{CLASSES}, Adam, one core (taskset -c {args.core}), "
-          f"medians of {args.repeats}")
+          f"cpu_gemm {args.cpu_gemm}, medians of {args.repeats}")
     print("| hidden | act | batch | troupe samples/s | PyTorch samples/s | share of GEMM floor "
           "| x PyTorch |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

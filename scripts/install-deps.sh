@@ -14,6 +14,7 @@ train_packages=(
   libcaf-dev                      # CAF 0.17.6: actors, messaging, network
   libcaf-openssl0.17              # CAF's openssl module: [cluster] tls (libcaf-dev pulls it in)
   libopenblas-dev                 # CPU GEMM
+  libdnnl-dev                     # oneDNN: the CPU GEMM on AVX-512 CPUs, bf16 products
   libtomlplusplus-dev             # config
   libboost-program-options-dev libboost-iostreams-dev
   nlohmann-json3-dev

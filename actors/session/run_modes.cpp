@@ -436,7 +436,8 @@ std::unique_ptr<device_set> run_mode::make_devices(const session_state& s) const
   // those of the nodes before it (Note [CPU streams] in stream_worker.cpp).
   const int local_rank = s.options.cluster && s.graph().nodes > 1 ? s.options.cluster->local_rank : 0;
   const int first_core = local_rank * static_cast<int>(local.size());
-  auto devices = std::make_unique<device_set>(local, first_core, device_options{s.config.run.tf32});
+  const device_options options{s.config.run.tf32, s.config.run.cpu_gemm};
+  auto devices = std::make_unique<device_set>(local, first_core, options);
   note_shared_cores(local, first_core);
   return devices;
 }

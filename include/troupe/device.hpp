@@ -265,9 +265,10 @@ class stream {
   std::unique_ptr<stream_state> state_;
 };
 
-/// How a run's GPUs compute ([run] tf32); CPU devices ignore it.
+/// How a run's devices compute: the GPUs' [run] tf32, the CPUs' [run] cpu_gemm.
 struct device_options {
   bool tf32 = false;  // GEMMs on TF32 tensor cores
+  kernels::cpu_gemm cpu_gemm = kernels::cpu_gemm::automatic;
 };
 
 /// A device: its id, its stream and the kernel context its kernels run with.

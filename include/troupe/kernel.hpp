@@ -40,11 +40,16 @@ inline const char* to_string(device_type type) {
   return "unknown";
 }
 
-/// Where a kernel runs. CPU kernels ignore it; CUDA kernels read their stream
-/// (cudaStream_t) and cuBLAS handle (cublasHandle_t) from it.
+/// Which library computes a CPU device's f32 GEMMs ([run] cpu_gemm). automatic: oneDNN where
+/// its kernels use AVX-512, OpenBLAS elsewhere (Note [CPU GEMM backend] in kernels/cpu/gemm.cpp).
+enum class cpu_gemm : std::uint8_t { automatic, openblas, onednn };
+
+/// Where a kernel runs. CUDA kernels read their stream (cudaStream_t) and cuBLAS handle
+/// (cublasHandle_t) from it; the CPU GEMM reads its library.
 struct context {
   void* stream = nullptr;
   void* blas = nullptr;
+  cpu_gemm gemm = cpu_gemm::automatic;
 };
 
 /// Thrown when no kernel is registered for an (op, device type) pair.

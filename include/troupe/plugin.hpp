@@ -50,7 +50,8 @@
 /// with exit 2, as one before it starts does).
 /// 12: settings records what its accessors declared (declared(): keys, types, defaults,
 /// ranges), for check-layer.
-#define TROUPE_ABI_VERSION 12
+/// 13: kernels::context gains the CPU GEMM's library (cpu_gemm); device_options gains it.
+#define TROUPE_ABI_VERSION 13
 
 namespace troupe {
 

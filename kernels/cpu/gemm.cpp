@@ -1,40 +1,51 @@
 // gemm.cpp: C = alpha * op(A) * op(B) + beta * C on the CPU, through OpenBLAS's
-// cblas_sgemm (row-major, leading dimensions passed straight through).
+// cblas_sgemm or oneDNN's matmul (kernels/cpu/onednn_matmul.hpp), as the device's context
+// says ([run] cpu_gemm).
 //
 // It does not pick OpenBLAS's thread count: that is the CPU device's business (a device
 // owns its cores; see DESIGN.md "Tensors and devices"). It checks the shape arguments,
 // because OpenBLAS reports a bad one by printing a line and doing nothing.
+//
+// Note [CPU GEMM backend]
+// This environment pins OpenBLAS to its Haswell (AVX2) kernels, also on CPUs with AVX-512.
+// oneDNN's f32 matmul uses AVX-512 where the CPU has it, and measured 1.7-3.9x OpenBLAS's
+// sgemm on every product of the shipped configs' and bench/shapes.py's linear layers (one
+// thread; forward, input and weight gradients; bench/gemm_backends.cpp on the Intel Xeon VM,
+// 2026-12-06), and 1.4-1.8x on whole training steps (docs/benchmarks.md). So "automatic" takes
+// oneDNN where its kernels use AVX-512 and OpenBLAS elsewhere (an AVX2 CPU, where the two
+// were not measured apart). The choice is fixed for a device, never timed at run time: the
+// two round differently, and a resumed run must continue bit for bit.
 #include <cblas.h>
 
-#include "troupe/check.hpp"
+#include "kernels/cpu/gemm_arguments.hpp"
+#include "kernels/cpu/onednn_matmul.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe::kernels::cpu {
 namespace {
 
-void gemm(const context&, bool transpose_a, bool transpose_b, int m, int n, int k,
+bool uses_onednn(cpu_gemm choice) {
+  switch (choice) {
+    case cpu_gemm::openblas:
+      return false;
+    case cpu_gemm::onednn:
+      return true;
+    case cpu_gemm::automatic:
+      break;
+  }
+  static const bool avx512 = onednn_has_avx512();
+  return avx512;
+}
+
+void gemm(const context& context, bool transpose_a, bool transpose_b, int m, int n, int k,
           float alpha, const float* a, int lda, const float* b, int ldb, float beta,
           float* c, int ldc) {
-  TROUPE_CHECK(m >= 0 && n >= 0 && k >= 0,
-               "gemm shape m=" << m << " n=" << n << " k=" << k << " has a negative size");
-  // Row-major: the stored row of A is k wide (op = identity) or m wide (transposed).
-  const int a_width = transpose_a ? m : k;
-  const int b_width = transpose_b ? k : n;
-  TROUPE_CHECK(lda >= a_width && ldb >= b_width && ldc >= n,
-               "gemm leading dimensions lda=" << lda << " ldb=" << ldb << " ldc=" << ldc
-                                              << " are narrower than the rows ("
-                                              << a_width << ", " << b_width << ", " << n
-                                              << ")");
-  if (m == 0 || n == 0)
+  if (!gemm_arguments_checked("gemm", transpose_a, transpose_b, m, n, k, lda, ldb, beta, c,
+                              ldc))
     return;
-  if (k == 0) {
-    // An empty product: C = beta * C. BLAS would reject lda = 0 here; beta = 0 must
-    // overwrite (not scale) so that garbage or NaN in C does not survive.
-    for (int i = 0; i < m; ++i) {
-      float* row = c + static_cast<std::int64_t>(i) * ldc;
-      for (int j = 0; j < n; ++j)
-        row[j] = beta == 0.0f ? 0.0f : beta * row[j];
-    }
+  if (uses_onednn(context.gemm)) {
+    onednn_matmul(gemm_call(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                            ldc, matmul_element::f32));
     return;
   }
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,

@@ -389,6 +389,11 @@ run_section read_run(const section_reader& r, const std::string& directory) {
   r.read("checkpoint_keep", s.checkpoint_keep, at_least(1));
   r.read("checkpoint_keep_best", s.checkpoint_keep_best);
   r.read("tf32", s.tf32);
+  std::string cpu_gemm = "auto";
+  r.read_choice("cpu_gemm", cpu_gemm, "CPU GEMM library", {"auto", "onednn", "openblas"});
+  s.cpu_gemm = cpu_gemm == "onednn"     ? kernels::cpu_gemm::onednn
+               : cpu_gemm == "openblas" ? kernels::cpu_gemm::openblas
+                                        : kernels::cpu_gemm::automatic;
   if (r.find("metrics"))  // Note [relative paths]
     s.metrics = in_config_directory(directory, s.metrics);
   s.trace = in_config_directory(directory, s.trace);

@@ -59,6 +59,7 @@ struct run_section {
   std::int64_t checkpoint_keep = 3;    // the newest this many are kept
   bool checkpoint_keep_best = false;   // also keep the one with the best test accuracy
   bool tf32 = false;  // GPU GEMMs on TF32 tensor cores (10-bit mantissa inputs) instead of FP32
+  kernels::cpu_gemm cpu_gemm = kernels::cpu_gemm::automatic;  // "auto", "onednn", "openblas"
   source_position where;
 };
 

@@ -69,6 +69,7 @@ device::device(device_id id, int core, const device_options& options) : id_(id) 
     stream_ = std::make_unique<stream>(id, make_gpu_backend(std::move(queue)));
     return;
   }
+  context_.gemm = options.cpu_gemm;
   stream_ = std::make_unique<stream>(id, core);
 }
 

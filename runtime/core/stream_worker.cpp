@@ -16,6 +16,9 @@
 // messages this way (Note [actors on device threads] in actors/base/device_scheduler.cpp).
 #include <pthread.h>
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -166,6 +169,22 @@ bool defer_until_idle(std::function<void()> task) {
 
 namespace {
 
+// Note [denormals flushed]
+// A CPU device's thread computes with denormal floats flushed to zero, as TensorFlow's
+// compute threads do (x86's MXCSR: FTZ writes a result below 2^-126 as zero, DAZ reads such
+// an input as zero). Without it one denormal in a GEMM's operands sends the core into
+// microcode assists: a 784-(1024 x 6)-10 GELU MLP at batch 512 on random data, whose
+// backward makes denormal gradients, ran 4.7x slower (1139 against 5319 samples/s, oneDNN's
+// GEMM; OpenBLAS's slower still, 604), 0.45x PyTorch. Values below 1.2e-38 are far below
+// every tolerance a run has, and every device of a run flushes alike, so the equivalence of
+// wirings and bit-for-bit resumption hold as before. Kernels called on other threads (tests,
+// check-layer) keep IEEE denormals.
+void flush_denormals() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ (bit 15) | DAZ (bit 6)
+#endif
+}
+
 /// "troupe cpu:1", for profilers and debuggers (15 characters at most).
 void name_this_thread(const device_id& device) {
   pthread_setname_np(pthread_self(), ("troupe " + device.to_string()).substr(0, 15).c_str());
@@ -182,6 +201,7 @@ class thread_backend : public stream_backend {
       polls_messages = core_ >= 0;  // a device's (device_set pins each to a core)
       bind_to_core(core_);
       name_this_thread(state_->device);
+      flush_denormals();  // Note [denormals flushed]
       started();
       run();
     });

@@ -443,6 +443,17 @@ TEST_CASE("an unknown name for an enumerated setting suggests the nearest and li
               "unknown pipeline schedule '1f1f'; did you mean '1f1b'?");
   check_error(minimal_model + "[parallel]\naveraging = \"allreduce\"\n", 5, 13,
               "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central', 'gloo')");
+  check_error(minimal_model + "[run]\ncpu_gemm = \"mkl\"\n", 5, 12,
+              "unknown CPU GEMM library 'mkl' (expected one of 'auto', 'onednn', 'openblas')");
+}
+
+TEST_CASE("[run] cpu_gemm names the CPU GEMM's library, automatic by default") {
+  CHECK(parse_config(minimal_model, "t.toml", ".").run.cpu_gemm ==
+        troupe::kernels::cpu_gemm::automatic);
+  CHECK(parse_config(minimal_model + "[run]\ncpu_gemm = \"openblas\"\n", "t.toml", ".")
+            .run.cpu_gemm == troupe::kernels::cpu_gemm::openblas);
+  CHECK(parse_config(minimal_model + "[run]\ncpu_gemm = \"onednn\"\n", "t.toml", ".")
+            .run.cpu_gemm == troupe::kernels::cpu_gemm::onednn);
 }
 
 TEST_CASE("[model] loss is a name or a table of its type and settings, kept with positions") {

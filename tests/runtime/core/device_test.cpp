@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,33 @@ TEST_CASE("a device set binds cpu:N to distinct cores when there are enough") {
   else
     MESSAGE("only one core allowed: both devices share it");
   CHECK_THROWS_AS(devices.at(device_id{device_type::cpu, 7}), check_failure);
+}
+
+TEST_CASE("a CPU device's kernel context carries the run's CPU GEMM library") {
+  for (auto library : {kernels::cpu_gemm::automatic, kernels::cpu_gemm::openblas,
+                       kernels::cpu_gemm::onednn}) {
+    device_options options;
+    options.cpu_gemm = library;
+    device_set devices{{device_id{device_type::cpu, 0}}, 0, options};
+    CHECK(devices.at(device_id{device_type::cpu, 0}).context().gemm == library);
+  }
+}
+
+TEST_CASE("a CPU device's jobs compute with denormal floats flushed to zero") {
+  // Note [denormals flushed]: a denormal result is written as zero, a denormal input read
+  // as zero; the calling thread keeps IEEE denormals.
+  device_set devices{{device_id{device_type::cpu, 0}}};
+  volatile float tiny = 1e-38f;  // a normal float; tiny / 4 is denormal
+  volatile float smallest = std::numeric_limits<float>::denorm_min();
+  float on_device = -1, denormal_in = -1;
+  devices.at(device_id{device_type::cpu, 0}).work().submit([&] {
+    on_device = tiny / 4;
+    denormal_in = smallest * 2.0f;
+  });
+  devices.synchronize();
+  CHECK(on_device == 0.0f);
+  CHECK(denormal_in == 0.0f);
+  CHECK(tiny / 4 > 0.0f);  // this thread: IEEE
 }
 
 TEST_CASE("posted tasks run on the stream's thread before queued jobs, outside the stream's order") {
