@@ -37,6 +37,7 @@ evaluate = false
 log_every = 1000000
 
 cpu_gemm = "{cpu_gemm}"
+precision = "{precision}"
 
 [data]
 source = "synthetic"
@@ -102,11 +103,12 @@ def pinned(core, command, **kwargs):
                           capture_output=True, text=True, **kwargs)
 
 
-def troupe_rate(binary, widths, activation, batch, steps, core, workdir, cpu_gemm):
+def troupe_rate(binary, widths, activation, batch, steps, core, workdir, cpu_gemm,
+                precision="fp32"):
     config, metrics = os.path.join(workdir, "s.toml"), os.path.join(workdir, "s.jsonl")
     with open(config, "w") as f:
         f.write(CONFIG.format(steps=steps, features=FEATURES, classes=CLASSES, batch=batch,
-                              cpu_gemm=cpu_gemm,
+                              cpu_gemm=cpu_gemm, precision=precision,
                               train=8 * batch, layers=layers_text(widths, activation)))
     pinned(core, [binary, "run", config, "--quiet", "--metrics", metrics])
     with open(metrics) as f:

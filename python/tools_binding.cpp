@@ -49,14 +49,16 @@ py::dict plan_of(const config_source& source, const py::object& data) {
 }
 
 py::dict verify_of(const config_source& source, const py::object& data, std::int64_t steps,
-                   double tolerance) {
+                   const py::object& given_tolerance) {
   if (steps < 1 || steps > limits::max_steps)
     throw user_error("verify: steps must be in [1, " + std::to_string(limits::max_steps) +
                      "], got " + std::to_string(steps));
-  if (!(tolerance >= 0) || !std::isfinite(tolerance))
-    throw user_error("verify: tolerance must be a finite number >= 0");
   auto config = source.parse();
   give_data(config, data);
+  const double tolerance =
+      given_tolerance.is_none() ? default_tolerance(config) : given_tolerance.cast<double>();
+  if (!(tolerance >= 0) || !std::isfinite(tolerance))
+    throw user_error("verify: tolerance must be a finite number >= 0");
   verify_result result;
   {
     py::gil_scoped_release released;

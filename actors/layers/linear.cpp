@@ -2,6 +2,11 @@
 // dimension, so (features) -> (out) and, for sequences, (T, features) -> (T, out) with
 // every position a row of the same GEMM.
 //
+// Under [run] precision = "bf16" the weight arrives rounded to bf16 (bf16_parameters) and the
+// three products run in bf16 with fp32 accumulation (ops::gemm_bf16): x and dy are rounded
+// per pass, x is saved for the backward in bf16 (half the bytes), y, dx and the gradients
+// stay f32, and the bias is added and its gradient summed in fp32.
+//
 // Parameters: weight (out, in) and optional bias (out). Settings:
 //   out  = 256        (required) output features
 //   init = "kaiming"  weight init (see init_kind); bias starts at zero
@@ -43,10 +48,14 @@ class linear final : public layer {
     return specs;
   }
 
+  std::vector<std::string> bf16_parameters() const override { return {"weight"}; }
+
   void bind(device_type type) override {
     gemm_ = kernels::lookup<kernels::ops::gemm>(type);
     bias_add_ = kernels::lookup<kernels::ops::bias_add>(type);
     bias_grad_ = kernels::lookup<kernels::ops::bias_grad>(type);
+    gemm_bf16_ = kernels::lookup<kernels::ops::gemm_bf16>(type);
+    to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(type);
   }
 
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
@@ -54,49 +63,93 @@ class linear final : public layer {
     const auto in = static_cast<int>(x.shape().back());
     const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
     const auto out = static_cast<int>(out_);
-    // y (b, out) = x (b, in) * W^T (in, out)
-    gemm_(context.kernels, false, true, batch, out, in, 1.0f, x.f32(), in, params[0].f32(), in,
-          0.0f, y.f32(), out);
+    if (params[0].type() == dtype::bf16) {
+      const tensor x16 = rounded(context, x);  // (b, in) bf16
+      // y (b, out) = x (b, in) * W^T (in, out), bf16 products accumulated in f32
+      gemm_bf16_(context.kernels, false, true, batch, out, in, 1.0f, x16.bf16(), in,
+                 params[0].bf16(), in, 0.0f, y.f32(), out);
+      if (context.training)
+        saved.push_back(x16);
+    } else {
+      // y (b, out) = x (b, in) * W^T (in, out)
+      gemm_(context.kernels, false, true, batch, out, in, 1.0f, x.f32(), in, params[0].f32(), in,
+            0.0f, y.f32(), out);
+      if (context.training)
+        saved.push_back(x);
+    }
     if (bias_)
       bias_add_(context.kernels, batch, out, params[1].f32(), y.f32());
-    if (context.training)
-      saved.push_back(x);
   }
 
   void backward(const layer_context& context, const std::vector<tensor>& params,
                 const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                 std::vector<tensor>& grads, bool accumulate) const override {
-    backward_weight(context, params, saved, dy, grads, accumulate);
+    if (params[0].type() == dtype::bf16) {
+      const tensor dy16 = rounded(context, dy);  // once for both products
+      weight_gradient(context, saved.at(0), dy, dy16, grads, accumulate);
+      if (dx != nullptr)
+        input_gradient(context, params, dy16, *dx);
+      return;
+    }
+    weight_gradient(context, saved.at(0), dy, dy, grads, accumulate);
     if (dx != nullptr)
-      backward_input(context, params, saved, dy, *dx);
+      input_gradient(context, params, dy, *dx);
   }
 
   bool splits_backward() const override { return true; }
 
   void backward_input(const layer_context& context, const std::vector<tensor>& params,
-                      const std::vector<tensor>& saved, const tensor& dy,
+                      const std::vector<tensor>&, const tensor& dy,
                       const tensor& dx) const override {
-    const tensor& x = saved.at(0);
-    const auto in = static_cast<int>(x.shape().back());
-    const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
-    // dx (b, in) = dy (b, out) * W (out, in)
-    gemm_(context.kernels, false, false, batch, in, static_cast<int>(out_), 1.0f, dy.f32(),
-          static_cast<int>(out_), params[0].f32(), in, 0.0f, dx.f32(), in);
+    input_gradient(context, params, params[0].type() == dtype::bf16 ? rounded(context, dy) : dy,
+                   dx);
   }
 
   void backward_weight(const layer_context& context, const std::vector<tensor>&,
                        const std::vector<tensor>& saved, const tensor& dy,
                        std::vector<tensor>& grads, bool accumulate) const override {
     const tensor& x = saved.at(0);
+    weight_gradient(context, x, dy, x.type() == dtype::bf16 ? rounded(context, dy) : dy, grads,
+                    accumulate);
+  }
+
+  // dx (b, in) = dy (b, out) * W (out, in); `dy_in` is dy in W's type (f32 or bf16).
+  void input_gradient(const layer_context& context, const std::vector<tensor>& params,
+                      const tensor& dy_in, const tensor& dx) const {
+    const auto in = static_cast<int>(dx.shape().back());
+    const auto batch = static_cast<int>(dx.numel() / in);  // rows: samples x positions
+    const auto out = static_cast<int>(out_);
+    if (dy_in.type() == dtype::bf16)
+      gemm_bf16_(context.kernels, false, false, batch, in, out, 1.0f, dy_in.bf16(), out,
+                 params[0].bf16(), in, 0.0f, dx.f32(), in);
+    else
+      gemm_(context.kernels, false, false, batch, in, out, 1.0f, dy_in.f32(), out,
+            params[0].f32(), in, 0.0f, dx.f32(), in);
+  }
+
+  // dW (out, in) (+)= dy^T (out, b) * x (b, in); db from dy in f32. `dy_x` is dy as the saved
+  // x is (f32 or bf16).
+  void weight_gradient(const layer_context& context, const tensor& x, const tensor& dy,
+                       const tensor& dy_x, std::vector<tensor>& grads, bool accumulate) const {
     const auto in = static_cast<int>(x.shape().back());
     const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
     const auto out = static_cast<int>(out_);
     const float beta = accumulate ? 1.0f : 0.0f;
-    // dW (out, in) = dy^T (out, b) * x (b, in)
-    gemm_(context.kernels, true, false, out, in, batch, 1.0f, dy.f32(), out, x.f32(), in, beta,
-          grads[0].f32(), in);
+    if (x.type() == dtype::bf16)
+      gemm_bf16_(context.kernels, true, false, out, in, batch, 1.0f, dy_x.bf16(), out, x.bf16(),
+                 in, beta, grads[0].f32(), in);
+    else
+      gemm_(context.kernels, true, false, out, in, batch, 1.0f, dy_x.f32(), out, x.f32(), in,
+            beta, grads[0].f32(), in);
     if (bias_)
       bias_grad_(context.kernels, batch, out, dy.f32(), beta, grads[1].f32());
+  }
+
+  // `t` rounded to bf16, in a tensor of its own on the layer's device.
+  tensor rounded(const layer_context& context, const tensor& t) const {
+    tensor out = tensor::empty(t.shape(), dtype::bf16, context.device);
+    to_bf16_(context.kernels, t.numel(), t.f32(), out.bf16());
+    return out;
   }
 
   double cost(const shape_t& input) const override {
@@ -112,6 +165,8 @@ class linear final : public layer {
   kernels::ops::gemm::function gemm_ = nullptr;
   kernels::ops::bias_add::function bias_add_ = nullptr;
   kernels::ops::bias_grad::function bias_grad_ = nullptr;
+  kernels::ops::gemm_bf16::function gemm_bf16_ = nullptr;
+  kernels::ops::to_bf16::function to_bf16_ = nullptr;
 };
 
 }  // namespace

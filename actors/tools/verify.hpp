@@ -52,6 +52,11 @@ using parallel_run = std::function<std::vector<std::vector<std::vector<float>>>(
 std::vector<std::vector<std::vector<float>>> parameters_in_checkpoint(const run_config& config,
                                                                       const std::string& root);
 
+/// The tolerance verify holds a config to when none is given: 1e-5 (float summation order,
+/// DESIGN.md "Equivalence"), or one bf16 unit in the last place, 2^-8, for a config in bf16
+/// (Note [verify's tolerance in bf16] in verify.cpp).
+double default_tolerance(const run_config& config);
+
 /// Trains `config` and its reference_form for `steps` steps (no evaluation, no output)
 /// and compares. Throws user_error for explicit configs (their model is not
 /// written as [model]) and if either run fails. `run_parallel`, when given, trains the

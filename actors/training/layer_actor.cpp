@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "actors/base/actor_kinds.hpp"
+#include "runtime/config/precision.hpp"
 #include "runtime/core/transfer.hpp"
 #include "troupe/inputs.hpp"
 
@@ -23,6 +24,8 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
   copy_ = kernels::lookup<kernels::ops::copy>(settings_->on->id().type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(settings_->on->id().type);
+  if (!settings_->bf16_params.empty())
+    to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(settings_->on->id().type);
   if (settings_->sequencer != nullptr) {
     // Weak: the sequencer lives as long as the settings this actor owns.
     auto wake = [me = caf::actor_cast<caf::weak_actor_ptr>(this)] {
@@ -518,12 +521,49 @@ tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, cons
 
 void layer_actor::install(params_msg& message) {
   params_ = arrive(message.params, *settings_->on);
+  if (!settings_->bf16_params.empty())
+    params_ = rounded_to_bf16(params_, message.version);
   version_ = message.version;
   while (!waiting_.empty() && waiting_.front().activation.tag.version <= version_) {
     auto next = std::move(waiting_.front());
     waiting_.pop_front();
     offer(std::move(next));
   }
+}
+
+// Note [bf16 parameters]
+// Under [run] precision = "bf16" a layer's bf16_parameters() reach its forward and backward
+// rounded to bfloat16. Each version is rounded here once, by one job on the layer's device
+// that runs before any pass of that version (stream order), and every pass of the version
+// reads the rounded copy. The optimizer keeps the fp32 masters, updates them with fp32
+// gradients and writes them to checkpoints, so rounding never accumulates: each version is
+// rounded from the exact master, as PyTorch's autocast rounds a weight from its fp32 value.
+// So a checkpoint of a bf16 run resumes in bf16 bit for bit, or in fp32. Rounded where the
+// layer lives rather than at the optimizer: each replica rounds its own copy (a 784 x 256
+// weight in 36 us on one core) and the parameter wires still carry fp32; sending bf16 from
+// the optimizer would halve their bytes, and is not done yet.
+std::vector<tensor> layer_actor::rounded_to_bf16(const std::vector<tensor>& params,
+                                                 std::int64_t version) {
+  auto& device = *settings_->on;
+  std::vector<tensor> out = params;
+  std::vector<std::pair<tensor, tensor>> pairs;  // (f32 master, bf16 copy)
+  for (std::size_t i = 0; i < params.size() && i < settings_->bf16_params.size(); ++i) {
+    if (!settings_->bf16_params[i])
+      continue;
+    out[i] = tensor::empty(params[i].shape(), dtype::bf16, device.id());
+    pairs.emplace_back(params[i], out[i]);
+  }
+  auto done = device.work().submit(
+      [pairs, round = to_bf16_, on = &device] {
+        for (const auto& [from, to] : pairs)
+          round(on->context(), from.numel(), from.f32(), to.bf16());
+      },
+      job_for_step("to_bf16", version));
+  for (std::size_t i = 0; i < out.size() && i < settings_->bf16_params.size(); ++i)
+    if (settings_->bf16_params[i])
+      out[i].set_ready(done);
+  last_job_ = done;
+  return out;
 }
 
 // Note [split backward]
@@ -743,6 +783,22 @@ void layer_actor::backward(pass& work) {
 
 namespace troupe {
 
+std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_shape,
+                                      numeric_precision precision) {
+  std::vector<bool> mask;
+  if (precision != numeric_precision::bf16)
+    return mask;
+  const auto names = math.bf16_parameters();
+  bool any = false;
+  for (const auto& spec : math.parameters(input_shape)) {
+    mask.push_back(std::find(names.begin(), names.end(), spec.name) != names.end());
+    any = any || mask.back();
+  }
+  if (!any)
+    mask.clear();
+  return mask;
+}
+
 stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
   if (!t.takes_turns())
@@ -774,6 +830,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                          static_cast<std::size_t>(plan.layer));
                                      s->on = &context.devices.at(plan.device);
                                      s->math = create_layer(plan.math);
+                                     s->bf16_params = bf16_parameter_mask(
+                                         *s->math, s->input_shape,
+                                         layer_precision(plan.math.settings, this_cpu_bf16())
+                                             .value_or(context.config.run.precision));
                                      if (context.graph.schedule == pipeline_schedule::zb_h1) {
                                        s->split_backward = true;
                                        s->stash_limit = context.graph.stages;

@@ -59,7 +59,15 @@ struct layer_actor_settings {
   std::int64_t stage = 0;
   bool first_of_stage = false;
   bool last_of_stage = false;
+  // [run] precision = "bf16" (or the layer's own): which parameters, by index, the layer
+  // gets rounded to bf16 (Note [bf16 parameters] in layer_actor.cpp); empty: none.
+  std::vector<bool> bf16_params;
 };
+
+/// Which of `math`'s parameters it computes with in bf16 at `precision` (the run's, or the
+/// layer's own setting), by index; empty when none.
+std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_shape,
+                                      numeric_precision precision);
 
 /// One sequencer per (device, replica) that holds layers of an interleaved pipeline
 /// (topology.virtual_stages > 1); empty otherwise.
@@ -152,6 +160,9 @@ class layer_actor : public device_actor {
                       std::shared_ptr<std::vector<tensor>> saved, tensor y);
   void backward(pass& work);
   void install(params_msg& message);
+  /// `params` with those of settings_->bf16_params rounded to bf16 by one job on this
+  /// layer's device (Note [bf16 parameters]).
+  std::vector<tensor> rounded_to_bf16(const std::vector<tensor>& params, std::int64_t version);
   /// The context a pass of `tag` over a micro-batch of `batch` samples runs with: its
   /// randomness keyed by (seed, step, layer, the micro-batch's first sample in the step),
   /// the sample order the data loader uses (replica-major, then micro-batch).
@@ -168,6 +179,7 @@ class layer_actor : public device_actor {
   bool merges_ = false;  // an `add` of several inputs: sums them, sends dy back to each
   kernels::ops::copy::function copy_ = nullptr;  // for sums over ports
   kernels::ops::axpy::function axpy_ = nullptr;
+  kernels::ops::to_bf16::function to_bf16_ = nullptr;  // with bf16_params
   // Wires.
   std::vector<in_port> ins_;    // activations in; gradients / releases go back
   std::vector<out_port> outs_;  // activations out

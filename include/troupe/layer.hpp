@@ -105,6 +105,14 @@ class layer {
     return {};
   }
 
+  /// The parameters this layer computes with in bfloat16 when the run's (or its own)
+  /// precision is "bf16", by name (linear: {"weight"}): they then arrive in `params` as
+  /// dtype::bf16 tensors, rounded from the optimizer's fp32 masters once per version, and the
+  /// layer computes its products in bf16 with fp32 accumulation (ops::gemm_bf16). Activations,
+  /// gradients and the other parameters stay f32. Empty (the default): the layer computes in
+  /// fp32 in every precision. A layer checks params[i].type() to know which it got.
+  virtual std::vector<std::string> bf16_parameters() const { return {}; }
+
   /// Resolves kernels for a device type once, before any forward. Layers cache kernel
   /// function pointers here; the default does nothing.
   virtual void bind(device_type type) { (void)type; }

@@ -96,6 +96,30 @@ struct gemm {
                             float beta, float* c, int ldc);
 };
 
+/// The gemm of bf16 A and B, products accumulated in f32, C in f32 ([run] precision = "bf16"):
+/// C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, as gemm. A and B hold bfloat16
+/// bit patterns (dtype::bf16).
+struct gemm_bf16 {
+  static constexpr const char* name = "gemm_bf16";
+  using function = void (*)(const context&, bool transpose_a, bool transpose_b, int m, int n, int k,
+                            float alpha, const std::uint16_t* a, int lda, const std::uint16_t* b,
+                            int ldb, float beta, float* c, int ldc);
+};
+
+/// y = bf16(x) over n elements, rounded to the nearest bfloat16, ties to even; infinities
+/// stay infinite, NaN stays NaN (quiet), values beyond bf16's largest finite become
+/// infinite, as PyTorch's .to(torch.bfloat16).
+struct to_bf16 {
+  static constexpr const char* name = "to_bf16";
+  using function = void (*)(const context&, std::int64_t n, const float* x, std::uint16_t* y);
+};
+
+/// y = float(x) over n elements: exact (a bfloat16 is a float with 16 low zero bits).
+struct from_bf16 {
+  static constexpr const char* name = "from_bf16";
+  using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x, float* y);
+};
+
 /// y(rows, cols) += bias(cols) broadcast over rows.
 struct bias_add {
   static constexpr const char* name = "bias_add";

@@ -50,7 +50,9 @@
 /// with exit 2, as one before it starts does).
 /// 12: settings records what its accessors declared (declared(): keys, types, defaults,
 /// ranges), for check-layer.
-/// 13: kernels::context gains the CPU GEMM's library (cpu_gemm); device_options gains it.
+/// 13: kernels::context gains the CPU GEMM's library (cpu_gemm); device_options gains it;
+/// dtype gains bf16 (tensor::bf16()); ops.hpp gains gemm_bf16, to_bf16 and from_bf16; layer
+/// gains bf16_parameters ([run] precision = "bf16").
 #define TROUPE_ABI_VERSION 13
 
 namespace troupe {

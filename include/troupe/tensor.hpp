@@ -22,7 +22,9 @@
 
 namespace troupe {
 
-enum class dtype : std::uint8_t { f32, i32 };
+/// Element types: f32, i32 (ids, labels) and bf16 (bfloat16: f32's sign, exponent and top 7
+/// mantissa bits, stored as std::uint16_t; [run] precision = "bf16").
+enum class dtype : std::uint8_t { f32, i32, bf16 };
 
 std::size_t size_of(dtype type);
 const char* to_string(dtype type);
@@ -91,6 +93,7 @@ class tensor {
   /// Raw data; checks the dtype. Writing is for the job that produces the tensor only.
   float* f32() const;
   std::int32_t* i32() const;
+  std::uint16_t* bf16() const;
   void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
 
   /// A tensor of `shape` over this one's storage, starting `element_offset` elements in:

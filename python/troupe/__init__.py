@@ -424,10 +424,11 @@ def plan(cfg, data=None):
     return Plan(_troupe.plan(cfg._source(), data))
 
 
-def verify(cfg, data=None, *, steps=20, tolerance=1e-5):
+def verify(cfg, data=None, *, steps=20, tolerance=None):
     """Trains cfg's wiring and its single-device form for `steps` steps and compares every
-    parameter: {"passed", "worst", "differences": [{"layer", "parameter", "type", "name",
-    "relative"}]} ("type" the layer's type, "name" the layer's name for the parameter)."""
+    parameter: {"passed", "worst", "tolerance", "differences": [{"layer", "parameter", "type",
+    "name", "relative"}]} ("type" the layer's type, "name" the layer's name for the
+    parameter). tolerance None: 1e-5, or 2^-8 for a config in [run] precision = "bf16"."""
     cfg, data = _with_data(cfg, data)
     return _troupe.verify(cfg._source(), data, steps, tolerance)
 

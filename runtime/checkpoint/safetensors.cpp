@@ -66,6 +66,8 @@ safetensors_dtype to_safetensors_dtype(dtype type) {
       return safetensors_dtype::f32;
     case dtype::i32:
       return safetensors_dtype::i32;
+    case dtype::bf16:
+      break;  // checkpoints hold the fp32 masters
   }
   TROUPE_CHECK(false, "dtype " << static_cast<int>(type) << " has no safetensors name");
 }

@@ -83,6 +83,17 @@ const char* to_string(averaging_method value) {
   return "";
 }
 
+const char* to_string(numeric_precision value) {
+  switch (value) {
+    case numeric_precision::fp32:
+      return "fp32";
+    case numeric_precision::bf16:
+      return "bf16";
+  }
+  TROUPE_CHECK(false, "numeric_precision " << static_cast<int>(value));
+  return "";
+}
+
 const char* to_string(replica_balance value) {
   switch (value) {
     case replica_balance::even:

@@ -33,6 +33,10 @@ enum class pipeline_schedule { gpipe, one_f_one_b, zb_h1 };
 /// gloo's all-reduce over TCP (actors/averaging/gloo_collective.cpp).
 enum class averaging_method { ring, central, gloo };
 
+/// [run] precision once resolved ("auto" is fp32 or bf16 by the CPU): what the layers that
+/// can compute in bf16 compute in (runtime/config/precision.hpp).
+enum class numeric_precision { fp32, bf16 };
+
 /// [parallel] balance: how the global batch is split between replicas: evenly, or by
 /// weights the config gives (an array, not a name).
 enum class replica_balance { even, weights };
@@ -43,6 +47,7 @@ const char* to_string(optimizer_type value);
 const char* to_string(lr_schedule_type value);
 const char* to_string(pipeline_schedule value);
 const char* to_string(averaging_method value);
+const char* to_string(numeric_precision value);
 const char* to_string(replica_balance value);
 
 /// Every value a config may name, in the order messages list them. Specialised for each
@@ -76,6 +81,11 @@ template <>
 struct enum_values<averaging_method> {
   static constexpr std::array<averaging_method, 3> all = {
       averaging_method::ring, averaging_method::central, averaging_method::gloo};
+};
+template <>
+struct enum_values<numeric_precision> {
+  static constexpr std::array<numeric_precision, 2> all = {numeric_precision::fp32,
+                                                           numeric_precision::bf16};
 };
 /// The names a config may write; weights are written as an array instead.
 template <>

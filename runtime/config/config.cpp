@@ -20,6 +20,7 @@
 // and cross-section checks such as "data * pipeline devices" (the planner checks them,
 // where it knows the whole graph).
 #include "runtime/config/config.hpp"
+#include "runtime/config/precision.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -391,6 +392,9 @@ run_section read_run(const section_reader& r, const std::string& directory) {
   r.read("tf32", s.tf32);
   std::string cpu_gemm = "auto";
   r.read_choice("cpu_gemm", cpu_gemm, "CPU GEMM library", {"auto", "onednn", "openblas"});
+  std::string precision = "fp32";
+  s.precision_where = r.read_choice("precision", precision, "precision", {"fp32", "bf16", "auto"});
+  s.precision = resolve_precision(precision, "[run] precision", s.precision_where, this_cpu_bf16());
   s.cpu_gemm = cpu_gemm == "onednn"     ? kernels::cpu_gemm::onednn
                : cpu_gemm == "openblas" ? kernels::cpu_gemm::openblas
                                         : kernels::cpu_gemm::automatic;

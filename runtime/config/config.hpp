@@ -60,6 +60,9 @@ struct run_section {
   bool checkpoint_keep_best = false;   // also keep the one with the best test accuracy
   bool tf32 = false;  // GPU GEMMs on TF32 tensor cores (10-bit mantissa inputs) instead of FP32
   kernels::cpu_gemm cpu_gemm = kernels::cpu_gemm::automatic;  // "auto", "onednn", "openblas"
+  // "fp32", "bf16", or "auto" resolved on this CPU (runtime/config/precision.hpp)
+  numeric_precision precision = numeric_precision::fp32;
+  source_position precision_where;
   source_position where;
 };
 

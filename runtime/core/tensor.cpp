@@ -21,6 +21,8 @@ std::size_t size_of(dtype type) {
     case dtype::f32:
     case dtype::i32:
       return 4;
+    case dtype::bf16:
+      return 2;
   }
   return 0;
 }
@@ -31,6 +33,8 @@ const char* to_string(dtype type) {
       return "f32";
     case dtype::i32:
       return "i32";
+    case dtype::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -283,6 +287,12 @@ std::int32_t* tensor::i32() const {
   return static_cast<std::int32_t*>(raw());
 }
 
+std::uint16_t* tensor::bf16() const {
+  TROUPE_CHECK(type_ == dtype::bf16, "tensor " << shape_to_string(shape_) << " is "
+                                               << to_string(type_) << ", not bf16");
+  return static_cast<std::uint16_t*>(raw());
+}
+
 std::vector<float> tensor::to_vector() const { return read_to_host(*this, f32()); }
 
 std::vector<std::int32_t> tensor::to_int_vector() const { return read_to_host(*this, i32()); }
@@ -323,7 +333,7 @@ tensor tensor::reshaped(shape_t shape) const {
 std::string tensor_header_problem(const shape_t& shape, std::uint8_t type, std::uint64_t bytes) {
   if (shape.size() > 8)
     return "tensor rank above 8";
-  if (type > static_cast<std::uint8_t>(dtype::i32))
+  if (type > static_cast<std::uint8_t>(dtype::bf16))
     return "unknown tensor dtype";
   // Signed, as element_count() multiplies: every partial product must fit an int64_t, even
   // when a later 0 makes the whole 0 (the message fuzzer sent {2^24, ~2^40, 0}).

@@ -10,6 +10,7 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/base/name_registry.hpp"
 #include "runtime/base/random.hpp"
+#include "runtime/config/precision.hpp"
 
 namespace troupe {
 
@@ -138,9 +139,18 @@ std::unique_ptr<layer> create_layer(const layer_config& config,
     throw config_error(config.type_where,
                        name_registry<layer_factory>::unknown(
                            "unknown layer type " + quote_user_text(config.type), config.type, names));
-  layer_settings settings{config.type, config.settings, config.where};
+  // `precision` is the runtime's (runtime/config/precision.hpp), not the layer's to read.
+  setting_map own = config.settings;
+  own.erase("precision");
+  layer_settings settings{config.type, std::move(own), config.where};
   auto result = (*factory)(settings);
   settings.finish();
+  const auto precision = layer_precision(config.settings, this_cpu_bf16());
+  if (precision == numeric_precision::bf16 && result->bf16_parameters().empty())
+    throw config_error(config.settings.at("precision").where,
+                       "layer " + quote_user_text(config.type) +
+                           " computes in fp32 only: precision = \"bf16\" does not apply to it "
+                           "(its parameters, if any, are not bf16_parameters)");
   if (declared != nullptr)
     *declared = settings.declared();
   return result;

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -273,6 +274,56 @@ TEST_CASE("CUDA gemm matches the CPU gemm for every transpose, leading dimension
       }
     }
   }
+}
+
+TEST_CASE("CUDA to_bf16, from_bf16 and gemm_bf16 match the CPU kernels") {
+  TROUPE_SKIP_WITHOUT_CUDA();
+  cuda_session session;
+  // Rounding is bit arithmetic on both: the same bits, specials included.
+  auto x = random_floats(4096, -1e3f, 1e3f, 7);
+  x[0] = std::numeric_limits<float>::infinity();
+  x[1] = std::numeric_limits<float>::quiet_NaN();
+  x[2] = 1e-40f;  // a denormal, kept
+  x[3] = 3.3895314e38f;  // bf16's largest finite and beyond: rounds to infinity
+  std::vector<std::uint16_t> cpu_bits(x.size());
+  lookup<ops::to_bf16>(device_type::cpu)(context{}, std::int64_t(x.size()), x.data(),
+                                          cpu_bits.data());
+  const auto device_x = session.upload(x);
+  const auto device_bits = session.upload(std::vector<std::uint16_t>(x.size()));
+  lookup<ops::to_bf16>(device_type::cuda)(session.ctx(), std::int64_t(x.size()), device_x.get(),
+                                           device_bits.get());
+  CHECK(session.download(device_bits) == cpu_bits);
+  const auto device_wide = session.upload(std::vector<float>(x.size()));
+  lookup<ops::from_bf16>(device_type::cuda)(session.ctx(), std::int64_t(x.size()),
+                                             device_bits.get(), device_wide.get());
+  std::vector<float> cpu_wide(x.size());
+  lookup<ops::from_bf16>(device_type::cpu)(context{}, std::int64_t(x.size()), cpu_bits.data(),
+                                            cpu_wide.data());
+  const auto cuda_wide = session.download(device_wide);
+  CHECK(std::memcmp(cuda_wide.data(), cpu_wide.data(), cpu_wide.size() * sizeof(float)) == 0);
+
+  // The products of two bf16 values are exact in FP32 (8 + 8 significant bits): the two
+  // backends differ by their order of summation only, (k + 2) eps sum |a| |b| as for gemm.
+  const int m = 37, n = 19, k = 200;
+  std::vector<std::uint16_t> a(std::size_t(m) * k), b(std::size_t(k) * n);
+  const auto a_values = random_floats(a.size(), -1.0f, 1.0f, 8);
+  const auto b_values = random_floats(b.size(), -1.0f, 1.0f, 9);
+  lookup<ops::to_bf16>(device_type::cpu)(context{}, std::int64_t(a.size()), a_values.data(),
+                                          a.data());
+  lookup<ops::to_bf16>(device_type::cpu)(context{}, std::int64_t(b.size()), b_values.data(),
+                                          b.data());
+  const auto c = random_floats(std::size_t(m) * n, -1.0f, 1.0f, 10);
+  auto cpu_c = c;
+  lookup<ops::gemm_bf16>(device_type::cpu)(context{}, false, false, m, n, k, 0.5f, a.data(), k,
+                                            b.data(), n, 1.0f, cpu_c.data(), n);
+  const auto device_a = session.upload(a), device_b = session.upload(b);
+  const auto device_c = session.upload(c);
+  lookup<ops::gemm_bf16>(device_type::cuda)(session.ctx(), false, false, m, n, k, 0.5f,
+                                             device_a.get(), k, device_b.get(), n, 1.0f,
+                                             device_c.get(), n);
+  // |a|, |b| < 1: sum |a| |b| <= k.
+  check_close("gemm_bf16", session.download(device_c), cpu_c,
+              std::vector<double>(c.size(), (k + 2) * eps * (0.5 * k + 1)));
 }
 
 TEST_CASE("CUDA bias_add and bias_grad match the CPU kernels") {

@@ -413,11 +413,14 @@ TEST_CASE("the config reference documents every key the parser accepts, and none
 
   // [[model.layers]]'s own keys: each documented one is taken out of the table before the
   // layer sees its settings (an undocumented one cannot be found this way; see the top).
+  // `precision` stays among the settings, so that `troupe plan --eject` writes it into the
+  // layer's [[actor]] table, and create_layer takes it out instead.
   REQUIRE(documented.count("[[model.layers]]"));
   for (const auto& key : documented.at("[[model.layers]]")) {
     INFO("[[model.layers]] key " << key);
     std::map<std::string, std::string> values = {
-        {"type", "\"relu\""}, {"name", "\"probed\""}, {"inputs", "[\"first\"]"}};
+        {"type", "\"relu\""}, {"name", "\"probed\""}, {"inputs", "[\"first\"]"},
+        {"precision", "\"fp32\""}};
     REQUIRE_MESSAGE(values.count(key), "documented but not probed here: " << key);
     std::string text = synthetic_data + "[[model.layers]]\nname = \"first\"\ntype = \"relu\"\n" +
                        "[[model.layers]]\n" + key + " = " + values[key] + "\n";
@@ -426,6 +429,9 @@ TEST_CASE("the config reference documents every key the parser accepts, and none
     INFO("config:\n" << text);
     const auto config = troupe::parse_config(text, "probe.toml");
     REQUIRE(config.model.layers.size() == 2);
-    CHECK(config.model.layers[1].settings.count(key) == 0);
+    if (key == "precision")
+      CHECK_NOTHROW(troupe::create_layer(config.model.layers[1]));
+    else
+      CHECK(config.model.layers[1].settings.count(key) == 0);
   }
 }

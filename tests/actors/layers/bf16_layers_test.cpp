@@ -1,0 +1,176 @@
+// bf16_layers_test.cpp: the linear layer given a bf16 weight ([run] precision = "bf16")
+// against the same layer in fp32, within bf16's rounding of its operands; and a layer's own
+// `precision` setting, which create_layer reads for the runtime.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/onednn_matmul.hpp"
+#include "runtime/config/precision.hpp"
+#include "runtime/model/layer.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
+#include "troupe/ops.hpp"
+
+using namespace troupe;
+
+namespace {
+
+layer_config linear_config(std::int64_t out) {
+  layer_config c;
+  c.type = "linear";
+  c.settings["out"] = setting_value{out, {"test.toml", 4, 7}};
+  c.where = {"test.toml", 2, 1};
+  c.type_where = {"test.toml", 3, 8};
+  return c;
+}
+
+tensor filled(const std::vector<float>& values, shape_t shape) { return tensor::from(values, shape); }
+
+tensor rounded(const tensor& t) {
+  auto out = tensor::empty(t.shape(), dtype::bf16);
+  kernels::lookup<kernels::ops::to_bf16>(kernels::device_type::cpu)(kernels::context{}, t.numel(),
+                                                                    t.f32(), out.bf16());
+  return out;
+}
+
+// Each output of a product of rounded operands is within (2 u_b + u_b^2) sum |a| |b| of the
+// fp32 product (each operand carries a relative error of at most u_b = 2^-9, bf16's unit
+// roundoff), plus both products' fp32 summation, (k + 2) 2^-24 sum |a| |b| each.
+double allowed(double magnitude, int k) {
+  const double u_b = std::ldexp(1.0, -9), u = std::ldexp(1.0, -24);
+  return (2 * u_b + u_b * u_b + 2 * (k + 2) * u) * magnitude + 1e-30;
+}
+
+}  // namespace
+
+TEST_CASE("linear with a bf16 weight computes y, dx and dW within bf16's rounding of fp32's") {
+  if (!kernels::cpu::onednn_has_bf16()) {
+    MESSAGE("skipped: this CPU has no native bf16 (oneDNN: " << kernels::cpu::onednn_isa_name()
+                                                             << ")");
+    return;
+  }
+  const int batch = 6, in = 40, out = 9;
+  auto math = create_layer(linear_config(out));
+  math->bind(kernels::device_type::cpu);
+  CHECK(math->bf16_parameters() == std::vector<std::string>{"weight"});
+  const auto x = filled(test::random_floats(batch * in, 1), {batch, in});
+  const auto w = filled(test::random_floats(out * in, 2), {out, in});
+  const auto b = filled(test::random_floats(out, 3), {out});
+  const auto dy = filled(test::random_floats(batch * out, 4), {batch, out});
+  const std::vector<tensor> fp32{w, b}, mixed{rounded(w), b};
+  layer_context context;
+  std::vector<tensor> saved32, saved16;
+  const auto y32 = tensor::zeros({batch, out}), y16 = tensor::zeros({batch, out});
+  math->forward(context, fp32, x, y32, saved32);
+  math->forward(context, mixed, x, y16, saved16);
+  REQUIRE(saved16.size() == 1);
+  CHECK(saved16[0].type() == dtype::bf16);  // x kept for the backward in half the bytes
+  auto dx32 = tensor::zeros({batch, in}), dx16 = tensor::zeros({batch, in});
+  std::vector<tensor> g32{tensor::zeros({out, in}), tensor::zeros({out})};
+  std::vector<tensor> g16{tensor::zeros({out, in}), tensor::zeros({out})};
+  math->backward(context, fp32, saved32, dy, &dx32, g32, false);
+  math->backward(context, mixed, saved16, dy, &dx16, g16, false);
+
+  const auto xs = x.to_vector(), ws = w.to_vector(), dys = dy.to_vector();
+  int wrong = 0, differ = 0;
+  auto compare = [&](float got, float want, double magnitude, int k) {
+    wrong += std::fabs(double(got) - want) <= allowed(magnitude, k) ? 0 : 1;
+    differ += got != want ? 1 : 0;
+  };
+  const auto y_a = y16.to_vector(), y_b = y32.to_vector();
+  for (int r = 0; r < batch; ++r)
+    for (int o = 0; o < out; ++o) {
+      double m = 0;
+      for (int i = 0; i < in; ++i)
+        m += std::fabs(xs[r * in + i] * ws[o * in + i]);
+      compare(y_a[r * out + o], y_b[r * out + o], m, in);
+    }
+  const auto dx_a = dx16.to_vector(), dx_b = dx32.to_vector();
+  for (int r = 0; r < batch; ++r)
+    for (int i = 0; i < in; ++i) {
+      double m = 0;
+      for (int o = 0; o < out; ++o)
+        m += std::fabs(dys[r * out + o] * ws[o * in + i]);
+      compare(dx_a[r * in + i], dx_b[r * in + i], m, out);
+    }
+  const auto dw_a = g16[0].to_vector(), dw_b = g32[0].to_vector();
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) {
+      double m = 0;
+      for (int r = 0; r < batch; ++r)
+        m += std::fabs(dys[r * out + o] * xs[r * in + i]);
+      compare(dw_a[o * in + i], dw_b[o * in + i], m, batch);
+    }
+  CHECK(wrong == 0);
+  CHECK(differ > 0);                                  // it did compute in bf16
+  CHECK(g16[1].to_vector() == g32[1].to_vector());  // the bias's gradient: fp32 alike
+}
+
+TEST_CASE("the split backward in bf16 computes what the whole one does") {
+  if (!kernels::cpu::onednn_has_bf16())
+    return;  // the test above says why
+  const int batch = 4, in = 16, out = 5;
+  auto math = create_layer(linear_config(out));
+  math->bind(kernels::device_type::cpu);
+  const auto x = filled(test::random_floats(batch * in, 5), {batch, in});
+  const auto dy = filled(test::random_floats(batch * out, 6), {batch, out});
+  const std::vector<tensor> params{rounded(filled(test::random_floats(out * in, 7), {out, in})),
+                                   filled(test::random_floats(out, 8), {out})};
+  layer_context context;
+  std::vector<tensor> saved;
+  math->forward(context, params, x, tensor::zeros({batch, out}), saved);
+  auto dx = tensor::zeros({batch, in}), dx_split = tensor::zeros({batch, in});
+  std::vector<tensor> g{tensor::zeros({out, in}), tensor::zeros({out})};
+  std::vector<tensor> g_split{tensor::zeros({out, in}), tensor::zeros({out})};
+  math->backward(context, params, saved, dy, &dx, g, false);
+  math->backward_input(context, params, saved, dy, dx_split);
+  math->backward_weight(context, params, saved, dy, g_split, false);
+  CHECK(dx.to_vector() == dx_split.to_vector());
+  CHECK(g[0].to_vector() == g_split[0].to_vector());
+  CHECK(g[1].to_vector() == g_split[1].to_vector());
+}
+
+TEST_CASE("[run] precision resolves by the CPU, and refuses bf16 where it is not native") {
+  const source_position at{"t.toml", 9, 13};
+  const cpu_bf16_support amx{true, "avx512_core_amx"}, avx2{false, "avx2"};
+  CHECK(resolve_precision("fp32", "[run] precision", at, avx2) == numeric_precision::fp32);
+  CHECK(resolve_precision("bf16", "[run] precision", at, amx) == numeric_precision::bf16);
+  CHECK(resolve_precision("auto", "[run] precision", at, amx) == numeric_precision::bf16);
+  CHECK(resolve_precision("auto", "[run] precision", at, avx2) == numeric_precision::fp32);
+  try {
+    resolve_precision("bf16", "[run] precision", at, avx2);
+    FAIL("bf16 without native bf16 was accepted");
+  } catch (const config_error& e) {
+    const std::string message = e.what();
+    CHECK(e.where().line == 9);
+    CHECK(message.find("AVX512-BF16 or AMX") != std::string::npos);
+    CHECK(message.find("avx2") != std::string::npos);
+  }
+}
+
+TEST_CASE("a layer's own precision is fp32 or bf16, and bf16 only where the layer computes it") {
+  const cpu_bf16_support amx{true, "avx512_core_amx"};
+  auto with = [](layer_config c, setting_value v) {
+    c.settings["precision"] = std::move(v);
+    return c;
+  };
+  const setting_value fp32{std::string{"fp32"}, {"test.toml", 5, 13}};
+  const setting_value bf16{std::string{"bf16"}, {"test.toml", 5, 13}};
+  CHECK(!layer_precision(linear_config(3).settings, amx));
+  CHECK(layer_precision(with(linear_config(3), fp32).settings, amx) == numeric_precision::fp32);
+  CHECK(layer_precision(with(linear_config(3), bf16).settings, amx) == numeric_precision::bf16);
+  // The layer itself never sees the key (it would refuse an unknown setting).
+  CHECK(create_layer(with(linear_config(3), fp32)) != nullptr);
+  for (const setting_value& bad : {setting_value{std::string{"auto"}, {"test.toml", 5, 13}},
+                                   setting_value{std::string{"half"}, {"test.toml", 5, 13}},
+                                   setting_value{std::int64_t{16}, {"test.toml", 5, 13}}})
+    CHECK_THROWS_AS(layer_precision(with(linear_config(3), bad).settings, amx), config_error);
+  if (kernels::cpu::onednn_has_bf16()) {
+    layer_config relu;
+    relu.type = "relu";
+    CHECK_THROWS_WITH_AS(create_layer(with(relu, bf16)),
+                         doctest::Contains("computes in fp32 only"), config_error);
+  }
+}
