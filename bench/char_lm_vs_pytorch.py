@@ -37,6 +37,7 @@ PYTORCH = r"""
 import json, math, os, sys, time, torch
 torch.set_num_threads(1)
 torch.manual_seed(1)
+AUTOCAST = os.environ.get("TROUPE_BENCH_PRECISION") == "bf16"  # --precision bf16
 batch, steps = int(sys.argv[1]), int(sys.argv[2])
 out = sys.argv[4] if len(sys.argv) > 4 else None
 T, D, H, F = 64, 64, 4, 256
@@ -126,7 +127,8 @@ for step in range(steps):
         order = torch.randperm(x_all.shape[0])
     idx = order[(step % per_epoch) * batch:(step % per_epoch + 1) * batch]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x_all[idx]).reshape(-1, V), y_all[idx].reshape(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST):
+        loss = loss_fn(model(x_all[idx]).reshape(-1, V), y_all[idx].reshape(-1))
     loss.backward()
     opt.step()
     schedule.step()

@@ -45,7 +45,8 @@ for step in range(steps):
     idx = order[(step % per_epoch) * batch:(step % per_epoch + 1) * batch]
     x, y = x_all[idx], y_all[idx]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST):
+        loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
     loss.item()  # what troupe reports per step

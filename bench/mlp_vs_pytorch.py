@@ -57,6 +57,8 @@ TORCH_PROLOGUE = r"""
 import gzip, os, sys, time, numpy as np, torch
 torch.set_num_threads(1)
 torch.manual_seed(1)
+# --precision bf16: the forward under PyTorch's mixed precision (run_pytorch sets it)
+AUTOCAST = os.environ.get("TROUPE_BENCH_PRECISION") == "bf16"
 def load(data):
     with gzip.open(data + "/train-images-idx3-ubyte.gz") as f:
         images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
@@ -83,7 +85,8 @@ for step in range(steps):
     idx = order[(step % per_epoch) * batch:(step % per_epoch + 1) * batch]
     x, y = x_all[idx], y_all[idx]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST):
+        loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
     loss.item()  # what troupe reports per step
@@ -105,12 +108,14 @@ def run_troupe(binary, config_text, name, core, workdir):
     return done["samples_per_s"]
 
 
-def run_pytorch(script, batch, steps, core):
-    """Runs a PyTorch `script` (argv: batch, steps, data) pinned to `core`; its samples/s."""
+def run_pytorch(script, batch, steps, core, precision="fp32"):
+    """Runs a PyTorch `script` (argv: batch, steps, data) pinned to `core`, its forward under
+    torch.autocast when `precision` is bf16; its samples/s."""
     out = subprocess.run(["taskset", "-c", str(core), "/usr/bin/python3", "-c", script,
                           str(batch), str(steps), DATA],
                          check=True, capture_output=True, text=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+                         env=dict(os.environ, OMP_NUM_THREADS="1",
+                                  TROUPE_BENCH_PRECISION=precision))
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -128,38 +133,47 @@ def side_by_side(description, title, troupe_config, pytorch_script, default_batc
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
     parser.add_argument("--cpu-gemm", default="auto",
                         help="troupe's [run] cpu_gemm, or several (openblas,onednn): a run each")
+    parser.add_argument("--precision", default="fp32",
+                        help="fp32, bf16 or both (fp32,bf16): troupe's [run] precision, and "
+                             "PyTorch in fp32 or under torch.autocast(bfloat16)")
     args = parser.parse_args()
     if not os.path.exists(args.binary):
         sys.exit(f"no troupe binary at {args.binary}: run scripts/build.sh first")
-    libraries = args.cpu_gemm.split(",")
+    variants = [(library, precision) for precision in args.precision.split(",")
+                for library in args.cpu_gemm.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for batch in [int(b) for b in args.batches.split(",")]:
             steps = max(20, args.samples // batch)
-            troupe_rates = {library: [] for library in libraries}
-            torch_rates = []
+            troupe_rates = {variant: [] for variant in variants}
+            torch_rates = {precision: [] for precision in args.precision.split(",")}
             for r in range(args.repeats):
-                for library in libraries:
+                for library, precision in variants:
                     config = troupe_config(batch, steps).replace(
-                        "[run]\n", f'[run]\ncpu_gemm = "{library}"\n', 1)
-                    troupe_rates[library].append(run_troupe(
+                        "[run]\n", f'[run]\ncpu_gemm = "{library}"\nprecision = "{precision}"\n',
+                        1)
+                    troupe_rates[(library, precision)].append(run_troupe(
                         args.binary, config, f"bench_b{batch}", args.core, workdir))
-                torch_rates.append(run_pytorch(pytorch_script, batch, steps, args.core))
-                mine = ", ".join(f"troupe ({library}) {troupe_rates[library][-1]:.0f}"
-                                 for library in libraries)
-                print(f"batch {batch} run {r + 1}: {mine}, pytorch {torch_rates[-1]:.0f} "
-                      f"samples/s", file=sys.stderr)
-            for library in libraries:
-                ratios = [a / b for a, b in zip(troupe_rates[library], torch_rates)]
-                rows.append((batch, steps, library, statistics.median(troupe_rates[library]),
-                             statistics.median(torch_rates), statistics.median(ratios),
-                             min(ratios), max(ratios)))
-    print(f"\n{title}, one core (taskset -c {args.core}), {args.repeats} runs each, medians")
-    print(f"{'batch':>6} {'steps':>6} {'cpu_gemm':>9} {'troupe samples/s':>17} "
+                for precision in torch_rates:
+                    torch_rates[precision].append(
+                        run_pytorch(pytorch_script, batch, steps, args.core, precision))
+                mine = ", ".join(f"troupe ({library}, {precision}) {rates[-1]:.0f}"
+                                 for (library, precision), rates in troupe_rates.items())
+                theirs = ", ".join(f"pytorch ({precision}) {rates[-1]:.0f}"
+                                   for precision, rates in torch_rates.items())
+                print(f"batch {batch} run {r + 1}: {mine}, {theirs} samples/s", file=sys.stderr)
+            for (library, precision), rates in troupe_rates.items():
+                ratios = [a / b for a, b in zip(rates, torch_rates[precision])]
+                rows.append((batch, steps, library, precision, statistics.median(rates),
+                             statistics.median(torch_rates[precision]),
+                             statistics.median(ratios), min(ratios), max(ratios)))
+    print(f"\n{title}, one core (taskset -c {args.core}), {args.repeats} runs each, medians; "
+          f"PyTorch bf16 = torch.autocast")
+    print(f"{'batch':>6} {'steps':>6} {'cpu_gemm':>9} {'precision':>9} {'troupe samples/s':>17} "
           f"{'pytorch samples/s':>18} {'ratio':>6} {'(min-max)':>12}")
-    for batch, steps, library, t, p, ratio, lo, hi in rows:
-        print(f"{batch:>6} {steps:>6} {library:>9} {t:>17.0f} {p:>18.0f} {ratio:>6.2f} "
-              f"{f'({lo:.2f}-{hi:.2f})':>12}")
+    for batch, steps, library, precision, t, p, ratio, lo, hi in rows:
+        print(f"{batch:>6} {steps:>6} {library:>9} {precision:>9} {t:>17.0f} {p:>18.0f} "
+              f"{ratio:>6.2f} {f'({lo:.2f}-{hi:.2f})':>12}")
 
 
 def curves_arguments(description, length, default):

@@ -55,7 +55,6 @@ class linear final : public layer {
     bias_add_ = kernels::lookup<kernels::ops::bias_add>(type);
     bias_grad_ = kernels::lookup<kernels::ops::bias_grad>(type);
     gemm_bf16_ = kernels::lookup<kernels::ops::gemm_bf16>(type);
-    to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(type);
   }
 
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
@@ -64,7 +63,7 @@ class linear final : public layer {
     const auto batch = static_cast<int>(x.numel() / in);  // rows: samples x positions
     const auto out = static_cast<int>(out_);
     if (params[0].type() == dtype::bf16) {
-      const tensor x16 = rounded(context, x);  // (b, in) bf16
+      const tensor x16 = rounded_to_bf16(context, x);  // (b, in) bf16
       // y (b, out) = x (b, in) * W^T (in, out), bf16 products accumulated in f32
       gemm_bf16_(context.kernels, false, true, batch, out, in, 1.0f, x16.bf16(), in,
                  params[0].bf16(), in, 0.0f, y.f32(), out);
@@ -85,7 +84,7 @@ class linear final : public layer {
                 const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                 std::vector<tensor>& grads, bool accumulate) const override {
     if (params[0].type() == dtype::bf16) {
-      const tensor dy16 = rounded(context, dy);  // once for both products
+      const tensor dy16 = rounded_to_bf16(context, dy);  // once for both products
       weight_gradient(context, saved.at(0), dy, dy16, grads, accumulate);
       if (dx != nullptr)
         input_gradient(context, params, dy16, *dx);
@@ -101,16 +100,16 @@ class linear final : public layer {
   void backward_input(const layer_context& context, const std::vector<tensor>& params,
                       const std::vector<tensor>&, const tensor& dy,
                       const tensor& dx) const override {
-    input_gradient(context, params, params[0].type() == dtype::bf16 ? rounded(context, dy) : dy,
-                   dx);
+    const bool bf16 = params[0].type() == dtype::bf16;
+    input_gradient(context, params, bf16 ? rounded_to_bf16(context, dy) : dy, dx);
   }
 
   void backward_weight(const layer_context& context, const std::vector<tensor>&,
                        const std::vector<tensor>& saved, const tensor& dy,
                        std::vector<tensor>& grads, bool accumulate) const override {
     const tensor& x = saved.at(0);
-    weight_gradient(context, x, dy, x.type() == dtype::bf16 ? rounded(context, dy) : dy, grads,
-                    accumulate);
+    const bool bf16 = x.type() == dtype::bf16;
+    weight_gradient(context, x, dy, bf16 ? rounded_to_bf16(context, dy) : dy, grads, accumulate);
   }
 
   // dx (b, in) = dy (b, out) * W (out, in); `dy_in` is dy in W's type (f32 or bf16).
@@ -145,13 +144,6 @@ class linear final : public layer {
       bias_grad_(context.kernels, batch, out, dy.f32(), beta, grads[1].f32());
   }
 
-  // `t` rounded to bf16, in a tensor of its own on the layer's device.
-  tensor rounded(const layer_context& context, const tensor& t) const {
-    tensor out = tensor::empty(t.shape(), dtype::bf16, context.device);
-    to_bf16_(context.kernels, t.numel(), t.f32(), out.bf16());
-    return out;
-  }
-
   double cost(const shape_t& input) const override {
     // Three GEMMs of 2 * in * out flops per row (forward, dW, dx).
     return 6.0 * static_cast<double>(element_count(input)) * static_cast<double>(out_);
@@ -166,7 +158,6 @@ class linear final : public layer {
   kernels::ops::bias_add::function bias_add_ = nullptr;
   kernels::ops::bias_grad::function bias_grad_ = nullptr;
   kernels::ops::gemm_bf16::function gemm_bf16_ = nullptr;
-  kernels::ops::to_bf16::function to_bf16_ = nullptr;
 };
 
 }  // namespace

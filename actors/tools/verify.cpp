@@ -46,13 +46,14 @@ run_config single_device_form(const run_config& config) {
 // order, so their fp32 results differ in the last bits. But a bf16 run then rounds those
 // results to bf16 as the next layer's input: an element within that difference of a
 // rounding boundary rounds to the neighbouring bf16 value in one run and not the other, a
-// jump of one bf16 unit (2^-8 of it) instead of one float unit (2^-23). Adam makes every
-// such gradient difference a difference of the step. Measured over 20 steps, wiring against
+// jump of one bf16 unit in the last place (bf16 keeps 8 significant bits: 2^-8 to 2^-7 of
+// the value) instead of one float unit (2^-23). Adam makes every such gradient difference a
+// difference of the step. Measured over 20 steps, wiring against
 // one device, both in bf16 (2026-12-06, Intel Xeon VM with AMX): the shipped MLP wirings
 // 0 to 2.4e-7 (the layers' inputs rounded alike), config/char_lm_dp2.toml 4.7e-4 (AdamW,
 // inputs to every linear layer rounded). So a bf16 config is held to 2^-8 = 3.9e-3 of each
-// tensor's largest value: 8x the worst measured, one bf16 unit, the most a rounding flip
-// moves what it touches; a mistake in the wiring (a lost or doubled micro-batch, a stale
+// tensor's largest value: 8x the worst measured, bf16's unit roundoff (half a unit in its
+// last place, relative); a mistake in the wiring (a lost or doubled micro-batch, a stale
 // version) changes gradients by whole parts of themselves, not by their last bf16 place.
 double default_tolerance(const run_config& config) {
   return config.run.precision == numeric_precision::bf16 ? 1.0 / 256 : 1e-5;

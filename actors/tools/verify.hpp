@@ -53,7 +53,7 @@ std::vector<std::vector<std::vector<float>>> parameters_in_checkpoint(const run_
                                                                       const std::string& root);
 
 /// The tolerance verify holds a config to when none is given: 1e-5 (float summation order,
-/// DESIGN.md "Equivalence"), or one bf16 unit in the last place, 2^-8, for a config in bf16
+/// DESIGN.md "Equivalence"), or bf16's unit roundoff, 2^-8, for a config in bf16
 /// (Note [verify's tolerance in bf16] in verify.cpp).
 double default_tolerance(const run_config& config);
 

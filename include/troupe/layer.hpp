@@ -166,6 +166,10 @@ class layer {
   virtual double cost(const shape_t& input) const;
 };
 
+/// `t` (f32) rounded to bf16 in a new tensor on the layer's device (ops::to_bf16): what a
+/// layer computing in bf16 does to its inputs and incoming gradients.
+tensor rounded_to_bf16(const layer_context& context, const tensor& t);
+
 using layer_factory = std::function<std::unique_ptr<layer>(layer_settings&)>;
 
 /// Registers a layer type. A name registered twice throws.

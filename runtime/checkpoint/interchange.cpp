@@ -12,6 +12,7 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 namespace {
@@ -119,15 +120,29 @@ checkpoint_parameters read_checkpoint_parameters(const std::string& checkpoint) 
   return out;
 }
 
-exported_weights export_weights(const std::string& checkpoint, const std::string& output) {
+exported_weights export_weights(const std::string& checkpoint, const std::string& output,
+                                dtype type) {
+  TROUPE_CHECK(type == dtype::f32 || type == dtype::bf16,
+               "export_weights writes f32 or bf16, not " << to_string(type));
   check_output_path(output, find_checkpoint(checkpoint).path);
   const auto read = read_checkpoint_parameters(checkpoint);
   exported_weights out;
   out.checkpoint = read.checkpoint;
   out.step = read.step;
   std::vector<safetensors_tensor_ref> refs;
+  // bf16: each fp32 master rounded to nearest, ties to even (ops::to_bf16, as PyTorch's
+  // .to(torch.bfloat16)).
+  std::vector<std::vector<std::uint16_t>> rounded;
+  const auto round = kernels::lookup<kernels::ops::to_bf16>(kernels::device_type::cpu);
   for (const auto& p : read.parameters) {
-    refs.push_back({p.name, safetensors_dtype::f32, p.shape, p.values.data()});
+    if (type == dtype::bf16) {
+      rounded.emplace_back(p.values.size());
+      round(kernels::context{}, static_cast<std::int64_t>(p.values.size()), p.values.data(),
+            rounded.back().data());
+      refs.push_back({p.name, safetensors_dtype::bf16, p.shape, rounded.back().data()});
+    } else {
+      refs.push_back({p.name, safetensors_dtype::f32, p.shape, p.values.data()});
+    }
     out.tensors.push_back(p.name);
     out.values += element_count(p.shape);
   }
@@ -216,9 +231,9 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
       const auto& entry = *file.find(name);
       const auto where = what + "the weights file " + quote_user_path(path) + ": tensor " +
                          quote_user_path(name) + " ";
-      if (entry.dtype != safetensors_dtype::f32)
+      if (entry.dtype != safetensors_dtype::f32 && entry.dtype != safetensors_dtype::bf16)
         throw data_error(where + "is " + to_string(entry.dtype) +
-                         "; expected F32 (in PyTorch: {k: v.float() for k, v in "
+                         "; expected F32 or BF16 (in PyTorch: {k: v.float() for k, v in "
                          "model.state_dict().items()})");
       if (entry.shape != p.shape) {
         const bool transposed = entry.shape.size() == 2 && p.shape.size() == 2 &&
@@ -230,7 +245,7 @@ run_start weights_from(const std::string& path, const std::vector<model_layer>& 
                                        "torch.nn.Linear's)"
                                      : ""));
       }
-      out[p.name] = file.values<float>(name);
+      out[p.name] = file.floats(name);  // BF16 widened exactly
     }
   }
   return start;

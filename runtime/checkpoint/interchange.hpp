@@ -61,12 +61,15 @@ checkpoint_parameters read_checkpoint_parameters(const std::string& checkpoint);
 /// optimizer state. The checkpoint is verified first (sizes, CRC-32s, tensors listed).
 /// Throws data_error (exit 2): a missing path, no complete checkpoint, a damaged one, a
 /// parameter missing from the shards, an output that is a directory, lies in the
-/// checkpoint, or cannot be written.
-exported_weights export_weights(const std::string& checkpoint, const std::string& output);
+/// checkpoint, or cannot be written. `type` f32 writes the masters as they are; bf16 each
+/// rounded to bfloat16 (half the bytes; what a bf16 run computed with).
+exported_weights export_weights(const std::string& checkpoint, const std::string& output,
+                                dtype type = dtype::f32);
 
 /// The start of a run from the weights in the safetensors file `path` ([model] init_from):
 /// step 0, every parameter of `model` and nothing else. The file must hold exactly the
-/// model's parameters ("<layer index>.<param>"), each F32 and of the model's shape.
+/// model's parameters ("<layer index>.<param>"), each F32 or BF16 (widened exactly) and of
+/// the model's shape.
 /// Throws data_error (exit 2) naming the file and, for a mismatch, the tensors that are
 /// missing (with the shape expected), extra, of another dtype or of another shape.
 run_start weights_from(const std::string& path, const std::vector<model_layer>& model);

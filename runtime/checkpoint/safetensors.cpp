@@ -34,6 +34,8 @@ std::size_t size_of(safetensors_dtype type) {
     case safetensors_dtype::f64:
     case safetensors_dtype::i64:
       return 8;
+    case safetensors_dtype::bf16:
+      return 2;
   }
   return 0;
 }
@@ -48,13 +50,15 @@ const char* to_string(safetensors_dtype type) {
       return "I32";
     case safetensors_dtype::i64:
       return "I64";
+    case safetensors_dtype::bf16:
+      return "BF16";
   }
   return "?";
 }
 
 std::optional<safetensors_dtype> safetensors_dtype_named(const std::string& name) {
   for (auto type : {safetensors_dtype::f32, safetensors_dtype::f64, safetensors_dtype::i32,
-                    safetensors_dtype::i64})
+                    safetensors_dtype::i64, safetensors_dtype::bf16})
     if (name == to_string(type))
       return type;
   return std::nullopt;
@@ -67,7 +71,7 @@ safetensors_dtype to_safetensors_dtype(dtype type) {
     case dtype::i32:
       return safetensors_dtype::i32;
     case dtype::bf16:
-      break;  // checkpoints hold the fp32 masters
+      return safetensors_dtype::bf16;
   }
   TROUPE_CHECK(false, "dtype " << static_cast<int>(type) << " has no safetensors name");
 }
@@ -224,7 +228,7 @@ safetensors_entry parse_entry(const std::string& name, const nlohmann::json& val
   const auto known = safetensors_dtype_named(type.get<std::string>());
   if (!known)
     refuse(source, label + ": dtype " + quote_user_text(type.get<std::string>()) +
-                       " is not one troupe reads; expected F32, F64, I32 or I64");
+                       " is not one troupe reads; expected F32, F64, I32, I64 or BF16");
   entry.dtype = *known;
 
   const auto& shape = value["shape"];
@@ -466,6 +470,22 @@ const std::uint8_t* safetensors_file::data(const safetensors_entry& entry) const
   TROUPE_CHECK(data_start_ + entry.begin + entry.bytes <= bytes_.size(),
                "tensor '" << entry.name << "' is not an entry of '" << source_ << "'");
   return bytes_.data() + data_start_ + entry.begin;
+}
+
+std::vector<float> safetensors_file::floats(const std::string& name) const {
+  const auto& entry = at(name);
+  if (entry.dtype != safetensors_dtype::bf16)
+    return values<float>(name);  // checks for F32
+  std::vector<float> out(static_cast<std::size_t>(entry.bytes / 2));
+  const std::uint8_t* bytes = data(entry);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    // A bfloat16 is the top half of a float32 (little-endian, as the format is).
+    const std::uint32_t bits =
+        (static_cast<std::uint32_t>(bytes[2 * i]) | static_cast<std::uint32_t>(bytes[2 * i + 1]) << 8)
+        << 16;
+    std::memcpy(&out[i], &bits, sizeof bits);
+  }
+  return out;
 }
 
 void safetensors_file::check_dtype(const safetensors_entry& entry, safetensors_dtype wanted) const {

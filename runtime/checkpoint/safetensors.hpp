@@ -37,12 +37,13 @@
 
 namespace troupe {
 
-/// The element types troupe writes and reads in safetensors files.
-enum class safetensors_dtype : std::uint8_t { f32, f64, i32, i64 };
+/// The element types troupe writes and reads in safetensors files (bf16: weights exported
+/// with `troupe export --dtype bf16`, and read by init_from).
+enum class safetensors_dtype : std::uint8_t { f32, f64, i32, i64, bf16 };
 
-/// Bytes per element: 4 or 8.
+/// Bytes per element: 2, 4 or 8.
 std::size_t size_of(safetensors_dtype type);
-/// The format's name for `type`: "F32", "F64", "I32", "I64".
+/// The format's name for `type`: "F32", "F64", "I32", "I64", "BF16".
 const char* to_string(safetensors_dtype type);
 /// The dtype the format calls `name` ("F32", ...), or nothing for a name troupe does not read.
 std::optional<safetensors_dtype> safetensors_dtype_named(const std::string& name);
@@ -116,6 +117,10 @@ class safetensors_file {
   /// std::int32_t, std::int64_t); throws data_error when the file holds another dtype.
   template <typename T>
   std::vector<T> values(const std::string& name) const;
+
+  /// The elements of `name` as floats: an F32 tensor's copied, a BF16 tensor's widened
+  /// (exactly); throws data_error for another dtype.
+  std::vector<float> floats(const std::string& name) const;
 
  private:
   friend safetensors_file parse_safetensors(std::vector<std::uint8_t> bytes,

@@ -16,6 +16,10 @@ npy_array safetensors_array(const std::string& path, const std::string& name) {
     case safetensors_dtype::f64: header.type = npy_type::f64; break;
     case safetensors_dtype::i32: header.type = npy_type::i32; break;
     case safetensors_dtype::i64: header.type = npy_type::i64; break;
+    case safetensors_dtype::bf16:
+      throw data_error(quote_user_text(path, limits::max_quoted_path_length) + " tensor " +
+                       quote_user_text(name) +
+                       " is BF16; data is read as F32, F64, I32 or I64 (in PyTorch: .float())");
   }
   header.item_bytes = static_cast<std::int64_t>(size_of(entry.dtype));
   header.shape.assign(entry.shape.begin(), entry.shape.end());

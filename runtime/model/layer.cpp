@@ -11,6 +11,7 @@
 #include "runtime/base/name_registry.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/config/precision.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 
@@ -119,6 +120,13 @@ void layer::backward_weight(const layer_context&, const std::vector<tensor>&,
                             const std::vector<tensor>&, const tensor&, std::vector<tensor>&,
                             bool) const {
   throw std::logic_error("layer '" + type() + "' does not split its backward");
+}
+
+tensor rounded_to_bf16(const layer_context& context, const tensor& t) {
+  const auto round = kernels::lookup<kernels::ops::to_bf16>(context.device.type);
+  tensor out = tensor::empty(t.shape(), dtype::bf16, context.device);
+  round(context.kernels, t.numel(), t.f32(), out.bf16());
+  return out;
 }
 
 // ---- registry ----

@@ -121,6 +121,43 @@ x = torch.ones(2, 5)
 print('OK', list(model(x).shape))
 )";
 
+// The same for `export --dtype bf16`: each tensor must be, bit for bit, PyTorch's own rounding
+// of the fp32 value (.to(torch.bfloat16)), and the file must load into a bf16 Sequential.
+const char* load_bf16_in_torch = R"(
+import json, struct, sys, torch
+with open(sys.argv[1], 'rb') as f:
+    n, = struct.unpack('<Q', f.read(8))
+    header = json.loads(f.read(n))
+    data = f.read()
+header.pop('__metadata__', None)
+state = {}
+for name, t in header.items():
+    assert t['dtype'] == 'BF16', t
+    begin, end = t['data_offsets']
+    bits = struct.unpack('<%dh' % ((end - begin) // 2), data[begin:end])
+    state[name] = torch.tensor(bits, dtype=torch.int16).view(torch.bfloat16).reshape(t['shape'])
+model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+model = model.to(torch.bfloat16)
+model.load_state_dict(state, strict=True)
+for tensor, (name, p) in enumerate(model.state_dict().items(), start=1):
+    expected = ((1000 * tensor + torch.arange(p.numel(), dtype=torch.float32)) / 4).to(torch.bfloat16)
+    assert torch.equal(p.flatten().view(torch.int16), expected.view(torch.int16)), (name, p, expected)
+print('OK bf16')
+)";
+
+// Runs a Python script with the file's path; its output and exit code.
+testing::command_result run_python(const std::string& script, const std::string& file) {
+  testing::command_result python;
+  FILE* pipe = popen(("/usr/bin/python3 " + script + " " + file + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0)
+    python.output.append(buffer, n);
+  python.exit_code = pclose(pipe);
+  return python;
+}
+
 }  // namespace
 
 TEST_CASE("PyTorch loads troupe export's file with load_state_dict(strict=True)") {
@@ -134,20 +171,28 @@ TEST_CASE("PyTorch loads troupe export's file with load_state_dict(strict=True)"
   CHECK(r.output.find("(step 3)") != std::string::npos);
   if (!have_torch())
     return;
-  const auto script = root.write("load.py", load_in_torch);
-  testing::command_result python;
-  {
-    FILE* pipe = popen(("/usr/bin/python3 " + script + " " + output + " 2>&1").c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    char buffer[4096];
-    std::size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0)
-      python.output.append(buffer, n);
-    python.exit_code = pclose(pipe);
-  }
+  const auto python = run_python(root.write("load.py", load_in_torch), output);
   INFO(python.output);
   CHECK(python.exit_code == 0);
   CHECK(python.output.find("OK [2, 3]") != std::string::npos);
+}
+
+TEST_CASE("export --dtype bf16 rounds each parameter as PyTorch's .to(torch.bfloat16) does") {
+  const temp_directory root{"troupe-export"};
+  const auto checkpoint = write_checkpoint(root);
+  const auto output = root / "model-bf16.safetensors";
+  auto r = run_troupe("export " + checkpoint + " -o " + output + " --dtype bf16");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  r = run_troupe("export " + checkpoint + " -o " + output + " --dtype fp16");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("--dtype must be fp32 or bf16, got 'fp16'") != std::string::npos);
+  if (!have_torch())
+    return;
+  const auto python = run_python(root.write("load_bf16.py", load_bf16_in_torch), output);
+  INFO(python.output);
+  CHECK(python.exit_code == 0);
+  CHECK(python.output.find("OK bf16") != std::string::npos);
 }
 
 TEST_CASE("troupe export refuses bad input with exit code 2 and says what is wrong") {

@@ -36,10 +36,11 @@ tensor rounded(const tensor& t) {
 }
 
 // Each output of a product of rounded operands is within (2 u_b + u_b^2) sum |a| |b| of the
-// fp32 product (each operand carries a relative error of at most u_b = 2^-9, bf16's unit
-// roundoff), plus both products' fp32 summation, (k + 2) 2^-24 sum |a| |b| each.
+// fp32 product (each operand carries a relative error of at most u_b = 2^-8, bf16's unit
+// roundoff: 8 significant bits), plus both products' fp32 summation, (k + 2) 2^-24
+// sum |a| |b| each.
 double allowed(double magnitude, int k) {
-  const double u_b = std::ldexp(1.0, -9), u = std::ldexp(1.0, -24);
+  const double u_b = std::ldexp(1.0, -8), u = std::ldexp(1.0, -24);
   return (2 * u_b + u_b * u_b + 2 * (k + 2) * u) * magnitude + 1e-30;
 }
 
@@ -173,4 +174,63 @@ TEST_CASE("a layer's own precision is fp32 or bf16, and bf16 only where the laye
     CHECK_THROWS_WITH_AS(create_layer(with(relu, bf16)),
                          doctest::Contains("computes in fp32 only"), config_error);
   }
+}
+
+TEST_CASE("conv2d with a bf16 weight computes y, dx and dW within bf16's rounding of fp32's") {
+  if (!kernels::cpu::onednn_has_bf16())
+    return;  // the linear test above says why
+  layer_config c;
+  c.type = "conv2d";
+  c.settings["out"] = setting_value{std::int64_t{3}, {"test.toml", 4, 7}};
+  c.settings["kernel"] = setting_value{std::int64_t{3}, {"test.toml", 5, 7}};
+  c.settings["padding"] = setting_value{std::int64_t{1}, {"test.toml", 6, 7}};
+  auto math = create_layer(c);
+  math->bind(kernels::device_type::cpu);
+  CHECK(math->bf16_parameters() == std::vector<std::string>{"weight"});
+  const int batch = 2, channels = 2, side = 6, out = 3, depth = channels * 9;
+  auto values = [](int count, std::uint32_t seed) { return test::random_floats(count, seed); };
+  const auto xs = values(batch * channels * side * side, 11), ws = values(out * depth, 12);
+  const auto dys = values(batch * out * side * side, 13);
+  auto absolute = [](std::vector<float> v) {
+    for (auto& e : v)
+      e = std::fabs(e);
+    return v;
+  };
+  const shape_t x_shape{batch, channels, side, side}, y_shape{batch, out, side, side};
+  const shape_t w_shape{out, channels, 3, 3};
+  layer_context context;
+  // One pass of the fp32 layer: y, dx and dW of the given operands.
+  struct pass {
+    std::vector<float> y, dx, dw;
+  };
+  auto run = [&](const std::vector<tensor>& params, const tensor& x, const tensor& dy) {
+    std::vector<tensor> saved;
+    const auto y = tensor::zeros(y_shape);
+    math->forward(context, params, x, y, saved);
+    auto dx = tensor::zeros(x_shape);
+    std::vector<tensor> grads{tensor::zeros(w_shape), tensor::zeros({out})};
+    math->backward(context, params, saved, dy, &dx, grads, false);
+    return pass{y.to_vector(), dx.to_vector(), grads[0].to_vector()};
+  };
+  const auto x = filled(xs, x_shape), dy = filled(dys, y_shape), w = filled(ws, w_shape);
+  const auto zero_bias = tensor::zeros({out});
+  const auto fp32 = run({w, zero_bias}, x, dy);
+  const auto mixed = run({rounded(w), zero_bias}, x, dy);
+  // The fp32 layer on |x|, |W| and |dy| gives every output's sum |a| |b|, the scale of
+  // bf16's rounding error in it (allowed() above).
+  const auto scale = run({filled(absolute(ws), w_shape), zero_bias}, filled(absolute(xs), x_shape),
+                         filled(absolute(dys), y_shape));
+  int wrong = 0, differ = 0;
+  auto compare = [&](const std::vector<float>& got, const std::vector<float>& want,
+                     const std::vector<float>& magnitude, int k) {
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      wrong += std::fabs(double(got[i]) - want[i]) <= allowed(magnitude[i], k) ? 0 : 1;
+      differ += got[i] != want[i] ? 1 : 0;
+    }
+  };
+  compare(mixed.y, fp32.y, scale.y, depth);
+  compare(mixed.dx, fp32.dx, scale.dx, out * 9);
+  compare(mixed.dw, fp32.dw, scale.dw, batch * side * side);
+  CHECK(wrong == 0);
+  CHECK(differ > 0);
 }

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -223,6 +225,35 @@ TEST_CASE("export writes a checkpoint's parameters whole, with torch's names and
   }
   // And back: the export is a start for the same model.
   CHECK(weights_from(output, small_model()).layers.at(2).at("weight") == values_of(3, 6));
+}
+
+TEST_CASE("export --dtype bf16 writes each master rounded to bf16, which init_from reads back") {
+  const temp_directory root{"troupe-interchange"};
+  write_small_checkpoint(root.string());
+  const auto output = root / "model-bf16.safetensors";
+  const auto exported = export_weights(root.string(), output, dtype::bf16);
+  const auto file = read_safetensors(output);
+  CHECK(exported.file.bytes == read_bytes(output).size());
+  const auto start = weights_from(output, small_model());
+  for (const auto& t : small_state()) {
+    CAPTURE(t.name);
+    const auto& entry = file.at(t.name);
+    CHECK(entry.dtype == safetensors_dtype::bf16);
+    CHECK(entry.bytes == t.values.size() * 2);
+    const auto widened = file.floats(t.name);
+    REQUIRE(widened.size() == t.values.size());
+    for (std::size_t i = 0; i < widened.size(); ++i) {
+      // A bf16 value (16 low zero bits), the nearest to the master: within half a unit of
+      // bf16's last place, at most 2^-8 of the value (bf16 has 8 significant bits).
+      std::uint32_t bits;
+      std::memcpy(&bits, &widened[i], sizeof bits);
+      CHECK((bits & 0xFFFFu) == 0);
+      CHECK(std::fabs(widened[i] - t.values[i]) <= std::ldexp(std::fabs(t.values[i]), -8));
+    }
+    const auto dot = t.name.find('.');
+    const auto layer = std::stoi(t.name.substr(0, dot));
+    CHECK(start.layers.at(layer).at(t.name.substr(dot + 1)) == widened);
+  }
 }
 
 TEST_CASE("a shard's tensor of another shape than its manifest's parameter is refused") {
