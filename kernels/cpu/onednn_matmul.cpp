@@ -88,6 +88,14 @@ void use_one_openmp_thread() {
     reinterpret_cast<set_threads>(symbol)(1);
 }
 
+// Note [oneDNN's own cache]: each thread keeps its primitives (thread_cache), so oneDNN's
+// process-wide primitive cache would only hold second copies. It is turned off when the
+// library loads, on the loading thread, before any device thread exists: oneDNN creates
+// that cache's lock lazily, on first use, and ThreadSanitizer (which does not see inside
+// Debian's uninstrumented libdnnl) reported two device threads' first primitives as a race
+// on it. The C API returns a status rather than throwing, as a static initialiser must.
+const bool onednn_cache_off = dnnl_set_primitive_cache_capacity(0) == dnnl_success;
+
 struct thread_cache {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
