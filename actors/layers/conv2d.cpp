@@ -99,9 +99,10 @@ class conv2d final : public layer {
   void backward(const layer_context& context, const std::vector<tensor>& params,
                 const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                 std::vector<tensor>& grads, bool accumulate) const override {
-    backward_weight(context, params, saved, dy, grads, accumulate);
+    const tensor dy16 = rounded_if_bf16(context, params, dy);  // once for both products
+    weight_gradient(context, saved, dy, dy16, grads, accumulate);
     if (dx != nullptr)
-      backward_input(context, params, saved, dy, *dx);
+      input_gradient(context, params, saved, dy, dy16, *dx);
   }
 
   bool splits_backward() const override { return true; }
@@ -109,10 +110,37 @@ class conv2d final : public layer {
   void backward_input(const layer_context& context, const std::vector<tensor>& params,
                       const std::vector<tensor>& saved, const tensor& dy,
                       const tensor& dx) const override {
+    input_gradient(context, params, saved, dy, rounded_if_bf16(context, params, dy), dx);
+  }
+
+  void backward_weight(const layer_context& context, const std::vector<tensor>& params,
+                       const std::vector<tensor>& saved, const tensor& dy,
+                       std::vector<tensor>& grads, bool accumulate) const override {
+    weight_gradient(context, saved, dy, rounded_if_bf16(context, params, dy), grads, accumulate);
+  }
+
+  double cost(const shape_t& input) const override {
+    // Three GEMMs (forward, dW, dcols) of 2 * out * C k k * OH OW flops each.
+    const auto w = make_window("conv2d", where_, window_, input);
+    return 6.0 * static_cast<double>(out_) * static_cast<double>(input.at(0)) *
+           static_cast<double>(window_.kernel * window_.kernel) *
+           static_cast<double>(w.out_h()) * static_cast<double>(w.out_w());
+  }
+
+ private:
+  // dy rounded to bf16 when the weight is bf16 (a bf16 run), else undefined.
+  static tensor rounded_if_bf16(const layer_context& context, const std::vector<tensor>& params,
+                                const tensor& dy) {
+    return params[0].type() == dtype::bf16 ? rounded_to_bf16(context, dy) : tensor{};
+  }
+
+  // dx from dy (dy16: dy in bf16, in a bf16 run).
+  void input_gradient(const layer_context& context, const std::vector<tensor>& params,
+                      const std::vector<tensor>& saved, const tensor& dy, const tensor& dy16,
+                      const tensor& dx) const {
     const auto g = geometry_of(saved.at(0));
     const tensor dcols = sample_buffer(context, g);
-    const bool bf16 = params[0].type() == dtype::bf16;
-    const tensor dy16 = bf16 ? rounded_to_bf16(context, dy) : tensor{};
+    const bool bf16 = dy16.defined();
     for (int n = 0; n < g.batch; ++n) {
       // dcols (C k k, OH OW) = W^T (C k k, out) * dy_n (out, OH OW)
       if (bf16)
@@ -126,15 +154,15 @@ class conv2d final : public layer {
     }
   }
 
-  void backward_weight(const layer_context& context, const std::vector<tensor>& params,
-                       const std::vector<tensor>& saved, const tensor& dy,
-                       std::vector<tensor>& grads, bool accumulate) const override {
+  // The parameter gradients from dy (dy16: dy in bf16, in a bf16 run).
+  void weight_gradient(const layer_context& context, const std::vector<tensor>& saved,
+                       const tensor& dy, const tensor& dy16, std::vector<tensor>& grads,
+                       bool accumulate) const {
     const tensor& x = saved.at(0);
     const auto g = geometry_of(x);
-    const bool bf16 = params[0].type() == dtype::bf16;
+    const bool bf16 = dy16.defined();
     const tensor cols = sample_buffer(context, g);
     const tensor cols16 = bf16 ? sample_buffer(context, g, dtype::bf16) : tensor{};
-    const tensor dy16 = bf16 ? rounded_to_bf16(context, dy) : tensor{};
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
     for (int n = 0; n < g.batch; ++n) {
       const float beta = accumulate || n > 0 ? 1.0f : 0.0f;
@@ -157,15 +185,6 @@ class conv2d final : public layer {
     }
   }
 
-  double cost(const shape_t& input) const override {
-    // Three GEMMs (forward, dW, dcols) of 2 * out * C k k * OH OW flops each.
-    const auto w = make_window("conv2d", where_, window_, input);
-    return 6.0 * static_cast<double>(out_) * static_cast<double>(input.at(0)) *
-           static_cast<double>(window_.kernel * window_.kernel) *
-           static_cast<double>(w.out_h()) * static_cast<double>(w.out_w());
-  }
-
- private:
   /// The sizes of one forward or backward call, from its input x (b, C, H, W).
   struct geometry {
     kernels::window2d window;

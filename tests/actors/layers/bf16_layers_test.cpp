@@ -112,25 +112,39 @@ TEST_CASE("linear with a bf16 weight computes y, dx and dW within bf16's roundin
 TEST_CASE("the split backward in bf16 computes what the whole one does") {
   if (!kernels::cpu::onednn_has_bf16())
     return;  // the test above says why
-  const int batch = 4, in = 16, out = 5;
-  auto math = create_layer(linear_config(out));
-  math->bind(kernels::device_type::cpu);
-  const auto x = filled(test::random_floats(batch * in, 5), {batch, in});
-  const auto dy = filled(test::random_floats(batch * out, 6), {batch, out});
-  const std::vector<tensor> params{rounded(filled(test::random_floats(out * in, 7), {out, in})),
-                                   filled(test::random_floats(out, 8), {out})};
-  layer_context context;
-  std::vector<tensor> saved;
-  math->forward(context, params, x, tensor::zeros({batch, out}), saved);
-  auto dx = tensor::zeros({batch, in}), dx_split = tensor::zeros({batch, in});
-  std::vector<tensor> g{tensor::zeros({out, in}), tensor::zeros({out})};
-  std::vector<tensor> g_split{tensor::zeros({out, in}), tensor::zeros({out})};
-  math->backward(context, params, saved, dy, &dx, g, false);
-  math->backward_input(context, params, saved, dy, dx_split);
-  math->backward_weight(context, params, saved, dy, g_split, false);
-  CHECK(dx.to_vector() == dx_split.to_vector());
-  CHECK(g[0].to_vector() == g_split[0].to_vector());
-  CHECK(g[1].to_vector() == g_split[1].to_vector());
+  struct layer_case {
+    layer_config config;
+    shape_t x, y, weight;
+  };
+  layer_config conv;
+  conv.type = "conv2d";
+  conv.settings["out"] = setting_value{std::int64_t{3}, {"test.toml", 4, 7}};
+  conv.settings["kernel"] = setting_value{std::int64_t{3}, {"test.toml", 5, 7}};
+  const std::vector<layer_case> cases{{linear_config(5), {4, 16}, {4, 5}, {5, 16}},
+                                      {conv, {2, 2, 5, 5}, {2, 3, 3, 3}, {3, 2, 3, 3}}};
+  for (const auto& c : cases) {
+    CAPTURE(c.config.type);
+    auto math = create_layer(c.config);
+    math->bind(kernels::device_type::cpu);
+    const auto out = c.weight[0];
+    auto random = [](const shape_t& shape, std::uint32_t seed) {
+      return filled(test::random_floats(std::size_t(element_count(shape)), seed), shape);
+    };
+    const auto x = random(c.x, 5), dy = random(c.y, 6);
+    const std::vector<tensor> params{rounded(random(c.weight, 7)), random({out}, 8)};
+    layer_context context;
+    std::vector<tensor> saved;
+    math->forward(context, params, x, tensor::zeros(c.y), saved);
+    auto dx = tensor::zeros(c.x), dx_split = tensor::zeros(c.x);
+    std::vector<tensor> g{tensor::zeros(c.weight), tensor::zeros({out})};
+    std::vector<tensor> g_split{tensor::zeros(c.weight), tensor::zeros({out})};
+    math->backward(context, params, saved, dy, &dx, g, false);
+    math->backward_input(context, params, saved, dy, dx_split);
+    math->backward_weight(context, params, saved, dy, g_split, false);
+    CHECK(dx.to_vector() == dx_split.to_vector());
+    CHECK(g[0].to_vector() == g_split[0].to_vector());
+    CHECK(g[1].to_vector() == g_split[1].to_vector());
+  }
 }
 
 TEST_CASE("[run] precision resolves by the CPU, and refuses bf16 where it is not native") {
