@@ -95,6 +95,20 @@ TEST_CASE("a safetensors entry of an unknown dtype is refused, naming the ones t
                "BF16"));
 }
 
+TEST_CASE("a BF16 entry is held to two bytes an element, and read back widened exactly") {
+  // Three bf16 values need 6 bytes: 4 or 8 are refused as any dtype's wrong size is.
+  CHECK(contains(refusal(one_tensor(R"("dtype":"BF16","shape":[3],"data_offsets":[0,4])"), 4),
+                 "tensor 'a'"));
+  CHECK(contains(refusal(one_tensor(R"("dtype":"BF16","shape":[3],"data_offsets":[0,8])"), 8),
+                 "tensor 'a'"));
+  // 1.0, -2.0 and 0.15625 as bfloat16 (0x3F80, 0xC000, 0x3E20), little-endian.
+  auto bytes = raw_safetensors(one_tensor(R"("dtype":"BF16","shape":[3],"data_offsets":[0,6])"));
+  bytes.insert(bytes.end(), {0x80, 0x3F, 0x00, 0xC0, 0x20, 0x3E});
+  const auto file = parse_safetensors(std::move(bytes), "ok.st");
+  CHECK(file.floats("a") == std::vector<float>{1.0f, -2.0f, 0.15625f});
+  CHECK_THROWS_AS(file.values<float>("a"), data_error);  // not F32: floats() widens it
+}
+
 TEST_CASE(
     "a safetensors shape with a negative, fractional or huge dimension or rank 9 is refused") {
   CHECK(contains(refusal(one_tensor(R"("dtype":"F32","shape":[2,-1],"data_offsets":[0,0])")),

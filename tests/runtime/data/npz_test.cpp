@@ -113,6 +113,11 @@ TEST_CASE("a safetensors file's tensors read as arrays, named or refused with th
   CHECK(all_rows(split.train) == x);
   CHECK_THROWS_WITH_AS(safetensors_array(dir / "d.safetensors", "x"),
                        doctest::Contains("'features'"), data_error);
+  // BF16 (what `troupe export --dtype bf16` writes) is weights, not data: refused by name.
+  const std::vector<std::uint16_t> halves(4, 0x3F80);
+  write_safetensors(dir / "w.safetensors", {{"w", safetensors_dtype::bf16, {4}, halves.data()}});
+  CHECK_THROWS_WITH_AS(safetensors_array(dir / "w.safetensors", "w"),
+                       doctest::Contains("tensor 'w' is BF16; data is read as F32"), data_error);
   // Float features as class labels: refused naming the tensor.
   const npy_split_arrays swapped{arrays.features, arrays.features};
   CHECK_THROWS_WITH_AS(load_arrays(swapped, nullptr, {}, target_kind::class_ids),
