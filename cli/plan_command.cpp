@@ -34,7 +34,7 @@ exit_code plan_command(const std::vector<std::string>& args) {
   else if (line.values.count("eject"))
     std::cout << format_explicit(prepared.graph, config);
   else {
-    std::cout << format_table(prepared.graph);
+    std::cout << format_table(prepared.graph) << format_fusion(prepared.fusion);
     if (!prepared.plan.splits_evenly()) {  // [parallel] balance
       const auto& rows = prepared.plan.replica_rows;
       std::cout << "\nrows of each step's batch of " << prepared.plan.batch_size

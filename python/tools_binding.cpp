@@ -40,11 +40,14 @@ py::dict plan_of(const config_source& source, const py::object& data) {
                           py::arg("kind") = to_string(w.kind), py::arg("capacity") = w.capacity));
   for (const auto& d : graph.devices)
     devices.append(d.to_string());
-  return py::dict(py::arg("actors") = actors, py::arg("wires") = wires,
+  py::list fused;
+  for (const auto& g : prepared.fusion)
+    fused.append(py::dict(py::arg("name") = g.name(), py::arg("members") = g.members));
+  return py::dict(py::arg("actors") = actors, py::arg("wires") = wires, py::arg("fused") = fused,
                   py::arg("devices") = devices, py::arg("replicas") = graph.replicas,
                   py::arg("stages") = graph.stages, py::arg("microbatches") = graph.microbatches,
                   py::arg("schedule") = to_string(graph.schedule),
-                  py::arg("table") = format_table(graph), py::arg("dot") = format_dot(graph),
+                  py::arg("table") = format_table(graph) + format_fusion(prepared.fusion), py::arg("dot") = format_dot(graph),
                   py::arg("explicit") = format_explicit(graph, config));
 }
 

@@ -465,6 +465,9 @@ session_prepared prepare_session(const run_config& config,
   p.plan.evaluated = p.data->evaluated;
   p.schedule = make_schedule(config.optimizer, p.plan.total_steps);
   p.model = model_layers(p.graph);
+  p.fusion = plan_fusion(
+      p.graph, std::max<std::int64_t>(1, p.plan.batch_size / (p.graph.replicas * p.plan.microbatches)),
+      config.run.fuse_layers);
   // init_from is where a run starts; a resumed run continues from its checkpoint instead
   // (which holds the weights it trained from them), so the same config does both.
   if (!config.model.init_from.empty() && resume.empty()) {  // interchange.hpp

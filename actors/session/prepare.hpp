@@ -17,6 +17,7 @@
 #include "runtime/config/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/data/images.hpp"
+#include "runtime/graph/fusion.hpp"
 #include "runtime/graph/topology.hpp"
 #include "runtime/model/lr_schedule.hpp"
 
@@ -42,6 +43,7 @@ struct session_prepared {
   lr_schedule schedule;
   std::vector<model_layer> model;  // the parameterised layers, for checkpoints
   run_start start;                 // step 0 from the seed, or a checkpoint's
+  std::vector<fusion_group> fusion;  // layers run as one actor (runtime/graph/fusion.hpp)
 };
 
 /// What a session does: train (from the seed, init_from or `resume`), or evaluate the

@@ -122,9 +122,11 @@ class one_process_mode : public run_mode {
   void wire(session_state& s) override {
     s.everyone = s.spawned;
     join_workers(s);
+    std::set<caf::actor> listed;  // a fused group's actor once, by its first member's name
     for (const auto& a : s.graph().actors) {
       const auto& handle = s.everyone.at(a.name);
-      s.trainer_config->actors.emplace_back(a.name, handle);
+      if (listed.insert(handle).second)
+        s.trainer_config->actors.emplace_back(a.name, handle);
       if (a.kind == actor_kind::data_loader)
         s.trainer_config->loader = handle;
       if (a.kind == actor_kind::optimizer)

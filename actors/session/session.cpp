@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "actors/base/actor_kinds.hpp"
 #include "actors/base/batch_rows.hpp"
@@ -126,6 +127,7 @@ class session {
   void start_devices();
   void in_actor_system();
   void spawn();
+  void spawn_actors(spawn_context& context);
   void spawn_trainer();
   void spawn_checkpoint_writer();
   session_result finish(std::exception_ptr escaped);
@@ -244,6 +246,12 @@ void session::start_devices() {
       if (s_.runs_here(a))
         s_.tracks[a.name] = recorder.register_track(
             {a.name, a.kind_name(), a.device.to_string(), a.replica, a.stage, a.layer});
+    for (const auto& g : s_.prepared.fusion) {  // the actor that runs them (Note [fused layers])
+      const auto& first = *s_.graph().find(g.members.front());
+      if (s_.runs_here(first))
+        s_.tracks[g.name()] = recorder.register_track(
+            {g.name(), "fused", first.device.to_string(), first.replica, first.stage, -1});
+    }
     if (s_.needs_batch_assembler())
       s_.tracks[batch_assembler_name(s_.rank)] = recorder.register_track(
           {batch_assembler_name(s_.rank), "batch_assembler", "host", -1, -1, -1});
@@ -378,9 +386,7 @@ void session::spawn() {
                         prepared.plan,   prepared.schedule, prepared.data, prepared.start,
                         s_.checkpoints,  s_.gloo,       s_.sequencers};
   try {
-    for (const auto& a : graph.actors)
-      if (s_.runs_here(a))
-        s_.spawned[a.name] = spawn_actor(a, context);
+    spawn_actors(context);
     if (s_.needs_batch_assembler())
       s_.spawned[batch_assembler_name(s_.rank)] =
           system.spawn<batch_assembler_actor>(s_.rank, prepared.data, s_.devices.get());
@@ -392,10 +398,46 @@ void session::spawn() {
     throw;
   }
   // Every actor handles its messages on its device's thread, the loader too (Note
-  // [the loader on its device] in actors/base/device_scheduler.cpp).
+  // [the loader on its device] in actors/base/device_scheduler.cpp); a fused group's once.
+  std::set<caf::actor> placed;
   for (const auto& a : graph.actors)
-    if (s_.runs_here(a))
+    if (s_.runs_here(a) && placed.insert(s_.spawned.at(a.name)).second)
       device_scheduler::place(system, s_.spawned.at(a.name), s_.devices->at(a.device).work());
+}
+
+// Each actor of the graph that runs here; a fused group's members as one actor, known by
+// each member's name (Note [fused layers] in runtime/graph/fusion.hpp).
+void session::spawn_actors(spawn_context& context) {
+  const auto& graph = s_.graph();
+  std::map<std::string, const fusion_group*> group_of;
+  for (const auto& g : s_.prepared.fusion)
+    for (const auto& m : g.members)
+      group_of[m] = &g;
+  auto track_of = [&](const std::string& name) {
+    auto it = s_.tracks.find(name);
+    return it == s_.tracks.end() ? 0u : it->second;
+  };
+  for (const auto& a : graph.actors) {
+    if (!s_.runs_here(a))
+      continue;
+    auto fused = group_of.find(a.name);
+    if (fused == group_of.end()) {
+      s_.spawned[a.name] = spawn_actor(a, context);
+      continue;
+    }
+    const auto& group = *fused->second;
+    if (group.members.front() != a.name)
+      continue;  // spawned with the group's first
+    std::vector<const actor_plan*> members;
+    std::vector<std::uint32_t> tracks;
+    for (const auto& m : group.members) {
+      members.push_back(graph.find(m));
+      tracks.push_back(track_of(m));
+    }
+    auto handle = spawn_fused_layers(group.name(), members, std::move(tracks), context);
+    for (const auto& m : group.members)
+      s_.spawned[m] = handle;
+  }
 }
 
 // The actor system has shut down; the streams drain and stop when the devices go. What

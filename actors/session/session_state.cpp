@@ -2,6 +2,9 @@
 // wiring this node's actors, stopping them, and the trace's own description of the run.
 #include "actors/session/session_state.hpp"
 
+#include <algorithm>
+#include <iterator>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -70,6 +73,29 @@ wiring_msg wiring_of(const actor_plan& a, const wire_index& graph,
   return w;
 }
 
+// A fused group's wiring (Note [fused layers] in runtime/graph/fusion.hpp): its members'
+// wires in model order, less those between members, so its one activations wire in is the
+// first member's, its wire out the last's, and its grads wires one a member with
+// parameters, in order.
+wiring_msg wiring_of(const fusion_group& group, const wire_index& graph,
+                     const std::map<std::string, caf::actor>& spawned,
+                     const std::map<std::string, std::uint32_t>& tracks, const caf::actor& trainer) {
+  wiring_msg w;
+  w.trainer = trainer;
+  auto track = tracks.find(group.name());
+  w.track = track == tracks.end() ? 0u : track->second;
+  auto outside = [&](const wire_end& end) {
+    return std::find(group.members.begin(), group.members.end(), end.peer_name) ==
+           group.members.end();
+  };
+  for (const auto& m : group.members) {
+    auto own = wiring_of(*graph.find(m), graph, spawned, tracks, trainer);
+    std::copy_if(own.outgoing.begin(), own.outgoing.end(), std::back_inserter(w.outgoing), outside);
+    std::copy_if(own.incoming.begin(), own.incoming.end(), std::back_inserter(w.incoming), outside);
+  }
+  return w;
+}
+
 }  // namespace
 
 bool session_state::needs_batch_assembler() const {
@@ -87,9 +113,21 @@ bool session_state::needs_batch_assembler() const {
 
 void session_state::wire_local(caf::scoped_actor& self) const {
   const wire_index index{graph()};
-  for (const auto& a : graph().actors)
-    if (runs_here(a))
+  std::map<std::string, const fusion_group*> fused;  // by its first member
+  std::set<std::string> inside;                       // every member
+  for (const auto& g : prepared.fusion) {
+    fused[g.members.front()] = &g;
+    inside.insert(g.members.begin(), g.members.end());
+  }
+  for (const auto& a : graph().actors) {
+    if (!runs_here(a))
+      continue;
+    auto group = fused.find(a.name);
+    if (group != fused.end())
+      self->send(spawned.at(a.name), wiring_of(*group->second, index, everyone, tracks, trainer));
+    else if (inside.count(a.name) == 0)
       self->send(spawned.at(a.name), wiring_of(a, index, everyone, tracks, trainer));
+  }
   // The batch assembler has no wires: its wiring brings the trainer and its track.
   auto assembler = spawned.find(batch_assembler_name(rank));
   if (assembler != spawned.end()) {

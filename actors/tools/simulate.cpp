@@ -285,6 +285,9 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   if (options.cores < 0 || options.cores > 1 << 20)
     throw user_error("troupe simulate: --cores should be between 0 and 1048576");
   run_config config = original;
+  // The calibration times each layer's own jobs: the simulated run keeps them apart
+  // (Note [fused layers] in runtime/graph/fusion.hpp), so it predicts the unfused run.
+  config.run.fuse_layers = false;
   config.run.steps = options.steps;
   config.run.evaluate = false;
   config.run.metrics.clear();

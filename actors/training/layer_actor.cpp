@@ -21,6 +21,12 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   settings_->math->bind(settings_->on->id().type);
   if (!has_params_)
     version_ = std::numeric_limits<std::int64_t>::max();  // any version will do
+  if (settings_->fused != nullptr) {
+    for (const auto& m : settings_->fused->members())
+      if (m.params > 0)
+        members_.push_back(member_port{&m, nullptr, 0, -1});
+    params_.resize(settings_->math->parameters(settings_->input_shape).size());
+  }
   split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
   copy_ = kernels::lookup<kernels::ops::copy>(settings_->on->id().type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(settings_->on->id().type);
@@ -51,12 +57,21 @@ layer_context layer_actor::context_for(device& on, const micro_tag& tag, std::in
   return context;
 }
 
+fused_layer::part_trace layer_actor::parts_of(const job_label& label) const {
+  return {settings_->on->work().trace_track(), label, &settings_->member_tracks};
+}
+
 std::string layer_actor::describe(const layer_actor_settings& settings, const char* pass,
-                                  const micro_tag& tag) {
-  return settings.name + " (" + settings.math->type() + ") " + pass + " of " +
+                                  const micro_tag& tag, std::size_t member) {
+  // A fused group's failure names the member that failed, then the group.
+  const auto* fused = settings.fused;
+  const bool one = fused != nullptr && member < fused->members().size();
+  const auto& name = one ? fused->members()[member].name : settings.name;
+  const auto type = one ? fused->members()[member].math->type() : settings.math->type();
+  return name + " (" + type + ") " + pass + " of " +
          (tag.stage == phase::train ? "step " : "eval batch ") + std::to_string(tag.step) +
          ", micro-batch " + std::to_string(tag.microbatch) + ", replica " +
-         std::to_string(tag.replica);
+         std::to_string(tag.replica) + (one ? " (fused in " + settings.name + ")" : "");
 }
 
 namespace {
@@ -396,6 +411,16 @@ void layer_actor::connect(const wiring_msg& wiring) {
                                << " activations wires in; only a layer that sums its inputs "
                                   "reads several");
   auto grads = wiring.out("grads");
+  if (settings_->fused != nullptr) {  // one grads wire a member with parameters, in order
+    TROUPE_CHECK(grads.size() == members_.size(), settings_->name << " needs " << members_.size()
+                                                                  << " grads wires, not "
+                                                                  << grads.size());
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      members_[i].sink = grads[i].peer;
+      members_[i].sink_track = grads[i].peer_track;
+    }
+    return;
+  }
   TROUPE_CHECK(grads.size() == (has_params_ ? 1u : 0u),
                settings_->name << " needs " << (has_params_ ? "one grads wire" : "no grads wire"));
   if (has_params_) {
@@ -408,6 +433,8 @@ void layer_actor::release_peers() {
   for (auto& in : ins_)
     in.peer = nullptr;
   grad_sink_ = nullptr;
+  for (auto& m : members_)
+    m.sink = nullptr;
 }
 
 // Note [one job at a time]
@@ -520,10 +547,29 @@ tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, cons
 }
 
 void layer_actor::install(params_msg& message) {
-  params_ = arrive(message.params, *settings_->on);
-  if (!settings_->bf16_params.empty())
-    params_ = rounded_to_bf16(params_, message.version);
-  version_ = message.version;
+  auto params = arrive(message.params, *settings_->on);
+  if (members_.empty()) {
+    params_ = settings_->bf16_params.empty() ? std::move(params)
+                                             : rounded_to_bf16(params, 0, message.version);
+    version_ = message.version;
+  } else {
+    // A fused group: the member's slots, and the version all members hold.
+    auto it = std::find_if(members_.begin(), members_.end(), [&](const member_port& m) {
+      return m.member->index == message.layer;
+    });
+    TROUPE_CHECK(it != members_.end() && params.size() == it->member->params,
+                 settings_->name << " got parameters for layer " << message.layer
+                                 << ", not one of its members'");
+    const auto first = it->member->first_param;
+    if (!settings_->bf16_params.empty())
+      params = rounded_to_bf16(params, first, message.version);
+    std::copy(params.begin(), params.end(), params_.begin() + static_cast<std::ptrdiff_t>(first));
+    it->version = message.version;
+    version_ = std::min_element(members_.begin(), members_.end(),
+                                [](const member_port& a, const member_port& b) {
+                                  return a.version < b.version;
+                                })->version;
+  }
   while (!waiting_.empty() && waiting_.front().activation.tag.version <= version_) {
     auto next = std::move(waiting_.front());
     waiting_.pop_front();
@@ -543,12 +589,14 @@ void layer_actor::install(params_msg& message) {
 // weight in 36 us on one core) and the parameter wires still carry fp32; sending bf16 from
 // the optimizer would halve their bytes, and is not done yet.
 std::vector<tensor> layer_actor::rounded_to_bf16(const std::vector<tensor>& params,
-                                                 std::int64_t version) {
+                                                 std::size_t first, std::int64_t version) {
   auto& device = *settings_->on;
+  const auto& mask = settings_->bf16_params;
+  auto rounds = [&](std::size_t i) { return first + i < mask.size() && mask[first + i]; };
   std::vector<tensor> out = params;
   std::vector<std::pair<tensor, tensor>> pairs;  // (f32 master, bf16 copy)
-  for (std::size_t i = 0; i < params.size() && i < settings_->bf16_params.size(); ++i) {
-    if (!settings_->bf16_params[i])
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!rounds(i))
       continue;
     out[i] = tensor::empty(params[i].shape(), dtype::bf16, device.id());
     pairs.emplace_back(params[i], out[i]);
@@ -559,8 +607,8 @@ std::vector<tensor> layer_actor::rounded_to_bf16(const std::vector<tensor>& para
           round(on->context(), from.numel(), from.f32(), to.bf16());
       },
       job_for_step("to_bf16", version));
-  for (std::size_t i = 0; i < out.size() && i < settings_->bf16_params.size(); ++i)
-    if (settings_->bf16_params[i])
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (rounds(i))
       out[i].set_ready(done);
   last_job_ = done;
   return out;
@@ -623,19 +671,26 @@ void layer_actor::forward(pass& work) {
   auto saved = std::make_shared<std::vector<tensor>>();
   const auto context = context_for(device, tag, x.dim(0), training);
 
+  const auto label = job_for(job_kind::forward, tag);
   auto done = device.work().submit(
       // Captures the settings (which own the layer) so the job outlives the actor safely;
       // the description for an error is built only when there is one.
       // The output is allocated from output_shape() and passed as a const tensor&: a
       // layer writes its values but cannot replace or reshape it (no check needed here).
-      [settings = settings_, context, params = params_, x, y, saved, tag]() {
+      [settings = settings_, context, params = params_, x, y, saved, tag,
+       parts = parts_of(label)]() {
         try {
-          settings->math->forward(context, params, x, y, *saved);
+          if (settings->fused != nullptr)
+            settings->fused->forward(context, params, x, y, *saved, &parts);
+          else
+            settings->math->forward(context, params, x, y, *saved);
+        } catch (const fused_layer::member_error& e) {
+          throw std::runtime_error(describe(*settings, "forward", tag, e.member) + ": " + e.what());
         } catch (const std::exception& e) {
           throw std::runtime_error(describe(*settings, "forward", tag) + ": " + e.what());
         }
       },
-      job_for(job_kind::forward, tag));
+      label);
   y.set_ready(done);
   last_job_ = done;
   finish_forward(tag, x.shape(), std::move(saved), std::move(y));
@@ -734,17 +789,25 @@ void layer_actor::backward(pass& work) {
         job_for(job_kind::backward_weight, tag));
     weight_jobs_.push_back(done);
   } else {
+    const auto label = job_for(job_kind::backward, tag);
     done = device.work().submit(
         [settings = settings_, context, entry, dy, dx, grads = grads_, accumulate,
-         need_dx = wants_dx, tag]() mutable {
+         need_dx = wants_dx, tag, parts = parts_of(label)]() mutable {
           try {
-            settings->math->backward(context, entry.params, *entry.saved, dy,
-                                     need_dx ? &dx : nullptr, grads, accumulate);
+            if (settings->fused != nullptr)
+              settings->fused->backward(context, entry.params, *entry.saved, dy,
+                                        need_dx ? &dx : nullptr, grads, accumulate, &parts);
+            else
+              settings->math->backward(context, entry.params, *entry.saved, dy,
+                                       need_dx ? &dx : nullptr, grads, accumulate);
+          } catch (const fused_layer::member_error& e) {
+            throw std::runtime_error(describe(*settings, "backward", tag, e.member) + ": " +
+                                     e.what());
           } catch (const std::exception& e) {
             throw std::runtime_error(describe(*settings, "backward", tag) + ": " + e.what());
           }
         },
-        job_for(job_kind::backward, tag));
+        label);
     last_job_ = done;
   }
   record_counter("stash", 0, held());
@@ -759,9 +822,22 @@ void layer_actor::backward(pass& work) {
   }
   if (!has_params_)
     return;
-  if (++backwards_done_ == settings_->microbatches) {
-    for (auto& g : grads_)
-      g.set_ready(done);
+  if (++backwards_done_ == settings_->microbatches)
+    send_grads(tag, done);
+}
+
+void layer_actor::send_grads(const micro_tag& tag, const event& done) {
+  for (auto& g : grads_)
+    g.set_ready(done);
+  for (const auto& m : members_) {  // a fused group: each member's to its own sink
+    const auto first = grads_.begin() + static_cast<std::ptrdiff_t>(m.member->first_param);
+    weight_grads_msg out{tag.step, m.member->index, settings_->replica,
+                         std::vector<tensor>(first, first + static_cast<std::ptrdiff_t>(
+                                                                 m.member->params))};
+    stamp_send(out, m.sink_track, "grads", bytes_of(out.grads));
+    send(m.sink, std::move(out));
+  }
+  if (members_.empty()) {
     weight_grads_msg out{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)};
     if (split_) {
       // Its consumers trust the stream's order for tensors of their own device, but an
@@ -774,9 +850,9 @@ void layer_actor::backward(pass& work) {
       stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
       send(grad_sink_, std::move(out));
     }
-    grads_.clear();
-    grads_step_ = -1;
   }
+  grads_.clear();
+  grads_step_ = -1;
 }
 
 }  // namespace troupe
@@ -816,40 +892,71 @@ stage_sequencers make_stage_sequencers(const topology& t) {
   return out;
 }
 
+namespace {
+
+std::shared_ptr<layer_actor_settings> settings_for(const actor_plan& plan, spawn_context& context) {
+  auto s = std::make_shared<layer_actor_settings>();
+  s->name = plan.name;
+  s->layer_index = plan.layer;
+  s->replica = plan.replica;
+  s->microbatches = static_cast<std::int32_t>(context.plan.microbatches);
+  s->seed = context.config.run.seed;
+  s->input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
+  s->on = &context.devices.at(plan.device);
+  s->math = create_layer(plan.math);
+  s->bf16_params = bf16_parameter_mask(
+      *s->math, s->input_shape,
+      layer_precision(plan.math.settings, this_cpu_bf16()).value_or(context.config.run.precision));
+  if (context.graph.schedule == pipeline_schedule::zb_h1) {
+    s->split_backward = true;
+    s->stash_limit = context.graph.stages;
+  }
+  // Interleaved stages (Note [interleaved stages]).
+  auto sequencer = context.sequencers.find({plan.device, plan.replica});
+  if (sequencer != context.sequencers.end()) {
+    s->sequencer = sequencer->second;
+    s->stage = plan.stage;
+    s->first_of_stage = s->sequencer->first_of(plan.stage, plan.layer);
+    s->last_of_stage = s->sequencer->last_of(plan.stage, plan.layer);
+  }
+  return s;
+}
+
+}  // namespace
+
+caf::actor spawn_fused_layers(const std::string& name, const std::vector<const actor_plan*>& members,
+                              std::vector<std::uint32_t> member_tracks, spawn_context& context) {
+  // The group's first member's settings (device, replica, micro-batches, seed, input), with
+  // the members' math fused and their bf16 masks one after the other.
+  auto s = settings_for(*members.front(), context);
+  TROUPE_CHECK(s->sequencer == nullptr && !s->split_backward,
+               name << ": layers that take turns or split their backward are not fused");
+  std::vector<fused_layer::member> parts;
+  std::vector<bool> mask;
+  bool any_bf16 = false;
+  for (const auto* plan : members) {
+    auto own = settings_for(*plan, context);
+    const auto count = own->math->parameters(own->input_shape).size();
+    any_bf16 = any_bf16 || !own->bf16_params.empty();
+    own->bf16_params.resize(count, false);
+    mask.insert(mask.end(), own->bf16_params.begin(), own->bf16_params.end());
+    parts.push_back(
+        fused_layer::member{std::move(own->math), plan->layer, plan->name, own->input_shape});
+  }
+  auto fused = std::make_unique<fused_layer>(std::move(parts));
+  s->name = name;
+  s->fused = fused.get();
+  s->math = std::move(fused);
+  s->bf16_params = any_bf16 ? std::move(mask) : std::vector<bool>{};
+  s->member_tracks = std::move(member_tracks);
+  return context.system.spawn<layer_actor>(std::move(s));
+}
+
 TROUPE_REGISTER_BUILTIN_ACTOR_KIND("layer",
                                    "one model layer of one replica (settings: the layer's)",
                                    [](const actor_plan& plan, spawn_context& context) {
-                                     auto s = std::make_shared<layer_actor_settings>();
-                                     s->name = plan.name;
-                                     s->layer_index = plan.layer;
-                                     s->replica = plan.replica;
-                                     s->microbatches =
-                                         static_cast<std::int32_t>(context.plan.microbatches);
-                                     s->seed = context.config.run.seed;
-                                     s->input_shape = context.graph.shapes.at(
-                                         static_cast<std::size_t>(plan.layer));
-                                     s->on = &context.devices.at(plan.device);
-                                     s->math = create_layer(plan.math);
-                                     s->bf16_params = bf16_parameter_mask(
-                                         *s->math, s->input_shape,
-                                         layer_precision(plan.math.settings, this_cpu_bf16())
-                                             .value_or(context.config.run.precision));
-                                     if (context.graph.schedule == pipeline_schedule::zb_h1) {
-                                       s->split_backward = true;
-                                       s->stash_limit = context.graph.stages;
-                                     }
-                                     // Interleaved stages (Note [interleaved stages]).
-                                     auto sequencer =
-                                         context.sequencers.find({plan.device, plan.replica});
-                                     if (sequencer != context.sequencers.end()) {
-                                       s->sequencer = sequencer->second;
-                                       s->stage = plan.stage;
-                                       s->first_of_stage =
-                                           s->sequencer->first_of(plan.stage, plan.layer);
-                                       s->last_of_stage =
-                                           s->sequencer->last_of(plan.stage, plan.layer);
-                                     }
-                                     return context.system.spawn<layer_actor>(std::move(s));
+                                     return context.system.spawn<layer_actor>(
+                                         settings_for(plan, context));
                                    });
 
 }  // namespace troupe

@@ -22,13 +22,16 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <tuple>
 
+#include "actors/base/actor_kinds.hpp"
 #include "actors/base/credit_outbox.hpp"
 #include "runtime/graph/topology.hpp"
+#include "runtime/model/fused_layer.hpp"
 #include "runtime/model/interleaved_schedule.hpp"
 #include "runtime/model/layer.hpp"
 #include "troupe/device.hpp"
@@ -62,12 +65,24 @@ struct layer_actor_settings {
   // [run] precision = "bf16" (or the layer's own): which parameters, by index, the layer
   // gets rounded to bf16 (Note [bf16 parameters] in layer_actor.cpp); empty: none.
   std::vector<bool> bf16_params;
+  // A fused group (Note [fused layers] in runtime/graph/fusion.hpp): `math` is this
+  // fused_layer, whose members get their parameters from their own optimizers and send
+  // their gradients to their own sinks (the grads wires, in member order); each member's
+  // trace track, for its spans inside the fused jobs. Null / empty: one layer.
+  const fused_layer* fused = nullptr;
+  std::vector<std::uint32_t> member_tracks;
 };
 
 /// Which of `math`'s parameters it computes with in bf16 at `precision` (the run's, or the
 /// layer's own setting), by index; empty when none.
 std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_shape,
                                       numeric_precision precision);
+
+/// Spawns one actor that runs `members` (consecutive layer actors of one replica on one
+/// device, in model order) fused, as `name` (Note [fused layers] in runtime/graph/fusion.hpp);
+/// `member_tracks` are their trace tracks (0 when not tracing).
+caf::actor spawn_fused_layers(const std::string& name, const std::vector<const actor_plan*>& members,
+                              std::vector<std::uint32_t> member_tracks, spawn_context& context);
 
 /// One sequencer per (device, replica) that holds layers of an interleaved pipeline
 /// (topology.virtual_stages > 1); empty otherwise.
@@ -160,17 +175,24 @@ class layer_actor : public device_actor {
                       std::shared_ptr<std::vector<tensor>> saved, tensor y);
   void backward(pass& work);
   void install(params_msg& message);
-  /// `params` with those of settings_->bf16_params rounded to bf16 by one job on this
-  /// layer's device (Note [bf16 parameters]).
-  std::vector<tensor> rounded_to_bf16(const std::vector<tensor>& params, std::int64_t version);
+  /// `params` with those of settings_->bf16_params (from index `first` on) rounded to bf16
+  /// by one job on this layer's device (Note [bf16 parameters]).
+  std::vector<tensor> rounded_to_bf16(const std::vector<tensor>& params, std::size_t first,
+                                      std::int64_t version);
+  /// Sends the step's weight gradients (ready at `done`) to the sink(s).
+  void send_grads(const micro_tag& tag, const event& done);
   /// The context a pass of `tag` over a micro-batch of `batch` samples runs with: its
   /// randomness keyed by (seed, step, layer, the micro-batch's first sample in the step),
   /// the sample order the data loader uses (replica-major, then micro-batch).
   layer_context context_for(device& on, const micro_tag& tag, std::int64_t batch,
                             bool training) const;
-  /// "layer_2 (linear) forward of step 3, micro-batch 1, replica 0": for errors only.
+  /// Where a fused job traces its members' spans (Note [fused layers]).
+  fused_layer::part_trace parts_of(const job_label& label) const;
+  /// "layer_2 (linear) forward of step 3, micro-batch 1, replica 0": for errors only. With
+  /// `member`, the member of a fused group that failed: "layer_2 (linear) forward of ...,
+  /// replica 0 (fused in layer_0..layer_5)".
   static std::string describe(const layer_actor_settings& settings, const char* pass,
-                              const micro_tag& tag);
+                              const micro_tag& tag, std::size_t member = SIZE_MAX);
 
   std::shared_ptr<layer_actor_settings> settings_;
   shape_t output_shape_;
@@ -185,6 +207,14 @@ class layer_actor : public device_actor {
   std::vector<out_port> outs_;  // activations out
   caf::actor grad_sink_;
   std::uint32_t grad_sink_track_ = 0;
+  // A fused group's: each member with parameters, in order, its sink and its version.
+  struct member_port {
+    const fused_layer::member* member = nullptr;
+    caf::actor sink;
+    std::uint32_t sink_track = 0;
+    std::int64_t version = -1;
+  };
+  std::vector<member_port> members_;
   // State.
   std::vector<tensor> params_;
   std::int64_t version_ = -1;

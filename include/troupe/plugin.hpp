@@ -53,7 +53,8 @@
 /// 13: kernels::context gains the CPU GEMM's library (cpu_gemm); device_options gains it;
 /// dtype gains bf16 (tensor::bf16()); ops.hpp gains gemm_bf16, to_bf16 and from_bf16; layer
 /// gains bf16_parameters ([run] precision = "bf16").
-#define TROUPE_ABI_VERSION 13
+/// 14: trace::event_type gains part (a member layer's span inside a fused job).
+#define TROUPE_ABI_VERSION 14
 
 namespace troupe {
 

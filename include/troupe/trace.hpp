@@ -40,7 +40,9 @@ struct track_info {
   std::int32_t layer = -1;
 };
 
-enum class event_type : std::uint8_t { handle, send, job, counter, marker };
+/// `part`: one member layer's span inside a job that runs several fused layers
+/// (runtime/model/fused_layer.hpp), on the stream's track, its actor the member's.
+enum class event_type : std::uint8_t { handle, send, job, counter, marker, part };
 
 /// One recorded event; `name` must be a string with static storage ("forward", ...).
 struct event {

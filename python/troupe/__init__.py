@@ -401,6 +401,7 @@ class Plan:
     def __init__(self, d):
         self.actors = d["actors"]        # [{"name", "kind", "device", "replica", "stage", "layer"}]
         self.wires = d["wires"]          # [{"source", "target", "kind", "capacity"}]
+        self.fused = d["fused"]          # [{"name", "members"}]: layer actors run as one
         self.devices = d["devices"]
         self.replicas, self.stages = d["replicas"], d["stages"]
         self.microbatches, self.schedule = d["microbatches"], d["schedule"]

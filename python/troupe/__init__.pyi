@@ -63,6 +63,7 @@ def run(cfg: _ConfigLike, data: _Data = ..., *, trace: Optional[_Path] = ...,
 class Plan:
     actors: list[dict[str, Any]]
     wires: list[dict[str, Any]]
+    fused: list[dict[str, Any]]
     devices: list[str]
     replicas: int
     stages: int

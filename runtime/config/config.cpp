@@ -390,6 +390,7 @@ run_section read_run(const section_reader& r, const std::string& directory) {
   r.read("checkpoint_keep", s.checkpoint_keep, at_least(1));
   r.read("checkpoint_keep_best", s.checkpoint_keep_best);
   r.read("tf32", s.tf32);
+  r.read("fuse_layers", s.fuse_layers);
   std::string cpu_gemm = "auto";
   r.read_choice("cpu_gemm", cpu_gemm, "CPU GEMM library", {"auto", "onednn", "openblas"});
   std::string precision = "fp32";

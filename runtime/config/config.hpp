@@ -58,6 +58,7 @@ struct run_section {
   std::int64_t checkpoint_every = 0;   // steps between checkpoints; 0: only at the end
   std::int64_t checkpoint_keep = 3;    // the newest this many are kept
   bool checkpoint_keep_best = false;   // also keep the one with the best test accuracy
+  bool fuse_layers = true;  // short layers of a device run as one job (runtime/graph/fusion.hpp)
   bool tf32 = false;  // GPU GEMMs on TF32 tensor cores (10-bit mantissa inputs) instead of FP32
   kernels::cpu_gemm cpu_gemm = kernels::cpu_gemm::automatic;  // "auto", "onednn", "openblas"
   // "fp32", "bf16", or "auto" resolved on this CPU (runtime/config/precision.hpp)

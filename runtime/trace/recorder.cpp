@@ -387,6 +387,10 @@ std::string recorder::json(const std::string& metadata) const {
         args["queued_us"] = us(e.value);
         add(slice("job", e, std::move(args)));
         break;
+      case event_type::part:  // inside a fused job's slice on the same track
+        args["actor"] = name_of(e.peer);
+        add(slice("part", e, std::move(args)));
+        break;
       case event_type::counter: {
         std::string counter = std::string{e.name} + " " + name_of(e.track);
         if (e.peer != 0)

@@ -27,6 +27,10 @@ def test_plan_gives_actors_devices_and_wires_as_data(data, cli, tmp_path):
     names = {a["name"] for a in plan.actors}
     assert all(w["source"] in names and w["target"] in names for w in plan.wires)
     assert plan.dot().startswith("digraph") and "r1.layer_2" in str(plan)
+    # each replica's three small layers run as one actor ([run] fuse_layers)
+    assert [g["members"] for g in plan.fused] == [
+        [f"r{r}.layer_{i}" for i in range(3)] for r in range(2)]
+    assert all(g["name"] in str(plan) for g in plan.fused)
     # the same table as `troupe plan` prints for the same config
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)

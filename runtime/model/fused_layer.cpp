@@ -1,0 +1,186 @@
+// fused_layer.cpp: several layers as one (see the header).
+#include "runtime/model/fused_layer.hpp"
+
+#include <iterator>
+#include <stdexcept>
+
+#include "troupe/check.hpp"
+#include "troupe/trace.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Note [a fused pass's saved tensors]
+// Backward needs each member's own `saved`, and a member may save any number of tensors
+// (dropout saves its mask in training only). So forward appends them member after member
+// and ends with one marker: a tensor of no elements whose shape is each member's count,
+// then 0 (a shape of counts has elements unless a dimension is 0). Backward reads the
+// marker and splits. No member can forge it: it is always the last tensor.
+tensor counts_marker(const std::vector<std::size_t>& counts) {
+  shape_t shape;
+  for (auto c : counts)
+    shape.push_back(static_cast<std::int64_t>(c));
+  shape.push_back(0);
+  return tensor::empty(std::move(shape));
+}
+
+shape_t with_batch(std::int64_t rows, const shape_t& per_sample) {
+  shape_t shape{rows};
+  shape.insert(shape.end(), per_sample.begin(), per_sample.end());
+  return shape;
+}
+
+// A span of one member inside the fused job, when tracing.
+class part_span {
+ public:
+  part_span(const fused_layer::part_trace* parts, std::size_t member, const char* name)
+      : parts_(parts != nullptr && parts->member_tracks != nullptr && trace::enabled() ? parts
+                                                                                        : nullptr),
+        member_(member),
+        name_(name),
+        start_(parts_ != nullptr ? trace::now_ns() : 0) {}
+  ~part_span() {
+    if (parts_ == nullptr)
+      return;
+    trace::event e;
+    e.type = trace::event_type::part;
+    e.start_ns = start_;
+    e.duration_ns = trace::now_ns() - start_;
+    e.track = parts_->stream_track;
+    e.peer = parts_->member_tracks->at(member_);
+    e.name = name_;
+    e.step = parts_->job.step;
+    e.microbatch = parts_->job.microbatch;
+    e.replica = parts_->job.replica;
+    e.phase = parts_->job.phase;
+    trace::record(e);
+  }
+  part_span(const part_span&) = delete;
+  part_span& operator=(const part_span&) = delete;
+
+ private:
+  const fused_layer::part_trace* parts_;
+  std::size_t member_;
+  const char* name_;
+  std::int64_t start_;
+};
+
+}  // namespace
+
+fused_layer::fused_layer(std::vector<member> members) : members_(std::move(members)) {
+  TROUPE_CHECK(members_.size() >= 2, "a fused layer needs two members, not " << members_.size());
+  std::size_t first = 0;
+  for (auto& m : members_) {
+    TROUPE_CHECK(!m.math->sums_inputs(), "layer " << m.index << " (" << m.math->type()
+                                                   << ") sums its inputs: it is not fused");
+    m.first_param = first;
+    m.params = m.math->parameters(m.input_shape).size();
+    first += m.params;
+  }
+}
+
+shape_t fused_layer::output_shape(const shape_t& input) const {
+  shape_t shape = input;
+  for (const auto& m : members_)
+    shape = m.math->output_shape(shape);
+  return shape;
+}
+
+std::vector<param_spec> fused_layer::parameters(const shape_t& input) const {
+  std::vector<param_spec> out;
+  shape_t shape = input;
+  for (const auto& m : members_) {
+    auto own = m.math->parameters(shape);
+    out.insert(out.end(), own.begin(), own.end());
+    shape = m.math->output_shape(shape);
+  }
+  return out;
+}
+
+void fused_layer::bind(device_type type) {
+  for (auto& m : members_)
+    m.math->bind(type);
+}
+
+double fused_layer::cost(const shape_t& input) const {
+  double total = 0;
+  shape_t shape = input;
+  for (const auto& m : members_) {
+    total += m.math->cost(shape);
+    shape = m.math->output_shape(shape);
+  }
+  return total;
+}
+
+void fused_layer::forward(const layer_context& context, const std::vector<tensor>& params,
+                          const tensor& x, const tensor& y, std::vector<tensor>& saved,
+                          const part_trace* parts) const {
+  std::vector<std::size_t> counts;
+  tensor in = x;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    const auto& m = members_[i];
+    const bool last = i + 1 == members_.size();
+    tensor out = last ? y
+                      : tensor::empty(with_batch(x.dim(0), members_[i + 1].input_shape),
+                                      dtype::f32, context.device);
+    std::vector<tensor> own(params.begin() + static_cast<std::ptrdiff_t>(m.first_param),
+                            params.begin() + static_cast<std::ptrdiff_t>(m.first_param + m.params));
+    auto member_context = context;
+    member_context.layer = m.index;
+    std::vector<tensor> own_saved;  // a layer may assign its saved vector, not only append
+    try {
+      part_span span{parts, i, "forward"};
+      m.math->forward(member_context, own, in, out, own_saved);
+    } catch (const std::exception& e) {
+      throw member_error(i, e.what());
+    }
+    counts.push_back(own_saved.size());
+    std::move(own_saved.begin(), own_saved.end(), std::back_inserter(saved));
+    in = std::move(out);
+  }
+  saved.push_back(counts_marker(counts));
+}
+
+void fused_layer::backward(const layer_context& context, const std::vector<tensor>& params,
+                           const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
+                           std::vector<tensor>& grads, bool accumulate,
+                           const part_trace* parts) const {
+  TROUPE_CHECK(!saved.empty() && saved.back().shape().size() == members_.size() + 1,
+               "a fused backward without its forward's saved tensors");
+  const auto& counts = saved.back().shape();
+  std::vector<std::size_t> first_saved{0};
+  for (std::size_t i = 0; i < members_.size(); ++i)
+    first_saved.push_back(first_saved.back() + static_cast<std::size_t>(counts[i]));
+  TROUPE_CHECK(first_saved.back() + 1 == saved.size(), "a fused forward's saved tensors do not add up");
+  tensor upstream = dy;
+  for (std::size_t i = members_.size(); i-- > 0;) {
+    const auto& m = members_[i];
+    const auto begin = [](const auto& v, std::size_t at) {
+      return v.begin() + static_cast<std::ptrdiff_t>(at);
+    };
+    std::vector<tensor> own(begin(params, m.first_param), begin(params, m.first_param + m.params));
+    std::vector<tensor> own_saved(begin(saved, first_saved[i]), begin(saved, first_saved[i + 1]));
+    std::vector<tensor> own_grads(begin(grads, m.first_param),
+                                  begin(grads, m.first_param + m.params));
+    tensor below;
+    tensor* below_out = nullptr;
+    if (i > 0) {
+      below = tensor::empty(with_batch(dy.dim(0), m.input_shape), dtype::f32, context.device);
+      below_out = &below;
+    } else {
+      below_out = dx;
+    }
+    auto member_context = context;
+    member_context.layer = m.index;
+    try {
+      part_span span{parts, i, "backward"};
+      m.math->backward(member_context, own, own_saved, upstream, below_out, own_grads, accumulate);
+    } catch (const std::exception& e) {
+      throw member_error(i, e.what());
+    }
+    upstream = std::move(below);
+  }
+}
+
+}  // namespace troupe
