@@ -27,6 +27,7 @@ import subprocess
 import sys
 
 from mlp_vs_pytorch import curves_arguments, plot_curves, ROOT, side_by_side
+from peer_env import pytorch_env
 
 CONFIG_FILE = os.path.join(ROOT, "config", "char_lm.toml")
 TEXT = "/usr/share/games/fortunes"
@@ -167,7 +168,7 @@ def curves(directory, steps, binary):
     troupe = subprocess.Popen(["taskset", "-c", "0", binary, "run", config, "--metrics", mine],
                               stdout=subprocess.PIPE, text=True)
     subprocess.run(["taskset", "-c", "1", "/usr/bin/python3", "-c", PYTORCH, "32", str(steps),
-                    TEXT, theirs], check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                    TEXT, theirs], check=True, env=pytorch_env())
     output, _ = troupe.communicate()
     if troupe.returncode != 0:
         sys.exit("troupe run failed")

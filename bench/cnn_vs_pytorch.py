@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 from mlp_vs_pytorch import curves_arguments, plot_curves, DATA, ROOT, TORCH_PROLOGUE, side_by_side
+from peer_env import pytorch_env
 
 CONFIG_FILE = os.path.join(ROOT, "config", "fashion_cnn.toml")
 
@@ -136,7 +137,7 @@ def curves(directory, epochs, binary):
     troupe = subprocess.Popen(["taskset", "-c", "0", binary, "run", config, "--quiet",
                                "--metrics", mine], stdout=subprocess.DEVNULL)
     subprocess.run(["taskset", "-c", "1", "/usr/bin/python3", "-c", PYTORCH_CURVES, str(epochs),
-                    DATA, theirs], check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                    DATA, theirs], check=True, env=pytorch_env())
     if troupe.wait() != 0:
         sys.exit("troupe run failed")
     plot_curves(binary, directory, mine, theirs)

@@ -38,6 +38,7 @@ import sys
 import tempfile
 
 import numpy as np
+from peer_env import pytorch_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -115,7 +116,7 @@ def json_line(command):
 
 def python_rate(script, *args):
     out = subprocess.run(["/usr/bin/python3", "-c", script, *map(str, args)], check=True,
-                         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                         capture_output=True, text=True, env=pytorch_env())
     return float(out.stdout.strip().splitlines()[-1])
 
 

@@ -25,6 +25,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mlp_vs_pytorch import TORCH_PROLOGUE  # noqa: E402
 from parallel_scaling import DP2_SHARDED, dp_runs, main_arguments  # noqa: E402
+from peer_env import pytorch_env
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -66,7 +67,7 @@ if rank == 0:
 
 
 def run_torch(batch, steps, world, port):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = pytorch_env()
     ranks = [subprocess.Popen(["taskset", "-c", str(r), "/usr/bin/python3", "-c", TORCH,
                                str(batch), str(steps), DATA, str(world), str(r), str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

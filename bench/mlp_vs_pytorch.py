@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from config_text import mlp
+from peer_env import pytorch_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -114,8 +115,7 @@ def run_pytorch(script, batch, steps, core, precision="fp32"):
     out = subprocess.run(["taskset", "-c", str(core), "/usr/bin/python3", "-c", script,
                           str(batch), str(steps), DATA],
                          check=True, capture_output=True, text=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1",
-                                  TROUPE_BENCH_PRECISION=precision))
+                         env=pytorch_env(TROUPE_BENCH_PRECISION=precision))
     return float(out.stdout.strip().splitlines()[-1])
 
 

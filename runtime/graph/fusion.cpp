@@ -57,7 +57,9 @@ std::vector<layer_facts> facts_of(const topology& t, std::int64_t rows) {
       known.resize(at + 1, false);
     }
     const auto math = create_layer(a.math);
-    out[at].is_long = math->cost(t.shapes.at(at)) * static_cast<double>(rows) > long_job_flops;
+    // Long matters only where gradients are averaged over replicas (Note [fused layers]).
+    out[at].is_long = t.replicas > 1 &&
+                      math->cost(t.shapes.at(at)) * static_cast<double>(rows) > long_job_flops;
     out[at].sums = math->sums_inputs();
     known[at] = true;
   }

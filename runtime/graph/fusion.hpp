@@ -23,10 +23,13 @@ namespace troupe {
 // - they are joined by a single activations wire (no fan-out, no `add`, no custom actor
 //   between them) within one pipeline stage;
 // - the schedule does not split backwards (ZB-H1) or take turns (interleaved 1F1B);
-// - a group holds at most one long layer (its estimated job above long_job_flops, about a
-//   quarter of a millisecond on one core): a long layer's weight gradients still leave
-//   when its own backward ends, so data parallelism overlaps their averaging with the
-//   backward of the layers below, as it does unfused; short layers join it on either side.
+// - with replicas, a group holds at most one long layer (its estimated job above
+//   long_job_flops, about a quarter of a millisecond on one core): a long layer's weight
+//   gradients still leave when its own backward ends, so data parallelism overlaps their
+//   averaging with the backward of the layers below, as it does unfused; short layers join
+//   it on either side. One replica has nothing to overlap (its optimizers update on the
+//   same device, in the same stream), so its chain on a device runs as one job whatever
+//   the layers' lengths.
 // The math is the members' own kernels in the same order (runtime/model/fused_layer.hpp),
 // so a fused run is bit for bit the unfused one (a test says so). Parameters still come
 // from each layer's optimizer and gradients go to each layer's own sink.
@@ -44,7 +47,8 @@ struct fusion_group {
 };
 
 /// The groups of `t` (layers in no group run alone), from the layers' cost estimates for
-/// micro-batches of `rows` samples. None when `enabled` is false.
+/// micro-batches of `rows` samples (which matter with replicas). None when `enabled` is
+/// false.
 std::vector<fusion_group> plan_fusion(const topology& t, std::int64_t rows, bool enabled);
 
 /// The groups as `troupe plan` prints them ("" when there are none).

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/config/precision.hpp"
 #include "tests/actors/equivalence_support.hpp"
 #include "tests/temp_files.hpp"
 
@@ -55,6 +56,18 @@ TEST_CASE("fused layers train to the same parameters bit for bit as layers alone
     CHECK(test::largest_difference(test::train_twenty_steps(config),
                                    test::train_twenty_steps(unfused(config))) == 0);
   }
+}
+
+TEST_CASE("fused layers in bf16 round each member's weights as alone, bit for bit") {
+  if (!this_cpu_bf16().native) {
+    MESSAGE("skipped: this CPU has no native bf16 ([run] precision = \"bf16\" is refused here)");
+    return;
+  }
+  // Each member's weight is rounded from its own slot of the fused parameters.
+  auto config = with_dropout("[parallel]\nmicrobatches = 2\n");
+  config.insert(config.find("[run]\n") + 6, "precision = \"bf16\"\n");
+  CHECK(test::largest_difference(test::train_twenty_steps(config),
+                                 test::train_twenty_steps(unfused(config))) == 0);
 }
 
 TEST_CASE("a fused run's trace has one job a pass and every member's span inside it") {

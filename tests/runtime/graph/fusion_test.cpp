@@ -58,18 +58,19 @@ TEST_CASE("a narrow MLP on one device runs as one fused actor, and not at all wh
   CHECK(format_fusion({}).empty());
 }
 
-TEST_CASE("a group holds at most one long layer and the short ones join it") {
+TEST_CASE("with replicas a group holds at most one long layer and the short ones join it") {
   // 1024 x 1024 linears at 512 rows: 6 * 1024^2 * 512 flops each, far above long_job_flops;
   // the relus and the 32 -> 1024 first layer (6 * 32 * 1024 * 512 = 1e8) are long or short
   // as their costs say.
   const std::int64_t rows = 512;
-  const auto groups = groups_of(mlp(1024, 3), rows);
-  const auto config = parse_config(mlp(1024, 3), "f.toml");
+  const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
+  const auto groups = groups_of(mlp(1024, 3, two), rows);
+  const auto config = parse_config(mlp(1024, 3, two), "f.toml");
   const auto shapes = layer_shapes(config, features);
   for (const auto& g : groups) {
     int long_members = 0;
     for (const auto& m : g.members) {
-      const auto index = std::stoi(m.substr(std::string{"layer_"}.size()));
+      const auto index = std::stoi(m.substr(std::string{"r0.layer_"}.size()));
       const auto math = create_layer(config.model.layers.at(static_cast<std::size_t>(index)));
       if (math->cost(shapes.at(static_cast<std::size_t>(index))) * rows > long_job_flops)
         ++long_members;
@@ -77,10 +78,18 @@ TEST_CASE("a group holds at most one long layer and the short ones join it") {
     INFO(g.name());
     CHECK(long_members <= 1);
   }
-  // Each relu runs in the job of the linear before it.
-  CHECK(members_of(groups) == std::vector<std::vector<std::string>>{{"layer_0", "layer_1"},
-                                                                    {"layer_2", "layer_3"},
-                                                                    {"layer_4", "layer_5", "layer_6"}});
+  // Each relu runs in the job of the linear before it, in both replicas.
+  CHECK(members_of(groups) ==
+        std::vector<std::vector<std::string>>{{"r0.layer_0", "r0.layer_1"},
+                                              {"r0.layer_2", "r0.layer_3"},
+                                              {"r0.layer_4", "r0.layer_5", "r0.layer_6"},
+                                              {"r1.layer_0", "r1.layer_1"},
+                                              {"r1.layer_2", "r1.layer_3"},
+                                              {"r1.layer_4", "r1.layer_5", "r1.layer_6"}});
+  // One replica has no averaging to overlap: its whole chain is one job.
+  const auto one = groups_of(mlp(1024, 3), rows);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].members.size() == 7);
 }
 
 TEST_CASE("fused groups stay within one replica and one pipeline stage") {
