@@ -17,7 +17,8 @@ exit_code plan_command(const std::vector<std::string>& args) {
   if (auto stop = parse_command_line(
           args, "plan",
           "Checks CONFIG.toml and prints the actors (name, kind, device, replica, stage,\n"
-          "layer) and wires (from, to, kind, capacity) it expands into, without running\n"
+          "layer) and wires (from, to, kind, capacity) it expands into, and the layers that\n"
+          "run fused (one actor, one job a pass: [run] fuse_layers), without running\n"
           "anything. --dot draws the graph (troupe plan --dot x.toml | dot -Tsvg > x.svg);\n"
           "--eject writes an explicit config to edit: move a layer to another device,\n"
           "change a capacity, insert an actor on a wire.",

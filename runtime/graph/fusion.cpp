@@ -118,9 +118,10 @@ std::vector<fusion_group> plan_fusion(const topology& t, std::int64_t rows, bool
 std::string format_fusion(const std::vector<fusion_group>& groups) {
   if (groups.empty())
     return "";
-  std::string out = "\nfused (" + std::to_string(groups.size()) +
-                    " actors run several layers, one job a pass; [run] fuse_layers = false "
-                    "runs each alone)\n";
+  const auto n = groups.size();
+  std::string out = "\nfused layers (" + std::to_string(n) + (n == 1 ? " actor runs" : " actors run") +
+                    " several layers, one job a pass; [run] fuse_layers = false runs each "
+                    "alone)\n";
   for (const auto& g : groups) {
     out += "  " + g.name() + ":";
     for (const auto& m : g.members)

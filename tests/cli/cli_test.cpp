@@ -425,3 +425,20 @@ TEST_CASE("a UTF-16 file is refused as such, and an invisible character is named
   auto trace = run_troupe("trace summary " + dir.file("t.json"));
   CHECK(trace.output.find("at byte 18, U+00A0 (a no-break space)") != std::string::npos);
 }
+
+TEST_CASE("troupe plan lists the layers that run fused, and none with fuse_layers off") {
+  const auto path = write_config("fused", troupe::test::data_section({32, 256, 64, 16, 3}) +
+                                              "\n" + troupe::test::linear(8) +
+                                              troupe::test::layer("relu") +
+                                              troupe::test::linear(3));
+  auto plan = run_troupe("plan " + path);
+  INFO(plan.output);
+  CHECK(plan.exit_code == 0);
+  CHECK(plan.output.find("fused layers (1 actor runs several") != std::string::npos);
+  CHECK(plan.output.find("layer_0..layer_2: layer_0 layer_1 layer_2") != std::string::npos);
+  auto off = run_troupe("plan " + path + " --set run.fuse_layers=false");
+  INFO(off.output);
+  CHECK(off.exit_code == 0);
+  CHECK(off.output.find("fused") == std::string::npos);
+  CHECK(run_troupe("plan --help").output.find("fuse_layers") != std::string::npos);
+}
