@@ -41,7 +41,8 @@ struct track_info {
 };
 
 /// `part`: one member layer's span inside a job that runs several fused layers
-/// (runtime/model/fused_layer.hpp), on the stream's track, its actor the member's.
+/// (runtime/model/fused_layer.hpp), on the stream's track; `peer` the member's track,
+/// `value` the fused actor's (whose job it is in).
 enum class event_type : std::uint8_t { handle, send, job, counter, marker, part };
 
 /// One recorded event; `name` must be a string with static storage ("forward", ...).

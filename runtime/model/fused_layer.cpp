@@ -49,6 +49,7 @@ class part_span {
     e.duration_ns = trace::now_ns() - start_;
     e.track = parts_->stream_track;
     e.peer = parts_->member_tracks->at(member_);
+    e.value = parts_->job.actor;  // the fused actor whose job it is in
     e.name = name_;
     e.step = parts_->job.step;
     e.microbatch = parts_->job.microbatch;

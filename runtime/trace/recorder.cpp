@@ -389,6 +389,7 @@ std::string recorder::json(const std::string& metadata) const {
         break;
       case event_type::part:  // inside a fused job's slice on the same track
         args["actor"] = name_of(e.peer);
+        args["in"] = name_of(static_cast<std::uint32_t>(e.value));
         add(slice("part", e, std::move(args)));
         break;
       case event_type::counter: {

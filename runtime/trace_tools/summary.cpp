@@ -51,6 +51,22 @@ void summarize_actors(const trace_file& trace, trace_summary& out) {
     a.waiting_us += job.queued_us;
     ++a.jobs;
   }
+  // Fused layers (Note [fused layers]): each layer's parts are its compute, taken out of
+  // its fused actor's jobs, so the actors' compute still adds up to the devices' busy time.
+  for (const auto& part : trace.parts) {
+    if (part.actor.empty())
+      continue;
+    auto& layer = actors[part.actor];
+    if (layer.name.empty()) {
+      layer.name = part.actor;
+      layer.device = part.device;
+    }
+    layer.compute_us += part.duration_us;
+    ++layer.jobs;
+    auto fused = actors.find(part.from);
+    if (fused != actors.end())
+      fused->second.compute_us -= part.duration_us;
+  }
   for (const auto& h : trace.handlers) {
     if (h.actor.empty())
       continue;
@@ -63,6 +79,7 @@ void summarize_actors(const trace_file& trace, trace_summary& out) {
     ++a.messages;
   }
   for (auto& [name, a] : actors) {
+    a.compute_us = std::max(0.0, a.compute_us);  // a fused actor's, less its parts' rounding
     a.idle_us = std::max(0.0, out.run_us - a.compute_us - a.handling_us - a.waiting_us);
     out.actors.push_back(a);
   }

@@ -304,7 +304,7 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
   };
   std::map<std::int64_t, std::string> process_names;
   std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names;
-  std::vector<ids> job_ids, handler_ids;
+  std::vector<ids> job_ids, handler_ids, part_ids;
   std::map<std::uint64_t, ids> send_ids;
   double first = std::numeric_limits<double>::infinity();
   double last = -first;
@@ -352,6 +352,12 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
           span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
           out.jobs.push_back(std::move(span));
           job_ids.push_back({pid, tid});
+        } else if (category == "part") {
+          span.kind = job_kind_of(span.name);
+          span.actor = read.text(args, "actor");
+          span.from = read.text(args, "in");
+          out.parts.push_back(std::move(span));
+          part_ids.push_back({pid, tid});
         } else if (category == "handler") {
           span.from = read.text(args, "from");
           span.actor = read.text(args, "to");
@@ -412,6 +418,10 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
     out.jobs[i].device = device_of(job_ids[i]);
     out.jobs[i].track = track_of(job_ids[i]);
   }
+  for (std::size_t i = 0; i < out.parts.size(); ++i) {
+    out.parts[i].device = device_of(part_ids[i]);
+    out.parts[i].track = track_of(part_ids[i]);
+  }
   for (std::size_t i = 0; i < out.handlers.size(); ++i) {
     auto& span = out.handlers[i];
     span.device = device_of(handler_ids[i]);
@@ -429,6 +439,7 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
   auto by_start = [](const trace_span& a, const trace_span& b) { return a.start_us < b.start_us; };
   std::stable_sort(out.jobs.begin(), out.jobs.end(), by_start);
   std::stable_sort(out.handlers.begin(), out.handlers.end(), by_start);
+  std::stable_sort(out.parts.begin(), out.parts.end(), by_start);
   for (auto& [name, samples] : out.counters)
     std::stable_sort(samples.begin(), samples.end(),
                      [](const trace_sample& a, const trace_sample& b) { return a.time_us < b.time_us; });

@@ -44,7 +44,7 @@ struct trace_span {
   std::string track;   // the track the span is on (stream or receiving actor)
   std::string device;  // the process the span is in
   std::string actor;   // job: who submitted it (args.actor); handler: the receiver
-  std::string from;    // handler: the sender (args.from)
+  std::string from;    // handler: the sender (args.from); part: the fused actor (args.in)
   double start_us = 0;
   double duration_us = 0;
   double queued_us = 0;        // job: waited between submission and start (args.queued_us)
@@ -79,6 +79,9 @@ struct trace_file {
   std::vector<trace_wire> wires;
   std::vector<trace_span> jobs;      // sorted by start
   std::vector<trace_span> handlers;  // sorted by start
+  /// A fused layer's span inside its fused actor's job (cat "part"): `actor` the layer,
+  /// `from` the fused actor; sorted by start. Not in `jobs`: the job holds their time.
+  std::vector<trace_span> parts;
   /// A message's send (ph "s"), by its flow id: when, and by whom (the track's name).
   struct send {
     double time_us = 0;

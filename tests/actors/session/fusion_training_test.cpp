@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/config/precision.hpp"
+#include "runtime/trace_tools/summary.hpp"
+#include "runtime/trace_tools/trace_file.hpp"
 #include "tests/actors/equivalence_support.hpp"
 #include "tests/temp_files.hpp"
 
@@ -93,6 +95,20 @@ TEST_CASE("a fused run's trace has one job a pass and every member's span inside
       ++(e["name"] == "forward" ? forward_parts : backward_parts)[e["args"]["actor"]];
   }
   CHECK(forward_jobs == 3);
+  // The summary gives each layer its parts as compute (two a step), and the actors' compute
+  // adds up to the device's busy time.
+  const auto summary = summarize_trace(load_trace(path));
+  double compute = 0;
+  for (const auto& a : summary.actors) {
+    compute += a.compute_us;
+    if (a.name.rfind("layer_", 0) == 0 && a.name.find("..") == std::string::npos) {
+      INFO(a.name);
+      CHECK(a.jobs == 6);
+      CHECK(a.compute_us > 0);
+    }
+  }
+  REQUIRE(summary.devices.size() == 1);
+  CHECK(compute == doctest::Approx(summary.devices[0].busy_us).epsilon(0.01));
   const std::set<std::string> layers{"layer_0", "layer_1", "layer_2", "layer_3", "layer_4",
                                      "layer_5"};
   REQUIRE(forward_parts.size() == layers.size());
