@@ -283,6 +283,34 @@ class event_stream final : public nlohmann::json_sax<json> {
   std::size_t index_ = 0;
 };
 
+// A complete event (ph "X") at `ts` of `category` ("job", "part", "handler") as a span.
+trace_span read_span(event_reader& read, const json& e, const json& args, double ts,
+                     const std::string& category) {
+  trace_span span;
+  span.name = read.text(e, "name");
+  span.start_us = ts;
+  span.duration_us = std::max(0.0, read.number(e, "dur", 0));
+  span.step = to_int(read.number(args, "step", -1));
+  span.microbatch = read.index_in(args, "microbatch");
+  span.replica = read.index_in(args, "replica");
+  span.eval = read.text(args, "phase") == "eval";
+  span.bytes = to_int(read.number(args, "bytes", 0));
+  if (category == "job" || category == "part") {
+    span.kind = job_kind_of(span.name);
+    span.actor = read.text(args, "actor");
+  }
+  if (category == "job") {
+    span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
+  } else if (category == "part") {
+    span.from = read.text(args, "in");
+  } else if (category == "handler") {
+    span.from = read.text(args, "from");
+    span.actor = read.text(args, "to");
+    span.flow = static_cast<std::uint64_t>(std::max(0.0, read.number(args, "flow", 0)));
+  }
+  return span;
+}
+
 }  // namespace
 
 trace_file parse_trace(const std::string& text, const std::string& path) {
@@ -335,33 +363,16 @@ trace_file parse_trace(const std::string& text, const std::string& path) {
       first = std::min(first, ts);
       last = std::max(last, ts);
       if (ph == "X") {
-        trace_span span;
-        span.name = read.text(e, "name");
-        span.start_us = ts;
-        span.duration_us = std::max(0.0, read.number(e, "dur", 0));
+        const auto category = read.text(e, "cat");
+        auto span = read_span(read, e, args, ts, category);
         last = std::max(last, span.end_us());
-        span.step = to_int(read.number(args, "step", -1));
-        span.microbatch = read.index_in(args, "microbatch");
-        span.replica = read.index_in(args, "replica");
-        span.eval = read.text(args, "phase") == "eval";
-        span.bytes = to_int(read.number(args, "bytes", 0));
-        auto category = read.text(e, "cat");
         if (category == "job") {
-          span.kind = job_kind_of(span.name);
-          span.actor = read.text(args, "actor");
-          span.queued_us = std::max(0.0, read.number(args, "queued_us", 0));
           out.jobs.push_back(std::move(span));
           job_ids.push_back({pid, tid});
         } else if (category == "part") {
-          span.kind = job_kind_of(span.name);
-          span.actor = read.text(args, "actor");
-          span.from = read.text(args, "in");
           out.parts.push_back(std::move(span));
           part_ids.push_back({pid, tid});
         } else if (category == "handler") {
-          span.from = read.text(args, "from");
-          span.actor = read.text(args, "to");
-          span.flow = static_cast<std::uint64_t>(std::max(0.0, read.number(args, "flow", 0)));
           out.handlers.push_back(std::move(span));
           handler_ids.push_back({pid, tid});
         }
