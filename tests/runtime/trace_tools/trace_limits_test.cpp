@@ -157,3 +157,19 @@ TEST_CASE("a device's node number of any length is read, or taken for node 0, ne
   const auto summary = summarize_trace(parse_trace(trace.dump(), "n.json"));
   CHECK(summary.wires.empty());
 }
+
+TEST_CASE("a fused layer's part span with a wrong or huge field is a user error, not echoed") {
+  const auto wrong = R"({"traceEvents": [{"ph": "X", "cat": "part", "name": "forward", "ts": 1,
+                          "args": {"actor": "layer_1", "in": [[[[7]]]]}}])" + no_tracks;
+  CHECK_THROWS_WITH_AS(parse_trace(wrong, "p.json"),
+                       doctest::Contains("p.json: traceEvents[0]: \"in\" should be"), user_error);
+  const auto huge = R"({"traceEvents": [{"ph": "X", "cat": "part", "name": "forward", "ts": 1,
+                         "args": {"actor": ")" + std::string(20'000'000, 'x') +
+                    R"(", "in": 3}}])" + no_tracks;
+  try {
+    parse_trace(huge, "p.json");
+    FAIL("expected a user_error");
+  } catch (const user_error& e) {
+    CHECK(std::string{e.what()}.size() < 300);
+  }
+}
