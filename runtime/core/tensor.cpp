@@ -50,9 +50,12 @@ std::string shape_to_string(const shape_t& shape) {
 }
 
 std::int64_t element_count(const shape_t& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    return 0;  // before multiplying: the other dimensions may overflow together
   std::int64_t n = 1;
   for (auto d : shape)
-    n *= d;
+    TROUPE_CHECK(!__builtin_mul_overflow(n, d, &n),
+                 "shape " << shape_to_string(shape) << " has more elements than 64 bits count");
   return n;
 }
 
@@ -213,42 +216,46 @@ std::vector<T> read_to_host(const tensor& t, const T* p) {
   return out;
 }
 
+// The bytes a new tensor of `shape` takes, refusing negative dimensions and overflow.
+std::size_t bytes_of_new(const shape_t& shape, dtype type) {
+  for (auto d : shape)
+    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  std::size_t bytes = 0;
+  TROUPE_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(element_count(shape)),
+                                       size_of(type), &bytes),
+               "shape " << shape_to_string(shape) << " has more bytes than 64 bits count");
+  return bytes;
+}
+
 }  // namespace
 
 tensor tensor::empty(shape_t shape, dtype type, device_id device) {
-  for (auto d : shape)
-    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  const auto bytes = bytes_of_new(shape, type);
   tensor t;
   t.type_ = type;
-  t.storage_ =
-      std::make_shared<storage>(device, static_cast<std::size_t>(element_count(shape)) * size_of(type));
+  t.storage_ = std::make_shared<storage>(device, bytes);
   t.shape_ = std::move(shape);
   return t;
 }
 
 tensor tensor::borrowing(void* data, shape_t shape, dtype type, device_id device,
                          std::shared_ptr<void> owner) {
-  for (auto d : shape)
-    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  const auto bytes = bytes_of_new(shape, type);
   TROUPE_CHECK(device.type == device_type::cpu && owner != nullptr,
                "borrowing: host memory with an owner, not " << device.to_string());
   tensor t;
   t.type_ = type;
-  t.storage_ = std::make_shared<storage>(
-      device, data, static_cast<std::size_t>(element_count(shape)) * size_of(type),
-      std::move(owner));
+  t.storage_ = std::make_shared<storage>(device, data, bytes, std::move(owner));
   t.shape_ = std::move(shape);
   return t;
 }
 
 tensor tensor::empty_pinned(shape_t shape, dtype type) {
-  for (auto d : shape)
-    TROUPE_CHECK(d >= 0, "negative dimension in shape " << shape_to_string(shape));
+  const auto bytes = bytes_of_new(shape, type);
   tensor t;
   t.type_ = type;
-  t.storage_ = std::make_shared<storage>(
-      device_id{device_type::cpu, 0, this_node()},
-      static_cast<std::size_t>(element_count(shape)) * size_of(type), storage::pinned_t{});
+  t.storage_ = std::make_shared<storage>(device_id{device_type::cpu, 0, this_node()}, bytes,
+                                         storage::pinned_t{});
   t.shape_ = std::move(shape);
   return t;
 }

@@ -14,14 +14,14 @@ namespace {
 // Note [a fused pass's saved tensors]
 // Backward needs each member's own `saved`, and a member may save any number of tensors
 // (dropout saves its mask in training only). So forward appends them member after member
-// and ends with one marker: a tensor of no elements whose shape is each member's count,
-// then 0 (a shape of counts has elements unless a dimension is 0). Backward reads the
-// marker and splits. No member can forge it: it is always the last tensor.
+// and ends with one marker: a tensor of no elements whose shape is 0, then each member's
+// count (a shape of counts has elements unless a dimension is 0; the 0 comes first so that
+// counting its elements never multiplies the counts, which overflows on long chains).
+// Backward reads the marker and splits. No member can forge it: it is always the last tensor.
 tensor counts_marker(const std::vector<std::size_t>& counts) {
-  shape_t shape;
+  shape_t shape{0};
   for (auto c : counts)
     shape.push_back(static_cast<std::int64_t>(c));
-  shape.push_back(0);
   return tensor::empty(std::move(shape));
 }
 
@@ -152,7 +152,7 @@ void fused_layer::backward(const layer_context& context, const std::vector<tenso
   const auto& counts = saved.back().shape();
   std::vector<std::size_t> first_saved{0};
   for (std::size_t i = 0; i < members_.size(); ++i)
-    first_saved.push_back(first_saved.back() + static_cast<std::size_t>(counts[i]));
+    first_saved.push_back(first_saved.back() + static_cast<std::size_t>(counts[i + 1]));
   TROUPE_CHECK(first_saved.back() + 1 == saved.size(), "a fused forward's saved tensors do not add up");
   tensor upstream = dy;
   for (std::size_t i = members_.size(); i-- > 0;) {

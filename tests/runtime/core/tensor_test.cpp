@@ -29,6 +29,16 @@ TEST_CASE("copying a tensor shares its storage") {
   CHECK(shape_to_string(a.shape()) == "(2, 3)");
 }
 
+TEST_CASE("a shape whose elements or bytes overflow 64 bits is refused, and a 0 anywhere has none") {
+  const std::int64_t big = std::int64_t{1} << 40;
+  CHECK_THROWS_AS(element_count({big, big}), check_failure);
+  CHECK_THROWS_AS(tensor::empty({big, big}), check_failure);
+  CHECK_THROWS_AS(tensor::empty({std::int64_t{1} << 62}), check_failure);  // 2^64 bytes
+  CHECK(element_count({big, big, 0}) == 0);
+  CHECK(element_count({0, big, big}) == 0);
+  CHECK(tensor::empty({big, big, 0}).numel() == 0);
+}
+
 TEST_CASE("a freed tensor's block goes back to its own device's pool, not another's") {
   // Note [a pool by device] in runtime/core/tensor.cpp: a block another core wrote last
   // costs the next writer a fetch from that core's cache.

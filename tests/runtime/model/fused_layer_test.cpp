@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -191,4 +192,26 @@ TEST_CASE("members that assign their saved tensors keep them apart, and a member
     CHECK(e.member == 2);
     CHECK(std::string{e.what()} == "assigning layer fails on purpose");
   }
+}
+
+TEST_CASE("a long chain of members, each saving tensors, forwards and backwards") {
+  // The saved tensors' marker holds one count a member: 80 counts of 1 or more multiply
+  // past 64 bits, which the marker's element count must never do.
+  constexpr int chain = 80;
+  std::vector<fused_layer::member> members;
+  for (int i = 0; i < chain; ++i)
+    members.push_back(fused_layer::member{std::make_unique<assigning_layer>(false), i,
+                                          "m" + std::to_string(i), {2}});
+  fused_layer fused{std::move(members)};
+  fused.bind(device_type::cpu);
+  const auto x = tensor::from({1.0f, -0.5f}, {1, 2});
+  auto y = tensor::empty({1, 2});
+  std::vector<tensor> saved;
+  fused.forward(layer_context{}, {}, x, y, saved);
+  CHECK(saved.size() == chain + 1);
+  CHECK(y.f32()[0] == std::ldexp(1.0f, chain));
+  std::vector<tensor> grads;
+  auto dx = tensor::empty({1, 2});
+  fused.backward(layer_context{}, {}, saved, tensor::from({1.0f, 1.0f}, {1, 2}), &dx, grads, false);
+  CHECK(dx.f32()[1] == std::ldexp(1.0f, chain));
 }
