@@ -2,7 +2,7 @@
 """simulate_vs_measured.py: troupe simulate's predicted step time next to the measured one.
 
 For each shipped config, side by side in one run: `troupe run CONFIG --steps N --trace T`
-(several-node configs under `troupe launch`), its step time read from the trace as troupe
+(several-node configs under `troupe launch`, processes of this machine), its step time read from the trace as troupe
 simulate reads a simulated one (the trimmed mean time between the steps' last jobs),
 and `troupe simulate CONFIG --steps N --cores C --json` (which times the config's layers
 here first). --repeats rounds over all the configs (each round measures and predicts
@@ -94,16 +94,6 @@ def measure(config, steps, directory):
     return step_ms(trace), peak_bytes(metrics)
 
 
-def measured_link():
-    """Loopback between two troupe nodes, as troupe_link_bench measures it: the GB/s of a
-    64 MiB tensor and half the round trip of a one-float one."""
-    bench = os.path.join(os.path.dirname(TROUPE), "troupe_link_bench")
-    out = subprocess.run([bench], capture_output=True, text=True, check=True).stdout
-    rate = float(re.search(r"^\s*64\s+([\d.]+)", out, re.M).group(1))
-    latency = float(re.search(r"latency .*: ([\d.]+) us", out).group(1))
-    return f"{rate:.2f} GB/s, {latency:.0f} us"
-
-
 def predict(config, steps, cores, link, extra=()):
     args = ["simulate", config, "--steps", str(steps), "--json", "--cores", str(cores), *extra]
     if link:
@@ -118,17 +108,15 @@ def main():
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2,
                         help="the cores this machine's devices share (troupe simulate --cores)")
     parser.add_argument("--link", default=None,
-                        help="between the processes of a several-node config here; default: "
-                        "loopback as bench/link_bench.cpp measures it in this run (GB/s at 64 MiB, "
-                        "half a small message's round trip)")
+                        help="price the processes of a several-node config as machines apart "
+                        "over this link (troupe simulate --link); default: as processes of this "
+                        "machine, which they are (troupe calibrate measures what a message "
+                        "between two of them costs)")
     parser.add_argument("--configs", nargs="*", default=None)
     parser.add_argument("--scale", action="store_true",
                         help="also predict DP over 8, 64, 512 devices")
     parser.add_argument("--scale-link", default="25 GB/s, 5 us")
     args = parser.parse_args()
-    if args.link is None:
-        args.link = measured_link()
-        print(f"link between processes here (bench/link_bench.cpp): {args.link}")
     configs = args.configs if args.configs is not None else sorted(
         os.path.join("config", c) for c in os.listdir("config") if c.endswith(".toml"))
     # troupe simulate models CPU devices only: the GPU configs are left out, and said so.

@@ -252,9 +252,9 @@ void session::start_devices() {
         s_.tracks[g.name()] = recorder.register_track(
             {g.name(), "fused", first.device.to_string(), first.replica, first.stage, -1});
     }
-    if (s_.needs_batch_assembler())
-      s_.tracks[batch_assembler_name(s_.rank)] = recorder.register_track(
-          {batch_assembler_name(s_.rank), "batch_assembler", "host", -1, -1, -1});
+    for (int node : s_.batch_assembler_nodes())
+      s_.tracks[batch_assembler_name(node)] = recorder.register_track(
+          {batch_assembler_name(node), "batch_assembler", "host", -1, -1, -1});
     if (s_.drives)
       s_.trainer_track = recorder.register_track({"trainer", "trainer", "host", -1, -1, -1});
   }
@@ -387,9 +387,9 @@ void session::spawn() {
                         s_.checkpoints,  s_.gloo,       s_.sequencers};
   try {
     spawn_actors(context);
-    if (s_.needs_batch_assembler())
-      s_.spawned[batch_assembler_name(s_.rank)] =
-          system.spawn<batch_assembler_actor>(s_.rank, prepared.data, s_.devices.get());
+    for (int node : s_.batch_assembler_nodes())
+      s_.spawned[batch_assembler_name(node)] =
+          system.spawn<batch_assembler_actor>(node, prepared.data, s_.devices.get());
   } catch (...) {
     // A factory refused its actor's settings (a plugin's kind reads them only here).
     // Nothing has started; stop what exists, or the actor system would wait for it
@@ -432,7 +432,10 @@ void session::spawn_actors(spawn_context& context) {
     std::vector<std::uint32_t> tracks;
     for (const auto& m : group.members) {
       members.push_back(graph.find(m));
-      tracks.push_back(track_of(m));
+      // A simulated job's work runs at one virtual instant (Note [simulated streams]), so
+      // its members' parts would have no length: a simulated trace shows the fused jobs.
+      if (s_.options.world == nullptr)
+        tracks.push_back(track_of(m));
     }
     auto handle = spawn_fused_layers(group.name(), members, std::move(tracks), context);
     for (const auto& m : group.members)

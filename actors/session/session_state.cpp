@@ -98,17 +98,19 @@ wiring_msg wiring_of(const fusion_group& group, const wire_index& graph,
 
 }  // namespace
 
-bool session_state::needs_batch_assembler() const {
+std::vector<int> session_state::batch_assembler_nodes() const {
   const auto& graph_plan = graph();
   const wire_index g{graph_plan};
+  std::vector<int> nodes;
   for (const auto& wire : graph_plan.wires) {
     const auto* from = g.find(wire.from);
     const auto* to = g.find(wire.to);
     if (wire.kind == wire_kind::activations && from->kind == actor_kind::data_loader &&
-        to->device.node == rank && from->device.node != rank)
-      return true;
+        runs_here(*to) && from->device.node != to->device.node &&
+        std::find(nodes.begin(), nodes.end(), to->device.node) == nodes.end())
+      nodes.push_back(to->device.node);
   }
-  return false;
+  return nodes;
 }
 
 void session_state::wire_local(caf::scoped_actor& self) const {

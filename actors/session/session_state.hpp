@@ -72,7 +72,9 @@ struct session_state {
 
   /// Whether the loader sends batches to a first layer on this node from another node:
   /// then this node assembles them from their rows (batch_assembler_actor.hpp).
-  bool needs_batch_assembler() const;
+  /// The nodes running here whose layers take a loader's batches from another node: each
+  /// gets a batch assembler (every node of a simulated run, this node of a real one).
+  std::vector<int> batch_assembler_nodes() const;
 
   /// Sends each of this node's actors its wiring (every wire that starts or ends at it,
   /// the peers' handles from `everyone`), and the batch assembler its trainer.

@@ -16,6 +16,7 @@
 
 #include "actors/base/device_scheduler.hpp"
 #include "actors/session/session.hpp"
+#include "actors/tools/process_link.hpp"
 #include "actors/tools/verify.hpp"
 #include "runtime/base/json_input.hpp"
 #include "runtime/base/limits.hpp"
@@ -295,11 +296,70 @@ const char* optimizer_name(optimizer_type type) {
 
 namespace {
 
+// Note [layers timed as a run finds them]
+// A layer in a run finds the caches as the rest of its step left them: the optimizers read
+// and write every parameter, gradient and state, and the loader gathers random rows of the
+// data set. Rounds of the layers' passes alone, back to back, run from caches a run never
+// has: on this project's AMD VM the shipped MLP's first linear took 480 us a round so timed
+// and 564 us in a traced run (1.17x; its second 1.16x), and in DP2's run, two devices at
+// once, 1.34x and 1.22x, while the contention of such rounds on two threads measured 1.01.
+// So between two rounds, untimed, the rest of a step runs as the run does it: the
+// optimizer's update over every parameter (its own buffers: parameters, gradients, state)
+// and a micro-batch's gather from the data set (rest_of_step). The rounds on two threads
+// (contention) do the same, each thread its own.
+class rest_of_step {
+ public:
+  rest_of_step(const run_config& config, const session_prepared& prepared, std::int64_t rows,
+               std::int64_t parameters, std::uint64_t key)
+      : sgd_(config.optimizer.type == optimizer_type::sgd),
+        parameters_(parameters),
+        data_(prepared.data),
+        buffers_(static_cast<std::size_t>((sgd_ ? 3 : 4) * parameters), 0.0f),
+        picked_(static_cast<std::size_t>(rows)),
+        random_(config.run.seed, key) {
+    sgd_hyper_.lr = adam_hyper_.lr = static_cast<float>(config.optimizer.lr);
+    adam_hyper_.decoupled = config.optimizer.type == optimizer_type::adamw;
+    if (data_ != nullptr)
+      batch_.resize(static_cast<std::size_t>(rows * data_->train.features));
+  }
+
+  void run() {
+    float* b = buffers_.data();
+    const auto n = parameters_;
+    if (n > 0 && sgd_)
+      kernels::lookup<kernels::ops::sgd_update>(device_type::cpu)(context_, n, b, b, b + n,
+                                                                 b + 2 * n, sgd_hyper_);
+    else if (n > 0)
+      kernels::lookup<kernels::ops::adam_update>(device_type::cpu)(
+          context_, n, b, b, b + n, b + 2 * n, b + 3 * n, adam_hyper_);
+    if (data_ == nullptr || data_->train.count <= 0)
+      return;
+    for (auto& row : picked_)
+      row = static_cast<std::int64_t>(
+          random_.below(static_cast<std::uint64_t>(data_->train.count)));
+    data_->train.gather(picked_.data(), 0, picked_.size(), batch_.data());
+  }
+
+ private:
+  bool sgd_;
+  std::int64_t parameters_;
+  std::shared_ptr<const dataset_split> data_;
+  std::vector<float> buffers_;
+  std::vector<std::int64_t> picked_;
+  std::vector<float> batch_;
+  keyed_random random_;  // its own: the contention rounds run one on each of two threads
+  const kernels::context context_;
+  kernels::sgd_hyper sgd_hyper_;
+  kernels::adam_hyper adam_hyper_;
+};
+
 // Each layer's forward and backward on the calibration's rows, in rounds as a device runs
-// the whole model, and the contention of two devices computing at once; the elements of the
-// largest activation (what copies and sums are timed with).
-std::int64_t time_layers(const topology& graph, std::int64_t repeats, keyed_random& random,
-                         calibration& out) {
+// the whole model (Note [layers timed as a run finds them]), and the contention of two
+// devices computing at once; the elements of the largest activation (what copies and sums
+// are timed with).
+std::int64_t time_layers(const run_config& config, const session_prepared& prepared,
+                         std::int64_t repeats, keyed_random& random, calibration& out) {
+  const auto& graph = prepared.graph;
   std::int64_t largest = 1;
   auto make_benches = [&] {
     std::vector<std::unique_ptr<layer_bench>> made;
@@ -325,7 +385,11 @@ std::int64_t time_layers(const topology& graph, std::int64_t repeats, keyed_rand
   // device running the whole model does: a layer finds the caches as the layers before it
   // left them (timed alone, over and over, a layer would run from warm caches, and a
   // transformer's layers about 15% faster than in a run). Two rounds warm up.
-  auto round = [](std::vector<std::unique_ptr<layer_bench>>& set, bool keep) {
+  std::int64_t parameters = 0;
+  for (const auto& b : benches)
+    parameters += b->timing.parameters;
+  auto round = [](std::vector<std::unique_ptr<layer_bench>>& set, bool keep, rest_of_step& rest) {
+    rest.run();
     const auto start = std::chrono::steady_clock::now();
     for (auto& b : set)
       b->run(true, keep);
@@ -333,11 +397,21 @@ std::int64_t time_layers(const topology& graph, std::int64_t repeats, keyed_rand
       (*it)->run(false, keep);
     return elapsed_us(start);
   };
+  rest_of_step rest{config, prepared, out.rows, parameters, 0x5e57};
   std::vector<double> alone;
   for (std::int64_t r = 0; r < repeats + 2; ++r) {
-    const double us = round(benches, r >= 2);
+    const double us = round(benches, r >= 2, rest);
     if (r >= 2)
       alone.push_back(us);
+  }
+  {
+    auto sorted = alone;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = median_of(alone);
+    if (median > 0) {
+      out.rounds_low = sorted[sorted.size() / 10] / median;
+      out.rounds_high = sorted[sorted.size() - 1 - sorted.size() / 10] / median;
+    }
   }
   // Contention (Note [what a job costs] in simulate.cpp): the same rounds on two threads at
   // once, each with its own tensors, as two devices of a machine run; the factor is how much
@@ -348,17 +422,18 @@ std::int64_t time_layers(const topology& graph, std::int64_t repeats, keyed_rand
     std::vector<double> together;
     std::atomic<int> ready{0};
     std::thread second{[&] {
+      rest_of_step own{config, prepared, out.rows, parameters, 0x5e58};
       ready.fetch_add(1);
       while (ready.load() < 2) {
       }
       for (std::int64_t r = 0; r < rounds + 2; ++r)  // outlasts the first thread's rounds
-        round(other, false);
+        round(other, false, own);
     }};
     ready.fetch_add(1);
     while (ready.load() < 2) {
     }
     for (std::int64_t r = 0; r < rounds; ++r) {
-      const double us = round(benches, false);
+      const double us = round(benches, false, rest);
       if (r >= 2)
         together.push_back(us);
     }
@@ -510,7 +585,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   const int threads_before = kernels::cpu_kernel_threads();
   kernels::set_cpu_kernel_threads(1);
   keyed_random random{config.run.seed, 0xca11b};
-  const auto largest = time_layers(graph, repeats, random, out);
+  const auto largest = time_layers(config, prepared, repeats, random, out);
   time_update(config, repeats, out);
   time_copy(largest, repeats, out);
   time_load(prepared, repeats, random, out);
@@ -518,6 +593,10 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   time_loss(config, graph, repeats, random, out);
   kernels::set_cpu_kernel_threads(threads_before);
   out.handover_us = time_handover(std::min<std::int64_t>(repeats, 50));
+  const auto link = time_process_link(std::min<std::int64_t>(repeats, 200));
+  out.process_latency_us = link.latency_us;
+  out.process_gb_per_s = link.gb_per_s;
+  out.message_cpu_us = link.message_cpu_us;
   const auto handlers = time_handlers(config, prepared, out.rows);
   out.handler_us = handlers.handler_us;
   out.host_us = handlers.host_us;
@@ -548,6 +627,16 @@ std::string format_calibration_text(const calibration& c) {
       c.handover_us, c.contention,
       c.handler_us < 0 ? "not measured" : string_printf("%.1f us", c.handler_us).c_str(),
       c.host_us < 0 ? "not measured" : string_printf("%.1f us", c.host_us).c_str());
+  text += string_printf(
+      "rounds of the model's passes: 10%% of them under %.2fx their median, 10%% over %.2fx\n",
+      c.rounds_low, c.rounds_high);
+  if (c.process_latency_us >= 0)
+    text += string_printf(
+        "between two processes here (through CAF over loopback): a message %.1f us, %.1f us of "
+        "CPU; a 4 MiB tensor at %.2f GB/s\n",
+        c.process_latency_us, c.message_cpu_us, c.process_gb_per_s);
+  else
+    text += "between two processes here: not measured (no loopback connection)\n";
   return text;
 }
 
@@ -583,6 +672,13 @@ std::string format_calibration_json(const calibration& c) {
     out["handler_us"] = c.handler_us;
   if (c.host_us >= 0)
     out["host_us"] = c.host_us;
+  out["rounds_low"] = c.rounds_low;
+  out["rounds_high"] = c.rounds_high;
+  if (c.process_latency_us >= 0) {
+    out["process_latency_us"] = c.process_latency_us;
+    out["process_gb_per_s"] = c.process_gb_per_s;
+    out["message_cpu_us"] = c.message_cpu_us;
+  }
   return out.dump(2) + "\n";
 }
 
@@ -657,6 +753,21 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
     c.handler_us = number(j, "handler_us", "");
   if (j.contains("host_us"))  // likewise
     c.host_us = number(j, "host_us", "");
+  if (j.contains("rounds_low") || j.contains("rounds_high")) {  // absent: not measured
+    c.rounds_low = number(j, "rounds_low", "", 1);
+    c.rounds_high = number(j, "rounds_high", "", max_contention);
+    if (c.rounds_high < 1)
+      throw fail("\"rounds_high\" is " + shortest_text(c.rounds_high) +
+                 ", expected a factor from 1 to " + shortest_text(max_contention));
+  }
+  if (j.contains("process_latency_us") || j.contains("process_gb_per_s") ||
+      j.contains("message_cpu_us")) {  // absent: not measured (or before it was)
+    c.process_latency_us = number(j, "process_latency_us", "");
+    c.message_cpu_us = number(j, "message_cpu_us", "");
+    c.process_gb_per_s = rate("process_gb_per_s");
+    if (c.process_gb_per_s <= 0)
+      throw fail("\"process_gb_per_s\" is 0, expected a rate from 0.001 to 1e+06 GB/s");
+  }
   if (j.contains("contention")) {  // calibrations before it was measured: none
     c.contention = number(j, "contention", "");
     if (c.contention < 1 || c.contention > max_contention)

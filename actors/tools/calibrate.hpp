@@ -5,9 +5,9 @@
 // the median time of its forward, its backward and, for a layer that splits its backward
 // (Note [split backward] in actors/training/layer_actor.cpp), of backward_input and backward_weight;
 // the optimizer's update per parameter; and a copy's bandwidth at the size of the largest
-// activation. Each is run `repeats` times after two warm-ups on a CPU device of this
-// process (one thread, as a cpu:N device runs), with the layer's own code and kernels, on
-// random inputs and parameters. The result is JSON a simulator reads; the text is for
+// activation; a message between two processes of this machine. Each is run `repeats` times
+// after two warm-ups on a CPU device of this process (one thread, as a cpu:N device runs),
+// with the layer's own code and kernels, on random inputs and parameters. The result is JSON a simulator reads; the text is for
 // people (actors/tools/simulate.hpp reads it). Not here: GPUs (no GPU on this machine).
 #pragma once
 
@@ -52,6 +52,15 @@ struct calibration {
                                     // with wake-up and sleep (-1: not measured; Note [what a
                                     // host turn costs] in calibrate.cpp)
   double contention = 1;            // a round of the model's passes on two threads at once / alone
+  // How stable the rounds were: the 10th and 90th percentile of a round of the model's
+  // passes over their median (1 and 1 when not measured). simulate's range comes from them.
+  double rounds_low = 1;
+  double rounds_high = 1;
+  // Between two processes of this machine through CAF over loopback (Note [between
+  // processes of one machine] in process_link.cpp); -1: not measured.
+  double process_latency_us = -1;   // a small message, half a round trip
+  double process_gb_per_s = -1;     // a 4 MiB tensor through the socket
+  double message_cpu_us = -1;       // the CPU time of both processes' threads a message
   std::vector<layer_timing> layers;  // in model order
 };
 

@@ -7,15 +7,21 @@
 //   pass; "backward" of a layer that splits its backward under ZB-H1 is its input part.
 //   Times scale linearly with the micro-batch rows when the simulated config's differ
 //   from the calibration's (a --set of the batch or of the wiring): an approximation, as
-//   small GEMMs are slower per row than large ones.
+//   small GEMMs are slower per row than large ones. Layers that run fused (Note [fused
+//   layers] in runtime/graph/fusion.hpp), as they do in `troupe run`, pass in one job
+//   that costs their passes' sum: what fusion saves is the members' messages and
+//   hand-overs, which the simulation prices as it does any. (Its trace has no parts: a
+//   simulated job's work runs at one instant of the virtual clock.)
 // - the loss: the calibrated loss of a micro-batch, scaled the same way;
 // - an optimizer's update: its parameters times the calibrated time per parameter;
-// - a copy: its bytes at the calibrated copy bandwidth; from another node, its bytes over
-//   the link's bandwidth (when --link is given; the link's latency delays every message
-//   between nodes, runtime/core/simulation.hpp). The copy occupies the receiving device,
-//   as a copy on arrival does: a network that overlaps compute is not modelled. With
-//   --cores, the sender's network thread takes the same bytes over the same bandwidth of
-//   the sending device's core (Note [what shares a core] in simulation.cpp);
+// - a copy: its bytes at the calibrated copy bandwidth; from another node, its bytes at
+//   the bandwidth between the nodes (Note [nodes of one machine]: the link's, shared
+//   memory's or the loopback socket's; its latency delays the message,
+//   runtime/core/simulation.hpp). The copy occupies the receiving device, as a copy on
+//   arrival does: a network that overlaps compute is not modelled. With --cores, the
+//   sender's network thread (or its copy into shared memory) takes the same bytes at the
+//   same bandwidth of the sending device's core (Note [what shares a core] in
+//   simulation.cpp);
 // - a loader's batch (load): its bytes at the calibrated gather bandwidth (random rows of
 //   the data set); an averager's sums and copies (reduce): their bytes at the calibrated
 //   sum bandwidth;
@@ -52,13 +58,19 @@ namespace {
 // Note [what a job costs].
 class job_prices {
  public:
-  job_prices(const topology& graph, const run_plan& plan, const calibration& costs,
-             const link_cost& link)
+  job_prices(const topology& graph, const run_plan& plan, const std::vector<fusion_group>& fusion,
+             const calibration& costs, const link_cost& link)
       : costs_(costs), link_(link), zb_h1_(graph.schedule == pipeline_schedule::zb_h1) {
-    for (const auto& a : graph.actors)
-      actors_[a.name] = &a;
     for (const auto& l : costs.layers)
       layers_[l.layer] = &l;
+    for (const auto& a : graph.actors)
+      actors_[a.name] = {&a, timing_of(a), {}};
+    for (const auto& g : fusion) {  // a fused actor's pass is its members' (Note [fused layers])
+      priced group{graph.find(g.members.front()), nullptr, {}};
+      for (const auto& m : g.members)
+        group.members.push_back(actors_.at(m).timing);
+      actors_[g.name()] = std::move(group);
+    }
     const auto rows = plan.batch_size / std::max<std::int64_t>(1, plan.replicas * plan.microbatches);
     const auto calibrated = static_cast<double>(std::max<std::int64_t>(1, costs.rows));
     row_scale_ = static_cast<double>(rows) / calibrated;
@@ -73,14 +85,14 @@ class job_prices {
                           const std::string& actor_name) const {
     const auto kind = job_kind_of(label.name);
     const actor_plan* actor = nullptr;
-    auto found = actors_.find(actor_name);
-    if (found != actors_.end())
-      actor = found->second;
     const layer_timing* layer = nullptr;
-    if (actor != nullptr && actor->layer >= 0) {
-      auto l = layers_.find(actor->layer);
-      if (l != layers_.end())
-        layer = l->second;
+    const std::vector<const layer_timing*>* members = nullptr;
+    auto found = actors_.find(actor_name);
+    if (found != actors_.end()) {
+      actor = found->second.plan;
+      layer = found->second.timing;
+      if (!found->second.members.empty())
+        members = &found->second.members;
     }
     auto us = [](double v) { return static_cast<std::int64_t>(std::llround(v * 1000)); };
     const double row_scale = label.phase == 0 && label.replica >= 0 &&
@@ -90,6 +102,12 @@ class job_prices {
     auto bytes_at = [](std::int64_t bytes, double gb_per_s) {
       return gb_per_s > 0 ? static_cast<std::int64_t>(static_cast<double>(bytes) / gb_per_s) : 0;
     };
+    if (members != nullptr && (kind == job_kind::forward || kind == job_kind::backward)) {
+      double sum = 0;
+      for (const auto* m : *members)
+        sum += m == nullptr ? 0 : kind == job_kind::forward ? m->forward_us : m->backward_us;
+      return us(sum * row_scale);
+    }
     if (layer != nullptr && actor->kind == actor_kind::layer) {
       if (kind == job_kind::forward)
         return us(layer->forward_us * row_scale);
@@ -106,7 +124,8 @@ class job_prices {
       return static_cast<std::int64_t>(costs_.update_ns_per_parameter *
                                        static_cast<double>(layer->parameters));
     if (kind == job_kind::copy) {
-      if (link_.given && label.from_node >= 0 && label.from_node != device.node)
+      if (link_.given && link_.bytes_per_ns > 0 && label.from_node >= 0 &&
+          label.from_node != device.node)
         return static_cast<std::int64_t>(static_cast<double>(label.bytes) / link_.bytes_per_ns);
       return bytes_at(label.bytes, costs_.copy_gb_per_s);
     }
@@ -126,7 +145,20 @@ class job_prices {
   bool zb_h1_;
   double row_scale_ = 1;
   std::vector<double> replica_scale_;  // train jobs of replica r: its rows a micro-batch
-  std::map<std::string, const actor_plan*> actors_;
+  // An actor's plan and its layer's calibrated times; a fused actor's plan is its first
+  // member's, and its members' times are summed.
+  struct priced {
+    const actor_plan* plan = nullptr;
+    const layer_timing* timing = nullptr;
+    std::vector<const layer_timing*> members;
+  };
+  const layer_timing* timing_of(const actor_plan& a) const {
+    if (a.layer < 0)
+      return nullptr;
+    auto l = layers_.find(a.layer);
+    return l == layers_.end() ? nullptr : l->second;
+  }
+  std::map<std::string, priced> actors_;
   std::map<std::int64_t, const layer_timing*> layers_;
   mutable std::uint64_t unpriced_ = 0;  // the simulation's thread only
 };
@@ -268,6 +300,77 @@ link_cost parse_link(const std::string& whole) {
   return out;
 }
 
+namespace {
+
+// Note [nodes of one machine]
+// A message between two nodes is priced by where the nodes are. With --link they are
+// machines apart: each message is handled the link's latency after its hand-over, its
+// tensors' bytes cross at the link's bandwidth (the sender's core serialises them, the
+// receiver's copy job takes them in), and it costs the sender's core the CPU time of a
+// message through CAF (the calibration's, over loopback; a network card's own work is not
+// modelled). Without --link the nodes are processes of this machine, as `troupe launch`
+// runs them (Note [between processes of one machine] in process_link.cpp). With [cluster]
+// shared_memory (the default), a message of a kind left in the reader's queue is seen a
+// hand-over later, as a message between two threads is, its tensors copied in by the
+// sender and out by the receiver at the calibrated copy bandwidth; every other message
+// goes through CAF, handled the calibrated latency of a message between two processes
+// later and costing the sender's core its CPU time, its tensors still through shared
+// memory. Without shared memory every message goes through CAF, its tensors at the
+// socket's calibrated bandwidth. A calibration without these measures (no loopback, a
+// file from before them) prices two processes as two threads of one. The sender says which
+// way a message goes (node_send_scope in include/troupe/device.hpp: send_written knows its
+// kind; a loss report to the trainer is posted); one it does not say goes through CAF. As
+// in a run, a replica on another node than the loader gets its batches' rows posted to a
+// batch assembler of its node, which gathers them there (every node's assembler is one of
+// the simulated run's host actors, its batch to its own node's layer not a crossing).
+struct node_routes {
+  link_cost link;  // the receiver's copy of another node's tensors (job_prices)
+  simulation::settings::route network;
+  simulation::settings::route posted;
+  std::string text;  // said in the prediction
+};
+
+node_routes nodes_apart(const simulate_options& options, const calibration& costs,
+                        bool shared_memory) {
+  node_routes out;
+  const auto message_ns = static_cast<std::int64_t>(std::max(0.0, costs.message_cpu_us) * 1000);
+  auto per_byte = [](double gb_per_s) { return gb_per_s > 0 ? 1 / gb_per_s : 0.0; };
+  if (options.link.given) {
+    out.link = options.link;
+    out.network = {static_cast<std::int64_t>(options.link.latency_ns),
+                   per_byte(options.link.bytes_per_ns), message_ns};
+    out.posted = out.network;
+    out.text = string_printf(
+        "machines apart: a message %.1f us and %.1f us of the sender's CPU, tensors at %.2f GB/s",
+        options.link.latency_ns / 1000, static_cast<double>(message_ns) / 1000,
+        options.link.bytes_per_ns);
+    return out;
+  }
+  const bool measured = costs.process_latency_us >= 0;
+  const double socket = measured && costs.process_gb_per_s > 0 ? costs.process_gb_per_s
+                                                               : costs.copy_gb_per_s;
+  const double tensors = shared_memory ? costs.copy_gb_per_s : socket;
+  const double latency_ns = measured ? costs.process_latency_us * 1000 : 0;
+  out.link.given = tensors > 0;
+  out.link.bytes_per_ns = tensors;
+  out.link.latency_ns = latency_ns;
+  out.network = {static_cast<std::int64_t>(latency_ns), per_byte(tensors), message_ns};
+  out.posted = out.network;
+  if (shared_memory)
+    out.posted = {0, per_byte(tensors), 0};
+  out.text = string_printf(
+      "processes of this machine: through CAF a message %.1f us and %.1f us of the sender's "
+      "CPU%s, tensors at %.2f GB/s%s",
+      latency_ns / 1000, static_cast<double>(message_ns) / 1000,
+      shared_memory ? ", through shared memory's queue a hand-over" : "", tensors,
+      shared_memory ? " through shared memory" : " through the socket");
+  if (!measured)
+    out.text += " (the calibration did not measure two processes: priced as two threads)";
+  return out;
+}
+
+}  // namespace
+
 prediction simulate_run(const run_config& original, const calibration& costs,
                         const simulate_options& options) {
   if (options.steps < 2 || options.steps > 100000)
@@ -285,9 +388,6 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   if (options.cores < 0 || options.cores > 1 << 20)
     throw user_error("troupe simulate: --cores should be between 0 and 1048576");
   run_config config = original;
-  // The calibration times each layer's own jobs: the simulated run keeps them apart
-  // (Note [fused layers] in runtime/graph/fusion.hpp), so it predicts the unfused run.
-  config.run.fuse_layers = false;
   config.run.steps = options.steps;
   config.run.evaluate = false;
   config.run.metrics.clear();
@@ -304,7 +404,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
       throw user_error("the calibration (of " + quote_user_text(costs.config) +
                        ") has no timing of layer " + std::to_string(a.layer) +
                        ": calibrate this model (troupe calibrate CONFIG --json -o FILE)");
-  job_prices prices{prepared.graph, prepared.plan, costs, options.link};
+  const auto nodes = nodes_apart(options, costs, config.cluster.shared_memory);
+  job_prices prices{prepared.graph, prepared.plan, prepared.fusion, costs, nodes.link};
   simulation::settings world_settings;
   world_settings.cost = [&prices](const job_label& label, const device_id& device,
                                   const std::string& actor) { return prices(label, device, actor); };
@@ -318,12 +419,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   const double host_us = options.host_us >= 0 ? options.host_us : std::max(0.0, costs.host_us);
   world_settings.host_ns = static_cast<std::int64_t>(host_us * 1000);
   world_settings.contention = options.contention >= 0 ? options.contention : costs.contention;
-  world_settings.node_latency_ns = static_cast<std::int64_t>(options.link.latency_ns);
-  // The sender's side of a message to another node, as the receiver's copy is priced.
-  const double network_bytes_per_ns =
-      options.link.given ? options.link.bytes_per_ns : costs.copy_gb_per_s;
-  if (network_bytes_per_ns > 0)
-    world_settings.network_ns_per_byte = 1 / network_bytes_per_ns;
+  world_settings.network = nodes.network;
+  world_settings.posted = nodes.posted;
   const auto wall_start = std::chrono::steady_clock::now();
   session_result result;
   std::uint64_t jobs = 0;
@@ -354,6 +451,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.handler_us = handler_us;
   p.host_us = host_us;
   p.contention = world_settings.contention;
+  if (prepared.graph.nodes > 1)
+    p.between_nodes = nodes.text;
   p.unpriced_jobs = prices.unpriced();
   const auto trace = parse_trace(result.trace_json, "(simulated)");
   p.trace_json = std::move(result.trace_json);  // gigabytes, for a ring over 512 replicas
@@ -367,6 +466,8 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   p.first_step_us = steps.empty() ? 0 : steps.front().time_us();
   p.samples_per_second =
       p.step_us > 0 ? static_cast<double>(p.batch_size) / (p.step_us * 1e-6) : 0;
+  p.step_low_us = p.step_us * std::min(1.0, costs.rounds_low);
+  p.step_high_us = p.step_us * std::max(1.0, costs.rounds_high);
   const auto summary = summarize_trace(trace);
   p.stages = summary.stages;
   p.schedule = summary.schedule;
@@ -391,6 +492,11 @@ std::string format_prediction_text(const prediction& p) {
       "predicted step: %.3f ms (the mean of steps 1-%lld; step 0 %.3f ms), %.0f samples/s\n",
       p.step_us / 1000, static_cast<long long>(p.steps - 1), p.first_step_us / 1000,
       p.samples_per_second);
+  text += string_printf(
+      "range: %.3f-%.3f ms (as slow or fast as a tenth of the calibration's rounds were)\n",
+      p.step_low_us / 1000, p.step_high_us / 1000);
+  if (!p.between_nodes.empty())
+    text += "between nodes: " + p.between_nodes + "\n";
   if (!p.pipeline.empty()) {
     text += string_printf("pipeline bubble (theory %.3f for equal stages):\n", p.theory_bubble);
     for (const auto& s : p.pipeline) {
@@ -449,6 +555,7 @@ std::string format_prediction_json(const prediction& p) {
       {"batch_size", p.batch_size},
       {"schedule", p.schedule},
       {"step_us", p.step_us},
+      {"step_range_us", {p.step_low_us, p.step_high_us}},
       {"first_step_us", p.first_step_us},
       {"samples_per_s", p.samples_per_second},
       {"theory_bubble", p.theory_bubble},
@@ -461,6 +568,7 @@ std::string format_prediction_json(const prediction& p) {
       {"handover_us", p.handover_us},
       {"host_us", p.host_us},
       {"contention", p.contention},
+      {"between_nodes", p.between_nodes},
       {"critical_path", nlohmann::json::parse(format_explanation_json(p.explanation))}};
   return out.dump(2) + "\n";
 }

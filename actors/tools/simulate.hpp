@@ -38,7 +38,8 @@ link_cost parse_link(const std::string& text);
 
 struct simulate_options {
   std::int64_t steps = 20;  // training steps simulated (no evaluation, no checkpoints)
-  link_cost link;           // between nodes; not given: as a copy between devices
+  link_cost link;           // between nodes, machines apart; not given: the nodes are
+                            // processes of this machine (Note [nodes of one machine])
   double handler_us = -1;   // the device time of each message an actor handles; < 0: the
                             // calibration's measure, or default_handler_us without one
   double handover_us = -1;  // a message between threads; < 0: the calibration's
@@ -88,6 +89,11 @@ struct prediction {
   double handler_us = 0;
   double host_us = 0;               // what a host turn took of a core (with cores)
   double contention = 1;            // what a job took longer with another device computing
+  std::string between_nodes;        // how messages between nodes were priced (with nodes)
+  // The step's range from the calibration's spread of rounds (calibration::rounds_low,
+  // rounds_high): the compute of a step as slow or fast as a tenth of the rounds were.
+  double step_low_us = 0;
+  double step_high_us = 0;
 };
 
 /// Runs `config` simulated. `costs` is a calibration of the same model (its layers by

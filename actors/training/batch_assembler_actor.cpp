@@ -185,9 +185,10 @@ void batch_assembler_actor::check(const batch_rows_msg& message) const {
     TROUPE_CHECK(row >= 0 && row < source.count,
                  actor_name() << ": row " << row << " of a batch is not in the " << split
                               << " split (" << source.count << " samples)");
+  // Its devices are this node's (in a simulated run, every node's: it stands for one).
   device_id where;
   TROUPE_CHECK(
-      device_id::parse(message.device, where) && where.node == this_node() &&
+      device_id::parse(message.device, where) &&
           std::any_of(devices_->all().begin(), devices_->all().end(),
                       [&](const auto& d) { return d->id() == where; }),
       actor_name() << ": a batch for device '" << message.device << "', which is not on this node");
@@ -211,7 +212,8 @@ void batch_assembler_actor::assemble(batch_rows_msg& message) {
   auto x = gather_rows(data_, source, std::move(message.rows), devices_->at(where),
                        job_for(job_kind::load, message.tag), gather_epoch(message.tag));
   // Sent on behalf of the loader: the stamp is its send, which the first layer's
-  // handling ends, so no handling of our own is recorded.
+  // handling ends, so no handling of our own is recorded. To a layer of its own node.
+  const node_send_scope sending{node_send::within_node};
   send(message.first_layer, activation_msg{message.tag, std::move(x), message.trace});
 }
 

@@ -135,9 +135,11 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
 
   // What the step's last loss job reports: the sums of its micro-batches (read on the
   // host, once the values are written).
+  // The trainer is node0's: from another node the report crosses (a simulation prices it).
+  auto* crossing = device.id().node != 0 ? &work : nullptr;
   auto report = [tag, rows, step, metrics = spec_.metrics.size(),
                  microbatches = settings_.microbatches, report_to = trainer(),
-                 track = track()](const float* values) {
+                 track = track(), crossing](const float* values) {
     loss_report_msg report;
     report.tag = tag;
     report.loss_sum = values[0];
@@ -159,6 +161,9 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
       report.microbatches = microbatches;
     }
     stamp(report, track, 0, "report", 0);
+    if (crossing != nullptr)
+      crossing->sent_to_network(0, true);
+    const node_send_scope sending{node_send::posted};
     // A trainer in another process of this machine takes it from shared memory.
     if (!detail::post_message(caf::actor_cast<caf::actor>(report_to), report, track))
       caf::anon_send(report_to, std::move(report));  // typed: only what a trainer takes

@@ -227,11 +227,13 @@ class stream {
   /// Blocks the calling thread (not this stream's) until every task posted so far has run.
   void drain_posted();
 
-  /// An actor placed here sent `bytes` of tensors to another node. A real stream does
-  /// nothing (the process's network thread serialises them); a simulated one tells its
-  /// simulation, whose core model charges that thread's work to this device's core (Note
+  /// An actor placed here sends `bytes` of tensors to another node, in a message left in
+  /// the receiver's shared-memory queue (`posted`) or through CAF (the first form). A real
+  /// stream does nothing (the process's network thread serialises them); a simulated one
+  /// tells its simulation, whose core model charges that work to this device's core (Note
   /// [what shares a core] in runtime/core/simulation.cpp).
   void sent_to_network(std::int64_t bytes);
+  void sent_to_network(std::int64_t bytes, bool posted);
 
   /// True on this stream's own thread.
   bool on_own_thread() const;
@@ -272,6 +274,26 @@ struct device_options {
 };
 
 /// A device: its id, its stream and the kernel context its kernels run with.
+/// How a message an actor of this thread sends goes: to another node, left in the
+/// receiver's shared-memory queue or through CAF; or within its node, from a host actor of
+/// that node (which a simulation runs with node0's host actors).
+enum class node_send { unsaid, posted, through_caf, within_node };
+
+/// What this thread is sending, while one lives (device_actor::send_written). A simulation
+/// reads it to price the message's way (Note [nodes of one machine] in
+/// actors/tools/simulate.cpp); nothing else does.
+class node_send_scope {
+ public:
+  explicit node_send_scope(node_send kind);
+  ~node_send_scope();
+  node_send_scope(const node_send_scope&) = delete;
+  node_send_scope& operator=(const node_send_scope&) = delete;
+  static node_send current();
+
+ private:
+  node_send before_;
+};
+
 class device {
  public:
   device(device_id id, int core, const device_options& options = {});

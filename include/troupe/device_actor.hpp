@@ -217,24 +217,12 @@ class device_actor : public caf::event_based_actor {
           unwritten.push_back(t->ready());
       }
     if (unwritten.empty() && held_for_network_.empty()) {
-      if (on_ != nullptr)
-        on_->work().sent_to_network(bytes);
-      stage_for(peer, tensors_sent(message));
-      if constexpr (detail::posted_kind<Message>::value != 0)
-        if (detail::post_message(peer, message, track_))
-          return;
-      this->template send<Priority>(peer, std::move(message));
+      send_to_node<Priority>(peer, message, bytes);
       return;
     }
     held_for_network_.push_back(
         {std::move(unwritten), [this, peer, bytes, m = std::move(message)]() mutable {
-           if (on_ != nullptr)
-             on_->work().sent_to_network(bytes);
-           stage_for(peer, tensors_sent(m));
-           if constexpr (detail::posted_kind<Message>::value != 0)
-             if (detail::post_message(peer, m, track_))
-               return;
-           this->template send<Priority>(peer, std::move(m));
+           send_to_node<Priority>(peer, m, bytes);
          }});
     send_to_network();
   }
@@ -283,6 +271,20 @@ class device_actor : public caf::event_based_actor {
                                                         peer) != other_nodes_.end());
   }
   std::vector<caf::actor> other_nodes_;  // its wires' peers on other nodes' devices
+  /// Sends `message`, whose tensors are written, to `peer` on another node: left in its
+  /// shared-memory queue when its kind may be, else through CAF (its tensors staged).
+  template <caf::message_priority Priority, class Message>
+  void send_to_node(const caf::actor& peer, Message& message, std::int64_t bytes) {
+    constexpr bool posted = detail::posted_kind<Message>::value != 0;
+    const node_send_scope sending{posted ? node_send::posted : node_send::through_caf};
+    if (on_ != nullptr)
+      on_->work().sent_to_network(bytes, posted);
+    stage_for(peer, tensors_sent(message));
+    if constexpr (posted)
+      if (detail::post_message(peer, message, track_))
+        return;
+    this->template send<Priority>(peer, std::move(message));
+  }
   /// Puts the written `tensors` of a message to `peer`, an actor of another process on
   /// this machine, into that node's shared-memory inbox, each replaced by a tensor over
   /// its slot (Note [tensors through shared memory] in runtime/net/shared_memory.cpp); the

@@ -87,8 +87,11 @@ void simulation::wake(stream_state& s) {
 void simulation::hand_over(slot* target) {
   if (!on_own_thread() || current_ == nullptr || target == current_)
     return;  // the session's thread, before the run; or actors of one device
-  const auto delay =
-      settings_.handover_ns + (current_->node != target->node ? settings_.node_latency_ns : 0);
+  // The message's way: what its sender said (node_send_scope), else through CAF.
+  const auto kind = node_send_scope::current();
+  const auto& route = kind == node_send::posted ? settings_.posted : settings_.network;
+  const bool crosses = current_->node != target->node && kind != node_send::within_node;
+  const auto delay = settings_.handover_ns + (crosses ? route.latency_ns : 0);
   if (delay <= 0 || target->handed_at > now_ns())
     return;  // one already pending: the later messages are handled with it
   target->handed_at = now_ns() + delay;
@@ -103,15 +106,20 @@ void simulation::posted_to(stream_state& s) {
     hand_over(found->second);
 }
 
-void simulation::sent_to_network(stream_state& s, std::int64_t bytes) {
-  if (!on_own_thread() || settings_.network_ns_per_byte <= 0 || bytes <= 0)
+void simulation::sent_to_network(stream_state& s, std::int64_t bytes, bool posted) {
+  if (!on_own_thread())
     return;
+  const auto& route = posted ? settings_.posted : settings_.network;
+  const auto ns = static_cast<std::int64_t>(static_cast<double>(std::max<std::int64_t>(0, bytes)) *
+                                            route.ns_per_byte) +
+                  route.message_ns;
   auto found = slot_of_.find(&s);
-  if (found == slot_of_.end() || found->second->core < 0)
+  if (ns <= 0 || found == slot_of_.end() || found->second->core < 0)
     return;
-  take_core(found->second->core,
-            static_cast<std::int64_t>(static_cast<double>(bytes) * settings_.network_ns_per_byte));
+  take_core(found->second->core, ns);
 }
+
+
 
 simulation::clock_hold::clock_hold(simulation& world) : world_(world) {
   std::lock_guard<std::mutex> guard{world_.mutex_};
@@ -152,8 +160,8 @@ class simulated_backend final : public stream_backend {
   void wake(stream& s, bool) override { world_.wake(s.state()); }
   void hurried(stream& s) override { world_.wake(s.state()); }  // its main lane has work now
   void posted(stream& s) override { world_.posted_to(s.state()); }
-  void sent_to_network(stream& s, std::int64_t bytes) override {
-    world_.sent_to_network(s.state(), bytes);
+  void sent_to_network(stream& s, std::int64_t bytes, bool posted) override {
+    world_.sent_to_network(s.state(), bytes, posted);
   }
   bool waits_in_queue() const override { return true; }
 
@@ -342,9 +350,10 @@ bool simulation::run_posted_tasks() {
 //   preempting that job. host_ns is what the host thread costs a turn, its wake-up and
 //   sleep included (calibrate measures it);
 // - a message to another node is serialised and written by the sending process's network
-//   thread: its bytes times network_ns_per_byte (the link's time a byte: over loopback, the
-//   CPU time of the copies is what limits a link) of the sending device's core, as a handler
-//   takes it. The receiving device already pays its copy job (actors/tools/simulate.cpp).
+//   thread (or, left in shared memory, copied there by the sender): its route's time a
+//   byte (over loopback the CPU time of the copies is what limits a link) times its bytes,
+//   and its time a message, of the sending device's core, as a handler takes it. The
+//   receiving device already pays its copy job (actors/tools/simulate.cpp).
 //   Without cores, every thread has a core and none of these costs a device anything.
 void simulation::take_core(int core, std::int64_t ns) {
   const auto c = static_cast<std::size_t>(core);

@@ -47,9 +47,6 @@ class simulation {
     /// A message from one thread to another (between devices, or between a device and the
     /// host actors) is handled this much later: a thread's wake-up on real streams.
     std::int64_t handover_ns = 0;
-    /// ... and a message between devices of two nodes this much later again: a network's
-    /// latency (the copy of its tensors then takes their bytes over the link's bandwidth).
-    std::int64_t node_latency_ns = 0;
     /// The cores the devices share, in the order they are made (device k on core k mod
     /// cores, as cpu:N of a process is on core N mod its cores): a core runs one device's
     /// job at a time. 0: every device has a core of its own.
@@ -61,9 +58,21 @@ class simulation {
     /// `cores` set: a free one, else the core of the device whose message woke it, whose job
     /// then ends that much later (Note [what shares a core] in simulation.cpp).
     std::int64_t host_ns = 0;
-    /// With `cores` set: what sending a byte to another node takes of the sender's core
-    /// (the process's network thread serialising and writing it; Note [what shares a core]).
-    double network_ns_per_byte = 0;
+    /// How a message between devices of two nodes goes: it is handled `latency_ns` later
+    /// than the hand-over, and sending it takes, with `cores` set, `ns_per_byte` of its
+    /// tensors' bytes and `message_ns` of the sender's core (the process's network thread
+    /// serialising and writing it, or the copy into shared memory; Note [what shares a
+    /// core]). The receiver's copy of its tensors is a job (the cost function's).
+    struct route {
+      std::int64_t latency_ns = 0;
+      double ns_per_byte = 0;
+      std::int64_t message_ns = 0;
+    };
+    /// Through CAF's link: every message between nodes but those below.
+    route network;
+    /// Left in the receiver's shared-memory queue (stream::sent_to_network's `posted`;
+    /// Note [messages through shared memory] in runtime/net/shared_memory.cpp).
+    route posted;
   };
 
   /// Starts the simulation's thread; streams attach as they are made.
@@ -114,8 +123,8 @@ class simulation {
   struct slot;
   /// stream::post's note: a task for `s` was posted (a message for one of its actors).
   void posted_to(stream_state& s);
-  /// An actor on `s` sent `bytes` to another node (stream::sent_to_network).
-  void sent_to_network(stream_state& s, std::int64_t bytes);
+  /// An actor on `s` sends `bytes` to another node, `posted` or not (stream::sent_to_network).
+  void sent_to_network(stream_state& s, std::int64_t bytes, bool posted);
   void hand_over(slot* target);
   void attach(stream_state& s);
   void detach(stream_state& s);

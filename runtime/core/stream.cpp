@@ -366,7 +366,23 @@ void stream::post(job task) {
   s.backend->wake(*this, sleeping);
 }
 
-void stream::sent_to_network(std::int64_t bytes) { state_->backend->sent_to_network(*this, bytes); }
+void stream::sent_to_network(std::int64_t bytes) { sent_to_network(bytes, false); }
+
+void stream::sent_to_network(std::int64_t bytes, bool posted) {
+  state_->backend->sent_to_network(*this, bytes, posted);
+}
+
+namespace {
+thread_local node_send node_send_now = node_send::unsaid;  // node_send_scope::current()
+}  // namespace
+
+node_send_scope::node_send_scope(node_send kind) : before_(node_send_now) {
+  node_send_now = kind;
+}
+
+node_send_scope::~node_send_scope() { node_send_now = before_; }
+
+node_send node_send_scope::current() { return node_send_now; }
 
 void stream::drain_posted() {
   std::mutex done_mutex;

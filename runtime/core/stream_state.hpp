@@ -131,8 +131,9 @@ class stream_backend {
   virtual void hurried(stream&) {}
   /// A task was posted to `s`: an actor on it has a message.
   virtual void posted(stream&) {}
-  /// An actor on `s` sent `bytes` of tensors to another node (stream::sent_to_network).
-  virtual void sent_to_network(stream&, std::int64_t /*bytes*/) {}
+  /// An actor on `s` sends `bytes` of tensors to another node, left in shared memory's
+  /// queue (`posted`) or through CAF (stream::sent_to_network).
+  virtual void sent_to_network(stream&, std::int64_t /*bytes*/, bool /*posted*/) {}
   /// True: a wait for another stream holds its place in the queue until the event is
   /// reached (the simulation); false: it is a job that blocks until then.
   virtual bool waits_in_queue() const { return false; }

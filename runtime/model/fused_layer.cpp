@@ -35,8 +35,10 @@ shape_t with_batch(std::int64_t rows, const shape_t& per_sample) {
 class part_span {
  public:
   part_span(const fused_layer::part_trace* parts, std::size_t member, const char* name)
-      : parts_(parts != nullptr && parts->member_tracks != nullptr && trace::enabled() ? parts
-                                                                                        : nullptr),
+      : parts_(parts != nullptr && parts->member_tracks != nullptr &&
+                       !parts->member_tracks->empty() && trace::enabled()
+                   ? parts
+                   : nullptr),
         member_(member),
         name_(name),
         start_(parts_ != nullptr ? trace::now_ns() : 0) {}

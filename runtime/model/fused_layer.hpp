@@ -38,7 +38,8 @@ class fused_layer final : public layer {
 
   /// Where a pass's parts are traced: the stream's track, the job's label (step,
   /// micro-batch, replica, phase) and each member's own actor track, so the trace shows a
-  /// span per member inside the fused job.
+  /// span per member inside the fused job (none when member_tracks is empty: a simulated
+  /// run's).
   struct part_trace {
     std::uint32_t stream_track = 0;
     job_label job;

@@ -89,6 +89,22 @@ TEST_CASE("calibrate times fixed-cost layers at their set costs, at the wiring's
   CHECK(json["host_us"].get<double>() == c.host_us);
   CHECK(format_calibration_text(c).find("a host turn: ") != std::string::npos);
   CHECK(parse_calibration_json(format_calibration_json(c), "c.json").host_us == c.host_us);
+  // How stable the rounds were: a tenth under the median and a tenth over it.
+  CHECK(c.rounds_low > 0);
+  CHECK(c.rounds_low <= 1);
+  CHECK(c.rounds_high >= 1);
+  CHECK(format_calibration_text(c).find("rounds of the model's passes: 10% of them under") !=
+        std::string::npos);
+  // Between two processes (Note [between processes of one machine]): a small message takes
+  // some microseconds and some CPU, a tensor crosses at some rate.
+  CHECK(c.process_latency_us > 1);
+  CHECK(c.process_latency_us < 100000);
+  CHECK(c.message_cpu_us > 0.1);
+  CHECK(c.message_cpu_us < 100000);
+  CHECK(c.process_gb_per_s > 0.001);
+  CHECK(json["process_latency_us"].get<double>() == c.process_latency_us);
+  CHECK(format_calibration_text(c).find("between two processes here (through CAF over loopback)") !=
+        std::string::npos);
 }
 
 TEST_CASE("calibrate does not measure handlers of an explicit config, and says so") {

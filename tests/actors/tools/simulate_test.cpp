@@ -459,6 +459,77 @@ TEST_CASE(
   CHECK(far.step_us <= near.step_us + 2 * 2000 + 100);
 }
 
+namespace {
+
+// DP2 of a small MLP, its replicas on `devices` (a TOML array), with [cluster] `cluster`.
+run_config small_dp2(const std::string& devices, const std::string& cluster) {
+  return parse_config("[run]\nsteps = 8\nevaluate = false" +
+                          test::data_section({32, 512, 8, 6, 3}) + test::linear(8) +
+                          test::layer("relu") + test::linear(3) +
+                          "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[parallel]\ndevices = " +
+                          devices + "\ndata = 2\n" + cluster,
+                      "small_dp2.toml");
+}
+
+}  // namespace
+
+TEST_CASE("nodes of one machine: the ring's messages go through shared memory, not CAF's link") {
+  // Note [nodes of one machine] in actors/tools/simulate.cpp. A message through CAF between
+  // two processes costs 500 us here; the ring's messages are left in shared memory's queue
+  // and take a hand-over, as between two devices of one process.
+  const auto one = small_dp2("[\"cpu:0\", \"cpu:1\"]", "");
+  const std::string two_nodes = "[\"node0/cpu:0\", \"node1/cpu:0\"]";
+  const auto shared = small_dp2(two_nodes, "[cluster]\nnodes = 2\n");
+  const auto socket = small_dp2(two_nodes, "[cluster]\nnodes = 2\nshared_memory = false\n");
+  auto costs = exact_costs(one, 0, 0, 0);
+  for (auto& l : costs.layers) {
+    l.forward_us = 50;
+    l.backward_us = 100;
+  }
+  costs.copy_gb_per_s = costs.reduce_gb_per_s = 10;
+  costs.process_latency_us = 500;
+  costs.process_gb_per_s = 1;
+  costs.message_cpu_us = 20;
+  auto o = exact_options(8);
+  o.handover_us = 5;
+  o.cores = 2;
+  const auto in_process = simulate_run(one, costs, o);
+  const auto processes = simulate_run(shared, costs, o);
+  const auto without_shm = simulate_run(socket, costs, o);
+  o.link = parse_link("1000 GB/s, 500 us");
+  const auto machines = simulate_run(shared, costs, o);
+  INFO("one process " << in_process.step_us << " us, two with shared memory "
+                      << processes.step_us << ", without " << without_shm.step_us
+                      << ", two machines " << machines.step_us);
+  CHECK(processes.between_nodes.find("processes of this machine") != std::string::npos);
+  CHECK(processes.between_nodes.find("through shared memory") != std::string::npos);
+  CHECK(machines.between_nodes.find("machines apart") != std::string::npos);
+  CHECK(in_process.between_nodes.empty());
+  // Through shared memory: within 15% of one process (its copies at the same bandwidth).
+  CHECK(std::abs(processes.step_us - in_process.step_us) <= 0.15 * in_process.step_us);
+  // Through CAF: a chunk crosses in the reduce-scatter and again in the all-gather.
+  CHECK(without_shm.step_us >= in_process.step_us + 2 * 500);
+  CHECK(machines.step_us >= in_process.step_us + 2 * 500);
+  // A pipeline's activations and gradients go through CAF even with shared memory.
+  const auto pipeline = parse_config(
+      "[run]\nsteps = 4\nevaluate = false" + test::data_section({8, 64, 4, 4, 4}) +
+          test::layer("relu") + delay(1000, 1000, 0) + delay(1000, 1000, 0) +
+          "[optimizer]\ntype = \"sgd\"\nlr = 0.01\n[cluster]\nnodes = 2\n[parallel]\n"
+          "devices = [\"node0/cpu:0\", \"node1/cpu:0\"]\nstages = [[0, 1], [2, 2]]\n"
+          "microbatches = 1\nschedule = \"gpipe\"\n",
+      "two_nodes.toml");
+  auto pipeline_costs = exact_costs(pipeline, 1000, 1000, 0);
+  const auto as_threads = simulate_run(pipeline, pipeline_costs, exact_options(4));
+  pipeline_costs.process_latency_us = 2000;
+  pipeline_costs.process_gb_per_s = 1;
+  pipeline_costs.message_cpu_us = 0;
+  const auto as_processes = simulate_run(pipeline, pipeline_costs, exact_options(4));
+  INFO("pipeline: " << as_threads.step_us << " us priced as threads, " << as_processes.step_us
+                    << " as processes");
+  CHECK(as_processes.step_us >= as_threads.step_us + 2 * 2000 - 10);
+  CHECK(as_processes.step_us <= as_threads.step_us + 2 * 2000 + 100);
+}
+
 TEST_CASE("links and --set overrides and calibration files: what is accepted and what is refused") {
   auto link = parse_link("25 GB/s, 5 us");
   CHECK(link.given);
@@ -550,6 +621,45 @@ TEST_CASE("links and --set overrides and calibration files: what is accepted and
     CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
                          doctest::Contains("\"contention\""), user_error);
   }
+  // The rounds' spread and the measures between two processes: read back, optional (older
+  // files, no loopback), checked.
+  costs.rounds_low = 0.9;
+  costs.rounds_high = 1.2;
+  costs.process_latency_us = 60;
+  costs.process_gb_per_s = 2.5;
+  costs.message_cpu_us = 15;
+  const auto spread = parse_calibration_json(format_calibration_json(costs), "c.json");
+  CHECK(spread.rounds_low == 0.9);
+  CHECK(spread.rounds_high == 1.2);
+  CHECK(spread.process_latency_us == 60);
+  CHECK(spread.process_gb_per_s == 2.5);
+  CHECK(spread.message_cpu_us == 15);
+  j = nlohmann::json::parse(format_calibration_json(costs));
+  for (const char* key : {"rounds_low", "rounds_high", "process_latency_us", "process_gb_per_s",
+                          "message_cpu_us"})
+    j.erase(key);
+  const auto older = parse_calibration_json(j.dump(), "c.json");
+  CHECK(older.rounds_low == 1);
+  CHECK(older.rounds_high == 1);
+  CHECK(older.process_latency_us < 0);
+  struct wrong {
+    const char* key;
+    nlohmann::json value;
+  };
+  for (const auto& bad : {wrong{"rounds_low", 1.5}, wrong{"rounds_low", -1},
+                          wrong{"rounds_high", 0.5}, wrong{"rounds_high", 1e9},
+                          wrong{"process_latency_us", -3}, wrong{"process_gb_per_s", 0},
+                          wrong{"process_gb_per_s", "fast"}, wrong{"message_cpu_us", 1e300}}) {
+    CAPTURE(bad.key);
+    j = nlohmann::json::parse(format_calibration_json(costs));
+    j[bad.key] = bad.value;
+    CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
+                         doctest::Contains(doctest::String{(std::string{"\""} + bad.key + "\"").c_str()}), user_error);
+  }
+  j = nlohmann::json::parse(format_calibration_json(costs));
+  j.erase("process_gb_per_s");  // the three come together
+  CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
+                       doctest::Contains("\"process_gb_per_s\""), user_error);
   // Numbers past what a machine measures made prices that overflow 64 bits of
   // nanoseconds (UBSan: inf or 1e303 converted to an integer): refused, naming the field.
   const auto valid = nlohmann::json::parse(format_calibration_json(costs));

@@ -162,7 +162,7 @@ TEST_CASE("a simulated send to another node takes its bytes' time of the sender'
   for (int cores : {0, 2}) {
     CAPTURE(cores);
     auto s = settings_with(cores, 0, 0, 0);
-    s.network_ns_per_byte = 100;  // 1000 bytes: 100 us
+    s.network.ns_per_byte = 100;  // 1000 bytes: 100 us
     simulation world{s};
     clock_log log{world};
     {
@@ -190,5 +190,40 @@ TEST_CASE("a simulated send to another node takes its bytes' time of the sender'
     CHECK(log["A"] == 300 * us);
     CHECK(log["B"] == 500 * us);
     CHECK(log["A2"] == (cores == 0 ? 600 : 800) * us);  // 400 to 700, and 100 more from 500
+  }
+}
+
+TEST_CASE("a message to another node takes its route: shared memory's queue or CAF's link") {
+  // Node 0's job sends to node 1's stream at 100 us: left in shared memory's queue it is
+  // handled a hand-over later (10 us); through CAF, the link's latency later again (50
+  // us), and it takes its bytes' and its own time of the sender's core.
+  for (bool posted : {true, false}) {
+    CAPTURE(posted);
+    auto s = settings_with(2, 0, 0, 10 * us);
+    s.network = {50 * us, 100, 20 * us};  // 1000 bytes: 100 us, and 20 us a message
+    s.posted = {0, 10, 0};                // 1000 bytes: 10 us
+    simulation world{s};
+    clock_log log{world};
+    {
+      stream a{{device_type::cpu, 0, 0}, world.backend()};
+      stream b{{device_type::cpu, 0, 1}, world.backend()};
+      {
+        simulation::clock_hold hold{world};
+        a.submit(
+            [&] {
+              log.note("A");
+              a.sent_to_network(1000, posted);
+              const node_send_scope sending{posted ? node_send::posted : node_send::through_caf};
+              b.post([&] { log.note("handled on b"); });
+            },
+            {"A 100"});
+        a.submit([&] { log.note("A2"); }, {"A2 100"});
+      }
+      a.synchronize();
+      b.synchronize();
+    }
+    CHECK(log["A"] == 100 * us);
+    CHECK(log["handled on b"] == (posted ? 110 : 160) * us);
+    CHECK(log["A2"] == (posted ? 210 : 320) * us);  // after the sender's core's share
   }
 }
