@@ -27,12 +27,15 @@ exit_code calibrate_command(const std::vector<std::string>& args) {
           "optimizer's update per parameter, the bandwidth of a copy, of a sum and of a\n"
           "batch's gather (the loader's rows into one buffer), and the loss of a\n"
           "micro-batch. Medians of --repeats runs after two warm-ups, on random inputs and\n"
-          "parameters. Then a message to another device's thread (its wake-up), how much\n"
+          "parameters; between rounds of the layers the rest of a step (the update, a\n"
+          "gather) leaves the caches as a run does, and the table says how stable the\n"
+          "rounds were. Then a message to another device's thread (its wake-up), how much\n"
           "longer a job takes with two devices at once (they share the memory system),\n"
-          "and, from steps 10-39 of a 40-step traced run of the model on one device (not\n"
-          "for an explicit config), the mean time a message handled and a host turn (the\n"
-          "trainer's, the loader's) take. The JSON is what troupe simulate --calibration\n"
-          "reads.",
+          "from steps 10-39 of a 40-step traced run of the model on one device (not for an\n"
+          "explicit config) the mean time a message handled and a host turn (the\n"
+          "trainer's, the loader's) take, and a message between two processes of this\n"
+          "machine through CAF over loopback (its latency, its CPU time, a 4 MiB tensor's\n"
+          "bandwidth). The JSON is what troupe simulate --calibration reads.",
           options, line))
     return *stop;
   auto config = load_config_and_plugins(line);
