@@ -1,21 +1,25 @@
 // data_error_of.hpp: the message of the data_error a call throws, for the readers' tests.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <string>
 
 #include "troupe/error.hpp"
 
 namespace troupe::test {
 
-/// The message of the data_error that `f` throws, or a marker that fails every check.
-template <class F>
-std::string data_error_of(F&& f) {
+/// The message of the data_error `action` throws; fails the test if it throws none (any
+/// other exception escapes and fails the test too).
+template <class Action>
+std::string data_error_of(Action&& action) {
   try {
-    f();
+    action();
   } catch (const troupe::data_error& e) {
     return e.what();
   }
-  return "<no data_error thrown>";
+  FAIL("expected a data_error, but nothing was thrown");
+  return "";
 }
 
 }  // namespace troupe::test

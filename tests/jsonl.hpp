@@ -5,6 +5,7 @@
 // fails the test that reads it.
 #pragma once
 
+#include <fstream>
 #include <istream>
 #include <string>
 #include <vector>
@@ -20,6 +21,12 @@ inline std::vector<nlohmann::json> read_jsonl(std::istream& in) {
   while (std::getline(in, line))
     records.push_back(nlohmann::json::parse(line));
   return records;
+}
+
+/// Every line of the file at `path`, parsed (a cut line fails the parse).
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  return read_jsonl(in);
 }
 
 }  // namespace troupe::test

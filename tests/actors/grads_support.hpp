@@ -4,6 +4,8 @@
 // kind of gradients, so they make them the same way.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -28,6 +30,35 @@ inline std::vector<tensor> make_grads(const std::vector<shape_t>& shapes, std::i
     grads.push_back(tensor::from(values, shape, device));
   }
   return grads;
+}
+
+/// The gradients' values, one tensor after another.
+inline std::vector<float> flatten(const std::vector<tensor>& ts) {
+  std::vector<float> out;
+  for (const auto& t : ts) {
+    auto v = t.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+/// Checks `got` against the double-precision sum of `by_replica`. Each of the R - 1
+/// float additions rounds by at most half an ulp of its partial sum, and every partial
+/// sum is at most sum_r |g_r| in size, so the error is at most
+/// (R - 1) * 2^-24 * sum_r |g_r| (plus nothing: there is no underflow at these scales).
+inline void check_against_double(const std::vector<float>& got,
+                                 const std::vector<std::vector<float>>& by_replica) {
+  REQUIRE(got.size() == by_replica[0].size());
+  const double R = static_cast<double>(by_replica.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double exact = 0, magnitude = 0;
+    for (const auto& g : by_replica) {
+      exact += g[i];
+      magnitude += std::abs(static_cast<double>(g[i]));
+    }
+    INFO("element " << i << ": got " << got[i] << ", exact " << exact);
+    CHECK(std::abs(got[i] - exact) <= (R - 1) * std::ldexp(1.0, -24) * magnitude);
+  }
 }
 
 }  // namespace troupe::test

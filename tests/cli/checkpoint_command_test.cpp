@@ -18,6 +18,7 @@
 #include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "tests/cli/background_run.hpp"
 #include "tests/cli/run_troupe.hpp"
+#include "tests/jsonl.hpp"
 #include "tests/temp_files.hpp"
 
 using namespace troupe;
@@ -31,15 +32,7 @@ const std::string shipped_mlp =
 using troupe::testing::background_run;
 using troupe::testing::wait_for_line;
 
-/// Every line of a JSON-lines file, parsed (a half line fails the parse).
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(in, line))
-    out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+using troupe::test::read_jsonl;
 
 void check_stops_cleanly(int signal, int expected_code) {
   test::temp_directory d{"troupe-signal"};

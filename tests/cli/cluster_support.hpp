@@ -37,6 +37,11 @@ namespace troupe::testing::cluster {
 
 using clock_type = std::chrono::steady_clock;
 
+/// Seconds from `start` to now.
+inline double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
 /// Every tensor of the newest checkpoint under `root`.
 inline std::map<std::string, std::vector<float>> final_parameters(const std::string& root) {
   auto checkpoint = resolve_resume_path(root);
@@ -153,10 +158,11 @@ class node_process {
   std::string log_;
 };
 
-using environment = std::vector<std::pair<std::string, std::string>>;
+using node_environment = std::vector<std::pair<std::string, std::string>>;
 
 /// troupe's own variables for node `rank` of `nodes`.
-inline environment troupe_env(int rank, int nodes, int port, const std::string& secret = "s3cret") {
+inline node_environment troupe_env(int rank, int nodes, int port,
+                                   const std::string& secret = "s3cret") {
   return {{"TROUPE_RANK", std::to_string(rank)},
           {"TROUPE_WORLD_SIZE", std::to_string(nodes)},
           {"TROUPE_LOCAL_RANK", std::to_string(rank)},

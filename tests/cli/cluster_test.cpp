@@ -315,7 +315,7 @@ TEST_CASE("torchrun's, Slurm's and Open MPI's variables each start a two-node ru
   auto port = std::to_string(free_port());
   struct convention {
     const char* name;
-    environment rank0, rank1;
+    node_environment rank0, rank1;
   };
   const std::vector<convention> conventions = {
       {"torchrun",
@@ -587,10 +587,6 @@ struct long_run {
     return out;
   }
 };
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
 
 }  // namespace
 

@@ -66,10 +66,6 @@ std::string tls_cluster(const std::string& certificate = "node.pem",
          key + "\"\nca_file = \"ca.pem\"\n" + extra;
 }
 
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
 }  // namespace
 
 TEST_CASE("a DP2 run over two processes inside TLS ends with a plain run's parameters") {

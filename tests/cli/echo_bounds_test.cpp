@@ -30,7 +30,7 @@ metrics = ""
 source = "synthetic"
 synthetic_features = 16
 )";
-const std::string linear = "[[model.layers]]\ntype = \"linear\"\nout = 10\n";
+const std::string linear_model = "[[model.layers]]\ntype = \"linear\"\nout = 10\n";
 
 struct channel {
   std::string name;
@@ -61,58 +61,72 @@ std::string with(std::string text, const std::string& from, const std::string& t
 
 TEST_CASE("a megabyte of input in any quoted place comes back as a few kilobytes at most") {
   const std::string synthetic = "\"synthetic\"";
-  const std::string two_nodes = tiny + linear +
+  const std::string two_nodes = tiny + linear_model +
                                 "[cluster]\nnodes = 2\ntimeout = 1\n[parallel]\n"
                                 "devices = [\"node0/cpu:0\", \"node1/cpu:0\"]\n";
   const std::vector<channel> channels = {
-      {"a section name", tiny + linear + "[" + big + "]\nx = 1\n", "run c.toml"},
-      {"a key", tiny + big + " = 1\n" + linear, "run c.toml"},
+      {"a section name", tiny + linear_model + "[" + big + "]\nx = 1\n", "run c.toml"},
+      {"a key", tiny + big + " = 1\n" + linear_model, "run c.toml"},
       {"a layer type", tiny + "[[model.layers]]\ntype = \"" + big + "\"\n", "run c.toml"},
-      {"a layer's text setting", tiny + "[[model.layers]]\ntype = \"linear\"\nout = 10\ninit = \"" +
-                                     big + "\"\n",
+      {"a layer's text setting",
+       tiny + "[[model.layers]]\ntype = \"linear\"\nout = 10\ninit = \"" + big + "\"\n",
        "run c.toml"},
-      {"a device", tiny + linear + "[parallel]\ndevices = [\"" + big + "\"]\n", "run c.toml"},
-      {"[run] metrics", with(tiny, "metrics = \"\"", "metrics = \"nodir/" + big + "\"") + linear,
+      {"a device", tiny + linear_model + "[parallel]\ndevices = [\"" + big + "\"]\n", "run c.toml"},
+      {"[run] metrics",
+       with(tiny, "metrics = \"\"", "metrics = \"nodir/" + big + "\"") + linear_model,
        "run c.toml"},
-      {"[run] metrics under a file", with(tiny, "metrics = \"\"", "metrics = \"f/" + big + "\"") +
-                                         linear,
-       "run c.toml", {{"f", "a file"}}},
-      {"[run] checkpoint", with(tiny, "[run]\n", "[run]\ncheckpoint = \"" + big + "\"\n") + linear,
+      {"[run] metrics under a file",
+       with(tiny, "metrics = \"\"", "metrics = \"f/" + big + "\"") + linear_model,
+       "run c.toml",
+       {{"f", "a file"}}},
+      {"[run] checkpoint",
+       with(tiny, "[run]\n", "[run]\ncheckpoint = \"" + big + "\"\n") + linear_model, "run c.toml"},
+      {"[run] trace", with(tiny, "[run]\n", "[run]\ntrace = \"" + big + "\"\n") + linear_model,
        "run c.toml"},
-      {"[run] trace", with(tiny, "[run]\n", "[run]\ntrace = \"" + big + "\"\n") + linear,
+      {"[data] path", with(tiny, synthetic, "\"csv\"") + "path = \"" + big + "\"\n" + linear_model,
        "run c.toml"},
-      {"[data] path", with(tiny, synthetic, "\"csv\"") + "path = \"" + big + "\"\n" + linear,
-       "run c.toml"},
-      {"a CSV header and target", with(tiny, synthetic, "\"csv\"") +
-                                      "path = \"x.csv\"\ntarget = \"zz\"\n" + linear,
-       "run c.toml", {{"x.csv", big + ",y\n1,0\n2,1\n"}}},
-      {"a loss", tiny + "[model]\nloss = \"" + big + "\"\n" + linear, "run c.toml"},
-      {"an optimizer", tiny + linear + "[optimizer]\ntype = \"" + big + "\"\n", "run c.toml"},
-      {"a string where a number goes", with(tiny, "steps = 2", "steps = \"" + big + "\"") + linear,
-       "run c.toml"},
+      {"a CSV header and target",
+       with(tiny, synthetic, "\"csv\"") + "path = \"x.csv\"\ntarget = \"zz\"\n" + linear_model,
+       "run c.toml",
+       {{"x.csv", big + ",y\n1,0\n2,1\n"}}},
+      {"a loss", tiny + "[model]\nloss = \"" + big + "\"\n" + linear_model, "run c.toml"},
+      {"an optimizer", tiny + linear_model + "[optimizer]\ntype = \"" + big + "\"\n", "run c.toml"},
+      {"a string where a number goes",
+       with(tiny, "steps = 2", "steps = \"" + big + "\"") + linear_model, "run c.toml"},
       {"an unknown command", "", arg},
-      {"an unknown option", tiny + linear, "run c.toml --" + arg},
-      {"a bad option value", tiny + linear, "run c.toml --steps " + arg},
-      {"--metrics", tiny + linear, "run c.toml --metrics nodir/" + arg},
-      {"--resume", tiny + linear, "run c.toml --resume " + arg},
-      {"--set", tiny + linear, "run c.toml --set run.steps=" + arg},
+      {"an unknown option", tiny + linear_model, "run c.toml --" + arg},
+      {"a bad option value", tiny + linear_model, "run c.toml --steps " + arg},
+      {"--metrics", tiny + linear_model, "run c.toml --metrics nodir/" + arg},
+      {"--resume", tiny + linear_model, "run c.toml --resume " + arg},
+      {"--set", tiny + linear_model, "run c.toml --set run.steps=" + arg},
       {"check-layer NAME", "", "check-layer " + arg},
       {"export -o", "", "export ck -o x/" + arg},
       {"plot -o", "", "plot m.jsonl -o x." + arg, {{"m.jsonl", "{\"step\":0,\"loss\":1}\n"}}},
       {"trace SUBCOMMAND", "", "trace " + arg + " t.json"},
       {"trace timeline --steps", "", "trace timeline t.json --steps " + arg},
-      {"--log-messages", tiny + linear, "run c.toml --log-messages=" + arg + "=1"},
-      {"TROUPE_COORDINATOR", two_nodes, "run c.toml", {},
+      {"--log-messages", tiny + linear_model, "run c.toml --log-messages=" + arg + "=1"},
+      {"TROUPE_COORDINATOR",
+       two_nodes,
+       "run c.toml",
+       {},
        "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_SECRET=" + std::string(40, 's') +
            " TROUPE_COORDINATOR=" + arg},
-      {"[cluster] listen", with(two_nodes, "timeout = 1\n", "timeout = 1\nlisten = \"" + big + "\"\n"),
-       "run c.toml", {}, "TROUPE_SECRET=" + std::string(40, 's')},
-      {"a vocabulary file", with(tiny, synthetic, "\"tokens\"") + "path = \"t.bin\"\n" + linear,
-       "run c.toml", {{"t.bin", std::string(64, '\1')}, {"t.vocab.json", "{\"vocab_size\": \"" + big}}},
-      {"a trace's actor names", "", "trace summary t.json",
-       {{"t.json", "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"job\", \"name\": \"forward\", "
-                   "\"pid\": 0, \"tid\": 1, \"ts\": 0, \"dur\": 5, \"args\": {\"actor\": \"" +
-                       big + "\"}}]}"}}},
+      {"[cluster] listen",
+       with(two_nodes, "timeout = 1\n", "timeout = 1\nlisten = \"" + big + "\"\n"),
+       "run c.toml",
+       {},
+       "TROUPE_SECRET=" + std::string(40, 's')},
+      {"a vocabulary file",
+       with(tiny, synthetic, "\"tokens\"") + "path = \"t.bin\"\n" + linear_model,
+       "run c.toml",
+       {{"t.bin", std::string(64, '\1')}, {"t.vocab.json", "{\"vocab_size\": \"" + big}}},
+      {"a trace's actor names",
+       "",
+       "trace summary t.json",
+       {{"t.json",
+         "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"job\", \"name\": \"forward\", "
+         "\"pid\": 0, \"tid\": 1, \"ts\": 0, \"dur\": 5, \"args\": {\"actor\": \"" +
+             big + "\"}}]}"}}},
   };
   for (const auto& c : channels) {
     const auto result = run_channel(c);

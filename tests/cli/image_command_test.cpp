@@ -33,7 +33,7 @@ void write_colours(const troupe::test::temp_directory& dir, const std::string& s
     }
 }
 
-std::string config_text(const std::string& checkpoints, const std::string& extra = "") {
+std::string image_config_text(const std::string& checkpoints, const std::string& extra = "") {
   return "[run]\nsteps = 40\nseed = 1\ncheckpoint = \"" + checkpoints + "\"\n"
          "[data]\nsource = \"images\"\npath = \"train\"\ntest_path = \"test\"\nsize = [4, 4]\n"
          "batch_size = 12\nworkers = 2\nflip = true\n" + extra +
@@ -48,7 +48,7 @@ TEST_CASE("troupe run, eval and predict on an image folder name its classes") {
   write_colours(dir, "train", 12);
   write_colours(dir, "test", 4);
   const auto config = dir / "colours.toml";
-  std::ofstream{config} << config_text(dir / "ckpt");
+  std::ofstream{config} << image_config_text(dir / "ckpt");
   auto result = troupe::testing::run_troupe("run " + config + " --metrics '' -q");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
@@ -95,7 +95,7 @@ TEST_CASE("a run on a bad image folder ends with exit 2, naming the folder or th
   write_colours(dir, "train", 4);
   write_colours(dir, "test", 2);
   const auto config = dir / "colours.toml";
-  std::ofstream{config} << config_text(dir / "ckpt");
+  std::ofstream{config} << image_config_text(dir / "ckpt");
   auto run = [&] {
     auto result = troupe::testing::run_troupe("run " + config + " --steps 2 --metrics '' -q");
     INFO(result.output);
@@ -122,11 +122,11 @@ TEST_CASE("a run on a bad image folder ends with exit 2, naming the folder or th
   std::ofstream(dir / "test/red/x.gif") << "GIF89a";
   CHECK(run().find("x.gif': a gif image; troupe decodes PNG and JPEG") != std::string::npos);
   std::filesystem::remove(dir / "test/red/x.gif");
-  std::ofstream{config} << config_text(dir / "ckpt", "channels = 2\n");
+  std::ofstream{config} << image_config_text(dir / "ckpt", "channels = 2\n");
   CHECK(run().find("[data] channels: expected 1 (gray) or 3 (RGB), found 2") != std::string::npos);
-  std::ofstream{config} << config_text(dir / "ckpt", "mean = [0.5, 0.5]\n");
+  std::ofstream{config} << image_config_text(dir / "ckpt", "mean = [0.5, 0.5]\n");
   CHECK(run().find("[data] mean: 2 values for images of 3 channel(s)") != std::string::npos);
-  auto huge = config_text(dir / "ckpt");
+  auto huge = image_config_text(dir / "ckpt");
   huge.replace(huge.find("size = [4, 4]"), 13, "size = [2048, 2048]");
   std::ofstream{config} << huge;
   CHECK(run().find("values a sample, more than the limit") != std::string::npos);

@@ -28,6 +28,7 @@
 #include "tests/jsonl.hpp"
 #include "tests/plugins/test_plugins.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace troupe;
 using troupe::testing::command_result;
@@ -39,25 +40,15 @@ namespace {
 const std::string tiny_model =
     "[run]\nlog_every = 1000\n" + test::data_section({32, 256, 64, 16, 3}) + "\n" + test::linear(3);
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using troupe::test::read_all;
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  return test::read_jsonl(in);  // a cut line fails the parse
-}
+using troupe::test::read_jsonl;
 
 /// Runs `command` (a shell command line, the binary spelled TROUPE) and captures what it
 /// prints to stdout and stderr.
-command_result run_shell(std::string command) {
+command_result run_captured(std::string command) {
   const std::string binary{TROUPE_BINARY};
   for (auto at = command.find("TROUPE"); at != std::string::npos;
        at = command.find("TROUPE", at + binary.size()))
@@ -115,8 +106,8 @@ TEST_CASE("a disk that fills up during a run stops it with only whole lines in t
   test::temp_directory d{"troupe-fill"};
   const auto config = d.write("tiny.toml", tiny_model);
   const auto metrics = d.file("m.jsonl");
-  auto r = run_shell("trap '' XFSZ; ulimit -f 8 && TROUPE run " + config +
-                     " --steps 200000 -q --metrics " + metrics);
+  auto r = run_captured("trap '' XFSZ; ulimit -f 8 && TROUPE run " + config +
+                        " --steps 200000 -q --metrics " + metrics);
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "writing the metrics file '" + metrics + "' failed: File too large"));
@@ -282,10 +273,10 @@ TEST_CASE("a checkpoint past the file size limit is exit 1 naming the file, not 
   test::temp_directory d{"troupe-fsize"};
   const auto config = d.write("tiny.toml", tiny_model);
   // A shard of the tiny model is a few KB: 1 KB blocks of ulimit -f stop its first write.
-  auto r = run_shell("ulimit -f 1; TROUPE run " + config +
-                     " --steps 3 -q --metrics /dev/null "
-                     "--checkpoint " +
-                     d.file("ck"));
+  auto r = run_captured("ulimit -f 1; TROUPE run " + config +
+                        " --steps 3 -q --metrics /dev/null "
+                        "--checkpoint " +
+                        d.file("ck"));
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "File too large (errno 27)"));
@@ -295,12 +286,12 @@ TEST_CASE("a full standard output is reported with exit 1") {
   test::temp_directory d{"troupe-stdout"};
   const auto config = d.write("tiny.toml", tiny_model);
   // stderr to the pipe, stdout to /dev/full.
-  auto r = run_shell("TROUPE plan --eject " + config + " 2>&1 > /dev/full");
+  auto r = run_captured("TROUPE plan --eject " + config + " 2>&1 > /dev/full");
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output,
                  "troupe plan: writing the standard output failed: No space left on device"));
-  CHECK(run_shell("TROUPE plan --eject " + config + " > /dev/null").exit_code == 0);
+  CHECK(run_captured("TROUPE plan --eject " + config + " > /dev/null").exit_code == 0);
 }
 
 TEST_CASE("troupe export refuses a target that is not a regular file") {

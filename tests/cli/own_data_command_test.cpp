@@ -30,7 +30,7 @@ constexpr bool sanitized = false;
 #endif
 
 /// A version 1.0 .npy header for `descr` and `shape`, padded to 64 bytes as NumPy pads it.
-std::string npy_header(const std::string& descr, const std::string& shape) {
+std::string npy_header_text(const std::string& descr, const std::string& shape) {
   const auto file = troupe::test::npy_file(descr, shape, {});
   return std::string(file.begin(), file.end());
 }
@@ -51,7 +51,7 @@ TEST_CASE("a features file larger than the process's address space trains, read 
   // 2,000,000 samples of 784 bytes: 1.57 GB of features, sparse (zeros), over a 1 GB limit.
   const long long samples = 2'000'000, features = 784;
   const auto x = dir / "x.npy";
-  const auto header = npy_header("|u1", "(" + std::to_string(samples) + ", 784)");
+  const auto header = npy_header_text("|u1", "(" + std::to_string(samples) + ", 784)");
   {
     std::ofstream out(x, std::ios::binary);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));

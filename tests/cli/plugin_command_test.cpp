@@ -13,6 +13,7 @@
 #include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
 #include "tests/sanitizers.hpp"
+#include "tests/text_checks.hpp"
 
 namespace {
 
@@ -30,9 +31,7 @@ plugins = [")" + plugin + "\"]\n" + troupe::test::data_section({8, 32, 8, 5, 3})
          troupe::test::linear(4) + troupe::test::layer(layer) + troupe::test::linear(3);
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "tests/cli/run_troupe.hpp"
 #include "tests/runtime/trace_tools/test_trace.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 
 namespace {
 
@@ -19,22 +20,17 @@ troupe::testing::command_result run_trace(const std::string& arguments) {
   return troupe::testing::run_troupe("trace " + arguments);
 }
 
-std::string temp_path(const std::string& name) {
+std::string trace_cli_temp(const std::string& name) {
   return troupe::test::temp_file("troupe_trace_cli_" + name);
 }
 
 std::string write_trace(const std::string& name, const std::string& text) {
-  auto path = temp_path(name);
+  auto path = trace_cli_temp(name);
   std::ofstream(path) << text;
   return path;
 }
 
-std::string read(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using troupe::test::read_all;
 
 }  // namespace
 
@@ -55,18 +51,18 @@ TEST_CASE("troupe trace summary prints the tables, and JSON with --json") {
 
 TEST_CASE("troupe trace timeline writes SVG or HTML by the output's extension") {
   auto trace = write_trace("gpipe_timeline.json", troupe::test::gpipe_trace().dump());
-  auto svg_path = temp_path("schedule.svg");
-  auto html_path = temp_path("schedule.html");
+  auto svg_path = trace_cli_temp("schedule.svg");
+  auto html_path = trace_cli_temp("schedule.html");
   std::filesystem::remove(svg_path);
   std::filesystem::remove(html_path);
   auto svg = run_trace("timeline " + trace + " -o " + svg_path + " --steps 0:1");
   CHECK(svg.exit_code == 0);
   CHECK(svg.output.find("steps 0 to 1") != std::string::npos);
-  auto picture = read(svg_path);
+  auto picture = read_all(svg_path);
   CHECK(picture.rfind("<svg", 0) == 0);
   auto html = run_trace("timeline " + trace + " -o " + html_path);
   CHECK(html.exit_code == 0);
-  CHECK(read(html_path).find("<svg") != std::string::npos);
+  CHECK(read_all(html_path).find("<svg") != std::string::npos);
 }
 
 TEST_CASE("troupe trace reports bad input with exit code 2") {
@@ -77,7 +73,7 @@ TEST_CASE("troupe trace reports bad input with exit code 2") {
   CHECK(troupe::testing::run_troupe("--help").output.find("trace summary|explain|timeline") !=
         std::string::npos);
 
-  auto missing = run_trace("summary " + temp_path("missing.json"));
+  auto missing = run_trace("summary " + trace_cli_temp("missing.json"));
   CHECK(missing.exit_code == 2);
   CHECK(missing.output.find("cannot open the trace file") != std::string::npos);
 
@@ -93,7 +89,7 @@ TEST_CASE("troupe trace reports bad input with exit code 2") {
   auto no_output = run_trace("timeline " + trace);
   CHECK(no_output.exit_code == 2);
   CHECK(no_output.output.find("-o schedule.svg") != std::string::npos);
-  auto png = run_trace("timeline " + trace + " -o " + temp_path("x.png"));
+  auto png = run_trace("timeline " + trace + " -o " + trace_cli_temp("x.png"));
   CHECK(png.exit_code == 2);
   CHECK(png.output.find(".svg or .html") != std::string::npos);
   auto typo = run_trace("sumary " + trace);
@@ -111,9 +107,9 @@ TEST_CASE("the shipped interleaved trace is summarised per device with interleav
   CHECK(summary.output.find("(P - 1) / (v M + P - 1) with P = 2, v = 2, M = 4") !=
         std::string::npos);
   CHECK(summary.output.find("11.1%") != std::string::npos);  // 1/9
-  auto svg = temp_path("interleaved.svg");
+  auto svg = trace_cli_temp("interleaved.svg");
   CHECK(run_trace("timeline " + trace + " -o " + svg).exit_code == 0);
-  CHECK(read(svg).find("P = 2, v = 2, M = 4, 1f1b") != std::string::npos);
+  CHECK(read_all(svg).find("P = 2, v = 2, M = 4, 1f1b") != std::string::npos);
 }
 
 TEST_CASE("troupe trace summary and timeline read the shipped traces of docs/traces") {
@@ -124,10 +120,10 @@ TEST_CASE("troupe trace summary and timeline read the shipped traces of docs/tra
     CHECK(summary.exit_code == 0);
     CHECK(summary.output.find("2 stages x 4 micro-batches") != std::string::npos);
     CHECK(summary.output.find("bubble") != std::string::npos);
-    auto svg = temp_path(std::string{name} + ".svg");
+    auto svg = trace_cli_temp(std::string{name} + ".svg");
     auto timeline = run_trace("timeline " + trace + " -o " + svg);
     CHECK(timeline.exit_code == 0);
-    auto text = read(svg);
+    auto text = read_all(svg);
     CHECK(text.rfind("<svg", 0) != std::string::npos);
     CHECK(text.find("</svg>") != std::string::npos);
     // One box per forward and backward job of steps 1 to 3 (the default window).
@@ -175,9 +171,9 @@ TEST_CASE("troupe trace explain: the critical paths of a shipped trace, in text 
   REQUIRE(one["steps"].size() == 1);
   CHECK(one["steps"][0]["step"] == 2);
 
-  auto svg = temp_path("critical.svg");
+  auto svg = trace_cli_temp("critical.svg");
   CHECK(run_trace("timeline " + trace + " -o " + svg + " --critical-path").exit_code == 0);
-  CHECK(read(svg).find(" critical\"") != std::string::npos);
+  CHECK(read_all(svg).find(" critical\"") != std::string::npos);
 }
 
 TEST_CASE("troupe trace explain refuses what it cannot answer, with exit code 2") {
@@ -191,7 +187,7 @@ TEST_CASE("troupe trace explain refuses what it cannot answer, with exit code 2"
   auto summary_step = run_trace("summary " + trace + " --step 1");
   CHECK(summary_step.exit_code == 2);
   CHECK(summary_step.output.find("--step is an explain option") != std::string::npos);
-  auto explain_output = run_trace("explain " + trace + " -o " + temp_path("x.svg"));
+  auto explain_output = run_trace("explain " + trace + " -o " + trace_cli_temp("x.svg"));
   CHECK(explain_output.exit_code == 2);
   CHECK(explain_output.output.find("--output is a timeline option") != std::string::npos);
   auto summary_width = run_trace("summary " + trace + " --width 800");

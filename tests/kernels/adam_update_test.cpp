@@ -21,11 +21,7 @@ using namespace troupe;
 
 namespace {
 
-/// True when two float vectors hold the same bits (== would call NaN unequal to itself
-/// and -0 equal to 0).
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 struct adam_run {
   std::vector<float> param, m, v;

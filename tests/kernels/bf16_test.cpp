@@ -20,17 +20,9 @@ using kernels::device_type;
 using kernels::lookup;
 namespace ops = kernels::ops;
 
-float from_bits(std::uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+using test::from_bits;
 
-std::uint32_t bits_of(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
+using test::bits_of;
 
 float widen(std::uint16_t h) { return from_bits(static_cast<std::uint32_t>(h) << 16); }
 

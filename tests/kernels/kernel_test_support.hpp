@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <regex>
@@ -20,6 +21,25 @@
 #include "troupe/kernel.hpp"
 
 namespace troupe::test {
+
+/// Whether `a` and `b` hold the same floats, bit for bit.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The float whose IEEE bits are `bits`.
+inline float from_bits(std::uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+/// The IEEE bits of `f`.
+inline std::uint32_t bits_of(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
 
 /// `count` floats uniform in [low, high), the same for the same seed on every machine
 /// (mt19937 is specified exactly; we map its raw output ourselves instead of trusting the

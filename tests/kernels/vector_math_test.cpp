@@ -11,17 +11,14 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+#include "kernel_test_support.hpp"
 
 using troupe::kernels::cpu::exp_nonpositive;
 using troupe::kernels::cpu::tanh_vectorisable;
 
 namespace {
 
-float from_bits(std::uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
+using troupe::test::from_bits;
 
 // Floats across the range: a stride through the bit patterns, and a dense sweep of [a, b].
 std::vector<float> samples(float a, float b) {

@@ -207,7 +207,7 @@ std::string explicit_error(const std::string& text) {
   return {};
 }
 
-const std::string synthetic_data = "[data]\nsource = \"synthetic\"\n";
+const std::string synthetic_run = "[data]\nsource = \"synthetic\"\n";
 
 std::string actor_table(const std::map<std::string, std::string>& keys) {
   std::string text = "[[actor]]\n";
@@ -230,7 +230,7 @@ key_set accepted_actor_keys() {
         {"name", "\"probe\""}, {"kind", "\"" + kind + "\""}, {"device", "\"cpu:0\""}};
     if (kind != troupe::to_string(troupe::actor_kind::layer)) {
       table[unknown_key] = "1";
-      const auto message = explicit_error(synthetic_data + actor_table(table) + plain_wire);
+      const auto message = explicit_error(synthetic_run + actor_table(table) + plain_wire);
       INFO("message: " << message);
       REQUIRE(message.find("unknown key '" + unknown_key + "'") != std::string::npos);
       const auto listed = listed_after(message, "valid keys: ");
@@ -240,7 +240,7 @@ key_set accepted_actor_keys() {
     for (const auto& [key, value] : table)
       keys.insert(key);
     for (int round = 0; round < 16; ++round) {
-      const auto message = explicit_error(synthetic_data + actor_table(table) + plain_wire);
+      const auto message = explicit_error(synthetic_run + actor_table(table) + plain_wire);
       const std::string missing = "missing key '";
       const auto at = message.find(missing);
       if (at == std::string::npos)
@@ -269,8 +269,7 @@ key_set accepted_wire_keys() {
                                                       troupe::actor_kind::data_loader)} +
                                                "\""},
                                   {"device", "\"cpu:0\""}});
-  const auto message =
-      explicit_error(synthetic_data + actor + plain_wire + unknown_key + " = 1\n");
+  const auto message = explicit_error(synthetic_run + actor + plain_wire + unknown_key + " = 1\n");
   INFO("message: " << message);
   REQUIRE(message.find("unknown key '" + unknown_key + "'") != std::string::npos);
   return listed_after(message, "valid keys: ");
@@ -422,7 +421,7 @@ TEST_CASE("the config reference documents every key the parser accepts, and none
         {"type", "\"relu\""}, {"name", "\"probed\""}, {"inputs", "[\"first\"]"},
         {"precision", "\"fp32\""}};
     REQUIRE_MESSAGE(values.count(key), "documented but not probed here: " << key);
-    std::string text = synthetic_data + "[[model.layers]]\nname = \"first\"\ntype = \"relu\"\n" +
+    std::string text = synthetic_run + "[[model.layers]]\nname = \"first\"\ntype = \"relu\"\n" +
                        "[[model.layers]]\n" + key + " = " + values[key] + "\n";
     if (key != "type")
       text += "type = \"relu\"\n";

@@ -27,34 +27,10 @@ using namespace troupe;
 
 namespace {
 
+using test::check_against_double;
+using test::flatten;
 using test::make_grads;
 using test::patience;
-
-std::vector<float> flatten(const std::vector<tensor>& ts) {
-  std::vector<float> out;
-  for (const auto& t : ts) {
-    auto v = t.to_vector();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-/// `got` against the double-precision sum: R - 1 float additions, each rounding by at most
-/// half an ulp of a partial sum no larger than sum_r |g_r|, in whatever order gloo adds.
-void check_against_double(const std::vector<float>& got,
-                          const std::vector<std::vector<float>>& by_replica) {
-  REQUIRE(got.size() == by_replica[0].size());
-  const double R = static_cast<double>(by_replica.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    double exact = 0, magnitude = 0;
-    for (const auto& g : by_replica) {
-      exact += g[i];
-      magnitude += std::abs(static_cast<double>(g[i]));
-    }
-    INFO("element " << i << ": got " << got[i] << ", exact " << exact);
-    CHECK(std::abs(got[i] - exact) <= (R - 1) * std::ldexp(1.0, -24) * magnitude);
-  }
-}
 
 /// cpu:0..3, an actor system whose scoped actor plays the layers, the sinks and the
 /// trainer, and one in-process store for the averagers of every test (each test's under

@@ -23,17 +23,10 @@ using namespace troupe;
 
 namespace {
 
+using test::check_against_double;
+using test::flatten;
 using test::make_grads;
 using test::patience;
-
-std::vector<float> flatten(const std::vector<tensor>& ts) {
-  std::vector<float> out;
-  for (const auto& t : ts) {
-    auto v = t.to_vector();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
 
 /// What the ring all-reduce must compute, bit for bit, simulated in float: in every
 /// bucket, chunk c (sizes differing by at most one, the longer ones first) is summed
@@ -58,26 +51,6 @@ std::vector<float> ring_allreduce_reference(const std::vector<std::vector<float>
     }
   }
   return out;
-}
-
-/// Checks `got` against the double-precision sum of `by_replica`. Each of the R - 1
-/// float additions rounds by at most half an ulp of its partial sum, and every partial
-/// sum is at most sum_r |g_r| in size, so the error is at most
-/// (R - 1) * 2^-24 * sum_r |g_r| (plus nothing: there is no underflow at these scales).
-void check_against_double(const std::vector<float>& got,
-                          const std::vector<std::vector<float>>& by_replica) {
-  REQUIRE(got.size() == by_replica[0].size());
-  const double R = static_cast<double>(by_replica.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    double exact = 0, magnitude = 0;
-    for (const auto& g : by_replica) {
-      exact += g[i];
-      magnitude += std::abs(static_cast<double>(g[i]));
-    }
-    const double tolerance = (R - 1) * std::ldexp(1.0, -24) * magnitude;
-    INFO("element " << i << ": got " << got[i] << ", exact " << exact);
-    CHECK(std::abs(got[i] - exact) <= tolerance);
-  }
 }
 
 /// Sends each averager of a ring its wiring: who comes next, and the scoped actor as its

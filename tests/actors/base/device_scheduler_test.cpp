@@ -11,13 +11,14 @@
 #include <thread>
 
 #include "actors/base/device_scheduler.hpp"
+#include "tests/actors/actor_test_support.hpp"
 #include "troupe/messages.hpp"
 
 using namespace troupe;
 
 namespace {
 
-constexpr std::chrono::seconds patience{30};
+using test::patience;
 
 std::uint64_t this_thread_key() {
   return std::hash<std::thread::id>{}(std::this_thread::get_id());

@@ -41,7 +41,7 @@ class doubler final : public grads_filter {
   kernels::ops::scale::function scale_;
 };
 
-struct fixture : test::plain_actor_fixture {
+struct filter_fixture : test::plain_actor_fixture {
   caf::actor spawn_wired() {
     auto filter = system.spawn<doubler>("double_0", &devices.at({device_type::cpu, 0}));
     auto me = caf::actor_cast<caf::actor>(self);
@@ -56,7 +56,7 @@ struct fixture : test::plain_actor_fixture {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(fixture, "a grads filter passes transformed gradients on to its sink") {
+TEST_CASE_FIXTURE(filter_fixture, "a grads filter passes transformed gradients on to its sink") {
   auto filter = spawn_wired();
   // From another device: the filter works on a copy on its own, the sender's stay as sent.
   auto grads = std::vector<tensor>{tensor::from({1, -2, 3}, {3}, {device_type::cpu, 1}),
@@ -83,7 +83,8 @@ TEST_CASE_FIXTURE(fixture, "a grads filter passes transformed gradients on to it
   devices.synchronize();
 }
 
-TEST_CASE_FIXTURE(fixture, "a grads filter reports gradients without tensors, naming the step") {
+TEST_CASE_FIXTURE(filter_fixture,
+                  "a grads filter reports gradients without tensors, naming the step") {
   auto filter = spawn_wired();
   self->send(filter, weight_grads_msg{3, 2, 0, {}, trace_stamp{}});
   self->receive(

@@ -21,7 +21,7 @@ using namespace troupe::test;
 
 namespace {
 
-constexpr int features = 6;
+constexpr int loss_features = 6;
 constexpr int outputs = 2;
 
 /// A regression problem in `dir`: x uniform in [-1, 1)^6, y = (sin(x0 + x1) + x2 x3,
@@ -32,12 +32,12 @@ double write_regression(const temp_directory& dir, bool binary = false) {
   std::mt19937 engine{7};
   std::uniform_real_distribution<float> uniform{-1.0f, 1.0f};
   auto make = [&](int count, const std::string& x_name, const std::string& y_name) {
-    std::vector<float> x(static_cast<std::size_t>(count * features));
+    std::vector<float> x(static_cast<std::size_t>(count * loss_features));
     std::vector<float> y(static_cast<std::size_t>(count * outputs));
     for (auto& v : x)
       v = uniform(engine);
     for (int i = 0; i < count; ++i) {
-      const float* r = x.data() + i * features;
+      const float* r = x.data() + i * loss_features;
       y[i * outputs] = std::sin(r[0] + r[1]) + r[2] * r[3];
       y[i * outputs + 1] = r[4] - 0.5f * r[5];
       if (binary)
@@ -45,7 +45,7 @@ double write_regression(const temp_directory& dir, bool binary = false) {
           y[i * outputs + k] = y[i * outputs + k] > 0 ? 1.0f : 0.0f;
     }
     const auto n = std::to_string(count);
-    write_float_npy(dir / x_name, "(" + n + ", " + std::to_string(features) + ")", x);
+    write_float_npy(dir / x_name, "(" + n + ", " + std::to_string(loss_features) + ")", x);
     write_float_npy(dir / y_name, "(" + n + ", " + std::to_string(outputs) + ")", y);
     return y;
   };

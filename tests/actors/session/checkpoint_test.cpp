@@ -53,7 +53,7 @@ run_config shipped_config(const std::string& name, std::int64_t steps,
 
 using parameters = std::vector<std::vector<std::vector<float>>>;
 
-parameters train(const run_config& config, const std::string& resume = "") {
+parameters train_checkpointed(const run_config& config, const std::string& resume = "") {
   auto options = test::quiet_options();
   options.keep_parameters = true;
   options.resume = resume;
@@ -66,7 +66,7 @@ parameters train(const run_config& config, const std::string& resume = "") {
 std::string checkpoint_after_first_part(const std::string& name, const test::temp_directory& d,
                                         double adam_eps = 0) {
   const auto root = d.file("checkpoints");
-  train(shipped_config(name, resumed_at, root, adam_eps));
+  train_checkpointed(shipped_config(name, resumed_at, root, adam_eps));
   auto latest = latest_checkpoint(root);
   REQUIRE(latest);
   REQUIRE(latest->step == resumed_at);
@@ -81,12 +81,12 @@ TEST_CASE(
   for (const std::string name : shipped) {
     INFO(name);
     test::temp_directory d{"troupe-resume"};
-    const auto straight = train(shipped_config(name, total_steps));
+    const auto straight = train_checkpointed(shipped_config(name, total_steps));
     const auto checkpoint = checkpoint_after_first_part(name, d);
-    const auto resumed = train(shipped_config(name, total_steps), checkpoint);
+    const auto resumed = train_checkpointed(shipped_config(name, total_steps), checkpoint);
     CHECK(resumed == straight);
     // Without the checkpoint the second part would start from the seed instead.
-    CHECK(train(shipped_config(name, total_steps - resumed_at)) != straight);
+    CHECK(train_checkpointed(shipped_config(name, total_steps - resumed_at)) != straight);
   }
 }
 
@@ -102,12 +102,14 @@ TEST_CASE(
   // on every wiring, 5.9e-7 with eps 1e-6 (1.7e-7 with SGD).
   test::temp_directory d{"troupe-rewire"};
   const auto checkpoint = checkpoint_after_first_part("fashion_mlp_dp2", d, comparable_eps);
-  const auto single = train(shipped_config("fashion_mlp", total_steps, "", comparable_eps));
+  const auto single =
+      train_checkpointed(shipped_config("fashion_mlp", total_steps, "", comparable_eps));
   for (const std::string name : shipped) {
     if (name.rfind("fashion_mlp", 0) != 0)
       continue;  // another model (the conv nets, the language models): its own checkpoints only
     INFO(name);
-    const auto resumed = train(shipped_config(name, total_steps, "", comparable_eps), checkpoint);
+    const auto resumed =
+        train_checkpointed(shipped_config(name, total_steps, "", comparable_eps), checkpoint);
     double worst = 0;
     for (const auto& difference : compare_parameters(single, resumed))
       worst = std::max(worst, difference.relative);
@@ -221,8 +223,8 @@ TEST_CASE("a resume skips a newer checkpoint that a crash left without its manif
   // What a crash while writing step 9 leaves: its directory and a partial shard, no manifest.
   const auto torn = make_checkpoint_directory(root, 9);
   std::ofstream(torn + "/layer-0.safetensors") << "half a shard";
-  const auto straight = train(shipped_config("fashion_mlp", total_steps));
-  CHECK(train(shipped_config("fashion_mlp", total_steps), root) == straight);
+  const auto straight = train_checkpointed(shipped_config("fashion_mlp", total_steps));
+  CHECK(train_checkpointed(shipped_config("fashion_mlp", total_steps), root) == straight);
 }
 
 TEST_CASE("checkpoint_keep_best also keeps the checkpoint of the best evaluation") {

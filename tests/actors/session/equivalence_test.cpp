@@ -97,7 +97,7 @@ lr = 0.01
 )" + parallel;
 }
 
-std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
+std::vector<std::vector<std::vector<float>>> train_to_parameters(const std::string& text) {
   return test::train_twenty_steps(text);
 }
 
@@ -105,10 +105,11 @@ std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
 /// checks every parameter within 1e-5 relative of the one-device run.
 void check_wirings(std::string (*config)(const std::string&),
                    const std::vector<std::pair<const char*, std::string>>& wirings) {
-  const auto single = train(config(""));
+  const auto single = train_to_parameters(config(""));
   for (const auto& wiring : wirings) {
     const std::string name = wiring.first;  // not a binding: INFO's lambda captures it (clang 14)
-    const auto difference = test::largest_difference(single, train(config(wiring.second)));
+    const auto difference =
+        test::largest_difference(single, train_to_parameters(config(wiring.second)));
     INFO(name << ": relative difference " << difference);
     CHECK(difference <= 1e-5);
   }
@@ -187,10 +188,10 @@ TEST_CASE("every synchronous wiring matches the single-device run after 20 steps
        "2\n"},
   };
   for (const char* optimizer : {"adam", "sgd"}) {
-    auto single = train(equivalence_config("", optimizer));
+    auto single = train_to_parameters(equivalence_config("", optimizer));
     for (const auto& w : wirings) {
-      const auto difference =
-          test::largest_difference(single, train(equivalence_config(w.parallel, optimizer)));
+      const auto difference = test::largest_difference(
+          single, train_to_parameters(equivalence_config(w.parallel, optimizer)));
       auto what = std::string{optimizer} + ": " + w.name + ": relative difference " +
                   std::to_string(difference);
       INFO(what);
@@ -233,9 +234,9 @@ TEST_CASE("the sharded optimizer gives the unsharded ring's parameters bit for b
           "share_devices = true\nbucket_kib = 1\n"}) {
       std::string what = std::string{optimizer} + ": " + parallel;
       INFO(what);
-      auto sharded = train(equivalence_config(std::string{parallel} + "shard_optimizer = true\n",
-                                              optimizer));
-      CHECK(sharded == train(equivalence_config(parallel, optimizer)));
+      auto sharded = train_to_parameters(
+          equivalence_config(std::string{parallel} + "shard_optimizer = true\n", optimizer));
+      CHECK(sharded == train_to_parameters(equivalence_config(parallel, optimizer)));
     }
   }
 }
@@ -251,12 +252,14 @@ TEST_CASE(
   for (const char* optimizer : {"adam", "sgd"}) {
     INFO(optimizer);
     const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
-    CHECK(train(equivalence_config(two + "averaging = \"gloo\"\n", optimizer)) ==
-          train(equivalence_config(two + "averaging = \"ring\"\n", optimizer)));
+    CHECK(train_to_parameters(equivalence_config(two + "averaging = \"gloo\"\n", optimizer)) ==
+          train_to_parameters(equivalence_config(two + "averaging = \"ring\"\n", optimizer)));
     const std::string three =
         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 3\nshare_devices = true\n";
-    auto gloo = train(equivalence_config(three + "averaging = \"gloo\"\n", optimizer));
-    auto ring = train(equivalence_config(three + "averaging = \"ring\"\n", optimizer));
+    auto gloo =
+        train_to_parameters(equivalence_config(three + "averaging = \"gloo\"\n", optimizer));
+    auto ring =
+        train_to_parameters(equivalence_config(three + "averaging = \"ring\"\n", optimizer));
     const auto difference = test::largest_difference(ring, gloo);
     INFO("R = 3: relative difference " << difference);
     CHECK(difference <= 1e-6);
@@ -283,10 +286,10 @@ TEST_CASE("a batch split unevenly between replicas matches the single-device run
        "pipeline = 2\nmicrobatches = 3\nschedule = \"1f1b\"\nbalance = [1, 2.5]\n"},
   };
   for (const char* optimizer : {"adam", "sgd"}) {
-    const auto single = train(equivalence_config("", optimizer));
+    const auto single = train_to_parameters(equivalence_config("", optimizer));
     for (const auto& [name, parallel] : wirings) {
-      const auto difference =
-          test::largest_difference(single, train(equivalence_config(parallel, optimizer)));
+      const auto difference = test::largest_difference(
+          single, train_to_parameters(equivalence_config(parallel, optimizer)));
       auto what = std::string{optimizer} + ": " + name + ": relative difference " +
                   std::to_string(difference);
       INFO(what);
@@ -357,7 +360,7 @@ TEST_CASE("an ejected config runs and gives exactly the parameters of the config
     CHECK(ejected.parallel.balance_weights == shorthand.parallel.balance_weights);
     // The same actors on the same devices run the same sums in the same order: the
     // parameters agree bit for bit.
-    CHECK(train(ejected_text) == train(equivalence_config(parallel)));
+    CHECK(train_to_parameters(ejected_text) == train_to_parameters(equivalence_config(parallel)));
   }
 }
 
@@ -423,5 +426,6 @@ TEST_CASE("a residual model matches the single-device run, its skips cut by ever
   const auto pipelined = residual_config(wirings[1].second);
   auto config = parse_config(pipelined, "residual.toml");
   auto prepared = prepare_session(config);
-  CHECK(train(format_explicit(prepared.graph, config)) == train(pipelined));
+  CHECK(train_to_parameters(format_explicit(prepared.graph, config)) ==
+        train_to_parameters(pipelined));
 }

@@ -38,7 +38,7 @@ std::string gpu_config(const std::string& parallel) { return test::equivalence_c
 
 using test::largest_difference;
 
-std::vector<std::vector<std::vector<float>>> train(const std::string& text) {
+std::vector<std::vector<std::vector<float>>> train_on_devices(const std::string& text) {
   return test::train_twenty_steps(text);
 }
 
@@ -50,11 +50,12 @@ TEST_CASE("the fake GPU replaces every op's cuda kernel") {
 }
 
 TEST_CASE("training on cuda devices of a fake GPU gives the parameters of the CPU run") {
-  const auto cpu = train(gpu_config("[parallel]\ndevices = [\"cpu:0\"]\n"));
+  const auto cpu = train_on_devices(gpu_config("[parallel]\ndevices = [\"cpu:0\"]\n"));
   fake_gpu_scope fake{2};
   fake_gpu_kernels kernels;
   // One GPU: bit for bit.
-  CHECK(largest_difference(cpu, train(gpu_config("[parallel]\ndevices = [\"cuda:0\"]\n"))) == 0);
+  CHECK(largest_difference(
+            cpu, train_on_devices(gpu_config("[parallel]\ndevices = [\"cuda:0\"]\n"))) == 0);
   struct wiring {
     const char* name;
     const char* parallel;
@@ -76,7 +77,7 @@ TEST_CASE("training on cuda devices of a fake GPU gives the parameters of the CP
             "schedule = \"gpipe\"\n"},
        }) {
     const std::string name = w.name;  // doctest would print a const char* as a pointer
-    const auto difference = largest_difference(cpu, train(gpu_config(w.parallel)));
+    const auto difference = largest_difference(cpu, train_on_devices(gpu_config(w.parallel)));
     INFO(name << ": relative difference " << difference);
     CHECK(difference <= 1e-5);
   }

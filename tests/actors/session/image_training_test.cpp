@@ -56,8 +56,8 @@ std::string model_and_run(const std::string& parallel) {
          "[optimizer]\ntype = \"adam\"\nlr = 0.01\n" + parallel;
 }
 
-session_result train(const test::temp_directory& dir, const std::string& data,
-                     const std::string& parallel = "") {
+session_result train_images(const test::temp_directory& dir, const std::string& data,
+                            const std::string& parallel = "") {
   auto config = parse_config("[data]\n" + data + "batch_size = 32\nmean = 0.2860\nstd = 0.3530\n" +
                                  model_and_run(parallel),
                              "images.toml", dir.string());
@@ -76,13 +76,16 @@ TEST_CASE("Fashion-MNIST as PNG folders trains bit for bit as the same images fr
   const test::temp_directory dir{"troupe-image-training"};
   write_split(dir, "train", "train", 640);
   write_split(dir, "t10k", "test", 200);
-  const auto npy = train(dir, "source = \"npy\"\nfeatures = \"train_x.npy\"\ntargets = "
-                              "\"train_y.npy\"\ntest_features = \"test_x.npy\"\ntest_targets = "
-                              "\"test_y.npy\"\nscale = 0.00392156862745098\n");
+  const auto npy = train_images(dir,
+                                "source = \"npy\"\nfeatures = \"train_x.npy\"\ntargets = "
+                                "\"train_y.npy\"\ntest_features = \"test_x.npy\"\ntest_targets = "
+                                "\"test_y.npy\"\nscale = 0.00392156862745098\n");
   for (const std::string workers : {"0", "1", "2"}) {
     CAPTURE(workers);
-    const auto png = train(dir, "source = \"images\"\npath = \"train\"\ntest_path = \"test\"\n"
-                                "channels = 1\nworkers = " + workers + "\n");
+    const auto png = train_images(dir,
+                                  "source = \"images\"\npath = \"train\"\ntest_path = \"test\"\n"
+                                  "channels = 1\nworkers = " +
+                                      workers + "\n");
     for (const auto& d : compare_parameters(npy.parameters, png.parameters))
       CHECK(d.relative == 0);
     CHECK(png.outcome.test_loss == npy.outcome.test_loss);
@@ -92,9 +95,9 @@ TEST_CASE("Fashion-MNIST as PNG folders trains bit for bit as the same images fr
   // decoding its own rows, compute one device's steps.
   const std::string augmented = "source = \"images\"\npath = \"train\"\ntest_path = \"test\"\n"
                                 "channels = 1\ncrop_padding = 2\nflip = true\n";
-  const auto single = train(dir, augmented);
-  const auto dp2 = train(dir, augmented,
-                         "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n");
+  const auto single = train_images(dir, augmented);
+  const auto dp2 =
+      train_images(dir, augmented, "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n");
   double difference = 0;
   for (const auto& d : compare_parameters(single.parameters, dp2.parameters))
     difference = std::max(difference, d.relative);

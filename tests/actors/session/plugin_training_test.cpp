@@ -21,18 +21,19 @@
 #include "tests/config_text.hpp"
 #include "tests/plugins/test_plugins.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace troupe;
 
 namespace {
 
-constexpr std::int64_t features = 12;
-constexpr std::int64_t classes = 4;
+constexpr std::int64_t plugin_features = 12;
+constexpr std::int64_t plugin_classes = 4;
 
 /// A small SGD run (no momentum, no weight decay) whose layers are `layers` (TOML
 /// [[model.layers]] tables), loading `plugin` through [run] plugins.
-std::string config_text(const std::string& plugin, const std::string& layers,
-                        const std::string& parallel = "") {
+std::string plugin_config_text(const std::string& plugin, const std::string& layers,
+                               const std::string& parallel = "") {
   return R"(
 [run]
 steps = 8
@@ -50,7 +51,7 @@ momentum = 0.0
 const std::string scale_model = test::linear(10) + test::layer("test_scale") +
                                  test::layer("tanh") + test::linear(4);
 
-session_result train(const run_config& config) {
+session_result train_with_plugin(const run_config& config) {
   auto options = test::quiet_options();
   options.keep_parameters = true;
   options.watchdog = 60;  // a hang ends the test with the watchdog's report, not forever
@@ -58,7 +59,7 @@ session_result train(const run_config& config) {
 }
 
 session_result train_ok(const run_config& config) {
-  auto result = train(config);
+  auto result = train_with_plugin(config);
   INFO(result.outcome.failure);
   REQUIRE(result.outcome.exit_code == exit_code::ok);
   return result;
@@ -68,7 +69,7 @@ session_result train_ok(const run_config& config) {
 /// the grads wire of model layer `layer` (between the layer and its optimizer), as
 /// format_explicit writes it: a user would edit this text.
 std::string ejected_with_scaler(const run_config& shorthand, std::int32_t layer, double factor) {
-  auto graph = expand_shorthand(shorthand, check_model(shorthand, features, classes));
+  auto graph = expand_shorthand(shorthand, check_model(shorthand, plugin_features, plugin_classes));
   auto& scaler = test_plugins::insert_on_grads_wire(graph, layer, "scaler", "test_grad_scaler");
   scaler.settings["factor"] = setting_value{factor, {}};
   return format_explicit(graph, shorthand);
@@ -79,13 +80,13 @@ run_config read(const std::string& text) {
 }
 
 run_config ejected(const run_config& shorthand) {
-  auto graph = expand_shorthand(shorthand, check_model(shorthand, features, classes));
+  auto graph = expand_shorthand(shorthand, check_model(shorthand, plugin_features, plugin_classes));
   return read(format_explicit(graph, shorthand));
 }
 
 /// Model layer `layer`'s parameters as the optimizer initialises them (version 0).
 std::vector<std::vector<float>> initial_parameters(const run_config& config, std::int32_t layer) {
-  auto shapes = check_model(config, features, classes);
+  auto shapes = check_model(config, plugin_features, plugin_classes);
   auto specs = create_layer(config.model.layers.at(static_cast<std::size_t>(layer)))
                    ->parameters(shapes.at(static_cast<std::size_t>(layer)));
   std::vector<std::vector<float>> out;
@@ -98,9 +99,7 @@ std::vector<std::vector<float>> initial_parameters(const run_config& config, std
   return out;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 }  // namespace
 
@@ -118,7 +117,8 @@ TEST_CASE("a plugin layer trains in PP2 and DP2 wirings as on one device") {
   for (const auto& [wiring, parallel] : wirings) {
     const char* name = wiring;  // not a binding: INFO's lambda captures it (clang 14)
     INFO(name);
-    auto config = parse_config(config_text(test_plugins::good(), scale_model, parallel), "p.toml");
+    auto config =
+        parse_config(plugin_config_text(test_plugins::good(), scale_model, parallel), "p.toml");
     auto result = verify_against_single_device(config, 8, 1e-5);
     INFO("worst relative difference " << result.worst);
     CHECK(result.passed);
@@ -131,7 +131,7 @@ TEST_CASE("a plugin layer trains in PP2 and DP2 wirings as on one device") {
 }
 
 TEST_CASE("a plugin actor on a grads wire really sits on it") {
-  auto shorthand = parse_config(config_text(test_plugins::good(), scale_model), "s.toml");
+  auto shorthand = parse_config(plugin_config_text(test_plugins::good(), scale_model), "s.toml");
   load_config_plugins(shorthand);  // the shorthand is expanded here, before any run loads it
   auto plain = train_ok(ejected(shorthand)).parameters;
 
@@ -154,7 +154,7 @@ TEST_CASE("a plugin actor on a grads wire really sits on it") {
     REQUIRE(at != std::string::npos);
     text.replace(at, 12, "factor = \"one\"");
     CHECK_THROWS_WITH_AS(
-        train(read(text)),
+        train_with_plugin(read(text)),
         doctest::Contains("actor 'scaler' setting 'factor': expected a number, found a string"),
         config_error);
   }
@@ -162,9 +162,9 @@ TEST_CASE("a plugin actor on a grads wire really sits on it") {
 
 TEST_CASE("an exception in a plugin layer's backward ends the run naming where it happened") {
   auto layers = test::linear(6) + test::layer("test_throwing_backward") + test::linear(4);
-  auto result = train(
-      parse_config(config_text(test_plugins::faulty(), layers, "[parallel]\nmicrobatches = 2\n"),
-                   "t.toml"));
+  auto result = train_with_plugin(parse_config(
+      plugin_config_text(test_plugins::faulty(), layers, "[parallel]\nmicrobatches = 2\n"),
+      "t.toml"));
   INFO(result.outcome.failure);
   CHECK(result.outcome.exit_code == exit_code::run_failed);
   CHECK(contains(result.outcome.failure, "layer_1 (test_throwing_backward) backward of step 0, "
@@ -175,7 +175,7 @@ TEST_CASE("an exception in a plugin layer's backward ends the run naming where i
 TEST_CASE("a run that an exception ends after tracing started still writes its trace") {
   // The plugin kind reads its settings only when it is spawned (session.cpp): a factor out
   // of its range throws there, after the recorder started. Note [the trace on every path].
-  auto shorthand = parse_config(config_text(test_plugins::good(), scale_model), "s.toml");
+  auto shorthand = parse_config(plugin_config_text(test_plugins::good(), scale_model), "s.toml");
   load_config_plugins(shorthand);
   auto config = read(ejected_with_scaler(shorthand, 0, 1e31));
   test::temp_directory d{"troupe-trace-throw"};

@@ -52,8 +52,8 @@ struct outcome {
   std::vector<double> losses;
 };
 
-outcome train(const std::string& text, const std::string& resume = "",
-              const std::string& checkpoints = "", std::int64_t steps = 30) {
+outcome train_in_precision(const std::string& text, const std::string& resume = "",
+                           const std::string& checkpoints = "", std::int64_t steps = 30) {
   test::temp_directory d{"troupe-precision"};
   const auto metrics = d.file("m.jsonl");
   auto config = parse_config(text, d.file("p.toml"));
@@ -76,7 +76,7 @@ outcome train(const std::string& text, const std::string& resume = "",
 TEST_CASE("an MLP trains in bf16 as in fp32, up to bf16's rounding") {
   if (!have_bf16())
     return;
-  const auto fp32 = train(mlp("fp32")), bf16 = train(mlp("bf16"));
+  const auto fp32 = train_in_precision(mlp("fp32")), bf16 = train_in_precision(mlp("bf16"));
   REQUIRE(fp32.losses.size() == 30);
   REQUIRE(bf16.losses.size() == 30);
   // The same first batch through weights rounded to bf16: within a few bf16 units (2^-8) of
@@ -92,7 +92,8 @@ TEST_CASE("an MLP trains in bf16 as in fp32, up to bf16's rounding") {
 TEST_CASE("a bf16 run with every linear layer kept in fp32 is the fp32 run, bit for bit") {
   if (!have_bf16())
     return;
-  CHECK(train(mlp("bf16", "precision = \"fp32\"\n")).params == train(mlp("fp32")).params);
+  CHECK(train_in_precision(mlp("bf16", "precision = \"fp32\"\n")).params ==
+        train_in_precision(mlp("fp32")).params);
 }
 
 TEST_CASE("DP2 and a pipeline in bf16 hold to one device in bf16 within verify's bf16 tolerance") {
@@ -116,13 +117,13 @@ TEST_CASE("a bf16 run's checkpoint keeps fp32 masters and resumes bit for bit, i
     return;
   test::temp_directory d{"troupe-bf16-resume"};
   const auto root = d.file("checkpoints");
-  const auto straight = train(mlp("bf16"));
-  train(mlp("bf16"), "", root, 12);
+  const auto straight = train_in_precision(mlp("bf16"));
+  train_in_precision(mlp("bf16"), "", root, 12);
   const auto latest = latest_checkpoint(root);
   REQUIRE(latest);
-  CHECK(train(mlp("bf16"), latest->path).params == straight.params);
+  CHECK(train_in_precision(mlp("bf16"), latest->path).params == straight.params);
   // The same masters go on in fp32: the first 12 steps as in bf16, the rest as fp32 steps.
-  const auto switched = train(mlp("fp32"), latest->path).params;
+  const auto switched = train_in_precision(mlp("fp32"), latest->path).params;
   CHECK(switched != straight.params);
-  CHECK(switched != train(mlp("fp32")).params);
+  CHECK(switched != train_in_precision(mlp("fp32")).params);
 }

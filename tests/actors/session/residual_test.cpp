@@ -25,7 +25,7 @@ using namespace troupe;
 
 namespace {
 
-constexpr std::int64_t features = 12, hidden = 8, classes = 5;
+constexpr std::int64_t residual_features = 12, hidden = 8, residual_classes = 5;
 
 std::vector<float> pseudo_random(std::size_t n, std::uint32_t seed, float scale) {
   std::vector<float> out(n);
@@ -37,14 +37,15 @@ std::vector<float> pseudo_random(std::size_t n, std::uint32_t seed, float scale)
   return out;
 }
 
-std::vector<std::vector<std::vector<float>>> train(const std::string& layers,
-                                                   const std::string& weights,
-                                                   const std::string& parallel) {
-  auto config = parse_config("[run]\nsteps = 8\nseed = 3\nevaluate = false\n" +
-                                 test::data_section({16, 128, 16, features, classes}) +
-                                 "\n[model]\ninit_from = \"" + weights + "\"\n" + layers +
-                                 "\n[optimizer]\ntype = \"sgd\"\nlr = 0.1\n" + parallel,
-                             "residual.toml");
+std::vector<std::vector<std::vector<float>>> train_residual(const std::string& layers,
+                                                            const std::string& weights,
+                                                            const std::string& parallel) {
+  auto config =
+      parse_config("[run]\nsteps = 8\nseed = 3\nevaluate = false\n" +
+                       test::data_section({16, 128, 16, residual_features, residual_classes}) +
+                       "\n[model]\ninit_from = \"" + weights + "\"\n" + layers +
+                       "\n[optimizer]\ntype = \"sgd\"\nlr = 0.1\n" + parallel,
+                   "residual.toml");
   auto options = test::quiet_options();
   options.keep_parameters = true;
   auto result = test::run_ok(config, options);
@@ -64,44 +65,46 @@ double largest_difference(const std::vector<float>& a, const std::vector<float>&
 
 TEST_CASE("a residual block trains as the chain with I + B in its place") {
   const test::temp_directory dir{"troupe-residual"};
-  auto a_w = pseudo_random(hidden * features, 1, 0.6f), a_b = pseudo_random(hidden, 2, 0.2f);
+  auto a_w = pseudo_random(hidden * residual_features, 1, 0.6f),
+       a_b = pseudo_random(hidden, 2, 0.2f);
   auto b_w = pseudo_random(hidden * hidden, 3, 0.5f), b_b = pseudo_random(hidden, 4, 0.2f);
-  auto d_w = pseudo_random(classes * hidden, 5, 0.6f), d_b = pseudo_random(classes, 6, 0.2f);
+  auto d_w = pseudo_random(residual_classes * hidden, 5, 0.6f),
+       d_b = pseudo_random(residual_classes, 6, 0.2f);
   auto c_w = b_w;
   for (std::int64_t i = 0; i < hidden; ++i)
     c_w[static_cast<std::size_t>(i * hidden + i)] += 1.0f;
   const auto f32 = safetensors_dtype::f32;
   write_safetensors(dir / "residual.safetensors",
-                    {{"0.weight", f32, {hidden, features}, a_w.data()},
+                    {{"0.weight", f32, {hidden, residual_features}, a_w.data()},
                      {"0.bias", f32, {hidden}, a_b.data()},
                      {"1.weight", f32, {hidden, hidden}, b_w.data()},
                      {"1.bias", f32, {hidden}, b_b.data()},
-                     {"4.weight", f32, {classes, hidden}, d_w.data()},
-                     {"4.bias", f32, {classes}, d_b.data()}},
+                     {"4.weight", f32, {residual_classes, hidden}, d_w.data()},
+                     {"4.bias", f32, {residual_classes}, d_b.data()}},
                     {{"format", "pt"}});
   write_safetensors(dir / "chain.safetensors",
-                    {{"0.weight", f32, {hidden, features}, a_w.data()},
+                    {{"0.weight", f32, {hidden, residual_features}, a_w.data()},
                      {"0.bias", f32, {hidden}, a_b.data()},
                      {"1.weight", f32, {hidden, hidden}, c_w.data()},
                      {"1.bias", f32, {hidden}, b_b.data()},
-                     {"3.weight", f32, {classes, hidden}, d_w.data()},
-                     {"3.bias", f32, {classes}, d_b.data()}},
+                     {"3.weight", f32, {residual_classes, hidden}, d_w.data()},
+                     {"3.bias", f32, {residual_classes}, d_b.data()}},
                     {{"format", "pt"}});
   const auto chain_layers = test::linear(hidden) + test::linear(hidden) + test::layer("relu") +
-                            test::linear(classes);
+                            test::linear(residual_classes);
   const auto residual_layers =
       test::layer("linear", "name = \"a\"\nout = " + std::to_string(hidden) + "\n") +
       test::layer("linear", "name = \"b\"\nout = " + std::to_string(hidden) + "\n") +
       test::layer("add", "inputs = [\"a\", \"b\"]\n") + test::layer("relu") +
-      test::linear(classes);
-  const auto chain = train(chain_layers, dir / "chain.safetensors", "");
+      test::linear(residual_classes);
+  const auto chain = train_residual(chain_layers, dir / "chain.safetensors", "");
 
   // One device, and a pipeline whose cut lies on the skip wire (a to the add).
   for (const auto& parallel :
        {std::string{}, std::string{"[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\n"
                                    "stages = [[0, 1], [2, 4]]\nmicrobatches = 2\n"}}) {
     CAPTURE(parallel);
-    const auto residual = train(residual_layers, dir / "residual.safetensors", parallel);
+    const auto residual = train_residual(residual_layers, dir / "residual.safetensors", parallel);
     REQUIRE(residual.size() == 5);
     CHECK(residual[2].empty());  // add
     auto b_plus_i = residual[1][0];

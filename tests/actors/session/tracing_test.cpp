@@ -30,7 +30,7 @@ using namespace troupe;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
+std::string tracing_temp(const std::string& name) {
   return troupe::test::temp_file("troupe_tracing_" + name);
 }
 
@@ -67,7 +67,7 @@ schedule = "1f1b"
 }  // namespace
 
 TEST_CASE("a trace is valid JSON where every message appears once with its flow arrow") {
-  auto path = temp_path("small.json");
+  auto path = tracing_temp("small.json");
   auto result = run(small_pipeline, path);
   REQUIRE(result.outcome.exit_code == exit_code::ok);
   auto trace = read_json(path);
@@ -119,7 +119,7 @@ TEST_CASE("a trace is valid JSON where every message appears once with its flow 
 TEST_CASE("every job troupe's own actors record is one of the job kinds") {
   // The trace tools, calibrate and the simulator read jobs by job_kind: a job named
   // outside the enum would be invisible to them (priced at nothing, never compute).
-  auto path = temp_path("kinds.json");
+  auto path = tracing_temp("kinds.json");
   REQUIRE(run(small_pipeline, path).outcome.exit_code == exit_code::ok);
   std::set<job_kind> seen;
   for (const auto& j : load_trace(path).jobs) {
@@ -136,7 +136,7 @@ TEST_CASE("actors on a device handle their messages on its thread, between its j
   // Note [actors on device threads]: a handler of an actor placed on cpu:N runs on cpu:N's
   // stream thread, so no handler span of such an actor ever overlaps a job span of its
   // device. (With CAF's worker threads they overlap all the time in a pipeline.)
-  auto path = temp_path("placed.json");
+  auto path = tracing_temp("placed.json");
   REQUIRE(run(small_pipeline, path).outcome.exit_code == exit_code::ok);
   auto trace = load_trace(path);
   std::map<std::string, std::vector<const trace_span*>> jobs_on;  // by device, by start
@@ -267,7 +267,7 @@ TEST_CASE("the recorded schedule is exactly GPipe's and 1F1B's, with the theoret
   };
   const double theory = 1.0 / (4 + 2 - 1);
   for (const auto& c : cases) {
-    auto path = temp_path(std::string{c.schedule} + ".json");
+    auto path = tracing_temp(std::string{c.schedule} + ".json");
     auto result = run(fixed_pipeline(c.schedule, 4), path);
     REQUIRE(result.outcome.exit_code == exit_code::ok);
     auto trace = read_json(path);
@@ -301,7 +301,7 @@ TEST_CASE("for stages of unequal cost each stage idles as the summary's costed t
   // 1 - 160/180 = 0.11, in either schedule, where the equal-stage formula says 0.20.
   for (const std::string schedule : {"gpipe", "1f1b"}) {
     INFO(schedule);
-    auto path = temp_path(schedule + "_unequal.json");
+    auto path = tracing_temp(schedule + "_unequal.json");
     auto result = run(fixed_pipeline(schedule, 4, 10000, 20000), path);
     REQUIRE(result.outcome.exit_code == exit_code::ok);
     auto summary = summarize_trace(load_trace(path));
@@ -331,7 +331,7 @@ TEST_CASE("trace explain: a pipeline's slow stage is on every step's critical pa
   // a step waits for cpu:1, and the path says so (Note [critical path]).
   for (const std::string schedule : {"gpipe", "1f1b"}) {
     INFO(schedule);
-    auto path = temp_path(schedule + "_explain.json");
+    auto path = tracing_temp(schedule + "_explain.json");
     auto result = run(fixed_pipeline(schedule, 4, 2000, 8000), path);
     REQUIRE(result.outcome.exit_code == exit_code::ok);
     auto e = explain_trace(load_trace(path));
@@ -386,7 +386,7 @@ TEST_CASE("ZB-H1 fills 1F1B's bubble with weight gradients: the recorded order a
     int as_simulated = 0;
     const int attempts = testing::under_sanitizer ? 5 : 3;
     for (int attempt = 0; attempt < attempts; ++attempt) {
-      auto path = temp_path(schedule + "_split.json");
+      auto path = tracing_temp(schedule + "_split.json");
       auto result = run(config(schedule), path);
       REQUIRE(result.outcome.exit_code == exit_code::ok);
       auto trace = read_json(path);
@@ -461,7 +461,7 @@ TEST_CASE("interleaved 1F1B: the recorded order is Megatron's and the bubble its
   const double theory = 1.0 / 9;
   double bubble = 1;
   for (int attempt = 0; attempt < 3 && std::abs(bubble - theory) > 0.05; ++attempt) {
-    auto path = temp_path("interleaved.json");
+    auto path = tracing_temp("interleaved.json");
     auto result = run(text, path);
     REQUIRE(result.outcome.exit_code == exit_code::ok);
     auto trace = read_json(path);
@@ -512,7 +512,7 @@ TEST_CASE("the watchdog stops a stuck run and names what each actor waits for") 
   auto stuck = parse_config(ejected, "stuck_explicit.toml");
   auto options = test::quiet_options();
   options.watchdog = 1;
-  options.trace_path = temp_path("stuck.json");  // written on this path too
+  options.trace_path = tracing_temp("stuck.json");  // written on this path too
   auto started = std::chrono::steady_clock::now();
   auto result = run_session(stuck, options);
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -594,16 +594,16 @@ void check_apart(const trace_counts& pipeline, const trace_counts& single) {
 }  // namespace
 
 TEST_CASE("two sessions one after the other write traces of their own events only") {
-  auto pipeline_path = temp_path("first_of_two.json");
-  auto single_path = temp_path("second_of_two.json");
+  auto pipeline_path = tracing_temp("first_of_two.json");
+  auto single_path = tracing_temp("second_of_two.json");
   REQUIRE(run(small_pipeline, pipeline_path).outcome.exit_code == exit_code::ok);
   REQUIRE(run(small_single, single_path).outcome.exit_code == exit_code::ok);
   check_apart(count_trace(pipeline_path), count_trace(single_path));
 }
 
 TEST_CASE("two sessions at once on two threads keep their traces apart") {
-  auto pipeline_path = temp_path("concurrent_pipeline.json");
-  auto single_path = temp_path("concurrent_single.json");
+  auto pipeline_path = tracing_temp("concurrent_pipeline.json");
+  auto single_path = tracing_temp("concurrent_single.json");
   session_result single;
   std::thread other([&] { single = run(small_single, single_path); });
   auto pipeline = run(small_pipeline, pipeline_path);
@@ -614,7 +614,7 @@ TEST_CASE("two sessions at once on two threads keep their traces apart") {
 }
 
 TEST_CASE("a session leaves its threads bound to no recorder") {
-  auto path = temp_path("unbound_after.json");
+  auto path = tracing_temp("unbound_after.json");
   REQUIRE(run(small_single, path).outcome.exit_code == exit_code::ok);
   CHECK(trace::this_thread_recorder() == nullptr);
   CHECK_FALSE(trace::enabled());

@@ -32,10 +32,7 @@ lr = 0.01
 )";
 }
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  return test::read_jsonl(in);
-}
+using troupe::test::read_jsonl;
 
 std::size_t thread_count() {
   std::size_t n = 0;
@@ -44,7 +41,7 @@ std::size_t thread_count() {
   return n;
 }
 
-std::string temp_path(const std::string& name) {
+std::string training_temp(const std::string& name) {
   return troupe::test::temp_file("troupe_test_" + name);
 }
 
@@ -52,7 +49,7 @@ std::string temp_path(const std::string& name) {
 
 TEST_CASE("an MLP trained through actors separates synthetic data with over 95% accuracy") {
   auto config = parse_config(synthetic_config(), "synthetic.toml");
-  auto options = test::quiet_options(temp_path("metrics.jsonl"));
+  auto options = test::quiet_options(training_temp("metrics.jsonl"));
   auto result = test::run_ok(config, options);
   const auto& outcome = result.outcome;
   INFO(outcome.failure);
@@ -89,7 +86,7 @@ TEST_CASE("an MLP trained through actors separates synthetic data with over 95% 
 TEST_CASE("two runs with the same seed end with the same parameters") {
   auto config = parse_config(synthetic_config("", "steps = 10\nevaluate = false\n"),
                              "synthetic.toml");
-  auto options = test::quiet_options(temp_path("determinism.jsonl"));
+  auto options = test::quiet_options(training_temp("determinism.jsonl"));
   options.keep_parameters = true;
   auto a = run_session(config, options);
   auto b = run_session(config, options);
@@ -164,7 +161,7 @@ TEST_CASE("an exception in a layer ends the run with the actor, layer, step and 
   auto config = parse_config(
       synthetic_config("\n[[model.layers]]\ntype = \"test_failing\"\n", "evaluate = false\n"),
       "synthetic.toml");
-  auto options = test::quiet_options(temp_path("failure.jsonl"));
+  auto options = test::quiet_options(training_temp("failure.jsonl"));
   auto threads_before = thread_count();
   auto result = run_session(config, options);
   // No orphan threads: the device streams and the scheduler's threads are gone with the session.

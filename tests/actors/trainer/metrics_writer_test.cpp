@@ -17,7 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/trainer/metrics_writer.hpp"
+#include "tests/file_size_limit.hpp"
 #include "tests/jsonl.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace troupe;
 
@@ -29,12 +31,7 @@ std::string unique_path(const std::string& name) {
       .string();
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using troupe::test::read_all;
 
 std::vector<nlohmann::json> lines_of(const std::string& text) {
   std::istringstream in(text);
@@ -137,29 +134,7 @@ TEST_CASE("a write to a full device fails the writer with the file and the OS er
 
 namespace {
 
-// A file size limit for this process while it lives (RLIMIT_FSIZE), with SIGXFSZ ignored so
-// that a write past it fails with EFBIG instead of killing the process: a disk that fills
-// up in the middle of a line, without mounting one.
-class file_size_limit {
- public:
-  explicit file_size_limit(rlim_t bytes) {
-    REQUIRE(getrlimit(RLIMIT_FSIZE, &saved_) == 0);
-    previous_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = saved_;
-    limit.rlim_cur = bytes;
-    REQUIRE(setrlimit(RLIMIT_FSIZE, &limit) == 0);
-  }
-  ~file_size_limit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, previous_);
-  }
-  file_size_limit(const file_size_limit&) = delete;
-  file_size_limit& operator=(const file_size_limit&) = delete;
-
- private:
-  rlimit saved_{};
-  void (*previous_)(int) = SIG_DFL;
-};
+using troupe::test::file_size_limit;
 
 }  // namespace
 

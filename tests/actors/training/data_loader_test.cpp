@@ -3,7 +3,7 @@
 // (start, item credits): the epoch order, the split of a step over replicas and
 // micro-batches, the prefetch bound and the credits of the activations wires.
 //
-// Each sample's features are its own index, so the rows a message carries say exactly which
+// Each sample's loader_features are its own index, so the rows a message carries say exactly which
 // samples the loader picked; all values are small integers and compare exactly.
 #include <doctest/doctest.h>
 
@@ -29,20 +29,20 @@ using namespace troupe::test;
 namespace {
 
 constexpr std::int64_t train_count = 24;
-constexpr std::int64_t features = 2;
-constexpr std::int64_t classes = 3;
+constexpr std::int64_t loader_features = 2;
+constexpr std::int64_t loader_classes = 3;
 
-/// Sample i has features (i, -i) and label i % classes.
+/// Sample i has loader_features (i, -i) and label i % loader_classes.
 std::shared_ptr<const dataset_split> indexed_data() {
   auto data = std::make_shared<dataset_split>();
   for (auto* part : {&data->train, &data->test}) {
     part->count = part == &data->train ? train_count : 5;
-    part->features = features;
-    part->classes = classes;
+    part->features = loader_features;
+    part->classes = loader_classes;
     for (std::int64_t i = 0; i < part->count; ++i) {
       part->images.push_back(static_cast<float>(i));
       part->images.push_back(static_cast<float>(-i));
-      part->labels.push_back(static_cast<std::int32_t>(i % classes));
+      part->labels.push_back(static_cast<std::int32_t>(i % loader_classes));
     }
   }
   return data;
@@ -64,13 +64,13 @@ run_plan plan_of(std::int64_t replicas, std::int64_t microbatches) {
 /// Which samples a message carries (its rows' first feature), checking the second.
 std::vector<std::int64_t> samples_of(const tensor& x) {
   REQUIRE(x.rank() == 2);
-  REQUIRE(x.dim(1) == features);
+  REQUIRE(x.dim(1) == loader_features);
   auto v = values(x);
   std::vector<std::int64_t> out;
   for (std::int64_t r = 0; r < x.dim(0); ++r) {
-    CHECK(v[static_cast<std::size_t>(r * features + 1)] ==
-          -v[static_cast<std::size_t>(r * features)]);
-    out.push_back(static_cast<std::int64_t>(v[static_cast<std::size_t>(r * features)]));
+    CHECK(v[static_cast<std::size_t>(r * loader_features + 1)] ==
+          -v[static_cast<std::size_t>(r * loader_features)]);
+    out.push_back(static_cast<std::int64_t>(v[static_cast<std::size_t>(r * loader_features)]));
   }
   return out;
 }
@@ -135,7 +135,7 @@ struct loader_fixture : actor_fixture {
       const auto& rows = batches.at({m.tag.step, m.tag.replica, m.tag.microbatch});
       std::vector<std::int32_t> want;
       for (auto sample : rows)
-        want.push_back(static_cast<std::int32_t>(sample % classes));
+        want.push_back(static_cast<std::int32_t>(sample % loader_classes));
       CHECK(m.labels.to_int_vector() == want);
     }
     expect_quiet("nothing after the last step");
@@ -433,7 +433,7 @@ TEST_CASE_FIXTURE(loader_fixture,
   std::map<std::int64_t, std::int64_t> counted;
   for (const auto& [key, samples] : batches)
     for (auto sample : samples)
-      counted[std::get<0>(key)] += sample % classes != 1 ? 1 : 0;
+      counted[std::get<0>(key)] += sample % loader_classes != 1 ? 1 : 0;
   CHECK(terms_of_step == counted);
   bool varies = false;  // the count is the step's, not a constant
   for (const auto& [step, terms] : counted)

@@ -216,7 +216,7 @@ struct layer_fixture : actor_fixture {
   /// `capacity` is the credit limit of its outgoing activations wire. Placed on cpu:0's
   /// stream like in a run, unless `placed` is false (then its handlers run on the host
   /// thread, which they must when a test holds that stream).
-  caf::actor spawn(std::unique_ptr<layer> math, std::int32_t microbatches,
+  caf::actor spawn(std::unique_ptr<troupe::layer> math, std::int32_t microbatches,
                    std::string previous_kind = "layer", std::int64_t capacity = 0,
                    bool placed = true) {
     auto s = std::make_shared<layer_actor_settings>();

@@ -28,12 +28,12 @@ using namespace troupe::test;
 
 namespace {
 
-constexpr std::int64_t classes = 5;
+constexpr std::int64_t loss_classes = 5;
 constexpr std::int64_t rows = 4;          // per micro-batch
 constexpr std::int64_t global_batch = 8;  // a power of two: the scale 1/8 is exact
 
 std::vector<float> logits_values(int seed) {
-  std::vector<float> out(rows * classes);
+  std::vector<float> out(rows * loss_classes);
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = 0.25f * static_cast<float>((static_cast<int>(i) * 7 + seed * 5) % 17 - 8);
   return out;
@@ -42,7 +42,7 @@ std::vector<float> logits_values(int seed) {
 std::vector<std::int32_t> label_values(int seed) {
   std::vector<std::int32_t> out(rows);
   for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<std::int32_t>((static_cast<int>(i) * 3 + seed) % classes);
+    out[i] = static_cast<std::int32_t>((static_cast<int>(i) * 3 + seed) % loss_classes);
   return out;
 }
 
@@ -57,20 +57,20 @@ expected_loss reference(const std::vector<float>& z, const std::vector<std::int3
   expected_loss out;
   out.dlogits.resize(z.size());
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = z.data() + r * classes;
+    const float* row = z.data() + r * loss_classes;
     std::int64_t argmax = 0;
-    for (std::int64_t c = 1; c < classes; ++c)
+    for (std::int64_t c = 1; c < loss_classes; ++c)
       if (row[c] > row[argmax])
         argmax = c;  // the first maximum on ties, as torch.argmax
     double sum = 0;
-    for (std::int64_t c = 0; c < classes; ++c)
+    for (std::int64_t c = 0; c < loss_classes; ++c)
       sum += std::exp(static_cast<double>(row[c]) - row[argmax]);
     const auto label = y[static_cast<std::size_t>(r)];
     out.loss_sum += std::log(sum) + row[argmax] - row[label];
     out.correct += argmax == label ? 1 : 0;
-    for (std::int64_t c = 0; c < classes; ++c) {
+    for (std::int64_t c = 0; c < loss_classes; ++c) {
       const double p = std::exp(static_cast<double>(row[c]) - row[argmax]) / sum;
-      out.dlogits[static_cast<std::size_t>(r * classes + c)] =
+      out.dlogits[static_cast<std::size_t>(r * loss_classes + c)] =
           (p - (c == label ? 1.0 : 0.0)) / static_cast<double>(global_batch);
     }
   }
@@ -85,7 +85,7 @@ micro_tag tag_of(std::int64_t step, std::int32_t microbatch, phase stage = phase
 activation_msg logits_of(const micro_tag& tag, const std::vector<float>& z) {
   activation_msg m;
   m.tag = tag;
-  m.x = tensor::from(z, {rows, classes}, {device_type::cpu, 0});
+  m.x = tensor::from(z, {rows, loss_classes}, {device_type::cpu, 0});
   return m;
 }
 
@@ -123,7 +123,7 @@ void check_step_report(const loss_report_msg& got, const std::vector<expected_lo
 }
 
 void check_dlogits(const tensor& got, const expected_loss& want) {
-  CHECK(got.shape() == shape_t{rows, classes});
+  CHECK(got.shape() == shape_t{rows, loss_classes});
   auto v = values(got);
   REQUIRE(v.size() == want.dlogits.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -135,7 +135,7 @@ void check_dlogits(const tensor& got, const expected_loss& want) {
 /// A loss actor on cpu:0 after the scoped actor (its last layer), reporting to it.
 struct loss_fixture : actor_fixture {
   caf::actor spawn(std::int32_t microbatches, bool flush, const std::string& loss = "softmax_xent",
-                   std::int64_t width = classes) {
+                   std::int64_t width = loss_classes) {
     loss_actor_settings s;
     s.name = "loss";
     model_section model;

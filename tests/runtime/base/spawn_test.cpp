@@ -15,17 +15,13 @@
 
 #include "runtime/base/spawn.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace troupe;
 
 namespace {
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using troupe::test::read_all;
 
 std::atomic<int> fork_handlers_run{0};
 extern "C" void count_fork_handler() { fork_handlers_run.fetch_add(1); }

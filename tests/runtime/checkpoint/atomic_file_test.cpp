@@ -17,9 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "troupe/error.hpp"
+#include "tests/file_size_limit.hpp"
 #include "tests/runtime/checkpoint/checkpoint_test_files.hpp"
 #include "tests/temp_files.hpp"
+#include "troupe/error.hpp"
 
 using namespace troupe;
 using troupe::test::contains;
@@ -31,10 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text(const std::string& path) {
-  const auto bytes = read_bytes(path);
-  return {bytes.begin(), bytes.end()};
-}
+using troupe::test::read_all;
 
 // The names in `dir`, to see that no temporary file is left.
 std::vector<std::string> names_in(const fs::path& dir) {
@@ -46,7 +44,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
 
 // The message and exit code of the user_error `action` throws.
 template <typename Action>
-std::pair<std::string, exit_code> user_error_of(Action&& action) {
+std::pair<std::string, exit_code> user_error_and_code(Action&& action) {
   try {
     action();
   } catch (const user_error& e) {
@@ -56,29 +54,7 @@ std::pair<std::string, exit_code> user_error_of(Action&& action) {
   return {"", exit_code::ok};
 }
 
-// While it lives, files this process writes may not grow past `bytes` (RLIMIT_FSIZE):
-// write() fails with EFBIG, as it fails with ENOSPC on a full disk. SIGXFSZ, which would
-// kill the process, is ignored meanwhile.
-class file_size_limit {
- public:
-  explicit file_size_limit(rlim_t bytes) {
-    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_) == 0);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    rlimit limited = old_;
-    limited.rlim_cur = bytes;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
-  }
-  ~file_size_limit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-  file_size_limit(const file_size_limit&) = delete;
-  file_size_limit& operator=(const file_size_limit&) = delete;
-
- private:
-  rlimit old_{};
-  sighandler_t old_handler_ = SIG_DFL;
-};
+using troupe::test::file_size_limit;
 
 }  // namespace
 
@@ -86,7 +62,7 @@ TEST_CASE("write_file_atomically replaces the content and leaves no temporary fi
   const temp_directory dir{"troupe-atomic"};
   const auto path = dir / "state.bin";
   const auto first = write_file_atomically(path, std::string("old content"));
-  CHECK(read_text(path) == "old content");
+  CHECK(read_all(path) == "old content");
   CHECK(first.bytes == 11);
   CHECK(first.crc32 == crc32("old content", 11));
   const std::vector<std::uint8_t> bytes{1, 2, 3};
@@ -97,7 +73,7 @@ TEST_CASE("write_file_atomically replaces the content and leaves no temporary fi
     out.write("content", 7);
     CHECK(out.bytes_written() == 11);
   });
-  CHECK(read_text(path) == "new content");
+  CHECK(read_all(path) == "new content");
   CHECK(streamed.crc32 == crc32("new content", 11));
   CHECK(names_in(dir.path()) == std::vector<std::string>{"state.bin"});
 }
@@ -105,7 +81,7 @@ TEST_CASE("write_file_atomically replaces the content and leaves no temporary fi
 TEST_CASE("write_file_atomically into a missing directory or /proc throws run_failed naming it") {
   const temp_directory dir{"troupe-atomic"};
   const auto missing = dir / "no/such/dir/file.bin";
-  const auto [message, code] = user_error_of([&] { write_file_atomically(missing, "x"); });
+  const auto [message, code] = user_error_and_code([&] { write_file_atomically(missing, "x"); });
   CHECK(code == exit_code::run_failed);
   CHECK(contains(message, "cannot write '" + missing + "'"));
   CHECK(contains(message, "cannot create the temporary file"));
@@ -113,7 +89,7 @@ TEST_CASE("write_file_atomically into a missing directory or /proc throws run_fa
   CHECK(names_in(dir.path()).empty());
 
   const auto [proc_message, proc_code] =
-      user_error_of([] { write_file_atomically("/proc/troupe-atomic-test", "x"); });
+      user_error_and_code([] { write_file_atomically("/proc/troupe-atomic-test", "x"); });
   CHECK(proc_code == exit_code::run_failed);
   CHECK(contains(proc_message, "cannot write '/proc/troupe-atomic-test'"));
   CHECK_FALSE(fs::exists("/proc/troupe-atomic-test"));
@@ -127,13 +103,13 @@ TEST_CASE("an atomic write cut short, as by a full disk, throws and keeps the ol
   std::pair<std::string, exit_code> failure;
   {
     const file_size_limit limit{64 * 1024};
-    failure = user_error_of([&] { write_file_atomically(path, big); });
+    failure = user_error_and_code([&] { write_file_atomically(path, big); });
   }
   CHECK(failure.second == exit_code::run_failed);
   CHECK(contains(failure.first, "cannot write '" + path + "'"));
   CHECK(contains(failure.first, "failed after 65536 bytes"));
   CHECK(contains(failure.first, "File too large"));
-  CHECK(read_text(path) == "old");
+  CHECK(read_all(path) == "old");
   CHECK(names_in(dir.path()) == std::vector<std::string>{"shard.bin"});
 }
 
@@ -147,7 +123,7 @@ TEST_CASE("an exception from an atomic write's callback propagates and removes t
                                                throw std::runtime_error("the caller gave up");
                                              }),
                        "the caller gave up", std::runtime_error);
-  CHECK(read_text(path) == "old");
+  CHECK(read_all(path) == "old");
   CHECK(names_in(dir.path()) == std::vector<std::string>{"file.bin"});
 }
 
@@ -177,7 +153,7 @@ TEST_CASE("a reader of an atomically rewritten file sees the old or the new cont
 TEST_CASE("sync_directory of a missing directory throws run_failed for the atomic writes") {
   const temp_directory dir{"troupe-atomic"};
   sync_directory(dir.string());
-  const auto [message, code] = user_error_of([&] { sync_directory(dir / "missing"); });
+  const auto [message, code] = user_error_and_code([&] { sync_directory(dir / "missing"); });
   CHECK(code == exit_code::run_failed);
   CHECK(contains(message, "cannot sync directory '" + dir / "missing" + "'"));
 }

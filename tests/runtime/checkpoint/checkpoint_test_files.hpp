@@ -1,6 +1,6 @@
 // checkpoint_test_files.hpp: helpers for the checkpoint tests: raw safetensors bytes built
-// from a header text (to write malformed files by hand), file reading and writing, and the
-// message of the data_error an action throws.
+// from a header text (to write malformed files by hand), file reading and writing
+// (the message of a data_error: tests/data_error_of.hpp).
 //
 // Test-only and header-only. Not a second safetensors writer: the headers are literal text.
 #pragma once
@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "troupe/error.hpp"
+#include "tests/data_error_of.hpp"
+#include "tests/text_checks.hpp"
 
 namespace troupe::test {
 
@@ -42,24 +43,6 @@ inline void write_bytes(const std::string& path, const byte_vector& bytes) {
   out.write(reinterpret_cast<const char*>(bytes.data()),
             static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out.good());
-}
-
-/// The message of the data_error `action` throws; fails the test if it throws none (any
-/// other exception escapes and fails the test too).
-template <typename Action>
-std::string data_error_of(Action&& action) {
-  try {
-    action();
-  } catch (const troupe::data_error& e) {
-    return e.what();
-  }
-  FAIL("expected a data_error, but nothing was thrown");
-  return "";
-}
-
-/// Whether `text` contains `part` (for CHECK with the message shown on failure).
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace troupe::test

@@ -29,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The model Sequential(Linear(4, 3), ReLU(), Linear(3, 2)): layers 0 and 2 have parameters.
-std::vector<model_layer> small_model() {
+std::vector<model_layer> small_layers() {
   return {{0, "linear", {{"weight", {3, 4}}, {"bias", {3}}}},
           {2, "linear", {{"weight", {2, 3}}, {"bias", {2}}}}};
 }
@@ -48,7 +48,7 @@ struct named_values {
   std::vector<float> values;
 };
 
-// The state_dict of small_model(), as PyTorch would save it.
+// The state_dict of small_layers(), as PyTorch would save it.
 std::vector<named_values> small_state() {
   return {{"0.weight", {3, 4}, values_of(1, 12)},
           {"0.bias", {3}, values_of(2, 3)},
@@ -64,7 +64,7 @@ std::string write_state(const std::string& path, const std::vector<named_values>
   return path;
 }
 
-// A complete checkpoint of small_model() at step 7 under `root`, written as a run with two
+// A complete checkpoint of small_layers() at step 7 under `root`, written as a run with two
 // optimizer shards would: layer 0 whole with Adam state in one shard, layer 2's weight in
 // two pieces (a sharded optimizer) and its bias whole in the other. Its directory. With
 // `transposed`, that whole tensor of layer 0 is written as (4, 3), the manifest's (3, 4).
@@ -95,7 +95,7 @@ std::string write_small_checkpoint(const std::string& root, const std::string& t
                first.crc32,
                {"0.weight", "0.bias", "0.weight.exp_avg", "2.weight@0"}},
               {"optimizer-1.safetensors", second.bytes, second.crc32, {"2.weight@4", "2.bias"}}};
-  m.layers = describe_model(small_model());
+  m.layers = describe_model(small_layers());
   commit_checkpoint(dir, m);
   return dir;
 }
@@ -105,7 +105,7 @@ std::string write_small_checkpoint(const std::string& root, const std::string& t
 TEST_CASE("weights_from reads every parameter of a state_dict file, at step 0, without state") {
   const temp_directory dir{"troupe-interchange"};
   const auto path = write_state(dir / "weights.safetensors", small_state());
-  const auto start = weights_from(path, small_model());
+  const auto start = weights_from(path, small_layers());
   CHECK(start.step == 0);
   REQUIRE(start.layers.size() == 2);
   CHECK(start.layers.at(0).size() == 2);  // weight and bias, no optimizer state
@@ -117,7 +117,7 @@ TEST_CASE("weights_from reads every parameter of a state_dict file, at step 0, w
 
 TEST_CASE("weights_from refuses a file that does not fit, naming the file and the tensor") {
   const temp_directory dir{"troupe-interchange"};
-  const auto model = small_model();
+  const auto model = small_layers();
   auto refused = [&](const std::vector<named_values>& state) {
     const auto path = write_state(dir / "weights.safetensors", state);
     auto message = data_error_of([&] { weights_from(path, model); });
@@ -167,7 +167,7 @@ TEST_CASE("weights_from refuses a file that does not fit, naming the file and th
 
 TEST_CASE("weights_from refuses tensors that are not F32 and files that are not safetensors") {
   const temp_directory dir{"troupe-interchange"};
-  const auto model = small_model();
+  const auto model = small_layers();
   SUBCASE("F64") {
     auto state = small_state();
     std::vector<double> wide(state[1].values.begin(), state[1].values.end());
@@ -224,7 +224,7 @@ TEST_CASE("export writes a checkpoint's parameters whole, with torch's names and
     CHECK(file.values<float>(t.name) == t.values);
   }
   // And back: the export is a start for the same model.
-  CHECK(weights_from(output, small_model()).layers.at(2).at("weight") == values_of(3, 6));
+  CHECK(weights_from(output, small_layers()).layers.at(2).at("weight") == values_of(3, 6));
 }
 
 TEST_CASE("export --dtype bf16 writes each master rounded to bf16, which init_from reads back") {
@@ -234,7 +234,7 @@ TEST_CASE("export --dtype bf16 writes each master rounded to bf16, which init_fr
   const auto exported = export_weights(root.string(), output, dtype::bf16);
   const auto file = read_safetensors(output);
   CHECK(exported.file.bytes == read_bytes(output).size());
-  const auto start = weights_from(output, small_model());
+  const auto start = weights_from(output, small_layers());
   for (const auto& t : small_state()) {
     CAPTURE(t.name);
     const auto& entry = file.at(t.name);

@@ -49,7 +49,7 @@ const std::string minimal_model = R"([model]
 [[model.layers]]
 type = "linear"
 )";
-const std::string synthetic_data = "[data]\nsource = \"synthetic\"\n";
+const std::string synthetic_source = "[data]\nsource = \"synthetic\"\n";
 
 }  // namespace
 
@@ -192,7 +192,7 @@ averaging = "central"
 }
 
 TEST_CASE("absent sections and keys take the documented defaults, positioned at the file") {
-  auto c = parse_config(synthetic_data + minimal_model, "t.toml");
+  auto c = parse_config(synthetic_source + minimal_model, "t.toml");
   CHECK(c.run.epochs == 1);
   CHECK(c.run.steps == 0);
   CHECK(c.run.seed == 42);
@@ -311,7 +311,7 @@ TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory")
 }
 
 TEST_CASE("an inline schedule table and integer-valued numbers are accepted") {
-  auto c = parse_config(synthetic_data + minimal_model + R"([optimizer]
+  auto c = parse_config(synthetic_source + minimal_model + R"([optimizer]
 lr = 1
 betas = [0, 0.5]
 schedule = { type = "cosine", min_lr = 0 }
@@ -494,10 +494,10 @@ TEST_CASE("a device listed twice is rejected at its second mention") {
 }
 
 TEST_CASE("a model without layers is rejected at [model], or at the file when absent") {
-  check_error(synthetic_data + "[model]\nloss = \"softmax_xent\"\n", 3, 1,
+  check_error(synthetic_source + "[model]\nloss = \"softmax_xent\"\n", 3, 1,
               "[model] has no layers; add at least one [[model.layers]] table");
-  check_error(synthetic_data + "[model]\nlayers = []\n", 3, 1, "[model] has no layers");
-  auto error = parse_error_of(synthetic_data);
+  check_error(synthetic_source + "[model]\nlayers = []\n", 3, 1, "[model] has no layers");
+  auto error = parse_error_of(synthetic_source);
   CHECK(error.where().line == 0);
   CHECK(std::string(error.what()) .find("t.toml: [model] has no layers") == 0);
 }

@@ -45,7 +45,7 @@ TEST_CASE("a device index with leading zeros is refused, so one device has one s
 
 TEST_CASE("a device index past max_device_index is refused however many digits it has") {
   const std::string range = " with an index in [0, " + std::to_string(max_device_index) + "]";
-  for (const std::string bad :
+  for (const std::string& bad :
        {"cpu:" + std::to_string(max_device_index + 1), std::string("cpu:1234567"),
         std::string("cuda:99999999999999999999999")}) {
     auto parsed = parse_device_name(bad);

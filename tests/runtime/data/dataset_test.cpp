@@ -19,11 +19,13 @@
 #include <boost/iostreams/filtering_stream.hpp>
 
 #include "tests/data_error_of.hpp"
+#include "tests/npy_files.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 #include "troupe/error.hpp"
 
 namespace fs = std::filesystem;
-using bytes = std::vector<std::uint8_t>;
+using troupe::test::bytes;  // std::vector<unsigned char>
 using troupe::test::data_error_of;
 using troupe::test::temp_directory;
 
@@ -77,9 +79,7 @@ bytes read_raw(const std::string& path) {
   return bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 bytes counting_pixels(std::size_t n) {
   bytes out(n);

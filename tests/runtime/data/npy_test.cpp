@@ -194,11 +194,11 @@ TEST_CASE("a bad header is a data_error naming the file, the byte and what was e
   for (const auto& c : cases) {
     INFO(c.what);
     const auto path = write(dir, "bad.npy", c.content);
-    const auto message = data_error_of([&] { troupe::read_npy_header(path); });
     if (std::string{c.says}.empty()) {
-      CHECK(message == "<no data_error thrown>");
+      CHECK_NOTHROW(troupe::read_npy_header(path));
       continue;
     }
+    const auto message = data_error_of([&] { troupe::read_npy_header(path); });
     CHECK(message.find(c.says) != std::string::npos);
     CHECK(message.find("bad.npy") != std::string::npos);
   }

@@ -14,6 +14,7 @@
 #include "runtime/data/npz.hpp"
 #include "tests/cli/run_troupe.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 #include "troupe/error.hpp"
 
 using namespace troupe;
@@ -37,10 +38,7 @@ std::vector<float> all_rows(const dataset& d) {
   return out;
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using troupe::test::read_all;
 
 }  // namespace
 

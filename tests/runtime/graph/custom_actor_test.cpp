@@ -10,6 +10,7 @@
 #include "runtime/graph/topology.hpp"
 #include "tests/plugins/test_plugins.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace topology_test;
 using troupe::config_error;
@@ -35,9 +36,7 @@ std::string with_scaler() {
   return text + scaler_actor;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include "tests/config_text.hpp"
 #include "tests/runtime/graph/test_configs.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace topology_test;
 using troupe::parse_config;
@@ -26,7 +27,7 @@ using troupe::topology;
 
 namespace {
 
-std::vector<std::string> lines_of(const std::string& text) {
+std::vector<std::string> text_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);)
@@ -34,9 +35,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 /// Checks that two topologies describe the same run; positions aside.
 void check_same_topology(const topology& a, const topology& b) {
@@ -133,7 +132,7 @@ TEST_CASE("format_table lists every actor and every wire in aligned columns") {
   auto config = parse_config(two_replicas, "t.toml");
   auto t = topology_from_explicit(config, features);
   auto table = format_table(t);
-  auto lines = lines_of(table);
+  auto lines = text_lines(table);
   REQUIRE(lines.size() == 1 + 1 + 2 + t.actors.size() + 1 + 2 + t.wires.size());
   CHECK(lines[0] ==
         "topology: R = 2 replicas, P = 1 stages, M = 2 micro-batches, schedule gpipe, "

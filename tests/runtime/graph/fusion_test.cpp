@@ -15,7 +15,7 @@ using namespace troupe;
 
 namespace {
 
-constexpr std::int64_t features = 32;
+constexpr std::int64_t fusion_features = 32;
 
 // An MLP 32-(width x depth)-10 with relu, then `parallel`.
 std::string mlp(std::int64_t width, int depth, const std::string& parallel = "") {
@@ -33,7 +33,7 @@ synthetic_classes = 10
 std::vector<fusion_group> groups_of(const std::string& text, std::int64_t rows,
                                     bool enabled = true) {
   const auto config = parse_config(text, "f.toml");
-  const auto t = expand_shorthand(config, layer_shapes(config, features));
+  const auto t = expand_shorthand(config, layer_shapes(config, fusion_features));
   return plan_fusion(t, rows, enabled);
 }
 
@@ -66,7 +66,7 @@ TEST_CASE("with replicas a group holds at most one long layer and the short ones
   const std::string two = "[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n";
   const auto groups = groups_of(mlp(1024, 3, two), rows);
   const auto config = parse_config(mlp(1024, 3, two), "f.toml");
-  const auto shapes = layer_shapes(config, features);
+  const auto shapes = layer_shapes(config, fusion_features);
   for (const auto& g : groups) {
     int long_members = 0;
     for (const auto& m : g.members) {

@@ -8,6 +8,7 @@
 
 #include "runtime/model/layer_check.hpp"
 #include "tests/plugins/test_plugins.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace troupe;
 
@@ -22,9 +23,7 @@ std::string all_failures(const gradient_check_result& result) {
   return text;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 }  // namespace
 

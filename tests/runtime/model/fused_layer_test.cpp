@@ -69,7 +69,7 @@ bool same_bits(const tensor& a, const tensor& b) {
 TEST_CASE("a fused layer computes its members' forward and backward bit for bit") {
   const std::int64_t rows = 6;
   std::vector<fused_layer::member> members;
-  std::vector<std::unique_ptr<layer>> alone;
+  std::vector<std::unique_ptr<troupe::layer>> alone;
   std::vector<shape_t> inputs{{12}};
   std::int32_t index = 3;
   for (const auto& c : configs()) {

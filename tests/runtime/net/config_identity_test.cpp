@@ -9,6 +9,7 @@
 
 #include "runtime/net/secret.hpp"
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 #include "troupe/error.hpp"
 
 using namespace troupe;
@@ -17,20 +18,18 @@ using troupe::test::temp_directory;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
-const std::string config_text = "[model]\nlayers = [\"linear 784 10\"]\n[run]\nsteps = 3\n";
+const std::string run_text = "[model]\nlayers = [\"linear 784 10\"]\n[run]\nsteps = 3\n";
 
 }  // namespace
 
 TEST_CASE("the same config bytes at two paths on two machines are the same identity") {
   const temp_directory here{"troupe-node-a"};
   const temp_directory there{"troupe-node-b"};
-  const auto mine = identify(here.write("run.toml", config_text), {});
-  const auto theirs = identify(there.write("configs/other-name.toml", config_text), {});
-  CHECK(mine.config_hash == sha256_hex(config_text));
+  const auto mine = identify(here.write("run.toml", run_text), {});
+  const auto theirs = identify(there.write("configs/other-name.toml", run_text), {});
+  CHECK(mine.config_hash == sha256_hex(run_text));
   CHECK(mine.config_hash == theirs.config_hash);
   CHECK(mine.plugins.empty());
   CHECK(mine.plugins_hash == theirs.plugins_hash);
@@ -39,9 +38,9 @@ TEST_CASE("the same config bytes at two paths on two machines are the same ident
 
 TEST_CASE("one changed byte of the config is a mismatch that prints both hashes") {
   const temp_directory directory{"troupe-node"};
-  std::string changed = config_text;
+  std::string changed = run_text;
   changed[changed.size() - 2] = '4';  // steps = 4
-  const auto mine = identify(directory.write("a.toml", config_text), {});
+  const auto mine = identify(directory.write("a.toml", run_text), {});
   const auto coordinator = identify(directory.write("b.toml", changed), {});
   CHECK(mine.config_hash != coordinator.config_hash);
   const auto message = mismatch(mine, coordinator);
@@ -56,7 +55,7 @@ TEST_CASE("one changed byte of the config is a mismatch that prints both hashes"
 TEST_CASE("plugins count by file name and bytes, in order, and not by directory") {
   const temp_directory here{"troupe-node-a"};
   const temp_directory there{"troupe-node-b"};
-  const auto config = here.write("run.toml", config_text);
+  const auto config = here.write("run.toml", run_text);
   const auto layers = here.write("lib/liblayers.so", "layers v1");
   const auto kinds = here.write("lib/libkinds.so", "kinds v1");
   const auto layers_elsewhere = there.write("opt/plugins/liblayers.so", "layers v1");
@@ -95,7 +94,7 @@ TEST_CASE("plugins count by file name and bytes, in order, and not by directory"
     CHECK(contains(message, "plugin 2: " + mine.plugins[1] + " here, none on the coordinator"));
   }
   SUBCASE("a different config and different plugins are both reported") {
-    const auto other = identify(there.write("other.toml", config_text + "# changed\n"), {layers});
+    const auto other = identify(there.write("other.toml", run_text + "# changed\n"), {layers});
     const auto message = mismatch(mine, other);
     CHECK(contains(message, "config differs"));
     CHECK(contains(message, "plugins differ"));
@@ -104,7 +103,7 @@ TEST_CASE("plugins count by file name and bytes, in order, and not by directory"
 
 TEST_CASE("a config or plugin that cannot be read is refused, naming it") {
   const temp_directory directory{"troupe-node"};
-  const auto config = directory.write("run.toml", config_text);
+  const auto config = directory.write("run.toml", run_text);
   const auto missing = directory / "missing.toml";
   auto message = std::string{};
   try {

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "tests/text_checks.hpp"
 #include "troupe/error.hpp"
 
 using namespace troupe;
@@ -25,25 +26,13 @@ node_identity identity_from(const environment& variables) {
   });
 }
 
-// The message of the user_error `action` throws; fails the test if it throws none.
-template <typename Action>
-std::string user_error_of(Action&& action) {
-  try {
-    action();
-  } catch (const user_error& e) {
-    return e.what();
-  }
-  FAIL("expected a user_error, but nothing was thrown");
-  return "";
-}
+using troupe::test::user_error_of;
 
 std::string refusal_of(const environment& variables) {
   return user_error_of([&] { identity_from(variables); });
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/temp_files.hpp"
+#include "tests/text_checks.hpp"
 #include "troupe/error.hpp"
 
 using namespace troupe;
@@ -33,20 +34,9 @@ std::optional<shared_secret> secret_from(const environment& variables,
   });
 }
 
-template <typename Action>
-std::string user_error_of(Action&& action) {
-  try {
-    action();
-  } catch (const user_error& e) {
-    return e.what();
-  }
-  FAIL("expected a user_error, but nothing was thrown");
-  return "";
-}
+using troupe::test::user_error_of;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 // A file holding `text` with the permission bits `mode`.
 std::string secret_file(const temp_directory& directory, const std::string& name,

@@ -23,7 +23,7 @@ std::string write(const test::temp_directory& d, const std::string& name, const 
   return path;
 }
 
-std::size_t count(const std::string& text, const std::string& what) {
+std::size_t occurrences(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
     ++n;
@@ -94,26 +94,26 @@ TEST_CASE("the picture has a curve per run and panel, safe labels, and buckets l
   const auto svg = render_curves_svg(runs, 900);
   CHECK(svg.find("<svg") == 0);
   // Three panels; run 0 has a curve in each, run 1 (training only) in the first.
-  CHECK(count(svg, "class=\"panel\"") == 3);
-  CHECK(count(svg, "class=\"run-0\"") == 3);
-  CHECK(count(svg, "class=\"run-1\"") == 1);
+  CHECK(occurrences(svg, "class=\"panel\"") == 3);
+  CHECK(occurrences(svg, "class=\"run-0\"") == 3);
+  CHECK(occurrences(svg, "class=\"run-1\"") == 1);
   CHECK(svg.find("&lt;torch&gt; &amp; co") != std::string::npos);
   CHECK(svg.find("<torch>") == std::string::npos);
   // 5000 steps drawn as at most (900 - 90) / 2 bucket means.
   const std::regex long_curve{"class=\"run-1\"[^>]*points=\"([^\"]*)\""};
   std::smatch match;
   REQUIRE(std::regex_search(svg, match, long_curve));
-  CHECK(count(match[1].str(), ",") <= 405);
+  CHECK(occurrences(match[1].str(), ",") <= 405);
   // Only training lines: one panel.
   const auto only_training = render_curves_svg({runs[1]}, 900);
-  CHECK(count(only_training, "class=\"panel\"") == 1);
+  CHECK(occurrences(only_training, "class=\"panel\"") == 1);
   CHECK(render_curves_html(runs, 900).find("<!DOCTYPE html>") == 0);
   // Huge values a hair apart (a diverged run): a few ticks, drawn at once, not a loop that
   // never ends.
   run_curves diverged;
   diverged.label = "diverged";
   diverged.train_loss = {{0, 1e20}, {1, 1e20 * (1 + 1e-15)}, {2, 1e20}};
-  CHECK(count(render_curves_svg({diverged}, 900), "stroke=\"#e4e4e4\"") <= 13);
+  CHECK(occurrences(render_curves_svg({diverged}, 900), "stroke=\"#e4e4e4\"") <= 13);
 }
 
 TEST_CASE("troupe plot writes the picture, and refuses a bad suffix or mismatched labels") {

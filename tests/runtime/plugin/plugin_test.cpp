@@ -15,6 +15,7 @@
 #include "runtime/model/layer.hpp"
 #include "runtime/model/layer_check.hpp"
 #include "tests/plugins/test_plugins.hpp"
+#include "tests/text_checks.hpp"
 
 using namespace troupe;
 
@@ -34,9 +35,7 @@ std::string load_error(const std::string& path) {
   return {};
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using troupe::test::contains;
 
 /// True if the library at `path` is mapped in this process now.
 bool is_mapped(const std::string& path) {

@@ -27,7 +27,7 @@ trace_file gpipe(std::int64_t dropped = 0) {
   return parse_trace(test::gpipe_trace(dropped).dump(), "gpipe.json");
 }
 
-std::size_t count(const std::string& text, const std::string& what) {
+std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size()))
     ++n;
@@ -173,7 +173,7 @@ TEST_CASE("the summary's utilisation and pipeline bubble match the hand-made GPi
   CHECK(s.pipeline[0].bubble == doctest::Approx(1 - 5250.0 / 8000));
   CHECK(s.pipeline[1].bubble == doctest::Approx(1 - 5400.0 / 8000));
   CHECK(s.theory_bubble == doctest::Approx(1.0 / 5));  // (P - 1) / (M + P - 1), P = 2, M = 4
-  // Equal stages (4 x (100 + 200) a step, 4 steps; the eval forward does not count): the
+  // Equal stages (4 x (100 + 200) a step, 4 steps; the eval forward does not count_of): the
   // costed theory is the formula's.
   CHECK(s.pipeline[0].work_us == 4800);
   CHECK(s.pipeline[1].work_us == 4800);
@@ -325,24 +325,24 @@ TEST_CASE("the timeline SVG is well-formed with one rect per forward and backwar
   auto svg = render_timeline_svg(t, timeline_options{});
   CHECK(check_xml(svg, "svg") == "");
   // Default window: steps 1 to 3 = 3 steps x 2 stages x 4 micro-batches of each.
-  CHECK(count(svg, "class=\"forward\"") == 24);
-  CHECK(count(svg, "class=\"backward\"") == 24);
-  CHECK(count(svg, "class=\"forward eval\"") == 1);  // at 3700 us, inside step 1's window
-  CHECK(count(svg, "class=\"update\"") == 6);
-  CHECK(count(svg, "data-step=\"0\"") == 1);  // only the eval forward (eval step 0)
+  CHECK(count_of(svg, "class=\"forward\"") == 24);
+  CHECK(count_of(svg, "class=\"backward\"") == 24);
+  CHECK(count_of(svg, "class=\"forward eval\"") == 1);  // at 3700 us, inside step 1's window
+  CHECK(count_of(svg, "class=\"update\"") == 6);
+  CHECK(count_of(svg, "data-step=\"0\"") == 1);  // only the eval forward (eval step 0)
   // Credits layer_0 -> layer_1 are all in use from S+200 to S+700 in each step.
-  CHECK(count(svg, "class=\"credit-wait\"") == 3);
+  CHECK(count_of(svg, "class=\"credit-wait\"") == 3);
   CHECK(svg.find("stage 1") != std::string::npos);
 
   timeline_options first;
   parse_step_range("0:0", first);
   auto step_0 = render_timeline_svg(t, first);
   CHECK(check_xml(step_0, "svg") == "");
-  CHECK(count(step_0, "class=\"forward\"") == 8);
-  CHECK(count(step_0, "class=\"backward\"") == 8);
-  CHECK(count(step_0, "class=\"forward\" x=") == 8);
-  CHECK(count(step_0, "data-step=\"0\" data-microbatch=\"3\"") == 4);  // F and B on each stage
-  CHECK(count(step_0, "class=\"credit-wait\"") == 1);
+  CHECK(count_of(step_0, "class=\"forward\"") == 8);
+  CHECK(count_of(step_0, "class=\"backward\"") == 8);
+  CHECK(count_of(step_0, "class=\"forward\" x=") == 8);
+  CHECK(count_of(step_0, "data-step=\"0\" data-microbatch=\"3\"") == 4);  // F and B on each stage
+  CHECK(count_of(step_0, "class=\"credit-wait\"") == 1);
 }
 
 TEST_CASE("a trace of two nodes shows each node's rows on its own band, node0 first") {
@@ -357,7 +357,7 @@ TEST_CASE("a trace of two nodes shows each node's rows on its own band, node0 fi
   std::iter_swap(t.devices.begin(), std::find(t.devices.begin(), t.devices.end(), "node1/cpu:0"));
   auto svg = render_timeline_svg(t, timeline_options{});
   CHECK(check_xml(svg, "svg") == "");
-  CHECK(count(svg, "class=\"node\"") == 2);
+  CHECK(count_of(svg, "class=\"node\"") == 2);
   auto node0 = svg.find("data-node=\"0\"");
   auto node1 = svg.find("data-node=\"1\"");
   REQUIRE(node0 != std::string::npos);
@@ -377,10 +377,10 @@ TEST_CASE("a trace of two nodes shows each node's rows on its own band, node0 fi
   CHECK(cpu0_label < band1);
   CHECK(node1_label > band1);
   // Every job still drawn: 24 forwards in the default window, as on one node.
-  CHECK(count(svg, "class=\"forward\"") == 24);
+  CHECK(count_of(svg, "class=\"forward\"") == 24);
 
   // One node: no bands.
-  CHECK(count(render_timeline_svg(gpipe(), timeline_options{}), "class=\"node\"") == 0);
+  CHECK(count_of(render_timeline_svg(gpipe(), timeline_options{}), "class=\"node\"") == 0);
 }
 
 TEST_CASE("the XML checker rejects what a browser would") {
@@ -476,8 +476,8 @@ TEST_CASE("a trace written by the recorder reads back") {
   CHECK(t.markers[0].name == "step 1");
   auto svg = render_timeline_svg(t, timeline_options{});
   CHECK(check_xml(svg, "svg") == "");
-  CHECK(count(svg, "class=\"forward\"") == 1);
-  CHECK(count(svg, "class=\"credit-wait\"") == 1);  // 1 of 1 credit in use from 2 us on
+  CHECK(count_of(svg, "class=\"forward\"") == 1);
+  CHECK(count_of(svg, "class=\"credit-wait\"") == 1);  // 1 of 1 credit in use from 2 us on
 }
 
 TEST_CASE("the timeline escapes every name a user chose, however long, in the SVG and the HTML") {
@@ -509,8 +509,8 @@ TEST_CASE("the timeline escapes every name a user chose, however long, in the SV
         job.start_us < window.end_us)
       ++in_window;
   CHECK(in_window >= 24);  // steps 1 to 3: 12 forward, 12 backward, and copies
-  CHECK(count(svg, "data-actor=\"" + escaped + "\"") == in_window);
-  CHECK(count(svg, "<title>forward by " + escaped + ", step ") == 12);
+  CHECK(count_of(svg, "data-actor=\"" + escaped + "\"") == in_window);
+  CHECK(count_of(svg, "<title>forward by " + escaped + ", step ") == 12);
   auto html = render_timeline_html(t, timeline_options{});
   CHECK(html.find("(config runs/a&amp;b&lt;c&gt;.toml)") != std::string::npos);
 }
