@@ -12,6 +12,7 @@
 #include "actors/base/actor_kinds.hpp"
 #include "actors/base/collective_messages.hpp"
 #include "troupe/check.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe {
 
@@ -107,6 +108,11 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       s.bucket_elements = context.config.parallel.bucket_kib * 1024 / 4;
       s.shard_optimizer =
           s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
+      s.reduce_bf16 = context.config.parallel.reduce_bf16;
+      if (s.reduce_bf16 && s.method != averaging_method::ring)
+        throw user_error(plan.name + ": [parallel] reduce_dtype = \"bf16\" is the ring's, and " +
+                         "this averager's method is " + to_string(s.method) +
+                         ", which sums in fp32 only");
       s.gloo = context.gloo;
       s.gloo_timeout = std::chrono::milliseconds{std::max<std::int64_t>(
           1, static_cast<std::int64_t>(context.config.parallel.gloo_timeout * 1000.0 + 0.5))};

@@ -41,6 +41,7 @@ struct grad_averager_settings {
   std::int32_t replicas = 1;               // R
   std::int64_t bucket_elements = 1 << 18;  // ring: floats per bucket
   bool shard_optimizer = false;            // ring: Note [sharded optimizer] (the .cpp)
+  bool reduce_bf16 = false;                // ring: chunks in bf16 (Note [a ring in bf16])
   gloo_rendezvous gloo;                    // gloo: where the run's contexts meet
   std::chrono::milliseconds gloo_timeout{30000};  // gloo: the longest wait for a peer
   device* on = nullptr;

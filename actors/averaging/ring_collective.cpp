@@ -9,7 +9,8 @@
 // R - 1 rounds of reduce-scatter, then R - 1 rounds of all-gather, as ring_schedule.hpp lays
 // out; replica r sends to replica (r + 1) mod R. Ring messages of a later step or from a
 // faster neighbour are kept until needed; those sent before the ring is wired wait in an
-// outbox. Not here: compression, hierarchical or tree reductions.
+// outbox. With [parallel] reduce_dtype = "bf16" the gradient chunks travel in bf16 (Note [a
+// ring in bf16]). Not here: other compression, hierarchical or tree reductions.
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -47,6 +48,23 @@ namespace troupe {
 // of the shipped MLP at batch 128 from 1.32x to 1.44x one device's samples/s (medians of
 // 7 alternating runs): the copies sat between the largest layer's backward and the next
 // forward, which waits for its parameters.
+
+// Note [a ring in bf16]
+// With [parallel] reduce_dtype = "bf16" every gradient chunk on the ring is bf16, half the
+// bytes, as PyTorch DDP's bf16_compress_hook sends them; every sum is still taken in fp32.
+// A replica rounds what it starts (round 0) to bf16; each later replica widens the partial
+// sum it receives, adds its own fp32 chunk, and rounds the result to send on; the last one
+// keeps the full sum in fp32, rounds it once and writes the rounded value back into its own
+// buffer, so that the all-gather (which passes those bf16 bits on unchanged and each replica
+// widens exactly) leaves every replica with the same bits. A chunk is so rounded R times
+// over R replicas: its relative error grows to about R * 2^-9 (bf16's half-ulp per rounding)
+// of the magnitudes summed, against R * 2^-24 in fp32; the summation order is the fp32
+// ring's (Note [ring order]). One replica has nothing to send and rounds nothing. Sharded
+// (ZeRO-1), the reduce-scatter is the same, and the optimizer that owns a chunk gets its
+// full sum rounded as the all-gather would have passed it on, so that sharding changes
+// memory, not the math; the all-gather then carries parameters, which stay fp32 (a version
+// is rounded for bf16 layers by the optimizer: Note [bf16 parameters] in
+// actors/training/layer_actor.cpp).
 
 namespace {
 
@@ -99,11 +117,26 @@ class ring_collective final : public collective_backend {
   tensor chunk_view(const step_state& step, std::int32_t bucket, std::int32_t chunk) const;
   void send_ring(std::int64_t step, std::int32_t bucket, ring_phase phase, std::int32_t round,
                  std::int32_t chunk, tensor data);
+  /// Whether chunks of `phase` travel in bf16 in `step` (Note [a ring in bf16]).
+  bool in_bf16(const step_state& step, ring_phase phase) const {
+    return settings().reduce_bf16 && (phase == ring_phase::reduce_scatter || !step.sharded);
+  }
+  /// `chunk` (a view of our buffer) rounded to bf16 by a job on our device, to send.
+  tensor rounded(const tensor& chunk, std::int64_t step);
+  /// Reduce-scatter with bf16 chunks: `received` widened and added to our copy of the
+  /// chunk at `where`; the last round returns the full sum rounded, and writes that back in
+  /// place; other rounds return the rounded partial sum.
+  tensor add_bf16(step_state& step, const tensor& received, const flat_span& where, bool last,
+                  std::int64_t step_index);
   void finish_if_done(std::int64_t step_index);
+  /// Sharded: the reduce-scatter is done; our owned sums go to the optimizer.
+  void reduce_scattered(step_state& step, std::int64_t step_index);
 
   collective_host& host_;
   kernels::ops::copy::function copy_ = nullptr;
   kernels::ops::axpy::function axpy_ = nullptr;
+  kernels::ops::to_bf16::function to_bf16_ = nullptr;      // reduce_dtype = "bf16"
+  kernels::ops::from_bf16::function from_bf16_ = nullptr;  // reduce_dtype = "bf16"
   caf::actor next_;  // the averager of replica (replica + 1) % R
   std::uint32_t next_track_ = 0;
   std::map<std::int64_t, step_state> steps_;  // by step
@@ -117,6 +150,10 @@ ring_collective::ring_collective(collective_host& host) : host_(host) {
   const auto type = on().id().type;
   copy_ = kernels::lookup<kernels::ops::copy>(type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(type);
+  if (settings().reduce_bf16) {
+    to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(type);
+    from_bf16_ = kernels::lookup<kernels::ops::from_bf16>(type);
+  }
 }
 
 // The ring is circular, so `next` comes with the wiring, once every actor is spawned;
@@ -163,9 +200,12 @@ void ring_collective::start(std::int64_t step_index, tensor flat, bool sharded) 
   if (replicas > 1) {
     // Reduce-scatter round 0: replica r starts its own chunk of every bucket on its way.
     const auto started = step.schedule.started_chunk(settings().replica);
-    for (std::int32_t b = 0; b < buckets; ++b)
-      send_ring(step_index, b, ring_phase::reduce_scatter, 0, started,
-                chunk_view(step, b, started));
+    for (std::int32_t b = 0; b < buckets; ++b) {
+      auto chunk = chunk_view(step, b, started);
+      if (in_bf16(step, ring_phase::reduce_scatter))
+        chunk = rounded(chunk, step_index);
+      send_ring(step_index, b, ring_phase::reduce_scatter, 0, started, std::move(chunk));
+    }
   }
   for (std::int32_t b = 0; b < buckets; ++b)
     take_pending(step_index, b);
@@ -233,8 +273,14 @@ tensor ring_collective::receive_chunk(step_state& step, const ring_msg& message,
                            std::to_string(message.chunk) + ", expected " +
                            std::to_string(expected_chunk));
   where = step.schedule.chunk(message.bucket, message.chunk);
-  if (!message.data.defined() || message.data.type() != dtype::f32 ||
-      message.data.numel() != where.size)
+  const auto type = in_bf16(step, phase) ? dtype::bf16 : dtype::f32;
+  if (message.data.defined() && message.data.type() != type)
+    throw std::logic_error(s.name + ": ring chunk " + std::to_string(message.chunk) +
+                           " of bucket " + std::to_string(message.bucket) + " of step " +
+                           std::to_string(message.step) + " is " + to_string(message.data.type()) +
+                           ", expected " + to_string(type) +
+                           " (is [parallel] reduce_dtype the same on every node?)");
+  if (!message.data.defined() || message.data.numel() != where.size)
     throw std::logic_error(s.name + ": ring chunk " + std::to_string(message.chunk) +
                            " of bucket " + std::to_string(message.bucket) + " of step " +
                            std::to_string(message.step) + " has " +
@@ -250,6 +296,19 @@ void ring_collective::reduce_scatter_round(step_state& step, const ring_msg& mes
   // the last round it is the full sum of the chunk we own.
   flat_span where;
   auto received = receive_chunk(step, message, ring_phase::reduce_scatter, where);
+  if (in_bf16(step, ring_phase::reduce_scatter)) {
+    const bool last = step.schedule.last_reduce_round(message.round);
+    auto sent = add_bf16(step, received, where, last, message.step);
+    if (!last)
+      send_ring(message.step, message.bucket, ring_phase::reduce_scatter, message.round + 1,
+                message.chunk, std::move(sent));
+    else if (!step.sharded)
+      send_ring(message.step, message.bucket, ring_phase::all_gather, 0, message.chunk,
+                std::move(sent));
+    else if (--step.reduced_left == 0)
+      reduce_scattered(step, message.step);
+    return;
+  }
   if (step.schedule.last_reduce_round(message.round)) {
     // The full sum is ours to keep, and the first to be gathered: added in place (Note
     // [chunks in place]). The same sum, bit for bit, as into a buffer of its own.
@@ -259,12 +318,8 @@ void ring_collective::reduce_scatter_round(step_state& step, const ring_msg& mes
         },
         host_.reduce_job(message.step, where.size)));
     if (step.sharded) {
-      if (--step.reduced_left == 0) {
-        auto flat = step.flat;
-        flat.set_ready(on().work().last());
-        host_.reduce_scattered(message.step, std::move(flat),
-                               step.schedule.owned_spans(settings().replica));
-      }
+      if (--step.reduced_left == 0)
+        reduce_scattered(step, message.step);
     } else {
       send_ring(message.step, message.bucket, ring_phase::all_gather, 0, message.chunk,
                 chunk_view(step, message.bucket, message.chunk));
@@ -288,14 +343,66 @@ void ring_collective::all_gather_round(step_state& step, const ring_msg& message
   // replica is the one that computed it.
   flat_span where;
   auto received = receive_chunk(step, message, ring_phase::all_gather, where);
-  on().work().submit(
-      [copy = copy_, context = on().context(), flat = step.flat, received, where] {
-        copy(context, where.size * float_bytes, received.raw(), flat.f32() + where.offset);
-      },
-      host_.reduce_job(message.step, where.size));
+  if (in_bf16(step, ring_phase::all_gather))
+    on().work().submit(
+        [widen = from_bf16_, context = on().context(), flat = step.flat, received, where] {
+          widen(context, where.size, received.bf16(), flat.f32() + where.offset);
+        },
+        host_.reduce_job(message.step, where.size));
+  else
+    on().work().submit(
+        [copy = copy_, context = on().context(), flat = step.flat, received, where] {
+          copy(context, where.size * float_bytes, received.raw(), flat.f32() + where.offset);
+        },
+        host_.reduce_job(message.step, where.size));
   if (step.schedule.forwards_gathered(message.round))  // a received tensor is never written
     send_ring(message.step, message.bucket, ring_phase::all_gather, message.round + 1,
               message.chunk, received);
+}
+
+tensor ring_collective::rounded(const tensor& chunk, std::int64_t step) {
+  auto source = read_in_place(chunk, on());
+  auto out = tensor::empty({chunk.numel()}, dtype::bf16, on().id());
+  out.set_ready(
+      on().work().submit([round = to_bf16_, context = on().context(), source,
+                          out] { round(context, source.numel(), source.f32(), out.bf16()); },
+                         host_.reduce_job(step, chunk.numel())));
+  return out;
+}
+
+tensor ring_collective::add_bf16(step_state& step, const tensor& received, const flat_span& where,
+                                 bool last, std::int64_t step_index) {
+  // Widened into a buffer of its own, then our chunk added: the fp32 ring's order.
+  auto sum = tensor::empty({where.size}, dtype::f32, on().id());
+  auto out = tensor::empty({where.size}, dtype::bf16, on().id());
+  auto done = on().work().submit(
+      [widen = from_bf16_, axpy = axpy_, round = to_bf16_, context = on().context(),
+       flat = step.flat, received, sum, out, where, last] {
+        float* mine = flat.f32() + where.offset;
+        widen(context, where.size, received.bf16(), sum.f32());
+        if (last) {
+          // The full sum, in place; rounded once for the all-gather, and the rounded value
+          // written back so that our copy is everyone's (Note [a ring in bf16]).
+          axpy(context, where.size, 1.0f, sum.f32(), mine);
+          round(context, where.size, mine, out.bf16());
+          widen(context, where.size, out.bf16(), mine);
+          return;
+        }
+        axpy(context, where.size, 1.0f, mine, sum.f32());
+        round(context, where.size, sum.f32(), out.bf16());
+      },
+      host_.reduce_job(step_index, where.size));
+  out.set_ready(done);
+  if (last)
+    step.flat.set_ready(done);
+  return out;
+}
+
+void ring_collective::reduce_scattered(step_state& step, std::int64_t step_index) {
+  auto flat = step.flat;
+  flat.set_ready(on().work().last());
+  host_.reduce_scattered(step_index, std::move(flat),
+                         step.schedule.owned_spans(settings().replica));
 }
 
 tensor ring_collective::chunk_view(const step_state& step, std::int32_t bucket,

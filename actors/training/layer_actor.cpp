@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "actors/base/actor_kinds.hpp"
+#include "actors/training/bf16_versions.hpp"
 #include "runtime/config/precision.hpp"
 #include "runtime/core/transfer.hpp"
 #include "troupe/inputs.hpp"
@@ -30,8 +31,6 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
   split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
   copy_ = kernels::lookup<kernels::ops::copy>(settings_->on->id().type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(settings_->on->id().type);
-  if (!settings_->bf16_params.empty())
-    to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(settings_->on->id().type);
   if (settings_->sequencer != nullptr) {
     // Weak: the sequencer lives as long as the settings this actor owns.
     auto wake = [me = caf::actor_cast<caf::weak_actor_ptr>(this)] {
@@ -549,8 +548,7 @@ tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, cons
 void layer_actor::install(params_msg& message) {
   auto params = arrive(message.params, *settings_->on);
   if (members_.empty()) {
-    params_ = settings_->bf16_params.empty() ? std::move(params)
-                                             : rounded_to_bf16(params, 0, message.version);
+    params_ = in_precision(params, 0, message.version);
     version_ = message.version;
   } else {
     // A fused group: the member's slots, and the version all members hold.
@@ -561,8 +559,7 @@ void layer_actor::install(params_msg& message) {
                  settings_->name << " got parameters for layer " << message.layer
                                  << ", not one of its members'");
     const auto first = it->member->first_param;
-    if (!settings_->bf16_params.empty())
-      params = rounded_to_bf16(params, first, message.version);
+    params = in_precision(params, first, message.version);
     std::copy(params.begin(), params.end(), params_.begin() + static_cast<std::ptrdiff_t>(first));
     it->version = message.version;
     version_ = std::min_element(members_.begin(), members_.end(),
@@ -579,38 +576,24 @@ void layer_actor::install(params_msg& message) {
 
 // Note [bf16 parameters]
 // Under [run] precision = "bf16" a layer's bf16_parameters() reach its forward and backward
-// rounded to bfloat16. Each version is rounded here once, by one job on the layer's device
-// that runs before any pass of that version (stream order), and every pass of the version
-// reads the rounded copy. The optimizer keeps the fp32 masters, updates them with fp32
-// gradients and writes them to checkpoints, so rounding never accumulates: each version is
-// rounded from the exact master, as PyTorch's autocast rounds a weight from its fp32 value.
-// So a checkpoint of a bf16 run resumes in bf16 bit for bit, or in fp32. Rounded where the
-// layer lives rather than at the optimizer: each replica rounds its own copy (a 784 x 256
-// weight in 36 us on one core) and the parameter wires still carry fp32; sending bf16 from
-// the optimizer would halve their bytes, and is not done yet.
-std::vector<tensor> layer_actor::rounded_to_bf16(const std::vector<tensor>& params,
-                                                 std::size_t first, std::int64_t version) {
-  auto& device = *settings_->on;
-  const auto& mask = settings_->bf16_params;
-  auto rounds = [&](std::size_t i) { return first + i < mask.size() && mask[first + i]; };
-  std::vector<tensor> out = params;
-  std::vector<std::pair<tensor, tensor>> pairs;  // (f32 master, bf16 copy)
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!rounds(i))
-      continue;
-    out[i] = tensor::empty(params[i].shape(), dtype::bf16, device.id());
-    pairs.emplace_back(params[i], out[i]);
-  }
-  auto done = device.work().submit(
-      [pairs, round = to_bf16_, on = &device] {
-        for (const auto& [from, to] : pairs)
-          round(on->context(), from.numel(), from.f32(), to.bf16());
-      },
-      job_for_step("to_bf16", version));
-  for (std::size_t i = 0; i < out.size(); ++i)
-    if (rounds(i))
-      out[i].set_ready(done);
-  last_job_ = done;
+// rounded to bfloat16. The optimizer keeps the fp32 masters, updates them with fp32
+// gradients and writes them to checkpoints, and rounds each new version once, by one job on
+// its device before it sends the version (in_layer_precision, actors/training/
+// bf16_versions.hpp): the parameter wires carry 2 bytes a rounded element instead of 4, and
+// every replica and pass of the version reads the same rounded copy. Rounding never
+// accumulates: each version is rounded from the exact master, as PyTorch's autocast rounds
+// a weight from its fp32 value, so a checkpoint of a bf16 run resumes in bf16 bit for bit,
+// or in fp32. A layer makes do with what arrives: a parameter it computes with in bf16
+// that came as f32 (an optimizer of another precision setting, a test's) is rounded here,
+// and one it computes with in f32 that came as bf16 is widened, by one job on the layer's
+// device that runs before any pass of that version (stream order).
+std::vector<tensor> layer_actor::in_precision(const std::vector<tensor>& params, std::size_t first,
+                                              std::int64_t version) {
+  event done;
+  auto out = in_layer_precision(params, settings_->bf16_params, first, *settings_->on,
+                                job_for_step("to_bf16", version), &done);
+  if (done.owner != nullptr)
+    last_job_ = done;
   return out;
 }
 
@@ -875,6 +858,13 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_sh
   return mask;
 }
 
+std::vector<bool> bf16_parameter_mask(const layer& math, const actor_plan& plan,
+                                      const shape_t& input_shape, const run_config& config) {
+  return bf16_parameter_mask(
+      math, input_shape,
+      layer_precision(plan.math.settings, this_cpu_bf16()).value_or(config.run.precision));
+}
+
 stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
   if (!t.takes_turns())
@@ -904,9 +894,7 @@ std::shared_ptr<layer_actor_settings> settings_for(const actor_plan& plan, spawn
   s->input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
   s->on = &context.devices.at(plan.device);
   s->math = create_layer(plan.math);
-  s->bf16_params = bf16_parameter_mask(
-      *s->math, s->input_shape,
-      layer_precision(plan.math.settings, this_cpu_bf16()).value_or(context.config.run.precision));
+  s->bf16_params = bf16_parameter_mask(*s->math, plan, s->input_shape, context.config);
   if (context.graph.schedule == pipeline_schedule::zb_h1) {
     s->split_backward = true;
     s->stash_limit = context.graph.stages;

@@ -77,6 +77,10 @@ struct layer_actor_settings {
 /// layer's own setting), by index; empty when none.
 std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_shape,
                                       numeric_precision precision);
+/// The same for the layer actor `plan` of a run of `config`: at the layer's own precision
+/// setting, else the run's. Its optimizer sends it each version so (Note [bf16 parameters]).
+std::vector<bool> bf16_parameter_mask(const layer& math, const actor_plan& plan,
+                                      const shape_t& input_shape, const run_config& config);
 
 /// Spawns one actor that runs `members` (consecutive layer actors of one replica on one
 /// device, in model order) fused, as `name` (Note [fused layers] in runtime/graph/fusion.hpp);
@@ -175,10 +179,10 @@ class layer_actor : public device_actor {
                       std::shared_ptr<std::vector<tensor>> saved, tensor y);
   void backward(pass& work);
   void install(params_msg& message);
-  /// `params` with those of settings_->bf16_params (from index `first` on) rounded to bf16
-  /// by one job on this layer's device (Note [bf16 parameters]).
-  std::vector<tensor> rounded_to_bf16(const std::vector<tensor>& params, std::size_t first,
-                                      std::int64_t version);
+  /// `params` (of version `version`; the layer's from index `first` on) in the precision
+  /// this layer computes each with (Note [bf16 parameters]).
+  std::vector<tensor> in_precision(const std::vector<tensor>& params, std::size_t first,
+                                   std::int64_t version);
   /// Sends the step's weight gradients (ready at `done`) to the sink(s).
   void send_grads(const micro_tag& tag, const event& done);
   /// The context a pass of `tag` over a micro-batch of `batch` samples runs with: its
@@ -201,7 +205,6 @@ class layer_actor : public device_actor {
   bool merges_ = false;  // an `add` of several inputs: sums them, sends dy back to each
   kernels::ops::copy::function copy_ = nullptr;  // for sums over ports
   kernels::ops::axpy::function axpy_ = nullptr;
-  kernels::ops::to_bf16::function to_bf16_ = nullptr;  // with bf16_params
   // Wires.
   std::vector<in_port> ins_;    // activations in; gradients / releases go back
   std::vector<out_port> outs_;  // activations out

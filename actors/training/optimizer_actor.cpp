@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "actors/base/actor_kinds.hpp"
+#include "actors/training/bf16_versions.hpp"
+#include "actors/training/layer_actor.hpp"
 #include "runtime/checkpoint/restore.hpp"
 #include "runtime/core/gpu.hpp"
 #include "runtime/core/transfer.hpp"
@@ -182,8 +184,11 @@ caf::message_handler optimizer_actor::handlers() {
 }
 
 void optimizer_actor::publish() {
+  // The version as its layers compute with it: rounded once for all of them.
+  const auto sent = in_layer_precision(params_, settings_.bf16_params, 0, *settings_.on,
+                                       job_for_step("to_bf16", version_));
   for (std::size_t i = 0; i < subscribers_.size(); ++i) {
-    params_msg out{version_, settings_.layer_index, params_};
+    params_msg out{version_, settings_.layer_index, sent};
     stamp_send(out, subscriber_tracks_[i], "params", bytes_of(out.params));
     send(subscribers_[i], std::move(out));
   }
@@ -426,8 +431,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       const auto& model_layer = *std::find_if(
           context.graph.actors.begin(), context.graph.actors.end(),
           [&](const actor_plan& a) { return a.kind == actor_kind::layer && a.layer == plan.layer; });
-      s.params = create_layer(model_layer.math)
-                     ->parameters(context.graph.shapes.at(static_cast<std::size_t>(plan.layer)));
+      const auto& input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
+      const auto math = create_layer(model_layer.math);
+      s.params = math->parameters(input_shape);
+      s.bf16_params = bf16_parameter_mask(*math, model_layer, input_shape, context.config);
       s.optimizer = context.config.optimizer;
       s.schedule = context.schedule;
       s.seed = context.config.run.seed;

@@ -46,6 +46,9 @@ struct optimizer_actor_settings {
   checkpoint_plan checkpoints;     // when to send the writer a copy
   bool writes_checkpoints = false;  // Note [who writes a checkpoint]
   bool sharded = false;             // a ZeRO-1 optimizer: it owns spans, not whole tensors
+  /// Which parameters, by index, its layers compute with in bf16: each version is sent
+  /// with those rounded (Note [bf16 parameters] in layer_actor.cpp); empty: none.
+  std::vector<bool> bf16_params;
 };
 
 /// Whether the optimizer `plan` is sharded (ZeRO-1: its layer's ring averagers hand it

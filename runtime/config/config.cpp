@@ -1071,8 +1071,19 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   r.read("shard_optimizer", s.shard_optimizer);
   r.read("gloo_timeout", s.gloo_timeout, number_range{0, true, limits::max_seconds});
   s.shard_where = r.find("shard_optimizer") ? r.key_position("shard_optimizer") : s.where;
+  std::string reduce_dtype = "fp32";
+  const auto reduce_where =
+      r.read_choice("reduce_dtype", reduce_dtype, "all-reduce dtype", {"fp32", "bf16"});
+  s.reduce_bf16 = reduce_dtype == "bf16";
   read_balance(r, s);
   r.finish();
+  if (s.reduce_bf16 && s.averaging != averaging_method::ring)
+    throw config_error(reduce_where,
+                       "[parallel] reduce_dtype: \"bf16\" is the ring's (its chunks travel in "
+                       "bf16); averaging = \"" +
+                           std::string(to_string(s.averaging)) +
+                           "\" sums in fp32 only. Use averaging = \"ring\", or leave "
+                           "reduce_dtype out");
   if (s.shard_optimizer && s.averaging != averaging_method::ring)
     throw config_error(s.shard_where,
                        "[parallel] shard_optimizer: needs averaging = \"ring\" "

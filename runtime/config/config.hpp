@@ -187,6 +187,9 @@ struct parallel_section {
   /// gradients (Note [sharded optimizer] in actors/averaging/grad_averager_actor.cpp).
   bool shard_optimizer = false;
   source_position shard_where;         // where shard_optimizer is written, if it is
+  /// reduce_dtype = "bf16": the ring's gradient chunks travel in bf16, half the bytes, each
+  /// sum still taken in fp32 (Note [a ring in bf16] in actors/averaging/ring_collective.cpp).
+  bool reduce_bf16 = false;
   /// gloo averaging: seconds a rendezvous or an all-reduce may wait for a peer before the
   /// run fails (a peer that is gone, or never came).
   double gloo_timeout = 30;

@@ -252,6 +252,14 @@ TEST_CASE("troupe verify passes a parallel config and check-layer checks a layer
         std::string::npos);
   CHECK(r.output.find("0      linear         weight ") != std::string::npos);
   CHECK(r.output.find("0      linear         bias ") != std::string::npos);
+  // A ring in bf16 rounds gradients by design: checked as the fp32 ring, saying so.
+  auto bf16 = run_troupe("verify " + path + " --steps 5 --set parallel.reduce_dtype='\"bf16\"'");
+  INFO(bf16.output);
+  CHECK(bf16.exit_code == 0);
+  CHECK(bf16.output.find("reduce_dtype = \"bf16\" rounds the gradients on the ring, which one "
+                         "device does not; the wiring is checked with reduce_dtype = \"fp32\"") !=
+        std::string::npos);
+  CHECK(bf16.output.find("PASS: worst relative difference") != std::string::npos);
   auto layer = run_troupe("check-layer linear --set out=4 --input 6");
   CHECK(layer.exit_code == 0);
   CHECK(layer.output.find("linear: input (3, 6), output (3, 4)") != std::string::npos);

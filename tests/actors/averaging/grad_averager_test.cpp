@@ -17,6 +17,7 @@
 #include "actors/averaging/grad_averager_actor.hpp"
 #include "tests/actors/actor_test_support.hpp"
 #include "tests/actors/grads_support.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
 #include "troupe/messages.hpp"
 
 using namespace troupe;
@@ -53,6 +54,41 @@ std::vector<float> ring_allreduce_reference(const std::vector<std::vector<float>
   return out;
 }
 
+/// `x` rounded to bf16 by the kernel the ring uses (tested against a reference in
+/// tests/kernels/bf16_test.cpp), as a float.
+float bf16_round(float x) {
+  std::uint16_t h = 0;
+  kernels::lookup<kernels::ops::to_bf16>(device_type::cpu)(test::cpu_context(), 1, &x, &h);
+  return test::from_bits(static_cast<std::uint32_t>(h) << 16);
+}
+
+/// The same with reduce_dtype = "bf16" (Note [a ring in bf16]): what travels is rounded to
+/// bf16, each sum is taken in float, and the full sum is rounded once for everyone.
+std::vector<float> ring_bf16_reference(const std::vector<std::vector<float>>& by_replica,
+                                       std::int64_t bucket_elements) {
+  const auto R = static_cast<std::int64_t>(by_replica.size());
+  const auto n = static_cast<std::int64_t>(by_replica[0].size());
+  std::vector<float> out(by_replica[0]);  // one replica: nothing travels, nothing rounds
+  if (R == 1)
+    return out;
+  for (std::int64_t start = 0; start < n; start += bucket_elements) {
+    const auto size = std::min(bucket_elements, n - start);
+    std::int64_t offset = start;
+    for (std::int64_t c = 0; c < R; ++c) {
+      const auto chunk = size / R + (c < size % R ? 1 : 0);
+      for (std::int64_t i = offset; i < offset + chunk; ++i) {
+        float sum = by_replica[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
+        for (std::int64_t k = 1; k < R; ++k)
+          sum = by_replica[static_cast<std::size_t>((c + k) % R)][static_cast<std::size_t>(i)] +
+                bf16_round(sum);
+        out[static_cast<std::size_t>(i)] = bf16_round(sum);
+      }
+      offset += chunk;
+    }
+  }
+  return out;
+}
+
 /// Sends each averager of a ring its wiring: who comes next, and the scoped actor as its
 /// sink and trainer.
 void connect_ring(caf::scoped_actor& self, const std::vector<caf::actor>& ring) {
@@ -72,7 +108,8 @@ void connect_ring(caf::scoped_actor& self, const std::vector<caf::actor>& ring) 
 /// trainer (from the wiring).
 std::vector<caf::actor> spawn_ring(caf::actor_system& system, device_set& devices,
                                    caf::scoped_actor& self, std::int32_t R,
-                                   std::int64_t bucket_elements, bool connect = true) {
+                                   std::int64_t bucket_elements, bool connect = true,
+                                   bool reduce_bf16 = false) {
   std::vector<caf::actor> ring;
   for (std::int32_t r = 0; r < R; ++r) {
     grad_averager_settings s;
@@ -82,6 +119,7 @@ std::vector<caf::actor> spawn_ring(caf::actor_system& system, device_set& device
     s.replica = r;
     s.replicas = R;
     s.bucket_elements = bucket_elements;
+    s.reduce_bf16 = reduce_bf16;
     s.on = &devices.at({device_type::cpu, r});
     ring.push_back(spawn_grad_averager(system, std::move(s)));
   }
@@ -410,5 +448,49 @@ TEST_CASE_FIXTURE(averagers,
     std::sort(names.begin(), names.end());
     CHECK(names == std::vector<std::string>{"r0.avg.layer_0", "r1.avg.layer_0"});
   }
+  devices.synchronize();
+}
+
+TEST_CASE_FIXTURE(averagers,
+                  "the ring in bf16 sends bf16 chunks, sums each in fp32 and leaves every "
+                  "replica the same bits, within bf16's rounding of the sum") {
+  const std::vector<std::vector<shape_t>> layers = {{{5, 3}, {5}}, {{1}}, {{2}}};
+  for (std::int32_t R = 1; R <= 4; ++R)
+    for (const auto& shapes : layers)
+      for (std::int64_t bucket : {std::int64_t{1} << 18, std::int64_t{7}, std::int64_t{3}}) {
+        CAPTURE(R);
+        CAPTURE(bucket);
+        CAPTURE(element_count(shapes[0]));
+        auto ring = spawn_ring(system, devices, self, R, bucket, true, true);
+        std::vector<std::vector<float>> inputs;
+        for (std::int32_t r = 0; r < R; ++r) {
+          auto grads = make_grads(shapes, 0, r, {device_type::cpu, r});
+          inputs.push_back(flatten(grads));
+          self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, grads});
+        }
+        auto results = collect(self, R);
+        REQUIRE(results.size() == static_cast<std::size_t>(R));
+        const auto expected = ring_bf16_reference(inputs, bucket);
+        for (std::int32_t r = 0; r < R; ++r) {
+          CAPTURE(r);
+          const auto got = flatten(results.at({0, r}));
+          CHECK(got == expected);  // bit for bit, on every replica
+          // R - 1 roundings of partial sums and one of the full sum, each within 2^-9 of
+          // the magnitudes summed so far, plus the fp32 additions' 2^-24 each.
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            double exact = 0, magnitude = 0;
+            for (const auto& g : inputs) {
+              exact += g[i];
+              magnitude += std::abs(static_cast<double>(g[i]));
+            }
+            INFO("element " << i << ": got " << got[i] << ", exact " << exact);
+            CHECK(std::abs(got[i] - exact) <= R * std::ldexp(1.0, -8) * magnitude);
+          }
+        }
+        // Teeth: with R > 1 somewhere a chunk differs from the fp32 ring's.
+        if (R > 1 && element_count(shapes[0]) > 2)
+          CHECK(expected != ring_allreduce_reference(inputs, bucket));
+        finish(self, ring);
+      }
   devices.synchronize();
 }

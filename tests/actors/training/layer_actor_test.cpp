@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "actors/training/layer_actor.hpp"
+#include "kernels/cpu/onednn_matmul.hpp"
 #include "runtime/model/layer.hpp"
 #include "tests/actors/actor_test_support.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -211,6 +213,9 @@ class probe_layer final : public layer {
 
 /// Layer actors on cpu:0 whose every neighbour is the scoped actor.
 struct layer_fixture : actor_fixture {
+  /// The parameters the next spawned actor computes with in bf16 (empty: none).
+  std::vector<bool> bf16_params;
+
   /// Spawns the actor for `math` with M micro-batches; `previous_kind` is the kind of the
   /// sender of its activations ("layer" wants dx back, "data_loader" only the credit);
   /// `capacity` is the credit limit of its outgoing activations wire. Placed on cpu:0's
@@ -226,6 +231,7 @@ struct layer_fixture : actor_fixture {
     s->microbatches = microbatches;
     s->input_shape = {in_features};
     s->on = &cpu(0);
+    s->bf16_params = bf16_params;
     const bool has_params = !math->parameters({in_features}).empty();
     s->math = std::move(math);
     auto actor = system.spawn<layer_actor>(std::move(s));
@@ -461,4 +467,58 @@ TEST_CASE_FIXTURE(layer_fixture,
   CHECK(next<activation_msg>("micro-batch 1, sent on the returned credit").tag.microbatch == 1);
   next<gradient_msg>("micro-batch 0's dx");
   finish(actor);
+}
+
+TEST_CASE_FIXTURE(layer_fixture,
+                  "a layer computes with a bf16 weight alike whether its optimizer rounded it or "
+                  "it came in fp32, and widens a bf16 parameter it computes with in fp32") {
+  if (!kernels::cpu::onednn_has_bf16()) {
+    MESSAGE("skipped: this CPU has no native bf16 (oneDNN: " << kernels::cpu::onednn_isa_name()
+                                                             << ")");
+    return;
+  }
+  // A weight and an input with more bits than bf16 keeps, so that rounding either shows.
+  linear_params exact = version_params(0);
+  for (std::size_t i = 0; i < exact.weight.size(); ++i)
+    exact.weight[i] += std::ldexp(static_cast<float>(i + 1), -12);
+  auto x = small_integers(2 * in_features, 1);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] += std::ldexp(static_cast<float>(i + 1), -11);
+  // The weight as the optimizer sends it (Note [bf16 parameters]), and its values in fp32.
+  std::vector<std::uint16_t> bits(exact.weight.size());
+  kernels::lookup<kernels::ops::to_bf16>(device_type::cpu)(test::cpu_context(),
+                                                           static_cast<std::int64_t>(bits.size()),
+                                                           exact.weight.data(), bits.data());
+  auto weight_bf16 = tensor::empty({out_features, in_features}, dtype::bf16, {device_type::cpu, 0});
+  std::copy(bits.begin(), bits.end(), weight_bf16.bf16());
+  linear_params rounded = exact;
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    rounded.weight[i] = test::from_bits(static_cast<std::uint32_t>(bits[i]) << 16);
+  REQUIRE(rounded.weight != exact.weight);
+
+  // y of one forward by a fresh actor computing `mask` in bf16, given version 0 as `params`.
+  auto forward_with = [&](std::vector<bool> mask, std::vector<tensor> params) {
+    bf16_params = std::move(mask);
+    auto actor = spawn_linear(1);
+    params_msg version;
+    version.version = 0;
+    version.layer = 2;
+    version.params = std::move(params);
+    self->send(actor, std::move(version));
+    self->send(actor, forward_of(tag_of(0, 0, 0), x, in_features));
+    auto y = values(next<activation_msg>("the forward").x);
+    finish(actor);
+    return y;
+  };
+  const auto bias = exact.tensors()[1];
+  const auto rounded_here = forward_with({true, false}, exact.tensors());
+  const auto rounded_before = forward_with({true, false}, {weight_bf16, bias});
+  CHECK(rounded_here == rounded_before);  // bit for bit
+  const auto widened = forward_with({}, {weight_bf16, bias});
+  const auto fp32 = forward_with({}, rounded.tensors());
+  CHECK(widened == fp32);  // bit for bit: the fp32 product of the rounded weight
+  // Teeth: the bf16 product rounds x too, so it differs from the fp32 one, and the fp32
+  // product of the exact weight differs from both.
+  CHECK(rounded_here != fp32);
+  CHECK(forward_with({}, exact.tensors()) != fp32);
 }

@@ -23,6 +23,7 @@
 #include "runtime/config/config.hpp"
 #include "tests/actors/actor_test_support.hpp"
 #include "tests/config_text.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -191,4 +192,58 @@ TEST_CASE_FIXTURE(optimizer_fixture,
     run("adam", "lr = 0.01\nbetas = [0.8, 0.95]\neps = 1e-6\nweight_decay = 0.1\n");
   }
   SUBCASE("adamw with decoupled weight decay") { run("adamw", "lr = 0.01\nweight_decay = 0.1\n"); }
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "an optimizer whose layer computes its weight in bf16 sends each version with "
+                  "the weight rounded from the fp32 master and the bias as it is") {
+  optimizer_actor_settings s;
+  s.name = "optimizer_1";
+  s.layer_index = layer_index;
+  s.params = specs();
+  s.optimizer = parse_optimizer("type = \"sgd\"\nlr = 0.1\n");
+  s.schedule.base_lr = s.optimizer.lr;
+  s.seed = seed;
+  s.on = &cpu(1);
+  s.bf16_params = {true, false};  // linear's: the weight, not the bias
+  auto actor = system.spawn<optimizer_actor>(std::move(s));
+  place(actor, cpu(1));
+  self->send(actor,
+             wiring({wire("params", me(), "layer", 0, 0)}, {wire("grads", me(), "averager")}));
+  self->send(actor, start_atom::value);
+  auto check_version = [&](std::int64_t version) {
+    INFO("version " << version);
+    auto sent = next<params_msg>("a version");
+    CHECK(sent.version == version);
+    std::vector<tensor> masters;
+    self->request(actor, patience, caf::get_atom::value, version)
+        .receive([&](std::vector<tensor>& m) { masters = std::move(m); },
+                 [&](caf::error& e) { FAIL_CHECK("no masters: " << to_string(e)); });
+    REQUIRE(masters.size() == 2);
+    REQUIRE(sent.params.size() == 2);
+    CHECK(masters[0].type() == dtype::f32);
+    REQUIRE(sent.params[0].type() == dtype::bf16);
+    CHECK(sent.params[0].shape() == masters[0].shape());
+    REQUIRE(sent.params[1].type() == dtype::f32);
+    CHECK(values(sent.params[1]) == values(masters[1]));
+    const auto master = values(masters[0]);
+    std::vector<std::uint16_t> want(master.size());
+    kernels::lookup<kernels::ops::to_bf16>(device_type::cpu)(
+        test::cpu_context(), static_cast<std::int64_t>(want.size()), master.data(), want.data());
+    sent.params[0].wait_ready();
+    const std::uint16_t* got = sent.params[0].bf16();
+    CHECK(std::vector<std::uint16_t>(got, got + want.size()) == want);
+  };
+  check_version(0);
+  weight_grads_msg grads;
+  grads.step = 0;
+  grads.layer = layer_index;
+  for (std::size_t k = 0; k < specs().size(); ++k) {
+    const auto n = static_cast<std::size_t>(element_count(specs()[k].shape));
+    grads.grads.push_back(
+        tensor::from(gradient_values(0, k, n), specs()[k].shape, {device_type::cpu, 1}));
+  }
+  self->send(actor, std::move(grads));
+  check_version(1);
+  finish(actor);
 }

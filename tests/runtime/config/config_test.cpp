@@ -287,6 +287,21 @@ TEST_CASE("balance is \"even\" or one positive weight a replica") {
               "weights (one a replica), found " + std::to_string(troupe::limits::max_replicas + 1));
 }
 
+TEST_CASE("reduce_dtype is fp32 or bf16, and bf16 needs ring averaging") {
+  CHECK_FALSE(parse_config(minimal_model, "t.toml").parallel.reduce_bf16);
+  auto c =
+      parse_config(minimal_model + "[parallel]\ndata = 2\nreduce_dtype = \"bf16\"\n", "t.toml");
+  CHECK(c.parallel.reduce_bf16);
+  CHECK_FALSE(parse_config(minimal_model + "[parallel]\nreduce_dtype = \"fp32\"\n", "t.toml")
+                  .parallel.reduce_bf16);
+  check_error(minimal_model + "[parallel]\nreduce_dtype = \"bf61\"\n", 5, 16,
+              "unknown all-reduce dtype 'bf61'; did you mean 'bf16'? (expected one of 'fp32', "
+              "'bf16')");
+  check_error(minimal_model + "[parallel]\naveraging = \"gloo\"\nreduce_dtype = \"bf16\"\n", 6, 16,
+              "[parallel] reduce_dtype: \"bf16\" is the ring's (its chunks travel in bf16); "
+              "averaging = \"gloo\" sums in fp32 only");
+}
+
 TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
   auto c = parse_config(minimal_model + "[parallel]\ndata = 2\nshard_optimizer = true\n", "t.toml");
   CHECK(c.parallel.shard_optimizer);
