@@ -25,34 +25,10 @@ using namespace troupe;
 namespace {
 
 using test::check_against_double;
+using test::check_within;
 using test::flatten;
 using test::make_grads;
 using test::patience;
-
-/// What the ring all-reduce must compute, bit for bit, simulated in float: in every
-/// bucket, chunk c (sizes differing by at most one, the longer ones first) is summed
-/// starting at replica c and going round the ring: ((g_c + g_c+1) + g_c+2) + ...
-std::vector<float> ring_allreduce_reference(const std::vector<std::vector<float>>& by_replica,
-                                            std::int64_t bucket_elements) {
-  const auto R = static_cast<std::int64_t>(by_replica.size());
-  const auto n = static_cast<std::int64_t>(by_replica[0].size());
-  std::vector<float> out(static_cast<std::size_t>(n));
-  for (std::int64_t start = 0; start < n; start += bucket_elements) {
-    const auto size = std::min(bucket_elements, n - start);
-    std::int64_t offset = start;
-    for (std::int64_t c = 0; c < R; ++c) {
-      const auto chunk = size / R + (c < size % R ? 1 : 0);
-      for (std::int64_t i = offset; i < offset + chunk; ++i) {
-        float sum = by_replica[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
-        for (std::int64_t k = 1; k < R; ++k)
-          sum += by_replica[static_cast<std::size_t>((c + k) % R)][static_cast<std::size_t>(i)];
-        out[static_cast<std::size_t>(i)] = sum;
-      }
-      offset += chunk;
-    }
-  }
-  return out;
-}
 
 /// `x` rounded to bf16 by the kernel the ring uses (tested against a reference in
 /// tests/kernels/bf16_test.cpp), as a float.
@@ -62,15 +38,18 @@ float bf16_round(float x) {
   return test::from_bits(static_cast<std::uint32_t>(h) << 16);
 }
 
-/// The same with reduce_dtype = "bf16" (Note [a ring in bf16]): what travels is rounded to
-/// bf16, each sum is taken in float, and the full sum is rounded once for everyone.
-std::vector<float> ring_bf16_reference(const std::vector<std::vector<float>>& by_replica,
-                                       std::int64_t bucket_elements) {
+/// What the ring all-reduce must compute, bit for bit, simulated in float: in every
+/// bucket, chunk c (sizes differing by at most one, the longer ones first) is summed
+/// starting at replica c and going round the ring: ((g_c + g_c+1) + g_c+2) + ... With
+/// `in_bf16` (reduce_dtype = "bf16", Note [a ring in bf16]) what travels is rounded to
+/// bf16 before each addition, and the full sum once for everyone; one replica sends
+/// nothing and rounds nothing.
+std::vector<float> ring_allreduce_reference(const std::vector<std::vector<float>>& by_replica,
+                                            std::int64_t bucket_elements, bool in_bf16 = false) {
   const auto R = static_cast<std::int64_t>(by_replica.size());
   const auto n = static_cast<std::int64_t>(by_replica[0].size());
-  std::vector<float> out(by_replica[0]);  // one replica: nothing travels, nothing rounds
-  if (R == 1)
-    return out;
+  auto travel = [&](float x) { return in_bf16 && R > 1 ? bf16_round(x) : x; };
+  std::vector<float> out(static_cast<std::size_t>(n));
   for (std::int64_t start = 0; start < n; start += bucket_elements) {
     const auto size = std::min(bucket_elements, n - start);
     std::int64_t offset = start;
@@ -78,10 +57,10 @@ std::vector<float> ring_bf16_reference(const std::vector<std::vector<float>>& by
       const auto chunk = size / R + (c < size % R ? 1 : 0);
       for (std::int64_t i = offset; i < offset + chunk; ++i) {
         float sum = by_replica[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
-        for (std::int64_t k = 1; k < R; ++k)
+        for (std::int64_t k = 1; k < R; ++k)  // the same bits as sum += g when not rounded
           sum = by_replica[static_cast<std::size_t>((c + k) % R)][static_cast<std::size_t>(i)] +
-                bf16_round(sum);
-        out[static_cast<std::size_t>(i)] = bf16_round(sum);
+                travel(sum);
+        out[static_cast<std::size_t>(i)] = travel(sum);
       }
       offset += chunk;
     }
@@ -162,6 +141,28 @@ void finish(caf::scoped_actor& self, const std::vector<caf::actor>& actors) {
   for (const auto& a : actors) self->send(a, finish_atom::value);
 }
 
+/// One all-reduce of a layer of `shapes` over a ring of R replicas: each replica's
+/// gradients (flattened) and the sums every replica got, keyed by (step, replica).
+struct ring_case {
+  std::vector<std::vector<float>> inputs;
+  std::map<std::pair<std::int64_t, std::int32_t>, std::vector<tensor>> results;
+};
+ring_case all_reduce_once(caf::actor_system& system, device_set& devices, caf::scoped_actor& self,
+                          std::int32_t R, const std::vector<shape_t>& shapes, std::int64_t bucket,
+                          bool reduce_bf16) {
+  auto ring = spawn_ring(system, devices, self, R, bucket, true, reduce_bf16);
+  ring_case out;
+  for (std::int32_t r = 0; r < R; ++r) {
+    auto grads = make_grads(shapes, 0, r, {device_type::cpu, r});
+    out.inputs.push_back(flatten(grads));
+    self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, grads});
+  }
+  out.results = collect(self, R);
+  REQUIRE(out.results.size() == static_cast<std::size_t>(R));
+  finish(self, ring);
+  return out;
+}
+
 /// What every test here drives averagers with: cpu:0..3 and an actor system whose scoped
 /// actor plays the layers, the sink and the trainer. The devices outlive the system.
 struct averagers : test::plain_actor_fixture {
@@ -186,15 +187,9 @@ TEST_CASE_FIXTURE(averagers,
         CAPTURE(bucket);
         CAPTURE(shapes.size());
         CAPTURE(element_count(shapes[0]));
-        auto ring = spawn_ring(system, devices, self, R, bucket);
-        std::vector<std::vector<float>> inputs;
-        for (std::int32_t r = 0; r < R; ++r) {
-          auto grads = make_grads(shapes, 0, r, {device_type::cpu, r});
-          inputs.push_back(flatten(grads));
-          self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, grads});
-        }
-        auto results = collect(self, R);
-        REQUIRE(results.size() == static_cast<std::size_t>(R));
+        const auto run = all_reduce_once(system, devices, self, R, shapes, bucket, false);
+        const auto& inputs = run.inputs;
+        const auto& results = run.results;
         const auto expected = ring_allreduce_reference(inputs, bucket);
         for (std::int32_t r = 0; r < R; ++r) {
           CAPTURE(r);
@@ -210,7 +205,6 @@ TEST_CASE_FIXTURE(averagers,
           // Bit-identical on every replica, and exactly the documented summation order.
           CHECK(got == expected);
         }
-        finish(self, ring);
       }
   devices.synchronize();
 }
@@ -461,36 +455,21 @@ TEST_CASE_FIXTURE(averagers,
         CAPTURE(R);
         CAPTURE(bucket);
         CAPTURE(element_count(shapes[0]));
-        auto ring = spawn_ring(system, devices, self, R, bucket, true, true);
-        std::vector<std::vector<float>> inputs;
-        for (std::int32_t r = 0; r < R; ++r) {
-          auto grads = make_grads(shapes, 0, r, {device_type::cpu, r});
-          inputs.push_back(flatten(grads));
-          self->send(ring[static_cast<std::size_t>(r)], weight_grads_msg{0, 0, r, grads});
-        }
-        auto results = collect(self, R);
-        REQUIRE(results.size() == static_cast<std::size_t>(R));
-        const auto expected = ring_bf16_reference(inputs, bucket);
+        const auto run = all_reduce_once(system, devices, self, R, shapes, bucket, true);
+        const auto& inputs = run.inputs;
+        const auto& results = run.results;
+        const auto expected = ring_allreduce_reference(inputs, bucket, true);
         for (std::int32_t r = 0; r < R; ++r) {
           CAPTURE(r);
           const auto got = flatten(results.at({0, r}));
           CHECK(got == expected);  // bit for bit, on every replica
           // R - 1 roundings of partial sums and one of the full sum, each within 2^-9 of
-          // the magnitudes summed so far, plus the fp32 additions' 2^-24 each.
-          for (std::size_t i = 0; i < got.size(); ++i) {
-            double exact = 0, magnitude = 0;
-            for (const auto& g : inputs) {
-              exact += g[i];
-              magnitude += std::abs(static_cast<double>(g[i]));
-            }
-            INFO("element " << i << ": got " << got[i] << ", exact " << exact);
-            CHECK(std::abs(got[i] - exact) <= R * std::ldexp(1.0, -8) * magnitude);
-          }
+          // the magnitudes summed so far (2^-8 leaves room for the fp32 additions' 2^-24).
+          check_within(got, inputs, R * std::ldexp(1.0, -8));
         }
         // Teeth: with R > 1 somewhere a chunk differs from the fp32 ring's.
         if (R > 1 && element_count(shapes[0]) > 2)
           CHECK(expected != ring_allreduce_reference(inputs, bucket));
-        finish(self, ring);
       }
   devices.synchronize();
 }
