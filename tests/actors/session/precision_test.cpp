@@ -175,7 +175,9 @@ TEST_CASE(
       {"bf16", "reduce_dtype = \"bf16\"\n"},
       // ZeRO-1 over a ring in bf16, in buckets of 256 floats: the same math.
       {"bf16 sharded", "reduce_dtype = \"bf16\"\nshard_optimizer = true\n"}};
-  for (const auto& [reduce, lines] : runs) {
+  for (const auto& run : runs) {
+    const std::string& reduce = run.first;  // not a binding: INFO's lambda captures it (clang 14)
+    const std::string& lines = run.second;
     INFO(reduce);
     test::temp_directory d{"troupe-reduce-dtype"};
     auto config = parse_config(mlp("fp32", "", dp2 + lines), d.file("p.toml"));
