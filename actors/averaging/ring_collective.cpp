@@ -135,8 +135,10 @@ class ring_collective final : public collective_backend {
   collective_host& host_;
   kernels::ops::copy::function copy_ = nullptr;
   kernels::ops::axpy::function axpy_ = nullptr;
-  kernels::ops::to_bf16::function to_bf16_ = nullptr;      // reduce_dtype = "bf16"
-  kernels::ops::from_bf16::function from_bf16_ = nullptr;  // reduce_dtype = "bf16"
+  // reduce_dtype = "bf16"
+  kernels::ops::to_bf16::function to_bf16_ = nullptr;
+  kernels::ops::from_bf16::function from_bf16_ = nullptr;
+  kernels::ops::add_to_bf16::function add_to_bf16_ = nullptr;
   caf::actor next_;  // the averager of replica (replica + 1) % R
   std::uint32_t next_track_ = 0;
   std::map<std::int64_t, step_state> steps_;  // by step
@@ -153,6 +155,7 @@ ring_collective::ring_collective(collective_host& host) : host_(host) {
   if (settings().reduce_bf16) {
     to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(type);
     from_bf16_ = kernels::lookup<kernels::ops::from_bf16>(type);
+    add_to_bf16_ = kernels::lookup<kernels::ops::add_to_bf16>(type);
   }
 }
 
@@ -372,24 +375,13 @@ tensor ring_collective::rounded(const tensor& chunk, std::int64_t step) {
 
 tensor ring_collective::add_bf16(step_state& step, const tensor& received, const flat_span& where,
                                  bool last, std::int64_t step_index) {
-  // Widened into a buffer of its own, then our chunk added: the fp32 ring's order.
-  auto sum = tensor::empty({where.size}, dtype::f32, on().id());
+  // Our chunk + the widened partial sum, in float (the fp32 ring's order), rounded to send
+  // on; the last round keeps the rounded full sum in place, so that our copy is everyone's
+  // (Note [a ring in bf16]). One pass: ops::add_to_bf16.
   auto out = tensor::empty({where.size}, dtype::bf16, on().id());
   auto done = on().work().submit(
-      [widen = from_bf16_, axpy = axpy_, round = to_bf16_, context = on().context(),
-       flat = step.flat, received, sum, out, where, last] {
-        float* mine = flat.f32() + where.offset;
-        widen(context, where.size, received.bf16(), sum.f32());
-        if (last) {
-          // The full sum, in place; rounded once for the all-gather, and the rounded value
-          // written back so that our copy is everyone's (Note [a ring in bf16]).
-          axpy(context, where.size, 1.0f, sum.f32(), mine);
-          round(context, where.size, mine, out.bf16());
-          widen(context, where.size, out.bf16(), mine);
-          return;
-        }
-        axpy(context, where.size, 1.0f, mine, sum.f32());
-        round(context, where.size, sum.f32(), out.bf16());
+      [add = add_to_bf16_, context = on().context(), flat = step.flat, received, out, where, last] {
+        add(context, where.size, received.bf16(), flat.f32() + where.offset, out.bf16(), last);
       },
       host_.reduce_job(step_index, where.size));
   out.set_ready(done);

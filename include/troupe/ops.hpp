@@ -120,6 +120,16 @@ struct from_bf16 {
   using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x, float* y);
 };
 
+/// z = bf16(float(x) + y) over n elements: the sum taken in float, rounded as to_bf16
+/// rounds; with `keep`, also y = float(z). One pass of the ring all-reduce in bf16: a
+/// received partial sum x added to this replica's y and rounded to send on, the full sum
+/// kept rounded as everyone's (Note [a ring in bf16] in actors/averaging/ring_collective.cpp).
+struct add_to_bf16 {
+  static constexpr const char* name = "add_to_bf16";
+  using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x, float* y,
+                            std::uint16_t* z, bool keep);
+};
+
 /// y(rows, cols) += bias(cols) broadcast over rows.
 struct bias_add {
   static constexpr const char* name = "bias_add";

@@ -1,5 +1,6 @@
 // bf16_convert.cpp: float32 to bfloat16 (rounded to nearest, ties to even) and back, on the
-// CPU ([run] precision = "bf16": a layer's weights once per version, its inputs per pass).
+// CPU ([run] precision = "bf16": a layer's weights once per version, its inputs per pass),
+// and a bfloat16 added to a float and rounded back in one pass (the ring in bf16).
 //
 // Bit arithmetic the compiler vectorises (AVX-512 and AVX2 clones), not AVX512-BF16's
 // vcvtneps2bf16: that instruction flushes denormal inputs to zero, and this rounds every
@@ -20,23 +21,46 @@ namespace {
 // up to infinity beyond bf16's largest finite value; infinity itself stays (its low half is
 // 0). NaN is kept as a quiet NaN of the same sign rather than rounded (which could carry
 // it into infinity).
+inline std::uint16_t round_bits(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x0040u) : rounded);
+}
+
+inline float widen_bits(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
 TROUPE_VECTOR_CLONES
 void round_all(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &x[i], sizeof bits);
-    const std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-    y[i] = static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x0040u) : rounded);
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = round_bits(x[i]);
+}
+
+// Two loops rather than a test of `keep` in one, so that each vectorises.
+TROUPE_VECTOR_CLONES
+void add_round_all(std::int64_t n, const std::uint16_t* __restrict x, float* __restrict y,
+                   std::uint16_t* __restrict z, bool keep) {
+  if (keep) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      z[i] = round_bits(widen_bits(x[i]) + y[i]);
+      y[i] = widen_bits(z[i]);
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i)
+      z[i] = round_bits(widen_bits(x[i]) + y[i]);
   }
 }
 
 TROUPE_VECTOR_CLONES
 void widen_all(std::int64_t n, const std::uint16_t* __restrict x, float* __restrict y) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(x[i]) << 16;
-    std::memcpy(&y[i], &bits, sizeof bits);
-  }
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = widen_bits(x[i]);
 }
 
 void to_bf16(const context&, std::int64_t n, const float* x, std::uint16_t* y) {
@@ -47,9 +71,15 @@ void from_bf16(const context&, std::int64_t n, const std::uint16_t* x, float* y)
   widen_all(n, x, y);
 }
 
+void add_to_bf16(const context&, std::int64_t n, const std::uint16_t* x, float* y, std::uint16_t* z,
+                 bool keep) {
+  add_round_all(n, x, y, z, keep);
+}
+
 }  // namespace
 
 TROUPE_REGISTER_KERNEL(ops::to_bf16, device_type::cpu, to_bf16);
 TROUPE_REGISTER_KERNEL(ops::from_bf16, device_type::cpu, from_bf16);
+TROUPE_REGISTER_KERNEL(ops::add_to_bf16, device_type::cpu, add_to_bf16);
 
 }  // namespace troupe::kernels::cpu

@@ -119,6 +119,47 @@ TEST_CASE("from_bf16 widens exactly, and a round trip of a bfloat16 value is the
   CHECK(wrong == 0);
 }
 
+TEST_CASE("add_to_bf16 rounds float(x) + y as to_bf16 rounds it, and keeps it in y if asked") {
+  // x: bf16 values of every exponent; y: floats of many sizes, ties and specials among them.
+  const std::size_t n = 200000;
+  std::vector<std::uint16_t> x(n);
+  std::vector<float> y(n);
+  std::uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<std::uint16_t>(next() >> 16);
+    y[i] = from_bits(next());
+  }
+  x[0] = 0x3F80u, y[0] = from_bits(0x00008000u);  // 1 + a denormal: rounds to 1
+  x[1] = 0x3F80u, y[1] = std::ldexp(1.0f, -8);    // 1 + half an ulp of bf16: a tie, to even
+  x[2] = 0x7F80u, y[2] = 1.0f;                    // infinity stays
+  x[3] = 0x7F7Fu, y[3] = 3.0e38f;                 // past bf16's largest: infinity
+  x[4] = 0x7FC0u, y[4] = 1.0f;                    // NaN stays NaN
+  const auto add = lookup<ops::add_to_bf16>(device_type::cpu);
+  for (const bool keep : {false, true}) {
+    CAPTURE(keep);
+    auto mine = y;
+    std::vector<std::uint16_t> z(n);
+    add(test::cpu_context(), std::int64_t(n), x.data(), mine.data(), z.data(), keep);
+    int wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float sum = widen(x[i]) + y[i];
+      const bool nan = std::isnan(sum);
+      const bool z_right = nan ? std::isnan(widen(z[i])) : z[i] == reference_round(sum);
+      const bool y_right = keep ? bits_of(mine[i]) == (static_cast<std::uint32_t>(z[i]) << 16)
+                                : bits_of(mine[i]) == bits_of(y[i]);
+      if (!(z_right && y_right) && wrong++ == 0)
+        MESSAGE("element " << i << ": x " << std::hex << x[i] << ", y " << bits_of(y[i]) << ": z "
+                           << z[i] << ", y after " << bits_of(mine[i]));
+    }
+    CHECK(wrong == 0);
+    CHECK(z[0] == 0x3F80u);
+    CHECK(z[1] == 0x3F80u);
+    CHECK(z[2] == 0x7F80u);
+    CHECK(z[3] == 0x7F80u);
+  }
+}
+
 TEST_CASE("gemm_bf16 matches a double-precision product of its bf16 operands") {
   // The operands are bf16 values; each product of two is exact in FP32 (8 + 8 significant
   // bits), so what is left is FP32 accumulation in some order: within (k + 2) u sum |a| |b|

@@ -276,7 +276,7 @@ TEST_CASE("CUDA gemm matches the CPU gemm for every transpose, leading dimension
   }
 }
 
-TEST_CASE("CUDA to_bf16, from_bf16 and gemm_bf16 match the CPU kernels") {
+TEST_CASE("CUDA to_bf16, from_bf16, add_to_bf16 and gemm_bf16 match the CPU kernels") {
   TROUPE_SKIP_WITHOUT_CUDA();
   cuda_session session;
   // Rounding is bit arithmetic on both: the same bits, specials included.
@@ -301,6 +301,28 @@ TEST_CASE("CUDA to_bf16, from_bf16 and gemm_bf16 match the CPU kernels") {
                                             cpu_wide.data());
   const auto cuda_wide = session.download(device_wide);
   CHECK(std::memcmp(cuda_wide.data(), cpu_wide.data(), cpu_wide.size() * sizeof(float)) == 0);
+
+  // add_to_bf16: a float sum and the same rounding on both, kept in y or not. Without the
+  // NaN: a NaN sum's payload is the hardware's, and both keep it a NaN (bf16_test.cpp).
+  const auto y = random_floats(x.size(), -1e3f, 1e3f, 11);
+  auto addends = cpu_bits;
+  addends[1] = 0x3F80u;  // 1.0 where x held the NaN
+  const auto device_addends = session.upload(addends);
+  for (const bool keep : {false, true}) {
+    CAPTURE(keep);
+    auto cpu_y = y;
+    std::vector<std::uint16_t> cpu_z(x.size());
+    lookup<ops::add_to_bf16>(device_type::cpu)(context{}, std::int64_t(x.size()), addends.data(),
+                                               cpu_y.data(), cpu_z.data(), keep);
+    const auto device_y = session.upload(y);
+    const auto device_z = session.upload(std::vector<std::uint16_t>(x.size()));
+    lookup<ops::add_to_bf16>(device_type::cuda)(session.ctx(), std::int64_t(x.size()),
+                                                device_addends.get(), device_y.get(),
+                                                device_z.get(), keep);
+    CHECK(session.download(device_z) == cpu_z);
+    const auto cuda_y = session.download(device_y);
+    CHECK(std::memcmp(cuda_y.data(), cpu_y.data(), cpu_y.size() * sizeof(float)) == 0);
+  }
 
   // The products of two bf16 values are exact in FP32 (8 + 8 significant bits): the two
   // backends differ by their order of summation only, (k + 2) eps sum |a| |b| as for gemm.

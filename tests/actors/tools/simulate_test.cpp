@@ -345,21 +345,22 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
     INFO(wiring);
     const auto config =
         parse_config("[run]\nsteps = 6\nevaluate = false" + model + wiring, "memory.toml");
-    const auto costs = calibrate(config, "memory.toml", 3);
     simulate_options o;
     o.steps = 6;
-    const auto p = simulate_run(config, costs, o);
-    REQUIRE(p.memory.size() == 2);
-    // Which tensors overlap in time depends on the run's timing: the ring's neighbours read
-    // chunks in place (Note [chunks in place]), which decides how long a gradient buffer
-    // lives, and a real DP2 run's peak on a device takes one of two values, 1.62 or 1.81 MB
-    // (the simulated schedule's). The second showed in every plain run and nearly every
-    // sanitized one; the first under ThreadSanitizer (5-10x slower) in 2 of 5 runs and
-    // once in a whole ASan pass with another test on the other core, and on an Intel Xeon
-    // (AVX-512) VM in about a third of plain runs; six runs in a row once gave the first in a
-    // fresh clone's CI, beside another test. So the prediction must match one of up to
-    // sixteen runs (a few milliseconds each): a wrong prediction matches none.
+    // Which tensors overlap in time depends on timing, the run's and the calibration's
+    // that the simulated schedule follows: the ring's neighbours read chunks in place (Note
+    // [chunks in place]), which decides how long a gradient buffer lives. A real DP2 run's
+    // peak on a device takes one of two values, 1.62 or 1.81 MB: the second showed in every
+    // plain run and nearly every sanitized one; the first under ThreadSanitizer (5-10x
+    // slower) in 2 of 5 runs and once in a whole ASan pass with another test on the other
+    // core, and on an Intel Xeon (AVX-512) VM in about a third of plain runs; six runs in a
+    // row once gave the first in a fresh clone's CI, beside another test. On the AMD EPYC VM
+    // (2026-12-06) the runs gave 1.69 MB in a row, and one calibration in a full ctest led
+    // the simulation to 1.88 MB where others give 1.63 to 1.69. So the prediction of one of
+    // up to four calibrations must match one of up to sixteen runs each (a few milliseconds
+    // a run): a wrong prediction matches none.
     const double tolerance = testing::under_thread_sanitizer ? 0.15 : 0.1;
+    prediction p;
     auto matches = [&](const session_result& real) {
       bool all = true;
       for (std::size_t d = 0; d < 2; ++d) {
@@ -369,10 +370,17 @@ TEST_CASE("the predicted peak memory of each device is the run's") {
       }
       return all;
     };
-    auto real = test::run_ok(config, test::quiet_options());
-    for (int again = 0; again < 15 && real.outcome.device_peak_bytes.size() == 2 && !matches(real);
-         ++again)
+    session_result real;
+    for (int calibration = 0; calibration < 4; ++calibration) {
+      p = simulate_run(config, calibrate(config, "memory.toml", 3), o);
+      REQUIRE(p.memory.size() == 2);
       real = test::run_ok(config, test::quiet_options());
+      for (int again = 0;
+           again < 15 && real.outcome.device_peak_bytes.size() == 2 && !matches(real); ++again)
+        real = test::run_ok(config, test::quiet_options());
+      if (real.outcome.device_peak_bytes.size() != 2 || matches(real))
+        break;
+    }
     REQUIRE(real.outcome.device_peak_bytes.size() == 2);
     for (std::size_t d = 0; d < 2; ++d) {
       const std::string device = p.memory[d].device;
