@@ -300,6 +300,17 @@ TEST_CASE("reduce_dtype is fp32 or bf16, and bf16 needs ring averaging") {
   check_error(minimal_model + "[parallel]\naveraging = \"gloo\"\nreduce_dtype = \"bf16\"\n", 6, 16,
               "[parallel] reduce_dtype: \"bf16\" is the ring's (its chunks travel in bf16); "
               "averaging = \"gloo\" sums in fp32 only");
+  // A megabyte of a value, and a nested one: refused at the key, quoted short.
+  const std::string big(1'000'000, 'A');
+  for (const std::string value : {"\"" + big + "\"", std::string("[[[\"bf16\"]]]")}) {
+    const auto error = parse_error_of(minimal_model + "[parallel]\nreduce_dtype = " + value + "\n");
+    const std::string message = error.what();
+    INFO(message.substr(0, 300));
+    CHECK(error.where().line == 5);
+    CHECK(message.size() < 1000);
+    CHECK((message.find("reduce_dtype") != std::string::npos ||
+           message.find("all-reduce dtype") != std::string::npos));
+  }
 }
 
 TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
