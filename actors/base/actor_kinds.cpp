@@ -12,13 +12,13 @@ struct kind_entry {
   custom_actor_factory custom;  // custom kinds: what `factory` calls
 };
 
-name_registry<kind_entry>& the_registry() {
+name_registry<kind_entry>& kind_registry() {
   static name_registry<kind_entry> registry;
   return registry;
 }
 
 void add_entry(const std::string& kind, const std::string& description, kind_entry entry) {
-  if (!the_registry().add(kind, description, std::move(entry)))
+  if (!kind_registry().add(kind, description, std::move(entry)))
     throw std::logic_error(actor_kind_registered_twice(kind));
 }
 
@@ -26,7 +26,7 @@ void add_entry(const std::string& kind, const std::string& description, kind_ent
 kind_entry find_entry(const std::string& kind, const std::string& actor_name,
                       const source_position& where) {
   std::vector<std::string> kinds;
-  if (auto entry = the_registry().find(kind, kinds))
+  if (auto entry = kind_registry().find(kind, kinds))
     return *entry;
   throw config_error(where, name_registry<kind_entry>::unknown(
                                 "unknown actor kind '" + kind + "' for actor '" + actor_name + "'",
@@ -83,10 +83,10 @@ void register_actor_kind(const std::string& kind, const std::string& description
   add_entry(kind, description, kind_entry{std::move(whole_plan), std::move(factory)});
 }
 
-bool has_actor_kind(const std::string& kind) { return the_registry().has(kind); }
+bool has_actor_kind(const std::string& kind) { return kind_registry().has(kind); }
 
 std::vector<std::pair<std::string, std::string>> registered_actor_kinds() {
-  return the_registry().described();
+  return kind_registry().described();
 }
 
 caf::actor spawn_actor(const actor_plan& plan, spawn_context& context) {

@@ -28,8 +28,7 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
     caf::anon_send_exit(gate_, caf::exit_reason::kill);
     const auto why = system.render(port.error());
     throw user_error("the coordinator cannot listen on " + quote_user_text(node.listen) + " port " +
-                     std::to_string(node.coordinator_port) + ": " +
-                     quote_user_text(why, limits::max_quoted_path_length) +
+                     std::to_string(node.coordinator_port) + ": " + quote_user_path(why) +
                      (why.find("No local interface") != std::string::npos
                           ? "; is it an address of this machine? ([cluster] listen or "
                             "TROUPE_LISTEN)"

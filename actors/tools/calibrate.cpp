@@ -74,11 +74,6 @@ double elapsed_us(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
-double median_of(std::vector<double> times) {
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
-}
-
 // One layer's passes on random inputs and parameters, each timed when run. `reads_data`:
 // the layer's input is the data set's batch, so its backward computes no input gradient
 // (layer_actor: nothing to send it to), as it is timed here.

@@ -63,7 +63,7 @@ dataset input_rows(const run_config& config, const std::string& path,
     auto ids = open_token_file(path, d.token_dtype, vocabulary);
     const auto n = ids->size();
     return token_dataset(std::move(ids), 0, n, d.context, vocabulary, token_windows::tiled,
-                         quote_user_text(path, limits::max_quoted_path_length));
+                         quote_user_path(path));
   }
   const bool npz = ends_with(path, ".npz"), safetensors = ends_with(path, ".safetensors");
   if (ends_with(path, ".npy") || npz || safetensors) {

@@ -45,11 +45,6 @@ double cpu_seconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-double median_of(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 caf::behavior answering(caf::event_based_actor*) {
   return {[](const tensor& t) { return static_cast<std::int64_t>(t.bytes()); }};
 }
@@ -119,6 +114,12 @@ process_link_timing time_process_link(std::int64_t repeats) {
   }
   caf::anon_send_exit(answer, caf::exit_reason::user_shutdown);
   return out;
+}
+
+double median_of(std::vector<double> times) {
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2),
+                   times.end());
+  return times[times.size() / 2];
 }
 
 }  // namespace troupe

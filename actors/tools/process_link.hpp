@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace troupe {
 
@@ -17,5 +18,9 @@ struct process_link_timing {
 /// nodes are (`repeats` round trips of each kind, at least 20). -1 for what could not be
 /// measured (no loopback), which simulate then takes from its defaults.
 process_link_timing time_process_link(std::int64_t repeats);
+
+/// The middle one of `times` (its upper middle for an even count), as calibrate takes its
+/// timings. `times` must not be empty.
+double median_of(std::vector<double> times);
 
 }  // namespace troupe

@@ -103,6 +103,6 @@ struct TROUPE_LOCAL actor_kind_registrar {
 /// (kind, description, troupe::accepts{...}, troupe::emits{...}, factory).
 #define TROUPE_REGISTER_ACTOR_KIND(kind, description, in, out, ...)                      \
   static const ::troupe::actor_kind_registrar TROUPE_KIND_CONCAT(troupe_kind_registrar_, \
-                                                                 __LINE__) {             \
+                                                                 __COUNTER__) {          \
     kind, description, in, out, __VA_ARGS__                                              \
   }

@@ -116,7 +116,7 @@ struct TROUPE_LOCAL kernel_registrar {
 /// Registers `fn` as the implementation of `Op` on devices of type `type`.
 #define TROUPE_REGISTER_KERNEL(Op, type, fn)                                 \
   static const ::troupe::kernels::kernel_registrar<Op> TROUPE_KERNEL_CONCAT( \
-      troupe_kernel_registrar_, __LINE__) {                                  \
+      troupe_kernel_registrar_, __COUNTER__) {                               \
     type, fn                                                                 \
   }
 

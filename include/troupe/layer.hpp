@@ -207,7 +207,8 @@ struct TROUPE_LOCAL layer_registrar {
 
 /// Makes a layer type available to configs by name.
 /// (The factory is variadic so that a lambda with template commas needs no parentheses.)
-#define TROUPE_REGISTER_LAYER(name, description, ...)                                             \
-  static const ::troupe::layer_registrar TROUPE_LAYER_CONCAT(troupe_layer_registrar_, __LINE__) { \
-    name, description, __VA_ARGS__                                                                \
+#define TROUPE_REGISTER_LAYER(name, description, ...)                                 \
+  static const ::troupe::layer_registrar TROUPE_LAYER_CONCAT(troupe_layer_registrar_, \
+                                                             __COUNTER__) {           \
+    name, description, __VA_ARGS__                                                    \
   }

@@ -137,7 +137,7 @@ struct TROUPE_LOCAL loss_registrar {
 #define TROUPE_LOSS_CONCAT(a, b) TROUPE_LOSS_CONCAT_INNER(a, b)
 
 /// Makes a loss kind available to configs by name.
-#define TROUPE_REGISTER_LOSS(name, description, ...)                                            \
-  static const ::troupe::loss_registrar TROUPE_LOSS_CONCAT(troupe_loss_registrar_, __LINE__) { \
-    name, description, __VA_ARGS__                                                             \
+#define TROUPE_REGISTER_LOSS(name, description, ...)                                              \
+  static const ::troupe::loss_registrar TROUPE_LOSS_CONCAT(troupe_loss_registrar_, __COUNTER__) { \
+    name, description, __VA_ARGS__                                                                \
   }

@@ -77,7 +77,7 @@ std::string describe_bytes(std::int64_t bytes) {
 
 std::string read_file_capped(const std::string& path, std::int64_t max_bytes,
                              const std::string& what, const std::string& hint) {
-  const auto name = quote_user_text(path, limits::max_quoted_path_length);
+  const auto name = quote_user_path(path);
   // A plain blocking open, as cat's: a FIFO waits for its writer.
   unique_fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.get() < 0)

@@ -17,11 +17,11 @@
 
 namespace troupe {
 
-std::string describe_errno(int error) {
+std::string describe_errno(int error, const std::string& elsewhere) {
   std::string out = std::strerror(error);
   out += " (errno " + std::to_string(error) + ")";
   if (error == ENOSPC || error == EDQUOT)
-    out += "; the disk or quota is full: free space or write elsewhere";
+    out += "; the disk or quota is full: free space or " + elsewhere;
   else if (error == EFBIG)
     out += "; the file is larger than this file system or process limit allows";
   else if (error == EACCES || error == EPERM || error == EROFS)
@@ -55,14 +55,9 @@ std::filesystem::path nearest_existing(std::filesystem::path directory) {
   return directory.empty() ? std::filesystem::path{"."} : directory;
 }
 
-// A path for a message: it may be megabytes long.
-std::string quoted(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 [[noreturn]] void refuse(const std::string& what, const std::string& path,
                          const std::string& reason) {
-  throw user_error("cannot write " + what + " " + quoted(path) + ": " + reason +
+  throw user_error("cannot write " + what + " " + quote_user_path(path) + ": " + reason +
                        "; nothing ran: give a path in a writable directory",
                    exit_code::bad_input);
 }
@@ -74,7 +69,7 @@ void check_path_length(const std::string& path, const std::string& what) {
   // parent walked (std::filesystem's walks copy the path per level: quadratic in its
   // depth, a minute for 100,000 levels, where open() says ENAMETOOLONG at once).
   if (path.size() >= PATH_MAX)
-    throw user_error(what + " " + quoted(path) + " is " + std::to_string(path.size()) +
+    throw user_error(what + " " + quote_user_path(path) + " is " + std::to_string(path.size()) +
                          " bytes long, longer than this system takes (" +
                          std::to_string(PATH_MAX - 1) + " bytes)",
                      exit_code::bad_input);
@@ -84,10 +79,10 @@ void check_path_length(const std::string& path, const std::string& what) {
     if (end == std::string::npos)
       end = path.size();
     if (end - start > NAME_MAX)
-      throw user_error(what + " " + quoted(path) + " has a name of " +
+      throw user_error(what + " " + quote_user_path(path) + " has a name of " +
                            std::to_string(end - start) + " bytes, longer than this system " +
-                           "takes (" + std::to_string(NAME_MAX) + " bytes a name): " +
-                           quote_user_text(path.substr(start, end - start)),
+                           "takes (" + std::to_string(NAME_MAX) +
+                           " bytes a name): " + quote_user_text(path.substr(start, end - start)),
                        exit_code::bad_input);
     start = end + 1;
   }
@@ -104,9 +99,9 @@ void check_output_file(const std::string& path, const std::string& what) {
       const auto existing = nearest_existing(parent);
       std::error_code ignored;
       if (!std::filesystem::is_directory(existing, ignored))
-        refuse(what, path, quoted(existing.string()) + " is a file, not a directory");
+        refuse(what, path, quote_user_path(existing.string()) + " is a file, not a directory");
       refuse(what, path,
-             "cannot create the directory " + quoted(parent.string()) + ": " +
+             "cannot create the directory " + quote_user_path(parent.string()) + ": " +
                  (error ? error.message() : std::string{"it is not a directory"}));
     }
   }
@@ -132,18 +127,20 @@ void check_output_file(const std::string& path, const std::string& what) {
 void write_whole_file(const std::string& path, const std::string& text, const std::string& what) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0)
-    throw user_error("cannot write " + what + " " + quoted(path) + ": " + describe_errno(errno),
-                     exit_code::run_failed);
+    throw user_error(
+        "cannot write " + what + " " + quote_user_path(path) + ": " + describe_errno(errno),
+        exit_code::run_failed);
   if (const int error = write_all(fd, text.data(), text.size())) {
     ::close(fd);
-    throw user_error("writing " + what + " " + quoted(path) + " failed: " + describe_errno(error),
-                     exit_code::run_failed);
+    throw user_error(
+        "writing " + what + " " + quote_user_path(path) + " failed: " + describe_errno(error),
+        exit_code::run_failed);
   }
   // close() can report a deferred write error (NFS, some FUSE file systems).
   if (::close(fd) != 0)
-    throw user_error(
-        "writing " + what + " " + quoted(path) + " failed at close: " + describe_errno(errno),
-        exit_code::run_failed);
+    throw user_error("writing " + what + " " + quote_user_path(path) +
+                         " failed at close: " + describe_errno(errno),
+                     exit_code::run_failed);
 }
 
 }  // namespace troupe

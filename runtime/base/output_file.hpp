@@ -19,8 +19,9 @@
 namespace troupe {
 
 /// "No space left on device (errno 28); the disk or quota is full: ...": strerror(error),
-/// the number, and a hint where one helps.
-std::string describe_errno(int error);
+/// the number, and a hint where one helps; `elsewhere` ends the hint for a full disk
+/// ("free space or write elsewhere").
+std::string describe_errno(int error, const std::string& elsewhere = "write elsewhere");
 
 /// Note [paths the system cannot take]
 /// A path of PATH_MAX bytes or more, or with a name of more than NAME_MAX, cannot be opened

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "runtime/base/limits.hpp"
+#include "runtime/base/output_file.hpp"
 #include "runtime/base/unique_fd.hpp"
 #include "troupe/error.hpp"
 
@@ -21,19 +22,13 @@ namespace troupe {
 namespace {
 
 // "No space left on device (errno 28)", with a hint where one helps.
-std::string describe_errno(int error) {
-  std::string out = std::strerror(error);
-  out += " (errno " + std::to_string(error) + ")";
-  if (error == ENOSPC || error == EDQUOT)
-    out += "; the disk or quota is full: free space or choose another checkpoint directory";
-  else if (error == EFBIG)
-    out += "; the file is larger than this file system or process limit allows";
-  return out;
+std::string checkpoint_errno(int error) {
+  return describe_errno(error, "choose another checkpoint directory");
 }
 
 [[noreturn]] void throw_write_failure(const std::string& path, const std::string& what, int error) {
   throw user_error(
-      "cannot write " + quote_user_path(path) + ": " + what + ": " + describe_errno(error),
+      "cannot write " + quote_user_path(path) + ": " + what + ": " + checkpoint_errno(error),
       exit_code::run_failed);
 }
 
@@ -128,11 +123,11 @@ void sync_directory(const std::string& path) {
   unique_fd fd{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (fd.get() < 0)
     throw user_error("cannot sync directory " + quote_user_path(path) +
-                         ": open failed: " + describe_errno(errno),
+                         ": open failed: " + checkpoint_errno(errno),
                      exit_code::run_failed);
   if (fsync_retrying(fd.get()) != 0)
     throw user_error("cannot sync directory " + quote_user_path(path) +
-                         ": fsync failed: " + describe_errno(errno),
+                         ": fsync failed: " + checkpoint_errno(errno),
                      exit_code::run_failed);
 }
 
@@ -146,7 +141,7 @@ std::uint32_t crc32_of_file(const std::string& path) {
   unique_fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (fd.get() < 0)
     throw data_error("cannot read " + quote_user_path(path) +
-                     " to check its checksum: " + describe_errno(errno));
+                     " to check its checksum: " + checkpoint_errno(errno));
   boost::crc_32_type crc;
   std::vector<char> buffer(std::size_t{1} << 20);
   std::uint64_t done = 0;
@@ -157,7 +152,7 @@ std::uint32_t crc32_of_file(const std::string& path) {
         continue;
       throw data_error("cannot read " + quote_user_path(path) +
                        " to check its checksum: read failed after " + std::to_string(done) +
-                       " bytes: " + describe_errno(errno));
+                       " bytes: " + checkpoint_errno(errno));
     }
     if (got == 0)
       break;

@@ -17,8 +17,7 @@ npy_array safetensors_array(const std::string& path, const std::string& name) {
     case safetensors_dtype::i32: header.type = npy_type::i32; break;
     case safetensors_dtype::i64: header.type = npy_type::i64; break;
     case safetensors_dtype::bf16:
-      throw data_error(quote_user_text(path, limits::max_quoted_path_length) + " tensor " +
-                       quote_user_text(name) +
+      throw data_error(quote_user_path(path) + " tensor " + quote_user_text(name) +
                        " is BF16; data is read as F32, F64, I32 or I64 (in PyTorch: .float())");
   }
   header.item_bytes = static_cast<std::int64_t>(size_of(entry.dtype));
@@ -27,8 +26,7 @@ npy_array safetensors_array(const std::string& path, const std::string& name) {
   for (const auto d : header.shape)
     header.elements *= d;  // the reader checked the product against the data
   header.data_offset = static_cast<std::int64_t>(file.data_start() + entry.begin);
-  const auto label = quote_user_text(path, limits::max_quoted_path_length) + " tensor " +
-                     quote_user_text(name);
+  const auto label = quote_user_path(path) + " tensor " + quote_user_text(name);
   // Messages name a shape's problems at "base + 8" (a .npy's header): here, the tensor's data.
   const auto base = header.data_offset - 8;
   return npy_array{path, std::move(header), label, base};

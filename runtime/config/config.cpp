@@ -428,18 +428,16 @@ void check_fashion_mnist_directory(const data_section& s) {
       "source = \"synthetic\"";
   std::error_code error;
   if (!fs::is_directory(s.path, error))
-    throw config_error(s.path_where,
-                       "[data] path: " + quote_user_text(s.path, limits::max_quoted_path_length) +
-                           " is not a directory holding "
-                           "the Fashion-MNIST files" +
-                           hint);
+    throw config_error(s.path_where, "[data] path: " + quote_user_path(s.path) +
+                                         " is not a directory holding "
+                                         "the Fashion-MNIST files" +
+                                         hint);
   std::vector<std::string> missing;
   for (const auto& name : fashion_mnist_file_names())
     if (find_data_file(s.path, name).empty())
       missing.push_back(name + "(.gz)");
   if (!missing.empty())
-    throw config_error(s.path_where, "[data] path: directory " +
-                                         quote_user_text(s.path, limits::max_quoted_path_length) +
+    throw config_error(s.path_where, "[data] path: directory " + quote_user_path(s.path) +
                                          " has no " + join(missing) + hint);
 }
 
@@ -625,9 +623,9 @@ void check_split_paths(const section_reader& r, const data_section& s, bool fold
     std::error_code error;
     if (!path->empty() &&
         !(folders ? fs::is_directory(*path, error) : fs::is_regular_file(*path, error)))
-      throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
-                                                  quote_user_text(*path, limits::max_quoted_path_length) +
-                                                  (folders ? " is not a folder" : " is not a file"));
+      throw config_error(r.key_position(key),
+                         std::string("[data] ") + key + ": " + quote_user_path(*path) +
+                             (folders ? " is not a folder" : " is not a file"));
   }
 }
 
@@ -650,8 +648,7 @@ void check_npy_files(const section_reader& r, const data_section& s) {
     std::error_code error;
     if (!fs::is_regular_file(*path, error))
       throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
-                                                  quote_user_text(*path, limits::max_quoted_path_length) +
-                                                  " is not a file");
+                                                  quote_user_path(*path) + " is not a file");
   }
 }
 
@@ -672,8 +669,7 @@ void check_csv_files(const section_reader& r, const data_section& s) {
     std::error_code error;
     if (!fs::is_regular_file(*path, error))
       throw config_error(r.key_position(key), std::string("[data] ") + key + ": " +
-                                                  quote_user_text(*path, limits::max_quoted_path_length) +
-                                                  " is not a file");
+                                                  quote_user_path(*path) + " is not a file");
   }
 }
 
@@ -753,7 +749,7 @@ data_section read_data(const section_reader& r, const std::string& directory) {
     std::error_code error;
     if (!fs::is_regular_file(s.path, error) && !fs::is_directory(s.path, error))
       throw config_error(r.find("path") ? s.path_where : s.source_where,
-                         "[data] path: " + quote_user_text(s.path, limits::max_quoted_path_length) +
+                         "[data] path: " + quote_user_path(s.path) +
                              " is neither a text file nor a directory of them" +
                              (s.path == text_default_path
                                   ? " (the fortunes package installs it: apt-get install fortunes)"
@@ -888,8 +884,8 @@ model_section read_model(const section_reader& r, bool explicit_form,
     if (!fs::is_regular_file(s.init_from, error))
       throw config_error(
           s.init_from_where,
-          "[model] init_from: " + quote_user_text(s.init_from, limits::max_quoted_path_length) +
-              " " + (fs::exists(s.init_from, error) ? "is not a regular file" : "does not exist") +
+          "[model] init_from: " + quote_user_path(s.init_from) + " " +
+              (fs::exists(s.init_from, error) ? "is not a regular file" : "does not exist") +
               "; expected a safetensors file of weights named as "
               "torch.nn.Sequential's state_dict (e.g. from troupe export)");
   }
@@ -1137,7 +1133,7 @@ void read_cluster_tls(const section_reader& r, const std::string& directory, clu
     std::error_code error;
     if (!fs::is_regular_file(*f.path, error))
       throw config_error(
-          where, name + ": " + quote_user_text(*f.path, limits::max_quoted_path_length) + " " +
+          where, name + ": " + quote_user_path(*f.path) + " " +
                      (fs::exists(*f.path, error) ? "is not a regular file" : "does not exist") +
                      "; expected " + f.what);
   }

@@ -30,7 +30,7 @@ struct registry {
 
 // Never destroyed, as the CPU pool (tensor.cpp): a tensor may be released while static
 // objects are destroyed at exit.
-registry& the_registry() {
+registry& gpu_registry() {
   static auto* r = new registry;
   return *r;
 }
@@ -38,7 +38,7 @@ registry& the_registry() {
 constexpr int pinned_host = -1;  // the allocators' key of page-locked host memory
 
 caching_allocator& allocator_of(int device) {
-  auto& r = the_registry();
+  auto& r = gpu_registry();
   std::lock_guard<std::mutex> guard{r.mutex};
   auto& slot = r.allocators[device];
   if (!slot && device == pinned_host) {
@@ -75,7 +75,7 @@ caching_allocator& allocator_of(int device) {
 }  // namespace
 
 void provide_backend(std::shared_ptr<backend> provided) {
-  auto& r = the_registry();
+  auto& r = gpu_registry();
   std::lock_guard<std::mutex> guard{r.mutex};
   if (!r.installed)
     r.allocators.clear();
@@ -83,7 +83,7 @@ void provide_backend(std::shared_ptr<backend> provided) {
 }
 
 std::shared_ptr<backend> install_backend(std::shared_ptr<backend> installed) {
-  auto& r = the_registry();
+  auto& r = gpu_registry();
   std::lock_guard<std::mutex> guard{r.mutex};
   r.allocators.clear();  // their cached blocks go back to the backend they came from
   std::swap(r.installed, installed);
@@ -92,13 +92,13 @@ std::shared_ptr<backend> install_backend(std::shared_ptr<backend> installed) {
 
 backend& require_backend() {
   {
-    auto& r = the_registry();
+    auto& r = gpu_registry();
     std::lock_guard<std::mutex> guard{r.mutex};
     if (auto* b = r.current())
       return *b;
   }
   const auto why = kernels::load_cuda_library();  // its initialiser provides the backend
-  auto& r = the_registry();
+  auto& r = gpu_registry();
   std::lock_guard<std::mutex> guard{r.mutex};
   if (auto* b = r.current())
     return *b;
@@ -133,7 +133,7 @@ void require_device(int device) {
 void* allocate_pinned(std::size_t bytes) {
   bool made = false;
   {
-    auto& r = the_registry();
+    auto& r = gpu_registry();
     std::lock_guard<std::mutex> guard{r.mutex};
     made = r.allocators.count(pinned_host) > 0;
   }
@@ -155,7 +155,7 @@ void release(int device, void* memory, std::size_t) { allocator_of(device).relea
 
 memory_figures memory(int device) {
   {
-    auto& r = the_registry();
+    auto& r = gpu_registry();
     std::lock_guard<std::mutex> guard{r.mutex};
     if (r.allocators.count(device) == 0)
       return {};
@@ -166,7 +166,7 @@ memory_figures memory(int device) {
 
 void reset_memory_peak(int device) {
   {
-    auto& r = the_registry();
+    auto& r = gpu_registry();
     std::lock_guard<std::mutex> guard{r.mutex};
     if (r.allocators.count(device) == 0)
       return;

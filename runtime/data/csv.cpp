@@ -71,8 +71,8 @@ class csv_reader {
 
   /// A data_error at a field's position.
   [[noreturn]] void fail(std::int64_t line, std::int64_t column, const std::string& what) const {
-    throw data_error(quote_user_text(path_, limits::max_quoted_path_length) + ":" +
-                     std::to_string(line) + ":" + std::to_string(column) + ": " + what);
+    throw data_error(quote_user_path(path_) + ":" + std::to_string(line) + ":" +
+                     std::to_string(column) + ": " + what);
   }
 
  private:
@@ -264,7 +264,7 @@ class feature_sink {
       return;
     }
     if (file_.fd < 0) {  // past the memory's share: what is in memory moves to the file
-      file_ = make_scratch_file(quote_user_text(path_, limits::max_quoted_path_length));
+      file_ = make_scratch_file(quote_user_path(path_));
       buffer_.assign(out_.images.begin(), out_.images.end());
       written_ = static_cast<std::int64_t>(buffer_.size());
       decltype(out_.images)().swap(out_.images);
@@ -292,7 +292,7 @@ class feature_sink {
  private:
   void flush() {
     if (!write_all(file_.fd, buffer_.data(), buffer_.size() * sizeof(float)))
-      throw data_error(quote_user_text(path_, limits::max_quoted_path_length) +
+      throw data_error(quote_user_path(path_) +
                        ": cannot write its parsed rows to a temporary file: " +
                        std::strerror(errno) + " (set TMPDIR to a directory with room)");
     buffer_.clear();
@@ -310,15 +310,13 @@ class feature_sink {
 std::unique_ptr<file_bytes> map_table(const std::string& path, std::int64_t& size) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0)
-    throw data_error(quote_user_text(path, limits::max_quoted_path_length) + ": cannot open: " +
-                     std::strerror(errno));
+    throw data_error(quote_user_path(path) + ": cannot open: " + std::strerror(errno));
   if (!S_ISREG(info.st_mode))
-    throw data_error(quote_user_text(path, limits::max_quoted_path_length) +
+    throw data_error(quote_user_path(path) +
                      " is not a regular file (a CSV table is read from a file)");
   size = info.st_size;
   if (size > limits::max_csv_bytes)
-    throw data_error(quote_user_text(path, limits::max_quoted_path_length) + ": " +
-                     describe_bytes(size) + ", more than the " +
+    throw data_error(quote_user_path(path) + ": " + describe_bytes(size) + ", more than the " +
                      describe_bytes(limits::max_csv_bytes) + " troupe reads of a CSV table");
   return std::make_unique<file_bytes>(path, size, file_access::mapped);
 }
@@ -401,9 +399,8 @@ dataset_split load_csv(const std::string& train_path, const std::string& test_pa
   }
   out.test = read_csv(test_path, columns, targets, normalisation, memory_values);
   if (out.test.features != out.train.features)
-    throw data_error(quote_user_text(test_path, limits::max_quoted_path_length) + " has " +
-                     std::to_string(out.test.features) + " feature columns, but " +
-                     quote_user_text(train_path, limits::max_quoted_path_length) + " has " +
+    throw data_error(quote_user_path(test_path) + " has " + std::to_string(out.test.features) +
+                     " feature columns, but " + quote_user_path(train_path) + " has " +
                      std::to_string(out.train.features) + "; the tables must agree");
   if (targets == target_kind::class_ids)
     count_classes(out, train_path);

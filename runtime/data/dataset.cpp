@@ -513,7 +513,7 @@ void count_classes(dataset_split& split, const std::string& train_targets) {
       largest = std::max(largest, label);
   split.train.classes = split.test.classes = std::int64_t{largest} + 1;
   if (split.train.classes < 2)
-    throw data_error(quote_user_text(train_targets, limits::max_quoted_path_length) +
+    throw data_error(quote_user_path(train_targets) +
                      ": every target is 0; a classifier needs two classes at least");
 }
 

@@ -18,10 +18,6 @@ namespace troupe {
 
 namespace {
 
-std::string quote_path(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 std::vector<std::unique_ptr<unique_fd>>& scratch_files() {
   static std::vector<std::unique_ptr<unique_fd>> files;
   return files;
@@ -41,7 +37,7 @@ scratch_file make_scratch_file(const std::string& what) {
       ::unlink(name.c_str());
   }
   if (fd < 0)
-    throw data_error(what + ": cannot make a temporary file in " + quote_path(where) + ": " +
+    throw data_error(what + ": cannot make a temporary file in " + quote_user_path(where) + ": " +
                      std::strerror(errno) + " (set TMPDIR to a writable directory)");
   std::lock_guard<std::mutex> guard{scratch_mutex};
   scratch_files().push_back(std::make_unique<unique_fd>(fd));
@@ -65,7 +61,7 @@ bool write_all(int fd, const void* data, std::size_t size) {
 unique_fd open_for_reading(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    throw data_error(quote_path(path) + ": cannot open: " + std::strerror(errno));
+    throw data_error(quote_user_path(path) + ": cannot open: " + std::strerror(errno));
   return unique_fd{fd};
 }
 
@@ -96,7 +92,8 @@ file_bytes::file_bytes(const std::string& path, std::int64_t bytes, file_access 
     }
   }
   if (access == file_access::mapped && mapped_ == nullptr && bytes > 0)
-    throw data_error(quote_path(path_) + ": cannot map its " + std::to_string(bytes) + " bytes");
+    throw data_error(quote_user_path(path_) + ": cannot map its " + std::to_string(bytes) +
+                     " bytes");
 }
 
 file_bytes::file_bytes(std::shared_ptr<const unsigned char> memory, std::string name)
@@ -115,7 +112,7 @@ const unsigned char* file_bytes::at(std::int64_t offset, std::size_t size,
     return static_cast<const unsigned char*>(mapped_) + offset;
   buffer.resize(size);
   if (!read_at(file_.get(), buffer.data(), size, offset))
-    throw data_error(quote_path(path_) + ": the " + std::to_string(size) + " bytes at byte " +
+    throw data_error(quote_user_path(path_) + ": the " + std::to_string(size) + " bytes at byte " +
                      std::to_string(offset) + " could not be read (did the file change?)");
   return buffer.data();
 }

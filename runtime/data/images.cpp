@@ -24,10 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quoted(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -55,24 +51,25 @@ std::vector<std::string> images_under(const fs::path& folder, std::size_t alread
                                       error), end;
   for (; !error && it != end; it.increment(error)) {
     if (it.depth() > 32)
-      throw data_error(quoted(folder.string()) + ": folders nested more than 32 deep (a link "
-                                                 "that loops?)");
+      throw data_error(quote_user_path(folder.string()) +
+                       ": folders nested more than 32 deep (a link "
+                       "that loops?)");
     if (!it->is_regular_file(error))
       continue;
     const auto extension = lower(it->path().extension().string());
     if (other_image(extension))
-      throw data_error(quoted(it->path().string()) + ": a " + extension.substr(1) +
+      throw data_error(quote_user_path(it->path().string()) + ": a " + extension.substr(1) +
                        " image; troupe decodes PNG and JPEG (convert it, e.g. with PIL: "
                        "Image.open(f).save(g.png))");
     if (!decodable(extension))
       continue;
     if (already + out.size() >= static_cast<std::size_t>(limits::max_samples))
-      throw data_error(quoted(folder.string()) + ": more than " +
+      throw data_error(quote_user_path(folder.string()) + ": more than " +
                        std::to_string(limits::max_samples) + " images (the limit)");
     out.push_back(it->path().string());
   }
   if (error)
-    throw data_error(quoted(folder.string()) + ": cannot list it: " + error.message());
+    throw data_error(quote_user_path(folder.string()) + ": cannot list it: " + error.message());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -342,11 +339,11 @@ void check_headers(const std::vector<std::string>& files) {
   for (const auto& file : files) {
     std::FILE* in = std::fopen(file.c_str(), "rb");
     if (in == nullptr)
-      throw data_error(quoted(file) + ": cannot open: " + std::strerror(errno));
+      throw data_error(quote_user_path(file) + ": cannot open: " + std::strerror(errno));
     const auto got = std::fread(head.data(), 1, head.size(), in);
     std::fclose(in);
     const auto* bytes = reinterpret_cast<const unsigned char*>(head.data());
-    image_header(bytes, got, quoted(file));
+    image_header(bytes, got, quote_user_path(file));
   }
 }
 
@@ -400,24 +397,26 @@ decoded_image decode_image(const unsigned char* bytes, std::size_t size, std::in
 decoded_image decode_image(const std::string& path, std::int64_t channels) {
   const auto bytes = read_file_capped(path, limits::max_image_file_bytes, "image file");
   return decode_image(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), channels,
-                      quoted(path));
+                      quote_user_path(path));
 }
 
 image_folder scan_image_folder(const std::string& path, const std::vector<std::string>& classes) {
   std::error_code error;
   if (!fs::is_directory(path, error))
-    throw data_error(quoted(path) + " is not a folder (an image folder holds a folder a class)");
+    throw data_error(quote_user_path(path) +
+                     " is not a folder (an image folder holds a folder a class)");
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(path, error))
     if (entry.is_directory(error) && entry.path().filename().string().front() != '.')
       names.push_back(entry.path().filename().string());
   if (error)
-    throw data_error(quoted(path) + ": cannot list it: " + error.message());
+    throw data_error(quote_user_path(path) + ": cannot list it: " + error.message());
   std::sort(names.begin(), names.end());
   if (names.empty())
-    throw data_error(quoted(path) + " holds no class folders; an image folder holds a folder "
-                                    "a class, each holding that class's images (torchvision's "
-                                    "ImageFolder layout)");
+    throw data_error(quote_user_path(path) +
+                     " holds no class folders; an image folder holds a folder "
+                     "a class, each holding that class's images (torchvision's "
+                     "ImageFolder layout)");
   image_folder out;
   out.classes = classes.empty() ? names : classes;
   std::map<std::string, std::int32_t> index;
@@ -426,12 +425,12 @@ image_folder scan_image_folder(const std::string& path, const std::vector<std::s
   for (const auto& name : names) {
     const auto found = index.find(name);
     if (found == index.end())
-      throw data_error(quoted(path) + ": class folder " + quoted(name) +
+      throw data_error(quote_user_path(path) + ": class folder " + quote_user_path(name) +
                        " is not a class of the training folder (" + std::to_string(classes.size()) +
-                       " classes, " + quoted(classes.front()) + " first)");
+                       " classes, " + quote_user_path(classes.front()) + " first)");
     const auto files = images_under(fs::path(path) / name, out.files.size());
     if (files.empty())
-      throw data_error(quoted((fs::path(path) / name).string()) +
+      throw data_error(quote_user_path((fs::path(path) / name).string()) +
                        ": a class folder with no PNG or JPEG images");
     out.files.insert(out.files.end(), files.begin(), files.end());
     out.labels.insert(out.labels.end(), files.size(), found->second);
@@ -456,10 +455,10 @@ std::vector<std::string> images_at(const std::string& path) {
     return {path};
   }
   if (!fs::is_directory(path, error))
-    throw data_error(quoted(path) + " is neither an image file nor a folder of them");
+    throw data_error(quote_user_path(path) + " is neither an image file nor a folder of them");
   auto files = images_under(path, 0);
   if (files.empty())
-    throw data_error(quoted(path) + ": a folder with no PNG or JPEG images");
+    throw data_error(quote_user_path(path) + ": a folder with no PNG or JPEG images");
   check_headers(files);
   return files;
 }
@@ -487,7 +486,8 @@ dataset_split load_images(const std::string& train_path, const std::string& test
     settings.width = first.width;
   }
   if (train.classes.size() < 2)
-    throw data_error(quoted(train_path) + " holds one class folder (" + quoted(train.classes.front()) +
+    throw data_error(quote_user_path(train_path) + " holds one class folder (" +
+                     quote_user_path(train.classes.front()) +
                      "); a classifier needs two classes at least");
   auto split_of = [&](const image_folder& folder, bool augment) {
     dataset d;

@@ -14,10 +14,9 @@ per_feature_normalisation resolve_normalisation(const feature_normalisation& n,
                                                 std::int64_t features, const std::string& path) {
   auto per_feature = [&](const std::vector<double>& values, const char* what) {
     if (values.size() != 1 && static_cast<std::int64_t>(values.size()) != features)
-      throw data_error(quote_user_text(path, limits::max_quoted_path_length) + ": [data] " + what +
-                       " has " + std::to_string(values.size()) +
-                       " values; expected 1 or one per feature (" + std::to_string(features) +
-                       ")");
+      throw data_error(quote_user_path(path) + ": [data] " + what + " has " +
+                       std::to_string(values.size()) + " values; expected 1 or one per feature (" +
+                       std::to_string(features) + ")");
     std::vector<double> out(static_cast<std::size_t>(features));
     for (std::size_t f = 0; f < out.size(); ++f)
       out[f] = values.size() == 1 ? values[0] : values[f];
@@ -29,8 +28,7 @@ per_feature_normalisation resolve_normalisation(const feature_normalisation& n,
   out.std = per_feature(n.std, "std");
   for (const auto s : out.std)
     if (s == 0 || !std::isfinite(s))
-      throw data_error(quote_user_text(path, limits::max_quoted_path_length) +
-                       ": [data] std must be finite and not 0");
+      throw data_error(quote_user_path(path) + ": [data] std must be finite and not 0");
   auto all = [](const std::vector<double>& v, double x) {
     return std::all_of(v.begin(), v.end(), [x](double y) { return y == x; });
   };

@@ -28,12 +28,8 @@ namespace {
 
 constexpr std::int32_t max_label = (1 << 24) - 1;
 
-std::string quote_path(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 [[noreturn]] void fail(const std::string& path, std::int64_t offset, const std::string& what) {
-  throw data_error(quote_path(path) + ": byte " + std::to_string(offset) + ": " + what);
+  throw data_error(quote_user_path(path) + ": byte " + std::to_string(offset) + ": " + what);
 }
 
 [[noreturn]] void fail(const npy_array& array, std::int64_t offset, const std::string& what) {
@@ -165,7 +161,7 @@ npy_header read_npy_header(const std::string& path, std::int64_t base, std::int6
   auto file = open_for_reading(path);
   struct stat info {};
   if (::fstat(file.get(), &info) != 0)
-    throw data_error(quote_path(path) + ": cannot read its size: " + std::strerror(errno));
+    throw data_error(quote_user_path(path) + ": cannot read its size: " + std::strerror(errno));
   // Offsets below count from `base`; messages name them in the file.
   const std::int64_t size = length >= 0 ? std::min<std::int64_t>(length, info.st_size - base)
                                         : info.st_size - base;
@@ -369,7 +365,7 @@ npy_array memory_array(const std::string& name, const std::string& descr,
   dict += "), }";
   npy_array out;
   out.path = name;
-  out.name = quote_path(name);
+  out.name = quote_user_path(name);
   read_dict(name, 0, dict, out.header);
   out.header.data_offset = 0;
   out.memory = std::move(memory);
@@ -377,7 +373,7 @@ npy_array memory_array(const std::string& name, const std::string& descr,
 }
 
 npy_array npy_file_array(const std::string& path) {
-  return npy_array{path, read_npy_header(path), quote_path(path), 0};
+  return npy_array{path, read_npy_header(path), quote_user_path(path), 0};
 }
 
 std::shared_ptr<const feature_rows> open_npy_rows(const std::string& path,

@@ -19,10 +19,6 @@ namespace troupe {
 
 namespace {
 
-std::string quote_name(const std::string& text) {
-  return quote_user_text(text, limits::max_quoted_path_length);
-}
-
 /// An entry of the zip's central directory.
 struct zip_entry {
   std::string name;
@@ -58,19 +54,19 @@ class zip_reader {
   std::int64_t data_offset(const zip_entry& entry) const {
     unsigned char local[30];
     if (!read(local, 30, entry.local_header) || little(local, 4) != 0x04034b50)
-      fail("entry " + quote_name(entry.name) + ": no local header at byte " +
+      fail("entry " + quote_user_path(entry.name) + ": no local header at byte " +
            std::to_string(entry.local_header) + " (a damaged archive?)");
     const auto start = entry.local_header + 30 + static_cast<std::int64_t>(little(local + 26, 2)) +
                        static_cast<std::int64_t>(little(local + 28, 2));
     if (start + entry.compressed > size_)
-      fail("entry " + quote_name(entry.name) + ": its " + std::to_string(entry.compressed) +
+      fail("entry " + quote_user_path(entry.name) + ": its " + std::to_string(entry.compressed) +
            " bytes at byte " + std::to_string(start) + " run past the archive's end (" +
            std::to_string(size_) + " bytes: is it truncated?)");
     return start;
   }
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw data_error(quote_name(path_) + ": " + what);
+    throw data_error(quote_user_path(path_) + ": " + what);
   }
 
   bool read(void* out, std::size_t bytes, std::int64_t offset) const {
@@ -158,7 +154,7 @@ class zip_reader {
     }
     if (size > static_cast<std::uint64_t>(limits::max_data_elements) ||
         compressed > static_cast<std::uint64_t>(size_) || local > static_cast<std::uint64_t>(size_))
-      fail("entry " + quote_name(e.name) + ": sizes past the archive or the limits (" +
+      fail("entry " + quote_user_path(e.name) + ": sizes past the archive or the limits (" +
            std::to_string(size) + " bytes, " + std::to_string(compressed) + " compressed)");
     e.size = static_cast<std::int64_t>(size);
     e.compressed = static_cast<std::int64_t>(compressed);
@@ -176,7 +172,8 @@ class zip_reader {
 /// Inflates the deflated `entry` into a new scratch file, checking its size and CRC-32;
 /// returns the file's path.
 std::string inflate_entry(const zip_reader& zip, const zip_entry& entry, std::int64_t offset) {
-  const auto out = make_scratch_file(quote_name(zip.path()) + " entry " + quote_name(entry.name));
+  const auto out =
+      make_scratch_file(quote_user_path(zip.path()) + " entry " + quote_user_path(entry.name));
   z_stream z{};
   if (inflateInit2(&z, -15) != Z_OK)  // raw deflate, as zip stores it
     zip.fail("zlib cannot start");
@@ -222,7 +219,7 @@ std::string inflate_entry(const zip_reader& zip, const zip_entry& entry, std::in
   if (error.empty() && crc != entry.crc)
     error = "its CRC-32 is not the one the directory states (a damaged archive)";
   if (!error.empty())
-    zip.fail("entry " + quote_name(entry.name) + ": " + error);
+    zip.fail("entry " + quote_user_path(entry.name) + ": " + error);
   return out.path;
 }
 
@@ -246,20 +243,21 @@ npy_array npz_array(const std::string& path, const std::string& name) {
   if (found == entries.end()) {
     std::string names;
     for (const auto& n : npz_names(path))
-      names += (names.empty() ? "" : ", ") + quote_name(n);
-    zip.fail("no array " + quote_name(name) + " (entry " + quote_name(name + ".npy") + "); it holds " +
-             (names.empty() ? std::string("none") : names));
+      names += (names.empty() ? "" : ", ") + quote_user_path(n);
+    zip.fail("no array " + quote_user_path(name) + " (entry " + quote_user_path(name + ".npy") +
+             "); it holds " + (names.empty() ? std::string("none") : names));
   }
   const auto& entry = *found;
-  const auto label = quote_name(path) + " entry " + quote_name(entry.name);
+  const auto label = quote_user_path(path) + " entry " + quote_user_path(entry.name);
   if (entry.flags & 1)
-    zip.fail("entry " + quote_name(entry.name) + " is encrypted; troupe reads plain archives");
+    zip.fail("entry " + quote_user_path(entry.name) + " is encrypted; troupe reads plain archives");
   const auto offset = zip.data_offset(entry);
   if (entry.method == 0)
     return npy_array{path, read_npy_header(path, offset, entry.size), label, offset};
   if (entry.method != 8)
-    zip.fail("entry " + quote_name(entry.name) + " is compressed with method " +
-             std::to_string(entry.method) + "; troupe reads stored entries (np.savez) and "
+    zip.fail("entry " + quote_user_path(entry.name) + " is compressed with method " +
+             std::to_string(entry.method) +
+             "; troupe reads stored entries (np.savez) and "
              "deflate (np.savez_compressed)");
   const auto inflated = inflate_entry(zip, entry, offset);
   auto header = read_npy_header(inflated, 0, entry.size);

@@ -18,17 +18,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quoted(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 // The files a path names: itself, or a directory's regular files by name.
 std::vector<std::string> files_of(const std::string& path) {
   std::error_code error;
   if (fs::is_regular_file(path, error))
     return {path};
   if (!fs::is_directory(path, error))
-    throw data_error("[data] path " + quoted(path) +
+    throw data_error("[data] path " + quote_user_path(path) +
                      " is neither a text file nor a directory of them");
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(path, error)) {
@@ -39,10 +35,10 @@ std::vector<std::string> files_of(const std::string& path) {
     files.push_back(entry.path().string());
   }
   if (error)
-    throw data_error("cannot list " + quoted(path) + ": " + error.message());
+    throw data_error("cannot list " + quote_user_path(path) + ": " + error.message());
   std::sort(files.begin(), files.end());
   if (files.empty())
-    throw data_error("[data] path " + quoted(path) + " holds no text files");
+    throw data_error("[data] path " + quote_user_path(path) + " holds no text files");
   return files;
 }
 
@@ -79,17 +75,17 @@ text_corpus read_text_corpus(const std::string& path, std::int64_t validation_ev
     std::error_code error;  // the limit before the bytes: a huge file is not read to learn its size
     const auto size = fs::file_size(file, error);
     if (!error && static_cast<std::int64_t>(size) > limits::max_samples - total)
-      throw data_error("the text under " + quoted(path) + " is more than " +
+      throw data_error("the text under " + quote_user_path(path) + " is more than " +
                        std::to_string(limits::max_samples) + " bytes (the limit), at " +
-                       quoted(file));
+                       quote_user_path(file));
     std::ifstream in(file, std::ios::binary);
     if (!in)
-      throw data_error("cannot open " + quoted(file));
+      throw data_error("cannot open " + quote_user_path(file));
     std::ostringstream text;
     text << in.rdbuf();
     total += static_cast<std::int64_t>(text.str().size());
     if (total > limits::max_samples)
-      throw data_error("the text under " + quoted(path) + " is more than " +
+      throw data_error("the text under " + quote_user_path(path) + " is more than " +
                        std::to_string(limits::max_samples) + " bytes (the limit)");
     split_records(text.str(), records);
   }
@@ -106,11 +102,11 @@ text_corpus read_text_corpus(const std::string& path, std::int64_t validation_ev
   }
   const auto window = static_cast<std::size_t>(context) + 1;
   if (corpus.train.size() < window || corpus.validation.size() < window)
-    throw data_error("the text under " + quoted(path) + " has " +
-                     std::to_string(corpus.train.size()) + " bytes of training text and " +
-                     std::to_string(corpus.validation.size()) +
-                     " of validation text; each needs at least context + 1 = " +
-                     std::to_string(window) + " (more text, or a smaller [data] context)");
+    throw data_error(
+        "the text under " + quote_user_path(path) + " has " + std::to_string(corpus.train.size()) +
+        " bytes of training text and " + std::to_string(corpus.validation.size()) +
+        " of validation text; each needs at least context + 1 = " + std::to_string(window) +
+        " (more text, or a smaller [data] context)");
   std::array<bool, 256> seen{};
   for (const auto* part : {&corpus.train, &corpus.validation})
     for (unsigned char c : *part)

@@ -21,10 +21,6 @@ namespace troupe {
 
 namespace {
 
-std::string quoted(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 /// The largest vocabulary: ids travel as float32 features, exact below 2^24.
 constexpr std::int64_t max_vocabulary = std::int64_t{1} << 24;
 
@@ -70,12 +66,13 @@ class file_tokens final : public token_ids {
       for (std::int64_t i = 0; i < n; ++i) {
         const auto id = ids[static_cast<std::size_t>(i)];
         if (id < 0 || id >= vocabulary)
-          throw data_error(quoted(path_) + ": byte " +
-                           std::to_string(offset_ + (first + i) * item_bytes_) + ": token " +
-                           std::to_string(first + i) + " is " + std::to_string(id) +
-                           ", outside the vocabulary of " + std::to_string(vocabulary) +
-                           " (ids 0 .. " + std::to_string(vocabulary - 1) +
-                           "); is [data] vocab right, and dtype the one the file was written with?");
+          throw data_error(
+              quote_user_path(path_) + ": byte " +
+              std::to_string(offset_ + (first + i) * item_bytes_) + ": token " +
+              std::to_string(first + i) + " is " + std::to_string(id) +
+              ", outside the vocabulary of " + std::to_string(vocabulary) + " (ids 0 .. " +
+              std::to_string(vocabulary - 1) +
+              "); is [data] vocab right, and dtype the one the file was written with?");
       }
     }
   }
@@ -184,10 +181,11 @@ std::shared_ptr<const token_ids> open_token_file(const std::string& path, const 
     const auto header = read_npy_header(path);
     if (header.type == npy_type::f16 || header.type == npy_type::f32 ||
         header.type == npy_type::f64)
-      throw data_error(quoted(path) + ": byte 8: token ids of a floating-point type; save "
-                                      "integers (np.uint16 or np.uint32)");
+      throw data_error(quote_user_path(path) +
+                       ": byte 8: token ids of a floating-point type; save "
+                       "integers (np.uint16 or np.uint32)");
     if (header.elements < 1)
-      throw data_error(quoted(path) + ": byte 8: no token ids (shape " +
+      throw data_error(quote_user_path(path) + ": byte 8: no token ids (shape " +
                        shape_to_string(header.shape) + ")");
     out = std::make_shared<file_tokens>(path, header.data_offset, header.elements, header.type,
                                         header.item_bytes, access);
@@ -197,18 +195,20 @@ std::shared_ptr<const token_ids> open_token_file(const std::string& path, const 
     const std::int64_t item = wide ? 4 : 2;
     struct stat info {};
     if (::stat(path.c_str(), &info) != 0)
-      throw data_error(quoted(path) + ": cannot read its size: " + std::strerror(errno));
+      throw data_error(quote_user_path(path) + ": cannot read its size: " + std::strerror(errno));
     const std::int64_t size = info.st_size;
     if (size == 0 || size % item != 0)
-      throw data_error(quoted(path) + ": " + std::to_string(size) + " bytes, " +
+      throw data_error(quote_user_path(path) + ": " + std::to_string(size) + " bytes, " +
                        (size == 0 ? std::string("no token ids")
                                   : "not a whole number of " + dtype + " ids (" +
                                         std::to_string(item) + " bytes each)") +
                        "; a token file holds ids one after another, as nanoGPT's "
                        "train.bin (is [data] dtype right?)");
     if (size / item > limits::max_data_elements)
-      throw data_error(quoted(path) + ": " + std::to_string(size / item) + " token ids; troupe "
-                       "reads at most " + std::to_string(limits::max_data_elements) + " a file");
+      throw data_error(quote_user_path(path) + ": " + std::to_string(size / item) +
+                       " token ids; troupe "
+                       "reads at most " +
+                       std::to_string(limits::max_data_elements) + " a file");
     out = std::make_shared<file_tokens>(path, 0, size / item, wide ? npy_type::u32 : npy_type::u16,
                                         item, access);
   }
@@ -219,20 +219,22 @@ std::shared_ptr<const token_ids> open_token_file(const std::string& path, const 
 std::int64_t read_vocabulary_size(const std::string& path) {
   const auto text = read_file_capped(path, std::int64_t{1} << 20, "vocabulary file");
   // Nesting, syntax and repeated keys checked, its message bounded (json_input.hpp).
-  const auto json = parse_untrusted_json(text.data(), text.data() + text.size(), quoted(path));
+  const auto json =
+      parse_untrusted_json(text.data(), text.data() + text.size(), quote_user_path(path));
   for (const char* key : {"vocab_size", "size"}) {
     if (!json.is_object() || !json.contains(key))
       continue;
     const auto& value = json.at(key);
     if (!value.is_number_integer() || value.get<std::int64_t>() < 2 ||
         value.get<std::int64_t>() > max_vocabulary)
-      throw data_error(quoted(path) + ": \"" + key + "\" is " +
+      throw data_error(quote_user_path(path) + ": \"" + key + "\" is " +
                        quote_user_text(value.dump()) + "; expected an integer from 2 to " +
                        std::to_string(max_vocabulary));
     return value.get<std::int64_t>();
   }
-  throw data_error(quoted(path) + ": expected an object with \"vocab_size\" (or \"size\"): the "
-                                  "vocabulary's size");
+  throw data_error(quote_user_path(path) +
+                   ": expected an object with \"vocab_size\" (or \"size\"): the "
+                   "vocabulary's size");
 }
 
 dataset token_dataset(std::shared_ptr<const token_ids> ids, std::int64_t begin, std::int64_t end,
@@ -265,8 +267,10 @@ std::int64_t vocabulary_of(const token_source& source) {
   const auto json = (std::filesystem::path(source.train_path).parent_path() / "vocab.json").string();
   std::error_code error;
   if (!std::filesystem::is_regular_file(json, error))
-    throw data_error("[data] source = \"tokens\" needs the vocabulary's size: [data] vocab = N, "
-                     "or " + quoted(json) + " holding {\"vocab_size\": N}");
+    throw data_error(
+        "[data] source = \"tokens\" needs the vocabulary's size: [data] vocab = N, "
+        "or " +
+        quote_user_path(json) + " holding {\"vocab_size\": N}");
   return read_vocabulary_size(json);
 }
 
@@ -279,14 +283,14 @@ dataset_split load_tokens(const token_source& source) {
     auto test = open_token_file(source.test_path, source.dtype, vocabulary);
     const auto m = test->size();
     split.test = token_dataset(std::move(test), 0, m, source.context, vocabulary,
-                               token_windows::tiled, quoted(source.test_path));
-    split.train = token_dataset(std::move(train), 0, n, source.context, vocabulary,
-                                source.windows, quoted(source.train_path));
+                               token_windows::tiled, quote_user_path(source.test_path));
+    split.train = token_dataset(std::move(train), 0, n, source.context, vocabulary, source.windows,
+                                quote_user_path(source.train_path));
     return split;
   }
   // The last share of the ids, as nanoGPT's prepare scripts cut val.bin from the end.
   const auto held = static_cast<std::int64_t>(std::llround(source.validation * static_cast<double>(n)));
-  const auto what = quoted(source.train_path);
+  const auto what = quote_user_path(source.train_path);
   split.validation = token_dataset(train, n - held, n, source.context, vocabulary,
                                    token_windows::tiled,
                                    "the validation share ([data] validation) of " + what);

@@ -50,7 +50,7 @@ struct signature_registry {
   }
 };
 
-signature_registry& the_registry() {
+signature_registry& signatures() {
   static signature_registry registry;
   return registry;
 }
@@ -79,28 +79,28 @@ const std::vector<std::string>& wire_kinds() {
 
 void register_actor_signature(const std::string& kind, std::vector<std::string> accepts,
                               std::vector<std::string> emits) {
-  auto& r = the_registry();
+  auto& r = signatures();
   {
     std::lock_guard<std::mutex> guard{r.mutex};
     r.add({kind, std::move(accepts), std::move(emits), false});
   }
   // Taken back if a library being loaded added it and its load fails.
   detail::record_undo([kind] {
-    auto& registry = the_registry();
+    auto& registry = signatures();
     std::lock_guard<std::mutex> guard{registry.mutex};
     registry.entries.erase(kind);
   });
 }
 
 const actor_signature* find_actor_signature(const std::string& kind) {
-  auto& r = the_registry();
+  auto& r = signatures();
   std::lock_guard<std::mutex> guard{r.mutex};
   auto found = r.entries.find(kind);
   return found == r.entries.end() ? nullptr : &found->second;
 }
 
 std::vector<std::string> actor_signature_kinds() {
-  auto& r = the_registry();
+  auto& r = signatures();
   std::lock_guard<std::mutex> guard{r.mutex};
   std::vector<std::string> out;
   for (const auto& entry : r.entries)

@@ -33,7 +33,7 @@ const std::vector<std::pair<std::string, init_kind>>& init_names() {
   return names;
 }
 
-name_registry<layer_factory>& the_registry() {
+name_registry<layer_factory>& layer_registry() {
   static name_registry<layer_factory> registry;
   return registry;
 }
@@ -133,16 +133,16 @@ tensor rounded_to_bf16(const layer_context& context, const tensor& t) {
 
 void register_layer(const std::string& name, const std::string& description,
                     layer_factory factory) {
-  if (!the_registry().add(name, description, std::move(factory)))
+  if (!layer_registry().add(name, description, std::move(factory)))
     throw std::logic_error(layer_registered_twice(name));
 }
 
-bool has_layer(const std::string& name) { return the_registry().has(name); }
+bool has_layer(const std::string& name) { return layer_registry().has(name); }
 
 std::unique_ptr<layer> create_layer(const layer_config& config,
                                     std::vector<setting_declaration>* declared) {
   std::vector<std::string> names;
-  const auto factory = the_registry().find(config.type, names);
+  const auto factory = layer_registry().find(config.type, names);
   if (!factory)
     throw config_error(config.type_where,
                        name_registry<layer_factory>::unknown(
@@ -165,7 +165,7 @@ std::unique_ptr<layer> create_layer(const layer_config& config,
 }
 
 std::vector<std::pair<std::string, std::string>> registered_layers() {
-  return the_registry().described();
+  return layer_registry().described();
 }
 
 }  // namespace troupe

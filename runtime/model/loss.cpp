@@ -10,7 +10,7 @@ namespace troupe {
 
 namespace {
 
-name_registry<loss_factory>& the_registry() {
+name_registry<loss_factory>& loss_registry() {
   static name_registry<loss_factory> registry;
   return registry;
 }
@@ -18,19 +18,19 @@ name_registry<loss_factory>& the_registry() {
 }  // namespace
 
 void register_loss(const std::string& name, const std::string& description, loss_factory factory) {
-  if (!the_registry().add(name, description, std::move(factory)))
+  if (!loss_registry().add(name, description, std::move(factory)))
     throw std::logic_error(loss_registered_twice(name));
 }
 
-bool has_loss(const std::string& name) { return the_registry().has(name); }
+bool has_loss(const std::string& name) { return loss_registry().has(name); }
 
 std::vector<std::pair<std::string, std::string>> registered_losses() {
-  return the_registry().described();
+  return loss_registry().described();
 }
 
 std::unique_ptr<loss_function> create_loss(loss_settings& settings) {
   std::vector<std::string> names;
-  const auto factory = the_registry().find(settings.type(), names);
+  const auto factory = loss_registry().find(settings.type(), names);
   if (!factory)
     throw config_error(settings.where(),
                        name_registry<loss_factory>::unknown(

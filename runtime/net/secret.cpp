@@ -104,8 +104,7 @@ void append_field(std::string& message, std::string_view field) {
 
 std::string read_secret_file(const std::string& path, const std::string& source) {
   // Quoted through quote_user_text: a path (or a variable holding one) may be megabytes.
-  const std::string where =
-      "secret file " + quote_user_text(path, limits::max_quoted_path_length) + " (" + source + ")";
+  const std::string where = "secret file " + quote_user_path(path) + " (" + source + ")";
   // O_NONBLOCK: a FIFO at that path must not hang the open; it is refused below.
   unique_fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (fd.get() < 0)
@@ -119,7 +118,7 @@ std::string read_secret_file(const std::string& path, const std::string& source)
     throw user_error("the " + where + " has mode " + octal_mode(status.st_mode) +
                      ": group or others may use it, but a secret file must be private to its "
                      "owner (mode & 077 == 0); run `chmod 600 " +
-                     quote_user_text(path, limits::max_quoted_path_length) + "`");
+                     quote_user_path(path) + "`");
   if (static_cast<std::uint64_t>(status.st_size) > max_secret_file_bytes)
     throw user_error("the " + where + " holds " + std::to_string(status.st_size) +
                      " bytes: expected a secret of at most " +
@@ -156,8 +155,7 @@ std::optional<shared_secret> load_secret(const std::string& secret_file,
   const char* value = getenv("TROUPE_SECRET");
   const char* file = getenv("TROUPE_SECRET_FILE");
   if (value != nullptr && file != nullptr)
-    throw user_error("both TROUPE_SECRET and TROUPE_SECRET_FILE=" +
-                     quote_user_text(file, limits::max_quoted_path_length) +
+    throw user_error("both TROUPE_SECRET and TROUPE_SECRET_FILE=" + quote_user_path(file) +
                      " are set: expected one of them (unset the other)");
   if (value != nullptr) {
     if (*value == '\0')
@@ -170,14 +168,12 @@ std::optional<shared_secret> load_secret(const std::string& secret_file,
       throw user_error(
           "TROUPE_SECRET_FILE is set but empty: expected the path of a file "
           "holding the secret");
-    const std::string source =
-        "TROUPE_SECRET_FILE=" + quote_user_text(file, limits::max_quoted_path_length);
+    const std::string source = "TROUPE_SECRET_FILE=" + quote_user_path(file);
     return shared_secret{read_secret_file(file, source), source};
   }
   if (!secret_file.empty())
-    return shared_secret{
-        read_secret_file(secret_file, "the secret_file setting"),
-        "secret file " + quote_user_text(secret_file, limits::max_quoted_path_length)};
+    return shared_secret{read_secret_file(secret_file, "the secret_file setting"),
+                         "secret file " + quote_user_path(secret_file)};
   return std::nullopt;
 }
 

@@ -47,8 +47,8 @@ run_curves read_metrics(const std::string& path, const std::string& label) {
     start = end + 1;
     if (std::all_of(first, last, [](char c) { return c == ' ' || c == '\t' || c == '\r'; }))
       continue;
-    const auto where = "metrics file " + quote_user_text(path, limits::max_quoted_path_length) +
-                       " line " + std::to_string(line_number);
+    const auto where =
+        "metrics file " + quote_user_path(path) + " line " + std::to_string(line_number);
     nlohmann::json line;
     try {
       line = parse_untrusted_json(first, last, where);
@@ -70,7 +70,7 @@ run_curves read_metrics(const std::string& path, const std::string& label) {
       run.test_loss.push_back({step, value});
   }
   if (run.train_loss.empty() && run.test_accuracy.empty() && run.test_loss.empty())
-    throw user_error("metrics file " + quote_user_text(path, limits::max_quoted_path_length) +
+    throw user_error("metrics file " + quote_user_path(path) +
                      ": no training or evaluation lines (JSON objects with \"step\" and \"loss\" "
                      "or \"test_accuracy\")");
   return run;

@@ -29,11 +29,6 @@ plugin_state& state() {
   return s;
 }
 
-// A plugin path for a message: a path that does not exist may be megabytes long.
-std::string quoted_path(const std::string& path) {
-  return quote_user_text(path, limits::max_quoted_path_length);
-}
-
 }  // namespace
 
 void check_builtin_registrations() {
@@ -78,7 +73,7 @@ void load_plugin(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec))
-    throw user_error("plugin " + quoted_path(path) + " does not exist");
+    throw user_error("plugin " + quote_user_path(path) + " does not exist");
   auto canonical = fs::canonical(path, ec).string();
   {
     auto& s = state();
@@ -130,16 +125,16 @@ void check_plugin_symbols(void* library, const std::string& path) {
   using abi_function = int (*)();
   auto abi = reinterpret_cast<abi_function>(dlsym(library, "troupe_plugin_abi_version"));
   if (abi == nullptr || dlsym(library, "troupe_plugin_name") == nullptr)
-    throw user_error(quoted_path(path) +
+    throw user_error(quote_user_path(path) +
                      " is not a troupe plugin: it does not export "
                      "troupe_plugin_abi_version (add TROUPE_PLUGIN(\"name\") to one of its "
                      "sources, from the public header troupe/plugin.hpp)");
   if (abi() != TROUPE_ABI_VERSION)
-    throw user_error("plugin " + quoted_path(path) + " was built against troupe ABI version " +
+    throw user_error("plugin " + quote_user_path(path) + " was built against troupe ABI version " +
                      std::to_string(abi()) + ", but this troupe has ABI version " +
                      std::to_string(TROUPE_ABI_VERSION) + "; rebuild it against this troupe");
   if (dlsym(library, "troupe_plugin_register") == nullptr)
-    throw user_error("plugin " + quoted_path(path) + " has ABI version " +
+    throw user_error("plugin " + quote_user_path(path) + " has ABI version " +
                      std::to_string(TROUPE_ABI_VERSION) +
                      " but no troupe_plugin_register (TROUPE_PLUGIN writes both; declare the "
                      "plugin with TROUPE_PLUGIN(\"name\") from troupe/plugin.hpp)");
@@ -156,7 +151,7 @@ std::vector<std::string> register_plugin(void* library, const std::string& path,
   std::vector<detail::deferred_registration> registrations;
   const auto refuse = [&](const std::string& what) {
     registrations.clear();
-    return user_error("plugin " + quoted_path(path) + " (" + plugin_name + ") " + what);
+    return user_error("plugin " + quote_user_path(path) + " (" + plugin_name + ") " + what);
   };
   std::string current = "its registrations";
   try {
@@ -207,7 +202,7 @@ void open_plugin(const std::string& path, const std::string& canonical) {
   // checks below, except from a library that is no plugin, which the journal takes back.
   library.handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library.handle == nullptr)
-    throw user_error("plugin " + quoted_path(path) + " cannot be loaded: " + dlerror());
+    throw user_error("plugin " + quote_user_path(path) + " cannot be loaded: " + dlerror());
   check_plugin_symbols(library.handle, path);
   using name_function = const char* (*)();
   const std::string plugin_name =
