@@ -14,6 +14,13 @@
 //   y (b T, C) = o W_out^T + b_out               one GEMM
 // Forward saves x, qkv, P and o; backward runs the same GEMMs transposed. It does not
 // split its backward (the weight gradient of W_in needs dqkv, the whole input path).
+//
+// Under [run] precision = "bf16" both projection weights arrive rounded to bf16
+// (bf16_parameters) and the two projections' products run in bf16 with fp32 accumulation,
+// as linear's do: x and o are rounded before their products and saved in bf16 (half the
+// bytes), dy and dqkv are rounded once for their two products each; the biases, their
+// gradients, qkv, the scores, the softmax and the weight gradients stay fp32. The scores'
+// and mixing's GEMMs (per head, T x T x d) stay fp32 too.
 #include <cmath>
 #include <memory>
 
@@ -55,8 +62,13 @@ class attention final : public layer {
     return specs;
   }
 
+  std::vector<std::string> bf16_parameters() const override {
+    return {"in_proj_weight", "out_proj.weight"};
+  }
+
   void bind(device_type type) override {
     gemm_ = kernels::lookup<kernels::ops::gemm>(type);
+    gemm_bf16_ = kernels::lookup<kernels::ops::gemm_bf16>(type);
     bias_add_ = kernels::lookup<kernels::ops::bias_add>(type);
     bias_grad_ = kernels::lookup<kernels::ops::bias_grad>(type);
     fill_ = kernels::lookup<kernels::ops::fill>(type);
@@ -72,7 +84,8 @@ class attention final : public layer {
     tensor p = tensor::empty({s.b, heads_, s.t, s.t}, dtype::f32, context.device);  // (b, H, T, T)
     tensor o = tensor::empty({s.b, s.t, s.c}, dtype::f32, context.device);  // (b, T, C)
     // qkv (b T, 3C) = x (b T, C) W_in^T (C, 3C) + b_in
-    linear_forward(context, s.rows, s.c, 3 * s.c, x.f32(), w.in, w.in_bias, qkv.f32());
+    const tensor x_w = in_weight_type(context, *w.in, x);
+    linear_forward(context, s.rows, s.c, 3 * s.c, x_w, *w.in, w.in_bias, qkv.f32());
     for (int n = 0; n < s.b; ++n)
       for (int h = 0; h < s.h; ++h) {
         const float* q = qkv.f32() + head_offset(s, n, h, 0);
@@ -89,12 +102,13 @@ class attention final : public layer {
               s.t, qkv.f32() + head_offset(s, n, h, 2), 3 * s.c, 0.0f,
               o.f32() + (static_cast<std::int64_t>(n) * s.t) * s.c + h * s.d, s.c);
     // y (b T, C) = o (b T, C) W_out^T (C, C) + b_out
-    linear_forward(context, s.rows, s.c, s.c, o.f32(), w.out, w.out_bias, y.f32());
+    const tensor o_w = in_weight_type(context, *w.out, o);
+    linear_forward(context, s.rows, s.c, s.c, o_w, *w.out, w.out_bias, y.f32());
     if (context.training) {
-      saved.push_back(x);
+      saved.push_back(x_w);
       saved.push_back(qkv);
       saved.push_back(p);
-      saved.push_back(o);
+      saved.push_back(o_w);
     }
   }
 
@@ -111,8 +125,7 @@ class attention final : public layer {
     float* d_out_bias = bias_ ? grads[3].f32() : nullptr;
     // Output projection: dW_out (C, C) += dy^T o; db_out += column sums; do = dy W_out.
     tensor d_o = tensor::empty({s.b, s.t, s.c}, dtype::f32, context.device);
-    linear_backward(context, s.rows, s.c, s.c, o.f32(), w.out, dy.f32(), beta, d_out, d_out_bias,
-                    d_o.f32());
+    linear_backward(context, s.rows, s.c, s.c, o, *w.out, dy, beta, d_out, d_out_bias, d_o.f32());
     tensor d_p = tensor::empty({s.b, s.h, s.t, s.t}, dtype::f32, context.device);
     tensor d_qkv = tensor::empty({s.b, s.t, 3 * s.c}, dtype::f32, context.device);
     for (int n = 0; n < s.b; ++n)
@@ -141,8 +154,8 @@ class attention final : public layer {
               d_qkv.f32() + head_offset(s, n, h, 1), 3 * s.c);
       }
     // Input projection: dW_in (3C, C) += dqkv^T x; db_in += column sums; dx = dqkv W_in.
-    linear_backward(context, s.rows, s.c, 3 * s.c, x.f32(), w.in, d_qkv.f32(), beta, d_in,
-                    d_in_bias, dx != nullptr ? dx->f32() : nullptr);
+    linear_backward(context, s.rows, s.c, 3 * s.c, x, *w.in, d_qkv, beta, d_in, d_in_bias,
+                    dx != nullptr ? dx->f32() : nullptr);
     // Note [the key bias]: the key part of in_proj_bias, (C) from C on, adds q_i . b_k to
     // every score of row i, which the softmax ignores: its gradient is exactly zero. The
     // column sums above give it float noise instead, whose sign follows the summation order,
@@ -165,9 +178,9 @@ class attention final : public layer {
     float scale = 1.0f;                                // 1 / sqrt(d)
   };
   struct weights {
-    const float* in = nullptr;
+    const tensor* in = nullptr;  // f32, or bf16 in a bf16 run
     const float* in_bias = nullptr;
-    const float* out = nullptr;
+    const tensor* out = nullptr;  // likewise
     const float* out_bias = nullptr;
   };
 
@@ -185,9 +198,9 @@ class attention final : public layer {
 
   weights weights_of(const std::vector<tensor>& params) const {
     weights w;
-    w.in = params[0].f32();
+    w.in = &params[0];
     w.in_bias = bias_ ? params[1].f32() : nullptr;
-    w.out = params[bias_ ? 2 : 1].f32();
+    w.out = &params[bias_ ? 2 : 1];
     w.out_bias = bias_ ? params[3].f32() : nullptr;
     return w;
   }
@@ -201,30 +214,51 @@ class attention final : public layer {
     return (static_cast<std::int64_t>(n) * s.h + h) * s.t * s.t;
   }
 
-  /// y (rows, out) = x (rows, in) W^T (in, out) + bias.
-  void linear_forward(const layer_context& context, int rows, int in, int out, const float* x,
-                      const float* weight, const float* bias, float* y) const {
-    gemm_(context.kernels, false, true, rows, out, in, 1.0f, x, in, weight, in, 0.0f, y, out);
+  /// `t` (f32) in the type of `weight`: itself, or rounded to bf16 in a bf16 run.
+  static tensor in_weight_type(const layer_context& context, const tensor& weight,
+                               const tensor& t) {
+    return weight.type() == dtype::bf16 ? rounded_to_bf16(context, t) : t;
+  }
+
+  /// C (m, n) = beta C + op(A) op(B), with A and B both f32 or both bf16 (products
+  /// accumulated in f32 either way); C is f32.
+  void product(const layer_context& context, bool transpose_a, bool transpose_b, int m, int n,
+               int k, const tensor& a, int lda, const tensor& b, int ldb, float beta, float* c,
+               int ldc) const {
+    if (a.type() == dtype::bf16)
+      gemm_bf16_(context.kernels, transpose_a, transpose_b, m, n, k, 1.0f, a.bf16(), lda, b.bf16(),
+                 ldb, beta, c, ldc);
+    else
+      gemm_(context.kernels, transpose_a, transpose_b, m, n, k, 1.0f, a.f32(), lda, b.f32(), ldb,
+            beta, c, ldc);
+  }
+
+  /// y (rows, out) = x (rows, in) W^T (in, out) + bias; x in W's type (in_weight_type).
+  void linear_forward(const layer_context& context, int rows, int in, int out, const tensor& x,
+                      const tensor& weight, const float* bias, float* y) const {
+    product(context, false, true, rows, out, in, x, in, weight, in, 0.0f, y, out);
     if (bias != nullptr)
       bias_add_(context.kernels, rows, out, bias, y);
   }
 
   /// dW (out, in) = beta dW + dy^T x; dbias likewise; dx (rows, in) = dy W (when wanted).
-  void linear_backward(const layer_context& context, int rows, int in, int out, const float* x,
-                       const float* weight, const float* dy, float beta, float* d_weight,
+  /// x as saved (in W's type); dy f32, rounded here once for both products in a bf16 run.
+  void linear_backward(const layer_context& context, int rows, int in, int out, const tensor& x,
+                       const tensor& weight, const tensor& dy, float beta, float* d_weight,
                        float* d_bias, float* dx) const {
-    gemm_(context.kernels, true, false, out, in, rows, 1.0f, dy, out, x, in, beta, d_weight, in);
+    const tensor dy_w = in_weight_type(context, weight, dy);
+    product(context, true, false, out, in, rows, dy_w, out, x, in, beta, d_weight, in);
     if (d_bias != nullptr)
-      bias_grad_(context.kernels, rows, out, dy, beta, d_bias);
+      bias_grad_(context.kernels, rows, out, dy.f32(), beta, d_bias);
     if (dx != nullptr)
-      gemm_(context.kernels, false, false, rows, in, out, 1.0f, dy, out, weight, in, 0.0f, dx,
-            in);
+      product(context, false, false, rows, in, out, dy_w, out, weight, in, 0.0f, dx, in);
   }
 
   source_position where_;
   std::int64_t heads_;
   bool bias_;
   kernels::ops::gemm::function gemm_ = nullptr;
+  kernels::ops::gemm_bf16::function gemm_bf16_ = nullptr;
   kernels::ops::bias_add::function bias_add_ = nullptr;
   kernels::ops::bias_grad::function bias_grad_ = nullptr;
   kernels::ops::fill::function fill_ = nullptr;

@@ -248,3 +248,77 @@ TEST_CASE("conv2d with a bf16 weight computes y, dx and dW within bf16's roundin
   CHECK(wrong == 0);
   CHECK(differ > 0);
 }
+
+namespace {
+
+// ||got - want|| / ||want|| over all elements (Frobenius).
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace
+
+TEST_CASE("attention with bf16 projection weights computes y, dx and dW within bf16's rounding") {
+  if (!kernels::cpu::onednn_has_bf16())
+    return;  // the linear test above says why
+  const int b = 2, t = 5, c = 8, heads = 2;
+  layer_config config;
+  config.type = "attention";
+  config.settings["heads"] = setting_value{std::int64_t{heads}, {"test.toml", 4, 9}};
+  auto math = create_layer(config);
+  math->bind(kernels::device_type::cpu);
+  CHECK(math->bf16_parameters() == std::vector<std::string>{"in_proj_weight", "out_proj.weight"});
+  auto random = [](const shape_t& shape, std::uint32_t seed) {
+    return filled(test::random_floats(std::size_t(element_count(shape)), seed), shape);
+  };
+  const auto x = random({b, t, c}, 21), dy = random({b, t, c}, 22);
+  const auto w_in = random({3 * c, c}, 23), b_in = random({3 * c}, 24);
+  const auto w_out = random({c, c}, 25), b_out = random({c}, 26);
+  struct pass {
+    std::vector<tensor> saved;
+    std::vector<float> y, dx;
+    std::vector<std::vector<float>> grads;
+  };
+  auto run = [&](const std::vector<tensor>& params) {
+    pass out;
+    layer_context context;
+    const auto y = tensor::zeros({b, t, c});
+    math->forward(context, params, x, y, out.saved);
+    auto dx = tensor::zeros({b, t, c});
+    std::vector<tensor> grads{tensor::zeros({3 * c, c}), tensor::zeros({3 * c}),
+                              tensor::zeros({c, c}), tensor::zeros({c})};
+    math->backward(context, params, out.saved, dy, &dx, grads, false);
+    out.y = y.to_vector();
+    out.dx = dx.to_vector();
+    for (const auto& g : grads)
+      out.grads.push_back(g.to_vector());
+    return out;
+  };
+  const auto fp32 = run({w_in, b_in, w_out, b_out});
+  const auto mixed = run({rounded(w_in), b_in, rounded(w_out), b_out});
+  REQUIRE(mixed.saved.size() == 4);
+  CHECK(mixed.saved[0].type() == dtype::bf16);  // x, kept for dW_in in half the bytes
+  CHECK(mixed.saved[3].type() == dtype::bf16);  // o, kept for dW_out likewise
+  CHECK(mixed.saved[1].type() == dtype::f32);   // qkv and the scores stay fp32
+  CHECK(mixed.saved[2].type() == dtype::f32);
+  // Each rounding (x, W_in, o, W_out forward; dy, dqkv backward) moves its operand by at most
+  // u_b = 2^-8 relative, element by element; the fp32 scores, softmax and mixing pass such a
+  // perturbation on without amplifying it for inputs in [-1, 1) (scores of O(1), where the
+  // softmax's Jacobian has norm <= 1/2). y carries four roundings, the gradients up to six:
+  // within 8 u_b of fp32's, relative over the whole tensor.
+  const double bound = 8 * std::ldexp(1.0, -8);
+  CHECK(relative_error(mixed.y, fp32.y) <= bound);
+  CHECK(relative_error(mixed.dx, fp32.dx) <= bound);
+  CHECK(relative_error(mixed.grads[0], fp32.grads[0]) <= bound);  // dW_in
+  CHECK(relative_error(mixed.grads[2], fp32.grads[2]) <= bound);  // dW_out
+  CHECK(relative_error(mixed.grads[1], fp32.grads[1]) <= bound);  // db_in, from dqkv
+  CHECK(mixed.y != fp32.y);                                       // it did compute in bf16
+  CHECK(mixed.grads[3] == fp32.grads[3]);  // db_out: dy's column sums, fp32 alike
+  MESSAGE("bf16 attention, relative to fp32: y " << relative_error(mixed.y, fp32.y) << ", dx "
+                                                 << relative_error(mixed.dx, fp32.dx));
+}

@@ -51,6 +51,17 @@ std::string mlp(const std::string& precision, const std::string& layer_keys = ""
          "\n[optimizer]\ntype = \"adam\"\nlr = 3e-3\n\n[parallel]\n" + parallel;
 }
 
+// A small sequence model (layer_norm, causal attention, a per-position linear, gelu, a
+// classifier) on synthetic samples read as 6 positions of 8 features.
+std::string attention_model(const std::string& precision, const std::string& parallel = "") {
+  return "[run]\nsteps = 30\nseed = 5\nevaluate = false\nprecision = \"" + precision + "\"\n" +
+         test::data_section({24, 480, 10, 48, 4}) + "\n[model]\n" +
+         test::layer("unflatten", "positions = 6\nfeatures = 8\n") + test::layer("layer_norm") +
+         test::layer("attention", "heads = 2\n") + test::linear(8) + test::layer("gelu") +
+         test::layer("flatten") + test::linear(4) +
+         "\n[optimizer]\ntype = \"adam\"\nlr = 0.01\n\n[parallel]\n" + parallel;
+}
+
 struct outcome {
   parameters params;
   std::vector<double> losses;
@@ -91,6 +102,30 @@ TEST_CASE("an MLP trains in bf16 as in fp32, up to bf16's rounding") {
   const double fall16 = bf16.losses[0] - bf16.losses.back();
   CHECK(fall32 > 0.1 * fp32.losses[0]);
   CHECK(std::fabs(fall16 - fall32) <= 0.1 * fall32);
+}
+
+TEST_CASE("an attention model trains in bf16 as in fp32, and holds to one device across wirings") {
+  if (!have_bf16())
+    return;
+  const auto fp32 = train_in_precision(attention_model("fp32"));
+  const auto bf16 = train_in_precision(attention_model("bf16"));
+  REQUIRE(fp32.losses.size() == 30);
+  REQUIRE(bf16.losses.size() == 30);
+  CHECK(std::fabs(bf16.losses[0] - fp32.losses[0]) <= 0.02 * fp32.losses[0]);
+  CHECK(bf16.losses[0] != fp32.losses[0]);  // attention and linear computed in bf16
+  const double fall32 = fp32.losses[0] - fp32.losses.back();
+  const double fall16 = bf16.losses[0] - bf16.losses.back();
+  CHECK(fall32 > 0.1 * fp32.losses[0]);
+  CHECK(std::fabs(fall16 - fall32) <= 0.1 * fall32);
+  for (const std::string parallel :
+       {"devices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n",
+        "devices = [\"cpu:0\", \"cpu:1\"]\nstages = [[0, 2], [3, 6]]\nmicrobatches = 4\n"}) {
+    CAPTURE(parallel);
+    const auto config = parse_config(attention_model("bf16", parallel), "bf16.toml");
+    const auto result = verify_against_single_device(config, 10, default_tolerance(config));
+    CHECK(result.passed);
+    MESSAGE("worst relative difference " << result.worst);
+  }
 }
 
 TEST_CASE("a bf16 run with every linear layer kept in fp32 is the fp32 run, bit for bit") {
