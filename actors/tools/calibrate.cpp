@@ -18,10 +18,12 @@
 #include "actors/session/session.hpp"
 #include "actors/tools/process_link.hpp"
 #include "actors/tools/verify.hpp"
+#include "actors/training/layer_actor.hpp"
 #include "runtime/base/json_input.hpp"
 #include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/base/text_format.hpp"
+#include "runtime/config/precision.hpp"
 #include "runtime/model/loss.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "troupe/error.hpp"
@@ -77,14 +79,24 @@ double elapsed_us(std::chrono::steady_clock::time_point since) {
 // One layer's passes on random inputs and parameters, each timed when run. `reads_data`:
 // the layer's input is the data set's batch, so its backward computes no input gradient
 // (layer_actor: nothing to send it to), as it is timed here.
+// Which of a layer's parameters a run of `config` sends it in bf16: at the layer's own
+// precision setting, else the run's (bf16_parameter_mask).
+std::vector<bool> bf16_mask_of(const layer& math, const layer_config& layer_config,
+                               const shape_t& input, const run_config& config) {
+  return bf16_parameter_mask(
+      math, input,
+      layer_precision(layer_config.settings, this_cpu_bf16()).value_or(config.run.precision));
+}
+
 class layer_bench {
  public:
-  layer_bench(const layer_config& config, std::int64_t index, const shape_t& input,
-              bool reads_data, std::int64_t rows, keyed_random& random)
+  layer_bench(const layer_config& config, std::int64_t index, const shape_t& input, bool reads_data,
+              std::int64_t rows, const run_config& run, keyed_random& random)
       : math_(create_layer(config)) {
     math_->bind(device_type::cpu);
     timing.layer = index;
     timing.type = config.type;
+    timing.precision = run_precision_of(*math_, config, input, run);
     timing.input = input;
     timing.rows = rows;
     context_.training = true;
@@ -92,8 +104,13 @@ class layer_bench {
     shape_t x_shape{rows};
     x_shape.insert(x_shape.end(), input.begin(), input.end());
     x_ = random_tensor(x_shape, random, math_->input_ids());
+    // In a bf16 run the parameters the layer computes with in bf16 arrive rounded
+    // (Note [bf16 parameters] in actors/training/layer_actor.cpp), and it is timed so.
+    const auto in_bf16 = bf16_mask_of(*math_, config, input, run);
     for (const auto& spec : math_->parameters(input)) {
       params_.push_back(random_tensor(spec.shape, random));
+      if (params_.size() <= in_bf16.size() && in_bf16[params_.size() - 1])
+        params_.back() = rounded_to_bf16(context_, params_.back());
       grads_.push_back(tensor::zeros(spec.shape));
       timing.parameters += params_.back().numel();
     }
@@ -365,7 +382,7 @@ std::int64_t time_layers(const run_config& config, const session_prepared& prepa
       const auto& reads = graph.inputs.at(static_cast<std::size_t>(actor.layer));
       const bool reads_data = std::find(reads.begin(), reads.end(), data_input) != reads.end();
       made.push_back(std::make_unique<layer_bench>(actor.math, actor.layer, input, reads_data,
-                                                   out.rows, random));
+                                                   out.rows, config, random));
       std::int64_t elements = out.rows;
       for (auto d : input)
         elements *= d;
@@ -481,6 +498,17 @@ void time_update(const run_config& config, std::int64_t repeats, calibration& ou
       });
     }
     out.update_ns_per_parameter = us * 1000 / static_cast<double>(parameters);
+    // In a bf16 run each optimizer then rounds its new version once (a convert job).
+    if (std::any_of(out.layers.begin(), out.layers.end(),
+                    [](const layer_timing& l) { return l.precision == "bf16"; })) {
+      const auto round = kernels::lookup<kernels::ops::to_bf16>(device_type::cpu);
+      auto rounded = tensor::empty({parameters}, dtype::bf16);
+      const double round_us = median_us(repeats, [&] {
+        next();
+        round(device_context, parameters, param.f32(), rounded.bf16());
+      });
+      out.convert_ns_per_parameter = round_us * 1000 / static_cast<double>(parameters);
+    }
   }
 }
 
@@ -598,6 +626,11 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
   return out;
 }
 
+std::string run_precision_of(const layer& math, const layer_config& layer_config,
+                             const shape_t& input, const run_config& config) {
+  return bf16_mask_of(math, layer_config, input, config).empty() ? "fp32" : "bf16";
+}
+
 std::string format_calibration_text(const calibration& c) {
   std::string text = string_printf(
       "%s on this machine's %s, %lld rows a micro-batch, medians of %lld runs (us):\n", c.config.c_str(),
@@ -606,11 +639,11 @@ std::string format_calibration_text(const calibration& c) {
                         "params", "forward", "backward", "bwd input", "bwd weight");
   for (const auto& l : c.layers) {
     auto split = [](double us) { return us < 0 ? std::string{"-"} : string_printf("%.1f", us); };
-    text += string_printf("%5lld  %-14s %-14s %10lld %10.1f %10.1f %10s %10s\n",
-                          static_cast<long long>(l.layer), l.type.c_str(),
-                          shape_to_string(l.input).c_str(), static_cast<long long>(l.parameters),
-                          l.forward_us, l.backward_us, split(l.backward_input_us).c_str(),
-                          split(l.backward_weight_us).c_str());
+    text += string_printf(
+        "%5lld  %-14s %-14s %10lld %10.1f %10.1f %10s %10s\n", static_cast<long long>(l.layer),
+        (l.type + (l.precision == "bf16" ? " (bf16)" : "")).c_str(),
+        shape_to_string(l.input).c_str(), static_cast<long long>(l.parameters), l.forward_us,
+        l.backward_us, split(l.backward_input_us).c_str(), split(l.backward_weight_us).c_str());
   }
   text += string_printf(
       "update (%s): %.3f ns a parameter; copy: %.2f GB/s at %lld bytes; sum: "
@@ -622,6 +655,9 @@ std::string format_calibration_text(const calibration& c) {
       c.handover_us, c.contention,
       c.handler_us < 0 ? "not measured" : string_printf("%.1f us", c.handler_us).c_str(),
       c.host_us < 0 ? "not measured" : string_printf("%.1f us", c.host_us).c_str());
+  if (c.convert_ns_per_parameter >= 0)
+    text += string_printf("a version rounded to bf16: %.3f ns a parameter\n",
+                          c.convert_ns_per_parameter);
   text += string_printf(
       "rounds of the model's passes: 10%% of them under %.2fx their median, 10%% over %.2fx\n",
       c.rounds_low, c.rounds_high);
@@ -646,6 +682,7 @@ std::string format_calibration_json(const calibration& c) {
       row["backward_input_us"] = l.backward_input_us;
       row["backward_weight_us"] = l.backward_weight_us;
     }
+    row["precision"] = l.precision;
     layers.push_back(std::move(row));
   }
   nlohmann::json out = {{"troupe_version", TROUPE_VERSION_STRING},
@@ -663,6 +700,8 @@ std::string format_calibration_json(const calibration& c) {
                         {"handover_us", c.handover_us},
                         {"contention", c.contention},
                         {"layers", std::move(layers)}};
+  if (c.convert_ns_per_parameter >= 0)
+    out["convert_ns_per_parameter"] = c.convert_ns_per_parameter;
   if (c.handler_us >= 0)
     out["handler_us"] = c.handler_us;
   if (c.host_us >= 0)
@@ -744,6 +783,8 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
   c.load_gb_per_s = rate("load_gb_per_s");
   c.loss_us = number(j, "loss_us", "");
   c.handover_us = number(j, "handover_us", "");
+  if (j.contains("convert_ns_per_parameter"))  // absent: no bf16 layer (or from before)
+    c.convert_ns_per_parameter = number(j, "convert_ns_per_parameter", "", 1e4);
   if (j.contains("handler_us"))  // absent: not measured (or a calibration from before)
     c.handler_us = number(j, "handler_us", "");
   if (j.contains("host_us"))  // likewise
@@ -787,6 +828,13 @@ calibration parse_calibration_json(const std::string& text, const std::string& p
     if (row.contains("backward_input_us")) {
       l.backward_input_us = number(row, "backward_input_us", where);
       l.backward_weight_us = number(row, "backward_weight_us", where);
+    }
+    // Optional: calibrations written before it timed fp32 only.
+    if (row.contains("precision")) {
+      l.precision = string(row, "precision", where);
+      if (l.precision != "fp32" && l.precision != "bf16")
+        throw fail(where + "\"precision\" is " + quote_user_text(l.precision) +
+                   ", expected \"fp32\" or \"bf16\"");
     }
     c.layers.push_back(std::move(l));
   }

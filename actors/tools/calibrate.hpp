@@ -30,6 +30,10 @@ struct layer_timing {
   double backward_us = 0;
   double backward_input_us = -1;   // -1: the layer does not split its backward
   double backward_weight_us = -1;
+  // Its precision as timed, the one a run of the config computes it in: "bf16" where some of
+  // its parameters arrive in bf16 ([run] precision = "bf16", Note [bf16 parameters]), else
+  // "fp32". simulate refuses a config that would run a layer in the other one.
+  std::string precision = "fp32";
 };
 
 struct calibration {
@@ -39,6 +43,8 @@ struct calibration {
   std::int64_t rows = 0;            // micro-batch rows: global batch / (replicas x micro-batches)
   std::string optimizer;            // "sgd", "adam", "adamw"
   double update_ns_per_parameter = 0;
+  double convert_ns_per_parameter = -1;  // an optimizer's rounding of a version to bf16 (a
+                                         // convert job); -1: not measured (no bf16 layer)
   double copy_gb_per_s = 0;         // a copy of copy_bytes
   std::int64_t copy_bytes = 0;
   double reduce_gb_per_s = 0;       // an averager's sum (axpy), bytes added a second
@@ -71,6 +77,11 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
 
 std::string format_calibration_text(const calibration& c);
 std::string format_calibration_json(const calibration& c);
+
+/// "bf16" or "fp32": the precision a run of `config` computes layer `layer_config` in (of
+/// input shape `input`), as calibrate times it.
+std::string run_precision_of(const layer& math, const layer_config& layer_config,
+                             const shape_t& input, const run_config& config);
 
 /// Reads what format_calibration_json wrote. Throws user_error naming `path` and the field
 /// for anything else (not JSON, a missing or mistyped field, negative times).

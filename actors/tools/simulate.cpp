@@ -13,7 +13,8 @@
 //   hand-overs, which the simulation prices as it does any. (Its trace has no parts: a
 //   simulated job's work runs at one instant of the virtual clock.)
 // - the loss: the calibrated loss of a micro-batch, scaled the same way;
-// - an optimizer's update: its parameters times the calibrated time per parameter;
+// - an optimizer's update: its parameters times the calibrated time per parameter; in a
+//   bf16 run, its rounding of the version (convert) likewise;
 // - a copy: its bytes at the calibrated copy bandwidth; from another node, its bytes at
 //   the bandwidth between the nodes (Note [nodes of one machine]: the link's, shared
 //   memory's or the loopback socket's; its latency delays the message,
@@ -122,6 +123,11 @@ class job_prices {
       return us(costs_.loss_us * row_scale);
     if (kind == job_kind::update && layer != nullptr)
       return static_cast<std::int64_t>(costs_.update_ns_per_parameter *
+                                       static_cast<double>(layer->parameters));
+    // A version rounded to bf16: priced for all of the layer's parameters (its fp32 biases,
+    // not rounded, are a small share of them).
+    if (kind == job_kind::convert && layer != nullptr && costs_.convert_ns_per_parameter >= 0)
+      return static_cast<std::int64_t>(costs_.convert_ns_per_parameter *
                                        static_cast<double>(layer->parameters));
     if (kind == job_kind::copy) {
       if (link_.given && link_.bytes_per_ns > 0 && label.from_node >= 0 &&
@@ -371,6 +377,31 @@ node_routes nodes_apart(const simulate_options& options, const calibration& cost
 
 }  // namespace
 
+// Every layer of the model has a timing in `costs`, taken in the precision the run computes
+// it in (a bf16 layer takes a third of an fp32 one's time on a CPU with AMX).
+void check_layers_timed(const session_prepared& prepared, const calibration& costs,
+                        const run_config& config) {
+  for (const auto& a : prepared.graph.actors) {
+    if (a.kind != actor_kind::layer || a.replica != 0)
+      continue;
+    const auto timed = std::find_if(costs.layers.begin(), costs.layers.end(),
+                                    [&](const layer_timing& l) { return l.layer == a.layer; });
+    if (timed == costs.layers.end())
+      throw user_error("the calibration (of " + quote_user_text(costs.config) +
+                       ") has no timing of layer " + std::to_string(a.layer) +
+                       ": calibrate this model (troupe calibrate CONFIG --json -o FILE)");
+    const auto math = create_layer(a.math);
+    const auto& input = prepared.graph.shapes.at(static_cast<std::size_t>(a.layer));
+    const auto runs_in = run_precision_of(*math, a.math, input, config);
+    if (timed->precision != runs_in)
+      throw user_error("the calibration (of " + quote_user_text(costs.config) + ") timed layer " +
+                       std::to_string(a.layer) + " in " + timed->precision +
+                       ", and this config computes it in " + runs_in +
+                       " ([run] precision or the layer's own): calibrate this config (troupe "
+                       "calibrate CONFIG --json -o FILE)");
+  }
+}
+
 prediction simulate_run(const run_config& original, const calibration& costs,
                         const simulate_options& options) {
   if (options.steps < 2 || options.steps > 100000)
@@ -397,13 +428,7 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   // hundreds of replicas is millions of events a step.
   config.run.trace_capacity = std::int64_t{1} << 30;
   const auto prepared = prepare_session(config);
-  for (const auto& a : prepared.graph.actors)
-    if (a.kind == actor_kind::layer && a.replica == 0 &&
-        std::none_of(costs.layers.begin(), costs.layers.end(),
-                     [&](const layer_timing& l) { return l.layer == a.layer; }))
-      throw user_error("the calibration (of " + quote_user_text(costs.config) +
-                       ") has no timing of layer " + std::to_string(a.layer) +
-                       ": calibrate this model (troupe calibrate CONFIG --json -o FILE)");
+  check_layers_timed(prepared, costs, config);
   const auto nodes = nodes_apart(options, costs, config.cluster.shared_memory);
   job_prices prices{prepared.graph, prepared.plan, prepared.fusion, costs, nodes.link};
   simulation::settings world_settings;

@@ -591,7 +591,7 @@ std::vector<tensor> layer_actor::in_precision(const std::vector<tensor>& params,
                                               std::int64_t version) {
   event done;
   auto out = in_layer_precision(params, settings_->bf16_params, first, *settings_->on,
-                                job_for_step("to_bf16", version), &done);
+                                job_for_step(job_kind::convert, version), &done);
   if (done.owner != nullptr)
     last_job_ = done;
   return out;

@@ -186,7 +186,7 @@ caf::message_handler optimizer_actor::handlers() {
 void optimizer_actor::publish() {
   // The version as its layers compute with it: rounded once for all of them.
   const auto sent = in_layer_precision(params_, settings_.bf16_params, 0, *settings_.on,
-                                       job_for_step("to_bf16", version_));
+                                       job_for_step(job_kind::convert, version_));
   for (std::size_t i = 0; i < subscribers_.size(); ++i) {
     params_msg out{version_, settings_.layer_index, sent};
     stamp_send(out, subscriber_tracks_[i], "params", bytes_of(out.params));

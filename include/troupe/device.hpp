@@ -76,13 +76,14 @@ enum class job_kind : std::uint8_t {
   copy,             // a tensor moved to another device or node
   load,             // a batch gathered onto the device that reads it
   wait,             // a stream waiting for another stream's event
+  convert,          // parameters put in their layer's precision (rounded to bf16, or widened)
 };
 
 /// Every kind, in the enum's order (the trace tools' tables and their tests read it).
 constexpr job_kind all_job_kinds[] = {
-    job_kind::other, job_kind::forward,    job_kind::backward, job_kind::backward_weight,
-    job_kind::loss,  job_kind::update,     job_kind::checkpoint, job_kind::reduce,
-    job_kind::copy,  job_kind::load,       job_kind::wait};
+    job_kind::other, job_kind::forward, job_kind::backward,   job_kind::backward_weight,
+    job_kind::loss,  job_kind::update,  job_kind::checkpoint, job_kind::reduce,
+    job_kind::copy,  job_kind::load,    job_kind::wait,       job_kind::convert};
 
 /// The name of a kind in traces: "forward", "backward_weight", ...; "job" for `other`.
 constexpr const char* job_kind_name(job_kind kind) {
@@ -97,6 +98,8 @@ constexpr const char* job_kind_name(job_kind kind) {
     case job_kind::copy: return "copy";
     case job_kind::load: return "load";
     case job_kind::wait: return "wait";
+    case job_kind::convert:
+      return "convert";
     case job_kind::other: break;
   }
   return "job";

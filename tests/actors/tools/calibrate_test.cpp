@@ -1,11 +1,14 @@
 // troupe calibrate (actors/tools/calibrate.hpp): fixed-cost layers time at their set costs, each
-// layer at the rows its wiring gives it, and the JSON says so.
+// layer at the rows its wiring gives it and in the precision the run computes it in, and the
+// JSON says so.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "actors/tools/calibrate.hpp"
 #include "actors/session/session.hpp"
+#include "actors/tools/calibrate.hpp"
+#include "actors/tools/simulate.hpp"
+#include "kernels/cpu/onednn_matmul.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/graph/topology.hpp"
 #include "tests/config_text.hpp"
@@ -123,4 +126,70 @@ TEST_CASE("calibrate does not measure handlers of an explicit config, and says s
   CHECK(parse_calibration_json(format_calibration_json(c), "c.json").handler_us < 0);
   CHECK(c.host_us < 0);
   CHECK(format_calibration_text(c).find("a host turn: not measured") != std::string::npos);
+}
+
+TEST_CASE("a bf16 config's layers are timed in bf16, and simulate wants a calibration of that") {
+  if (!kernels::cpu::onednn_has_bf16()) {
+    MESSAGE("skipped: this CPU has no native bf16 (oneDNN: " << kernels::cpu::onednn_isa_name()
+                                                             << ")");
+    return;
+  }
+  auto mlp = [](const std::string& last_layer_keys) {
+    return "[run]\nsteps = 1\nevaluate = false\nprecision = \"bf16\"\n" +
+           test::data_section({32, 128, 8, 40, 3}) + test::linear(16) + test::layer("relu") +
+           test::layer("linear", "out = 3\n" + last_layer_keys);
+  };
+  const auto config = parse_config(mlp(""), "bf16.toml");
+  const auto c = calibrate(config, "bf16.toml", 3);
+  REQUIRE(c.layers.size() == 3);
+  CHECK(c.layers[0].precision == "bf16");  // its weight arrives rounded, as in the run
+  CHECK(c.layers[1].precision == "fp32");  // relu computes in fp32 only
+  CHECK(c.layers[2].precision == "bf16");
+  // Each optimizer rounds its version to bf16 once a step (a convert job): a cost per
+  // parameter, far under a nanosecond's thousands.
+  CHECK(c.convert_ns_per_parameter > 0);
+  CHECK(c.convert_ns_per_parameter < 1000);
+  const auto text = format_calibration_text(c);
+  CHECK(text.find("linear (bf16)") != std::string::npos);
+  CHECK(text.find("a version rounded to bf16: ") != std::string::npos);
+  const auto back = parse_calibration_json(format_calibration_json(c), "c.json");
+  CHECK(back.layers[0].precision == "bf16");
+  CHECK(back.layers[1].precision == "fp32");
+  CHECK(back.convert_ns_per_parameter == c.convert_ns_per_parameter);
+
+  // A layer kept in fp32 by its own setting is timed in fp32; an fp32 run measures no rounding.
+  const auto kept =
+      calibrate(parse_config(mlp("precision = \"fp32\"\n"), "kept.toml"), "kept.toml", 2);
+  CHECK(kept.layers[2].precision == "fp32");
+  auto fp32_text = mlp("");
+  fp32_text.replace(fp32_text.find("\"bf16\""), 6, "\"fp32\"");
+  const auto fp32 = calibrate(parse_config(fp32_text, "fp32.toml"), "fp32.toml", 2);
+  CHECK(fp32.layers[0].precision == "fp32");
+  CHECK(fp32.convert_ns_per_parameter < 0);
+  CHECK_FALSE(
+      nlohmann::json::parse(format_calibration_json(fp32)).contains("convert_ns_per_parameter"));
+
+  // simulate prices the config with the calibration of its own precision, and refuses another.
+  simulate_options options;
+  options.steps = 4;
+  const auto predicted = simulate_run(config, c, options);
+  CHECK(predicted.step_us > 0);
+  CHECK_THROWS_WITH_AS(simulate_run(config, fp32, options),
+                       doctest::Contains("timed layer 0 in fp32, and this config computes it in "
+                                         "bf16"),
+                       user_error);
+  CHECK_THROWS_WITH_AS(simulate_run(parse_config(fp32_text, "fp32.toml"), c, options),
+                       doctest::Contains("timed layer 0 in bf16, and this config computes it in "
+                                         "fp32"),
+                       user_error);
+
+  // A calibration file from before precisions: its layers read as fp32; another value is refused.
+  auto j = nlohmann::json::parse(format_calibration_json(c));
+  j["layers"][0].erase("precision");
+  CHECK(parse_calibration_json(j.dump(), "c.json").layers[0].precision == "fp32");
+  j["layers"][0]["precision"] = "half";
+  CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"),
+                       doctest::Contains("layers[0]: \"precision\" is 'half', expected \"fp32\" or "
+                                         "\"bf16\""),
+                       user_error);
 }
