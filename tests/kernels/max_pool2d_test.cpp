@@ -63,6 +63,51 @@ TEST_CASE("max_pool2d_forward breaks ties by the first index and lets NaN win") 
   CHECK(argmax[1] == 3);
 }
 
+TEST_CASE("max_pool2d_forward's 2x2 path keeps the first maximum and NaN's win, as a scan does") {
+  // Values from {-1, 0, 1, NaN}: most windows hold ties, many a NaN or two. Even sides take
+  // Note [2x2 pooling in two passes]; odd ones the sweeps; both against a row-major scan.
+  auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::uint32_t seed = 7;
+  for (const auto& sides :
+       std::vector<std::pair<int, int>>{{28, 28}, {14, 14}, {4, 34}, {2, 2}, {7, 6}, {6, 9}}) {
+    const int height = sides.first, width = sides.second;
+    CAPTURE(height);
+    CAPTURE(width);
+    const int batch = 3, channels = 2;
+    const auto w = test::make_window2d(channels, height, width, 2, 2, 0);
+    std::vector<float> x(static_cast<std::size_t>(batch * channels * height * width));
+    for (auto& v : x) {
+      seed = seed * 1664525u + 1013904223u;
+      const int pick = static_cast<int>(seed >> 29) % 5;
+      v = pick == 4 ? nan : static_cast<float>(pick % 3 - 1);
+    }
+    std::vector<float> y(test::output_size(batch, w));
+    std::vector<std::int32_t> argmax(y.size(), -1);
+    forward(test::cpu_context(), batch, w, x.data(), y.data(), argmax.data());
+    int wrong = 0;
+    for (int p = 0; p < batch * channels; ++p)
+      for (int oh = 0; oh < w.out_h(); ++oh)
+        for (int ow = 0; ow < w.out_w(); ++ow) {
+          float best = 0;
+          int at = -1;
+          for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j) {
+              const int index = (2 * oh + i) * width + 2 * ow + j;
+              const float v = x[static_cast<std::size_t>(p * height * width + index)];
+              if (at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                at = index;
+              }
+            }
+          const auto o = static_cast<std::size_t>((p * w.out_h() + oh) * w.out_w() + ow);
+          const bool same = std::isnan(best) ? std::isnan(y[o]) : y[o] == best;
+          wrong += same && argmax[o] == at ? 0 : 1;
+        }
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("max_pool2d_forward refuses padding that leaves a window empty") {
   auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
   const auto w = test::make_window2d(1, 4, 4, 2, 1, 2);
