@@ -18,12 +18,15 @@
 // one core) with that memory held.
 //
 // Under [run] precision = "bf16" the weight arrives rounded to bf16 (bf16_parameters) and the
-// three products run in bf16 with fp32 accumulation (ops::gemm_bf16): each sample's cols and
-// the incoming dy are rounded before their products; x is saved, y, dx and the gradients are
-// fp32 as in an fp32 run, and the bias is added and its gradient summed in fp32.
+// three products run in bf16 with fp32 accumulation (ops::gemm_bf16): x is rounded once, saved
+// for the backward in bf16 (half the bytes) and unfolded in bf16 (ops::im2col_bf16: a third
+// of the bytes the fp32 cols and their rounding moved), and the incoming dy is rounded once
+// for both its products; y, dx and the gradients are fp32 as in an fp32 run, and the bias is
+// added and its gradient summed in fp32.
 #include <memory>
 
 #include "actors/layers/window.hpp"
+#include "troupe/check.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {
@@ -63,37 +66,36 @@ class conv2d final : public layer {
     gemm_ = kernels::lookup<kernels::ops::gemm>(type);
     fill_ = kernels::lookup<kernels::ops::fill>(type);
     im2col_ = kernels::lookup<kernels::ops::im2col>(type);
+    im2col_bf16_ = kernels::lookup<kernels::ops::im2col_bf16>(type);
     col2im_ = kernels::lookup<kernels::ops::col2im>(type);
     gemm_bf16_ = kernels::lookup<kernels::ops::gemm_bf16>(type);
-    to_bf16_ = kernels::lookup<kernels::ops::to_bf16>(type);
   }
 
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
                const tensor& y, std::vector<tensor>& saved) const override {
     const auto g = geometry_of(x);
     const bool bf16 = params[0].type() == dtype::bf16;
-    const tensor cols = sample_buffer(context, g);  // (C k k, OH OW), one sample at a time
-    const tensor cols16 = bf16 ? sample_buffer(context, g, dtype::bf16) : tensor{};
+    const tensor x_w = bf16 ? rounded_to_bf16(context, x) : x;  // x in the weight's type
+    // cols (C k k, OH OW), one sample at a time
+    const tensor cols = sample_buffer(context, g, bf16 ? dtype::bf16 : dtype::f32);
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
     for (int n = 0; n < g.batch; ++n) {
       float* y_n = y.f32() + n * g.y_per_sample;
-      im2col_(context.kernels, 1, g.window, x.f32() + n * g.x_per_sample, cols.f32());
+      unfold_sample(context, g, x_w, n, cols);
       // y_n (out, OH OW) = W (out, C k k) * cols (C k k, OH OW)
-      if (bf16) {
-        to_bf16_(context.kernels, g.cols_per_sample, cols.f32(), cols16.bf16());
-        gemm_bf16_(context.kernels, false, false, g.out, g.pixels, g.depth, 1.0f,
-                   params[0].bf16(), g.depth, cols16.bf16(), g.pixels, 0.0f, y_n, g.pixels);
-      } else {
+      if (bf16)
+        gemm_bf16_(context.kernels, false, false, g.out, g.pixels, g.depth, 1.0f, params[0].bf16(),
+                   g.depth, cols.bf16(), g.pixels, 0.0f, y_n, g.pixels);
+      else
         gemm_(context.kernels, false, false, g.out, g.pixels, g.depth, 1.0f, params[0].f32(),
               g.depth, cols.f32(), g.pixels, 0.0f, y_n, g.pixels);
-      }
       if (bias_)
         // y_n (out, OH OW) += bias (out, 1) * ones (1, OH OW)
         gemm_(context.kernels, false, false, g.out, g.pixels, 1, 1.0f, params[1].f32(), 1,
               ones.f32(), g.pixels, 1.0f, y_n, g.pixels);
     }
     if (context.training)
-      saved.push_back(x);
+      saved.push_back(x_w);
   }
 
   void backward(const layer_context& context, const std::vector<tensor>& params,
@@ -158,21 +160,22 @@ class conv2d final : public layer {
   void weight_gradient(const layer_context& context, const std::vector<tensor>& saved,
                        const tensor& dy, const tensor& dy16, std::vector<tensor>& grads,
                        bool accumulate) const {
-    const tensor& x = saved.at(0);
+    const tensor& x = saved.at(0);  // in the weight's type (forward)
     const auto g = geometry_of(x);
     const bool bf16 = dy16.defined();
-    const tensor cols = sample_buffer(context, g);
-    const tensor cols16 = bf16 ? sample_buffer(context, g, dtype::bf16) : tensor{};
+    TROUPE_CHECK(bf16 == (x.type() == dtype::bf16), "conv2d: the saved input is "
+                                                        << to_string(x.type()) << " and dy "
+                                                        << (bf16 ? "bf16" : "f32"));
+    const tensor cols = sample_buffer(context, g, x.type());
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
     for (int n = 0; n < g.batch; ++n) {
       const float beta = accumulate || n > 0 ? 1.0f : 0.0f;
       const float* dy_n = dy.f32() + n * g.y_per_sample;
-      im2col_(context.kernels, 1, g.window, x.f32() + n * g.x_per_sample, cols.f32());
+      unfold_sample(context, g, x, n, cols);
       // dW (out, C k k) += dy_n (out, OH OW) * cols^T (OH OW, C k k)
       if (bf16) {
-        to_bf16_(context.kernels, g.cols_per_sample, cols.f32(), cols16.bf16());
         gemm_bf16_(context.kernels, false, true, g.out, g.depth, g.pixels, 1.0f,
-                   dy16.bf16() + n * g.y_per_sample, g.pixels, cols16.bf16(), g.pixels, beta,
+                   dy16.bf16() + n * g.y_per_sample, g.pixels, cols.bf16(), g.pixels, beta,
                    grads[0].f32(), g.depth);
       } else {
         gemm_(context.kernels, false, true, g.out, g.depth, g.pixels, 1.0f, dy_n, g.pixels,
@@ -221,6 +224,14 @@ class conv2d final : public layer {
     return tensor::empty({g.depth, g.pixels}, type, context.device);
   }
 
+  /// cols (C k k, OH OW) of sample n of x, both f32 or both bf16.
+  void unfold_sample(const layer_context& context, const geometry& g, const tensor& x, int n,
+                     const tensor& cols) const {
+    if (x.type() == dtype::bf16)
+      im2col_bf16_(context.kernels, 1, g.window, x.bf16() + n * g.x_per_sample, cols.bf16());
+    else
+      im2col_(context.kernels, 1, g.window, x.f32() + n * g.x_per_sample, cols.f32());
+  }
 
   tensor ones_of(const layer_context& context, int count) const {
     tensor ones = tensor::empty({count}, dtype::f32, context.device);
@@ -236,9 +247,9 @@ class conv2d final : public layer {
   kernels::ops::gemm::function gemm_ = nullptr;
   kernels::ops::fill::function fill_ = nullptr;
   kernels::ops::im2col::function im2col_ = nullptr;
+  kernels::ops::im2col_bf16::function im2col_bf16_ = nullptr;
   kernels::ops::col2im::function col2im_ = nullptr;
   kernels::ops::gemm_bf16::function gemm_bf16_ = nullptr;
-  kernels::ops::to_bf16::function to_bf16_ = nullptr;
 };
 
 }  // namespace

@@ -170,6 +170,15 @@ struct im2col {
                             float* cols);
 };
 
+/// im2col of bf16 images into bf16 cols (a bf16 convolution's unfolding): the same layout,
+/// each entry the bits of its pixel, or 0 (+0.0) in the padding. Exact: im2col then to_bf16
+/// gives the same bits as to_bf16 then im2col_bf16.
+struct im2col_bf16 {
+  static constexpr const char* name = "im2col_bf16";
+  using function = void (*)(const context&, int batch, const window2d& window,
+                            const std::uint16_t* x, std::uint16_t* cols);
+};
+
 /// The adjoint of im2col: x (B, C, H, W) = the sum of every cols entry im2col would have
 /// read from that pixel (overwrites x). Deterministic: a fixed order of additions.
 struct col2im {

@@ -36,9 +36,24 @@ void add_into(int n, const float* __restrict source, float* __restrict target) {
     target[k] += source[k];
 }
 
-template <bool Adjoint>
-void unfold(int batch, const window2d& w, const float* x_in, float* x_out, const float* cols_in,
-            float* cols_out) {
+// One row of cols: n elements of a contiguous image row, or zeros (from == nullptr). A plain
+// loop, not std::copy and std::fill: the rows are short (14 to 28 pixels in
+// config/fashion_cnn.toml), and a library call per row was most of im2col's time (perf; this
+// file is compiled with -fno-tree-loop-distribute-patterns so that GCC keeps the loops).
+template <typename Element>
+inline void copy_row(int n, const Element* __restrict from, Element* __restrict to) {
+  if (from == nullptr)
+    for (int k = 0; k < n; ++k)
+      to[k] = Element{};
+  else
+    for (int k = 0; k < n; ++k)
+      to[k] = from[k];
+}
+
+// Element is float, or std::uint16_t (bf16 bits) for im2col alone: the adjoint adds floats.
+template <bool Adjoint, typename Element = float>
+void unfold(int batch, const window2d& w, const Element* x_in, float* x_out, const float* cols_in,
+            Element* cols_out) {
   const int out_h = w.out_h(), out_w = w.out_w();
   const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
   const std::int64_t out_plane = static_cast<std::int64_t>(out_h) * out_w;
@@ -57,7 +72,7 @@ void unfold(int batch, const window2d& w, const float* x_in, float* x_out, const
             const int ih = oh * w.stride_h - w.pad_h + i;
             if (ih < 0 || ih >= w.height) {
               if (!Adjoint)
-                std::fill(cols_out + at, cols_out + at + out_w, 0.0f);
+                copy_row<Element>(out_w, nullptr, cols_out + at);
               continue;
             }
             const std::int64_t source = image + static_cast<std::int64_t>(ih) * w.width;
@@ -71,13 +86,13 @@ void unfold(int batch, const window2d& w, const float* x_in, float* x_out, const
                 for (int ow = first; ow < last; ++ow)
                   x_out[pixel + (ow - first) * w.stride_w] += cols_in[at + ow];
             } else {
-              std::fill(cols_out + at, cols_out + at + first, 0.0f);
+              copy_row<Element>(first, nullptr, cols_out + at);
               if (w.stride_w == 1)
-                std::copy(x_in + pixel, x_in + pixel + (last - first), cols_out + at + first);
+                copy_row(last - first, x_in + pixel, cols_out + at + first);
               else
                 for (int ow = first; ow < last; ++ow)
                   cols_out[at + ow] = x_in[pixel + (ow - first) * w.stride_w];
-              std::fill(cols_out + at + last, cols_out + at + out_w, 0.0f);
+              copy_row<Element>(out_w - last, nullptr, cols_out + at + last);
             }
           }
         }
@@ -91,16 +106,23 @@ void im2col(const context&, int batch, const window2d& window, const float* x, f
   unfold<false>(batch, window, x, nullptr, nullptr, cols);
 }
 
+void im2col_bf16(const context&, int batch, const window2d& window, const std::uint16_t* x,
+                 std::uint16_t* cols) {
+  check_window("im2col_bf16", batch, window);
+  unfold<false>(batch, window, x, nullptr, nullptr, cols);
+}
+
 void col2im(const context&, int batch, const window2d& window, const float* cols, float* x) {
   check_window("col2im", batch, window);
   std::fill(x, x + static_cast<std::int64_t>(batch) * window.channels * window.height * window.width,
             0.0f);
-  unfold<true>(batch, window, nullptr, x, cols, nullptr);
+  unfold<true, float>(batch, window, nullptr, x, cols, nullptr);
 }
 
 }  // namespace
 
 TROUPE_REGISTER_KERNEL(ops::im2col, device_type::cpu, im2col);
+TROUPE_REGISTER_KERNEL(ops::im2col_bf16, device_type::cpu, im2col_bf16);
 TROUPE_REGISTER_KERNEL(ops::col2im, device_type::cpu, col2im);
 
 }  // namespace troupe::kernels::cpu

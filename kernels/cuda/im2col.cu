@@ -15,7 +15,9 @@ namespace {
 
 // ---- kernels ----
 
-__global__ void im2col_kernel(std::int64_t n, window2d w, const float* x, float* cols) {
+// Element: float, or std::uint16_t (bf16 bits, ops::im2col_bf16).
+template <typename Element>
+__global__ void im2col_kernel(std::int64_t n, window2d w, const Element* x, Element* cols) {
   const int out_h = w.out_h(), out_w = w.out_w();
   const std::int64_t out_plane = static_cast<std::int64_t>(out_h) * out_w;
   const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
@@ -29,16 +31,16 @@ __global__ void im2col_kernel(std::int64_t n, window2d w, const float* x, float*
     const std::int64_t image_channel = index / out_plane;
     const std::int64_t b = image_channel / w.channels;
     const std::int64_t c = image_channel % w.channels;
-    const float* image = x + image_channel * plane;
+    const Element* image = x + image_channel * plane;
     // cols[b][(c KH + i) KW + j][oh OW + ow]
-    float* column = cols + (b * w.channels + c) * kernel_area * out_plane +
-                    static_cast<std::int64_t>(oh) * out_w + ow;
+    Element* column = cols + (b * w.channels + c) * kernel_area * out_plane +
+                      static_cast<std::int64_t>(oh) * out_w + ow;
     for (int i = 0; i < w.kernel_h; ++i) {
       const int ih = oh * w.stride_h - w.pad_h + i;
       for (int j = 0; j < w.kernel_w; ++j) {
         const int iw = ow * w.stride_w - w.pad_w + j;
         const bool inside = ih >= 0 && ih < w.height && iw >= 0 && iw < w.width;
-        *column = inside ? image[static_cast<std::int64_t>(ih) * w.width + iw] : 0.0f;
+        *column = inside ? image[static_cast<std::int64_t>(ih) * w.width + iw] : Element{};
         column += out_plane;
       }
     }
@@ -77,15 +79,26 @@ __global__ void col2im_kernel(std::int64_t n, window2d w, const float* cols, flo
 
 // ---- launchers ----
 
-void im2col(const context& ctx, int batch, const window2d& window, const float* x, float* cols) {
-  check_window("im2col", batch, window);
+template <typename Element>
+void unfold(const char* op, const context& ctx, int batch, const window2d& window, const Element* x,
+            Element* cols) {
+  check_window(op, batch, window);
   const std::int64_t n = static_cast<std::int64_t>(batch) * window.channels * window.out_h() *
                          window.out_w();
   if (n == 0)
     return;
-  im2col_kernel<<<grid_stride_blocks(n), threads_per_block, 0, stream_of(ctx)>>>(n, window, x,
-                                                                                 cols);
+  im2col_kernel<Element>
+      <<<grid_stride_blocks(n), threads_per_block, 0, stream_of(ctx)>>>(n, window, x, cols);
   TROUPE_CHECK_LAUNCH();
+}
+
+void im2col(const context& ctx, int batch, const window2d& window, const float* x, float* cols) {
+  unfold("im2col", ctx, batch, window, x, cols);
+}
+
+void im2col_bf16(const context& ctx, int batch, const window2d& window, const std::uint16_t* x,
+                 std::uint16_t* cols) {
+  unfold("im2col_bf16", ctx, batch, window, x, cols);
 }
 
 void col2im(const context& ctx, int batch, const window2d& window, const float* cols, float* x) {
@@ -100,6 +113,7 @@ void col2im(const context& ctx, int batch, const window2d& window, const float* 
 }
 
 TROUPE_REGISTER_KERNEL(ops::im2col, device_type::cuda, im2col);
+TROUPE_REGISTER_KERNEL(ops::im2col_bf16, device_type::cuda, im2col_bf16);
 TROUPE_REGISTER_KERNEL(ops::col2im, device_type::cuda, col2im);
 
 }  // namespace troupe::kernels::cuda_backend

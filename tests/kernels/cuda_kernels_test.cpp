@@ -887,6 +887,16 @@ TEST_CASE("CUDA im2col, col2im, max_pool2d and avg_pool2d match the CPU kernels"
     lookup<ops::im2col>(device_type::cuda)(session.ctx(), batch, w, device_x.get(),
                                            device_cols.get());
     check_close("im2col", session.download(device_cols), cpu_cols, 0.0, 0.0);
+    // im2col_bf16: the same copy of 16-bit elements, the same bits.
+    std::vector<std::uint16_t> x_bits(x.size()), cpu_bits(cpu_cols.size());
+    lookup<ops::to_bf16>(device_type::cpu)(context{}, std::int64_t(x.size()), x.data(),
+                                           x_bits.data());
+    lookup<ops::im2col_bf16>(device_type::cpu)(context{}, batch, w, x_bits.data(), cpu_bits.data());
+    const auto device_x_bits = session.upload(x_bits);
+    device_buffer<std::uint16_t> device_bits{cpu_bits.size()};
+    lookup<ops::im2col_bf16>(device_type::cuda)(session.ctx(), batch, w, device_x_bits.get(),
+                                                device_bits.get());
+    CHECK(session.download(device_bits) == cpu_bits);
     const double area = static_cast<double>(w.kernel_h) * w.kernel_w;
     std::vector<float> cpu_image(x.size());
     lookup<ops::col2im>(device_type::cpu)(context{}, batch, w, cpu_cols.data(), cpu_image.data());

@@ -36,6 +36,36 @@ TEST_CASE("im2col copies every window element and zeroes the padding") {
   }
 }
 
+TEST_CASE("im2col_bf16 unfolds bf16 images as im2col then rounding does, bit for bit") {
+  auto im2col = kernels::lookup<kernels::ops::im2col>(kernels::device_type::cpu);
+  auto im2col_bf16 = kernels::lookup<kernels::ops::im2col_bf16>(kernels::device_type::cpu);
+  auto to_bf16 = kernels::lookup<kernels::ops::to_bf16>(kernels::device_type::cpu);
+  std::uint32_t seed = 140;
+  for (const auto& w : test::window_geometries()) {
+    for (int batch : {1, 3}) {
+      CAPTURE(w.height);
+      CAPTURE(w.kernel_h);
+      CAPTURE(w.stride_h);
+      CAPTURE(w.pad_h);
+      CAPTURE(batch);
+      const auto x = test::random_floats(test::image_size(batch, w), ++seed);
+      std::vector<float> cols(test::columns_size(batch, w));
+      im2col(test::cpu_context(), batch, w, x.data(), cols.data());
+      std::vector<std::uint16_t> want(cols.size());
+      to_bf16(test::cpu_context(), std::int64_t(cols.size()), cols.data(), want.data());
+      std::vector<std::uint16_t> x_bits(x.size());
+      to_bf16(test::cpu_context(), std::int64_t(x.size()), x.data(), x_bits.data());
+      // 0xFFFF (a NaN) in the output: every element must be written, padding included.
+      std::vector<std::uint16_t> got(cols.size(), 0xFFFFu);
+      im2col_bf16(test::cpu_context(), batch, w, x_bits.data(), got.data());
+      CHECK(got == want);
+    }
+  }
+  CHECK_THROWS_WITH_AS(
+      im2col_bf16(test::cpu_context(), -1, test::window_geometries().front(), nullptr, nullptr),
+      doctest::Contains("im2col_bf16"), check_failure);
+}
+
 TEST_CASE("col2im sums every column entry into its pixel and is im2col's adjoint") {
   auto im2col = kernels::lookup<kernels::ops::im2col>(kernels::device_type::cpu);
   auto col2im = kernels::lookup<kernels::ops::col2im>(kernels::device_type::cpu);
