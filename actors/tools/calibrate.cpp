@@ -23,7 +23,6 @@
 #include "runtime/base/limits.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/base/text_format.hpp"
-#include "runtime/config/precision.hpp"
 #include "runtime/model/loss.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 #include "troupe/error.hpp"
@@ -79,15 +78,6 @@ double elapsed_us(std::chrono::steady_clock::time_point since) {
 // One layer's passes on random inputs and parameters, each timed when run. `reads_data`:
 // the layer's input is the data set's batch, so its backward computes no input gradient
 // (layer_actor: nothing to send it to), as it is timed here.
-// Which of a layer's parameters a run of `config` sends it in bf16: at the layer's own
-// precision setting, else the run's (bf16_parameter_mask).
-std::vector<bool> bf16_mask_of(const layer& math, const layer_config& layer_config,
-                               const shape_t& input, const run_config& config) {
-  return bf16_parameter_mask(
-      math, input,
-      layer_precision(layer_config.settings, this_cpu_bf16()).value_or(config.run.precision));
-}
-
 class layer_bench {
  public:
   layer_bench(const layer_config& config, std::int64_t index, const shape_t& input, bool reads_data,
@@ -106,7 +96,7 @@ class layer_bench {
     x_ = random_tensor(x_shape, random, math_->input_ids());
     // In a bf16 run the parameters the layer computes with in bf16 arrive rounded
     // (Note [bf16 parameters] in actors/training/layer_actor.cpp), and it is timed so.
-    const auto in_bf16 = bf16_mask_of(*math_, config, input, run);
+    const auto in_bf16 = bf16_parameter_mask(*math_, config, input, run);
     for (const auto& spec : math_->parameters(input)) {
       params_.push_back(random_tensor(spec.shape, random));
       if (params_.size() <= in_bf16.size() && in_bf16[params_.size() - 1])
@@ -628,7 +618,7 @@ calibration calibrate(const run_config& config, const std::string& path, std::in
 
 std::string run_precision_of(const layer& math, const layer_config& layer_config,
                              const shape_t& input, const run_config& config) {
-  return bf16_mask_of(math, layer_config, input, config).empty() ? "fp32" : "bf16";
+  return bf16_parameter_mask(math, layer_config, input, config).empty() ? "fp32" : "bf16";
 }
 
 std::string format_calibration_text(const calibration& c) {

@@ -858,11 +858,11 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_sh
   return mask;
 }
 
-std::vector<bool> bf16_parameter_mask(const layer& math, const actor_plan& plan,
+std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& layer_config,
                                       const shape_t& input_shape, const run_config& config) {
   return bf16_parameter_mask(
       math, input_shape,
-      layer_precision(plan.math.settings, this_cpu_bf16()).value_or(config.run.precision));
+      layer_precision(layer_config.settings, this_cpu_bf16()).value_or(config.run.precision));
 }
 
 stage_sequencers make_stage_sequencers(const topology& t) {
@@ -894,7 +894,7 @@ std::shared_ptr<layer_actor_settings> settings_for(const actor_plan& plan, spawn
   s->input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
   s->on = &context.devices.at(plan.device);
   s->math = create_layer(plan.math);
-  s->bf16_params = bf16_parameter_mask(*s->math, plan, s->input_shape, context.config);
+  s->bf16_params = bf16_parameter_mask(*s->math, plan.math, s->input_shape, context.config);
   if (context.graph.schedule == pipeline_schedule::zb_h1) {
     s->split_backward = true;
     s->stash_limit = context.graph.stages;

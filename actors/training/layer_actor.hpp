@@ -77,9 +77,10 @@ struct layer_actor_settings {
 /// layer's own setting), by index; empty when none.
 std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_shape,
                                       numeric_precision precision);
-/// The same for the layer actor `plan` of a run of `config`: at the layer's own precision
-/// setting, else the run's. Its optimizer sends it each version so (Note [bf16 parameters]).
-std::vector<bool> bf16_parameter_mask(const layer& math, const actor_plan& plan,
+/// The same for the layer `layer_config` in a run of `config`: at the layer's own precision
+/// setting, else the run's. Its optimizer sends it each version so (Note [bf16 parameters]),
+/// and calibrate times it so.
+std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& layer_config,
                                       const shape_t& input_shape, const run_config& config);
 
 /// Spawns one actor that runs `members` (consecutive layer actors of one replica on one

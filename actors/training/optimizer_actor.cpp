@@ -434,7 +434,7 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       const auto& input_shape = context.graph.shapes.at(static_cast<std::size_t>(plan.layer));
       const auto math = create_layer(model_layer.math);
       s.params = math->parameters(input_shape);
-      s.bf16_params = bf16_parameter_mask(*math, model_layer, input_shape, context.config);
+      s.bf16_params = bf16_parameter_mask(*math, model_layer.math, input_shape, context.config);
       s.optimizer = context.config.optimizer;
       s.schedule = context.schedule;
       s.seed = context.config.run.seed;

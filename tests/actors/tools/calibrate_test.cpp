@@ -192,4 +192,16 @@ TEST_CASE("a bf16 config's layers are timed in bf16, and simulate wants a calibr
                        doctest::Contains("layers[0]: \"precision\" is 'half', expected \"fp32\" or "
                                          "\"bf16\""),
                        user_error);
+  // A megabyte of it is quoted short; a nested value is not a string.
+  j["layers"][0]["precision"] = std::string(1 << 20, 'x');
+  try {
+    parse_calibration_json(j.dump(), "c.json");
+    FAIL("a megabyte precision was accepted");
+  } catch (const user_error& e) {
+    CHECK(std::string(e.what()).find("expected \"fp32\" or \"bf16\"") != std::string::npos);
+    CHECK(std::string(e.what()).size() < 2000);
+  }
+  j["layers"][0]["precision"] = nlohmann::json::parse("{\"a\": [[{\"b\": 1}]]}");
+  CHECK_THROWS_WITH_AS(parse_calibration_json(j.dump(), "c.json"), doctest::Contains("layers[0]"),
+                       user_error);
 }
