@@ -33,7 +33,7 @@ from parallel_scaling import DP2_SHARDED, MLP, main_arguments, run  # noqa: E402
 NODES = ('[parallel]\ndevices = ["node0/cpu:0", "node1/cpu:0"]\ndata = 2\n'
          'averaging = "ring"\nshard_optimizer = true\n\n[cluster]\nnodes = 2\n')
 NODES_GLOO = ('[parallel]\ndevices = ["node0/cpu:0", "node1/cpu:0"]\ndata = 2\n'
-              'averaging = "gloo"\n\n[cluster]\nnodes = 2\n')
+              'averaging = "gloo"\n\n[cluster]\nnodes = 2\nunauthenticated_gloo = true\n')
 
 
 def run_launched(binary, text, workdir, name):

@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "actors/session/cluster_protocol.hpp"
+#include "runtime/base/limits.hpp"
 #include "runtime/net/launch_env.hpp"
 #include "runtime/net/secret.hpp"
 #include "troupe/plugin.hpp"
@@ -24,12 +25,11 @@ namespace troupe {
 // bound to the worker's rank and to the hashes of its config and plugins, so a proof made
 // for another run, rank or config does not pass. A worker that cannot prove it is refused,
 // named in the coordinator's log, and ends with an error; the run goes on waiting for the
-// real one until the rendezvous timeout. Without TLS this is no wall against the network:
-// CAF 0.17's BASP delivers a direct message to any actor of the registry by its number,
-// from a peer that never finished a handshake (an outside review forged a node's loss that
-// way), and its transport trusts a header's payload length before anything of ours runs
-// (docs/guide/nodes.md, "Security"). With [cluster] tls a peer without a certificate
-// never speaks BASP (Note [TLS between nodes]).
+// real one until the rendezvous timeout. Before any of this, a peer proved the secret at
+// node0's front door (runtime/net/front_door.cpp, Note [the front door]): no byte of a peer
+// without it reaches CAF's network layer (BASP), whose holes (a header without its payload
+// crashed node0, a forged message reached any actor by its number) are behind it. This
+// proof binds what the door's does not: the rank and the config.
 //
 // Every node plans the same topology from the same config (the hashes say so), so the
 // roster (actor names and handles) is all a node needs to wire its own actors: each node
@@ -43,28 +43,28 @@ namespace troupe {
 // naming the node. A worker watches its coordinator the same way, and exits on its own.
 
 // Note [TLS between nodes]
-// With [cluster] tls, CAF's openssl module carries every link between nodes: node0
-// publishes the gatekeeper with caf::openssl::publish and the workers connect through the
-// openssl middleman actor, so every message after the TCP connect is inside TLS (1.2 or
-// 1.3, ciphers "HIGH:!aNULL:!MD5"). With a certificate, key and CA file, CAF's session sets
-// SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both ends: node0 requires each
-// worker's certificate and each worker node0's, and OpenSSL checks that it chains to a CA
-// of ca_file and is within its validity dates. CAF names no host to check, so the peer's
-// host name is not compared with its certificate: any certificate the CA signed is as good
-// as another. The shared secret's proof (Note [joining a run]) is unchanged on top and
-// still decides who joins; TLS adds confidentiality and integrity of the traffic, and
-// keeps peers without a certificate of that CA from speaking BASP to node0 at all.
+// With [cluster] tls every link between nodes runs inside TLS (1.2 or 1.3, ciphers
+// "HIGH:!aNULL:!MD5"), after the front door (Note [the front door] in
+// runtime/net/front_door.cpp): a connection first proves the secret in the clear, then
+// node0 and the worker start a TLS session on it (CAF's openssl module's session, with the
+// certificate, key and CA file of its options), and CAF's handshake and everything after
+// run inside it (cluster_system.cpp: a scribe of troupe's that reads and writes through the
+// session, handed to the BASP broker as the plain one is). So the door's bounds hold with
+// TLS too, and a peer without the secret never starts a TLS handshake. With a CA file, the
+// session sets SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both ends: node0
+// requires each worker's certificate and each worker node0's, and OpenSSL checks that it
+// chains to a CA of ca_file and is within its validity dates. CAF names no host to check,
+// so the peer's host name is not compared with its certificate: any certificate the CA
+// signed is as good as another. TLS adds confidentiality and integrity of the traffic; the
+// secret still decides who gets in and who joins.
 //
-// CAF loads the files only when a connection opens, on its network thread, where a file
-// that does not load ends the process: net::check_tls loads them first (cluster_from_
-// environment), so that is a user error naming the file. A worker connects with a
-// deadline of its own rather than with caf::openssl::remote_actor (or caf::io's), which
-// waits for the handshake without limit: a peer that accepts the TCP connection and then
-// says nothing (a stalled TLS handshake, a port that serves something else) would hold
-// the worker forever. A plain node and a TLS node fail each other's handshake at once (each
-// end's first bytes are garbage to the other), and the worker retries until [cluster]
-// timeout. Not covered: gloo's own TCP transport (averaging = "gloo"), which run_session
-// refuses with tls.
+// CAF loads the files only when a session starts, on its network thread, where a file that
+// does not load ends the process: net::check_tls loads them first (cluster_from_
+// environment), so that is a user error naming the file. A plain node and a TLS node pass
+// the door (the same secret) and then fail the next handshake at once (each end's first
+// bytes are garbage to the other); the worker retries until [cluster] timeout. Not
+// covered: gloo's own TCP transport (averaging = "gloo"), which run_session refuses with
+// tls (Note [gloo outside the door] in run_modes.cpp).
 
 using node_protocol::is_loopback;
 
@@ -112,6 +112,8 @@ std::optional<cluster_node> cluster_from_environment(
     node.listen = listen;
   if (auto secret = net::load_secret(c.secret_file, getenv))
     node.secret = secret->value;
+  else if (node.coordinator() ? is_loopback(node.listen) : is_loopback(node.coordinator_host))
+    node.secret = net::machine_secret(getenv).value;  // Note [the machine's own secret]
   if (c.tls) {
     node.tls = net::tls_files{c.certificate, c.key, c.ca_file, {}};
     if (!c.key_passphrase_file.empty())
@@ -119,8 +121,13 @@ std::optional<cluster_node> cluster_from_environment(
           net::read_secret_file(c.key_passphrase_file, "[cluster] key_passphrase_file");
     net::check_tls(*node.tls);
   }
-  if (!node.secret && node.coordinator() && !is_loopback(node.listen))
+  if (!node.secret && node.coordinator())
     throw user_error("the coordinator would listen on " + node.listen +
+                     ", beyond this machine, without a shared secret: set TROUPE_SECRET or "
+                     "TROUPE_SECRET_FILE, or [cluster] secret_file, on every node");
+  if (!node.secret)
+    throw user_error("node" + std::to_string(node.rank) + " would reach node0 at " +
+                     quote_user_text(node.coordinator_host) +
                      ", beyond this machine, without a shared secret: set TROUPE_SECRET or "
                      "TROUPE_SECRET_FILE, or [cluster] secret_file, on every node");
   std::vector<std::string> plugins;

@@ -2,11 +2,13 @@
 //
 // Every process of a run loads the same config and plans the same topology; each spawns
 // the actors of its own node (runtime/graph: a device's node) and the coordinator (node 0)
-// also the trainer and the checkpoint writer. They meet through the coordinator's
-// gatekeeper, published with CAF's io module, or with its openssl module for [cluster] tls
-// (Note [joining a run] and Note [TLS between nodes] in the .cpp):
+// also the trainer and the checkpoint writer. They meet through the coordinator's front
+// door (runtime/net/front_door.hpp: each proves the secret before CAF reads a byte; then
+// TLS with [cluster] tls) and its gatekeeper (Note [joining a run] and Note [TLS between
+// nodes] in the .cpp):
 //
-//   worker                                   coordinator's gatekeeper
+//   worker                                   coordinator's door, then its gatekeeper
+//     knock: magic, nonce, proof             ->  admits the connection to CAF, proves back
 //     hello(rank, config and plugin hashes)  ->  compares them with its own; a challenge C
 //     prove(rank, nonce W, proof of C)       ->  checks the proof; its own proof of W, and
 //                                                the trainer and checkpoint writer
@@ -24,19 +26,23 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "runtime/base/unique_fd.hpp"
 #include "runtime/collective/gloo_allreduce.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/net/config_identity.hpp"
+#include "runtime/net/front_door.hpp"
 #include "runtime/net/tls.hpp"
 #include "runtime/trace_tools/merge.hpp"
 
@@ -51,7 +57,7 @@ struct cluster_node {
   std::string coordinator_host = "127.0.0.1";
   int coordinator_port = 29500;
   std::string listen = "127.0.0.1";   // the coordinator's listening address
-  std::optional<std::string> secret;  // none: only a loopback run may go without
+  std::optional<std::string> secret;  // given, or this machine's own (always set)
   net::config_identity identity;      // what every node must share with the coordinator
   double timeout = 60;                // rendezvous, seconds
   double heartbeat = 1;
@@ -166,6 +172,20 @@ void add_cluster_message_types(caf::actor_system_config& config);
 /// every link need them).
 void configure_cluster_system(caf::actor_system_config& config, const cluster_node& node);
 
+/// node0: gives a connection that passed the front door (runtime/net/front_door.hpp) to
+/// CAF's BASP broker, which greets it as a connection accepted on `port`, where `gate` is
+/// published (Note [the front door's hand-over] in cluster_system.cpp); with `tls`, inside
+/// a TLS session of the system's openssl settings (configure_cluster_system). Any thread.
+void admit_to_network(caf::actor_system& system, unique_fd socket, std::uint16_t port,
+                      const caf::actor& gate, bool tls = false);
+
+/// A worker: runs CAF's handshake (inside TLS with `tls`) over a connection to node0 that
+/// passed its front door (net::knock), within `wait`; node0's published actor, or the
+/// error (a timeout included).
+caf::expected<caf::actor> connect_through_door(caf::actor_system& system, unique_fd socket,
+                                               std::uint16_t port, std::chrono::milliseconds wait,
+                                               bool tls = false);
+
 /// The nodes of a run as the coordinator sees them once everyone joined.
 struct joined_cluster {
   roster actors;                                // every node's, the coordinator's included
@@ -179,8 +199,8 @@ typename Inspector::result_type inspect(Inspector& f, joined_cluster& x) {
   return f(caf::meta::type_name("troupe::joined_cluster"), x.actors, x.agents, x.names, x.where);
 }
 
-/// The coordinator's side. Publishes the gatekeeper on node.listen:node.coordinator_port
-/// and answers workers until all have joined or node.timeout passes.
+/// The coordinator's side. Opens the front door on node.listen:node.coordinator_port to
+/// the gatekeeper, which answers workers until all have joined or node.timeout passes.
 class coordinator_gate {
  public:
   /// Throws user_error when the port cannot be opened.
@@ -226,6 +246,7 @@ class coordinator_gate {
   caf::actor gate_;
   caf::actor watch_;
   std::uint16_t port_ = 0;
+  std::unique_ptr<net::front_door> door_;  // node0's port (Note [the front door])
 };
 
 /// A worker's side, from connecting to leaving.

@@ -1,8 +1,7 @@
 // coordinator_gate.cpp: node0's side of a run over several nodes, as the session sees it
-// (cluster.hpp): publish the gatekeeper, wait for the workers, wire them, watch them,
-// collect their traces and tell them how the run ended.
+// (cluster.hpp): open the front door to the gatekeeper, wait for the workers, wire them,
+// watch them, collect their traces and tell them how the run ended.
 #include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 
 #include <cstdio>
 #include <optional>
@@ -10,7 +9,6 @@
 
 #include "actors/session/cluster.hpp"
 #include "actors/session/cluster_protocol.hpp"
-#include "runtime/base/limits.hpp"
 
 namespace troupe {
 
@@ -21,38 +19,37 @@ coordinator_gate::coordinator_gate(caf::actor_system& system, const cluster_node
     : system_(system), node_(node), trainer_(trainer) {
   store_ = spawn_gloo_store(system);
   gate_ = spawn_gatekeeper(system, node, std::move(trainer), std::move(checkpoint_writer), store_);
-  const auto at = static_cast<std::uint16_t>(node.coordinator_port);
-  auto port = node.tls ? caf::openssl::publish(gate_, at, node.listen.c_str(), true)
-                       : caf::io::publish(gate_, at, node.listen.c_str(), true);
-  if (!port) {
+  // Note [the front door] in runtime/net/front_door.cpp; with tls, each admitted
+  // connection runs TLS before CAF's handshake (Note [TLS between nodes] in cluster.cpp).
+  net::door_settings door;
+  door.listen = node.listen;
+  door.port = node.coordinator_port;
+  door.secret = node.secret.value();
+  try {
+    door_ = std::make_unique<net::front_door>(
+        std::move(door), [&system, gate = gate_, port = node.coordinator_port,
+                          tls = node.tls.has_value()](unique_fd socket, const std::string&) {
+          admit_to_network(system, std::move(socket), static_cast<std::uint16_t>(port), gate, tls);
+        });
+  } catch (...) {
     caf::anon_send_exit(gate_, caf::exit_reason::kill);
-    const auto why = system.render(port.error());
-    throw user_error("the coordinator cannot listen on " + quote_user_text(node.listen) + " port " +
-                     std::to_string(node.coordinator_port) + ": " + quote_user_path(why) +
-                     (why.find("No local interface") != std::string::npos
-                          ? "; is it an address of this machine? ([cluster] listen or "
-                            "TROUPE_LISTEN)"
-                          : "; is another run using that port? Choose another with [cluster] "
-                            "port or MASTER_PORT"));
+    caf::anon_send_exit(store_, caf::exit_reason::kill);
+    throw;
   }
-  port_ = *port;
-  // The secret decides who joins; without TLS it cannot keep a host that reaches the port
-  // from CAF's own network code (docs/guide/nodes.md, "Security").
+  port_ = static_cast<std::uint16_t>(door_->port());
   if (!is_loopback(node.listen) && !node.tls)
     std::fprintf(stderr,
-                 "note: node0 listens on %s without [cluster] tls: any host that reaches its "
-                 "port can crash or disturb this run through CAF's network layer before the "
-                 "secret is asked for; use tls = true unless every host on the network is "
-                 "trusted\n",
+                 "note: node0 listens on %s without [cluster] tls: a peer proves the secret "
+                 "before CAF reads a byte from it, but what the nodes send each other crosses "
+                 "the network unencrypted and unprotected; use tls = true unless every host "
+                 "on the path is trusted\n",
                  node.listen.c_str());
 }
 
 coordinator_gate::~coordinator_gate() {
   if (watch_)
     caf::anon_send_exit(watch_, caf::exit_reason::user_shutdown);
-  // With tls too: both middleman actors hand the port to the one BASP broker, which closes
-  // it (caf::openssl::unpublish does not compile in CAF 0.17.6: it omits the actor).
-  caf::io::unpublish(gate_, port_);
+  door_.reset();  // no more connections; those admitted stay CAF's
   caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(store_, caf::exit_reason::user_shutdown);
 }

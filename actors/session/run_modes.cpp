@@ -455,6 +455,36 @@ gloo_rendezvous run_mode::gloo(const session_state& s, gloo_rendezvous given) co
   return given;
 }
 
+namespace {
+
+// Note [gloo outside the door]
+// gloo's transport (averaging = "gloo") opens TCP connections of its own between the
+// nodes, outside CAF, so outside the front door (Note [the front door] in
+// runtime/net/front_door.cpp) and outside TLS: gloo reads whatever a peer that reaches
+// those ports sends, and no secret or certificate is asked for. Across nodes it is refused
+// unless [cluster] unauthenticated_gloo = true says that every host that can reach them is
+// trusted; with tls it is refused outright, since the gradients would cross unencrypted
+// where TLS was asked for.
+void refuse_gloo_across_nodes(const cluster_section& cluster, const source_position& where,
+                              bool tls) {
+  if (tls)
+    throw config_error(where,
+                       "averaging = \"gloo\" sends the gradients over gloo's own TCP "
+                       "connections, which [cluster] tls (at " +
+                           cluster.tls_where.to_string() +
+                           ") does not cover: they would cross the network unencrypted; use "
+                           "averaging = \"ring\" or \"central\" with TLS, or turn tls off");
+  if (!cluster.unauthenticated_gloo)
+    throw config_error(where,
+                       "averaging = \"gloo\" across nodes sends the gradients over gloo's own "
+                       "TCP connections, which take any peer that reaches their ports: the "
+                       "shared secret guards only troupe's own links; use averaging = \"ring\" "
+                       "or \"central\", or set [cluster] unauthenticated_gloo = true where "
+                       "every host that can reach this machine's ports is trusted");
+}
+
+}  // namespace
+
 std::unique_ptr<run_mode> make_run_mode(const session_state& s) {
   const auto& options = s.options;
   const auto& graph = s.graph();
@@ -469,17 +499,9 @@ std::unique_ptr<run_mode> make_run_mode(const session_state& s) {
                      std::to_string(graph.nodes) + " " + s.config.path +
                      ", or one troupe run per node under torchrun, Slurm or mpirun");
   const auto& node = *options.cluster;
-  // Note [TLS between nodes] in cluster.cpp: gloo's transport is not inside TLS.
-  if (node.tls)
-    for (const auto& a : graph.actors)
-      if (a.kind == actor_kind::averager && a.method == averaging_method::gloo)
-        throw config_error(a.method_where,
-                           "averaging = \"gloo\" sends the gradients over gloo's own TCP "
-                           "connections, which [cluster] tls (at " +
-                               s.config.cluster.tls_where.to_string() +
-                               ") does not cover: they would cross the network unencrypted; "
-                               "use averaging = \"ring\" or \"central\" with TLS, or turn tls "
-                               "off");
+  for (const auto& a : graph.actors)
+    if (a.kind == actor_kind::averager && a.method == averaging_method::gloo)
+      refuse_gloo_across_nodes(s.config.cluster, a.method_where, node.tls.has_value());
   if (node.coordinator())
     return std::make_unique<coordinator_mode>(node);
   return std::make_unique<worker_mode>(node);

@@ -3,7 +3,6 @@
 // actors, then serve node0 (the roster, heartbeats, its trace) until the run is over.
 #include <unistd.h>
 #include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -22,48 +21,45 @@ using namespace node_protocol;
 
 namespace {
 
-// The coordinator's gatekeeper, through CAF's middleman actor (or the openssl module's), by
-// `deadline` at the latest (Note [TLS between nodes]); none, and `failure` says why and
-// `answered` whether the TCP connection opened (something listens there).
+// The coordinator's gatekeeper, through node0's front door and CAF's BASP broker (inside
+// TLS with [cluster] tls), by `deadline` at the latest (Note [TLS between nodes]); none,
+// and `failure` says why and `answered` whether the TCP connection opened (something
+// listens there). Throws user_error when node0 refused this node's proof of the secret.
 caf::actor connect_to_gate(caf::actor_system& system, const cluster_node& node,
                            clock::time_point deadline, std::string& failure, bool& answered) {
-  const auto manager =
-      node.tls ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
   const auto port = static_cast<std::uint16_t>(node.coordinator_port);
   const auto wait =
       std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()),
                std::chrono::milliseconds(200));
-  caf::scoped_actor self{system};
-  caf::actor gate;
-  self->request(manager, wait, caf::connect_atom::value, node.coordinator_host, port)
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& remote, const std::set<std::string>&) {
-            if (remote)
-              gate = caf::actor_cast<caf::actor>(std::move(remote));
-            else
-              failure = system.render(caf::make_error(caf::sec::no_actor_published_at_port, port));
-          },
-          [&](caf::error& error) {
-            // cannot_connect_to_node with a context ("ip_connect failed", host, port): no
-            // TCP connection; without one, from the openssl module: TCP connected, and
-            // the TLS handshake failed at its first step (the peer's first bytes were
-            // not TLS).
-            const bool no_tcp =
-                error == caf::sec::cannot_connect_to_node && !error.context().empty();
-            answered = !no_tcp;
-            if (error == caf::sec::cannot_connect_to_node && !no_tcp)
-              failure =
-                  "the TLS handshake failed at once (node0 speaks no TLS, or its certificate "
-                  "does not verify against [cluster] ca_file?)";
-            else if (error == caf::sec::request_timeout)
-              failure = "the connection opened, but no handshake completed within " +
-                        seconds_text(std::chrono::duration<double>(wait).count()) +
-                        (node.tls ? " (is node0 without [cluster] tls?)"
-                                  : " (does node0 have [cluster] tls, and this node not?)");
-            else
-              failure = system.render(error);
-          });
-  return gate;
+  auto knocked = net::knock(node.coordinator_host, node.coordinator_port, node.secret.value(),
+                            clock::now() + wait);
+  answered = knocked.answered;
+  if (knocked.refused)
+    throw user_error("node" + std::to_string(node.rank) +
+                     " could not prove the shared secret to node0 at " + node.coordinator_host +
+                     ":" + std::to_string(node.coordinator_port) + ": " + knocked.failure);
+  if (knocked.socket.get() < 0) {
+    failure = knocked.failure;
+    return {};
+  }
+  const bool tls = node.tls.has_value();
+  auto gate = connect_through_door(system, std::move(knocked.socket), port, wait, tls);
+  if (gate)
+    return *gate;
+  // node0 proved the secret, so it is this run's: what failed is CAF's handshake, or TLS's.
+  if (gate.error() == caf::sec::request_timeout)
+    failure = "node0 admitted this node, but no handshake completed within " +
+              seconds_text(std::chrono::duration<double>(wait).count()) +
+              (tls ? " (is node0 without [cluster] tls?)"
+                   : " (does node0 have [cluster] tls, and this node not?)");
+  else if (tls)
+    failure = "the TLS handshake failed (" + system.render(gate.error()) +
+              "): node0 speaks no TLS, or a certificate does not verify against [cluster] "
+              "ca_file";
+  else
+    failure = "node0 closed the connection during CAF's handshake (" + system.render(gate.error()) +
+              "): does node0 have [cluster] tls, and this node not?";
+  return {};
 }
 
 }  // namespace

@@ -217,6 +217,10 @@ struct cluster_section {
   /// Tensors between nodes of one machine through shared memory rather than TCP (Note
   /// [tensors through shared memory] in runtime/net/shared_memory.cpp).
   bool shared_memory = true;
+  /// averaging = "gloo" across nodes anyway: gloo's own TCP connections take any peer,
+  /// which no secret or TLS guards (Note [gloo outside the door] in
+  /// actors/session/run_modes.cpp); refused unless this is true.
+  bool unauthenticated_gloo = false;
   /// TLS on every CAF link between nodes (Note [TLS between nodes] in actors/session/cluster.cpp).
   /// The paths are relative to the config file, checked to exist when tls is on; the
   /// passphrase file, if any, holds the key's passphrase (its first line).
@@ -228,6 +232,7 @@ struct cluster_section {
   source_position where;
   source_position nodes_where;
   source_position tls_where;  // where tls is written, if it is
+  source_position unauthenticated_gloo_where;
 };
 
 /// One [[actor]] or [[wire]] table of an explicit config: every key with its position

@@ -66,16 +66,6 @@ namespace troupe::net {
 
 namespace {
 
-// "error:...: reason" of OpenSSL's latest error, or a placeholder when it queued none.
-std::string openssl_reason() {
-  const unsigned long code = ERR_get_error();
-  if (code == 0)
-    return "no reason given by OpenSSL";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
-}
-
 std::string to_hex(const unsigned char* bytes, std::size_t size) {
   static const char digits[] = "0123456789abcdef";
   std::string out;
@@ -175,6 +165,66 @@ std::optional<shared_secret> load_secret(const std::string& secret_file,
     return shared_secret{read_secret_file(secret_file, "the secret_file setting"),
                          "secret file " + quote_user_path(secret_file)};
   return std::nullopt;
+}
+
+// Note [the machine's own secret]
+// A run whose nodes all share this machine may go without a secret given to it (torchrun
+// or mpirun on one host); its front door (front_door.cpp) still asks for one, so such a run
+// uses a secret kept for the user on this machine: 32 random bytes in hex, in a private
+// file that the first node to need it writes. That keeps other users of the machine out, as
+// a secret given by hand would; it does not keep out the user's own processes, which can
+// read the file. Written beside its place and then linked there, so that of two nodes
+// starting at once one writes it and both read the same bytes.
+shared_secret machine_secret(const std::function<const char*(const char*)>& getenv) {
+  std::string directory;
+  if (const char* runtime = getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime == '/')
+    directory = std::string(runtime) + "/troupe";
+  else if (const char* home = getenv("HOME"); home != nullptr && *home == '/')
+    directory = std::string(home) + "/.cache/troupe";
+  else
+    throw user_error(
+        "a run over several nodes of this machine without a shared secret keeps one of its own "
+        "under $XDG_RUNTIME_DIR or $HOME, and neither is set to a path: set TROUPE_SECRET or "
+        "TROUPE_SECRET_FILE on every node");
+  const auto cannot = [&](const std::string& what) {
+    return user_error("cannot " + what + " for this machine's own secret: " + std::strerror(errno) +
+                      "; set TROUPE_SECRET or TROUPE_SECRET_FILE on every "
+                      "node instead");
+  };
+  for (auto slash = directory.find('/', 1);; slash = directory.find('/', slash + 1)) {
+    const auto part = directory.substr(0, slash);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+      throw cannot("make the directory " + quote_user_path(part));
+    if (slash == std::string::npos)
+      break;
+  }
+  const std::string path = directory + "/loopback-secret";
+  if (::access(path.c_str(), F_OK) != 0) {
+    const std::string draft = path + "." + std::to_string(::getpid());
+    unique_fd fd{
+        ::open(draft.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)};
+    const auto bytes = random_nonce(32);
+    const auto text = to_hex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+    if (fd.get() < 0 ||
+        ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        fd.close() != 0)
+      throw cannot("write " + quote_user_path(draft));
+    const bool linked = ::link(draft.c_str(), path.c_str()) == 0 || errno == EEXIST;
+    ::unlink(draft.c_str());
+    if (!linked)
+      throw cannot("write " + quote_user_path(path));
+  }
+  return {read_secret_file(path, "this machine's own secret"), "this machine's own secret file"};
+}
+
+std::string openssl_reason() {
+  std::string out;
+  while (unsigned long code = ERR_get_error()) {
+    char text[256];
+    ERR_error_string_n(code, text, sizeof text);
+    out += (out.empty() ? "" : "; ") + std::string(text);
+  }
+  return out.empty() ? "no reason given by OpenSSL" : out;
 }
 
 std::string random_nonce(std::size_t bytes) {

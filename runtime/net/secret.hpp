@@ -50,11 +50,22 @@ std::optional<shared_secret> load_secret(
     const std::string& secret_file = "",
     const std::function<const char*(const char*)>& getenv = ::getenv);
 
+/// The secret of this user on this machine, for a run whose nodes all share the machine
+/// and were given no secret (Note [the machine's own secret] in secret.cpp): read from
+/// $XDG_RUNTIME_DIR/troupe/loopback-secret, or $HOME/.cache/troupe/loopback-secret, which
+/// the first caller writes (32 random bytes in hex, mode 600; the directories 700). Throws
+/// user_error when neither variable holds a path, or the file cannot be written or read.
+shared_secret machine_secret(const std::function<const char*(const char*)>& getenv = ::getenv);
+
 /// The secret in the file `path`, checked as load_secret says (a private regular file of
 /// at most max_secret_file_bytes, one trailing newline stripped, not empty); `source`
 /// names the setting in messages. Also for other secrets kept in files, like the TLS
 /// key's passphrase ([cluster] key_passphrase_file).
 std::string read_secret_file(const std::string& path, const std::string& source);
+
+/// OpenSSL's queued error reasons, oldest first ("error:...: reason; ..."), and its queue
+/// emptied; a placeholder when it queued none. For messages of the calls that failed.
+std::string openssl_reason();
 
 /// `bytes` random bytes (raw, not hex) from OpenSSL's RAND_bytes, for nonces. Throws
 /// user_error (exit_code::run_failed) with OpenSSL's reason when it has no entropy.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "runtime/net/secret.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::net {
@@ -23,17 +24,6 @@ struct context_free {
 struct store_context_free {
   void operator()(X509_STORE_CTX* context) const { X509_STORE_CTX_free(context); }
 };
-
-// OpenSSL's queued reasons, oldest first, and the queue emptied.
-std::string openssl_reason() {
-  std::string out;
-  while (unsigned long code = ERR_get_error()) {
-    char text[256];
-    ERR_error_string_n(code, text, sizeof text);
-    out += (out.empty() ? "" : "; ") + std::string(text);
-  }
-  return out.empty() ? "no reason given" : out;
-}
 
 // Hands OpenSSL the key's passphrase; none (0 bytes) when there is none, so that an
 // encrypted key fails to load rather than OpenSSL asking on the terminal.

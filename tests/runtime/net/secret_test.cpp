@@ -246,3 +246,38 @@ TEST_CASE("an empty, missing, oversized or non-regular secret file is refused, n
   CHECK(contains(user_error_of([&] { secret_from({}, directory.string()); }),
                  "is not a regular file"));
 }
+
+TEST_CASE("this machine's own secret is written once, private, and read by every node") {
+  // Note [the machine's own secret]: a run of several nodes on one machine with no secret.
+  const temp_directory home{"troupe-secret-home"};
+  const temp_directory runtime{"troupe-secret-run"};
+  auto own_secret = [&](const environment& variables) {
+    return machine_secret([&](const char* name) -> const char* {
+      const auto found = variables.find(name);
+      return found == variables.end() ? nullptr : found->second.c_str();
+    });
+  };
+  const auto first = own_secret({{"HOME", home.string()}});
+  CHECK(first.value.size() == 64);
+  const auto path = home.string() + "/.cache/troupe/loopback-secret";
+  REQUIRE(fs::exists(path));
+  CHECK((fs::status(path).permissions() & fs::perms::all) == owner_read_write);
+  CHECK((fs::status(home.string() + "/.cache/troupe").permissions() & fs::perms::all) ==
+        fs::perms::owner_all);
+  // The second node reads the first one's; $XDG_RUNTIME_DIR is preferred when it is set.
+  CHECK(own_secret({{"HOME", home.string()}}).value == first.value);
+  const auto elsewhere =
+      own_secret({{"HOME", home.string()}, {"XDG_RUNTIME_DIR", runtime.string()}});
+  CHECK(fs::exists(runtime.string() + "/troupe/loopback-secret"));
+  CHECK(elsewhere.value != first.value);
+  // Nowhere to keep it: refused, saying what to set instead.
+  CHECK(
+      contains(user_error_of([&] { own_secret({}); }), "set TROUPE_SECRET or TROUPE_SECRET_FILE"));
+  CHECK(contains(user_error_of([&] {
+                   own_secret({{"HOME", "relative/home"}});
+                 }),
+                 "neither is set to a path"));
+  // A file someone widened is refused like any secret file.
+  fs::permissions(path, owner_read_write | fs::perms::group_read);
+  CHECK(contains(user_error_of([&] { own_secret({{"HOME", home.string()}}); }), "has mode 0640"));
+}
