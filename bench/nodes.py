@@ -16,6 +16,15 @@ the time of one layer's gradient all-reduce between two nodes, the actor ring ne
 
     /usr/bin/python3 bench/nodes.py [--batches 128,256,512] [--repeats 5] [--steps 300]
 
+With --security (issue 53) it measures instead what node0's front door and TLS cost: DP2
+and PP2 (1F1B, 4 micro-batches) over two processes, through shared memory and over TCP
+([cluster] shared_memory = false), each with the default (the front door), with tls = true
+(certificates made with the `openssl` command), and with --baseline OLD/troupe (a build
+from before the door, where CAF accepted node0's connections itself) without and with TLS,
+alternated run by run; the ratios are to the baseline, or to the default without one.
+
+    /usr/bin/python3 bench/nodes.py --security [--baseline OLD/troupe] [--batches 256]
+
 Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
 part of ctest.
 """
@@ -48,8 +57,69 @@ def run_launched(binary, text, workdir, name):
         return [json.loads(line) for line in f if '"event"' in line][-1]
 
 
+PP2_NODES = ('[parallel]\ndevices = ["node0/cpu:0", "node1/cpu:0"]\npipeline = 2\n'
+             'microbatches = 4\nschedule = "1f1b"\n\n[cluster]\nnodes = 2\n')
+
+
+def make_certificates(workdir):
+    """A CA and one node certificate it signs (EC P-256), as docs/guide/nodes.md makes them;
+    the [cluster] lines that use them."""
+    def openssl(*arguments):
+        subprocess.run(["openssl", *arguments], cwd=workdir, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=troupe-bench-ca")
+    openssl("req", *ec, "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=node")
+    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "node.pem", "-days", "2")
+    return "".join(f'{key} = "{os.path.join(workdir, name)}"\n'
+                   for key, name in (("certificate", "node.pem"), ("key", "node.key"),
+                                     ("ca_file", "ca.pem")))
+
+
+def security(args, workdir):
+    """The --security table (see the module's doc)."""
+    tls_lines = "tls = true\n" + make_certificates(workdir)
+    variants = [("door", args.binary, "")]
+    if args.baseline:
+        variants.insert(0, ("baseline", args.baseline, ""))
+        variants.insert(1, ("baseline + TLS", args.baseline, tls_lines))
+    variants.append(("door + TLS", args.binary, tls_lines))
+    batch = int(args.batches.split(",")[0])
+    rows = []
+    for wiring, parallel in (("DP2", NODES), ("PP2 1F1B", PP2_NODES)):
+        for path, transport in (("shared memory", ""), ("TCP", "shared_memory = false\n")):
+            rates = {name: [] for name, _, _ in variants}
+            for r in range(args.repeats):
+                for name, binary, extra in variants:
+                    text = MLP.format(steps=args.steps, batch=batch,
+                                      parallel=parallel + transport + extra)
+                    rates[name].append(run_launched(binary, text, workdir,
+                                                    "security")["samples_per_s"])
+                print(f"{wiring}, {path}, run {r + 1}: " +
+                      ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items()), file=sys.stderr)
+            base = rates[variants[0][0]]
+            rows.append((wiring, path, {n: (statistics.median(v), statistics.median(
+                b / a for a, b in zip(base, v))) for n, v in rates.items()}))
+    print(f"\nTwo processes, batch {batch}, {args.steps} steps, medians of {args.repeats} "
+          f"(samples/s, and the ratio to {variants[0][0]} run by run)")
+    print(f"{'wiring':>9} {'path':>14} " + " ".join(f"{n:>22}" for n, _, _ in variants))
+    for wiring, path, cells in rows:
+        print(f"{wiring:>9} {path:>14} " + " ".join(
+            f"{cells[n][0]:>14.0f} ({cells[n][1]:.2f}x)" for n, _, _ in variants))
+
+
 def main():
-    args = main_arguments(__doc__, repeats=5, batches="128,256,512")
+    def options(parser):
+        parser.add_argument("--security", action="store_true",
+                            help="what the front door and TLS cost (see above)")
+        parser.add_argument("--baseline", help="a troupe binary from before the front door")
+    args = main_arguments(__doc__, repeats=5, batches="128,256,512", extra=options)
+    if args.security:
+        with tempfile.TemporaryDirectory() as workdir:
+            security(args, workdir)
+        return
     port = 29600 + os.getpid() % 1000
     rows = []
     with tempfile.TemporaryDirectory() as workdir:

@@ -55,7 +55,10 @@ namespace troupe::net {
 // line with how many more and a few of their addresses.
 //
 // Not covered: the traffic after the proofs. Without [cluster] tls a host on the path can
-// read, drop or alter it, and could take over a connection once it is admitted. And a peer
+// read, drop or alter it, and could take over a connection once it is admitted; and a
+// worker that connects to a man in the middle lets it relay the worker's answer to node0
+// and so open an admitted connection (with tls, the TLS handshake inside then fails
+// without a certificate). And a peer
 // that keeps the door's slots full can delay a worker's join (the worker retries until
 // [cluster] timeout). The gatekeeper's own proof (Note [joining a run] in
 // actors/session/cluster.cpp) still binds the rank and the config's hash.
