@@ -223,3 +223,43 @@ TEST_CASE("gloo across nodes is refused unless [cluster] unauthenticated_gloo sa
   INFO(ran.output);
   CHECK(ran.exit_code == 0);
 }
+
+TEST_CASE("a worker at a fake node0 that speaks CAF's protocol gives up without a crash") {
+  // Before the door, a node0 that sent a handshake header without its payload crashed the
+  // worker too (docs/guide/nodes.md, "Security"). Now the worker reads node0's greeting
+  // first and hands CAF nothing from a node0 that did not prove the secret.
+  test::temp_directory dir{"troupe-door"};
+  const auto config = dir.write(
+      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                 "\n[cluster]\ntimeout = 2\n",
+                                 3));
+  unique_fd listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  REQUIRE(listener.get() >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener.get(), 16) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const int port = ntohs(address.sin_port);
+  std::atomic<int> answered{0};
+  std::thread fake([&] {
+    for (;;) {
+      unique_fd peer{::accept(listener.get(), nullptr, nullptr)};
+      if (peer.get() < 0)
+        return;
+      const auto header = basp_header(0, 0);  // a server handshake with no payload
+      (void)::send(peer.get(), header.data(), header.size(), MSG_NOSIGNAL);
+      ++answered;
+    }
+  });
+  node_process worker{troupe_env(1, 2, port), {"run", config}, dir.file("node1.log")};
+  const int code = worker.wait(30);
+  ::shutdown(listener.get(), SHUT_RDWR);
+  fake.join();
+  INFO(worker.output());
+  CHECK(code == 1);
+  CHECK(answered > 0);
+  CHECK(contains(worker.output(), "node0 sent no greeting of troupe's front door"));
+}
