@@ -101,14 +101,21 @@ rlim_t raise_descriptor_limit(rlim_t wanted) {
   return limit.rlim_cur;
 }
 
+// DP2 over node0's cpu:0 and node1's for `steps` steps, written to dir/NAME.toml:
+// `parallel` after its [parallel] lines, `cluster` as its [cluster] section's.
+std::string door_dp2(test::temp_directory& dir, const std::string& name,
+                     const std::string& parallel, const std::string& cluster, int steps) {
+  return dir.write(name + ".toml",
+                   cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n" +
+                                      parallel + "\n[cluster]\n" + cluster,
+                                  steps));
+}
+
 }  // namespace
 
 TEST_CASE("hostile peers during a two-node run neither end it nor change its parameters") {
   test::temp_directory dir{"troupe-door"};
-  const auto config = dir.write(
-      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                 "\n[cluster]\ntimeout = 60\n",
-                                 300));
+  const auto config = door_dp2(dir, "dp2", "", "timeout = 60\n", 300);
   auto reference = run_troupe("launch -n 2 " + config + " -q --metrics /dev/null --checkpoint " +
                               dir.file("reference"));
   INFO(reference.output);
@@ -203,10 +210,7 @@ TEST_CASE("hostile peers during a two-node run neither end it nor change its par
 
 TEST_CASE("gloo across nodes is refused unless [cluster] unauthenticated_gloo says so") {
   test::temp_directory dir{"troupe-door"};
-  const auto gloo = dir.write(
-      "gloo.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                  "averaging = \"gloo\"\n",
-                                  3));
+  const auto gloo = door_dp2(dir, "gloo", "averaging = \"gloo\"\n", "", 3);
   auto refused = run_troupe("launch -n 2 " + gloo + " -q --metrics /dev/null");
   INFO(refused.output);
   CHECK(refused.exit_code == 2);
@@ -215,10 +219,7 @@ TEST_CASE("gloo across nodes is refused unless [cluster] unauthenticated_gloo sa
                  "gloo's own TCP connections"));
   CHECK(contains(refused.output, "[cluster] unauthenticated_gloo = true"));
   const auto allowed =
-      dir.write("gloo-allowed.toml",
-                cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                               "averaging = \"gloo\"\n\n[cluster]\nunauthenticated_gloo = true\n",
-                               3));
+      door_dp2(dir, "gloo-allowed", "averaging = \"gloo\"\n", "unauthenticated_gloo = true\n", 3);
   auto ran = run_troupe("launch -n 2 " + allowed + " -q --metrics /dev/null");
   INFO(ran.output);
   CHECK(ran.exit_code == 0);
@@ -229,10 +230,7 @@ TEST_CASE("a worker at a fake node0 that speaks CAF's protocol gives up without 
   // worker too (docs/guide/nodes.md, "Security"). Now the worker reads node0's greeting
   // first and hands CAF nothing from a node0 that did not prove the secret.
   test::temp_directory dir{"troupe-door"};
-  const auto config = dir.write(
-      "dp2.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
-                                 "\n[cluster]\ntimeout = 2\n",
-                                 3));
+  const auto config = door_dp2(dir, "dp2", "", "timeout = 2\n", 3);
   unique_fd listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
   REQUIRE(listener.get() >= 0);
   sockaddr_in address{};
