@@ -25,6 +25,13 @@ alternated run by run; the ratios are to the baseline, or to the default without
 
     /usr/bin/python3 bench/nodes.py --security [--baseline OLD/troupe] [--batches 256]
 
+With --precision (issue 46) it measures the same four in [run] precision = "bf16" (DP2's
+ring with reduce_dtype = "bf16" too) against fp32, and the bytes that crossed between the
+two processes a step (one traced run each: the trace's network wires and shared memory).
+Needs a CPU with AVX512-BF16 or AMX.
+
+    OPENBLAS_CORETYPE=Haswell /usr/bin/python3 bench/nodes.py --precision [--batches 256]
+
 Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
 part of ctest.
 """
@@ -78,36 +85,84 @@ def make_certificates(workdir):
                                      ("ca_file", "ca.pem")))
 
 
-def security(args, workdir):
-    """The --security table (see the module's doc)."""
-    tls_lines = "tls = true\n" + make_certificates(workdir)
-    variants = [("door", args.binary, "")]
-    if args.baseline:
-        variants.insert(0, ("baseline", args.baseline, ""))
-        variants.insert(1, ("baseline + TLS", args.baseline, tls_lines))
-    variants.append(("door + TLS", args.binary, tls_lines))
+def network_bytes(binary, text, workdir):
+    """Bytes that crossed between the two processes in one traced run of `text`: over TCP
+    (the trace's network wires) and through shared memory."""
+    trace = os.path.join(workdir, "bytes.json")
+    config = os.path.join(workdir, "bytes.toml")
+    with open(config, "w") as f:
+        f.write(text)
+    subprocess.run([binary, "launch", "-n", "2", config, "--quiet", "--metrics", os.devnull,
+                    "--trace", trace], check=True, stdout=subprocess.DEVNULL)
+    summary = json.loads(subprocess.run([binary, "trace", "summary", trace, "--json"],
+                                        check=True, capture_output=True, text=True).stdout)
+    return (sum(w["bytes"] for w in summary["wires"] if w["network"]) +
+            summary.get("shared_memory_bytes", 0))
+
+
+def variant_table(args, workdir, variants, with_bytes=False):
+    """DP2 and PP2 over two processes, through shared memory and over TCP, each variant
+    (name, binary, text -> text) in turn run by run; a table of median samples/s and of the
+    ratio to the first variant (and with `with_bytes` the bytes that crossed, per step)."""
     batch = int(args.batches.split(",")[0])
     rows = []
     for wiring, parallel in (("DP2", NODES), ("PP2 1F1B", PP2_NODES)):
         for path, transport in (("shared memory", ""), ("TCP", "shared_memory = false\n")):
-            rates = {name: [] for name, _, _ in variants}
+            texts = {name: (binary, change(MLP.format(steps=args.steps, batch=batch,
+                                                      parallel=parallel + transport)))
+                     for name, binary, change in variants}
+            rates = {name: [] for name in texts}
             for r in range(args.repeats):
-                for name, binary, extra in variants:
-                    text = MLP.format(steps=args.steps, batch=batch,
-                                      parallel=parallel + transport + extra)
+                for name, (binary, text) in texts.items():
                     rates[name].append(run_launched(binary, text, workdir,
-                                                    "security")["samples_per_s"])
+                                                    "variant")["samples_per_s"])
                 print(f"{wiring}, {path}, run {r + 1}: " +
                       ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items()), file=sys.stderr)
             base = rates[variants[0][0]]
-            rows.append((wiring, path, {n: (statistics.median(v), statistics.median(
-                b / a for a, b in zip(base, v))) for n, v in rates.items()}))
+            cells = {n: [statistics.median(v),
+                         statistics.median(b / a for a, b in zip(base, v))]
+                     for n, v in rates.items()}
+            if with_bytes:
+                for name, (binary, text) in texts.items():
+                    cells[name].append(network_bytes(binary, text, workdir) / args.steps)
+            rows.append((wiring, path, cells))
     print(f"\nTwo processes, batch {batch}, {args.steps} steps, medians of {args.repeats} "
-          f"(samples/s, and the ratio to {variants[0][0]} run by run)")
-    print(f"{'wiring':>9} {'path':>14} " + " ".join(f"{n:>22}" for n, _, _ in variants))
+          f"(samples/s, and the ratio to {variants[0][0]} run by run" +
+          (", and KiB between the processes a step" if with_bytes else "") + ")")
+    width = 32 if with_bytes else 22
+    print(f"{'wiring':>9} {'path':>14} " + " ".join(f"{n:>{width}}" for n, _, _ in variants))
     for wiring, path, cells in rows:
         print(f"{wiring:>9} {path:>14} " + " ".join(
-            f"{cells[n][0]:>14.0f} ({cells[n][1]:.2f}x)" for n, _, _ in variants))
+            f"{c[0]:>14.0f} ({c[1]:.2f}x)" + (f" {c[2] / 1024:>7.0f} KiB" if with_bytes else "")
+            for c in (cells[n] for n, _, _ in variants)))
+
+
+def security(args, workdir):
+    """The --security table (see the module's doc)."""
+    tls_lines = "tls = true\n" + make_certificates(workdir)
+
+    def keep(text):
+        return text
+
+    def tls(text):
+        return text.rstrip("\n") + "\n" + tls_lines
+    variants = [("door", args.binary, keep)]
+    if args.baseline:
+        variants.insert(0, ("baseline", args.baseline, keep))
+        variants.insert(1, ("baseline + TLS", args.baseline, tls))
+    variants.append(("door + TLS", args.binary, tls))
+    variant_table(args, workdir, variants)
+
+
+def precision(args, workdir):
+    """The --precision table (see the module's doc)."""
+    def bf16(text):
+        text = text.replace("[run]\n", '[run]\nprecision = "bf16"\n', 1)
+        if "data = 2" in text:  # the gradients' ring in bf16 too
+            text = text.replace("\n[cluster]\n", 'reduce_dtype = "bf16"\n\n[cluster]\n', 1)
+        return text
+    variant_table(args, workdir, [("fp32", args.binary, lambda text: text),
+                                  ("bf16", args.binary, bf16)], with_bytes=True)
 
 
 def main():
@@ -115,10 +170,12 @@ def main():
         parser.add_argument("--security", action="store_true",
                             help="what the front door and TLS cost (see above)")
         parser.add_argument("--baseline", help="a troupe binary from before the front door")
+        parser.add_argument("--precision", action="store_true",
+                            help="bf16 against fp32 over two processes (see above)")
     args = main_arguments(__doc__, repeats=5, batches="128,256,512", extra=options)
-    if args.security:
+    if args.security or args.precision:
         with tempfile.TemporaryDirectory() as workdir:
-            security(args, workdir)
+            (security if args.security else precision)(args, workdir)
         return
     port = 29600 + os.getpid() % 1000
     rows = []

@@ -46,6 +46,17 @@ namespace troupe::net {
 // from being replayed. node0 proves the secret only to a peer that proved it first, so the
 // door answers no one's questions.
 //
+// Why a door of troupe's own rather than the other ways (issue 53). TLS on by default, with
+// certificates derived from the secret, keeps peers without the secret out of BASP too, but
+// CAF's openssl module accepts every TCP connection and holds it in its handshake with
+// neither a limit nor a deadline (idle and slow peers would still use up node0's
+// descriptors), and over TCP it halves DP2's rate (docs/benchmarks.md). Patching CAF
+// 0.17.6 (Debian's source) would mean building CAF in every build and keeping a fork of
+// its broker. The door is a few hundred lines that need nothing of CAF, so they are tested
+// and fuzzed alone (tests/runtime/net/front_door_test.cpp, tests/fuzz/fuzz_door.cpp), it
+// costs one round trip when a node joins and nothing after, and TLS stays an option that
+// runs inside it.
+//
 // Bounds: a peer has handshake_seconds from its accept to prove the secret, however it
 // trickles its bytes (a peer that sends one a second is closed at the deadline); at most
 // pending_limit connections prove at once, and one more closes the oldest of them (a real
