@@ -1171,7 +1171,7 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
                            "the run; found " +
                            format_number(s.node_timeout));
   r.read("shared_memory", s.shared_memory);
-  s.unauthenticated_gloo_where = r.read("unauthenticated_gloo", s.unauthenticated_gloo);
+  r.read("unauthenticated_gloo", s.unauthenticated_gloo);
   read_cluster_tls(r, directory, s);
   r.finish();
   return s;

@@ -232,7 +232,6 @@ struct cluster_section {
   source_position where;
   source_position nodes_where;
   source_position tls_where;  // where tls is written, if it is
-  source_position unauthenticated_gloo_where;
 };
 
 /// One [[actor]] or [[wire]] table of an explicit config: every key with its position
