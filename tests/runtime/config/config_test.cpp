@@ -672,6 +672,19 @@ TEST_CASE("[cluster] is read with its defaults, and each bad value is refused at
               "[cluster] node_timeout: must be more than twice heartbeat (3 s)");
   check_error(minimal_model + "[cluster]\nshared_memory = \"yes\"\n", 5, 17,
               "[cluster] shared_memory: expected a boolean (true or false), found a string");
+  // unauthenticated_gloo (Note [gloo outside the door]): false unless given; anything but a
+  // boolean, a megabyte string or a deeply nested array included, refused at its key.
+  CHECK_FALSE(config.cluster.unauthenticated_gloo);
+  CHECK(parse_config(minimal_model + "[cluster]\nunauthenticated_gloo = true\n", "t.toml")
+            .cluster.unauthenticated_gloo);
+  check_error(
+      minimal_model + "[cluster]\nunauthenticated_gloo = \"" + std::string(1 << 20, 'y') + "\"\n",
+      5, 24, "[cluster] unauthenticated_gloo: expected a boolean (true or false), found a string");
+  check_error(minimal_model + "[cluster]\nunauthenticated_gloo = [[true]]\n", 5, 24,
+              "[cluster] unauthenticated_gloo: expected a boolean (true or false), found an array");
+  check_error(minimal_model + "[cluster]\nunauthenticated_gloo = " + std::string(200, '[') +
+                  std::string(200, ']') + "\n",
+              5, 88, "nest more than 64 levels deep here");
   check_error(minimal_model + "[cluster]\nnodez = 2\n", 5, 1,
               "unknown key 'nodez' in [cluster]; did you mean 'nodes'?");
 }
