@@ -23,6 +23,12 @@
 // of the bytes the fp32 cols and their rounding moved), and the incoming dy is rounded once
 // for both its products; y, dx and the gradients are fp32 as in an fp32 run, and the bias is
 // added and its gradient summed in fp32.
+//
+// On a CPU the three passes are oneDNN's direct convolution instead, over the whole
+// micro-batch (ops::conv2d_forward, _backward_data, _backward_weights): in bf16 always, in
+// f32 where the device's f32 products are oneDNN's (Note [direct convolution] in
+// kernels/cpu/conv2d.cpp says where each was measured faster). The operands' types and what
+// is saved for the backward are the same either way.
 #include <memory>
 
 #include "actors/layers/window.hpp"
@@ -63,6 +69,12 @@ class conv2d final : public layer {
   std::vector<std::string> bf16_parameters() const override { return {"weight"}; }
 
   void bind(device_type type) override {
+    direct_ = type == device_type::cpu;
+    if (direct_) {
+      forward_direct_ = kernels::lookup<kernels::ops::conv2d_forward>(type);
+      backward_data_direct_ = kernels::lookup<kernels::ops::conv2d_backward_data>(type);
+      backward_weights_direct_ = kernels::lookup<kernels::ops::conv2d_backward_weights>(type);
+    }
     gemm_ = kernels::lookup<kernels::ops::gemm>(type);
     fill_ = kernels::lookup<kernels::ops::fill>(type);
     im2col_ = kernels::lookup<kernels::ops::im2col>(type);
@@ -76,6 +88,13 @@ class conv2d final : public layer {
     const auto g = geometry_of(x);
     const bool bf16 = params[0].type() == dtype::bf16;
     const tensor x_w = bf16 ? rounded_to_bf16(context, x) : x;  // x in the weight's type
+    if (context.training)
+      saved.push_back(x_w);
+    if (convolves_directly(context, bf16, g)) {
+      forward_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, x_w.raw(),
+                      params[0].raw(), bias_ ? params[1].f32() : nullptr, y.f32());
+      return;
+    }
     // cols (C k k, OH OW), one sample at a time
     const tensor cols = sample_buffer(context, g, bf16 ? dtype::bf16 : dtype::f32);
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
@@ -94,8 +113,6 @@ class conv2d final : public layer {
         gemm_(context.kernels, false, false, g.out, g.pixels, 1, 1.0f, params[1].f32(), 1,
               ones.f32(), g.pixels, 1.0f, y_n, g.pixels);
     }
-    if (context.training)
-      saved.push_back(x_w);
   }
 
   void backward(const layer_context& context, const std::vector<tensor>& params,
@@ -141,8 +158,13 @@ class conv2d final : public layer {
                       const std::vector<tensor>& saved, const tensor& dy, const tensor& dy16,
                       const tensor& dx) const {
     const auto g = geometry_of(saved.at(0));
-    const tensor dcols = sample_buffer(context, g);
     const bool bf16 = dy16.defined();
+    if (convolves_directly(context, bf16, g)) {
+      backward_data_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out,
+                            bf16 ? dy16.raw() : dy.raw(), params[0].raw(), dx.f32());
+      return;
+    }
+    const tensor dcols = sample_buffer(context, g);
     for (int n = 0; n < g.batch; ++n) {
       // dcols (C k k, OH OW) = W^T (C k k, out) * dy_n (out, OH OW)
       if (bf16)
@@ -166,6 +188,12 @@ class conv2d final : public layer {
     TROUPE_CHECK(bf16 == (x.type() == dtype::bf16), "conv2d: the saved input is "
                                                         << to_string(x.type()) << " and dy "
                                                         << (bf16 ? "bf16" : "f32"));
+    if (convolves_directly(context, bf16, g)) {
+      backward_weights_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, x.raw(),
+                               bf16 ? dy16.raw() : dy.raw(), accumulate ? 1.0f : 0.0f,
+                               grads[0].f32(), bias_ ? grads[1].f32() : nullptr);
+      return;
+    }
     const tensor cols = sample_buffer(context, g, x.type());
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
     for (int n = 0; n < g.batch; ++n) {
@@ -213,6 +241,18 @@ class conv2d final : public layer {
     return g;
   }
 
+  /// Whether this call convolves by oneDNN's direct convolution rather than im2col and gemm.
+  /// Where the input's and the output's channels fill oneDNN's blocks of 16 (Note [direct
+  /// convolution] says why only there).
+  bool convolves_directly(const layer_context& context, bool bf16, const geometry& g) const {
+    const bool blocks_fill = g.out % 16 == 0 && g.window.channels % 16 == 0;
+    return direct_ && blocks_fill && (bf16 || kernels::cpu_gemm_is_onednn(context.kernels.gemm));
+  }
+
+  static kernels::conv_operands operands(bool bf16) {
+    return bf16 ? kernels::conv_operands::bf16 : kernels::conv_operands::f32;
+  }
+
   /// cols (C k k, OH OW) of one sample; refuses one past the tensor limit.
   tensor sample_buffer(const layer_context& context, const geometry& g,
                        dtype type = dtype::f32) const {
@@ -244,6 +284,10 @@ class conv2d final : public layer {
   window_settings window_;
   bool bias_;
   init_kind init_ = init_kind::kaiming_uniform;
+  bool direct_ = false;  // a CPU device: oneDNN's direct convolution where it is the faster
+  kernels::ops::conv2d_forward::function forward_direct_ = nullptr;
+  kernels::ops::conv2d_backward_data::function backward_data_direct_ = nullptr;
+  kernels::ops::conv2d_backward_weights::function backward_weights_direct_ = nullptr;
   kernels::ops::gemm::function gemm_ = nullptr;
   kernels::ops::fill::function fill_ = nullptr;
   kernels::ops::im2col::function im2col_ = nullptr;

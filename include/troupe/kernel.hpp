@@ -44,6 +44,11 @@ inline const char* to_string(device_type type) {
 /// its kernels use AVX-512, OpenBLAS elsewhere (Note [CPU GEMM backend] in kernels/cpu/gemm.cpp).
 enum class cpu_gemm : std::uint8_t { automatic, openblas, onednn };
 
+/// Whether a CPU device with this choice computes its f32 products on oneDNN: "automatic" where
+/// oneDNN's kernels use AVX-512 (Note [CPU GEMM backend] in kernels/cpu/gemm.cpp). Its f32
+/// convolutions are then oneDNN's too (Note [direct convolution] in kernels/cpu/conv2d.cpp).
+bool cpu_gemm_is_onednn(cpu_gemm choice);
+
 /// Where a kernel runs. CUDA kernels read their stream (cudaStream_t) and cuBLAS handle
 /// (cublasHandle_t) from it; the CPU GEMM reads its library.
 struct context {

@@ -85,6 +85,11 @@ struct xent_options {
   std::int32_t ignore_index = no_ignore_index;
 };
 
+/// A convolution's operands: `x`, `w` and `dy` hold floats (f32) or bfloat16 bit patterns
+/// (bf16: [run] precision = "bf16"); outputs, biases and gradients are always f32, products
+/// accumulated in f32.
+enum class conv_operands : std::uint8_t { f32, bf16 };
+
 namespace ops {
 
 /// C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, row-major; op(X) = X or X^T.
@@ -178,6 +183,42 @@ struct im2col_bf16 {
   using function = void (*)(const context&, int batch, const window2d& window,
                             const std::uint16_t* x, std::uint16_t* cols);
 };
+
+/// Direct 2-D convolution (dilation 1, groups 1), whole batch at once: y (B, O, OH, OW) =
+/// sum over (c, i, j) of w (O, C, KH, KW) and the window of x (B, C, H, W) (zeros in the
+/// padding), plus bias (O) when bias is not null. Overwrites y (NaN in it included). CPU only
+/// (Note [direct convolution] in kernels/cpu/conv2d.cpp): a CUDA device convolves by im2col
+/// and gemm in the layer.
+struct conv2d_forward {
+  static constexpr const char* name = "conv2d_forward";
+  using function = void (*)(const context&, conv_operands operands, int batch,
+                            const window2d& window, int out_channels, const void* x, const void* w,
+                            const float* bias, float* y);
+};
+
+/// The input gradient of conv2d_forward: dx (B, C, H, W) = the sum over the outputs each
+/// pixel fed of w times dy (B, O, OH, OW). Overwrites dx. CPU only, as conv2d_forward.
+struct conv2d_backward_data {
+  static constexpr const char* name = "conv2d_backward_data";
+  using function = void (*)(const context&, conv_operands operands, int batch,
+                            const window2d& window, int out_channels, const void* dy, const void* w,
+                            float* dx);
+};
+
+/// The parameter gradients of conv2d_forward: dw (O, C, KH, KW) = beta * dw + the sum over the
+/// batch and the outputs of dy times the window of x; db (O) = beta * db + the sum of dy over
+/// batch and pixels, when db is not null. beta is 0 or 1 (accumulate). CPU only.
+struct conv2d_backward_weights {
+  static constexpr const char* name = "conv2d_backward_weights";
+  using function = void (*)(const context&, conv_operands operands, int batch,
+                            const window2d& window, int out_channels, const void* x, const void* dy,
+                            float beta, float* dw, float* db);
+};
+
+/// The ops no CUDA kernel implements, each with the way a CUDA device does the same work
+/// instead (tests/kernels/ops_coverage_test.cpp holds this list to the backends).
+inline constexpr const char* cpu_only_ops[] = {"conv2d_forward", "conv2d_backward_data",
+                                               "conv2d_backward_weights"};
 
 /// The adjoint of im2col: x (B, C, H, W) = the sum of every cols entry im2col would have
 /// read from that pixel (overwrites x). Deterministic: a fixed order of additions.

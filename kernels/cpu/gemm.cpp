@@ -24,26 +24,13 @@
 namespace troupe::kernels::cpu {
 namespace {
 
-bool uses_onednn(cpu_gemm choice) {
-  switch (choice) {
-    case cpu_gemm::openblas:
-      return false;
-    case cpu_gemm::onednn:
-      return true;
-    case cpu_gemm::automatic:
-      break;
-  }
-  static const bool avx512 = onednn_has_avx512();
-  return avx512;
-}
-
 void gemm(const context& context, bool transpose_a, bool transpose_b, int m, int n, int k,
           float alpha, const float* a, int lda, const float* b, int ldb, float beta,
           float* c, int ldc) {
   if (!gemm_arguments_checked("gemm", transpose_a, transpose_b, m, n, k, lda, ldb, beta, c,
                               ldc))
     return;
-  if (uses_onednn(context.gemm)) {
+  if (cpu_gemm_is_onednn(context.gemm)) {
     onednn_matmul(gemm_call(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                             ldc, matmul_element::f32));
     return;
@@ -58,3 +45,20 @@ void gemm(const context& context, bool transpose_a, bool transpose_b, int m, int
 TROUPE_REGISTER_KERNEL(ops::gemm, device_type::cpu, gemm);
 
 }  // namespace troupe::kernels::cpu
+
+namespace troupe::kernels {
+
+bool cpu_gemm_is_onednn(cpu_gemm choice) {
+  switch (choice) {
+    case cpu_gemm::openblas:
+      return false;
+    case cpu_gemm::onednn:
+      return true;
+    case cpu_gemm::automatic:
+      break;
+  }
+  static const bool avx512 = cpu::onednn_has_avx512();
+  return avx512;
+}
+
+}  // namespace troupe::kernels

@@ -75,19 +75,6 @@ dnnl::memory::desc matrix(int rows, int cols, int ld, bool transposed, dnnl::mem
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
-// Note [oneDNN on one thread]: Debian's oneDNN runs its kernels on OpenMP (libgomp), whose
-// default team is every core; each calling thread asks for a team of one, once. Through the
-// symbol rather than <omp.h>, which clang's sanitizer builds do not have.
-void use_one_openmp_thread() {
-  thread_local bool done = false;
-  if (done)
-    return;
-  done = true;
-  using set_threads = void (*)(int);
-  if (void* symbol = dlsym(RTLD_DEFAULT, "omp_set_num_threads"))
-    reinterpret_cast<set_threads>(symbol)(1);
-}
-
 // Note [oneDNN's own cache]: each thread keeps its primitives (thread_cache), so oneDNN's
 // process-wide primitive cache would only hold second copies. It is turned off when the
 // library loads, on the loading thread, before any device thread exists: oneDNN creates
@@ -147,6 +134,19 @@ bool isa_includes(dnnl::cpu_isa wanted) {
 }
 
 }  // namespace
+
+// Note [oneDNN on one thread]: Debian's oneDNN runs its kernels on OpenMP (libgomp), whose
+// default team is every core; each calling thread asks for a team of one, once. Through the
+// symbol rather than <omp.h>, which clang's sanitizer builds do not have.
+void use_one_openmp_thread() {
+  thread_local bool done = false;
+  if (done)
+    return;
+  done = true;
+  using set_threads = void (*)(int);
+  if (void* symbol = dlsym(RTLD_DEFAULT, "omp_set_num_threads"))
+    reinterpret_cast<set_threads>(symbol)(1);
+}
 
 void onednn_matmul(const matmul_call& call) {
   TROUPE_CHECK(call.m > 0 && call.n > 0 && call.k > 0,

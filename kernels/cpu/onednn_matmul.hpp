@@ -58,6 +58,10 @@ inline matmul_call gemm_call(bool transpose_a, bool transpose_b, int m, int n, i
   return call;
 }
 
+/// Asks oneDNN's OpenMP for a team of one on the calling thread, once per thread (Note
+/// [oneDNN on one thread] in onednn_matmul.cpp); every oneDNN call of a kernel starts with it.
+void use_one_openmp_thread();
+
 /// Whether oneDNN's kernels on this CPU use AVX-512 (its `avx512_core` instruction set or a
 /// later one): where its f32 GEMM was measured faster than OpenBLAS's.
 bool onednn_has_avx512();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "troupe/kernel.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe::test {
 
@@ -142,6 +143,14 @@ inline std::vector<std::string> declared_ops() {
     return out;
   }();
   return ops;
+}
+
+/// Whether ops.hpp declares `op` CPU only (kernels::ops::cpu_only_ops).
+inline bool is_cpu_only_op(const std::string& op) {
+  for (const char* cpu_only : kernels::ops::cpu_only_ops)
+    if (op == cpu_only)
+      return true;
+  return false;
 }
 
 }  // namespace troupe::test

@@ -18,6 +18,7 @@
 
 #include "kernel_test_support.hpp"
 #include "troupe/kernel.hpp"
+#include "troupe/ops.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -90,8 +91,27 @@ TEST_CASE("every op has a test of its CPU kernel and a comparison of its CUDA ke
                                     [&](const auto& t) { return names_op(t.second, op); });
     INFO("add tests/kernels/" << op << "_test.cpp (or a test naming ops::" << op << ")");
     CHECK(tested);
+    if (test::is_cpu_only_op(op))
+      continue;
     INFO("add a CUDA-against-CPU case for ops::" << op
                                                  << " to tests/kernels/cuda_kernels_test.cpp");
     CHECK(names_op(cuda_test, op));
   }
+}
+
+TEST_CASE("an op declared CPU only has a CPU kernel and no CUDA one, and its layer a CUDA path") {
+  const auto ops = declared_ops();
+  std::size_t cpu_only = 0;
+  for (const char* op : kernels::ops::cpu_only_ops) {
+    CAPTURE(op);
+    CHECK(std::count(ops.begin(), ops.end(), op) == 1);
+    CHECK(kernels::has_kernel(op, kernels::device_type::cpu));
+    CHECK_FALSE(kernels::has_kernel(op, kernels::device_type::cuda));
+    ++cpu_only;
+  }
+  CHECK(cpu_only == 3);
+  // conv2d's ops: the layer convolves on a CUDA device by im2col and gemm, which have CUDA
+  // kernels (the layer's test on the fake GPU runs that path).
+  for (const char* op : {"im2col", "im2col_bf16", "col2im", "gemm", "gemm_bf16"})
+    CHECK(std::count(ops.begin(), ops.end(), op) == 1);
 }
