@@ -66,11 +66,12 @@ TEST_CASE("max_pool2d_forward breaks ties by the first index and lets NaN win") 
 TEST_CASE("max_pool2d_forward's 2x2 path keeps the first maximum and NaN's win, as a scan does") {
   // Values from {-1, 0, 1, NaN}: most windows hold ties, many a NaN or two. Even sides take
   // Note [2x2 pooling in two passes]; odd ones the sweeps; both against a row-major scan.
+  // Output rows of 14, 7, 17 (a vector and one), 32 (two vectors) and 1.
   auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::uint32_t seed = 7;
   for (const auto& sides :
-       std::vector<std::pair<int, int>>{{28, 28}, {14, 14}, {4, 34}, {2, 2}, {7, 6}, {6, 9}}) {
+       std::vector<std::pair<int, int>>{{28, 28}, {14, 14}, {4, 34}, {4, 64}, {2, 2}, {7, 6}, {6, 9}}) {
     const int height = sides.first, width = sides.second;
     CAPTURE(height);
     CAPTURE(width);
