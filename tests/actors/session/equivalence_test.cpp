@@ -27,8 +27,10 @@ using troupe::test::equivalence_config;
 namespace {
 
 /// A small conv net on 8x8 synthetic images: unflatten, conv (padded), relu, max pool,
-/// conv (strided), avg pool, flatten, linear. Every image layer sits in some stage of the
-/// pipelines below.
+/// conv, avg pool, flatten, linear. Every image layer sits in some stage of the pipelines
+/// below. The second conv's 16 input and output channels take oneDNN's direct convolution
+/// on a CPU (Note [direct convolution] in kernels/cpu/conv2d.cpp), the first's single input
+/// channel im2col and gemm: every wiring runs both.
 std::string conv_config(const std::string& parallel) {
   return R"(
 [run]
@@ -37,9 +39,9 @@ seed = 5
 evaluate = false
 )" + test::data_section({24, 480, 10, 64, 4}) +
          test::layer("unflatten", "height = 8\nwidth = 8\n") +
-         test::layer("conv2d", "out = 4\nkernel = 3\npadding = 1\n") + test::layer("relu") +
+         test::layer("conv2d", "out = 16\nkernel = 3\npadding = 1\n") + test::layer("relu") +
          test::layer("max_pool2d", "kernel = 2\n") +
-         test::layer("conv2d", "out = 6\nkernel = 2\nstride = 1\n") +
+         test::layer("conv2d", "out = 16\nkernel = 2\nstride = 1\n") +
          test::layer("avg_pool2d", "kernel = 3\nstride = 1\npadding = 1\n") +
          test::layer("flatten") + test::linear(4) + R"(
 [optimizer]
