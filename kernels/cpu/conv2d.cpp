@@ -275,6 +275,25 @@ backward_weights_pass& backward_weights_of(thread_cache& cache, prepared_conv& c
   return *c.backward_weights;
 }
 
+// Runs `make` (a primitive's creation), turning oneDNN's refusal into a check_failure that
+// names the op and the convolution; oneDNN's own message says only "could not create".
+template <class Make>
+auto made_for(const char* op, const conv_shape& key, Make make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const dnnl::error& e) {
+    const window2d& w = key.window;
+    TROUPE_CHECK(false, op << ": oneDNN has no convolution of batch " << key.batch << ", "
+                           << w.channels << " x " << w.height << " x " << w.width << " images, "
+                           << key.out << " outputs, a " << w.kernel_h << "x" << w.kernel_w
+                           << " kernel, stride " << w.stride_h << "x" << w.stride_w << ", padding "
+                           << w.pad_h << "x" << w.pad_w << " in "
+                           << (key.operands == conv_operands::bf16 ? "bf16" : "f32") << " ("
+                           << e.what() << ")");
+    throw;  // not reached
+  }
+}
+
 thread_cache& this_thread_cache() {
   use_one_openmp_thread();
   thread_local thread_cache cache;
@@ -288,9 +307,10 @@ void conv2d_forward(const context&, conv_operands operands, int batch, const win
   if (batch == 0)
     return;
   thread_cache& cache = this_thread_cache();
-  prepared_conv& c =
-      prepare(cache, shape_of(operands, bias != nullptr, batch, window, out_channels));
-  forward_pass& pass = forward_of(cache, c);
+  const auto key = shape_of(operands, bias != nullptr, batch, window, out_channels);
+  forward_pass& pass = made_for("conv2d_forward", key, [&]() -> forward_pass& {
+    return forward_of(cache, prepare(cache, key));
+  });
   pass.x.take_input(cache.stream, x);
   pass.w.take_input(cache.stream, w);
   pass.y.take_output(y);
@@ -314,8 +334,10 @@ void conv2d_backward_data(const context&, conv_operands operands, int batch, con
     return;
   thread_cache& cache = this_thread_cache();
   // The forward's description is the hint of the backward's; its bias does not change them.
-  prepared_conv& c = prepare(cache, shape_of(operands, false, batch, window, out_channels));
-  backward_data_pass& pass = backward_data_of(cache, c);
+  const auto key = shape_of(operands, false, batch, window, out_channels);
+  backward_data_pass& pass = made_for("conv2d_backward_data", key, [&]() -> backward_data_pass& {
+    return backward_data_of(cache, prepare(cache, key));
+  });
   pass.dy.take_input(cache.stream, dy);
   pass.w.take_input(cache.stream, w);
   pass.dx.take_output(dx);
@@ -344,8 +366,11 @@ void conv2d_backward_weights(const context&, conv_operands operands, int batch,
     return;
   }
   thread_cache& cache = this_thread_cache();
-  prepared_conv& c = prepare(cache, shape_of(operands, db != nullptr, batch, window, out_channels));
-  backward_weights_pass& pass = backward_weights_of(cache, c, db != nullptr);
+  const auto key = shape_of(operands, db != nullptr, batch, window, out_channels);
+  backward_weights_pass& pass =
+      made_for("conv2d_backward_weights", key, [&]() -> backward_weights_pass& {
+        return backward_weights_of(cache, prepare(cache, key), db != nullptr);
+      });
   pass.x.take_input(cache.stream, x);
   pass.dy.take_input(cache.stream, dy);
   std::unordered_map<int, dnnl::memory> arguments{{DNNL_ARG_SRC, pass.x.theirs},
