@@ -117,3 +117,35 @@ TEST_CASE("max_pool2d_forward refuses padding that leaves a window empty") {
   CHECK_THROWS_WITH_AS(forward(test::cpu_context(), 1, w, x.data(), y.data(), argmax.data()),
                        doctest::Contains("leaves windows with no pixel"), check_failure);
 }
+
+TEST_CASE(
+    "max_pool2d_backward on 2x2 windows gives each pixel the dy of the outputs that chose it") {
+  // Against the scatter's definition, with a NaN-filled dx (every pixel written), on the
+  // argmax of values full of ties, even sides and odd.
+  auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
+  auto backward = kernels::lookup<kernels::ops::max_pool2d_backward>(kernels::device_type::cpu);
+  std::uint32_t seed = 17;
+  for (const auto& sides :
+       std::vector<std::pair<int, int>>{{28, 28}, {14, 14}, {4, 34}, {2, 2}, {7, 6}}) {
+    const int height = sides.first, width = sides.second, batch = 2, channels = 3;
+    CAPTURE(height);
+    CAPTURE(width);
+    const auto w = test::make_window2d(channels, height, width, 2, 2, 0);
+    std::vector<float> x(static_cast<std::size_t>(batch * channels * height * width));
+    for (auto& v : x) {
+      seed = seed * 1664525u + 1013904223u;
+      v = static_cast<float>(static_cast<int>(seed >> 29) % 3 - 1);
+    }
+    std::vector<float> y(test::output_size(batch, w));
+    std::vector<std::int32_t> argmax(y.size());
+    forward(test::cpu_context(), batch, w, x.data(), y.data(), argmax.data());
+    const auto dy = test::random_floats(y.size(), ++seed);
+    std::vector<float> want(x.size(), 0.0f);
+    const auto out_plane = static_cast<std::size_t>(w.out_h() * w.out_w());
+    for (std::size_t o = 0; o < dy.size(); ++o)
+      want[(o / out_plane) * static_cast<std::size_t>(height * width) + argmax[o]] += dy[o];
+    std::vector<float> dx(x.size(), std::numeric_limits<float>::quiet_NaN());
+    backward(test::cpu_context(), batch, w, dy.data(), argmax.data(), dx.data());
+    CHECK(test::same_bits(dx, want));  // each pixel gets one dy or nothing: exact
+  }
+}
