@@ -56,3 +56,28 @@ TEST_CASE("causal_softmax sees positions up to its own, and its backward is the 
       TROUPE_CHECK_CLOSE(dx, want_dx, scale * (relative + cols * 1.2e-7), relative);
     }
 }
+
+TEST_CASE(
+    "causal_softmax_forward turns a row with a NaN it sees into NaN and ignores the masked tail") {
+  auto forward = kernels::lookup<kernels::ops::causal_softmax_forward>(kernels::device_type::cpu);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int cols = 4, rows = 4;  // row r sees positions 0..r
+  for (int at = 0; at < cols; ++at) {
+    CAPTURE(at);
+    std::vector<float> x(rows * cols, 0.5f);
+    for (int r = 0; r < rows; ++r)
+      x[static_cast<std::size_t>(r * cols + at)] = nan;  // position `at` in every row
+    std::vector<float> y(x.size(), -1.0f);
+    forward(test::cpu_context(), rows, cols, 1.0f, x.data(), y.data());
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < cols; ++j) {
+        const float got = y[static_cast<std::size_t>(r * cols + j)];
+        if (j > r)
+          CHECK(got == 0.0f);  // masked
+        else if (at <= r)
+          CHECK(std::isnan(got));  // the row sees the NaN
+        else
+          CHECK(got == doctest::Approx(1.0 / (r + 1)));  // it does not: uniform
+      }
+  }
+}
