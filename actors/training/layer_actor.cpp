@@ -29,7 +29,7 @@ layer_actor::layer_actor(caf::actor_config& config, std::shared_ptr<layer_actor_
     params_.resize(settings_->math->parameters(settings_->input_shape).size());
   }
   split_ = settings_->split_backward && has_params_ && settings_->math->splits_backward();
-  copy_ = kernels::lookup<kernels::ops::copy>(settings_->on->id().type);
+  add_ = kernels::lookup<kernels::ops::add>(settings_->on->id().type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(settings_->on->id().type);
   if (settings_->sequencer != nullptr) {
     // Weak: the sequencer lives as long as the settings this actor owns.
@@ -533,10 +533,12 @@ tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, cons
     return parts.front();
   auto sum = tensor::empty(parts.front().shape(), dtype::f32, device.id());
   auto done = device.work().submit(
-      [parts, sum, copy = copy_, axpy = axpy_, on = &device] {
+      [parts, sum, add = add_, axpy = axpy_, on = &device] {
+        // The first two in one pass (a copy then an axpy was two, 3% of char_lm's step),
+        // the same sums in the same order: parts[0] + parts[1], then + each further part.
         const auto& context = on->context();
-        copy(context, static_cast<std::int64_t>(sum.bytes()), parts.front().raw(), sum.raw());
-        for (std::size_t k = 1; k < parts.size(); ++k)
+        add(context, sum.numel(), parts[0].f32(), parts[1].f32(), sum.f32());
+        for (std::size_t k = 2; k < parts.size(); ++k)
           axpy(context, sum.numel(), 1.0f, parts[k].f32(), sum.f32());
       },
       job_for(job, tag));

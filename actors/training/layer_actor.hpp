@@ -204,7 +204,7 @@ class layer_actor : public device_actor {
   bool has_params_ = false;
   bool split_ = false;  // backward runs as backward_input now, backward_weight when idle
   bool merges_ = false;  // an `add` of several inputs: sums them, sends dy back to each
-  kernels::ops::copy::function copy_ = nullptr;  // for sums over ports
+  kernels::ops::add::function add_ = nullptr;  // for sums over ports
   kernels::ops::axpy::function axpy_ = nullptr;
   // Wires.
   std::vector<in_port> ins_;    // activations in; gradients / releases go back

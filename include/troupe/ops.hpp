@@ -425,6 +425,13 @@ struct axpy {
   using function = void (*)(const context&, std::int64_t n, float alpha, const float* x, float* y);
 };
 
+/// z = x + y over n elements. z may be x or y (not a partial overlap).
+struct add {
+  static constexpr const char* name = "add";
+  using function = void (*)(const context&, std::int64_t n, const float* x, const float* y,
+                            float* z);
+};
+
 /// x *= alpha over n elements.
 struct scale {
   static constexpr const char* name = "scale";

@@ -1,4 +1,5 @@
-// axpy.cu: the CUDA backend of ops::axpy, y += alpha * x over n elements.
+// axpy.cu: the CUDA backends of ops::axpy, y += alpha * x over n elements, and ops::add,
+// z = x + y.
 //
 // A grid-stride loop rather than cublasSaxpy: no handle is needed and n may exceed int.
 // nvcc contracts the update into one fused multiply-add, so results may differ from a
@@ -20,6 +21,13 @@ __global__ void axpy_kernel(std::int64_t n, float alpha, const float* x, float* 
     y[i] += alpha * x[i];
 }
 
+__global__ void add_kernel(std::int64_t n, const float* x, const float* y, float* z) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    z[i] = x[i] + y[i];
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -32,6 +40,15 @@ void axpy(const context& ctx, std::int64_t n, float alpha, const float* x, float
   TROUPE_CHECK_LAUNCH();
 }
 
+void add(const context& ctx, std::int64_t n, const float* x, const float* y, float* z) {
+  TROUPE_CHECK(n >= 0, "add size must not be negative: n=" << n);
+  if (n == 0)
+    return;
+  add_kernel<<<grid_stride_blocks(n), threads_per_block, 0, stream_of(ctx)>>>(n, x, y, z);
+  TROUPE_CHECK_LAUNCH();
+}
+
 TROUPE_REGISTER_KERNEL(ops::axpy, device_type::cuda, axpy);
+TROUPE_REGISTER_KERNEL(ops::add, device_type::cuda, add);
 
 }  // namespace troupe::kernels::cuda_backend

@@ -797,7 +797,7 @@ TEST_CASE("CUDA sgd_update and adam_update reject an output partially overlappin
                   check_failure);
 }
 
-TEST_CASE("CUDA axpy, scale, fill and copy match the CPU kernels") {
+TEST_CASE("CUDA axpy, add, scale, fill and copy match the CPU kernels") {
   TROUPE_SKIP_WITHOUT_CUDA();
   cuda_session session;
   const std::size_t n = 10007;
@@ -819,6 +819,18 @@ TEST_CASE("CUDA axpy, scale, fill and copy match the CPU kernels") {
     for (std::size_t i = 0; i < n; ++i)
       tolerance[i] = eps * (std::fabs(double(alpha) * x[i]) + std::fabs(y[i]));
     check_close("axpy", session.download(device_y), cpu_y, tolerance);
+  }
+
+  SUBCASE("add") {
+    std::vector<float> cpu_z(n);
+    lookup<ops::add>(device_type::cpu)(context{}, std::int64_t(n), x.data(), y.data(),
+                                       cpu_z.data());
+    const auto device_x = session.upload(x);
+    const auto device_y = session.upload(y);
+    lookup<ops::add>(device_type::cuda)(session.ctx(), std::int64_t(n), device_x.get(),
+                                        device_y.get(), device_y.get());  // z = y
+    // One correctly rounded addition on both sides: identical.
+    check_close("add", session.download(device_y), cpu_z, 0.0, 0.0);
   }
 
   SUBCASE("scale") {

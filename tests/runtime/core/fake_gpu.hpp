@@ -196,8 +196,8 @@ class fake_gpu_kernels {
          o::causal_softmax_forward, o::causal_softmax_backward, o::dropout, o::embedding_forward,
          o::embedding_backward, o::softmax_xent, o::accuracy, o::mse_loss, o::l1_loss,
          o::huber_loss, o::bce_with_logits, o::sgd_update, o::adam_update, o::axpy, o::scale,
-         o::fill, o::copy, o::gemm_bf16, o::to_bf16, o::from_bf16, o::add_to_bf16,
-         o::im2col_bf16>();
+         o::fill, o::copy, o::gemm_bf16, o::to_bf16, o::from_bf16, o::add_to_bf16, o::im2col_bf16,
+         o::add>();
   }
   ~fake_gpu_kernels() {
     for (auto it = restore_.rbegin(); it != restore_.rend(); ++it)
