@@ -20,16 +20,17 @@
 // other shapes keep im2col.
 //
 // troupe's tensors stay NCHW: each call reorders its inputs into the layouts the primitive
-// chose and its outputs back, through buffers that oneDNN allocates and this thread keeps with
-// the primitives, per call shape (like kernels/cpu/onednn_matmul.cpp's cache). They are not
-// troupe tensors, so a device's peak memory does not count them: for the conv net's second
-// convolution at batch 64, 9.8 MB in bf16 (the blocked x and dy of the forward and of the
-// weight gradient each, y, dx and the weights). One thread
-// on one core: oneDNN is asked for one OpenMP thread, as for its matmul.
+// chose and its outputs back, through this thread's scratch buffers (Note [a convolution's
+// scratch]); the primitives are kept per thread and call shape, like
+// kernels/cpu/onednn_matmul.cpp's. The scratch is not made of troupe tensors, so a device's
+// peak memory does not count it: 6.4 MB for the conv net's second convolution at batch 64
+// (each slot as large as the largest operand that used it). One thread on one
+// core: oneDNN is asked for one OpenMP thread, as for its matmul.
 //
 // Not here: argument checks beyond the window's (kernels/window2d.hpp), empty batches (no
 // work, outputs untouched except the overwritten or scaled gradients).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -81,32 +82,85 @@ conv_shape shape_of(conv_operands operands, bool bias, int batch, const window2d
   return s;
 }
 
+// Note [a convolution's scratch]
+// The blocked copies of a call's operands live only while the call runs (it waits for its
+// stream), so a thread keeps one set of buffers for all its convolutions, three slots each as
+// large as the largest call has needed, not a set per call shape: a conv net's evaluation at
+// batch 1000 would otherwise keep 63 MB of blocked x and y for its second convolution on
+// top of the training shapes'. Past 16 MiB in all they are given back after the call.
+class scratch {
+ public:
+  static constexpr int slots = 3;
+  static constexpr std::size_t kept = std::size_t{16} << 20;
+
+  void* at(int slot, std::size_t bytes) {
+    auto& block = blocks_[slot];
+    if (block.bytes < bytes) {
+      block.data.reset();
+      block.data.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      TROUPE_CHECK(block.data != nullptr,
+                   "conv2d: no memory for " << bytes << " bytes of a blocked operand");
+      block.bytes = bytes;
+    }
+    return block.data.get();
+  }
+  // After a call: gives the buffers back when they hold more than `kept` bytes.
+  void trim() {
+    std::size_t held = 0;
+    for (const auto& block : blocks_)
+      held += block.bytes;
+    if (held > kept)
+      for (auto& block : blocks_)
+        block = {};
+  }
+
+ private:
+  struct freed {
+    void operator()(void* p) const { std::free(p); }
+  };
+  struct block {
+    std::unique_ptr<void, freed> data;
+    std::size_t bytes = 0;
+  };
+  block blocks_[slots];
+};
+
 // A tensor in troupe's layout and the same in the primitive's: `ours` takes the caller's
-// pointer at each call, `theirs` is oneDNN's buffer, or `ours` itself where the layouts agree.
+// pointer at each call, `theirs` a scratch slot, or is `ours` itself where the layouts agree.
 struct operand {
   dnnl::memory ours, theirs;
   bool reordered = false;
+  int slot = 0;
   dnnl::reorder to_theirs, to_ours;  // as the operand's direction needs
 
   operand() = default;
   operand(const dnnl::engine& engine, const dnnl::memory::desc& our_layout,
-          const dnnl::memory::desc& their_layout, bool input)
-      : ours(our_layout, engine, DNNL_MEMORY_NONE), reordered(our_layout != their_layout) {
-    theirs = reordered ? dnnl::memory(their_layout, engine) : ours;
+          const dnnl::memory::desc& their_layout, bool input, int slot)
+      : ours(our_layout, engine, DNNL_MEMORY_NONE),
+        reordered(our_layout != their_layout),
+        slot(slot) {
+    theirs = reordered ? dnnl::memory(their_layout, engine, DNNL_MEMORY_NONE) : ours;
     if (reordered && input)
       to_theirs = dnnl::reorder(ours, theirs);
     if (reordered && !input)
       to_ours = dnnl::reorder(theirs, ours);
   }
 
-  // Points ours at `data` and, for an input, brings it into the primitive's layout.
-  void take_input(dnnl::stream& stream, const void* data) {
+  // Points ours at `data` and theirs at its scratch slot and, for an input, brings it into
+  // the primitive's layout.
+  void take_input(dnnl::stream& stream, scratch& buffers, const void* data) {
     ours.set_data_handle(const_cast<void*>(data));
-    if (reordered)
-      to_theirs.execute(stream, ours, theirs);
+    if (!reordered)
+      return;
+    theirs.set_data_handle(buffers.at(slot, theirs.get_desc().get_size()));
+    to_theirs.execute(stream, ours, theirs);
   }
-  // Points ours at `data` (for an output: where the primitive or the reorder writes).
-  void take_output(void* data) { ours.set_data_handle(data); }
+  // Points ours at `data` and theirs at its slot (for an output: where the primitive writes).
+  void take_output(scratch& buffers, void* data) {
+    ours.set_data_handle(data);
+    if (reordered)
+      theirs.set_data_handle(buffers.at(slot, theirs.get_desc().get_size()));
+  }
   void give_output(dnnl::stream& stream) {
     if (reordered)
       to_ours.execute(stream, theirs, ours);
@@ -158,10 +212,11 @@ struct thread_cache {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::unordered_map<conv_shape, std::unique_ptr<prepared_conv>, conv_shape_hash> prepared;
+  scratch buffers;  // Note [a convolution's scratch]
 };
 
 // A thread sees a few shapes (a layer's per batch size); one that cycles through many starts
-// over rather than keep every shape's buffers.
+// over rather than keep every shape's primitives.
 constexpr std::size_t max_prepared_shapes = 32;
 
 dnnl::convolution_forward::desc forward_desc(const prepared_conv& c, bool bias) {
@@ -214,9 +269,9 @@ forward_pass& forward_of(thread_cache& cache, prepared_conv& c) {
     const auto& d = c.forward_description;
     auto pass = std::make_unique<forward_pass>();
     pass->primitive = dnnl::convolution_forward(d);
-    pass->x = operand(cache.engine, images(c.x, c.operand_type), d.src_desc(), true);
-    pass->w = operand(cache.engine, weights(c.w, c.operand_type), d.weights_desc(), true);
-    pass->y = operand(cache.engine, images(c.y, data_type::f32), d.dst_desc(), false);
+    pass->x = operand(cache.engine, images(c.x, c.operand_type), d.src_desc(), true, 0);
+    pass->w = operand(cache.engine, weights(c.w, c.operand_type), d.weights_desc(), true, 1);
+    pass->y = operand(cache.engine, images(c.y, data_type::f32), d.dst_desc(), false, 2);
     pass->bias = dnnl::memory(dnnl::memory::desc(c.bias, data_type::f32, format::x), cache.engine,
                               DNNL_MEMORY_NONE);
     c.forward = std::move(pass);
@@ -234,9 +289,9 @@ backward_data_pass& backward_data_of(thread_cache& cache, prepared_conv& c) {
                                                             c.forward_description);
     auto pass = std::make_unique<backward_data_pass>();
     pass->primitive = dnnl::convolution_backward_data(d);
-    pass->dy = operand(cache.engine, images(c.y, c.operand_type), d.diff_dst_desc(), true);
-    pass->w = operand(cache.engine, weights(c.w, c.operand_type), d.weights_desc(), true);
-    pass->dx = operand(cache.engine, images(c.x, data_type::f32), d.diff_src_desc(), false);
+    pass->dy = operand(cache.engine, images(c.y, c.operand_type), d.diff_dst_desc(), true, 0);
+    pass->w = operand(cache.engine, weights(c.w, c.operand_type), d.weights_desc(), true, 1);
+    pass->dx = operand(cache.engine, images(c.x, data_type::f32), d.diff_src_desc(), false, 2);
     c.backward_data = std::move(pass);
   }
   return *c.backward_data;
@@ -257,8 +312,8 @@ backward_weights_pass& backward_weights_of(thread_cache& cache, prepared_conv& c
                                                                c.forward_description);
     auto pass = std::make_unique<backward_weights_pass>();
     pass->primitive = dnnl::convolution_backward_weights(d);
-    pass->x = operand(cache.engine, images(c.x, c.operand_type), d.src_desc(), true);
-    pass->dy = operand(cache.engine, images(c.y, c.operand_type), d.diff_dst_desc(), true);
+    pass->x = operand(cache.engine, images(c.x, c.operand_type), d.src_desc(), true, 0);
+    pass->dy = operand(cache.engine, images(c.y, c.operand_type), d.diff_dst_desc(), true, 1);
     pass->dw = dnnl::memory(d.diff_weights_desc(), cache.engine);
     if (bias)
       pass->db = dnnl::memory(d.diff_bias_desc(), cache.engine);
@@ -311,9 +366,9 @@ void conv2d_forward(const context&, conv_operands operands, int batch, const win
   forward_pass& pass = made_for("conv2d_forward", key, [&]() -> forward_pass& {
     return forward_of(cache, prepare(cache, key));
   });
-  pass.x.take_input(cache.stream, x);
-  pass.w.take_input(cache.stream, w);
-  pass.y.take_output(y);
+  pass.x.take_input(cache.stream, cache.buffers, x);
+  pass.w.take_input(cache.stream, cache.buffers, w);
+  pass.y.take_output(cache.buffers, y);
   std::unordered_map<int, dnnl::memory> arguments{{DNNL_ARG_SRC, pass.x.theirs},
                                                   {DNNL_ARG_WEIGHTS, pass.w.theirs},
                                                   {DNNL_ARG_DST, pass.y.theirs}};
@@ -324,6 +379,7 @@ void conv2d_forward(const context&, conv_operands operands, int batch, const win
   pass.primitive.execute(cache.stream, arguments);
   pass.y.give_output(cache.stream);
   cache.stream.wait();
+  cache.buffers.trim();
 }
 
 void conv2d_backward_data(const context&, conv_operands operands, int batch, const window2d& window,
@@ -338,14 +394,15 @@ void conv2d_backward_data(const context&, conv_operands operands, int batch, con
   backward_data_pass& pass = made_for("conv2d_backward_data", key, [&]() -> backward_data_pass& {
     return backward_data_of(cache, prepare(cache, key));
   });
-  pass.dy.take_input(cache.stream, dy);
-  pass.w.take_input(cache.stream, w);
-  pass.dx.take_output(dx);
+  pass.dy.take_input(cache.stream, cache.buffers, dy);
+  pass.w.take_input(cache.stream, cache.buffers, w);
+  pass.dx.take_output(cache.buffers, dx);
   pass.primitive.execute(cache.stream, {{DNNL_ARG_DIFF_DST, pass.dy.theirs},
                                         {DNNL_ARG_WEIGHTS, pass.w.theirs},
                                         {DNNL_ARG_DIFF_SRC, pass.dx.theirs}});
   pass.dx.give_output(cache.stream);
   cache.stream.wait();
+  cache.buffers.trim();
 }
 
 void conv2d_backward_weights(const context&, conv_operands operands, int batch,
@@ -371,8 +428,8 @@ void conv2d_backward_weights(const context&, conv_operands operands, int batch,
       made_for("conv2d_backward_weights", key, [&]() -> backward_weights_pass& {
         return backward_weights_of(cache, prepare(cache, key), db != nullptr);
       });
-  pass.x.take_input(cache.stream, x);
-  pass.dy.take_input(cache.stream, dy);
+  pass.x.take_input(cache.stream, cache.buffers, x);
+  pass.dy.take_input(cache.stream, cache.buffers, dy);
   std::unordered_map<int, dnnl::memory> arguments{{DNNL_ARG_SRC, pass.x.theirs},
                                                   {DNNL_ARG_DIFF_DST, pass.dy.theirs},
                                                   {DNNL_ARG_DIFF_WEIGHTS, pass.dw}};
@@ -382,6 +439,7 @@ void conv2d_backward_weights(const context&, conv_operands operands, int batch,
   pass.dw_ours.set_data_handle(dw);
   (beta == 0.0f ? pass.dw_set : pass.dw_add).execute(cache.stream, pass.dw, pass.dw_ours);
   cache.stream.wait();
+  cache.buffers.trim();
   if (db != nullptr) {
     const auto* sums = static_cast<const float*>(pass.db.get_data_handle());
     for (int o = 0; o < out_channels; ++o)
