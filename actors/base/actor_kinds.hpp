@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/base/checkpoint_plan.hpp"
@@ -39,6 +40,10 @@
 namespace troupe {
 
 /// What a factory may use to build its actor. Everything outlives the actors.
+/// By layer actor name: whether every layer reading its activations takes them in bf16
+/// (bf16_readers_of in actors/training/layer_actor.hpp, Note [bf16 activations]).
+using bf16_readers = std::unordered_map<std::string, bool>;
+
 struct spawn_context {
   caf::actor_system& system;
   device_set& devices;
@@ -51,6 +56,7 @@ struct spawn_context {
   const checkpoint_plan& checkpoints;  // when the optimizers send the writer copies
   const gloo_rendezvous& gloo;         // where gloo averagers meet (store set)
   const stage_sequencers& sequencers;  // interleaved pipelines: each device's turns
+  const bf16_readers& readers_in_bf16;  // layer actors whose readers take bf16 activations
 };
 
 using actor_factory = std::function<caf::actor(const actor_plan&, spawn_context&)>;

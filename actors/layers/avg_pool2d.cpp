@@ -3,7 +3,7 @@
 // the zero padding).
 //
 // Settings: kernel (required), stride (default = kernel), padding (default 0, at most
-// kernel / 2, as torch requires). Nothing is saved but the input's shape.
+// kernel / 2, as torch requires). Nothing is saved but the input's shape (window.hpp's shape_only).
 #include <memory>
 
 #include "actors/layers/window.hpp"
@@ -35,7 +35,7 @@ class avg_pool2d final : public layer {
     forward_(context.kernels, static_cast<int>(x.dim(0)), window_of(window_, x), x.f32(),
              y.f32());
     if (context.training)
-      saved.push_back(x);  // for its shape; shared, so free
+      saved.push_back(shape_only(x.shape()));
   }
 
   void backward(const layer_context& context, const std::vector<tensor>&,
@@ -43,8 +43,8 @@ class avg_pool2d final : public layer {
                 std::vector<tensor>&, bool) const override {
     if (dx == nullptr)
       return;
-    const tensor& x = saved.at(0);
-    backward_(context.kernels, static_cast<int>(x.dim(0)), window_of(window_, x), dy.f32(),
+    const shape_t x = saved_shape(saved.at(0));
+    backward_(context.kernels, static_cast<int>(x.at(0)), window_of(window_, x), dy.f32(),
               dx->f32());
   }
 

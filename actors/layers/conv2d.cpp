@@ -21,8 +21,11 @@
 // three products run in bf16 with fp32 accumulation (ops::gemm_bf16): x is rounded once, saved
 // for the backward in bf16 (half the bytes) and unfolded in bf16 (ops::im2col_bf16: a third
 // of the bytes the fp32 cols and their rounding moved), and the incoming dy is rounded once
-// for both its products; y, dx and the gradients are fp32 as in an fp32 run, and the bias is
-// added and its gradient summed in fp32.
+// for both its products; the gradients are fp32 as in an fp32 run, and the bias is added and
+// its gradient summed in fp32. Its activations are bf16 (bf16_flow::made, Note [bf16
+// activations] in actors/training/layer_actor.cpp): x comes in bf16 from a layer that made it
+// so (then it is not rounded again), y is the f32 result rounded once, dy comes in bf16 and
+// dx goes out in x's dtype.
 //
 // On a CPU the three passes are oneDNN's direct convolution instead, over the whole
 // micro-batch (ops::conv2d_forward, _backward_data, _backward_weights): in bf16 always, in
@@ -83,16 +86,20 @@ class conv2d final : public layer {
     gemm_bf16_ = kernels::lookup<kernels::ops::gemm_bf16>(type);
   }
 
+  bf16_flow activations() const override { return bf16_flow::made; }
+
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
-               const tensor& y, std::vector<tensor>& saved) const override {
+               const tensor& y_out, std::vector<tensor>& saved) const override {
     const auto g = geometry_of(x);
     const bool bf16 = params[0].type() == dtype::bf16;
-    const tensor x_w = bf16 ? rounded_to_bf16(context, x) : x;  // x in the weight's type
+    const tensor x_w = in_weight_type(context, params, x);
     if (context.training)
       saved.push_back(x_w);
+    const tensor y = f32_output(context, y_out);
     if (convolves_directly(context, bf16, g)) {
       forward_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, x_w.raw(),
                       params[0].raw(), bias_ ? params[1].f32() : nullptr, y.f32());
+      store_output(context, y, y_out);
       return;
     }
     // cols (C k k, OH OW), one sample at a time
@@ -113,15 +120,16 @@ class conv2d final : public layer {
         gemm_(context.kernels, false, false, g.out, g.pixels, 1, 1.0f, params[1].f32(), 1,
               ones.f32(), g.pixels, 1.0f, y_n, g.pixels);
     }
+    store_output(context, y, y_out);
   }
 
   void backward(const layer_context& context, const std::vector<tensor>& params,
                 const std::vector<tensor>& saved, const tensor& dy, tensor* dx,
                 std::vector<tensor>& grads, bool accumulate) const override {
-    const tensor dy16 = rounded_if_bf16(context, params, dy);  // once for both products
-    weight_gradient(context, saved, dy, dy16, grads, accumulate);
+    const tensor dy_w = in_weight_type(context, params, dy);  // once for both products
+    weight_gradient(context, saved, dy_w, grads, accumulate);
     if (dx != nullptr)
-      input_gradient(context, params, saved, dy, dy16, *dx);
+      input_gradient(context, params, saved, dy_w, *dx);
   }
 
   bool splits_backward() const override { return true; }
@@ -129,13 +137,13 @@ class conv2d final : public layer {
   void backward_input(const layer_context& context, const std::vector<tensor>& params,
                       const std::vector<tensor>& saved, const tensor& dy,
                       const tensor& dx) const override {
-    input_gradient(context, params, saved, dy, rounded_if_bf16(context, params, dy), dx);
+    input_gradient(context, params, saved, in_weight_type(context, params, dy), dx);
   }
 
   void backward_weight(const layer_context& context, const std::vector<tensor>& params,
                        const std::vector<tensor>& saved, const tensor& dy,
                        std::vector<tensor>& grads, bool accumulate) const override {
-    weight_gradient(context, saved, dy, rounded_if_bf16(context, params, dy), grads, accumulate);
+    weight_gradient(context, saved, in_weight_type(context, params, dy), grads, accumulate);
   }
 
   double cost(const shape_t& input) const override {
@@ -147,72 +155,77 @@ class conv2d final : public layer {
   }
 
  private:
-  // dy rounded to bf16 when the weight is bf16 (a bf16 run), else undefined.
-  static tensor rounded_if_bf16(const layer_context& context, const std::vector<tensor>& params,
-                                const tensor& dy) {
-    return params[0].type() == dtype::bf16 ? rounded_to_bf16(context, dy) : tensor{};
+  // t (x or dy) rounded to bf16 when the weight is bf16 (a bf16 run), else widened to f32
+  // (both no-ops when it is so already).
+  static tensor in_weight_type(const layer_context& context, const std::vector<tensor>& params,
+                               const tensor& t) {
+    return params[0].type() == dtype::bf16 ? rounded_to_bf16(context, t)
+                                           : widened_to_f32(context, t);
   }
 
-  // dx from dy (dy16: dy in bf16, in a bf16 run).
+  // dx from dy_w (dy in the weight's type).
   void input_gradient(const layer_context& context, const std::vector<tensor>& params,
-                      const std::vector<tensor>& saved, const tensor& dy, const tensor& dy16,
-                      const tensor& dx) const {
+                      const std::vector<tensor>& saved, const tensor& dy_w,
+                      const tensor& dx_out) const {
     const auto g = geometry_of(saved.at(0));
-    const bool bf16 = dy16.defined();
+    const bool bf16 = dy_w.type() == dtype::bf16;
+    const tensor dx = f32_output(context, dx_out);
     if (convolves_directly(context, bf16, g)) {
-      backward_data_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out,
-                            bf16 ? dy16.raw() : dy.raw(), params[0].raw(), dx.f32());
+      backward_data_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, dy_w.raw(),
+                            params[0].raw(), dx.f32());
+      store_output(context, dx, dx_out);
       return;
     }
     const tensor dcols = sample_buffer(context, g);
     for (int n = 0; n < g.batch; ++n) {
       // dcols (C k k, OH OW) = W^T (C k k, out) * dy_n (out, OH OW)
       if (bf16)
-        gemm_bf16_(context.kernels, true, false, g.depth, g.pixels, g.out, 1.0f,
-                   params[0].bf16(), g.depth, dy16.bf16() + n * g.y_per_sample, g.pixels, 0.0f,
-                   dcols.f32(), g.pixels);
+        gemm_bf16_(context.kernels, true, false, g.depth, g.pixels, g.out, 1.0f, params[0].bf16(),
+                   g.depth, dy_w.bf16() + n * g.y_per_sample, g.pixels, 0.0f, dcols.f32(),
+                   g.pixels);
       else
         gemm_(context.kernels, true, false, g.depth, g.pixels, g.out, 1.0f, params[0].f32(),
-              g.depth, dy.f32() + n * g.y_per_sample, g.pixels, 0.0f, dcols.f32(), g.pixels);
+              g.depth, dy_w.f32() + n * g.y_per_sample, g.pixels, 0.0f, dcols.f32(), g.pixels);
       col2im_(context.kernels, 1, g.window, dcols.f32(), dx.f32() + n * g.x_per_sample);
     }
+    store_output(context, dx, dx_out);
   }
 
-  // The parameter gradients from dy (dy16: dy in bf16, in a bf16 run).
+  // The parameter gradients from dy_w (dy in the weight's type).
   void weight_gradient(const layer_context& context, const std::vector<tensor>& saved,
-                       const tensor& dy, const tensor& dy16, std::vector<tensor>& grads,
-                       bool accumulate) const {
+                       const tensor& dy_w, std::vector<tensor>& grads, bool accumulate) const {
     const tensor& x = saved.at(0);  // in the weight's type (forward)
     const auto g = geometry_of(x);
-    const bool bf16 = dy16.defined();
-    TROUPE_CHECK(bf16 == (x.type() == dtype::bf16), "conv2d: the saved input is "
-                                                        << to_string(x.type()) << " and dy "
-                                                        << (bf16 ? "bf16" : "f32"));
+    const bool bf16 = dy_w.type() == dtype::bf16;
+    TROUPE_CHECK(x.type() == dy_w.type(), "conv2d: the saved input is " << to_string(x.type())
+                                                                        << " and dy "
+                                                                        << to_string(dy_w.type()));
     if (convolves_directly(context, bf16, g)) {
       backward_weights_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, x.raw(),
-                               bf16 ? dy16.raw() : dy.raw(), accumulate ? 1.0f : 0.0f,
-                               grads[0].f32(), bias_ ? grads[1].f32() : nullptr);
+                               dy_w.raw(), accumulate ? 1.0f : 0.0f, grads[0].f32(),
+                               bias_ ? grads[1].f32() : nullptr);
       return;
     }
     const tensor cols = sample_buffer(context, g, x.type());
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
+    const tensor dy = bias_ ? widened_to_f32(context, dy_w) : dy_w;  // the bias's sum in f32
     for (int n = 0; n < g.batch; ++n) {
       const float beta = accumulate || n > 0 ? 1.0f : 0.0f;
-      const float* dy_n = dy.f32() + n * g.y_per_sample;
       unfold_sample(context, g, x, n, cols);
       // dW (out, C k k) += dy_n (out, OH OW) * cols^T (OH OW, C k k)
       if (bf16) {
         gemm_bf16_(context.kernels, false, true, g.out, g.depth, g.pixels, 1.0f,
-                   dy16.bf16() + n * g.y_per_sample, g.pixels, cols.bf16(), g.pixels, beta,
+                   dy_w.bf16() + n * g.y_per_sample, g.pixels, cols.bf16(), g.pixels, beta,
                    grads[0].f32(), g.depth);
       } else {
-        gemm_(context.kernels, false, true, g.out, g.depth, g.pixels, 1.0f, dy_n, g.pixels,
-              cols.f32(), g.pixels, beta, grads[0].f32(), g.depth);
+        gemm_(context.kernels, false, true, g.out, g.depth, g.pixels, 1.0f,
+              dy_w.f32() + n * g.y_per_sample, g.pixels, cols.f32(), g.pixels, beta, grads[0].f32(),
+              g.depth);
       }
       if (bias_)
         // db (out, 1) += dy_n (out, OH OW) * ones (OH OW, 1)
-        gemm_(context.kernels, false, false, g.out, 1, g.pixels, 1.0f, dy_n, g.pixels,
-              ones.f32(), 1, beta, grads[1].f32(), 1);
+        gemm_(context.kernels, false, false, g.out, 1, g.pixels, 1.0f,
+              dy.f32() + n * g.y_per_sample, g.pixels, ones.f32(), 1, beta, grads[1].f32(), 1);
     }
   }
 

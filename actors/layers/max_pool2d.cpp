@@ -2,7 +2,10 @@
 //
 // Settings: kernel (required), stride (default = kernel), padding (default 0, at most
 // kernel / 2, as torch requires; padding counts as -infinity). Forward saves the argmax of
-// every window (int32, the index in its (H, W) plane) for backward, which routes dy there.
+// every window (int32, the index in its (H, W) plane) for backward, which routes dy there,
+// and x's shape (as an empty tensor: the input itself need not stay alive for it). On a CPU
+// it pools a bf16 run's activations in bf16 (Note [max pooling in bf16] in
+// kernels/cpu/max_pool2d.cpp).
 #include <memory>
 
 #include "actors/layers/window.hpp"
@@ -27,16 +30,27 @@ class max_pool2d final : public layer {
   void bind(device_type type) override {
     forward_ = kernels::lookup<kernels::ops::max_pool2d_forward>(type);
     backward_ = kernels::lookup<kernels::ops::max_pool2d_backward>(type);
+    bf16_ = type == device_type::cpu;  // the bf16 ops are CPU only
+    if (bf16_) {
+      forward_bf16_ = kernels::lookup<kernels::ops::max_pool2d_forward_bf16>(type);
+      backward_bf16_ = kernels::lookup<kernels::ops::max_pool2d_backward_bf16>(type);
+    }
   }
+
+  bf16_flow activations() const override { return bf16_ ? bf16_flow::kept : bf16_flow::none; }
 
   void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x,
                const tensor& y, std::vector<tensor>& saved) const override {
     tensor argmax = tensor::empty(y.shape(), dtype::i32, context.device);  // (b, C, OH, OW)
-    forward_(context.kernels, static_cast<int>(x.dim(0)), window_of(window_, x), x.f32(), y.f32(),
-             argmax.i32());
+    const auto batch = static_cast<int>(x.dim(0));
+    if (x.type() == dtype::bf16)
+      forward_bf16_(context.kernels, batch, window_of(window_, x), x.bf16(), y.bf16(),
+                    argmax.i32());
+    else
+      forward_(context.kernels, batch, window_of(window_, x), x.f32(), y.f32(), argmax.i32());
     if (context.training) {
-      saved.push_back(x);
       saved.push_back(argmax);
+      saved.push_back(shape_only(x.shape()));
     }
   }
 
@@ -45,9 +59,13 @@ class max_pool2d final : public layer {
                 std::vector<tensor>&, bool) const override {
     if (dx == nullptr)
       return;
-    const tensor& x = saved.at(0);
-    backward_(context.kernels, static_cast<int>(x.dim(0)), window_of(window_, x), dy.f32(),
-              saved.at(1).i32(), dx->f32());
+    const shape_t x_shape = saved_shape(saved.at(1));
+    const auto window = window_of(window_, x_shape);
+    const auto batch = static_cast<int>(x_shape.at(0));
+    if (dx->type() == dtype::bf16)
+      backward_bf16_(context.kernels, batch, window, dy.bf16(), saved.at(0).i32(), dx->bf16());
+    else
+      backward_(context.kernels, batch, window, dy.f32(), saved.at(0).i32(), dx->f32());
   }
 
   double cost(const shape_t& input) const override {
@@ -62,6 +80,9 @@ class max_pool2d final : public layer {
   window_settings window_;
   kernels::ops::max_pool2d_forward::function forward_ = nullptr;
   kernels::ops::max_pool2d_backward::function backward_ = nullptr;
+  bool bf16_ = false;
+  kernels::ops::max_pool2d_forward_bf16::function forward_bf16_ = nullptr;
+  kernels::ops::max_pool2d_backward_bf16::function backward_bf16_ = nullptr;
 };
 
 }  // namespace

@@ -29,6 +29,9 @@ class reshape_layer : public layer {
 
   void bind(device_type type) override { copy_ = kernels::lookup<kernels::ops::copy>(type); }
 
+  // Bytes are copied as they are: y in x's dtype, dx in dy's.
+  bf16_flow activations() const override { return bf16_flow::kept; }
+
   void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x,
                const tensor& y, std::vector<tensor>&) const override {
     copy_(context.kernels, static_cast<std::int64_t>(x.bytes()), x.raw(), y.raw());

@@ -5,7 +5,8 @@ namespace troupe {
 
 TROUPE_REGISTER_LAYER("tanh", "hyperbolic tangent (no settings)", [](layer_settings&) {
   using namespace kernels::ops;
-  return std::make_unique<activation_layer<tanh_forward, tanh_backward>>("tanh");
+  return std::make_unique<activation_layer<tanh_forward, tanh_backward, activation_reads::y>>(
+      "tanh");
 });
 
 }  // namespace troupe

@@ -70,15 +70,33 @@ inline kernels::window2d make_window(const std::string& type, const source_posit
 }
 
 /// The window for a (b, C, H, W) tensor x (what forward and backward get).
-inline kernels::window2d window_of(const window_settings& w, const tensor& x) {
+inline kernels::window2d window_of(const window_settings& w, const shape_t& x) {
   kernels::window2d window;
-  window.channels = static_cast<int>(x.dim(1));
-  window.height = static_cast<int>(x.dim(2));
-  window.width = static_cast<int>(x.dim(3));
+  window.channels = static_cast<int>(x.at(1));
+  window.height = static_cast<int>(x.at(2));
+  window.width = static_cast<int>(x.at(3));
   window.kernel_h = window.kernel_w = static_cast<int>(w.kernel);
   window.stride_h = window.stride_w = static_cast<int>(w.stride);
   window.pad_h = window.pad_w = static_cast<int>(w.padding);
   return window;
+}
+
+inline kernels::window2d window_of(const window_settings& w, const tensor& x) {
+  return window_of(w, x.shape());
+}
+
+/// What a pooling layer saves of its input x (b, C, H, W) for backward, which needs only its
+/// shape: a tensor of no elements of shape (0, b, C, H, W). Saving x itself would keep the
+/// input alive until the backward (a conv net's largest activations); its readers are done
+/// with it long before. saved_shape gives the shape back.
+inline tensor shape_only(const shape_t& x) {
+  shape_t marker{0};
+  marker.insert(marker.end(), x.begin(), x.end());
+  return tensor::empty(std::move(marker));
+}
+
+inline shape_t saved_shape(const tensor& marker) {
+  return shape_t(marker.shape().begin() + 1, marker.shape().end());
 }
 
 }  // namespace troupe

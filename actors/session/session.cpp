@@ -382,9 +382,10 @@ void session::spawn() {
     });
   s_.gloo = mode_->gloo(s_, s_.options.gloo);
   s_.sequencers = make_stage_sequencers(graph);
-  spawn_context context{system,          *s_.devices,   config,        graph,
-                        prepared.plan,   prepared.schedule, prepared.data, prepared.start,
-                        s_.checkpoints,  s_.gloo,       s_.sequencers};
+  s_.readers_in_bf16 = bf16_readers_of(graph, config);
+  spawn_context context{system,         *s_.devices,       config,        graph,
+                        prepared.plan,  prepared.schedule, prepared.data, prepared.start,
+                        s_.checkpoints, s_.gloo,           s_.sequencers, s_.readers_in_bf16};
   try {
     spawn_actors(context);
     for (int node : s_.batch_assembler_nodes())

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/base/actor_kinds.hpp"
 #include "actors/base/checkpoint_plan.hpp"
 #include "actors/session/prepare.hpp"
 #include "actors/session/session.hpp"
@@ -58,6 +59,7 @@ struct session_state {
   std::map<std::string, caf::actor> everyone;  // the run's, once known (the driving node)
   gloo_rendezvous gloo;                        // where gloo averagers meet (spawn_context)
   stage_sequencers sequencers;                 // interleaved pipelines' turns (spawn_context)
+  bf16_readers readers_in_bf16;                // layers making bf16 activations (spawn_context)
 
   // ---- run, collect, finish ----
   std::shared_ptr<run_outcome> outcome = std::make_shared<run_outcome>();

@@ -14,7 +14,8 @@
 //   simulated job's work runs at one instant of the virtual clock.)
 // - the loss: the calibrated loss of a micro-batch, scaled the same way;
 // - an optimizer's update: its parameters times the calibrated time per parameter; in a
-//   bf16 run, its rounding of the version (convert) likewise;
+//   bf16 run, its rounding of the version (convert) likewise; an activation's or a
+//   gradient's conversion on arrival (convert with bytes) as a copy of its bytes;
 // - a copy: its bytes at the calibrated copy bandwidth; from another node, its bytes at
 //   the bandwidth between the nodes (Note [nodes of one machine]: the link's, shared
 //   memory's or the loopback socket's; its latency delays the message,
@@ -124,6 +125,10 @@ class job_prices {
     if (kind == job_kind::update && layer != nullptr)
       return static_cast<std::int64_t>(costs_.update_ns_per_parameter *
                                        static_cast<double>(layer->parameters));
+    // An activation or gradient rounded or widened on arrival (its bytes given): a pass
+    // over them, priced as a copy of them.
+    if (kind == job_kind::convert && label.bytes > 0)
+      return bytes_at(label.bytes, costs_.copy_gb_per_s);
     // A version rounded to bf16: priced for all of the layer's parameters (its fp32 biases,
     // not rounded, are a small share of them).
     if (kind == job_kind::convert && layer != nullptr && costs_.convert_ns_per_parameter >= 0)

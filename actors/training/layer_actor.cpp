@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
 
 #include "actors/base/actor_kinds.hpp"
 #include "actors/training/bf16_versions.hpp"
@@ -531,6 +532,8 @@ tensor layer_actor::summed(std::vector<tensor> parts, const micro_tag& tag, cons
     part = arrive(part, device, job_for(job_kind::copy, tag));
   if (parts.size() == 1)
     return parts.front();
+  for (auto& part : parts)  // summed in f32 (Note [bf16 activations])
+    part = in_dtype(part, dtype::f32, device, job_for(job_kind::convert, tag));
   auto sum = tensor::empty(parts.front().shape(), dtype::f32, device.id());
   auto done = device.work().submit(
       [parts, sum, add = add_, axpy = axpy_, on = &device] {
@@ -633,6 +636,28 @@ void layer_actor::make_room() {
   settings_->on->work().hurry(weight_jobs_[index - 1]);
 }
 
+// Note [bf16 activations]
+// In a bf16 run the activations between layers, and their gradients, travel and are kept in
+// bf16 where the layers on both sides work in it: half the bytes on every wire, in every
+// stash and in every elementwise pass. Each layer says how (layer::activations(),
+// include/troupe/layer.hpp): `made` (linear, conv2d computing in bf16) rounds its f32 result
+// once into a bf16 y, and takes x in either dtype; `kept` (relu, max pooling, reshapes on a
+// CPU) gives y x's dtype, selecting or moving bits exactly; `none` (the default, and every
+// layer of an fp32 run) works in f32. The actor applies three rules:
+// - x reaches the layer in the dtype it takes (input_dtype): a bf16 x sent to a layer that
+//   does not take it is widened, exactly, by a convert job on arrival;
+// - y is allocated in the layer's output_dtype; a `made` y is bf16 only where every actor
+//   reading it takes bf16 (bf16_readers_of, once per run from the topology), so that a
+//   linear layer before a gelu or the loss puts out f32 as before instead of rounding what
+//   its reader would widen again;
+// - dy is given in y's dtype (a gradient of an f32 reader is rounded on arrival, as the
+//   layer itself rounded dy before) and dx is allocated in x's dtype as the layer took it;
+//   several readers' gradients are summed in f32, as are an `add`'s inputs.
+// Every rule depends on the model and the device type only, not on the wiring, so every
+// wiring rounds the same values: DP, PP and fused runs stay equal to one device (a fused
+// layer applies the rules between its members, runtime/model/fused_layer.cpp). As PyTorch's
+// autocast, a linear layer's bf16 output is its f32 sum rounded once; what troupe adds is
+// that the rounded values are what moves. The loss and the parameter gradients stay f32.
 void layer_actor::forward(pass& work) {
   auto& message = work.activation;
   const auto& tag = message.tag;
@@ -646,13 +671,19 @@ void layer_actor::forward(pass& work) {
   if (merges_) {  // an `add`: y is the sum of its inputs, and nothing is saved
     work.more.insert(work.more.begin(), std::move(message.x));
     auto y = summed(std::move(work.more), tag, "add");
-    finish_forward(tag, y.shape(), {}, std::move(y));
+    const auto type = y.type();
+    finish_forward(tag, y.shape(), type, {}, std::move(y));
     return;
   }
+  // Note [bf16 activations]: x in the dtype the layer takes it in, y in the one it makes.
   auto x = arrive(message.x, device, job_for(job_kind::copy, tag));
+  const auto& math = *settings_->math;
+  x = in_dtype(x, math.input_dtype(x.type(), params_), device, job_for(job_kind::convert, tag));
   shape_t y_shape{x.dim(0)};
   y_shape.insert(y_shape.end(), output_shape_.begin(), output_shape_.end());
-  tensor y = tensor::empty(std::move(y_shape), dtype::f32, device.id());
+  tensor y = tensor::empty(std::move(y_shape),
+                           math.output_dtype(x.type(), params_, settings_->readers_take_bf16),
+                           device.id());
   auto saved = std::make_shared<std::vector<tensor>>();
   const auto context = context_for(device, tag, x.dim(0), training);
 
@@ -678,15 +709,15 @@ void layer_actor::forward(pass& work) {
       label);
   y.set_ready(done);
   last_job_ = done;
-  finish_forward(tag, x.shape(), std::move(saved), std::move(y));
+  finish_forward(tag, x.shape(), x.type(), std::move(saved), std::move(y));
 }
 
-void layer_actor::finish_forward(const micro_tag& tag, const shape_t& input_shape,
+void layer_actor::finish_forward(const micro_tag& tag, const shape_t& input_shape, dtype input_type,
                                  std::shared_ptr<std::vector<tensor>> saved, tensor y) {
   if (tag.stage == phase::train) {
     holding_->fetch_add(1, std::memory_order_relaxed);
     stash_.emplace(stash_key{tag.step, tag.microbatch},
-                   stash_entry{std::move(saved), params_, input_shape});
+                   stash_entry{std::move(saved), params_, input_shape, input_type, y.type()});
   } else {
     send_release(tag);
   }
@@ -724,6 +755,7 @@ void layer_actor::backward(pass& work) {
     }
     return;
   }
+  dy = in_dtype(dy, entry.output_type, device, job_for(job_kind::convert, tag));
   const bool wants_dx = ins_.front().wants_dx;
   if (has_params_ && grads_step_ != tag.step) {
     // One buffer, one view per parameter (see weight_grads_msg).
@@ -743,7 +775,7 @@ void layer_actor::backward(pass& work) {
   bool accumulate = backwards_done_ > 0;
   tensor dx;
   if (wants_dx)
-    dx = tensor::empty(entry.input_shape, dtype::f32, device.id());
+    dx = tensor::empty(entry.input_shape, entry.input_type, device.id());
   const auto context = context_for(device, tag, entry.input_shape.at(0), true);
 
   event done;  // when the parameter gradients are written
@@ -867,6 +899,51 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& lay
       layer_precision(layer_config.settings, this_cpu_bf16()).value_or(config.run.precision));
 }
 
+bf16_readers bf16_readers_of(const topology& graph, const run_config& config) {
+  bf16_readers out;
+  const bool any_bf16 = std::any_of(graph.actors.begin(), graph.actors.end(), [&](const auto& a) {
+    return a.kind == actor_kind::layer &&
+           layer_precision(a.math.settings, this_cpu_bf16()).value_or(config.run.precision) ==
+               numeric_precision::bf16;
+  });
+  if (!any_bf16)
+    return out;
+  std::unordered_map<std::string, const actor_plan*> by_name;
+  for (const auto& a : graph.actors)
+    by_name.emplace(a.name, &a);
+  // Whether a reader takes bf16 x, by model layer and device type (replicas read alike).
+  std::map<std::pair<std::int32_t, device_type>, bool> known;
+  auto takes = [&](const actor_plan& reader) {
+    if (reader.kind != actor_kind::layer)
+      return false;  // the loss reads f32
+    const auto key = std::make_pair(reader.layer, reader.device.type);
+    auto it = known.find(key);
+    if (it == known.end()) {
+      auto math = create_layer(reader.math);
+      math->bind(reader.device.type);
+      const auto& input = graph.shapes.at(static_cast<std::size_t>(reader.layer));
+      const auto flow = math->activations();
+      const bool yes = flow == bf16_flow::kept ||
+                       (flow == bf16_flow::made &&
+                        !bf16_parameter_mask(*math, reader.math, input, config).empty());
+      it = known.emplace(key, yes).first;
+    }
+    return it->second;
+  };
+  for (const auto& w : graph.wires) {
+    if (w.kind != wire_kind::activations)
+      continue;
+    auto from = by_name.find(w.from), to = by_name.find(w.to);
+    if (from == by_name.end() || to == by_name.end() || from->second->kind != actor_kind::layer)
+      continue;
+    const bool yes = takes(*to->second);
+    auto [at, fresh] = out.emplace(w.from, yes);
+    if (!fresh)
+      at->second = at->second && yes;
+  }
+  return out;
+}
+
 stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
   if (!t.takes_turns())
@@ -897,6 +974,8 @@ std::shared_ptr<layer_actor_settings> settings_for(const actor_plan& plan, spawn
   s->on = &context.devices.at(plan.device);
   s->math = create_layer(plan.math);
   s->bf16_params = bf16_parameter_mask(*s->math, plan.math, s->input_shape, context.config);
+  const auto readers = context.readers_in_bf16.find(plan.name);
+  s->readers_take_bf16 = readers != context.readers_in_bf16.end() && readers->second;
   if (context.graph.schedule == pipeline_schedule::zb_h1) {
     s->split_backward = true;
     s->stash_limit = context.graph.stages;
@@ -938,6 +1017,9 @@ caf::actor spawn_fused_layers(const std::string& name, const std::vector<const a
   s->fused = fused.get();
   s->math = std::move(fused);
   s->bf16_params = any_bf16 ? std::move(mask) : std::vector<bool>{};
+  // Its y is its last member's: read by that member's readers.
+  const auto readers = context.readers_in_bf16.find(members.back()->name);
+  s->readers_take_bf16 = readers != context.readers_in_bf16.end() && readers->second;
   s->member_tracks = std::move(member_tracks);
   return context.system.spawn<layer_actor>(std::move(s));
 }

@@ -65,6 +65,9 @@ struct layer_actor_settings {
   // [run] precision = "bf16" (or the layer's own): which parameters, by index, the layer
   // gets rounded to bf16 (Note [bf16 parameters] in layer_actor.cpp); empty: none.
   std::vector<bool> bf16_params;
+  // Whether every layer reading this one's output takes it in bf16, so that a layer that
+  // makes bf16 activations makes them (Note [bf16 activations] in layer_actor.cpp).
+  bool readers_take_bf16 = false;
   // A fused group (Note [fused layers] in runtime/graph/fusion.hpp): `math` is this
   // fused_layer, whose members get their parameters from their own optimizers and send
   // their gradients to their own sinks (the grads wires, in member order); each member's
@@ -82,6 +85,11 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const shape_t& input_sh
 /// and calibrate times it so.
 std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& layer_config,
                                       const shape_t& input_shape, const run_config& config);
+/// For each layer actor of `graph` (a run of `config`) that sends activations: whether every
+/// actor reading them is a layer that takes them in bf16 on its device (Note [bf16
+/// activations] in layer_actor.cpp). The loss reads in f32. Empty where no layer computes
+/// in bf16.
+bf16_readers bf16_readers_of(const topology& graph, const run_config& config);
 
 /// Spawns one actor that runs `members` (consecutive layer actors of one replica on one
 /// device, in model order) fused, as `name` (Note [fused layers] in runtime/graph/fusion.hpp);
@@ -134,6 +142,8 @@ class layer_actor : public device_actor {
     std::shared_ptr<std::vector<tensor>> saved;  // written by the forward job
     std::vector<tensor> params;                  // the version forward used
     shape_t input_shape;                         // (b, input...)
+    dtype input_type = dtype::f32;               // x as the layer took it: dx's dtype
+    dtype output_type = dtype::f32;              // y's: the dtype dy is given in
   };
 
   // A forward or a backward waiting for this actor's previous job to run. With several
@@ -176,7 +186,7 @@ class layer_actor : public device_actor {
   void forward(pass& work);
   /// What every forward ends with: stash (training) or release (evaluation), then y to
   /// every reader.
-  void finish_forward(const micro_tag& tag, const shape_t& input_shape,
+  void finish_forward(const micro_tag& tag, const shape_t& input_shape, dtype input_type,
                       std::shared_ptr<std::vector<tensor>> saved, tensor y);
   void backward(pass& work);
   void install(params_msg& message);

@@ -100,7 +100,10 @@ void loss_actor::compute(const micro_tag& tag, const tensor& arrived_logits,
                          const labels_msg& labels) {
   auto& device = *settings_.on;
   auto& work = device.work();
-  auto logits = arrive(arrived_logits, device);
+  // A model whose last layer keeps bf16 activations (a relu, a flatten) sends them so: the
+  // loss reads f32 (Note [bf16 activations] in actors/training/layer_actor.cpp).
+  auto logits =
+      in_dtype(arrive(arrived_logits, device), dtype::f32, device, job_for(job_kind::convert, tag));
   auto y = arrive(labels.labels, device);
   // Rows: samples, or every position of every sample (logits (b, T, classes), labels
   // (b, T)); the loss is the mean over its terms, as torch's losses over (b T) rows.

@@ -88,6 +88,24 @@ struct layer_context {
   std::uint64_t pass_key() const;
 };
 
+/// How a layer's activations may travel in bfloat16 (Note [bf16 activations] in
+/// actors/training/layer_actor.cpp). Whatever a layer says, an fp32 run's are all f32. In
+/// every case dy reaches the layer in y's dtype (the runtime rounds or widens the gradients
+/// it gets) and dx is allocated in the dtype x reached it in.
+enum class bf16_flow : std::uint8_t {
+  /// x and dy reach the layer as f32 (the runtime widens bf16 ones), y and dx are f32: the
+  /// default, for a layer that knows nothing of bf16.
+  none,
+  /// Where the layer computes in bf16 (one of its parameters arrived as bf16): x reaches it
+  /// as it was sent, f32 or bf16, and y is bf16 where the layers reading it take bf16
+  /// (linear, conv2d: their products' outputs rounded once, as PyTorch's autocast rounds
+  /// them), else f32. Elsewhere as `none`.
+  made,
+  /// y has the dtype x reached it in, f32 or bf16 (layers that select or move values:
+  /// relu, max pooling, flatten).
+  kept,
+};
+
 class layer {
  public:
   virtual ~layer() = default;
@@ -116,6 +134,18 @@ class layer {
   /// Resolves kernels for a device type once, before any forward. Layers cache kernel
   /// function pointers here; the default does nothing.
   virtual void bind(device_type type) { (void)type; }
+
+  /// How its activations travel in a bf16 run (bf16_flow); asked after bind, so it may
+  /// depend on the device type (a kernel for bf16 only on CPUs). Default: none.
+  virtual bf16_flow activations() const { return bf16_flow::none; }
+
+  /// The dtype x reaches the layer in when sent as `sent`, and the dtype of its y for an x
+  /// of dtype `x`, given its parameters as they arrived and whether the layers that read y
+  /// take it in bf16 (a `made` y is bf16 only for such readers): by activations(); the
+  /// runtime's to ask (a fused layer chains its members'). A layer states activations().
+  virtual dtype input_dtype(dtype sent, const std::vector<tensor>& params) const;
+  virtual dtype output_dtype(dtype x, const std::vector<tensor>& params,
+                             bool readers_take_bf16) const;
 
   /// y = f(x; params). x: (b, input...), y: preallocated (b, output...) from
   /// output_shape(); forward writes its values (y.f32()) but cannot replace or reshape it.
@@ -167,8 +197,22 @@ class layer {
 };
 
 /// `t` (f32) rounded to bf16 in a new tensor on the layer's device (ops::to_bf16): what a
-/// layer computing in bf16 does to its inputs and incoming gradients.
+/// layer computing in bf16 does to its inputs and incoming gradients. `t` itself when it is
+/// bf16 already (an activation of a bf16 run).
 tensor rounded_to_bf16(const layer_context& context, const tensor& t);
+
+/// `t` (bf16) widened to f32 in a new tensor on the layer's device (ops::from_bf16, exact);
+/// `t` itself when it is f32.
+tensor widened_to_f32(const layer_context& context, const tensor& t);
+
+/// Whether a layer computes in bf16: one of its parameters arrived as dtype::bf16.
+bool computes_in_bf16(const std::vector<tensor>& params);
+
+/// Where a layer writes an output `out` (y or dx) whose values it computes in f32: `out`
+/// itself when it is f32, else a new f32 tensor of its shape, which store_output then rounds
+/// into `out` (nothing to do when they are one tensor).
+tensor f32_output(const layer_context& context, const tensor& out);
+void store_output(const layer_context& context, const tensor& values, const tensor& out);
 
 using layer_factory = std::function<std::unique_ptr<layer>(layer_settings&)>;
 

@@ -166,6 +166,23 @@ TROUPE_ACTIVATION_OP(gelu);  // exact erf form, as torch.nn.GELU()
 TROUPE_ACTIVATION_OP(tanh);
 #undef TROUPE_ACTIVATION_OP
 
+/// relu_forward over bfloat16 bit patterns (a bf16 run's activations, Note [bf16
+/// activations] in actors/training/layer_actor.cpp): y = x < 0 ? +0 : x, exact, NaN and -0
+/// kept as relu_forward keeps them. x and y may alias. CPU only.
+struct relu_forward_bf16 {
+  static constexpr const char* name = "relu_forward_bf16";
+  using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x,
+                            std::uint16_t* y);
+};
+
+/// relu_backward over bfloat16: dx = (x or y) > 0 ? dy : +0, exact; reads x, or y when x is
+/// null. dy and dx may alias. CPU only.
+struct relu_backward_bf16 {
+  static constexpr const char* name = "relu_backward_bf16";
+  using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x,
+                            const std::uint16_t* y, const std::uint16_t* dy, std::uint16_t* dx);
+};
+
 /// Unfolds images for convolution as a GEMM: x (B, C, H, W) to cols (B, C KH KW, OH OW),
 /// cols[b][(c KH + i) KW + j][oh OW + ow] = x[b][c][oh sh - ph + i][ow sw - pw + j], or 0
 /// where that falls in the padding.
@@ -217,8 +234,10 @@ struct conv2d_backward_weights {
 
 /// The ops no CUDA kernel implements, each with the way a CUDA device does the same work
 /// instead (tests/kernels/ops_coverage_test.cpp holds this list to the backends).
-inline constexpr const char* cpu_only_ops[] = {"conv2d_forward", "conv2d_backward_data",
-                                               "conv2d_backward_weights"};
+/// A bf16 activation op's layer widens what reaches it on a CUDA device and runs its f32 op.
+inline constexpr const char* cpu_only_ops[] = {
+    "conv2d_forward",     "conv2d_backward_data",    "conv2d_backward_weights", "relu_forward_bf16",
+    "relu_backward_bf16", "max_pool2d_forward_bf16", "max_pool2d_backward_bf16"};
 
 /// The adjoint of im2col: x (B, C, H, W) = the sum of every cols entry im2col would have
 /// read from that pixel (overwrites x). Deterministic: a fixed order of additions.
@@ -242,6 +261,22 @@ struct max_pool2d_backward {
   static constexpr const char* name = "max_pool2d_backward";
   using function = void (*)(const context&, int batch, const window2d& window, const float* dy,
                             const std::int32_t* argmax, float* dx);
+};
+
+/// max_pool2d_forward over bfloat16 bit patterns: the same maxima (exact: each y is one of
+/// its window's x) and the same argmax. CPU only.
+struct max_pool2d_forward_bf16 {
+  static constexpr const char* name = "max_pool2d_forward_bf16";
+  using function = void (*)(const context&, int batch, const window2d& window,
+                            const std::uint16_t* x, std::uint16_t* y, std::int32_t* argmax);
+};
+
+/// max_pool2d_backward over bfloat16: each pixel's sum of dy taken in float, in output
+/// order, then rounded to bf16 once (exact where windows do not overlap). CPU only.
+struct max_pool2d_backward_bf16 {
+  static constexpr const char* name = "max_pool2d_backward_bf16";
+  using function = void (*)(const context&, int batch, const window2d& window,
+                            const std::uint16_t* dy, const std::int32_t* argmax, std::uint16_t* dx);
 };
 
 /// Average pooling: y (B, C, OH, OW) = the sum of each window of x divided by KH KW

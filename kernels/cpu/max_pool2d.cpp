@@ -5,8 +5,18 @@
 // stays (as torch.nn.MaxPool2d), so a diverging run shows in the loss. Padding is skipped,
 // which is -infinity padding. Backward adds dy into dx at the argmax, output by output, in
 // a fixed order.
+//
+// Note [max pooling in bf16]
+// A bf16 run's activations (Note [bf16 activations] in actors/training/layer_actor.cpp) are
+// pooled by the f32 kernels above, a slice of planes at a time: the slice widened into a
+// float buffer that stays in cache (64 KiB), pooled, and the maxima narrowed back by their
+// top 16 bits, exact since each is one of the slice's bf16 values. The backward scatters the
+// widened dy the same way and rounds each pixel's sum once (exact unless windows overlap).
+// So both keep the f32 kernels' rules (first maximum, NaN wins, fixed order of sums) and
+// their 2x2 passes; only the bytes read from memory and kept halve.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -14,6 +24,7 @@
 #define TROUPE_MAX_POOL_AVX512 1
 #endif
 
+#include "kernels/cpu/bf16_bits.hpp"
 #include "kernels/cpu/vectorize.hpp"
 #include "kernels/window2d.hpp"
 #include "troupe/ops.hpp"
@@ -224,9 +235,77 @@ void max_pool2d_backward(const context&, int batch, const window2d& w, const flo
     }
 }
 
+TROUPE_VECTOR_CLONES
+void widen_all(std::int64_t n, const std::uint16_t* __restrict x, float* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = widen_bits(x[i]);
+}
+
+// The top half of each float: exact for floats that are bf16 values (a maximum).
+TROUPE_VECTOR_CLONES
+void narrow_exact(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &x[i], sizeof bits);
+    y[i] = static_cast<std::uint16_t>(bits >> 16);
+  }
+}
+
+TROUPE_VECTOR_CLONES
+void round_all_bits(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = round_bits(x[i]);
+}
+
+// Note [max pooling in bf16]: the planes of a batch in slices of `slice` planes, each as a
+// window of that many channels; `pass(first plane, planes in the slice, its window)`.
+template <class Pass>
+void by_slices(const char* op, int batch, const window2d& w, Pass pass) {
+  check_window(op, batch, w);
+  const std::int64_t planes = static_cast<std::int64_t>(batch) * w.channels;
+  const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
+  const std::int64_t slice = std::max<std::int64_t>(1, (std::int64_t{16} << 10) / plane);
+  for (std::int64_t first = 0; first < planes; first += slice) {
+    window2d part = w;
+    part.channels = static_cast<int>(std::min(slice, planes - first));
+    pass(first, part);
+  }
+}
+
+void max_pool2d_forward_bf16(const context& ctx, int batch, const window2d& w,
+                             const std::uint16_t* x, std::uint16_t* y, std::int32_t* argmax) {
+  const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
+  const std::int64_t out_plane = static_cast<std::int64_t>(w.out_h()) * w.out_w();
+  std::vector<float> wide, maxima;
+  by_slices("max_pool2d_forward_bf16", batch, w, [&](std::int64_t first, const window2d& part) {
+    wide.resize(static_cast<std::size_t>(part.channels * plane));
+    maxima.resize(static_cast<std::size_t>(part.channels * out_plane));
+    widen_all(part.channels * plane, x + first * plane, wide.data());
+    max_pool2d_forward(ctx, 1, part, wide.data(), maxima.data(), argmax + first * out_plane);
+    narrow_exact(part.channels * out_plane, maxima.data(), y + first * out_plane);
+  });
+}
+
+void max_pool2d_backward_bf16(const context& ctx, int batch, const window2d& w,
+                              const std::uint16_t* dy, const std::int32_t* argmax,
+                              std::uint16_t* dx) {
+  const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
+  const std::int64_t out_plane = static_cast<std::int64_t>(w.out_h()) * w.out_w();
+  std::vector<float> wide, sums;
+  by_slices("max_pool2d_backward_bf16", batch, w, [&](std::int64_t first, const window2d& part) {
+    wide.resize(static_cast<std::size_t>(part.channels * out_plane));
+    sums.resize(static_cast<std::size_t>(part.channels * plane));
+    widen_all(part.channels * out_plane, dy + first * out_plane, wide.data());
+    max_pool2d_backward(ctx, 1, part, wide.data(), argmax + first * out_plane, sums.data());
+    round_all_bits(part.channels * plane, sums.data(), dx + first * plane);
+  });
+}
+
 }  // namespace
 
 TROUPE_REGISTER_KERNEL(ops::max_pool2d_forward, device_type::cpu, max_pool2d_forward);
 TROUPE_REGISTER_KERNEL(ops::max_pool2d_backward, device_type::cpu, max_pool2d_backward);
+TROUPE_REGISTER_KERNEL(ops::max_pool2d_forward_bf16, device_type::cpu, max_pool2d_forward_bf16);
+TROUPE_REGISTER_KERNEL(ops::max_pool2d_backward_bf16, device_type::cpu, max_pool2d_backward_bf16);
 
 }  // namespace troupe::kernels::cpu

@@ -4,6 +4,10 @@
 // in the loss instead of being masked to zero. The backward reads x, or y when x is null
 // (their signs agree), so a layer may keep either one. Both directions may run in place
 // (y == x, dx == dy); partially overlapping buffers are not supported.
+//
+// The bf16 pair (a bf16 run's activations) does the same on bfloat16 bit patterns: each
+// output is its input's bits or +0, so it is exact, with the f32 kernels' rule for NaN and -0.
+#include "kernels/cpu/bf16_bits.hpp"
 #include "kernels/cpu/vectorize.hpp"
 #include "troupe/check.hpp"
 #include "troupe/ops.hpp"
@@ -54,9 +58,37 @@ void relu_backward(const context&, std::int64_t n, const float* x, const float* 
     mask_out_of_place(n, sign, dy, dx);
 }
 
+// Over bf16 the in-place and out-of-place loops are one: each element is read before it
+// is written, and no other element is read.
+TROUPE_VECTOR_CLONES
+void relu_bf16(std::int64_t n, const std::uint16_t* x, std::uint16_t* y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = widen_bits(x[i]) < 0.0f ? std::uint16_t{0} : x[i];
+}
+
+TROUPE_VECTOR_CLONES
+void mask_bf16(std::int64_t n, const std::uint16_t* __restrict sign, const std::uint16_t* dy,
+               std::uint16_t* dx) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = widen_bits(sign[i]) > 0.0f ? dy[i] : std::uint16_t{0};
+}
+
+void relu_forward_bf16(const context&, std::int64_t n, const std::uint16_t* x, std::uint16_t* y) {
+  relu_bf16(n, x, y);
+}
+
+void relu_backward_bf16(const context&, std::int64_t n, const std::uint16_t* x,
+                        const std::uint16_t* y, const std::uint16_t* dy, std::uint16_t* dx) {
+  const std::uint16_t* sign = x != nullptr ? x : y;
+  TROUPE_CHECK(sign != nullptr || n == 0, "relu_backward_bf16 needs x or y; both are null");
+  mask_bf16(n, sign, dy, dx);
+}
+
 }  // namespace
 
 TROUPE_REGISTER_KERNEL(ops::relu_forward, device_type::cpu, relu_forward);
 TROUPE_REGISTER_KERNEL(ops::relu_backward, device_type::cpu, relu_backward);
+TROUPE_REGISTER_KERNEL(ops::relu_forward_bf16, device_type::cpu, relu_forward_bf16);
+TROUPE_REGISTER_KERNEL(ops::relu_backward_bf16, device_type::cpu, relu_backward_bf16);
 
 }  // namespace troupe::kernels::cpu

@@ -6,6 +6,8 @@
 #include "runtime/core/gpu.hpp"
 #include "runtime/core/stream_state.hpp"
 #include "runtime/trace/current_handler.hpp"
+#include "troupe/check.hpp"
+#include "troupe/ops.hpp"
 
 namespace troupe {
 
@@ -73,6 +75,29 @@ tensor read_in_place(const tensor& t, device& here) {
     return arrive(t, here);
   here.work().wait_for(t.ready());
   return t;
+}
+
+tensor in_dtype(const tensor& t, dtype type, device& here, job_label like) {
+  if (!t.defined() || t.type() == type)
+    return t;
+  TROUPE_CHECK((t.type() == dtype::f32 || t.type() == dtype::bf16) &&
+                   (type == dtype::f32 || type == dtype::bf16),
+               "a " << to_string(t.type()) << " tensor cannot be converted to " << to_string(type));
+  TROUPE_CHECK(t.device() == here.id(), "in_dtype: the tensor is not on the device yet");
+  auto out = tensor::empty(t.shape(), type, here.id());
+  like.name = job_kind_name(job_kind::convert);
+  like.bytes = static_cast<std::int64_t>(t.bytes());
+  const auto device_type = here.id().type;
+  auto job = [from = t, to = out, on = &here, device_type] {
+    if (to.type() == dtype::bf16)
+      kernels::lookup<kernels::ops::to_bf16>(device_type)(on->context(), from.numel(), from.f32(),
+                                                          to.bf16());
+    else
+      kernels::lookup<kernels::ops::from_bf16>(device_type)(on->context(), from.numel(),
+                                                            from.bf16(), to.f32());
+  };
+  out.set_ready(here.work().submit(std::move(job), like));
+  return out;
 }
 
 std::vector<tensor> arrive(const std::vector<tensor>& ts, device& here) {

@@ -25,6 +25,11 @@ tensor arrive(const tensor& t, device& here, job_label like);
 /// in transfer.cpp). Else arrive(t, here). The jobs must only read it.
 tensor read_in_place(const tensor& t, device& here);
 
+/// `t` (on `here` already, as arrive() leaves it) in dtype `type`, f32 or bf16: itself, or
+/// rounded to bf16 / widened to f32 into a new tensor by a job on here's stream, labelled as
+/// `like` with the name "convert" (Note [bf16 activations] in actors/training/layer_actor.cpp).
+tensor in_dtype(const tensor& t, dtype type, device& here, job_label like);
+
 /// arrive() for each tensor.
 std::vector<tensor> arrive(const std::vector<tensor>& ts, device& here);
 

@@ -60,6 +60,11 @@ class fused_layer final : public layer {
   shape_t output_shape(const shape_t& input) const override;
   std::vector<param_spec> parameters(const shape_t& input) const override;
   void bind(device_type type) override;
+  /// The first member's input dtype; the dtype of the last member's y along the chain, each
+  /// member reading the one before as its own input_dtype takes it (Note [bf16 activations]).
+  dtype input_dtype(dtype sent, const std::vector<tensor>& params) const override;
+  dtype output_dtype(dtype x, const std::vector<tensor>& params,
+                     bool readers_take_bf16) const override;
   void forward(const layer_context& context, const std::vector<tensor>& params, const tensor& x,
                const tensor& y, std::vector<tensor>& saved) const override {
     forward(context, params, x, y, saved, nullptr);
@@ -79,6 +84,11 @@ class fused_layer final : public layer {
   double cost(const shape_t& input) const override;
 
  private:
+  std::vector<tensor> own_params(const std::vector<tensor>& params, const member& m) const;
+  // Whether what reads member i's y takes bf16: the next member, or the last's readers.
+  bool next_takes_bf16(std::size_t i, const std::vector<tensor>& params,
+                       bool readers_take_bf16) const;
+
   std::vector<member> members_;
 };
 

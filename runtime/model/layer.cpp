@@ -11,6 +11,7 @@
 #include "runtime/base/name_registry.hpp"
 #include "runtime/base/random.hpp"
 #include "runtime/config/precision.hpp"
+#include "troupe/check.hpp"
 #include "troupe/ops.hpp"
 
 namespace troupe {
@@ -122,11 +123,65 @@ void layer::backward_weight(const layer_context&, const std::vector<tensor>&,
   throw std::logic_error("layer '" + type() + "' does not split its backward");
 }
 
+dtype layer::input_dtype(dtype sent, const std::vector<tensor>& params) const {
+  if (sent != dtype::bf16)
+    return sent;
+  const auto flow = activations();
+  const bool takes =
+      flow == bf16_flow::kept || (flow == bf16_flow::made && computes_in_bf16(params));
+  return takes ? dtype::bf16 : dtype::f32;
+}
+
+dtype layer::output_dtype(dtype x, const std::vector<tensor>& params,
+                          bool readers_take_bf16) const {
+  switch (activations()) {
+    case bf16_flow::made:
+      return readers_take_bf16 && computes_in_bf16(params) ? dtype::bf16 : dtype::f32;
+    case bf16_flow::kept:
+      return x == dtype::bf16 ? dtype::bf16 : dtype::f32;
+    case bf16_flow::none:
+      break;
+  }
+  return dtype::f32;
+}
+
 tensor rounded_to_bf16(const layer_context& context, const tensor& t) {
+  if (t.type() == dtype::bf16)
+    return t;
   const auto round = kernels::lookup<kernels::ops::to_bf16>(context.device.type);
   tensor out = tensor::empty(t.shape(), dtype::bf16, context.device);
   round(context.kernels, t.numel(), t.f32(), out.bf16());
   return out;
+}
+
+tensor widened_to_f32(const layer_context& context, const tensor& t) {
+  if (t.type() != dtype::bf16)
+    return t;
+  const auto widen = kernels::lookup<kernels::ops::from_bf16>(context.device.type);
+  tensor out = tensor::empty(t.shape(), dtype::f32, context.device);
+  widen(context.kernels, t.numel(), t.bf16(), out.f32());
+  return out;
+}
+
+bool computes_in_bf16(const std::vector<tensor>& params) {
+  return std::any_of(params.begin(), params.end(),
+                     [](const tensor& p) { return p.type() == dtype::bf16; });
+}
+
+tensor f32_output(const layer_context& context, const tensor& out) {
+  return out.type() == dtype::f32 ? out : tensor::empty(out.shape(), dtype::f32, context.device);
+}
+
+void store_output(const layer_context& context, const tensor& values, const tensor& out) {
+  if (values.shares_storage_with(out))
+    return;
+  TROUPE_CHECK(
+      out.type() == dtype::bf16 && values.type() == dtype::f32 && values.numel() == out.numel(),
+      "store_output: " << to_string(values.type()) << " values of "
+                       << shape_to_string(values.shape()) << " into a " << to_string(out.type())
+                       << " output of " << shape_to_string(out.shape()));
+  const auto round = kernels::lookup<kernels::ops::to_bf16>(context.device.type);
+  round(context.kernels, out.numel(), values.f32(), out.bf16());
 }
 
 // ---- registry ----

@@ -149,3 +149,69 @@ TEST_CASE(
     CHECK(test::same_bits(dx, want));  // each pixel gets one dy or nothing: exact
   }
 }
+
+namespace {
+
+std::uint16_t pool_top_half(float f) { return static_cast<std::uint16_t>(test::bits_of(f) >> 16); }
+float pool_widened(std::uint16_t h) { return test::from_bits(static_cast<std::uint32_t>(h) << 16); }
+
+}  // namespace
+
+TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in slices of planes") {
+  // Note [max pooling in bf16]: the same maxima (bit for bit), the same argmax, and each
+  // pixel's dy sum rounded once. Every geometry of window_reference.hpp; 2x2 windows on
+  // 28 x 28 planes over 3 slices of 20; a plane of 130 x 130 (more than a slice alone).
+  auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
+  auto backward = kernels::lookup<kernels::ops::max_pool2d_backward>(kernels::device_type::cpu);
+  auto forward16 =
+      kernels::lookup<kernels::ops::max_pool2d_forward_bf16>(kernels::device_type::cpu);
+  auto backward16 =
+      kernels::lookup<kernels::ops::max_pool2d_backward_bf16>(kernels::device_type::cpu);
+  auto round = kernels::lookup<kernels::ops::to_bf16>(kernels::device_type::cpu);
+  auto geometries = test::window_geometries();
+  geometries.push_back(test::make_window2d(16, 28, 28, 2, 2, 0));
+  geometries.push_back(test::make_window2d(1, 130, 130, 3, 2, 1));
+  std::uint32_t seed = 300;
+  for (auto w : geometries) {
+    w.pad_h = std::min(w.pad_h, w.kernel_h / 2);
+    w.pad_w = std::min(w.pad_w, w.kernel_w / 2);
+    const int batch = 3;
+    CAPTURE(w.channels);
+    CAPTURE(w.height);
+    CAPTURE(w.kernel_h);
+    CAPTURE(w.stride_h);
+    CAPTURE(w.pad_h);
+    auto noise = test::random_floats(test::image_size(batch, w), ++seed);
+    noise[noise.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::uint16_t> x16(noise.size());
+    std::vector<float> x(noise.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x16[i] = pool_top_half(noise[i]);
+      x[i] = pool_widened(x16[i]);
+    }
+    const auto outputs = test::output_size(batch, w);
+    std::vector<float> y(outputs);
+    std::vector<std::int32_t> argmax(outputs), argmax16(outputs, -7);
+    forward(test::cpu_context(), batch, w, x.data(), y.data(), argmax.data());
+    std::vector<std::uint16_t> y16(outputs, 0x1234), want(outputs);
+    forward16(test::cpu_context(), batch, w, x16.data(), y16.data(), argmax16.data());
+    for (std::size_t o = 0; o < outputs; ++o)
+      want[o] = pool_top_half(y[o]);
+    CHECK(y16 == want);
+    CHECK(argmax16 == argmax);
+
+    std::vector<std::uint16_t> dy16(outputs);
+    std::vector<float> dy(outputs);
+    const auto dy_noise = test::random_floats(outputs, ++seed);
+    for (std::size_t o = 0; o < outputs; ++o) {
+      dy16[o] = pool_top_half(dy_noise[o]);
+      dy[o] = pool_widened(dy16[o]);
+    }
+    std::vector<float> dx(x.size());
+    backward(test::cpu_context(), batch, w, dy.data(), argmax.data(), dx.data());
+    std::vector<std::uint16_t> want_dx(x.size()), dx16(x.size(), 0x1234);
+    round(test::cpu_context(), static_cast<std::int64_t>(dx.size()), dx.data(), want_dx.data());
+    backward16(test::cpu_context(), batch, w, dy16.data(), argmax.data(), dx16.data());
+    CHECK(dx16 == want_dx);
+  }
+}

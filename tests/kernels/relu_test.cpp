@@ -1,5 +1,5 @@
 // relu_test.cpp: the CPU relu forward against max(x, 0), its backward against central
-// finite differences, and both in place.
+// finite differences, and both in place; the bf16 pair against the f32 pair on every value.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
+#include "troupe/check.hpp"
 #include "troupe/ops.hpp"
 
 using namespace troupe;
@@ -69,4 +70,65 @@ TEST_CASE("relu_backward matches central finite differences of the double relu")
     backward(test::cpu_context(), n, x.data(), y.data(), in_place.data(), in_place.data());
     CHECK(in_place == dx);
   }
+}
+
+namespace {
+
+std::uint16_t top_half(float f) { return static_cast<std::uint16_t>(test::bits_of(f) >> 16); }
+float widened(std::uint16_t h) { return test::from_bits(static_cast<std::uint32_t>(h) << 16); }
+
+}  // namespace
+
+TEST_CASE("relu over bf16 is the f32 relu of every bf16 value, bit for bit, in place too") {
+  // All 65536 bit patterns: NaNs, infinities, -0 and denormals included. The f32 kernel's
+  // result on the widened value is a bf16 value (x or +0), so its top half is the answer.
+  auto forward = kernels::lookup<kernels::ops::relu_forward>(kernels::device_type::cpu);
+  auto forward16 = kernels::lookup<kernels::ops::relu_forward_bf16>(kernels::device_type::cpu);
+  auto backward = kernels::lookup<kernels::ops::relu_backward>(kernels::device_type::cpu);
+  auto backward16 = kernels::lookup<kernels::ops::relu_backward_bf16>(kernels::device_type::cpu);
+  const std::size_t n = 65536;
+  std::vector<std::uint16_t> x(n);
+  std::vector<float> wide(n);
+  for (std::size_t h = 0; h < n; ++h) {
+    x[h] = static_cast<std::uint16_t>(h);
+    wide[h] = widened(x[h]);
+  }
+  std::vector<float> y(n);
+  forward(test::cpu_context(), static_cast<std::int64_t>(n), wide.data(), y.data());
+  std::vector<std::uint16_t> y16(n, 0x1234), want(n);
+  for (std::size_t i = 0; i < n; ++i)
+    want[i] = top_half(y[i]);
+  forward16(test::cpu_context(), static_cast<std::int64_t>(n), x.data(), y16.data());
+  CHECK(y16 == want);
+  auto in_place = x;
+  forward16(test::cpu_context(), static_cast<std::int64_t>(n), in_place.data(), in_place.data());
+  CHECK(in_place == want);
+
+  // Backward: every pattern as the sign, against the f32 kernel on the widened values.
+  std::vector<std::uint16_t> dy16(n);
+  std::vector<float> dy(n);
+  const auto noise = test::random_floats(n, 91);
+  for (std::size_t i = 0; i < n; ++i) {
+    dy16[i] = top_half(noise[i]);
+    dy[i] = widened(dy16[i]);
+  }
+  std::vector<float> dx(n);
+  backward(test::cpu_context(), static_cast<std::int64_t>(n), wide.data(), nullptr, dy.data(),
+           dx.data());
+  for (std::size_t i = 0; i < n; ++i)
+    want[i] = top_half(dx[i]);
+  std::vector<std::uint16_t> dx16(n, 0x1234);
+  backward16(test::cpu_context(), static_cast<std::int64_t>(n), x.data(), nullptr, dy16.data(),
+             dx16.data());
+  CHECK(dx16 == want);
+  std::fill(dx16.begin(), dx16.end(), std::uint16_t{0x1234});
+  backward16(test::cpu_context(), static_cast<std::int64_t>(n), nullptr, y16.data(), dy16.data(),
+             dx16.data());
+  CHECK(dx16 == want);  // reading y = relu(x) instead: the same signs
+  auto dy_dx = dy16;
+  backward16(test::cpu_context(), static_cast<std::int64_t>(n), x.data(), nullptr, dy_dx.data(),
+             dy_dx.data());
+  CHECK(dy_dx == want);
+  CHECK_THROWS_AS(backward16(test::cpu_context(), 4, nullptr, nullptr, dy16.data(), dx16.data()),
+                  check_failure);
 }

@@ -199,6 +199,40 @@ TEST_CASE("a bf16 run's parameter wires carry 2 bytes a weight element: the opti
   }
 }
 
+TEST_CASE("a bf16 run's activations and their gradients move in bf16 where both sides take it") {
+  if (!have_bf16())
+    return;
+  // mlp(): linear 0 -> relu 1 -> linear 2 -> tanh 3 -> linear 4 -> loss, unfused so that
+  // every pair is a wire. Linear 0 makes bf16 for the relu, which keeps it for linear 2;
+  // linear 2 makes f32 for the tanh, which takes f32 only; linear 4 f32 for the loss. Each
+  // gradient goes back in the dtype of the x it belongs to (Note [bf16 activations]).
+  std::map<std::string, std::map<std::string, std::int64_t>> bytes;  // precision, wire
+  for (const std::string precision : {"fp32", "bf16"}) {
+    test::temp_directory d{"troupe-precision-activations"};
+    auto text = mlp(precision);
+    text.insert(text.find("[run]\n") + 6, "fuse_layers = false\n");
+    auto config = parse_config(text, d.file("p.toml"));
+    config.run.steps = 3;
+    auto options = test::quiet_options();
+    options.trace_path = d.file("trace.json");
+    test::run_ok(config, options);
+    for (const auto& w : summarize_trace(load_trace(d.file("trace.json"))).wires)
+      if (w.kind == "forward" || w.kind == "backward")
+        bytes[precision][w.kind + " " + w.from + " -> " + w.to] += w.bytes;
+  }
+  const std::map<std::string, bool> halved = {
+      {"forward layer_0 -> layer_1", true},   {"forward layer_1 -> layer_2", true},
+      {"forward layer_2 -> layer_3", false},  {"forward layer_3 -> layer_4", false},
+      {"backward layer_1 -> layer_0", true},  {"backward layer_2 -> layer_1", true},
+      {"backward layer_3 -> layer_2", false}, {"backward layer_4 -> layer_3", false}};
+  for (const auto& [wire, half] : halved) {
+    const std::string name = wire;  // not a binding: INFO's lambda captures it (clang 14)
+    INFO(name);
+    REQUIRE(bytes["fp32"][name] > 0);
+    CHECK(bytes["bf16"][name] * (half ? 2 : 1) == bytes["fp32"][name]);
+  }
+}
+
 TEST_CASE(
     "DP2 with reduce_dtype = bf16 sends half the ring's bytes and trains near the fp32 ring") {
   // An fp32 run: the reduce's dtype is the ring's alone, and needs no bf16 arithmetic.
