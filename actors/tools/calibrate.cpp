@@ -62,6 +62,11 @@ tensor random_tensor(shape_t shape, keyed_random& random, std::int64_t ids = 0) 
   return t;
 }
 
+// `t` (f32) rounded to bf16 where `type` is bf16.
+tensor in_type(const tensor& t, dtype type) {
+  return type == dtype::bf16 ? rounded_to_bf16(layer_context{}, t) : t;
+}
+
 // Memory-bound ops (copies, sums, updates) in a run read what some other job wrote a while
 // ago, out of cache; timed on one buffer over and over they would run from cache, several
 // times faster. So they go round this many sets of their buffers, 8 MiB in all.
@@ -81,7 +86,8 @@ double elapsed_us(std::chrono::steady_clock::time_point since) {
 class layer_bench {
  public:
   layer_bench(const layer_config& config, std::int64_t index, const shape_t& input, bool reads_data,
-              std::int64_t rows, const run_config& run, keyed_random& random)
+              activation_types types, std::int64_t rows, const run_config& run,
+              keyed_random& random)
       : math_(create_layer(config)) {
     math_->bind(device_type::cpu);
     timing.layer = index;
@@ -93,7 +99,8 @@ class layer_bench {
     context_.layer = static_cast<std::int32_t>(index);
     shape_t x_shape{rows};
     x_shape.insert(x_shape.end(), input.begin(), input.end());
-    x_ = random_tensor(x_shape, random, math_->input_ids());
+    // x, y, dy and dx in the dtypes a run gives them (Note [bf16 activations]).
+    x_ = in_type(random_tensor(x_shape, random, math_->input_ids()), types.x);
     // In a bf16 run the parameters the layer computes with in bf16 arrive rounded
     // (Note [bf16 parameters] in actors/training/layer_actor.cpp), and it is timed so.
     const auto in_bf16 = bf16_parameter_mask(*math_, config, input, run);
@@ -107,9 +114,9 @@ class layer_bench {
     shape_t y_shape{rows};
     const auto per_sample = math_->output_shape(input);
     y_shape.insert(y_shape.end(), per_sample.begin(), per_sample.end());
-    y_ = tensor::zeros(y_shape);
-    dy_ = random_tensor(y_shape, random);
-    dx_ = tensor::zeros(x_shape);
+    y_ = tensor::zeros(y_shape, types.y);
+    dy_ = in_type(random_tensor(y_shape, random), types.y);
+    dx_ = tensor::zeros(x_shape, types.x);
     wants_dx_ = math_->input_ids() == 0 && !reads_data;
   }
 
@@ -363,6 +370,7 @@ std::int64_t time_layers(const run_config& config, const session_prepared& prepa
                          std::int64_t repeats, keyed_random& random, calibration& out) {
   const auto& graph = prepared.graph;
   std::int64_t largest = 1;
+  const auto types = activation_dtypes(graph, config);
   auto make_benches = [&] {
     std::vector<std::unique_ptr<layer_bench>> made;
     for (const auto& actor : graph.actors) {
@@ -372,6 +380,7 @@ std::int64_t time_layers(const run_config& config, const session_prepared& prepa
       const auto& reads = graph.inputs.at(static_cast<std::size_t>(actor.layer));
       const bool reads_data = std::find(reads.begin(), reads.end(), data_input) != reads.end();
       made.push_back(std::make_unique<layer_bench>(actor.math, actor.layer, input, reads_data,
+                                                   types.at(static_cast<std::size_t>(actor.layer)),
                                                    out.rows, config, random));
       std::int64_t elements = out.rows;
       for (auto d : input)

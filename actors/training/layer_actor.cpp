@@ -944,6 +944,37 @@ bf16_readers bf16_readers_of(const topology& graph, const run_config& config) {
   return out;
 }
 
+std::vector<activation_types> activation_dtypes(const topology& graph, const run_config& config) {
+  const auto readers = bf16_readers_of(graph, config);
+  std::vector<const actor_plan*> first(graph.inputs.size(), nullptr);
+  for (const auto& a : graph.actors)
+    if (a.kind == actor_kind::layer && a.layer >= 0 &&
+        static_cast<std::size_t>(a.layer) < first.size() &&
+        (first[static_cast<std::size_t>(a.layer)] == nullptr ||
+         a.replica < first[static_cast<std::size_t>(a.layer)]->replica))
+      first[static_cast<std::size_t>(a.layer)] = &a;
+  std::vector<activation_types> out(first.size());
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    const auto* plan = first[i];
+    const auto& reads = graph.inputs[i];
+    if (plan == nullptr || reads.size() != 1)
+      continue;  // an `add` sums in f32
+    const auto sent = reads.front() == data_input
+                          ? dtype::f32
+                          : out.at(static_cast<std::size_t>(reads.front())).y;
+    auto math = create_layer(plan->math);
+    math->bind(plan->device.type);
+    // The parameters' dtypes are all the rules read of them.
+    std::vector<tensor> params;
+    for (bool rounded : bf16_parameter_mask(*math, plan->math, graph.shapes.at(i), config))
+      params.push_back(tensor::empty({0}, rounded ? dtype::bf16 : dtype::f32));
+    const auto took = readers.find(plan->name);
+    out[i].x = math->input_dtype(sent, params);
+    out[i].y = math->output_dtype(out[i].x, params, took != readers.end() && took->second);
+  }
+  return out;
+}
+
 stage_sequencers make_stage_sequencers(const topology& t) {
   stage_sequencers out;
   if (!t.takes_turns())

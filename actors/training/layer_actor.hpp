@@ -91,6 +91,15 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& lay
 /// in bf16.
 bf16_readers bf16_readers_of(const topology& graph, const run_config& config);
 
+/// The dtypes of x (as the layer takes it) and y that a run of `config` gives each model
+/// layer of `graph`, by index, on its first replica's device (the rules of Note [bf16
+/// activations]): what calibrate times each layer with.
+struct activation_types {
+  dtype x = dtype::f32;
+  dtype y = dtype::f32;
+};
+std::vector<activation_types> activation_dtypes(const topology& graph, const run_config& config);
+
 /// Spawns one actor that runs `members` (consecutive layer actors of one replica on one
 /// device, in model order) fused, as `name` (Note [fused layers] in runtime/graph/fusion.hpp);
 /// `member_tracks` are their trace tracks (0 when not tracing).

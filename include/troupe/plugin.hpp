@@ -54,7 +54,9 @@
 /// dtype gains bf16 (tensor::bf16()); ops.hpp gains gemm_bf16, to_bf16 and from_bf16; layer
 /// gains bf16_parameters ([run] precision = "bf16").
 /// 14: trace::event_type gains part (a member layer's span inside a fused job).
-#define TROUPE_ABI_VERSION 14
+/// 15: layer gains activations(), input_dtype and output_dtype (bf16 activations between
+/// layers, bf16_flow); ops.hpp gains the bf16 relu and max pooling ops.
+#define TROUPE_ABI_VERSION 15
 
 namespace troupe {
 

@@ -189,7 +189,7 @@ TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in sl
       x16[i] = pool_top_half(noise[i]);
       x[i] = pool_widened(x16[i]);
     }
-    const auto outputs = test::output_size(batch, w);
+    const auto outputs = static_cast<std::size_t>(test::output_size(batch, w));
     std::vector<float> y(outputs);
     std::vector<std::int32_t> argmax(outputs), argmax16(outputs, -7);
     forward(test::cpu_context(), batch, w, x.data(), y.data(), argmax.data());

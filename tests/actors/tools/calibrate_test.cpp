@@ -5,9 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/session/prepare.hpp"
 #include "actors/session/session.hpp"
 #include "actors/tools/calibrate.hpp"
 #include "actors/tools/simulate.hpp"
+#include "actors/training/layer_actor.hpp"
 #include "kernels/cpu/onednn_matmul.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/graph/topology.hpp"
@@ -140,6 +142,15 @@ TEST_CASE("a bf16 config's layers are timed in bf16, and simulate wants a calibr
            test::layer("linear", "out = 3\n" + last_layer_keys);
   };
   const auto config = parse_config(mlp(""), "bf16.toml");
+  // Each layer is timed with x and y in the dtypes a run gives them (Note [bf16
+  // activations]): linear 0 makes bf16 for the relu, which keeps it for linear 2, which
+  // makes f32 for the loss.
+  const auto types =
+      activation_dtypes(expand_shorthand(config, check_model(config, 40, 3)), config);
+  REQUIRE(types.size() == 3);
+  CHECK((types[0].x == dtype::f32 && types[0].y == dtype::bf16));
+  CHECK((types[1].x == dtype::bf16 && types[1].y == dtype::bf16));
+  CHECK((types[2].x == dtype::bf16 && types[2].y == dtype::f32));
   const auto c = calibrate(config, "bf16.toml", 3);
   REQUIRE(c.layers.size() == 3);
   CHECK(c.layers[0].precision == "bf16");  // its weight arrives rounded, as in the run
@@ -163,7 +174,11 @@ TEST_CASE("a bf16 config's layers are timed in bf16, and simulate wants a calibr
   CHECK(kept.layers[2].precision == "fp32");
   auto fp32_text = mlp("");
   fp32_text.replace(fp32_text.find("\"bf16\""), 6, "\"fp32\"");
-  const auto fp32 = calibrate(parse_config(fp32_text, "fp32.toml"), "fp32.toml", 2);
+  const auto fp32_config = parse_config(fp32_text, "fp32.toml");
+  for (const auto& t : activation_dtypes(
+           expand_shorthand(fp32_config, check_model(fp32_config, 40, 3)), fp32_config))
+    CHECK((t.x == dtype::f32 && t.y == dtype::f32));
+  const auto fp32 = calibrate(fp32_config, "fp32.toml", 2);
   CHECK(fp32.layers[0].precision == "fp32");
   CHECK(fp32.convert_ns_per_parameter < 0);
   CHECK_FALSE(
