@@ -24,8 +24,9 @@
 // for both its products; the gradients are fp32 as in an fp32 run, and the bias is added and
 // its gradient summed in fp32. Its activations are bf16 (bf16_flow::made, Note [bf16
 // activations] in actors/training/layer_actor.cpp): x comes in bf16 from a layer that made it
-// so (then it is not rounded again), y is the f32 result rounded once, dy comes in bf16 and
-// dx goes out in x's dtype.
+// so (then it is not rounded again), y is the f32 result rounded once (by the direct
+// convolution's reorder into NCHW, or a sample at a time from an f32 buffer of one sample:
+// no f32 copy of the whole y is held), dy comes in bf16 and dx goes out in x's dtype, alike.
 //
 // On a CPU the three passes are oneDNN's direct convolution instead, over the whole
 // micro-batch (ops::conv2d_forward, _backward_data, _backward_weights): in bf16 always, in
@@ -84,6 +85,7 @@ class conv2d final : public layer {
     im2col_bf16_ = kernels::lookup<kernels::ops::im2col_bf16>(type);
     col2im_ = kernels::lookup<kernels::ops::col2im>(type);
     gemm_bf16_ = kernels::lookup<kernels::ops::gemm_bf16>(type);
+    round_ = kernels::lookup<kernels::ops::to_bf16>(type);
   }
 
   bf16_flow activations() const override { return bf16_flow::made; }
@@ -95,18 +97,18 @@ class conv2d final : public layer {
     const tensor x_w = in_weight_type(context, params, x);
     if (context.training)
       saved.push_back(x_w);
-    const tensor y = f32_output(context, y_out);
-    if (convolves_directly(context, bf16, g)) {
+    if (convolves_directly(context, bf16, g)) {  // y rounded, if bf16, as it is reordered
       forward_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, x_w.raw(),
-                      params[0].raw(), bias_ ? params[1].f32() : nullptr, y.f32());
-      store_output(context, y, y_out);
+                      params[0].raw(), bias_ ? params[1].f32() : nullptr,
+                      operands(y_out.type() == dtype::bf16), y_out.raw());
       return;
     }
-    // cols (C k k, OH OW), one sample at a time
+    // cols (C k k, OH OW), one sample at a time; a bf16 y through one sample's f32 buffer
     const tensor cols = sample_buffer(context, g, bf16 ? dtype::bf16 : dtype::f32);
     const tensor ones = bias_ ? ones_of(context, g.pixels) : tensor{};
+    const tensor y_f32 = y_out.type() == dtype::f32 ? y_out : output_buffer(context, g.out, g);
     for (int n = 0; n < g.batch; ++n) {
-      float* y_n = y.f32() + n * g.y_per_sample;
+      float* y_n = y_f32.f32() + (y_f32.shares_storage_with(y_out) ? n * g.y_per_sample : 0);
       unfold_sample(context, g, x_w, n, cols);
       // y_n (out, OH OW) = W (out, C k k) * cols (C k k, OH OW)
       if (bf16)
@@ -119,8 +121,8 @@ class conv2d final : public layer {
         // y_n (out, OH OW) += bias (out, 1) * ones (1, OH OW)
         gemm_(context.kernels, false, false, g.out, g.pixels, 1, 1.0f, params[1].f32(), 1,
               ones.f32(), g.pixels, 1.0f, y_n, g.pixels);
+      round_sample(context, y_f32, y_out, n * g.y_per_sample);
     }
-    store_output(context, y, y_out);
   }
 
   void backward(const layer_context& context, const std::vector<tensor>& params,
@@ -169,13 +171,13 @@ class conv2d final : public layer {
                       const tensor& dx_out) const {
     const auto g = geometry_of(saved.at(0));
     const bool bf16 = dy_w.type() == dtype::bf16;
-    const tensor dx = f32_output(context, dx_out);
-    if (convolves_directly(context, bf16, g)) {
+    if (convolves_directly(context, bf16, g)) {  // dx rounded, if bf16, as it is reordered
       backward_data_direct_(context.kernels, operands(bf16), g.batch, g.window, g.out, dy_w.raw(),
-                            params[0].raw(), dx.f32());
-      store_output(context, dx, dx_out);
+                            params[0].raw(), operands(dx_out.type() == dtype::bf16), dx_out.raw());
       return;
     }
+    // A bf16 dx through one sample's f32 buffer.
+    const tensor dx = dx_out.type() == dtype::f32 ? dx_out : output_buffer(context, 0, g);
     const tensor dcols = sample_buffer(context, g);
     for (int n = 0; n < g.batch; ++n) {
       // dcols (C k k, OH OW) = W^T (C k k, out) * dy_n (out, OH OW)
@@ -186,9 +188,10 @@ class conv2d final : public layer {
       else
         gemm_(context.kernels, true, false, g.depth, g.pixels, g.out, 1.0f, params[0].f32(),
               g.depth, dy_w.f32() + n * g.y_per_sample, g.pixels, 0.0f, dcols.f32(), g.pixels);
-      col2im_(context.kernels, 1, g.window, dcols.f32(), dx.f32() + n * g.x_per_sample);
+      col2im_(context.kernels, 1, g.window, dcols.f32(),
+              dx.f32() + (dx.shares_storage_with(dx_out) ? n * g.x_per_sample : 0));
+      round_sample(context, dx, dx_out, n * g.x_per_sample);
     }
-    store_output(context, dx, dx_out);
   }
 
   // The parameter gradients from dy_w (dy in the weight's type).
@@ -286,6 +289,23 @@ class conv2d final : public layer {
       im2col_(context.kernels, 1, g.window, x.f32() + n * g.x_per_sample, cols.f32());
   }
 
+  /// One sample's f32 y (out > 0: out, OH OW) or dx (out 0: C, H, W), for a bf16 output.
+  static tensor output_buffer(const layer_context& context, int out, const geometry& g) {
+    if (out > 0)
+      return tensor::empty({out, g.pixels}, dtype::f32, context.device);
+    return tensor::empty({g.window.channels, g.window.height, g.window.width}, dtype::f32,
+                         context.device);
+  }
+
+  /// A bf16 output's sample from its f32 buffer (`values`), at element `at` of `out`;
+  /// nothing when `values` is `out` itself (f32).
+  void round_sample(const layer_context& context, const tensor& values, const tensor& out,
+                    std::int64_t at) const {
+    if (values.shares_storage_with(out))
+      return;
+    round_(context.kernels, values.numel(), values.f32(), out.bf16() + at);
+  }
+
   tensor ones_of(const layer_context& context, int count) const {
     tensor ones = tensor::empty({count}, dtype::f32, context.device);
     fill_(context.kernels, count, 1.0f, ones.f32());
@@ -307,6 +327,7 @@ class conv2d final : public layer {
   kernels::ops::im2col_bf16::function im2col_bf16_ = nullptr;
   kernels::ops::col2im::function col2im_ = nullptr;
   kernels::ops::gemm_bf16::function gemm_bf16_ = nullptr;
+  kernels::ops::to_bf16::function round_ = nullptr;
 };
 
 }  // namespace

@@ -86,8 +86,10 @@ struct xent_options {
 };
 
 /// A convolution's operands: `x`, `w` and `dy` hold floats (f32) or bfloat16 bit patterns
-/// (bf16: [run] precision = "bf16"); outputs, biases and gradients are always f32, products
-/// accumulated in f32.
+/// (bf16: [run] precision = "bf16"), products accumulated in f32; biases and parameter
+/// gradients are always f32. The same type names the dtype of an output y or dx: f32, or bf16
+/// (a bf16 run's activations: the f32 result rounded to nearest, ties to even, by the
+/// reorder into troupe's layout).
 enum class conv_operands : std::uint8_t { f32, bf16 };
 
 namespace ops {
@@ -210,7 +212,7 @@ struct conv2d_forward {
   static constexpr const char* name = "conv2d_forward";
   using function = void (*)(const context&, conv_operands operands, int batch,
                             const window2d& window, int out_channels, const void* x, const void* w,
-                            const float* bias, float* y);
+                            const float* bias, conv_operands output, void* y);
 };
 
 /// The input gradient of conv2d_forward: dx (B, C, H, W) = the sum over the outputs each
@@ -219,7 +221,7 @@ struct conv2d_backward_data {
   static constexpr const char* name = "conv2d_backward_data";
   using function = void (*)(const context&, conv_operands operands, int batch,
                             const window2d& window, int out_channels, const void* dy, const void* w,
-                            float* dx);
+                            conv_operands output, void* dx);
 };
 
 /// The parameter gradients of conv2d_forward: dw (O, C, KH, KW) = beta * dw + the sum over the

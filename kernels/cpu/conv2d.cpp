@@ -21,9 +21,11 @@
 //
 // troupe's tensors stay NCHW: each call reorders its inputs into the layouts the primitive
 // chose and its outputs back, through this thread's scratch buffers (Note [a convolution's
-// scratch]); the primitives are kept per thread and call shape, like
-// kernels/cpu/onednn_matmul.cpp's. The scratch is not made of troupe tensors, so a device's
-// peak memory does not count it: 6.4 MB for the conv net's second convolution at batch 64
+// scratch]). The primitive's outputs are f32; an output asked in bf16 (a bf16 run's
+// activations, Note [bf16 activations] in actors/training/layer_actor.cpp) is rounded by that
+// same reorder back, so it costs no pass of its own; the primitives are kept per thread and call
+// shape, like kernels/cpu/onednn_matmul.cpp's. The scratch is not made of troupe tensors, so a
+// device's peak memory does not count it: 6.4 MB for the conv net's second convolution at batch 64
 // (each slot as large as the largest operand that used it). One thread on one
 // core: oneDNN is asked for one OpenMP thread, as for its matmul.
 //
@@ -49,6 +51,7 @@ using format = dnnl::memory::format_tag;
 // Everything of a call but its pointers and beta.
 struct conv_shape {
   conv_operands operands;
+  conv_operands output;  // y's dtype (forward) or dx's (backward data); f32 for the weights'
   bool bias;
   int batch, out;
   window2d window;
@@ -62,7 +65,8 @@ struct conv_shape_hash {
   std::size_t operator()(const conv_shape& s) const {
     std::uint64_t h = 1469598103934665603ull;
     auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(static_cast<std::uint64_t>(s.operands) | static_cast<std::uint64_t>(s.bias) << 8);
+    mix(static_cast<std::uint64_t>(s.operands) | static_cast<std::uint64_t>(s.bias) << 8 |
+        static_cast<std::uint64_t>(s.output) << 16);
     for (int v :
          {s.batch, s.out, s.window.channels, s.window.height, s.window.width, s.window.kernel_h,
           s.window.kernel_w, s.window.stride_h, s.window.stride_w, s.window.pad_h, s.window.pad_w})
@@ -71,10 +75,12 @@ struct conv_shape_hash {
   }
 };
 
-conv_shape shape_of(conv_operands operands, bool bias, int batch, const window2d& window, int out) {
+conv_shape shape_of(conv_operands operands, conv_operands output, bool bias, int batch,
+                    const window2d& window, int out) {
   conv_shape s;
   std::memset(&s, 0, sizeof s);  // padding too: operator== compares bytes
   s.operands = operands;
+  s.output = output;
   s.bias = bias;
   s.batch = batch;
   s.out = out;
@@ -190,6 +196,7 @@ struct backward_weights_pass {
 struct prepared_conv {
   dnnl::memory::dims x, w, y, bias, strides, padding_l, padding_r;
   data_type operand_type;
+  data_type output_type;  // of y or dx in our layout (the primitive's own stay f32)
   dnnl::convolution_forward::primitive_desc forward_description;
   std::unique_ptr<forward_pass> forward;
   std::unique_ptr<backward_data_pass> backward_data;
@@ -259,6 +266,7 @@ prepared_conv& prepare(thread_cache& cache, const conv_shape& key) {
   // rounded down, is then window2d's.
   c->padding_l = c->padding_r = {win.pad_h, win.pad_w};
   c->operand_type = key.operands == conv_operands::bf16 ? data_type::bf16 : data_type::f32;
+  c->output_type = key.output == conv_operands::bf16 ? data_type::bf16 : data_type::f32;
   c->forward_description =
       dnnl::convolution_forward::primitive_desc(forward_desc(*c, key.bias), cache.engine);
   return *cache.prepared.emplace(key, std::move(c)).first->second;
@@ -271,7 +279,7 @@ forward_pass& forward_of(thread_cache& cache, prepared_conv& c) {
     pass->primitive = dnnl::convolution_forward(d);
     pass->x = operand(cache.engine, images(c.x, c.operand_type), d.src_desc(), true, 0);
     pass->w = operand(cache.engine, weights(c.w, c.operand_type), d.weights_desc(), true, 1);
-    pass->y = operand(cache.engine, images(c.y, data_type::f32), d.dst_desc(), false, 2);
+    pass->y = operand(cache.engine, images(c.y, c.output_type), d.dst_desc(), false, 2);
     pass->bias = dnnl::memory(dnnl::memory::desc(c.bias, data_type::f32, format::x), cache.engine,
                               DNNL_MEMORY_NONE);
     c.forward = std::move(pass);
@@ -291,7 +299,7 @@ backward_data_pass& backward_data_of(thread_cache& cache, prepared_conv& c) {
     pass->primitive = dnnl::convolution_backward_data(d);
     pass->dy = operand(cache.engine, images(c.y, c.operand_type), d.diff_dst_desc(), true, 0);
     pass->w = operand(cache.engine, weights(c.w, c.operand_type), d.weights_desc(), true, 1);
-    pass->dx = operand(cache.engine, images(c.x, data_type::f32), d.diff_src_desc(), false, 2);
+    pass->dx = operand(cache.engine, images(c.x, c.output_type), d.diff_src_desc(), false, 2);
     c.backward_data = std::move(pass);
   }
   return *c.backward_data;
@@ -356,13 +364,14 @@ thread_cache& this_thread_cache() {
 }
 
 void conv2d_forward(const context&, conv_operands operands, int batch, const window2d& window,
-                    int out_channels, const void* x, const void* w, const float* bias, float* y) {
+                    int out_channels, const void* x, const void* w, const float* bias,
+                    conv_operands output, void* y) {
   check_window("conv2d_forward", batch, window);
   TROUPE_CHECK(out_channels > 0, "conv2d_forward: out_channels=" << out_channels);
   if (batch == 0)
     return;
   thread_cache& cache = this_thread_cache();
-  const auto key = shape_of(operands, bias != nullptr, batch, window, out_channels);
+  const auto key = shape_of(operands, output, bias != nullptr, batch, window, out_channels);
   forward_pass& pass = made_for("conv2d_forward", key, [&]() -> forward_pass& {
     return forward_of(cache, prepare(cache, key));
   });
@@ -383,14 +392,15 @@ void conv2d_forward(const context&, conv_operands operands, int batch, const win
 }
 
 void conv2d_backward_data(const context&, conv_operands operands, int batch, const window2d& window,
-                          int out_channels, const void* dy, const void* w, float* dx) {
+                          int out_channels, const void* dy, const void* w, conv_operands output,
+                          void* dx) {
   check_window("conv2d_backward_data", batch, window);
   TROUPE_CHECK(out_channels > 0, "conv2d_backward_data: out_channels=" << out_channels);
   if (batch == 0)
     return;
   thread_cache& cache = this_thread_cache();
   // The forward's description is the hint of the backward's; its bias does not change them.
-  const auto key = shape_of(operands, false, batch, window, out_channels);
+  const auto key = shape_of(operands, output, false, batch, window, out_channels);
   backward_data_pass& pass = made_for("conv2d_backward_data", key, [&]() -> backward_data_pass& {
     return backward_data_of(cache, prepare(cache, key));
   });
@@ -423,7 +433,8 @@ void conv2d_backward_weights(const context&, conv_operands operands, int batch,
     return;
   }
   thread_cache& cache = this_thread_cache();
-  const auto key = shape_of(operands, db != nullptr, batch, window, out_channels);
+  const auto key =
+      shape_of(operands, conv_operands::f32, db != nullptr, batch, window, out_channels);
   backward_weights_pass& pass =
       made_for("conv2d_backward_weights", key, [&]() -> backward_weights_pass& {
         return backward_weights_of(cache, prepare(cache, key), db != nullptr);

@@ -9,11 +9,14 @@
 // Note [max pooling in bf16]
 // A bf16 run's activations (Note [bf16 activations] in actors/training/layer_actor.cpp) are
 // pooled by the f32 kernels above, a slice of planes at a time: the slice widened into a
-// float buffer that stays in cache (64 KiB), pooled, and the maxima narrowed back by their
-// top 16 bits, exact since each is one of the slice's bf16 values. The backward scatters the
-// widened dy the same way and rounds each pixel's sum once (exact unless windows overlap).
-// So both keep the f32 kernels' rules (first maximum, NaN wins, fixed order of sums) and
-// their 2x2 passes; only the bytes read from memory and kept halve.
+// float buffer that stays in cache (64 KiB, kept by the thread: a fresh one each call was
+// memory from the kernel, zeroed page by page, 5% of a conv net's bf16 step), pooled, and the
+// maxima narrowed back by their top 16 bits, exact since each is one of the slice's bf16
+// values. So the forward keeps the f32 kernel's rules (first maximum, NaN wins) and its 2x2
+// passes. Where windows overlap, the backward scatters the widened dy the same way and
+// rounds each pixel's sum once. Where they do not (stride >= kernel, the usual pooling), a
+// pixel gets at most one dy, and float(0) + dy rounded back is dy's own bits but for -0
+// (+0) and a NaN (quieted): the backward writes those bits directly, no floats at all.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -272,18 +275,47 @@ void by_slices(const char* op, int batch, const window2d& w, Pass pass) {
   }
 }
 
+// A thread's buffer for the slices, given back when a slice of one huge plane grew it past
+// 4 MiB.
+class slice_buffer {
+ public:
+  float* get(std::int64_t floats) {
+    buffer_.resize(static_cast<std::size_t>(floats));
+    return buffer_.data();
+  }
+  void trim() {
+    if (buffer_.capacity() > (std::size_t{1} << 20)) {
+      buffer_.clear();
+      buffer_.shrink_to_fit();
+    }
+  }
+
+ private:
+  std::vector<float> buffer_;
+};
+
+// dx = the bits of 0.0f + dy where each pixel has at most one dy (Note [max pooling in bf16]).
+std::uint16_t zero_plus(std::uint16_t dy) {
+  if (dy == 0x8000u)
+    return 0;  // -0 + +0 is +0
+  const bool nan = (dy & 0x7FFFu) > 0x7F80u;
+  return nan ? static_cast<std::uint16_t>(dy | 0x0040u) : dy;
+}
+
 void max_pool2d_forward_bf16(const context& ctx, int batch, const window2d& w,
                              const std::uint16_t* x, std::uint16_t* y, std::int32_t* argmax) {
   const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
   const std::int64_t out_plane = static_cast<std::int64_t>(w.out_h()) * w.out_w();
-  std::vector<float> wide, maxima;
+  thread_local slice_buffer wide_buffer, maxima_buffer;
   by_slices("max_pool2d_forward_bf16", batch, w, [&](std::int64_t first, const window2d& part) {
-    wide.resize(static_cast<std::size_t>(part.channels * plane));
-    maxima.resize(static_cast<std::size_t>(part.channels * out_plane));
-    widen_all(part.channels * plane, x + first * plane, wide.data());
-    max_pool2d_forward(ctx, 1, part, wide.data(), maxima.data(), argmax + first * out_plane);
-    narrow_exact(part.channels * out_plane, maxima.data(), y + first * out_plane);
+    float* wide = wide_buffer.get(part.channels * plane);
+    float* maxima = maxima_buffer.get(part.channels * out_plane);
+    widen_all(part.channels * plane, x + first * plane, wide);
+    max_pool2d_forward(ctx, 1, part, wide, maxima, argmax + first * out_plane);
+    narrow_exact(part.channels * out_plane, maxima, y + first * out_plane);
   });
+  wide_buffer.trim();
+  maxima_buffer.trim();
 }
 
 void max_pool2d_backward_bf16(const context& ctx, int batch, const window2d& w,
@@ -291,14 +323,30 @@ void max_pool2d_backward_bf16(const context& ctx, int batch, const window2d& w,
                               std::uint16_t* dx) {
   const std::int64_t plane = static_cast<std::int64_t>(w.height) * w.width;
   const std::int64_t out_plane = static_cast<std::int64_t>(w.out_h()) * w.out_w();
-  std::vector<float> wide, sums;
+  if (w.stride_h >= w.kernel_h && w.stride_w >= w.kernel_w) {  // windows apart
+    check_window("max_pool2d_backward_bf16", batch, w);
+    const std::int64_t planes = static_cast<std::int64_t>(batch) * w.channels;
+    std::fill(dx, dx + planes * plane, std::uint16_t{0});
+    for (std::int64_t p = 0; p < planes; ++p)
+      for (std::int64_t o = 0; o < out_plane; ++o) {
+        const std::int32_t where = argmax[p * out_plane + o];
+        TROUPE_CHECK(where >= 0 && where < plane, "max_pool2d_backward_bf16: argmax "
+                                                      << where << " is outside the " << w.height
+                                                      << "x" << w.width << " plane");
+        dx[p * plane + where] = zero_plus(dy[p * out_plane + o]);
+      }
+    return;
+  }
+  thread_local slice_buffer wide_buffer, sums_buffer;
   by_slices("max_pool2d_backward_bf16", batch, w, [&](std::int64_t first, const window2d& part) {
-    wide.resize(static_cast<std::size_t>(part.channels * out_plane));
-    sums.resize(static_cast<std::size_t>(part.channels * plane));
-    widen_all(part.channels * out_plane, dy + first * out_plane, wide.data());
-    max_pool2d_backward(ctx, 1, part, wide.data(), argmax + first * out_plane, sums.data());
-    round_all_bits(part.channels * plane, sums.data(), dx + first * plane);
+    float* wide = wide_buffer.get(part.channels * out_plane);
+    float* sums = sums_buffer.get(part.channels * plane);
+    widen_all(part.channels * out_plane, dy + first * out_plane, wide);
+    max_pool2d_backward(ctx, 1, part, wide, argmax + first * out_plane, sums);
+    round_all_bits(part.channels * plane, sums, dx + first * plane);
   });
+  wide_buffer.trim();
+  sums_buffer.trim();
 }
 
 }  // namespace

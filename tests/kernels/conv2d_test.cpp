@@ -130,6 +130,14 @@ const char* name_of(kernels::conv_operands type) {
   return type == kernels::conv_operands::bf16 ? "bf16" : "f32";
 }
 
+// Each float rounded to bf16 by the CPU's to_bf16.
+std::vector<std::uint16_t> rounded_bits(const std::vector<float>& values) {
+  std::vector<std::uint16_t> out(values.size());
+  kernels::lookup<kernels::ops::to_bf16>(kernels::device_type::cpu)(
+      test::cpu_context(), static_cast<std::int64_t>(values.size()), values.data(), out.data());
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("conv2d_forward convolves every window, bias included, and overwrites y") {
@@ -155,8 +163,13 @@ TEST_CASE("conv2d_forward convolves every window, bias included, and overwrites 
             add(want, i, bias[(i / std::size_t(c.oh() * c.ow())) % std::size_t(c.out)], 1.0);
         std::vector<float> y(c.y_size(), not_written);
         forward(test::cpu_context(), type, c.batch, c.w, c.out, x.data(type), w.data(type),
-                with_bias ? bias.data() : nullptr, y.data());
+                with_bias ? bias.data() : nullptr, kernels::conv_operands::f32, y.data());
         check_against(y, want);
+        // In bf16: the same f32 result rounded once, as to_bf16 rounds it.
+        std::vector<std::uint16_t> y16(c.y_size(), 0x1234);
+        forward(test::cpu_context(), type, c.batch, c.w, c.out, x.data(type), w.data(type),
+                with_bias ? bias.data() : nullptr, kernels::conv_operands::bf16, y16.data());
+        CHECK(y16 == rounded_bits(y));
       }
     }
 }
@@ -178,8 +191,12 @@ TEST_CASE("conv2d_backward_data sums w times dy into every pixel a window read")
       });
       std::vector<float> dx(c.x_size(), not_written);  // pixels no window reads get 0
       backward(test::cpu_context(), type, c.batch, c.w, c.out, dy.data(type), w.data(type),
-               dx.data());
+               kernels::conv_operands::f32, dx.data());
       check_against(dx, want);
+      std::vector<std::uint16_t> dx16(c.x_size(), 0x1234);
+      backward(test::cpu_context(), type, c.batch, c.w, c.out, dy.data(type), w.data(type),
+               kernels::conv_operands::bf16, dx16.data());
+      CHECK(dx16 == rounded_bits(dx));
     }
 }
 
@@ -240,18 +257,18 @@ TEST_CASE("the direct convolution of an empty batch, and refusals of bad sizes")
   CHECK(dw == std::vector<float>(dw.size(), 0.0f));
   CHECK(db == std::vector<float>(db.size(), 0.0f));
   forward(test::cpu_context(), kernels::conv_operands::f32, 0, w, 16, nullptr, nullptr, nullptr,
-          nullptr);
+          kernels::conv_operands::f32, nullptr);
   CHECK_THROWS_WITH_AS(forward(test::cpu_context(), kernels::conv_operands::f32, -1, w, 16, nullptr,
-                               nullptr, nullptr, nullptr),
+                               nullptr, nullptr, kernels::conv_operands::f32, nullptr),
                        doctest::Contains("conv2d_forward"), check_failure);
   CHECK_THROWS_WITH_AS(forward(test::cpu_context(), kernels::conv_operands::f32, 1, w, 0, nullptr,
-                               nullptr, nullptr, nullptr),
+                               nullptr, nullptr, kernels::conv_operands::f32, nullptr),
                        doctest::Contains("out_channels=0"), check_failure);
   CHECK_THROWS_WITH_AS(weights(test::cpu_context(), kernels::conv_operands::f32, 1, w, 16, nullptr,
                                nullptr, 0.5f, dw.data(), nullptr),
                        doctest::Contains("beta=0.5"), check_failure);
   auto too_big = test::make_window2d(2, 2, 2, 5, 1, 0);
   CHECK_THROWS_WITH_AS(forward(test::cpu_context(), kernels::conv_operands::f32, 1, too_big, 16,
-                               nullptr, nullptr, nullptr, nullptr),
+                               nullptr, nullptr, nullptr, kernels::conv_operands::f32, nullptr),
                        doctest::Contains("does not fit"), check_failure);
 }

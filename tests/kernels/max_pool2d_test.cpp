@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -159,8 +160,9 @@ float pool_widened(std::uint16_t h) { return test::from_bits(static_cast<std::ui
 
 TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in slices of planes") {
   // Note [max pooling in bf16]: the same maxima (bit for bit), the same argmax, and each
-  // pixel's dy sum rounded once. Every geometry of window_reference.hpp; 2x2 windows on
-  // 28 x 28 planes over 3 slices of 20; a plane of 130 x 130 (more than a slice alone).
+  // pixel's dy sum rounded once, by the slices where windows overlap and directly where not. Every
+  // geometry of window_reference.hpp; 2x2 windows on 28 x 28 planes over 3 slices of 20; a plane of
+  // 130 x 130 (more than a slice alone).
   auto forward = kernels::lookup<kernels::ops::max_pool2d_forward>(kernels::device_type::cpu);
   auto backward = kernels::lookup<kernels::ops::max_pool2d_backward>(kernels::device_type::cpu);
   auto forward16 =
@@ -203,10 +205,14 @@ TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in sl
     std::vector<std::uint16_t> dy16(outputs);
     std::vector<float> dy(outputs);
     const auto dy_noise = test::random_floats(outputs, ++seed);
-    for (std::size_t o = 0; o < outputs; ++o) {
+    for (std::size_t o = 0; o < outputs; ++o)
       dy16[o] = pool_top_half(dy_noise[o]);
+    // -0, a NaN without its quiet bit, infinity, a denormal: as float(0) + dy rounds them.
+    const std::uint16_t specials[] = {0x8000, 0x7F81, 0xFF80, 0x0001};
+    for (std::size_t k = 0; k < std::size(specials) && k < outputs; ++k)
+      dy16[outputs - 1 - k] = specials[k];
+    for (std::size_t o = 0; o < outputs; ++o)
       dy[o] = pool_widened(dy16[o]);
-    }
     std::vector<float> dx(x.size());
     backward(test::cpu_context(), batch, w, dy.data(), argmax.data(), dx.data());
     std::vector<std::uint16_t> want_dx(x.size()), dx16(x.size(), 0x1234);
