@@ -7,14 +7,16 @@
 // calls the loops cannot vectorise, and they were a third of a transformer's step
 // (bench/char_lm_vs_pytorch.py, perf: erff 21%, gelu_backward 8%). So Phi comes from
 // erfc (Numerical Recipes' erfcc, relative error below 1.2e-7 at every x, so the tail
-// x < 0 keeps its relative accuracy) and exp from Cephes' expf polynomial (vector_math.hpp), both straight-line
-// float code that vectorises (about 17x libm's speed on 131072 values; within a fifth of
-// the tests' 5e-7 bounds of the double reference). The backward needs x (y does not
-// determine x).
+// x < 0 keeps its relative accuracy) and exp from Cephes' expf polynomial (vector_math.hpp), both
+// straight-line float code that vectorises (about 17x libm's speed on 131072 values; within a fifth
+// of the tests' 5e-7 bounds of the double reference). The backward needs x (y does not determine
+// x). The bf16 pair (a bf16 run's activations) computes the same floats from the widened bf16
+// values and rounds each result once.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/bf16_bits.hpp"
 #include "kernels/cpu/vector_math.hpp"
 #include "kernels/cpu/vectorize.hpp"
 #include "troupe/check.hpp"
@@ -74,9 +76,51 @@ void gelu_backward(const context&, std::int64_t n, const float* x, const float*,
   gelu_backward_loop(n, x, dy, dx);
 }
 
+TROUPE_VECTOR_CLONES
+void gelu_bf16_out_of_place(std::int64_t n, const std::uint16_t* __restrict x,
+                            std::uint16_t* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float xi = widen_bits(x[i]);
+    y[i] = round_bits(xi * normal_cdf(xi));
+  }
+}
+
+TROUPE_VECTOR_CLONES
+void gelu_bf16_in_place(std::int64_t n, std::uint16_t* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float xi = widen_bits(y[i]);
+    y[i] = round_bits(xi * normal_cdf(xi));
+  }
+}
+
+TROUPE_VECTOR_CLONES
+void gelu_bf16_backward_loop(std::int64_t n, const std::uint16_t* __restrict x,
+                             const std::uint16_t* __restrict dy, std::uint16_t* __restrict dx) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float xi = widen_bits(x[i]);
+    const float pdf = inv_sqrt_2pi * exp_nonpositive(-0.5f * xi * xi);
+    dx[i] = round_bits(widen_bits(dy[i]) * (normal_cdf(xi) + xi * pdf));
+  }
+}
+
+void gelu_forward_bf16(const context&, std::int64_t n, const std::uint16_t* x, std::uint16_t* y) {
+  if (x == y)
+    gelu_bf16_in_place(n, y);
+  else
+    gelu_bf16_out_of_place(n, x, y);
+}
+
+void gelu_backward_bf16(const context&, std::int64_t n, const std::uint16_t* x,
+                        const std::uint16_t*, const std::uint16_t* dy, std::uint16_t* dx) {
+  TROUPE_CHECK(x != nullptr || n == 0, "gelu_backward_bf16 needs x (y does not determine it)");
+  gelu_bf16_backward_loop(n, x, dy, dx);
+}
+
 }  // namespace
 
 TROUPE_REGISTER_KERNEL(ops::gelu_forward, device_type::cpu, gelu_forward);
 TROUPE_REGISTER_KERNEL(ops::gelu_backward, device_type::cpu, gelu_backward);
+TROUPE_REGISTER_KERNEL(ops::gelu_forward_bf16, device_type::cpu, gelu_forward_bf16);
+TROUPE_REGISTER_KERNEL(ops::gelu_backward_bf16, device_type::cpu, gelu_backward_bf16);
 
 }  // namespace troupe::kernels::cpu
