@@ -12,6 +12,7 @@
 // of the tests' 5e-7 bounds of the double reference). The backward needs x (y does not determine
 // x). The bf16 pair (a bf16 run's activations) computes the same floats from the widened bf16
 // values and rounds each result once.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -76,44 +77,45 @@ void gelu_backward(const context&, std::int64_t n, const float* x, const float*,
   gelu_backward_loop(n, x, dy, dx);
 }
 
+// The bf16 pair runs the f32 loops over blocks of 512 values widened into the stack, and
+// rounds each block back: three loops that vectorise, in L1. (One loop widening, computing and
+// rounding each element stayed scalar in GCC's clones: 60% of the transformer's bf16 step.)
+constexpr std::int64_t bf16_block = 512;
+
 TROUPE_VECTOR_CLONES
-void gelu_bf16_out_of_place(std::int64_t n, const std::uint16_t* __restrict x,
-                            std::uint16_t* __restrict y) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float xi = widen_bits(x[i]);
-    y[i] = round_bits(xi * normal_cdf(xi));
-  }
+void gelu_widen(std::int64_t n, const std::uint16_t* __restrict x, float* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = widen_bits(x[i]);
 }
 
 TROUPE_VECTOR_CLONES
-void gelu_bf16_in_place(std::int64_t n, std::uint16_t* __restrict y) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float xi = widen_bits(y[i]);
-    y[i] = round_bits(xi * normal_cdf(xi));
-  }
+void gelu_round(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = round_bits(x[i]);
 }
 
-TROUPE_VECTOR_CLONES
-void gelu_bf16_backward_loop(std::int64_t n, const std::uint16_t* __restrict x,
-                             const std::uint16_t* __restrict dy, std::uint16_t* __restrict dx) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float xi = widen_bits(x[i]);
-    const float pdf = inv_sqrt_2pi * exp_nonpositive(-0.5f * xi * xi);
-    dx[i] = round_bits(widen_bits(dy[i]) * (normal_cdf(xi) + xi * pdf));
-  }
-}
-
+// x and y may be the same buffer: a block is read whole before it is written.
 void gelu_forward_bf16(const context&, std::int64_t n, const std::uint16_t* x, std::uint16_t* y) {
-  if (x == y)
-    gelu_bf16_in_place(n, y);
-  else
-    gelu_bf16_out_of_place(n, x, y);
+  float in[bf16_block], out[bf16_block];
+  for (std::int64_t first = 0; first < n; first += bf16_block) {
+    const auto m = std::min(bf16_block, n - first);
+    gelu_widen(m, x + first, in);
+    gelu_loop(m, in, out);
+    gelu_round(m, out, y + first);
+  }
 }
 
 void gelu_backward_bf16(const context&, std::int64_t n, const std::uint16_t* x,
                         const std::uint16_t*, const std::uint16_t* dy, std::uint16_t* dx) {
   TROUPE_CHECK(x != nullptr || n == 0, "gelu_backward_bf16 needs x (y does not determine it)");
-  gelu_bf16_backward_loop(n, x, dy, dx);
+  float in[bf16_block], grad[bf16_block], out[bf16_block];
+  for (std::int64_t first = 0; first < n; first += bf16_block) {
+    const auto m = std::min(bf16_block, n - first);
+    gelu_widen(m, x + first, in);
+    gelu_widen(m, dy + first, grad);
+    gelu_backward_loop(m, in, grad, out);
+    gelu_round(m, out, dx + first);
+  }
 }
 
 }  // namespace

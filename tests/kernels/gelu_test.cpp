@@ -73,8 +73,8 @@ TEST_CASE("gelu over bf16 is the f32 gelu of every bf16 value rounded once, in p
   round(test::cpu_context(), n, noise.data(), dy16.data());
   for (std::int64_t h = 0; h < n; ++h) {
     x[h] = static_cast<std::uint16_t>(h);
-    wide[h] = test::from_bits(static_cast<std::uint32_t>(x[h]) << 16);
-    dy[h] = test::from_bits(static_cast<std::uint32_t>(dy16[h]) << 16);
+    wide[h] = test::widened(x[h]);
+    dy[h] = test::widened(dy16[h]);
   }
   std::vector<float> y(n), dx(n);
   forward(test::cpu_context(), n, wide.data(), y.data());

@@ -44,6 +44,12 @@ inline std::uint32_t bits_of(float f) {
   return bits;
 }
 
+/// The top half of `f`'s bits: its bfloat16 pattern, when `f` is a bf16 value.
+inline std::uint16_t top_half(float f) { return static_cast<std::uint16_t>(bits_of(f) >> 16); }
+
+/// The float a bfloat16 pattern stands for (exact).
+inline float widened(std::uint16_t h) { return from_bits(static_cast<std::uint32_t>(h) << 16); }
+
 /// `count` floats uniform in [low, high), the same for the same seed on every machine
 /// (mt19937 is specified exactly; we map its raw output ourselves instead of trusting the
 /// implementation-defined uniform_real_distribution).

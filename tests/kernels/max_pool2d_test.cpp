@@ -151,13 +151,6 @@ TEST_CASE(
   }
 }
 
-namespace {
-
-std::uint16_t pool_top_half(float f) { return static_cast<std::uint16_t>(test::bits_of(f) >> 16); }
-float pool_widened(std::uint16_t h) { return test::from_bits(static_cast<std::uint32_t>(h) << 16); }
-
-}  // namespace
-
 TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in slices of planes") {
   // Note [max pooling in bf16]: the same maxima (bit for bit), the same argmax, and each
   // pixel's dy sum rounded once, by the slices where windows overlap and directly where not. Every
@@ -188,8 +181,8 @@ TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in sl
     std::vector<std::uint16_t> x16(noise.size());
     std::vector<float> x(noise.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
-      x16[i] = pool_top_half(noise[i]);
-      x[i] = pool_widened(x16[i]);
+      x16[i] = test::top_half(noise[i]);
+      x[i] = test::widened(x16[i]);
     }
     const auto outputs = static_cast<std::size_t>(test::output_size(batch, w));
     std::vector<float> y(outputs);
@@ -198,7 +191,7 @@ TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in sl
     std::vector<std::uint16_t> y16(outputs, 0x1234), want(outputs);
     forward16(test::cpu_context(), batch, w, x16.data(), y16.data(), argmax16.data());
     for (std::size_t o = 0; o < outputs; ++o)
-      want[o] = pool_top_half(y[o]);
+      want[o] = test::top_half(y[o]);
     CHECK(y16 == want);
     CHECK(argmax16 == argmax);
 
@@ -206,13 +199,13 @@ TEST_CASE("max pooling over bf16 is the f32 pooling of the widened values, in sl
     std::vector<float> dy(outputs);
     const auto dy_noise = test::random_floats(outputs, ++seed);
     for (std::size_t o = 0; o < outputs; ++o)
-      dy16[o] = pool_top_half(dy_noise[o]);
+      dy16[o] = test::top_half(dy_noise[o]);
     // -0, a NaN without its quiet bit, infinity, a denormal: as float(0) + dy rounds them.
     const std::uint16_t specials[] = {0x8000, 0x7F81, 0xFF80, 0x0001};
     for (std::size_t k = 0; k < std::size(specials) && k < outputs; ++k)
       dy16[outputs - 1 - k] = specials[k];
     for (std::size_t o = 0; o < outputs; ++o)
-      dy[o] = pool_widened(dy16[o]);
+      dy[o] = test::widened(dy16[o]);
     std::vector<float> dx(x.size());
     backward(test::cpu_context(), batch, w, dy.data(), argmax.data(), dx.data());
     std::vector<std::uint16_t> want_dx(x.size()), dx16(x.size(), 0x1234);

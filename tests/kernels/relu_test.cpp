@@ -72,13 +72,6 @@ TEST_CASE("relu_backward matches central finite differences of the double relu")
   }
 }
 
-namespace {
-
-std::uint16_t top_half(float f) { return static_cast<std::uint16_t>(test::bits_of(f) >> 16); }
-float widened(std::uint16_t h) { return test::from_bits(static_cast<std::uint32_t>(h) << 16); }
-
-}  // namespace
-
 TEST_CASE("relu over bf16 is the f32 relu of every bf16 value, bit for bit, in place too") {
   // All 65536 bit patterns: NaNs, infinities, -0 and denormals included. The f32 kernel's
   // result on the widened value is a bf16 value (x or +0), so its top half is the answer.
@@ -91,13 +84,13 @@ TEST_CASE("relu over bf16 is the f32 relu of every bf16 value, bit for bit, in p
   std::vector<float> wide(n);
   for (std::size_t h = 0; h < n; ++h) {
     x[h] = static_cast<std::uint16_t>(h);
-    wide[h] = widened(x[h]);
+    wide[h] = test::widened(x[h]);
   }
   std::vector<float> y(n);
   forward(test::cpu_context(), static_cast<std::int64_t>(n), wide.data(), y.data());
   std::vector<std::uint16_t> y16(n, 0x1234), want(n);
   for (std::size_t i = 0; i < n; ++i)
-    want[i] = top_half(y[i]);
+    want[i] = test::top_half(y[i]);
   forward16(test::cpu_context(), static_cast<std::int64_t>(n), x.data(), y16.data());
   CHECK(y16 == want);
   auto in_place = x;
@@ -109,14 +102,14 @@ TEST_CASE("relu over bf16 is the f32 relu of every bf16 value, bit for bit, in p
   std::vector<float> dy(n);
   const auto noise = test::random_floats(n, 91);
   for (std::size_t i = 0; i < n; ++i) {
-    dy16[i] = top_half(noise[i]);
-    dy[i] = widened(dy16[i]);
+    dy16[i] = test::top_half(noise[i]);
+    dy[i] = test::widened(dy16[i]);
   }
   std::vector<float> dx(n);
   backward(test::cpu_context(), static_cast<std::int64_t>(n), wide.data(), nullptr, dy.data(),
            dx.data());
   for (std::size_t i = 0; i < n; ++i)
-    want[i] = top_half(dx[i]);
+    want[i] = test::top_half(dx[i]);
   std::vector<std::uint16_t> dx16(n, 0x1234);
   backward16(test::cpu_context(), static_cast<std::int64_t>(n), x.data(), nullptr, dy16.data(),
              dx16.data());
