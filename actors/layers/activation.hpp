@@ -4,9 +4,9 @@
 // its input and output that its backward kernel reads (`Reads`: relu's and tanh's read y,
 // gelu's x; the kernels read whichever they are given), so the other may be freed as soon
 // as its readers are done, and calls its op's forward and backward kernels. With bf16 ops
-// (relu, gelu) it keeps a bf16 run's activations in bf16 on a CPU (bf16_flow::kept): relu's
-// select bit patterns exactly, gelu's round the f32 kernel's values once. Each activation is one
-// registration in its own file.
+// (relu) it keeps a bf16 run's activations in bf16 on a CPU (bf16_flow::kept): forward and
+// backward run on the bit patterns, exactly. Each activation is one registration in its own
+// file.
 #pragma once
 
 #include <memory>

@@ -101,9 +101,8 @@ enum class bf16_flow : std::uint8_t {
   /// (linear, conv2d: their products' outputs rounded once, as PyTorch's autocast rounds
   /// them), else f32. Elsewhere as `none`.
   made,
-  /// y has the dtype x reached it in, f32 or bf16: layers that select or move values (relu,
-  /// max pooling, flatten: exactly) or compute each from one (gelu: its f32 value rounded
-  /// once, as autocast's gelu of a bf16 input).
+  /// y has the dtype x reached it in, f32 or bf16 (layers that select or move values:
+  /// relu, max pooling, flatten).
   kept,
 };
 

@@ -185,22 +185,6 @@ struct relu_backward_bf16 {
                             const std::uint16_t* y, const std::uint16_t* dy, std::uint16_t* dx);
 };
 
-/// gelu_forward over bfloat16: y = bf16(gelu(float(x))), the f32 kernel's value rounded once
-/// as to_bf16 rounds. x and y may alias. CPU only.
-struct gelu_forward_bf16 {
-  static constexpr const char* name = "gelu_forward_bf16";
-  using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x,
-                            std::uint16_t* y);
-};
-
-/// gelu_backward over bfloat16: dx = bf16(float(dy) gelu'(float(x))), the f32 kernel's value
-/// rounded once; reads x (y is not used and may be null). CPU only.
-struct gelu_backward_bf16 {
-  static constexpr const char* name = "gelu_backward_bf16";
-  using function = void (*)(const context&, std::int64_t n, const std::uint16_t* x,
-                            const std::uint16_t* y, const std::uint16_t* dy, std::uint16_t* dx);
-};
-
 /// Unfolds images for convolution as a GEMM: x (B, C, H, W) to cols (B, C KH KW, OH OW),
 /// cols[b][(c KH + i) KW + j][oh OW + ow] = x[b][c][oh sh - ph + i][ow sw - pw + j], or 0
 /// where that falls in the padding.
@@ -254,9 +238,8 @@ struct conv2d_backward_weights {
 /// instead (tests/kernels/ops_coverage_test.cpp holds this list to the backends).
 /// A bf16 activation op's layer widens what reaches it on a CUDA device and runs its f32 op.
 inline constexpr const char* cpu_only_ops[] = {
-    "conv2d_forward",           "conv2d_backward_data", "conv2d_backward_weights",
-    "relu_forward_bf16",        "relu_backward_bf16",   "max_pool2d_forward_bf16",
-    "max_pool2d_backward_bf16", "gelu_forward_bf16",    "gelu_backward_bf16"};
+    "conv2d_forward",     "conv2d_backward_data",    "conv2d_backward_weights", "relu_forward_bf16",
+    "relu_backward_bf16", "max_pool2d_forward_bf16", "max_pool2d_backward_bf16"};
 
 /// The adjoint of im2col: x (B, C, H, W) = the sum of every cols entry im2col would have
 /// read from that pixel (overwrites x). Deterministic: a fixed order of additions.
