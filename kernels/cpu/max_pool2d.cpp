@@ -239,14 +239,14 @@ void max_pool2d_backward(const context&, int batch, const window2d& w, const flo
 }
 
 TROUPE_VECTOR_CLONES
-void widen_all(std::int64_t n, const std::uint16_t* __restrict x, float* __restrict y) {
+void pool_widen(std::int64_t n, const std::uint16_t* __restrict x, float* __restrict y) {
   for (std::int64_t i = 0; i < n; ++i)
     y[i] = widen_bits(x[i]);
 }
 
 // The top half of each float: exact for floats that are bf16 values (a maximum).
 TROUPE_VECTOR_CLONES
-void narrow_exact(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
+void pool_narrow(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
   for (std::int64_t i = 0; i < n; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, &x[i], sizeof bits);
@@ -255,7 +255,7 @@ void narrow_exact(std::int64_t n, const float* __restrict x, std::uint16_t* __re
 }
 
 TROUPE_VECTOR_CLONES
-void round_all_bits(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
+void pool_round(std::int64_t n, const float* __restrict x, std::uint16_t* __restrict y) {
   for (std::int64_t i = 0; i < n; ++i)
     y[i] = round_bits(x[i]);
 }
@@ -310,9 +310,9 @@ void max_pool2d_forward_bf16(const context& ctx, int batch, const window2d& w,
   by_slices("max_pool2d_forward_bf16", batch, w, [&](std::int64_t first, const window2d& part) {
     float* wide = wide_buffer.get(part.channels * plane);
     float* maxima = maxima_buffer.get(part.channels * out_plane);
-    widen_all(part.channels * plane, x + first * plane, wide);
+    pool_widen(part.channels * plane, x + first * plane, wide);
     max_pool2d_forward(ctx, 1, part, wide, maxima, argmax + first * out_plane);
-    narrow_exact(part.channels * out_plane, maxima, y + first * out_plane);
+    pool_narrow(part.channels * out_plane, maxima, y + first * out_plane);
   });
   wide_buffer.trim();
   maxima_buffer.trim();
@@ -341,9 +341,9 @@ void max_pool2d_backward_bf16(const context& ctx, int batch, const window2d& w,
   by_slices("max_pool2d_backward_bf16", batch, w, [&](std::int64_t first, const window2d& part) {
     float* wide = wide_buffer.get(part.channels * out_plane);
     float* sums = sums_buffer.get(part.channels * plane);
-    widen_all(part.channels * out_plane, dy + first * out_plane, wide);
+    pool_widen(part.channels * out_plane, dy + first * out_plane, wide);
     max_pool2d_backward(ctx, 1, part, wide, argmax + first * out_plane, sums);
-    round_all_bits(part.channels * plane, sums, dx + first * plane);
+    pool_round(part.channels * plane, sums, dx + first * plane);
   });
   wide_buffer.trim();
   sums_buffer.trim();

@@ -4,7 +4,9 @@
 // one that built it), so a plain -O3 loop only gets SSE2. TROUPE_VECTOR_CLONES asks GCC
 // (and Clang >= 14) for AVX-512 and AVX2 copies of a function as well, picked once at
 // load time by the CPU the process runs on. Put it on small static loop helpers taking
-// __restrict pointers, never on the registered kernel itself. It does nothing on other
+// __restrict pointers, never on the registered kernel itself, each named uniquely across
+// kernels/cpu: clang names a clone's resolver without its anonymous namespace, so two files'
+// `widen_all` clash at link time (CI's clang build did). It does nothing on other
 // architectures. This header holds no kernels.
 //
 // Measured on one Zen 4 core, 200k floats (a 784x256 layer), clones against SSE2 only:
