@@ -370,7 +370,7 @@ std::int64_t time_layers(const run_config& config, const session_prepared& prepa
                          std::int64_t repeats, keyed_random& random, calibration& out) {
   const auto& graph = prepared.graph;
   std::int64_t largest = 1;
-  const auto types = activation_dtypes(graph, config);
+  const auto types = activation_dtypes(graph, config, device_type::cpu);  // timed on a CPU
   auto make_benches = [&] {
     std::vector<std::unique_ptr<layer_bench>> made;
     for (const auto& actor : graph.actors) {

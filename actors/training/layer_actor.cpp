@@ -899,7 +899,8 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& lay
       layer_precision(layer_config.settings, this_cpu_bf16()).value_or(config.run.precision));
 }
 
-bf16_readers bf16_readers_of(const topology& graph, const run_config& config) {
+bf16_readers bf16_readers_of(const topology& graph, const run_config& config,
+                             std::optional<device_type> as) {
   bf16_readers out;
   const bool any_bf16 = std::any_of(graph.actors.begin(), graph.actors.end(), [&](const auto& a) {
     return a.kind == actor_kind::layer &&
@@ -916,11 +917,12 @@ bf16_readers bf16_readers_of(const topology& graph, const run_config& config) {
   auto takes = [&](const actor_plan& reader) {
     if (reader.kind != actor_kind::layer)
       return false;  // the loss reads f32
-    const auto key = std::make_pair(reader.layer, reader.device.type);
+    const auto type = as.value_or(reader.device.type);
+    const auto key = std::make_pair(reader.layer, type);
     auto it = known.find(key);
     if (it == known.end()) {
       auto math = create_layer(reader.math);
-      math->bind(reader.device.type);
+      math->bind(type);
       const auto& input = graph.shapes.at(static_cast<std::size_t>(reader.layer));
       const auto flow = math->activations();
       const bool yes = flow == bf16_flow::kept ||
@@ -944,8 +946,9 @@ bf16_readers bf16_readers_of(const topology& graph, const run_config& config) {
   return out;
 }
 
-std::vector<activation_types> activation_dtypes(const topology& graph, const run_config& config) {
-  const auto readers = bf16_readers_of(graph, config);
+std::vector<activation_types> activation_dtypes(const topology& graph, const run_config& config,
+                                                std::optional<device_type> as) {
+  const auto readers = bf16_readers_of(graph, config, as);
   std::vector<const actor_plan*> first(graph.inputs.size(), nullptr);
   for (const auto& a : graph.actors)
     if (a.kind == actor_kind::layer && a.layer >= 0 &&
@@ -963,7 +966,7 @@ std::vector<activation_types> activation_dtypes(const topology& graph, const run
                           ? dtype::f32
                           : out.at(static_cast<std::size_t>(reads.front())).y;
     auto math = create_layer(plan->math);
-    math->bind(plan->device.type);
+    math->bind(as.value_or(plan->device.type));
     // The parameters' dtypes are all the rules read of them.
     std::vector<tensor> params;
     for (bool rounded : bf16_parameter_mask(*math, plan->math, graph.shapes.at(i), config))

@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "actors/base/actor_kinds.hpp"
@@ -88,17 +89,20 @@ std::vector<bool> bf16_parameter_mask(const layer& math, const layer_config& lay
 /// For each layer actor of `graph` (a run of `config`) that sends activations: whether every
 /// actor reading them is a layer that takes them in bf16 on its device (Note [bf16
 /// activations] in layer_actor.cpp). The loss reads in f32. Empty where no layer computes
-/// in bf16.
-bf16_readers bf16_readers_of(const topology& graph, const run_config& config);
+/// in bf16. `as`: the device type every layer is bound to instead of its own (calibrate times
+/// a config's layers on a CPU thread, whatever devices it names).
+bf16_readers bf16_readers_of(const topology& graph, const run_config& config,
+                             std::optional<device_type> as = std::nullopt);
 
 /// The dtypes of x (as the layer takes it) and y that a run of `config` gives each model
-/// layer of `graph`, by index, on its first replica's device (the rules of Note [bf16
-/// activations]): what calibrate times each layer with.
+/// layer of `graph`, by index, on its first replica's device, or as if on a device of type
+/// `as` (the rules of Note [bf16 activations]): what calibrate times each layer with.
 struct activation_types {
   dtype x = dtype::f32;
   dtype y = dtype::f32;
 };
-std::vector<activation_types> activation_dtypes(const topology& graph, const run_config& config);
+std::vector<activation_types> activation_dtypes(const topology& graph, const run_config& config,
+                                                std::optional<device_type> as = std::nullopt);
 
 /// Spawns one actor that runs `members` (consecutive layer actors of one replica on one
 /// device, in model order) fused, as `name` (Note [fused layers] in runtime/graph/fusion.hpp);
