@@ -52,6 +52,45 @@ int launch_and_wait(const std::vector<std::string>& arguments) {
 
 }  // namespace
 
+namespace {
+
+/// Sets a local SGD or DiLoCo config to where it is one device's math, saying so on stderr
+/// and adding each change to `changes` (for the nodes' --set); Adam's replicas' own
+/// moments never are, so that is refused.
+void check_local_rule_as_one_device(run_config& config, std::vector<std::string>& changes) {
+  auto& p = config.parallel;
+  const std::string rule = to_string(p.rule);
+  if (config.optimizer.type != optimizer_type::sgd)
+    throw user_error("troupe verify: [parallel] averaging = \"" + rule + "\" with the " +
+                         to_string(config.optimizer.type) +
+                         " optimizer keeps each replica's own moments, which one device does "
+                         "not, even at sync_every = 1; verify it with [optimizer] type = "
+                         "\"sgd\" (--set optimizer.type='\"sgd\"'), where it is one "
+                         "device's math at sync_every = 1",
+                     exit_code::bad_input);
+  const bool diloco = p.rule == averaging_rule::diloco;
+  const bool plain = !diloco || (!p.outer_nesterov && p.outer_lr == 1 && p.outer_momentum == 0);
+  if (p.sync_every == 1 && plain)
+    return;
+  std::fprintf(stderr,
+               "troupe verify: [parallel] averaging = \"%s\" lets the replicas drift apart "
+               "between syncs%s, which one device does not; the wiring is checked with "
+               "sync_every = 1%s\n",
+               rule.c_str(), diloco ? " and steps an outer optimizer" : "",
+               diloco ? ", outer = \"sgd\", outer_lr = 1, outer_momentum = 0" : "");
+  p.sync_every = 1;
+  changes.push_back("parallel.sync_every=1");
+  if (diloco) {
+    p.outer_nesterov = false;
+    p.outer_lr = 1;
+    p.outer_momentum = 0;
+    changes.insert(changes.end(), {"parallel.outer=\"sgd\"", "parallel.outer_lr=1.0",
+                                   "parallel.outer_momentum=0.0"});
+  }
+}
+
+}  // namespace
+
 exit_code verify_command(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("steps", po::value<std::int64_t>()->default_value(20),
@@ -102,6 +141,12 @@ exit_code verify_command(const std::vector<std::string>& args) {
     config.parallel.reduce_bf16 = false;
     changes.push_back("parallel.reduce_dtype=\"fp32\"");
   }
+  // Local SGD is one device's math at sync_every = 1 with SGD only, DiLoCo where its outer
+  // step is plain averaging too (Notes [local SGD] in actors/averaging/
+  // allreduce_averager_actor.cpp, [DiLoCo] in actors/training/optimizer_actor.cpp): the
+  // wiring is checked there.
+  if (config.parallel.rule != averaging_rule::synchronous)
+    check_local_rule_as_one_device(config, changes);
   // A config over several nodes trains as that many local processes (troupe launch),
   // which end with a checkpoint: the comparison covers the network too.
   parallel_run over_nodes;

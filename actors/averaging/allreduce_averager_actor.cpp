@@ -64,6 +64,7 @@ allreduce_averager_actor::allreduce_averager_actor(caf::actor_config& config,
   TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas,
                settings_.name << ": replica " << settings_.replica << " of " << settings_.replicas);
   copy_ = kernels::lookup<kernels::ops::copy>(settings_.on->id().type);
+  scale_ = kernels::lookup<kernels::ops::scale>(settings_.on->id().type);
   backend_ = make_collective_backend(*this);
   TROUPE_CHECK(!sharded() || backend_->shards(),
                settings_.name << ": the " << backend_->name() << " backend cannot shard");
@@ -91,8 +92,20 @@ caf::message_handler allreduce_averager_actor::handlers() {
       [this](shard_msg& message) {
         if (deferred_until_ready(message, {&message.flat}))
           return;
-        auto span =
-            handling_span("updated", message.trace, message.step, 0, bytes_of(message.flat));
+        const bool average = local() && message.stage == shard_msg::average;
+        auto span = handling_span(average ? "average" : "updated", message.trace, message.step, 0,
+                                  bytes_of(message.flat));
+        if (average) {
+          if (!parameter_averages_.insert(message.step).second)
+            throw std::logic_error(settings_.name + ": parameters of step " +
+                                   std::to_string(message.step) + " sent to average twice");
+          // Each rank's share of the mean, scaled while the buffer is still only ours: once
+          // the backend has it, peers read it in place until the step is over.
+          std::vector<tensor> share{std::move(message.flat)};
+          scale(message.step, share, 1.0f / static_cast<float>(settings_.replicas));
+          backend_->all_reduce(message.step, std::move(share[0]));
+          return;
+        }
         if (!sharded() || message.stage != shard_msg::updated)
           throw std::logic_error(settings_.name + ": unexpected shard message (step " +
                                  std::to_string(message.step) + ", stage " +
@@ -139,6 +152,10 @@ void allreduce_averager_actor::send_to_peer(const caf::actor& peer, std::uint32_
 }
 
 void allreduce_averager_actor::receive_local(weight_grads_msg& message) {
+  if (local()) {
+    pass_on(message);
+    return;
+  }
   if (shapes_.count(message.step) != 0)
     throw std::logic_error(layout_.describe(message) + " arrived twice");
   auto grads = arrive(message.grads, on());
@@ -182,13 +199,59 @@ tensor allreduce_averager_actor::flatten(std::int64_t step, std::vector<tensor> 
   return flat;
 }
 
+// Note [local SGD]
+// averaging = "local_sgd" (Stich 2019; Lin et al. 2020): each replica's optimizer steps on
+// its replica's own gradients, and after every H-th step ([parallel] sync_every) the
+// replicas' parameters are replaced by their mean; optimizer state stays each replica's.
+// The wiring is the ring's (or gloo's): between syncs this averager scales the layer's
+// gradients by R and passes them on, nothing crossing between replicas; on a sync step its
+// optimizer sends the updated parameters here (shard_msg::average), this averager scales
+// them by 1 / R (before the backend has them: once it does, the ring's peers read the buffer
+// in place, so nothing may write it again), the backend sums them over the ranks exactly as
+// it would gradients, and the mean goes back (averaged) as the optimizer's next version. The layers
+// wait for that version, so a sync costs one all-reduce of the parameters every H steps instead of
+// one of the gradients every step. Why R: the loss scales each micro-batch by 1 / global batch, so
+// a replica's gradients are the sum over its rows / B; times R it is its share's mean when shares
+// are equal. More to the point, SGD is linear in the gradient: the mean over replicas of w - lr * R
+// * g_r is w - lr * sum_r g_r, synchronous data parallelism's step whatever the shares, and the
+// mean of the replicas' momentum buffers follows the synchronous momentum the same way. So with H =
+// 1 and SGD (momentum, Nesterov and weight decay included) local SGD is synchronous DP up to
+// summation order, which tests/actors/averaging/local_sgd_test.cpp checks; Adam is not linear, and
+// its replicas' moments diverge between syncs as in the papers. The optimizer also syncs at the
+// run's last step and at the end of every evaluated epoch (optimizer_actor::syncs_after), so what
+// is evaluated, exported or trained on after the run is one model, the mean.
+void allreduce_averager_actor::pass_on(weight_grads_msg& message) {
+  auto grads = arrive(message.grads, on());
+  scale(message.step, grads, static_cast<float>(settings_.replicas));
+  weight_grads_msg out{message.step, settings_.layer_index, settings_.replica, std::move(grads),
+                       trace_stamp{}};
+  stamp_send(out, sink_track_, "grads", bytes_of(out.grads));
+  send(sink_, std::move(out));
+}
+
+void allreduce_averager_actor::scale(std::int64_t step, std::vector<tensor>& ts, float alpha) {
+  auto& work = on().work();
+  std::int64_t n = 0;
+  for (const auto& t : ts) {
+    work.wait_for(t.ready());
+    n += t.numel();
+  }
+  const auto done = work.submit(
+      [scale = scale_, context = on().context(), ts, alpha] {
+        for (const auto& t : ts)
+          scale(context, t.numel(), alpha, t.f32());
+      },
+      reduce_job(step, n));
+  for (auto& t : ts)
+    t.set_ready(done);
+}
+
 void allreduce_averager_actor::all_reduced(std::int64_t step, tensor flat, std::int64_t start_ns,
                                            std::int64_t end_ns) {
+  const bool average = parameter_averages_.erase(step) != 0;
   auto found = shapes_.find(step);
-  TROUPE_CHECK(found != shapes_.end(), settings_.name << ": sums of step " << step
-                                                      << ", which is not in progress");
-  auto shapes = std::move(found->second);
-  shapes_.erase(found);
+  TROUPE_CHECK(average || found != shapes_.end(),
+               settings_.name << ": sums of step " << step << ", which is not in progress");
   if (end_ns > 0 && trace::enabled()) {
     // The collective as a span on this averager's track. It ran on another thread, which
     // records nothing itself: its steady_clock times move to the recorder's clock.
@@ -205,6 +268,15 @@ void allreduce_averager_actor::all_reduced(std::int64_t step, tensor flat, std::
     e.bytes = static_cast<std::int64_t>(flat.bytes());
     trace::record(e);
   }
+  if (average) {
+    shard_msg averaged{step, settings_.layer_index, shard_msg::averaged, std::move(flat),
+                       {},   trace_stamp{}};
+    stamp_send(averaged, sink_track_, "averaged", bytes_of(averaged.flat));
+    send(sink_, std::move(averaged));
+    return;
+  }
+  auto shapes = std::move(found->second);
+  shapes_.erase(found);
   // Unflatten: one view per parameter, shaped like the local gradients, ready with `flat`.
   std::vector<tensor> sums;
   std::int64_t offset = 0;

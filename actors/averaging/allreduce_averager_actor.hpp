@@ -10,12 +10,17 @@
 // reduce-scatters, the optimizer updates the spans this rank owns, and the backend
 // all-gathers the parameters instead (Note [sharded optimizer] in grad_averager_actor.cpp).
 //
+// With averaging = "local_sgd" or "diloco" the gradients pass straight to the optimizer,
+// and the backend averages what the optimizer sends every H steps instead, its parameters
+// or their deltas (Note [local SGD] in the .cpp).
+//
 // Not here: averaging (the loss already scales, DESIGN.md), how the sum travels (the
 // backend's), the central averager (a reduce into one optimizer: central_averager_actor.hpp).
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "actors/averaging/collective_backend.hpp"
@@ -55,6 +60,12 @@ class allreduce_averager_actor final : public device_actor, private collective_h
   /// One buffer of the gradients' n floats, ready when they are written.
   tensor flatten(std::int64_t step, std::vector<tensor> grads, std::int64_t n);
   bool sharded() const { return settings_.shard_optimizer && settings_.replicas > 1; }
+  /// Local SGD or DiLoCo: gradients pass on, parameters (or their deltas) are averaged.
+  bool local() const { return settings_.rule != averaging_rule::synchronous; }
+  /// Local SGD: this replica's own gradients, scaled by R, on to its optimizer.
+  void pass_on(weight_grads_msg& message);
+  /// Submits ts *= alpha as one job of `step`; each of `ts` is ready after it.
+  void scale(std::int64_t step, std::vector<tensor>& ts, float alpha);
 
   grad_averager_settings settings_;
   gradient_layout layout_;
@@ -63,6 +74,8 @@ class allreduce_averager_actor final : public device_actor, private collective_h
   caf::actor sink_;  // this replica's optimizer
   std::uint32_t sink_track_ = 0;
   std::map<std::int64_t, std::vector<shape_t>> shapes_;  // by step: the local gradients'
+  std::set<std::int64_t> parameter_averages_;  // local SGD: steps whose parameters it sums
+  kernels::ops::scale::function scale_ = nullptr;
 };
 
 }  // namespace troupe

@@ -109,6 +109,12 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       s.shard_optimizer =
           s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
       s.reduce_bf16 = context.config.parallel.reduce_bf16;
+      s.rule = context.config.parallel.rule;
+      if (s.rule != averaging_rule::synchronous && s.method == averaging_method::central)
+        throw user_error(plan.name + ": [parallel] averaging = \"" + to_string(s.rule) +
+                         "\" averages each replica's own optimizer's parameters through a ring " +
+                         "or gloo, and this averager's method is central (one optimizer for " +
+                         "every replica)");
       if (s.reduce_bf16 && s.method != averaging_method::ring)
         throw user_error(plan.name + ": [parallel] reduce_dtype = \"bf16\" is the ring's, and " +
                          "this averager's method is " + to_string(s.method) +

@@ -42,6 +42,9 @@ struct grad_averager_settings {
   std::int64_t bucket_elements = 1 << 18;  // ring: floats per bucket
   bool shard_optimizer = false;            // ring: Note [sharded optimizer] (the .cpp)
   bool reduce_bf16 = false;                // ring: chunks in bf16 (Note [a ring in bf16])
+  /// ring, gloo: local_sgd and diloco pass each step's gradients on and average what their
+  /// optimizer sends (Note [local SGD] in allreduce_averager_actor.cpp).
+  averaging_rule rule = averaging_rule::synchronous;
   gloo_rendezvous gloo;                    // gloo: where the run's contexts meet
   std::chrono::milliseconds gloo_timeout{30000};  // gloo: the longest wait for a peer
   device* on = nullptr;

@@ -37,8 +37,12 @@ struct ring_msg {
 ///   updated   optimizer -> averager: the next parameters, complete at `spans`, handed
 ///             over for the all-gather;
 ///   gathered  averager -> optimizer: the same buffer, now complete everywhere.
+/// Local SGD's parameter averages (Note [local SGD] in allreduce_averager_actor.cpp) travel
+/// the same wires, with no spans:
+///   average   optimizer -> averager: this replica's next parameters, handed over;
+///   averaged  averager -> optimizer: the same buffer, now the mean over the replicas.
 struct shard_msg {
-  enum stage_t : std::int32_t { reduced = 0, updated = 1, gathered = 2 };
+  enum stage_t : std::int32_t { reduced = 0, updated = 1, gathered = 2, average = 3, averaged = 4 };
   std::int64_t step = 0;
   std::int32_t layer = 0;
   std::int32_t stage = reduced;

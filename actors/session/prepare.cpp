@@ -502,7 +502,10 @@ session_prepared prepare_session(const run_config& config,
                    quote_user_text(manifest.config_hash).c_str(),
                    config_fingerprint(config).c_str());
     p.start = resume_from(checkpoint.path, manifest, p.model,
-                          optimizer_state_names(config.optimizer.type, config.optimizer.momentum));
+                          optimizer_state_names(config.optimizer.type, config.optimizer.momentum),
+                          config.parallel.rule == averaging_rule::diloco
+                              ? outer_state_names(config.parallel.outer_momentum)
+                              : std::vector<std::string>{});
     // The held-out samples were the checkpoint's: the same share and seed, or other ones.
     if (manifest.validation != config.data.validation ||
         (manifest.validation > 0 && manifest.validation_seed != config.run.seed))

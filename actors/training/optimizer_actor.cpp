@@ -40,7 +40,8 @@ bool optimizer_is_sharded(const actor_plan& plan, const topology& graph, const r
 bool optimizer_writes_checkpoints(const actor_plan& plan, const topology& graph,
                                   const run_config& config) {
   return plan.kind == actor_kind::optimizer &&
-         (plan.replica <= 0 || optimizer_is_sharded(plan, graph, config));
+         (plan.replica <= 0 || optimizer_is_sharded(plan, graph, config) ||
+          config.parallel.rule != averaging_rule::synchronous);
 }
 
 optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
@@ -49,6 +50,7 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
   sgd_ = kernels::lookup<kernels::ops::sgd_update>(type);
   adam_ = kernels::lookup<kernels::ops::adam_update>(type);
   axpy_ = kernels::lookup<kernels::ops::axpy>(type);
+  scale_ = kernels::lookup<kernels::ops::scale>(type);
   // Parameters and optimizer state each live in one buffer, the parameters in order, so
   // that the sharded update can address them by flat offsets.
   const auto& id = settings_.on->id();
@@ -63,7 +65,9 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
   auto take_start = [&](const std::string& name, const tensor& to) {
     if (settings_.start == nullptr)
       return false;
-    auto found = settings_.start->find(name);
+    auto found = settings_.start->find(replica_tensor_name(own_copy_replica(), name));
+    if (found == settings_.start->end())
+      found = settings_.start->find(name);
     if (found == settings_.start->end())
       return false;
     TROUPE_CHECK(static_cast<std::int64_t>(found->second.size()) == to.numel(),
@@ -79,10 +83,17 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
                ? tensor::zeros(t.shape(), dtype::f32, device_id{device_type::cpu, 0, id.node})
                : t;
   };
+  if (diloco()) {
+    outer_flat_ = tensor::empty({n}, dtype::f32, id);
+    if (settings_.local.outer_momentum != 0)
+      outer_momentum_flat_ = tensor::zeros({n}, dtype::f32, id);
+  }
   const auto params_host = staged(params_flat_);
-  const auto momentum_host = staged(momentum_flat_);
-  const auto second_host = staged(second_flat_);
   const auto states = state_names();
+  const auto buffers = state_buffers();  // states[s] lives in buffers[s]
+  std::vector<tensor> hosts;
+  for (const auto& b : buffers)
+    hosts.push_back(staged(b));
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < settings_.params.size(); ++i) {
     const auto& spec = settings_.params[i];
@@ -94,24 +105,43 @@ optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_sett
     momentum_.push_back(momentum_flat_.view(offset, spec.shape));
     if (second_flat_.defined())
       second_.push_back(second_flat_.view(offset, spec.shape));
-    if (!states.empty())
-      take_start(spec.name + "." + states[0], momentum_host.view(offset, spec.shape));
-    if (states.size() > 1)
-      take_start(spec.name + "." + states[1], second_host.view(offset, spec.shape));
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      auto state = hosts[k].view(offset, spec.shape);
+      // DiLoCo's outer parameters start as the parameters (Note [DiLoCo]).
+      if (!take_start(spec.name + "." + states[k], state) && states[k] == outer_params_state)
+        std::copy(p.f32(), p.f32() + p.numel(), state.f32());
+    }
     offset += element_count(spec.shape);
   }
-  if (on_gpu)
-    for (const auto& [host, there] :
-         {std::pair{params_host, params_flat_}, std::pair{momentum_host, momentum_flat_},
-          std::pair{second_host, second_flat_}})
-      if (there.defined())
-        gpu::require_backend().copy_now(there.raw(), host.raw(), there.bytes());
+  if (on_gpu) {
+    gpu::require_backend().copy_now(params_flat_.raw(), params_host.raw(), params_flat_.bytes());
+    for (std::size_t k = 0; k < buffers.size(); ++k)
+      gpu::require_backend().copy_now(buffers[k].raw(), hosts[k].raw(), buffers[k].bytes());
+  }
   version_ = settings_.start_version;
   settings_.start = nullptr;  // read once
 }
 
 std::vector<std::string> optimizer_actor::state_names() const {
-  return optimizer_state_names(settings_.optimizer.type, settings_.optimizer.momentum);
+  auto names = optimizer_state_names(settings_.optimizer.type, settings_.optimizer.momentum);
+  if (diloco())
+    for (auto& name : outer_state_names(settings_.local.outer_momentum))
+      names.push_back(std::move(name));
+  return names;
+}
+
+std::vector<tensor> optimizer_actor::state_buffers() const {
+  const auto inner = optimizer_state_names(settings_.optimizer.type, settings_.optimizer.momentum);
+  std::vector<tensor> out;
+  if (!inner.empty())
+    out.push_back(momentum_flat_);
+  if (inner.size() > 1)
+    out.push_back(second_flat_);
+  if (outer_flat_.defined())
+    out.push_back(outer_flat_);
+  if (outer_momentum_flat_.defined())
+    out.push_back(outer_momentum_flat_);
+  return out;
 }
 
 void optimizer_actor::connect(const wiring_msg& wiring) {
@@ -136,6 +166,10 @@ void optimizer_actor::release_peers() {
 }
 
 std::string optimizer_actor::waiting_for() const {
+  if (averaging_)
+    return ": parameter version " + std::to_string(version_) + "; waits for the replicas' " +
+           "average of version " + std::to_string(version_ + 1) + " (local SGD, from " + sources_ +
+           ")";
   return ": parameter version " + std::to_string(version_) + "; has " +
          std::to_string(grads_received_) + " of " + std::to_string(grads_expected_) +
          " gradient message(s) for step " + std::to_string(version_) + " (from " + sources_ + ")";
@@ -148,12 +182,16 @@ caf::message_handler optimizer_actor::handlers() {
       [this](shard_msg& message) {
         if (deferred_until_ready(message, {&message.flat}))
           return;
-        auto span = handling_span(message.stage == shard_msg::reduced ? "reduced" : "gathered",
-                                  message.trace, message.step, 0, bytes_of(message.flat));
+        const char* stages[] = {"reduced", "updated", "gathered", "average", "averaged"};
+        const bool known = message.stage >= 0 && message.stage <= shard_msg::averaged;
+        auto span = handling_span(known ? stages[message.stage] : "shard", message.trace,
+                                  message.step, 0, bytes_of(message.flat));
         if (message.stage == shard_msg::reduced)
           update_shard(message);
         else if (message.stage == shard_msg::gathered)
           take_gathered(message);
+        else if (message.stage == shard_msg::averaged && settings_.local.sync_every > 0)
+          take_average(message);
         else
           throw std::logic_error(settings_.name + ": unexpected shard message (stage " +
                                  std::to_string(message.stage) + ")");
@@ -223,8 +261,16 @@ void optimizer_actor::receive_grads(weight_grads_msg& message) {
 void optimizer_actor::update(std::int64_t step) {
   std::vector<tensor> next;
   std::vector<piece> pieces;
+  // Averaged next: written into one buffer, which the averager's backend sums in place.
+  const bool sync = syncs_after(step);
+  tensor next_flat;
+  if (sync)
+    next_flat = tensor::empty({parameter_count()}, dtype::f32, settings_.on->id());
+  std::int64_t offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    next.push_back(tensor::empty(params_[i].shape(), dtype::f32, settings_.on->id()));
+    next.push_back(sync ? next_flat.view(offset, params_[i].shape())
+                        : tensor::empty(params_[i].shape(), dtype::f32, settings_.on->id()));
+    offset += params_[i].numel();
     pieces.push_back(piece{params_[i].f32(), next[i].f32(), grad_sum_[i].f32(),
                            momentum_[i].f32(), second_.empty() ? nullptr : second_[i].f32(),
                            params_[i].numel()});
@@ -239,7 +285,93 @@ void optimizer_actor::update(std::int64_t step) {
   for (auto& p : next)
     p.set_ready(done);
   params_flat_ = tensor{};  // the parameters are separate buffers from now on
+  if (sync) {
+    next_flat.set_ready(done);
+    if (diloco())  // Note [DiLoCo]: the replicas average their deltas, not their parameters
+      next_flat.set_ready(settings_.on->work().submit(
+          [axpy = axpy_, scale = scale_, context = settings_.on->context(), outer = outer_flat_,
+           delta = next_flat] {
+            scale(context, delta.numel(), -1.0f, delta.f32());
+            axpy(context, delta.numel(), 1.0f, outer.f32(), delta.f32());
+          },
+          job_for_step(job_kind::update, step)));
+    averaging_ = true;
+    shard_msg out{step, settings_.layer_index, shard_msg::average, std::move(next_flat),
+                  {},   trace_stamp{}};
+    stamp_send(out, averager_track_, "average", bytes_of(out.flat));
+    send(averager_, std::move(out));
+    return;
+  }
   set_version(step + 1, std::move(next));
+}
+
+std::int32_t optimizer_actor::own_copy_replica() const {
+  return settings_.local.sync_every > 0 ? std::max(settings_.replica, 0) : 0;
+}
+
+bool optimizer_actor::syncs_after(std::int64_t step) const {
+  const auto& l = settings_.local;
+  if (l.sync_every <= 0)
+    return false;
+  const auto done = step + 1;  // steps taken once this one is
+  return done % l.sync_every == 0 || done == l.total_steps ||
+         (l.epoch_steps > 0 && done % l.epoch_steps == 0);
+}
+
+std::int64_t optimizer_actor::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_)
+    n += p.numel();
+  return n;
+}
+
+void optimizer_actor::take_average(shard_msg& averaged) {
+  TROUPE_CHECK(
+      averaging_ && averaged.step == version_ && averaged.flat.numel() == parameter_count(),
+      settings_.name << ": averaged parameters of step " << averaged.step << " at version "
+                     << version_);
+  averaging_ = false;
+  if (diloco())
+    params_flat_ = outer_step(averaged.step, averaged.flat);
+  else
+    params_flat_ = averaged.flat;
+  set_version(averaged.step + 1, unflatten(params_flat_));
+}
+
+// Note [DiLoCo]
+// averaging = "diloco" (Douillard et al. 2023) is local SGD (Note [local SGD] in
+// actors/averaging/allreduce_averager_actor.cpp) whose sync is an optimizer step of its own.
+// Each replica keeps the outer parameters theta (the parameters after the last sync; at the
+// start, the initial ones) and, at a sync after step k, sends its averager the delta
+// theta - w_r of its inner parameters w_r instead of w_r. The mean delta is the outer
+// gradient: theta' = SGD(theta, mean delta) with [parallel] outer_lr and outer_momentum,
+// Nesterov's by default (the paper's 0.7 and 0.9), run by the same sgd_update kernel as the
+// inner SGD. Every replica computes the same theta' from the same bits, which becomes both
+// the next version of the parameters and the next theta; inner optimizer state stays each
+// replica's. With outer SGD at lr 1 and no momentum theta' = mean w_r: local SGD, and so at
+// sync_every = 1 with inner SGD synchronous data parallelism (tests/actors/averaging/
+// local_sgd_test.cpp). theta and the outer momentum are optimizer state like any other:
+// checkpointed as "i.p.outer_params" and "i.p.outer_momentum", restored where present.
+tensor optimizer_actor::outer_step(std::int64_t step, const tensor& mean_delta) {
+  const auto& l = settings_.local;
+  auto next = tensor::empty({parameter_count()}, dtype::f32, settings_.on->id());
+  kernels::sgd_hyper hyper{static_cast<float>(l.outer_lr),
+                           static_cast<float>(l.outer_momentum),
+                           0.0f,  // dampening
+                           0.0f,  // weight decay: the inner optimizer's
+                           l.outer_nesterov,
+                           false};  // a zero buffer's first step is the same (dampening 0)
+  auto& work = settings_.on->work();
+  work.wait_for(mean_delta.ready());
+  next.set_ready(work.submit(
+      [sgd = sgd_, context = settings_.on->context(), outer = outer_flat_, next, delta = mean_delta,
+       momentum = outer_momentum_flat_, hyper] {
+        sgd(context, next.numel(), outer.f32(), next.f32(), delta.f32(),
+            momentum.defined() ? momentum.f32() : nullptr, hyper);
+      },
+      job_for_step(job_kind::update, step)));
+  outer_flat_ = next;  // read only from now on, as every version is
+  return next;
 }
 
 // Note [sharded optimizer] in actors/averaging/grad_averager_actor.cpp: we update only the spans
@@ -327,18 +459,18 @@ void optimizer_actor::checkpoint(std::int64_t version) {
     names.push_back(name);
     sources.push_back(source);
   };
+  const auto buffers = state_buffers();
   auto states_of = [&](std::int64_t offset, std::int64_t n) {
     std::vector<tensor> out;
-    if (!states.empty())
-      out.push_back(momentum_flat_.view(offset, {n}));
-    if (states.size() > 1)
-      out.push_back(second_flat_.view(offset, {n}));
+    for (const auto& b : buffers)
+      out.push_back(b.view(offset, {n}));
     return out;
   };
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const auto& spec = settings_.params[i];
-    const auto name = parameter_name(settings_.layer_index, spec.name);
+    const auto name =
+        replica_tensor_name(own_copy_replica(), parameter_name(settings_.layer_index, spec.name));
     const auto n = params_[i].numel();
     if (!settings_.sharded) {
       add(name, params_[i]);
@@ -376,9 +508,11 @@ void optimizer_actor::checkpoint(std::int64_t version) {
       job_for_step(job_kind::checkpoint, version));
   for (auto& c : copies)
     c.set_ready(done);
-  const auto file = "layer-" + std::to_string(settings_.layer_index) +
-                    (settings_.sharded ? "-part-" + std::to_string(settings_.replica) : "") +
-                    ".safetensors";
+  const auto file =
+      "layer-" + std::to_string(settings_.layer_index) +
+      (settings_.sharded ? "-part-" + std::to_string(settings_.replica) : "") +
+      (own_copy_replica() > 0 ? "-replica-" + std::to_string(settings_.replica) : "") +
+      ".safetensors";
   send(settings_.checkpoints.writer,
        checkpoint_shard_msg{version, file, std::move(names), std::move(copies), std::move(copied)});
 }
@@ -446,6 +580,27 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       s.replica = plan.replica;
       s.sharded = optimizer_is_sharded(plan, context.graph, context.config);
       s.writes_checkpoints = optimizer_writes_checkpoints(plan, context.graph, context.config);
+      if (context.config.parallel.rule != averaging_rule::synchronous && plan.replica >= 0) {
+        const bool averaged = std::any_of(
+            context.graph.actors.begin(), context.graph.actors.end(), [&](const actor_plan& a) {
+              return a.kind == actor_kind::averager && a.layer == plan.layer &&
+                     a.replica == plan.replica;
+            });
+        if (!averaged)
+          throw user_error(plan.name + ": [parallel] averaging = \"" +
+                           to_string(context.config.parallel.rule) + "\" averages its " +
+                           "parameters through its replica's averager of layer " +
+                           std::to_string(plan.layer) + ", and the config has none");
+        const auto& p = context.config.parallel;
+        s.local.sync_every = p.sync_every;
+        s.local.diloco = p.rule == averaging_rule::diloco;
+        s.local.outer_nesterov = p.outer_nesterov;
+        s.local.outer_lr = p.outer_lr;
+        s.local.outer_momentum = s.local.diloco ? p.outer_momentum : 0;
+        s.local.total_steps = context.plan.total_steps;
+        if (context.plan.evaluate)
+          s.local.epoch_steps = context.plan.steps_per_epoch;
+      }
       s.checkpoints = context.checkpoints;
       return context.system.spawn<optimizer_actor>(std::move(s));
     });

@@ -49,6 +49,21 @@ struct optimizer_actor_settings {
   /// Which parameters, by index, its layers compute with in bf16: each version is sent
   /// with those rounded (Note [bf16 parameters] in layer_actor.cpp); empty: none.
   std::vector<bool> bf16_params;
+  /// Local SGD (Note [local SGD] in actors/averaging/allreduce_averager_actor.cpp): this
+  /// replica steps on its own gradients and has its averager average the parameters after
+  /// every `sync_every`-th step, after the run's last step (`total_steps`) and at the end
+  /// of every evaluated epoch (`epoch_steps`; 0: none). sync_every 0: synchronous.
+  /// DiLoCo (Note [DiLoCo] in optimizer_actor.cpp): each sync is an outer SGD step on the
+  /// replicas' mean parameter delta, with this rate and momentum.
+  struct local_sgd_plan {
+    std::int64_t sync_every = 0;
+    std::int64_t total_steps = 0;
+    std::int64_t epoch_steps = 0;
+    bool diloco = false;
+    bool outer_nesterov = true;
+    double outer_lr = 1;
+    double outer_momentum = 0;
+  } local;
 };
 
 /// Whether the optimizer `plan` is sharded (ZeRO-1: its layer's ring averagers hand it
@@ -77,6 +92,20 @@ class optimizer_actor : public device_actor {
   void update_shard(shard_msg& reduced);
   /// Sharded optimizer: the all-gathered parameters become the next version.
   void take_gathered(shard_msg& gathered);
+  /// The replica whose own copy of the state it keeps in a checkpoint: its replica under
+  /// local SGD (Note [checkpoint names]), else 0 (the shared copy).
+  std::int32_t own_copy_replica() const;
+  /// Local SGD: whether the parameters of step `step` (version step + 1) are averaged.
+  bool syncs_after(std::int64_t step) const;
+  /// Local SGD: the replicas' mean of `averaged.step`'s parameters becomes the next version
+  /// (DiLoCo: the outer step on their mean delta does).
+  void take_average(shard_msg& averaged);
+  bool diloco() const { return settings_.local.diloco && settings_.local.sync_every > 0; }
+  /// DiLoCo: submits the outer step from `mean_delta`; the new outer parameters.
+  tensor outer_step(std::int64_t step, const tensor& mean_delta);
+  std::int64_t parameter_count() const;
+  /// The buffers of state_names(), in its order: each (P) flat like the parameters.
+  std::vector<tensor> state_buffers() const;
   /// A run of parameters one update job treats: `n` floats of each buffer.
   struct piece {
     const float* current;
@@ -104,11 +133,14 @@ class optimizer_actor : public device_actor {
   std::vector<tensor> momentum_;    // sgd: momentum buffers; adam: first moments
   std::vector<tensor> second_;      // adam: second moments
   tensor momentum_flat_, second_flat_;  // the two above are views of these
+  tensor outer_flat_;                   // DiLoCo: theta, the outer parameters (P)
+  tensor outer_momentum_flat_;          // DiLoCo: the outer momentum (P), if any
   caf::actor averager_;             // the sender of our gradients (the sharded exchange)
   std::uint32_t averager_track_ = 0;
   std::int64_t requested_checkpoint_ = -1;  // an interrupted run's last version
   std::vector<std::int64_t> owned_spans_;   // sharded: (offset, size) pairs it updates
   std::vector<tensor> grad_sum_;    // the step's gradients, summed over grads wires
+  bool averaging_ = false;          // local SGD: the next version is being averaged
   std::int32_t grads_received_ = 0;
   std::int32_t grads_expected_ = 1; // incoming grads wires
   std::vector<caf::actor> subscribers_;
@@ -119,6 +151,7 @@ class optimizer_actor : public device_actor {
   kernels::ops::sgd_update::function sgd_ = nullptr;
   kernels::ops::adam_update::function adam_ = nullptr;
   kernels::ops::axpy::function axpy_ = nullptr;
+  kernels::ops::scale::function scale_ = nullptr;
 };
 
 }  // namespace troupe

@@ -30,6 +30,17 @@ std::string piece_name(const std::string& name, std::int64_t begin) {
   return name + "@" + std::to_string(begin);
 }
 
+std::vector<std::string> outer_state_names(double outer_momentum) {
+  std::vector<std::string> names{outer_params_state};
+  if (outer_momentum != 0)
+    names.push_back("outer_momentum");
+  return names;
+}
+
+std::string replica_tensor_name(std::int64_t replica, const std::string& name) {
+  return replica <= 0 ? name : "replica" + std::to_string(replica) + "/" + name;
+}
+
 namespace {
 
 // "2.weight.exp_avg@1024" -> ("2.weight.exp_avg", 1024); a name without '@' -> (name, -1).
@@ -145,9 +156,53 @@ std::string describe_layers(const std::vector<checkpoint_layer>& layers) {
 
 }  // namespace
 
+namespace {
+
+/// Local SGD's replicas' own copies ("replica<r>/<layer>.<name>", Note [checkpoint
+/// names]) into start.layers[layer] as "replica<r>/<name>", each checked against its
+/// tensor's size; taken out of `tensors`.
+void take_replica_copies(const std::string& where, const std::vector<model_layer>& model,
+                         const std::vector<std::string>& state_names,
+                         std::map<std::string, std::vector<float>>& tensors, run_start& start) {
+  struct place {
+    std::int64_t layer, size;
+    std::string local;  // the name within the layer
+  };
+  std::map<std::string, place> known;  // by checkpoint name
+  for (const auto& layer : model)
+    for (const auto& p : layer.params) {
+      std::vector<std::string> names{p.name};
+      for (const auto& state : state_names)
+        names.push_back(p.name + "." + state);
+      for (const auto& local : names)
+        known[parameter_name(layer.index, local)] = {layer.index, element_count(p.shape), local};
+    }
+  for (auto it = tensors.begin(); it != tensors.end();) {
+    const auto& name = it->first;
+    const auto slash = name.find('/');
+    if (name.rfind("replica", 0) != 0 || slash == std::string::npos) {
+      ++it;
+      continue;
+    }
+    auto found = known.find(name.substr(slash + 1));  // "2.weight.exp_avg"
+    if (found == known.end())
+      throw data_error(where + " holds a replica's tensor '" + name +
+                       "' that names no parameter or state of the config's model");
+    const auto& p = found->second;
+    if (static_cast<std::int64_t>(it->second.size()) != p.size)
+      throw data_error(where + ": tensor '" + name + "' has " + std::to_string(it->second.size()) +
+                       " values; expected " + std::to_string(p.size));
+    start.layers[p.layer][name.substr(0, slash + 1) + p.local] = std::move(it->second);
+    it = tensors.erase(it);
+  }
+}
+
+}  // namespace
+
 run_start resume_from(const std::string& directory, const checkpoint_manifest& manifest,
                       const std::vector<model_layer>& model,
-                      const std::vector<std::string>& state_names) {
+                      const std::vector<std::string>& state_names,
+                      const std::vector<std::string>& optional_states) {
   const auto where = "checkpoint '" + directory + "' (step " + std::to_string(manifest.step) + ")";
   // The model first: layer by layer, what differs.
   const auto expected = describe_model(model);
@@ -188,12 +243,18 @@ run_start resume_from(const std::string& directory, const checkpoint_manifest& m
   auto tensors = read_checkpoint_tensors(directory, manifest);
   run_start start;
   start.step = manifest.step;
+  auto known_states = state_names;
+  known_states.insert(known_states.end(), optional_states.begin(), optional_states.end());
+  take_replica_copies(where, model, known_states, tensors, start);
   for (const auto& layer : model) {
     auto& out = start.layers[layer.index];
     for (const auto& p : layer.params) {
       std::vector<std::string> names{p.name};
       for (const auto& state : state_names)
         names.push_back(p.name + "." + state);
+      for (const auto& state : optional_states)
+        if (tensors.count(parameter_name(layer.index, p.name + "." + state)) != 0)
+          names.push_back(p.name + "." + state);
       for (const auto& local : names) {
         const auto name = parameter_name(layer.index, local);
         auto found = tensors.find(name);

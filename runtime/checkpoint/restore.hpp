@@ -9,9 +9,13 @@
 // step. A sharded optimizer (ZeRO-1) owns spans of a layer's flattened parameters, not
 // whole tensors; it writes each owned span, cut at parameter boundaries, as a piece named
 // "<name>@<begin>": a 1-D slice of the flattened tensor from element `begin`. A name is
-// either whole in one shard or pieces that cover it exactly. Nothing names a device, a
-// replica or a stage, so a checkpoint resumes on any wiring. Shapes are torch's too: a
-// linear layer's weight is (out, in) like torch.nn.Linear's, so neither an export for
+// either whole in one shard or pieces that cover it exactly. Nothing names a device or a
+// stage, so a checkpoint resumes on any wiring. One exception: under local SGD (Note
+// [local SGD] in actors/averaging/allreduce_averager_actor.cpp) each replica's optimizer
+// keeps parameters and state of its own, so replica r > 0 writes its copy as
+// "replica<r>/<name>" beside replica 0's plain names; a run resumed on the same wiring
+// takes each replica's own copy (bit-exact), any other wiring the plain names. Shapes are torch's
+// too: a linear layer's weight is (out, in) like torch.nn.Linear's, so neither an export for
 // PyTorch nor [model] init_from transposes anything (interchange.hpp).
 //
 // Not here: writing shards (the optimizer actors and the checkpoint writer), checking a
@@ -36,8 +40,18 @@ std::string parameter_name(std::int64_t layer, const std::string& param);
 /// plain SGD, {"exp_avg", "exp_avg_sq"} for Adam and AdamW), in troupe's buffer order.
 std::vector<std::string> optimizer_state_names(optimizer_type type, double momentum);
 
+/// DiLoCo's outer optimizer's state (Note [DiLoCo] in actors/training/optimizer_actor.cpp),
+/// named like the inner optimizer's: "i.p.outer_params" (the parameters of the last outer
+/// step), and "i.p.outer_momentum" where its momentum is not 0.
+inline constexpr const char* outer_params_state = "outer_params";
+std::vector<std::string> outer_state_names(double outer_momentum);
+
 /// "2.weight.exp_avg@1024": a piece of a sharded tensor.
 std::string piece_name(const std::string& name, std::int64_t begin);
+
+/// "replica1/2.weight" (or "replica1/weight" within a layer): replica r's own copy under
+/// local SGD; replica 0 (and any r <= 0) keeps the plain name.
+std::string replica_tensor_name(std::int64_t replica, const std::string& name);
 
 /// Every tensor of a verified checkpoint, whole (pieces assembled), flattened, by name.
 /// Throws data_error naming the shard or the tensor when a tensor is not f32, pieces
@@ -64,11 +78,14 @@ struct run_start {
 
 /// The start of a run resumed from the checkpoint in `directory` (its manifest already
 /// read): checks that it fits `model` (the same parameterised layers, types, parameter
-/// names and shapes) and holds the state `state_names` of every parameter, then reads it.
-/// Throws data_error (exit 2) saying what differs.
+/// names and shapes) and holds the state `state_names` of every parameter, then reads it,
+/// and the state `optional_states` where it holds it (DiLoCo's outer state: a run resumed
+/// from a checkpoint without it starts its outer optimizer there). Throws data_error
+/// (exit 2) saying what differs.
 run_start resume_from(const std::string& directory, const checkpoint_manifest& manifest,
                       const std::vector<model_layer>& model,
-                      const std::vector<std::string>& state_names);
+                      const std::vector<std::string>& state_names,
+                      const std::vector<std::string>& optional_states = {});
 
 /// The manifest's description of `model` (its layers' types and parameter shapes).
 std::vector<checkpoint_layer> describe_model(const std::vector<model_layer>& model);

@@ -83,6 +83,19 @@ const char* to_string(averaging_method value) {
   return "";
 }
 
+const char* to_string(averaging_rule value) {
+  switch (value) {
+    case averaging_rule::synchronous:
+      return "synchronous";
+    case averaging_rule::local_sgd:
+      return "local_sgd";
+    case averaging_rule::diloco:
+      return "diloco";
+  }
+  TROUPE_CHECK(false, "averaging_rule " << static_cast<int>(value));
+  return "";
+}
+
 const char* to_string(numeric_precision value) {
   switch (value) {
     case numeric_precision::fp32:

@@ -32,6 +32,13 @@ enum class pipeline_schedule { gpipe, one_f_one_b, zb_h1 };
 /// all-reduce among one averager per replica (actor messages), or the same wiring with
 /// gloo's all-reduce over TCP (actors/averaging/gloo_collective.cpp).
 enum class averaging_method { ring, central, gloo };
+/// [parallel] averaging = "local_sgd" | "diloco" (Note [local SGD] in actors/averaging/
+/// allreduce_averager_actor.cpp): what replicas average, and when. synchronous: the
+/// gradients of every step; local_sgd: each replica steps on its own gradients and the
+/// parameters are averaged every [parallel] sync_every steps; diloco: likewise, but the
+/// average of the replicas' parameter deltas is an outer optimizer's gradient (Note
+/// [DiLoCo] in actors/training/optimizer_actor.cpp).
+enum class averaging_rule { synchronous, local_sgd, diloco };
 
 /// [run] precision once resolved ("auto" is fp32 or bf16 by the CPU): what the layers that
 /// can compute in bf16 compute in (runtime/config/precision.hpp).
@@ -47,6 +54,7 @@ const char* to_string(optimizer_type value);
 const char* to_string(lr_schedule_type value);
 const char* to_string(pipeline_schedule value);
 const char* to_string(averaging_method value);
+const char* to_string(averaging_rule value);
 const char* to_string(numeric_precision value);
 const char* to_string(replica_balance value);
 
@@ -81,6 +89,11 @@ template <>
 struct enum_values<averaging_method> {
   static constexpr std::array<averaging_method, 3> all = {
       averaging_method::ring, averaging_method::central, averaging_method::gloo};
+};
+template <>
+struct enum_values<averaging_rule> {
+  static constexpr std::array<averaging_rule, 3> all = {
+      averaging_rule::synchronous, averaging_rule::local_sgd, averaging_rule::diloco};
 };
 template <>
 struct enum_values<numeric_precision> {

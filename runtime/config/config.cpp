@@ -1012,6 +1012,58 @@ void read_balance(const section_reader& r, parallel_section& s) {
 
 /// explicit_form: the [[actor]] / [[wire]] graph says how many replicas and stages there
 /// are, so the shorthand keys for them would say it twice (and could disagree).
+/// [parallel] averaging: a collective (ring, central, gloo), or a rule, "local_sgd" or
+/// "diloco", with the collective under it (`collective`), its period (`sync_every`,
+/// required) and, for diloco, the outer optimizer (`outer`, `outer_lr`, `outer_momentum`).
+void read_averaging(const section_reader& r, parallel_section& s) {
+  auto names = enum_names<averaging_method>();
+  for (auto rule : {averaging_rule::local_sgd, averaging_rule::diloco})
+    names.push_back(to_string(rule));
+  std::string averaging = to_string(s.averaging);
+  s.averaging_where = r.read_choice("averaging", averaging, "gradient averaging", names);
+  if (auto method = parse_enum<averaging_method>(averaging))
+    s.averaging = *method;
+  else
+    s.rule = *parse_enum<averaging_rule>(averaging);
+  // Each key of a rule that is not in force: refused, saying whose it is.
+  auto refuse_unless = [&](bool in_force, const char* owner,
+                           std::initializer_list<const char*> keys) {
+    for (const char* key : keys)
+      if (!in_force && r.find(key))
+        throw config_error(r.key_position(key), std::string("[parallel] ") + key + ": is " + owner +
+                                                    "'s, and " + "averaging is " +
+                                                    quote_user_text(averaging) +
+                                                    "; set averaging = " + owner + " or remove it");
+  };
+  const bool local = s.rule != averaging_rule::synchronous;
+  refuse_unless(local, "\"local_sgd\" or \"diloco\"", {"collective", "sync_every"});
+  refuse_unless(s.rule == averaging_rule::diloco, "\"diloco\"",
+                {"outer", "outer_lr", "outer_momentum"});
+  if (!local)
+    return;
+  std::string collective = to_string(averaging_method::ring);
+  r.read_choice("collective", collective, "collective under " + averaging,
+                {to_string(averaging_method::ring), to_string(averaging_method::gloo)});
+  s.averaging = *parse_enum<averaging_method>(collective);
+  if (!r.find("sync_every"))
+    throw config_error(s.averaging_where,
+                       "[parallel] averaging = " + quote_user_text(averaging) +
+                           " needs sync_every = H: the number of steps each replica takes on its "
+                           "own between parameter averages (1 is every step)");
+  r.read("sync_every", s.sync_every, integer_range{1, limits::max_steps});
+  if (s.rule != averaging_rule::diloco)
+    return;
+  std::string outer = "nesterov";
+  r.read_choice("outer", outer, "outer optimizer", {"nesterov", "sgd"});
+  s.outer_nesterov = outer == "nesterov";
+  r.read("outer_lr", s.outer_lr, number_range{0, true});
+  r.read("outer_momentum", s.outer_momentum, number_range{0, false, 1.0});
+  if (s.outer_nesterov && s.outer_momentum == 0)
+    throw config_error(r.key_position("outer_momentum"),
+                       "[parallel] outer = \"nesterov\" needs outer_momentum > 0 (Nesterov's "
+                       "look-ahead is along the momentum); use outer = \"sgd\" for none");
+}
+
 parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   parallel_section s;
   s.where = r.where();
@@ -1060,7 +1112,7 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   r.read_enum("schedule", s.schedule, "pipeline schedule");
   s.virtual_stages_where = r.read("virtual_stages", s.virtual_stages,
                                   integer_range{1, limits::max_layers});
-  r.read_enum("averaging", s.averaging, "gradient averaging");
+  read_averaging(r, s);
   r.read("share_devices", s.share_devices);
   // bucket_kib * 1024 bytes must not overflow (Note [input limits]): at most 1 TiB.
   r.read("bucket_kib", s.bucket_kib, integer_range{1, std::int64_t{1} << 30});
@@ -1073,6 +1125,19 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   s.reduce_bf16 = reduce_dtype == "bf16";
   read_balance(r, s);
   r.finish();
+  const std::string rule = quote_user_text(to_string(s.rule));
+  if (s.reduce_bf16 && s.rule != averaging_rule::synchronous)
+    throw config_error(reduce_where,
+                       "[parallel] reduce_dtype: \"bf16\" rounds the ring's gradient chunks, and "
+                       "averaging = " +
+                           rule +
+                           " averages parameters, which would lose their low "
+                           "bits at every sync; leave reduce_dtype out");
+  if (s.shard_optimizer && s.rule != averaging_rule::synchronous)
+    throw config_error(s.shard_where,
+                       "[parallel] shard_optimizer: each replica of averaging = " + rule +
+                           " updates all of its own parameters between syncs, so there is "
+                           "nothing to shard; leave shard_optimizer out");
   if (s.reduce_bf16 && s.averaging != averaging_method::ring)
     throw config_error(reduce_where,
                        "[parallel] reduce_dtype: \"bf16\" is the ring's (its chunks travel in "

@@ -175,7 +175,19 @@ struct parallel_section {
   /// (Note [interleaved stages] in runtime/model/interleaved_schedule.hpp). 1: one stage per device.
   std::int64_t virtual_stages = 1;
   source_position virtual_stages_where;  // where it is written, if it is
+  /// How replicas' sums are made (the collective); averaging = "local_sgd" names the rule
+  /// below, and then `collective` names this one (ring or gloo).
   averaging_method averaging = averaging_method::ring;
+  averaging_rule rule = averaging_rule::synchronous;
+  /// local_sgd, diloco: the replicas' parameters are averaged after every H-th step (H = 1:
+  /// every step, which with SGD is synchronous data parallelism's math).
+  std::int64_t sync_every = 1;
+  /// diloco: the outer optimizer, SGD on the averaged parameter deltas with this rate and
+  /// momentum, Nesterov's or not (the paper's: Nesterov, 0.7, 0.9).
+  bool outer_nesterov = true;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  source_position averaging_where;  // where averaging is written, if it is
   /// Optional explicit pipeline split: stage s holds model layers [first, last] (inclusive).
   /// Checked here only for first <= last; contiguity and coverage by the expander.
   std::vector<std::pair<std::int64_t, std::int64_t>> stage_ranges;

@@ -395,6 +395,8 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   t.microbatches = p.microbatches;
   t.schedule = p.schedule;
   t.averaging = p.averaging;
+  t.rule = p.rule;
+  t.sync_every = p.sync_every;
   t.shapes = shapes;
   t.inputs = resolve_inputs(config.model);
   t.outputs = outputs_along(t.inputs, shapes);

@@ -192,18 +192,28 @@ std::string custom_settings(const actor_plan& a) {
   return out;
 }
 
+/// "ring", or "local_sgd (ring, parameters averaged every 8 steps)".
+std::string averaging_of(const topology& t) {
+  if (t.rule == averaging_rule::synchronous)
+    return to_string(t.averaging);
+  return std::string{to_string(t.rule)} + " (" + to_string(t.averaging) +
+         ", parameters averaged every " +
+         (t.sync_every == 1 ? std::string{"step"} : std::to_string(t.sync_every) + " steps") + ")";
+}
+
 }  // namespace
 
 std::string format_table(const topology& t) {
-  std::string out = "topology: R = " + std::to_string(t.replicas) + " replicas, " +
-                    (t.virtual_stages > 1
-                         ? std::to_string(t.stages) + " stages on P = " +
-                               std::to_string(t.stages / t.virtual_stages) + " devices (v = " +
-                               std::to_string(t.virtual_stages) + " a device, interleaved)"
-                         : "P = " + std::to_string(t.stages) + " stages") +
-                    ", M = " + std::to_string(t.microbatches) + " micro-batches, schedule " +
-                    to_string(t.schedule) + ", averaging " + to_string(t.averaging) + ", devices " +
-                    device_list(t) + "\n";
+  std::string out =
+      "topology: R = " + std::to_string(t.replicas) + " replicas, " +
+      (t.virtual_stages > 1
+           ? std::to_string(t.stages) +
+                 " stages on P = " + std::to_string(t.stages / t.virtual_stages) +
+                 " devices (v = " + std::to_string(t.virtual_stages) + " a device, interleaved)"
+           : "P = " + std::to_string(t.stages) + " stages") +
+      ", M = " + std::to_string(t.microbatches) + " micro-batches, schedule " +
+      to_string(t.schedule) + ", averaging " + averaging_of(t) + ", devices " + device_list(t) +
+      "\n";
   const bool nodes = t.nodes > 1;
   if (nodes) {
     auto crossing = std::count_if(t.wires.begin(), t.wires.end(),
@@ -479,10 +489,23 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("schedule", to_string(t.schedule));
   if (t.virtual_stages > 1)
     w.put("virtual_stages", t.virtual_stages);
-  w.put("averaging", to_string(t.averaging));
+  if (config.parallel.rule != averaging_rule::synchronous) {
+    w.put("averaging", to_string(config.parallel.rule));
+    w.put("collective", to_string(t.averaging));
+    w.put("sync_every", config.parallel.sync_every);
+    if (config.parallel.rule == averaging_rule::diloco) {
+      w.put("outer", config.parallel.outer_nesterov ? "nesterov" : "sgd");
+      w.put("outer_lr", config.parallel.outer_lr);
+      w.put("outer_momentum", config.parallel.outer_momentum);
+    }
+  } else {
+    w.put("averaging", to_string(t.averaging));
+  }
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);
   w.put("shard_optimizer", config.parallel.shard_optimizer);
+  if (config.parallel.reduce_bf16)
+    w.put("reduce_dtype", "bf16");
   w.put("gloo_timeout", config.parallel.gloo_timeout);
   if (config.parallel.balance == replica_balance::weights) {
     std::string weights;

@@ -325,6 +325,58 @@ TEST_CASE("shard_optimizer needs ring averaging, and says so at its key") {
               "the ring's chunks), found averaging = \"gloo\"");
 }
 
+TEST_CASE(
+    "averaging = local_sgd or diloco takes sync_every and a collective, and nothing else takes "
+    "them") {
+  const std::string parallel = minimal_model + "[parallel]\ndata = 2\n";
+  auto c = parse_config(parallel + "averaging = \"local_sgd\"\nsync_every = 8\n", "t.toml");
+  CHECK(c.parallel.rule == troupe::averaging_rule::local_sgd);
+  CHECK(c.parallel.averaging == troupe::averaging_method::ring);  // the default collective
+  CHECK(c.parallel.sync_every == 8);
+  c = parse_config(parallel + "averaging = \"local_sgd\"\ncollective = \"gloo\"\nsync_every = 1\n",
+                   "t.toml");
+  CHECK(c.parallel.averaging == troupe::averaging_method::gloo);
+  CHECK(c.parallel.sync_every == 1);
+  CHECK(parse_config(parallel, "t.toml").parallel.rule == troupe::averaging_rule::synchronous);
+  check_error(parallel + "averaging = \"local_sgd\"\n", 6, 13,
+              "averaging = 'local_sgd' needs sync_every = H");
+  check_error(parallel + "averaging = \"local_sgd\"\nsync_every = 0\n", 7, 14, "sync_every");
+  check_error(parallel + "averaging = \"local_sgd\"\ncollective = \"central\"\nsync_every = 2\n", 7,
+              14, "unknown collective under local_sgd 'central'");
+  check_error(parallel + "averaging = \"local_sdg\"\n", 6, 13, "did you mean 'local_sgd'");
+  check_error(parallel + "sync_every = 4\n", 6, 1,
+              "[parallel] sync_every: is \"local_sgd\" or \"diloco\"'s, and averaging is 'ring'");
+  check_error(parallel + "averaging = \"gloo\"\ncollective = \"ring\"\n", 7, 1,
+              "[parallel] collective: is \"local_sgd\" or \"diloco\"'s");
+  // DiLoCo: the outer optimizer's keys, its own only.
+  c = parse_config(parallel + "averaging = \"diloco\"\nsync_every = 64\n", "t.toml");
+  CHECK(c.parallel.rule == troupe::averaging_rule::diloco);
+  CHECK(c.parallel.outer_nesterov);  // the paper's outer optimizer: Nesterov, 0.7, 0.9
+  CHECK(c.parallel.outer_lr == 0.7);
+  CHECK(c.parallel.outer_momentum == 0.9);
+  c = parse_config(parallel +
+                       "averaging = \"diloco\"\nsync_every = 1\nouter = \"sgd\"\nouter_lr = 1.0\n"
+                       "outer_momentum = 0.0\n",
+                   "t.toml");
+  CHECK_FALSE(c.parallel.outer_nesterov);
+  CHECK(c.parallel.outer_lr == 1.0);
+  CHECK(c.parallel.outer_momentum == 0.0);
+  check_error(parallel + "averaging = \"local_sgd\"\nsync_every = 2\nouter_lr = 0.5\n", 8, 1,
+              "[parallel] outer_lr: is \"diloco\"'s, and averaging is 'local_sgd'");
+  check_error(parallel + "averaging = \"diloco\"\nsync_every = 2\nouter_momentum = 1.0\n", 8, 18,
+              "outer_momentum");
+  check_error(parallel + "averaging = \"diloco\"\nsync_every = 2\nouter_momentum = 0.0\n", 8, 1,
+              "outer = \"nesterov\" needs outer_momentum > 0");
+  check_error(parallel + "averaging = \"diloco\"\nsync_every = 2\nouter = \"adam\"\n", 8, 9,
+              "unknown outer optimizer 'adam'");
+  // Local SGD averages parameters: rounding them to bf16 at every sync, or sharding an
+  // optimizer that updates all of them, is refused at the key.
+  check_error(parallel + "averaging = \"local_sgd\"\nsync_every = 2\nshard_optimizer = true\n", 8,
+              1, "nothing to shard");
+  check_error(parallel + "averaging = \"local_sgd\"\nsync_every = 2\nreduce_dtype = \"bf16\"\n", 8,
+              16, "averages parameters");
+}
+
 TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory") {
   if (!fs::exists("/usr/share/datasets/fashion-mnist")) {
     MESSAGE("skipped: Debian's dataset-fashion-mnist is not installed");
@@ -394,8 +446,8 @@ TEST_CASE("an unknown key in a fixed section is rejected with the nearest valid 
               "unknown key 'gama' in [optimizer.schedule]; did you mean 'gamma'?");
   check_error("[parallel]\nfrobnicate = 1\n" + minimal_model, 2, 1,
               "unknown key 'frobnicate' in [parallel]; valid keys: devices, data, pipeline, "
-              "stages, microbatches, schedule, virtual_stages, averaging, share_devices, bucket_kib, "
-              "shard_optimizer");
+              "stages, microbatches, schedule, virtual_stages, averaging, collective, sync_every, "
+              "outer, outer_lr, outer_momentum, share_devices, bucket_kib, shard_optimizer");
   // Two unknown keys: the first in the file is named (toml++ itself orders keys by name).
   check_error("[run]\nzzz = 1\naaa = 2\n" + minimal_model, 2, 1, "unknown key 'zzz' in [run]");
 }
@@ -468,7 +520,8 @@ TEST_CASE("an unknown name for an enumerated setting suggests the nearest and li
   check_error(minimal_model + "[parallel]\nschedule = \"1f1f\"\n", 5, 12,
               "unknown pipeline schedule '1f1f'; did you mean '1f1b'?");
   check_error(minimal_model + "[parallel]\naveraging = \"allreduce\"\n", 5, 13,
-              "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central', 'gloo')");
+              "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central', 'gloo', "
+              "'local_sgd', 'diloco')");
   check_error(minimal_model + "[run]\ncpu_gemm = \"mkl\"\n", 5, 12,
               "unknown CPU GEMM library 'mkl' (expected one of 'auto', 'onednn', 'openblas')");
 }
