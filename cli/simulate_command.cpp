@@ -23,12 +23,14 @@ exit_code simulate_command(const std::vector<std::string>& args) {
       "repeats", po::value<std::int64_t>()->default_value(20),
       "without --calibration: time each op this many times")(
       "link", po::value<std::string>(),
-      "the network between nodes on machines apart, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s or "
-      "MB/s; ns, us or ms): a message between nodes leaves once its tensors are written, is "
-      "handled its latency later and its tensors copied at its bandwidth; without it the "
-      "nodes are processes of this machine, as troupe launch runs them (shared memory and "
-      "CAF over loopback, at the calibration's measures)")("steps", po::value<std::int64_t>()->default_value(20),
-                    "training steps to simulate (with --search: 6 a wiring unless given)")(
+      "the network between nodes on machines apart, e.g. \"25 GB/s, 5 us\" or \"100 Mbit/s, "
+      "20 ms\" (GB/s, Gb/s, Gbit/s, MB/s, Mb/s or Mbit/s; ns, us, ms or s): a message between "
+      "nodes leaves once its tensors are written, is handled its latency later and its "
+      "tensors copied at its bandwidth; without it the config's [cluster] link (the link a "
+      "run emulates), and without that the nodes are processes of this machine, as troupe "
+      "launch runs them (shared memory and CAF over loopback, at the calibration's measures)")(
+      "steps", po::value<std::int64_t>()->default_value(20),
+      "training steps to simulate (with --search: 6 a wiring unless given)")(
       "handler-us", po::value<double>(),
       "device time of each message an actor handles, in microseconds (default: the "
       "calibration's measure, the mean handler of a short run of the model on one device; "

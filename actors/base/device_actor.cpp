@@ -5,12 +5,14 @@
 #include <atomic>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <type_traits>
 
 #include "actors/base/failures.hpp"
 #include "actors/base/network_atoms.hpp"
+#include "runtime/net/link_model.hpp"
 #include "runtime/net/shared_memory.hpp"
 #include "troupe/check.hpp"
 
@@ -67,6 +69,7 @@ caf::behavior device_actor::make_behavior() {
       [this](status_atom) { return status(); }, [this](finish_atom) { quit(); },
       [this](remote_flush_atom) {
         network_flush_asked_ = false;
+        link_wait_armed_ = false;
         send_to_network();
       },
       [](shm_poll_atom) {
@@ -91,6 +94,16 @@ caf::behavior device_actor::make_behavior() {
       })};
 }
 
+namespace {
+
+std::int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 // Note [nothing unwritten to the network]
 // A message to an actor of another node is serialised by CAF's network thread of this
 // process (the BASP broker on the multiplexer), and serialising a tensor waits until it
@@ -101,7 +114,8 @@ caf::behavior device_actor::make_behavior() {
 // process. So a message to another node is held here until its tensors are written (the
 // producing job's event calls back), and what this actor sends to other nodes keeps its
 // order behind it. Messages within the process go at once, as
-// before: their receivers wait on the events themselves (Note [no blocking waits]).
+// before: their receivers wait on the events themselves (Note [no blocking waits]). With
+// an emulated link a written message also waits here until the link would deliver it.
 void device_actor::send_to_network() {
   while (!held_for_network_.empty()) {
     auto& head = held_for_network_.front();
@@ -117,10 +131,26 @@ void device_actor::send_to_network() {
       }
       return;
     }
+    if (!head.link.empty()) {  // Note [an emulated link] in runtime/net/link_model.cpp
+      const auto now = steady_now_ns();
+      if (head.due_ns < 0)
+        head.due_ns = net::emulated_arrival_ns(head.link, head.bytes, now);
+      if (now < head.due_ns) {
+        if (!link_wait_armed_) {
+          link_wait_armed_ = true;
+          delayed_send(this, std::chrono::nanoseconds(head.due_ns - now), remote_flush_atom::value);
+        }
+        return;
+      }
+    }
     auto send = std::move(head.send);
     held_for_network_.pop_front();
     send();
   }
+}
+
+std::string device_actor::emulated_link_to(const caf::actor& peer) const {
+  return net::link_emulated() ? to_string(peer->node()) : std::string{};
 }
 
 void device_actor::stage_for(const caf::actor& peer, const std::vector<tensor*>& tensors) {

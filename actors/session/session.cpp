@@ -286,7 +286,19 @@ void session::in_actor_system() {
     poller = deliver_shared_memory(system, *links.links);
   mode_->started(system);
   s_.system = &system;
+  // Note [an emulated link] in runtime/net/link_model.cpp: between real processes only (a
+  // simulation prices its link itself, in virtual time).
+  const auto& link = s_.config.cluster.link;
+  const bool emulated = link.given && s_.config.nodes() > 1 && !mode_->plays_every_node();
+  net::emulate_link(emulated ? link : link_cost{});
+  if (emulated && s_.drives && !s_.options.quiet)
+    std::fprintf(stderr,
+                 "note: [cluster] link emulates %s between the nodes: each process holds its "
+                 "messages to other nodes as such a link would (an emulation over this "
+                 "machine's transport, not a measurement of a network)\n",
+                 describe_link(link).c_str());
   on_scope_exit leaving{[this] {
+    net::emulate_link(link_cost{});
     mode_->close();
     s_.leave_actor_system();
   }};

@@ -170,6 +170,13 @@ std::string session_state::trace_json(const run_outcome& how) const {
                      {"crosses_nodes", g.crosses_nodes(w)}});
   meta["wires"] = wires;
   meta["nodes"] = g.nodes;
+  if (g.rule != averaging_rule::synchronous) {
+    meta["averaging_rule"] = to_string(g.rule);
+    meta["sync_every"] = g.sync_every;
+  }
+  // Note [an emulated link] in runtime/net/link_model.cpp: said wherever its times are.
+  if (config.cluster.link.given && g.nodes > 1)
+    meta["emulated_link"] = describe_link(config.cluster.link);
   return recorder->json(meta.dump());
 }
 

@@ -234,85 +234,6 @@ std::vector<device_memory> device_memories(const trace_file& trace, const topolo
   return out;
 }
 
-double number_with_unit(const std::string& text, std::size_t& at, const std::string& whole) {
-  while (at < text.size() && text[at] == ' ')
-    ++at;
-  const char* begin = text.c_str() + at;
-  char* end = nullptr;
-  const double v = std::strtod(begin, &end);
-  if (end == begin || !std::isfinite(v) || v < 0)
-    throw user_error("--link " + quote_user_text(whole) +
-                     ": expected a bandwidth and a latency, e.g. \"25 GB/s, 5 us\"");
-  at += static_cast<std::size_t>(end - begin);
-  while (at < text.size() && text[at] == ' ')
-    ++at;
-  return v;
-}
-
-}  // namespace
-
-link_cost parse_link(const std::string& whole) {
-  std::string text = whole;
-  if (text.size() > 200)
-    throw user_error("--link: the text is longer than 200 characters");
-  const auto colon = text.find(':');
-  if (colon != std::string::npos) {
-    const auto scope = text.substr(0, colon);
-    if (scope.find_first_not_of(' ') != std::string::npos &&
-        scope.substr(scope.find_first_not_of(' ')).rfind("node", 0) != 0)
-      throw user_error("--link " + quote_user_text(whole) +
-                       ": only links between nodes are simulated (\"node: 25 GB/s, 5 us\")");
-    text = text.substr(colon + 1);
-  }
-  auto bad = [&] {
-    return user_error("--link " + quote_user_text(whole) +
-                      ": expected a bandwidth and a latency, e.g. \"25 GB/s, 5 us\" (GB/s, Gb/s "
-                      "or MB/s; ns, us or ms)");
-  };
-  std::size_t at = 0;
-  link_cost out;
-  const double bandwidth = number_with_unit(text, at, whole);
-  auto unit_is = [&](const char* unit) {
-    const std::string u = unit;
-    if (text.compare(at, u.size(), u) != 0)
-      return false;
-    at += u.size();
-    return true;
-  };
-  if (unit_is("GB/s"))
-    out.bytes_per_ns = bandwidth;
-  else if (unit_is("Gb/s"))
-    out.bytes_per_ns = bandwidth / 8;
-  else if (unit_is("MB/s"))
-    out.bytes_per_ns = bandwidth / 1000;
-  else
-    throw bad();
-  while (at < text.size() && (text[at] == ' ' || text[at] == ','))
-    ++at;
-  const double latency = number_with_unit(text, at, whole);
-  if (unit_is("ns"))
-    out.latency_ns = latency;
-  else if (unit_is("us"))
-    out.latency_ns = latency * 1e3;
-  else if (unit_is("ms"))
-    out.latency_ns = latency * 1e6;
-  else
-    throw bad();
-  while (at < text.size() && text[at] == ' ')
-    ++at;
-  if (at != text.size() || out.bytes_per_ns <= 0)
-    throw bad();
-  // Within what a link can be, so that every price is a count of nanoseconds that fits.
-  if (out.bytes_per_ns < 1e-3 || out.bytes_per_ns > 1e6 || out.latency_ns > 1e12)
-    throw user_error("--link " + quote_user_text(whole) +
-                     ": expected a bandwidth from 1 MB/s to 1000000 GB/s and a latency of at "
-                     "most 1000 s");
-  out.given = true;
-  return out;
-}
-
-namespace {
-
 // Note [nodes of one machine]
 // A message between two nodes is priced by where the nodes are. With --link they are
 // machines apart: each message is handled the link's latency after its hand-over, its
@@ -434,7 +355,12 @@ prediction simulate_run(const run_config& original, const calibration& costs,
   config.run.trace_capacity = std::int64_t{1} << 30;
   const auto prepared = prepare_session(config);
   check_layers_timed(prepared, costs, config);
-  const auto nodes = nodes_apart(options, costs, config.cluster.shared_memory);
+  // A config that emulates a link ([cluster] link) is predicted over that link, unless
+  // --link says otherwise.
+  auto over = options;
+  if (!over.link.given && config.cluster.link.given)
+    over.link = config.cluster.link;
+  const auto nodes = nodes_apart(over, costs, config.cluster.shared_memory);
   job_prices prices{prepared.graph, prepared.plan, prepared.fusion, costs, nodes.link};
   simulation::settings world_settings;
   world_settings.cost = [&prices](const job_label& label, const device_id& device,

@@ -17,6 +17,7 @@
 
 #include "actors/tools/calibrate.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/net/link_model.hpp"
 #include "runtime/trace_tools/critical_path.hpp"
 #include "runtime/trace_tools/trace_file.hpp"
 
@@ -25,16 +26,6 @@ namespace troupe {
 /// What a handler keeps its device for when neither --handler-us nor the calibration says
 /// (an explicit config's calibration does not measure it: Note [what a handler costs]).
 constexpr double default_handler_us = 2;
-
-/// A network link between nodes: "25 GB/s, 5 us" (GB/s, Gb/s or MB/s; ns, us or ms), or
-/// with the "node: " in front.
-struct link_cost {
-  double bytes_per_ns = 0;  // GB/s
-  double latency_ns = 0;
-  bool given = false;
-};
-/// Throws user_error naming the text for anything else.
-link_cost parse_link(const std::string& text);
 
 struct simulate_options {
   std::int64_t steps = 20;  // training steps simulated (no evaluation, no checkpoints)

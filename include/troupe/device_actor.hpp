@@ -216,14 +216,16 @@ class device_actor : public caf::event_based_actor {
         if (!t->ready().reached())
           unwritten.push_back(t->ready());
       }
-    if (unwritten.empty() && held_for_network_.empty()) {
+    const auto link = emulated_link_to(peer);
+    if (unwritten.empty() && held_for_network_.empty() && link.empty()) {
       send_to_node<Priority>(peer, message, bytes);
       return;
     }
-    held_for_network_.push_back(
-        {std::move(unwritten), [this, peer, bytes, m = std::move(message)]() mutable {
-           send_to_node<Priority>(peer, m, bytes);
-         }});
+    held_for_network_.push_back({std::move(unwritten),
+                                 [this, peer, bytes, m = std::move(message)]() mutable {
+                                   send_to_node<Priority>(peer, m, bytes);
+                                 },
+                                 link, bytes});
     send_to_network();
   }
 
@@ -293,12 +295,19 @@ class device_actor : public caf::event_based_actor {
   /// Sends the messages held for other nodes whose tensors are written, in order, and
   /// asks to be called again when the first one left is.
   void send_to_network();
+  /// The node `peer` is on when the run emulates a link to it (Note [an emulated link] in
+  /// runtime/net/link_model.cpp), else empty.
+  std::string emulated_link_to(const caf::actor& peer) const;
   struct held_send {
     std::vector<event> unwritten;
     std::function<void()> send;
+    std::string link;          // emulated_link_to the peer
+    std::int64_t bytes = 0;    // its tensors'
+    std::int64_t due_ns = -1;  // with a link: when the link delivers it (steady clock)
   };
   std::deque<held_send> held_for_network_;
   bool network_flush_asked_ = false;  // a remote_flush_atom is on its way
+  bool link_wait_armed_ = false;      // a delayed remote_flush_atom is on its way
 };
 
 }  // namespace troupe

@@ -56,7 +56,7 @@
 /// 14: trace::event_type gains part (a member layer's span inside a fused job).
 /// 15: layer gains activations(), input_dtype and output_dtype (bf16 activations between
 /// layers, bf16_flow); ops.hpp gains the bf16 relu and max pooling ops.
-#define TROUPE_ABI_VERSION 15
+#define TROUPE_ABI_VERSION 16
 
 namespace troupe {
 

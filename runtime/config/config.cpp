@@ -1236,6 +1236,15 @@ cluster_section read_cluster(const section_reader& r, const std::string& directo
                            "the run; found " +
                            format_number(s.node_timeout));
   r.read("shared_memory", s.shared_memory);
+  std::string link;
+  s.link_where = r.read("link", link);
+  if (r.find("link")) {
+    try {
+      s.link = parse_link(link, "[cluster] link");
+    } catch (const user_error& e) {
+      throw config_error(s.link_where, e.what());
+    }
+  }
   r.read("unauthenticated_gloo", s.unauthenticated_gloo);
   read_cluster_tls(r, directory, s);
   r.finish();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/config/choices.hpp"
+#include "runtime/net/link_model.hpp"
 #include "troupe/device.hpp"
 #include "troupe/error.hpp"
 #include "troupe/settings.hpp"
@@ -229,6 +230,10 @@ struct cluster_section {
   /// Tensors between nodes of one machine through shared memory rather than TCP (Note
   /// [tensors through shared memory] in runtime/net/shared_memory.cpp).
   bool shared_memory = true;
+  /// link = "100 Mbit/s, 20 ms": every process holds its messages to other nodes as such a
+  /// link would (Note [an emulated link] in runtime/net/link_model.cpp); not given: none.
+  link_cost link;
+  source_position link_where;
   /// averaging = "gloo" across nodes anyway: gloo's own TCP connections take any peer,
   /// which no secret or TLS guards (Note [gloo outside the door] in
   /// actors/session/run_modes.cpp); refused unless this is true.

@@ -528,6 +528,8 @@ std::string format_explicit(const topology& t, const run_config& config) {
     w.put("timeout", c.timeout);
     w.put("heartbeat", c.heartbeat);
     w.put("node_timeout", c.node_timeout);
+    if (c.link.given)
+      w.put("link", describe_link(c.link));
     if (c.tls) {
       w.put("tls", true);
       const auto absolute = [](const std::string& path) {

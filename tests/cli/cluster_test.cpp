@@ -110,6 +110,42 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "local SGD and DiLoCo across processes end where they end in one process, and an emulated "
+    "link holds each sync back by its latency") {
+  // 8 steps, a sync every 4: two parameter averages, each a reduce-scatter and an
+  // all-gather round over the link, one after the other: at least 4 x 100 ms of latency.
+  test::temp_directory dir{"troupe-cluster-local"};
+  for (const std::string rule : {"local_sgd", "diloco"}) {
+    INFO(rule);
+    const std::string averaging = "averaging = \"" + rule + "\"\nsync_every = 4\n";
+    auto one = dir.write(
+        rule + "-one.toml",
+        cluster_config("[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n" + averaging, 8));
+    auto ran = run_troupe("run -q " + one + " --metrics /dev/null --checkpoint " +
+                          dir.file(rule + "-one-ckpt"));
+    INFO(ran.output);
+    REQUIRE(ran.exit_code == 0);
+    auto two =
+        dir.write(rule + "-two.toml",
+                  cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n" +
+                                     averaging + "\n[cluster]\nlink = \"1000 MB/s, 100 ms\"\n",
+                                 8));
+    auto launched = run_troupe("launch -n 2 " + two + " --metrics /dev/null --checkpoint " +
+                               dir.file(rule + "-two-ckpt"));
+    INFO(launched.output);
+    REQUIRE(launched.exit_code == 0);
+    check_same_parameters(final_parameters(dir.file(rule + "-two-ckpt")),
+                          final_parameters(dir.file(rule + "-one-ckpt")));
+    CHECK(launched.output.find("note: [cluster] link emulates 1000 MB/s, 100 ms") !=
+          std::string::npos);
+    std::smatch done;
+    REQUIRE(
+        std::regex_search(launched.output, done, std::regex{R"(done: 8 steps in ([0-9.]+) s)"}));
+    CHECK(std::stod(done[1].str()) >= 0.4);
+  }
+}
+
 namespace {
 
 // A DP2 run over two nodes (node0's cpu:0 and node1's) of `steps` steps, written to

@@ -377,6 +377,15 @@ TEST_CASE(
               16, "averages parameters");
 }
 
+TEST_CASE("[cluster] link is an emulated link, refused at its value when it says no link") {
+  auto c = parse_config(minimal_model + "[cluster]\nlink = \"100 Mbit/s, 20 ms\"\n", "t.toml");
+  CHECK(c.cluster.link.given);
+  CHECK(c.cluster.link.latency_ns == doctest::Approx(20e6));
+  CHECK_FALSE(parse_config(minimal_model, "t.toml").cluster.link.given);
+  check_error(minimal_model + "[cluster]\nlink = \"fast\"\n", 5, 8,
+              "[cluster] link 'fast': expected a bandwidth and a one-way latency");
+}
+
 TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory") {
   if (!fs::exists("/usr/share/datasets/fashion-mnist")) {
     MESSAGE("skipped: Debian's dataset-fashion-mnist is not installed");

@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""Synchronous data parallelism next to local SGD and DiLoCo over two processes, with and
+without an emulated slow link (issue 50).
+
+config/char_lm.toml's model (the two-block character transformer on Debian's fortunes,
+AdamW, cosine schedule), 2 replicas on node0/cpu:0 and node1/cpu:0 (`troupe launch -n 2`),
+the same steps and global batch for every mode, so the same samples:
+  ring          synchronous: every step's gradients all-reduced by the actor ring
+  local_sgd H   each replica steps on its own gradients; parameters averaged every H steps
+  diloco H      likewise, each sync an outer Nesterov step (lr 0.7, momentum 0.9) on the
+                replicas' mean parameter delta
+each once with no link emulated and once over [cluster] link = "100 Mbit/s, 20 ms" (Note [an
+emulated link] in runtime/net/link_model.cpp). One traced run per cell: the final test loss,
+samples/s (the run's own, tracing on), and the bytes that crossed between the two processes
+(the trace's network wires and shared memory). With --simulate also `troupe simulate`'s
+predicted samples/s for each cell, beside the measurement.
+
+    /usr/bin/python3 bench/slow_links.py [--steps 600] [--modes ring,local_sgd:8,...]
+                                         [--link "100 Mbit/s, 20 ms"] [--simulate]
+
+Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
+part of ctest.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = "ring,local_sgd:8,local_sgd:32,diloco:32,diloco:128"
+
+
+def config_text(steps, mode, link):
+    """char_lm.toml over two processes in `mode` ("ring", "local_sgd:8", "diloco:32"),
+    over `link` (or none)."""
+    with open(os.path.join(ROOT, "config", "char_lm.toml")) as f:
+        text = f.read()
+    text = text[:text.index("[parallel]")]
+    text = re.sub(r"^steps = \d+", f"steps = {steps}", text, flags=re.M)
+    text = re.sub(r"^metrics = .*\n", "", text, flags=re.M)
+    text = re.sub(r"^log_every = .*\n", "", text, flags=re.M)
+    rule, _, every = mode.partition(":")
+    parallel = '[parallel]\ndevices = ["node0/cpu:0", "node1/cpu:0"]\ndata = 2\n'
+    parallel += f'averaging = "{rule}"\n' + (f"sync_every = {every}\n" if every else "")
+    cluster = "\n[cluster]\nnodes = 2\n" + (f'link = "{link}"\n' if link else "")
+    return text + parallel + cluster
+
+
+def launched(binary, text, workdir):
+    """One traced `troupe launch -n 2` of `text`: its final record, and the bytes between
+    the processes."""
+    config = os.path.join(workdir, "run.toml")
+    metrics = os.path.join(workdir, "run.jsonl")
+    trace = os.path.join(workdir, "run.json")
+    with open(config, "w") as f:
+        f.write(text)
+    subprocess.run([binary, "launch", "-n", "2", config, "--quiet", "--metrics", metrics,
+                    "--trace", trace], check=True, stdout=subprocess.DEVNULL)
+    with open(metrics) as f:
+        records = [json.loads(line) for line in f]
+    final = [r for r in records if "event" in r][-1]
+    final["test_loss"] = [r for r in records if "test_loss" in r][-1]["test_loss"]
+    summary = json.loads(subprocess.run([binary, "trace", "summary", trace, "--json"],
+                                        check=True, capture_output=True, text=True).stdout)
+    final["bytes"] = (sum(w["bytes"] for w in summary["wires"] if w["network"]) +
+                      summary.get("shared_memory_bytes", 0))
+    return final
+
+
+def predicted_rate(binary, text, workdir, batch):
+    """`troupe simulate`'s samples/s for `text`."""
+    config = os.path.join(workdir, "simulated.toml")
+    with open(config, "w") as f:
+        f.write(text)
+    out = subprocess.run([binary, "simulate", config, "--steps", "140", "--repeats", "5"],
+                         check=True, capture_output=True, text=True).stdout
+    step_ms = float(re.search(r"predicted step: ([0-9.]+) ms", out).group(1))
+    return batch / step_ms * 1000
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "troupe"))
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--modes", default=MODES)
+    parser.add_argument("--link", default="100 Mbit/s, 20 ms")
+    parser.add_argument("--simulate", action="store_true")
+    args = parser.parse_args()
+    batch = 32
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="troupe-slow-links-") as workdir:
+        for link in ("", args.link):
+            for mode in args.modes.split(","):
+                text = config_text(args.steps, mode, link)
+                final = launched(args.binary, text, workdir)
+                row = {"link": link or "none", "mode": mode, "loss": final["test_loss"],
+                       "rate": final["samples_per_s"], "seconds": final["train_s"],
+                       "bytes": final["bytes"]}
+                if args.simulate:
+                    row["predicted"] = predicted_rate(args.binary, text, workdir, batch)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
+    print(f"\nchar_lm, 2 processes, {args.steps} steps of batch {batch} (the same samples in "
+          "every mode); one traced run each")
+    header = ("| link | mode | test loss | vs ring | train s | samples/s | vs ring | "
+              "MiB between nodes | ring's / this |" + (" predicted samples/s |"
+                                                      if args.simulate else ""))
+    print(header)
+    print("|" + " --- |" * (header.count("|") - 1))
+    for row in rows:
+        ring = next(r for r in rows if r["link"] == row["link"] and r["mode"] == "ring")
+        cells = [row["link"], row["mode"], f'{row["loss"]:.4f}',
+                 f'{row["loss"] / ring["loss"]:.3f}', f'{row["seconds"]:.1f}',
+                 f'{row["rate"]:.0f}', f'{row["rate"] / ring["rate"]:.2f}x',
+                 f'{row["bytes"] / 2**20:.1f}', f'{ring["bytes"] / max(row["bytes"], 1):.1f}x']
+        if args.simulate:
+            cells.append(f'{row["predicted"]:.0f} ({row["predicted"] / row["rate"]:.2f})')
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
