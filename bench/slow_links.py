@@ -17,6 +17,7 @@ predicted samples/s for each cell, beside the measurement.
 
     /usr/bin/python3 bench/slow_links.py [--steps 600] [--modes ring,local_sgd:8,...]
                                          [--link "100 Mbit/s, 20 ms"] [--simulate]
+                                         [--curves DIR] [--loader-capacity 4]
 
 Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
 part of ctest.
@@ -49,11 +50,26 @@ def config_text(steps, mode, link):
     return text + parallel + cluster
 
 
-def launched(binary, text, workdir):
-    """One traced `troupe launch -n 2` of `text`: its final record, and the bytes between
-    the processes."""
+def deep_loader(binary, text, workdir, capacity):
+    """`text` ejected as an explicit config (`troupe plan --eject`) whose loader wires to the
+    replicas' first layers hold `capacity` batches instead of the shorthand's 1 (GPipe, M =
+    1): a replica on another node then has its next batches on the way while it computes,
+    instead of a credit's round trip over the link before each one."""
+    config = os.path.join(workdir, "shorthand.toml")
+    with open(config, "w") as f:
+        f.write(text)
+    explicit = subprocess.run([binary, "plan", config, "--eject"], check=True,
+                              capture_output=True, text=True).stdout
+    deeper, count = re.subn(r'(from = "loader"\nto = "r\d+\.layer_0"\nkind = "activations"\n'
+                            r'capacity = )1\n', rf"\g<1>{capacity}\n", explicit)
+    assert count == 2, count
+    return deeper
+
+
+def launched(binary, text, workdir, metrics):
+    """One traced `troupe launch -n 2` of `text`, its metrics to `metrics`: its final
+    record, and the bytes between the processes."""
     config = os.path.join(workdir, "run.toml")
-    metrics = os.path.join(workdir, "run.jsonl")
     trace = os.path.join(workdir, "run.json")
     with open(config, "w") as f:
         f.write(text)
@@ -88,23 +104,42 @@ def main():
     parser.add_argument("--modes", default=MODES)
     parser.add_argument("--link", default="100 Mbit/s, 20 ms")
     parser.add_argument("--simulate", action="store_true")
+    parser.add_argument("--loader-capacity", type=int, default=1,
+                        help="the loader's wires to the replicas' first layers hold this many "
+                        "batches (an ejected config; the shorthand's is 1)")
+    parser.add_argument("--curves", help="keep each run's metrics in this directory and draw "
+                        "the emulated link's loss against seconds of training there "
+                        "(slow_link_curves.svg, troupe plot --x seconds)")
     args = parser.parse_args()
+    if args.curves:
+        os.makedirs(args.curves, exist_ok=True)
     batch = 32
     rows = []
     with tempfile.TemporaryDirectory(prefix="troupe-slow-links-") as workdir:
         for link in ("", args.link):
             for mode in args.modes.split(","):
                 text = config_text(args.steps, mode, link)
-                final = launched(args.binary, text, workdir)
+                if args.loader_capacity != 1:
+                    text = deep_loader(args.binary, text, workdir, args.loader_capacity)
+                name = ("link-" if link else "none-") + mode.replace(":", "-")
+                metrics = os.path.join(args.curves or workdir, name + ".jsonl")
+                final = launched(args.binary, text, workdir, metrics)
                 row = {"link": link or "none", "mode": mode, "loss": final["test_loss"],
                        "rate": final["samples_per_s"], "seconds": final["train_s"],
                        "bytes": final["bytes"]}
                 if args.simulate:
                     row["predicted"] = predicted_rate(args.binary, text, workdir, batch)
+                row["metrics"] = metrics
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
+    if args.curves:
+        linked = [r for r in rows if r["link"] != "none"]
+        subprocess.run([args.binary, "plot", *(r["metrics"] for r in linked), "--x", "seconds",
+                        "--labels", ",".join(r["mode"] for r in linked), "-o",
+                        os.path.join(args.curves, "slow_link_curves.svg")], check=True)
     print(f"\nchar_lm, 2 processes, {args.steps} steps of batch {batch} (the same samples in "
-          "every mode); one traced run each")
+          f"every mode), the loader's wires to the replicas holding {args.loader_capacity} "
+          "batch(es); one traced run each")
     header = ("| link | mode | test loss | vs ring | train s | samples/s | vs ring | "
               "MiB between nodes | ring's / this |" + (" predicted samples/s |"
                                                       if args.simulate else ""))

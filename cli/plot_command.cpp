@@ -19,8 +19,10 @@ namespace {
 
 const char* plot_usage =
     "usage: troupe plot METRICS.jsonl... -o curves.svg|curves.html [--labels A,B,...]\n"
+    "                   [--x steps|seconds]\n"
     "\n"
-    "Draws training loss, test accuracy and test loss over steps for one or more runs on\n"
+    "Draws training loss, test accuracy and test loss over steps (or over seconds of\n"
+    "training, the step lines' \"train_s\") for one or more runs on\n"
     "shared axes, one colour per run, from the JSON-lines metrics files troupe run writes\n"
     "([run] metrics, --metrics). Any program writing the same lines (\"step\" with \"loss\";\n"
     "\"step\" with \"test_accuracy\" and \"test_loss\") can be plotted next to them, e.g. the\n"
@@ -46,7 +48,9 @@ exit_code plot_command(const std::vector<std::string>& args) {
   options.add_options()("output,o", po::value<std::string>(), "write here; .svg or .html")(
       "labels", po::value<std::string>(), "the runs' names in the legend, comma-separated")(
       "width", po::value<double>()->default_value(900), "picture width in px")(
-      "help,h", "show this help");
+      "x", po::value<std::string>()->default_value("steps"),
+      "what the curves are drawn over: steps, or seconds of training (evaluations left "
+      "out), to compare runs that take different times a step")("help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("files", po::value<std::vector<std::string>>());
   po::options_description all;
@@ -94,11 +98,16 @@ exit_code plot_command(const std::vector<std::string>& args) {
     for (const auto& file : files)
       labels.push_back(std::filesystem::path{file}.stem().string());
   }
+  const auto x = values["x"].as<std::string>();
+  if (x != "steps" && x != "seconds")
+    throw user_error("troupe plot: --x " + quote_user_text(x) + ": expected steps or seconds");
+  const auto axis = x == "seconds" ? curve_axis::seconds : curve_axis::steps;
   std::vector<run_curves> runs;
   for (std::size_t i = 0; i < files.size(); ++i)
-    runs.push_back(read_metrics(files[i], labels[i]));
-  write_whole_file(output, html ? render_curves_html(runs, width) : render_curves_svg(runs, width),
-                   "the curves");
+    runs.push_back(read_metrics(files[i], labels[i], axis));
+  write_whole_file(
+      output, html ? render_curves_html(runs, width, axis) : render_curves_svg(runs, width, axis),
+      "the curves");
   std::printf("wrote %s: %zu run(s)\n", output.c_str(), runs.size());
   return exit_code::ok;
 }

@@ -117,6 +117,18 @@ std::int64_t steady_now_ns() {
 // before: their receivers wait on the events themselves (Note [no blocking waits]). With
 // an emulated link a written message also waits here until the link would deliver it.
 void device_actor::send_to_network() {
+  // Note [an emulated link] in runtime/net/link_model.cpp: a message is handed to the link
+  // once it and every message before it are written, whether or not those have arrived
+  // yet: their latencies overlap, only their bytes queue.
+  for (auto& held : held_for_network_) {
+    auto& waits = held.unwritten;
+    while (!waits.empty() && waits.back().reached())
+      waits.pop_back();
+    if (!waits.empty())
+      break;
+    if (!held.link.empty() && held.due_ns < 0)
+      held.due_ns = net::emulated_arrival_ns(held.link, held.bytes, steady_now_ns());
+  }
   while (!held_for_network_.empty()) {
     auto& head = held_for_network_.front();
     auto& waits = head.unwritten;
@@ -131,9 +143,9 @@ void device_actor::send_to_network() {
       }
       return;
     }
-    if (!head.link.empty()) {  // Note [an emulated link] in runtime/net/link_model.cpp
+    if (!head.link.empty()) {
       const auto now = steady_now_ns();
-      if (head.due_ns < 0)
+      if (head.due_ns < 0)  // written since the pass above
         head.due_ns = net::emulated_arrival_ns(head.link, head.bytes, now);
       if (now < head.due_ns) {
         if (!link_wait_armed_) {

@@ -1,6 +1,7 @@
 // metrics_writer.hpp: the metrics file of a run, one JSON object per line (JSONL).
 //
-// Lines: one per training step {"step", "epoch", "loss", METRIC..., "lr", "samples_per_s"},
+// Lines: one per training step {"step", "epoch", "loss", METRIC..., "lr", "samples_per_s",
+// "train_s" (seconds of training so far, evaluations left out)},
 // one per evaluation {"epoch", "step", "test_loss", "test_" METRIC...}, one per complete
 // checkpoint {"event": "checkpoint", "steps", "path"}, and a last one {"event":
 // "done"|"failed"|"interrupted", "steps", "train_s", "samples_per_s", "devices",
@@ -45,7 +46,7 @@ class metrics_writer {
   bool is_open() const { return fd_ >= 0 || listener_ != nullptr; }
 
   void step(std::int64_t step, std::int64_t epoch, double loss, const metric_values& metrics,
-            double lr, double samples_per_second);
+            double lr, double samples_per_second, double train_seconds);
   /// `split`: which split was evaluated; written as "split" unless it is "test".
   void evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
                   const metric_values& test_metrics, const std::string& split = "test");

@@ -232,7 +232,7 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   const auto metrics = t.metrics(plan.loss);
   if (metrics_.is_open())
     metrics_.step(step, step / plan.steps_per_epoch, outcome.last_loss, metrics,
-                  settings_->schedule.at(step), samples_per_second);
+                  settings_->schedule.at(step), samples_per_second, outcome.train_seconds);
   progress_.step(step, outcome.last_loss, metrics, samples_per_second);
 }
 

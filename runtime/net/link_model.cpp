@@ -111,12 +111,14 @@ std::string describe_link(const link_cost& link) {
 // gradients, the ring's chunks, parameters) is held by its sender until the link would
 // have delivered it: the link to each other node is one queue, a message's bytes start
 // crossing when the messages handed over before it have, take bytes / bandwidth, and the
-// message arrives the latency after its last byte. The sender holds it (device_actor's
-// network queue, Note [nothing unwritten to the network]) and sends it then; the real
-// transfer, shared memory or loopback TCP, is fast beside it. Not delayed: CAF's and
-// troupe's small control messages sent without send_written (credits, loss reports,
-// heartbeats, the coordinator's), and gloo's own TCP. It is an emulation, and said so: the
-// run prints the link and its trace's metadata names it.
+// message arrives the latency after its last byte. A message is handed over as soon as it
+// is written (and its sender's earlier messages to other nodes are), so the latencies of
+// messages in flight overlap as on a real link; only their bytes queue. The sender holds it
+// (device_actor's network queue, Note [nothing unwritten to the network]) and sends it then; the
+// real transfer, shared memory or loopback TCP, is fast beside it. Not delayed: CAF's and troupe's
+// small control messages sent without send_written (credits, loss reports, heartbeats, the
+// coordinator's), and gloo's own TCP. It is an emulation, and said so: the run prints the link and
+// its trace's metadata names it.
 namespace net {
 namespace {
 

@@ -30,11 +30,12 @@ bool number_at(const nlohmann::json& line, const char* key, const std::string& w
 
 }  // namespace
 
-run_curves read_metrics(const std::string& path, const std::string& label) {
+run_curves read_metrics(const std::string& path, const std::string& label, curve_axis axis) {
   const auto text = read_file_capped(path, limits::max_metrics_bytes, "metrics file",
                                      " (a file troupe run --metrics wrote)");
   run_curves run;
   run.label = label;
+  double seconds = 0;  // of the latest step line
   std::size_t start = 0;
   int line_number = 0;
   while (start < text.size()) {
@@ -62,6 +63,15 @@ run_curves read_metrics(const std::string& path, const std::string& label) {
     double step = 0, value = 0;
     if (!number_at(line, "step", where, step))
       continue;
+    if (axis == curve_axis::seconds) {
+      // A step line's seconds, or, for an evaluation, those of the step line before it.
+      const bool step_line = line.contains("loss");
+      if (!number_at(line, "train_s", where, seconds) && step_line)
+        throw user_error(where +
+                         ": a step line without \"train_s\" (the seconds of training "
+                         "so far), which plotting over seconds needs; plot it over steps");
+      step = seconds;
+    }
     if (number_at(line, "loss", where, value))
       run.train_loss.push_back({step, value});
     if (number_at(line, "test_accuracy", where, value))
@@ -130,7 +140,7 @@ struct panel {
 
 }  // namespace
 
-std::string render_curves_svg(const std::vector<run_curves>& runs, double width) {
+std::string render_curves_svg(const std::vector<run_curves>& runs, double width, curve_axis axis) {
   const panel panels[] = {{"training loss", &run_curves::train_loss, false},
                           {"test accuracy", &run_curves::test_accuracy, true},
                           {"test loss", &run_curves::test_loss, false}};
@@ -215,10 +225,13 @@ std::string render_curves_svg(const std::vector<run_curves>& runs, double width)
     }
     const double step_step = tick_step(max_step, 6);
     for (int tick = 0; tick <= 12 && tick * step_step <= max_step * (1 + 1e-12); ++tick)
-      svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
-                           x_of(tick * step_step), top + panel_height + 16, tick * step_step);
-    svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">step</text>\n",
-                         left_margin + plot_width, top + panel_height + 32);
+      svg += string_printf(
+          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x_of(tick * step_step),
+          top + panel_height + 16,
+          string_printf(axis == curve_axis::seconds ? "%g" : "%.0f", tick * step_step).c_str());
+    svg += string_printf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                         left_margin + plot_width, top + panel_height + 32,
+                         axis == curve_axis::seconds ? "seconds of training" : "step");
     for (std::size_t r = 0; r < runs.size(); ++r) {
       const auto& points = runs[r].*(p->series);
       if (points.empty())
@@ -241,10 +254,10 @@ std::string render_curves_svg(const std::vector<run_curves>& runs, double width)
   return svg + "</svg>\n";
 }
 
-std::string render_curves_html(const std::vector<run_curves>& runs, double width) {
+std::string render_curves_html(const std::vector<run_curves>& runs, double width, curve_axis axis) {
   return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>training curves</title>"
          "</head>\n<body>\n" +
-         render_curves_svg(runs, width) + "</body></html>\n";
+         render_curves_svg(runs, width, axis) + "</body></html>\n";
 }
 
 }  // namespace troupe

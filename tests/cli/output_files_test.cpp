@@ -131,7 +131,7 @@ TEST_CASE("SIGINT and SIGTERM still write the last metrics record and the trace"
     background_run run{
         "run " + config + " --steps 10000000 -q --metrics " + metrics + " --trace " + trace,
         output};
-    wait_for_line(metrics, "\"step\":20}");
+    wait_for_line(metrics, "\"step\":20,\"train_s\"");
     kill(run.pid, signal);
     CHECK(run.wait() == code);
     const auto printed = read_all(output);
@@ -181,7 +181,7 @@ TEST_CASE("an interrupted run whose trace cannot be written keeps its exit code 
   const auto output = d.file("out.txt");
   background_run run{
       "run " + config + " --steps 10000000 -q --metrics " + metrics + " --trace /dev/full", output};
-  wait_for_line(metrics, "\"step\":20}");
+  wait_for_line(metrics, "\"step\":20,\"train_s\"");
   kill(run.pid, SIGINT);
   CHECK(run.wait() == 130);
   const auto printed = read_all(output);

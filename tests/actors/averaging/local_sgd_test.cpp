@@ -25,14 +25,43 @@ std::string local_sgd(std::int64_t sync_every) {
   return "averaging = \"local_sgd\"\nsync_every = " + std::to_string(sync_every) + "\n";
 }
 
+/// The checkpoint after `step` steps under `root`.
+std::string checkpoint_at(const std::string& root, std::int64_t step) {
+  for (const auto& c : list_checkpoints(root))
+    if (c.step == step)
+      return c.path;
+  FAIL("no checkpoint of step " << step << " under " << root);
+  return {};
+}
+
 /// The tensors of the checkpoint after `step` steps under `root`, by name.
 std::map<std::string, std::vector<float>> checkpoint_tensors(const std::string& root,
                                                              std::int64_t step) {
-  for (const auto& c : list_checkpoints(root))
-    if (c.step == step)
-      return read_checkpoint_tensors(c.path, verify_checkpoint(c.path));
-  FAIL("no checkpoint of step " << step << " under " << root);
-  return {};
+  const auto path = checkpoint_at(root, step);
+  return read_checkpoint_tensors(path, verify_checkpoint(path));
+}
+
+/// The 20 steps of the config `text`, with a checkpoint every `every` steps under `root`
+/// (all kept); its parameters.
+test::trained_parameters train_checkpointed(const std::string& text, const std::string& root,
+                                            std::int64_t every) {
+  auto config = parse_config(text, "local.toml");
+  config.run.checkpoint = root;
+  config.run.checkpoint_every = every;
+  config.run.checkpoint_keep = 100;
+  auto options = test::quiet_options();
+  options.keep_parameters = true;
+  return test::run_ok(config, options).parameters;
+}
+
+/// The config `text` resumed from `checkpoint` to its 20 steps; its parameters.
+test::trained_parameters resumed(const std::string& text, const std::string& checkpoint) {
+  auto options = test::quiet_options();
+  options.keep_parameters = true;
+  options.resume = checkpoint;
+  auto result = test::run_ok(parse_config(text, "local.toml"), options);
+  CHECK(result.outcome.steps == 20);
+  return result.parameters;
 }
 
 }  // namespace
@@ -70,14 +99,8 @@ TEST_CASE("local SGD at sync_every = 4 steps the replicas apart and hands each t
   for (const char* optimizer : {"sgd", "adam"}) {
     INFO(optimizer);
     test::temp_directory d{"troupe-local-sgd"};
-    auto config =
-        parse_config(equivalence_config(two_replicas + local_sgd(4), optimizer), "local.toml");
-    config.run.checkpoint = d.file("checkpoints");
-    config.run.checkpoint_every = 2;
-    config.run.checkpoint_keep = 100;
-    auto options = test::quiet_options();
-    options.keep_parameters = true;
-    const auto local = test::run_ok(config, options).parameters;
+    const auto local = train_checkpointed(
+        equivalence_config(two_replicas + local_sgd(4), optimizer), d.file("checkpoints"), 2);
     const auto synchronous = test::train_twenty_steps(equivalence_config(two_replicas, optimizer));
     // The replicas computed their gradients on parameters of their own between syncs: not
     // synchronous DP's trajectory (which differs from this one by float order only).
@@ -107,22 +130,8 @@ TEST_CASE("a local SGD run resumed between syncs ends bit for bit where the stra
   // at step 6; replica 0's for both would not end where the straight run ends.
   test::temp_directory d{"troupe-local-resume"};
   const auto text = equivalence_config(two_replicas + local_sgd(4), "adam");
-  auto config = parse_config(text, "local.toml");
-  config.run.checkpoint = d.file("checkpoints");
-  config.run.checkpoint_every = 6;
-  config.run.checkpoint_keep = 100;
-  auto options = test::quiet_options();
-  options.keep_parameters = true;
-  const auto straight = test::run_ok(config, options).parameters;
-  std::string at_six;
-  for (const auto& c : list_checkpoints(d.file("checkpoints")))
-    if (c.step == 6)
-      at_six = c.path;
-  REQUIRE(!at_six.empty());
-  options.resume = at_six;
-  const auto resumed = test::run_ok(parse_config(text, "local.toml"), options);
-  CHECK(resumed.outcome.steps == 20);
-  CHECK(resumed.parameters == straight);
+  const auto straight = train_checkpointed(text, d.file("checkpoints"), 6);
+  CHECK(resumed(text, checkpoint_at(d.file("checkpoints"), 6)) == straight);
 }
 
 TEST_CASE(
@@ -157,13 +166,7 @@ TEST_CASE("DiLoCo's Nesterov outer step moves the run off local SGD's, and resum
   test::temp_directory d{"troupe-diloco"};
   const auto text =
       equivalence_config(two_replicas + "averaging = \"diloco\"\nsync_every = 4\n", "adam");
-  auto config = parse_config(text, "diloco.toml");
-  config.run.checkpoint = d.file("checkpoints");
-  config.run.checkpoint_every = 6;
-  config.run.checkpoint_keep = 100;
-  auto options = test::quiet_options();
-  options.keep_parameters = true;
-  const auto straight = test::run_ok(config, options).parameters;
+  const auto straight = train_checkpointed(text, d.file("checkpoints"), 6);
   const auto local =
       test::train_twenty_steps(equivalence_config(two_replicas + local_sgd(4), "adam"));
   CHECK(test::largest_difference(local, straight) > 1e-3);
@@ -175,13 +178,5 @@ TEST_CASE("DiLoCo's Nesterov outer step moves the run off local SGD's, and resum
         after_sync.at("0.weight.outer_momentum"));
   auto between = checkpoint_tensors(d.file("checkpoints"), 6);
   CHECK(between.at("0.weight.outer_params") != between.at("0.weight"));
-  std::string at_six;
-  for (const auto& c : list_checkpoints(d.file("checkpoints")))
-    if (c.step == 6)
-      at_six = c.path;
-  REQUIRE(!at_six.empty());
-  options.resume = at_six;
-  const auto resumed = test::run_ok(parse_config(text, "diloco.toml"), options);
-  CHECK(resumed.outcome.steps == 20);
-  CHECK(resumed.parameters == straight);
+  CHECK(resumed(text, checkpoint_at(d.file("checkpoints"), 6)) == straight);
 }

@@ -53,6 +53,29 @@ TEST_CASE(
   CHECK(run.label == "a");
 }
 
+TEST_CASE(
+    "over seconds, each point sits at its step's train_s, an evaluation at the step before it") {
+  test::temp_directory d{"troupe-plot"};
+  const auto path = write(d, "timed.jsonl",
+                          "{\"loss\":2.3,\"step\":0,\"train_s\":0.25}\n"
+                          "{\"loss\":1.1,\"step\":1,\"train_s\":0.75}\n"
+                          "{\"step\":2,\"test_accuracy\":0.8,\"test_loss\":0.5}\n"
+                          "{\"loss\":0.7,\"step\":2,\"train_s\":1.5}\n");
+  const auto run = read_metrics(path, "t", curve_axis::seconds);
+  REQUIRE(run.train_loss.size() == 3);
+  CHECK(run.train_loss[1].step == 0.75);
+  CHECK(run.train_loss[2].step == 1.5);
+  REQUIRE(run.test_loss.size() == 1);
+  CHECK(run.test_loss[0].step == 0.75);
+  const auto svg = render_curves_svg({run}, 900, curve_axis::seconds);
+  CHECK(svg.find(">seconds of training</text>") != std::string::npos);
+  CHECK(svg.find(">step</text>") == std::string::npos);
+  // A file of step lines without seconds (an older run's, or another program's) cannot be
+  // drawn over them, and says so.
+  CHECK_THROWS_WITH_AS(read_metrics(write(d, "a.jsonl", troupe_lines), "a", curve_axis::seconds),
+                       doctest::Contains("without \"train_s\""), user_error);
+}
+
 TEST_CASE("a bad metrics file is an error naming the file and the line") {
   test::temp_directory d{"troupe-plot"};
   CHECK_THROWS_WITH_AS(read_metrics(write(d, "bad.jsonl", "{\"step\":0,\"loss\":1}\n\n{\"step\":1,"), "x"),
