@@ -17,7 +17,7 @@ predicted samples/s for each cell, beside the measurement.
 
     /usr/bin/python3 bench/slow_links.py [--steps 600] [--modes ring,local_sgd:8,...]
                                          [--link "100 Mbit/s, 20 ms"] [--simulate]
-                                         [--curves DIR] [--loader-capacity 4]
+                                         [--curves DIR] [--loader-capacity N]
 
 Run from the repository root after scripts/build.sh, on an otherwise idle machine. Not
 part of ctest.
@@ -50,20 +50,21 @@ def config_text(steps, mode, link):
     return text + parallel + cluster
 
 
-def deep_loader(binary, text, workdir, capacity):
+def loader_capacity(binary, text, workdir, capacity):
     """`text` ejected as an explicit config (`troupe plan --eject`) whose loader wires to the
-    replicas' first layers hold `capacity` batches instead of the shorthand's 1 (GPipe, M =
-    1): a replica on another node then has its next batches on the way while it computes,
-    instead of a credit's round trip over the link before each one."""
+    replicas' first layers hold `capacity` batches instead of the shorthand's (for a replica
+    on another node than the loader 4, Note [a remote replica's batches] in
+    runtime/graph/expand.cpp; 1 was the shorthand's before it, where each remote batch waited
+    for a credit's round trip over the link)."""
     config = os.path.join(workdir, "shorthand.toml")
     with open(config, "w") as f:
         f.write(text)
     explicit = subprocess.run([binary, "plan", config, "--eject"], check=True,
                               capture_output=True, text=True).stdout
-    deeper, count = re.subn(r'(from = "loader"\nto = "r\d+\.layer_0"\nkind = "activations"\n'
-                            r'capacity = )1\n', rf"\g<1>{capacity}\n", explicit)
+    changed, count = re.subn(r'(from = "loader"\nto = "r\d+\.layer_0"\nkind = "activations"\n'
+                             r'capacity = )\d+\n', rf"\g<1>{capacity}\n", explicit)
     assert count == 2, count
-    return deeper
+    return changed
 
 
 def launched(binary, text, workdir, metrics):
@@ -104,9 +105,9 @@ def main():
     parser.add_argument("--modes", default=MODES)
     parser.add_argument("--link", default="100 Mbit/s, 20 ms")
     parser.add_argument("--simulate", action="store_true")
-    parser.add_argument("--loader-capacity", type=int, default=1,
+    parser.add_argument("--loader-capacity", type=int,
                         help="the loader's wires to the replicas' first layers hold this many "
-                        "batches (an ejected config; the shorthand's is 1)")
+                        "batches (an ejected config; without it the shorthand's)")
     parser.add_argument("--curves", help="keep each run's metrics in this directory and draw "
                         "the emulated link's loss against seconds of training there "
                         "(slow_link_curves.svg, troupe plot --x seconds)")
@@ -119,8 +120,8 @@ def main():
         for link in ("", args.link):
             for mode in args.modes.split(","):
                 text = config_text(args.steps, mode, link)
-                if args.loader_capacity != 1:
-                    text = deep_loader(args.binary, text, workdir, args.loader_capacity)
+                if args.loader_capacity:
+                    text = loader_capacity(args.binary, text, workdir, args.loader_capacity)
                 name = ("link-" if link else "none-") + mode.replace(":", "-")
                 metrics = os.path.join(args.curves or workdir, name + ".jsonl")
                 final = launched(args.binary, text, workdir, metrics)
@@ -138,8 +139,9 @@ def main():
                         "--labels", ",".join(r["mode"] for r in linked), "-o",
                         os.path.join(args.curves, "slow_link_curves.svg")], check=True)
     print(f"\nchar_lm, 2 processes, {args.steps} steps of batch {batch} (the same samples in "
-          f"every mode), the loader's wires to the replicas holding {args.loader_capacity} "
-          "batch(es); one traced run each")
+          "every mode), the loader's wires to the replicas holding " +
+          (f"{args.loader_capacity} batch(es)" if args.loader_capacity else "the shorthand's") +
+          "; one traced run each")
     header = ("| link | mode | test loss | vs ring | train s | samples/s | vs ring | "
               "MiB between nodes | ring's / this |" + (" predicted samples/s |"
                                                       if args.simulate else ""))

@@ -282,6 +282,26 @@ class topology_builder {
     return M;
   }
 
+  // Note [a remote replica's batches]
+  // A replica on another node than the loader gets each micro-batch's rows over the network
+  // and sends the credit for the next one back over it. With the schedule's capacity (M
+  // under GPipe: one batch a step at M = 1) every step waited for that round trip before it
+  // could start: over an emulated 100 Mbit/s, 20 ms link (Note [an emulated link] in
+  // runtime/net/link_model.cpp) DiLoCo's steps took 48 ms of which 10 were compute, and even
+  // over loopback DP2's ring went from 1275 to 1766 samples/s with 4 batches on the wire
+  // (docs/benchmarks.md). A replica of one stage reads these credits for nothing else: its
+  // layers compute step k only with version k of their parameters, so batches that come
+  // early wait as their rows. So the loader's wire to a single-stage replica on another
+  // node holds the micro-batches of max(4, [data] prefetch) steps (4: what the measurement
+  // above needed; [data] prefetch says more); a pipeline's first stage keeps its schedule's
+  // credits (they are the schedule), and so does every replica on the loader's node.
+  std::int64_t loader_capacity(const run_config& config, std::int64_t r, std::int64_t s) const {
+    const auto capacity = capacity_into(s);
+    if (t_.stages > 1 || device_of(r, s).node == device_of(0, 0).node)
+      return capacity;
+    return std::max(capacity, t_.microbatches * std::max<std::int64_t>(4, config.data.prefetch));
+  }
+
   actor_plan& add_actor(std::string name, actor_kind kind, device_id device, std::int64_t replica,
                         std::int64_t stage, std::int64_t layer) {
     actor_plan a;
@@ -323,7 +343,7 @@ void topology_builder::add_layers(const run_config& config) {
       // One wire per input, in the order the layer names them.
       for (auto j : t_.inputs[static_cast<std::size_t>(i)]) {
         if (j == data_input) {
-          add_wire("loader", layer_name(i), wire_kind::activations, capacity_into(s));
+          add_wire("loader", layer_name(i), wire_kind::activations, loader_capacity(config, r, s));
           continue;
         }
         auto from = stage_of(j);
