@@ -262,3 +262,36 @@ schedule = "1f1b"
     }
   }
 }
+
+TEST_CASE("a single-stage replica on another node than the loader gets four steps of batches") {
+  // Note [a remote replica's batches]: the wire from the loader to a replica of one stage
+  // on another node holds max(4, prefetch) steps' micro-batches; a replica on the loader's
+  // node, and a pipeline's first stage anywhere, keep their schedule's credits.
+  using namespace topology_test;
+  auto loader_capacities = [](const std::string& parallel, const std::string& data = "") {
+    const auto text = header + data + parallel + "\n[cluster]\nnodes = 2\n" +
+                      troupe::test::linear(4) + troupe::test::linear(3);
+    auto t = troupe::expand_shorthand(troupe::parse_config(text, "t.toml"),
+                                      {{features}, {4}, {classes}});
+    std::map<std::string, std::int64_t> out;
+    for (const auto& w : t.wires)
+      if (w.from == "loader" && w.kind == troupe::wire_kind::activations)
+        out[w.to] = w.capacity;
+    return out;
+  };
+  using capacities = std::map<std::string, std::int64_t>;
+  const std::string two_nodes = "[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n";
+  CHECK(loader_capacities(two_nodes) == capacities{{"r0.layer_0", 1}, {"r1.layer_0", 4}});
+  CHECK(loader_capacities(two_nodes + "microbatches = 2\n") ==
+        capacities{{"r0.layer_0", 2}, {"r1.layer_0", 8}});
+  CHECK(loader_capacities(two_nodes, "prefetch = 6\n") ==
+        capacities{{"r0.layer_0", 1}, {"r1.layer_0", 6}});
+  // One node: nothing changes.
+  CHECK(loader_capacities("[parallel]\ndevices = [\"cpu:0\", \"cpu:1\"]\ndata = 2\n") ==
+        capacities{{"r0.layer_0", 1}, {"r1.layer_0", 1}});
+  // A pipeline's first stage on the other node keeps 1F1B's P - s credits.
+  CHECK(loader_capacities("[parallel]\ndevices = [\"cpu:0\", \"cpu:1\", \"node1/cpu:0\", "
+                          "\"node1/cpu:1\"]\ndata = 2\npipeline = 2\nmicrobatches = 4\n"
+                          "schedule = \"1f1b\"\n") ==
+        capacities{{"r0.layer_0", 2}, {"r1.layer_0", 2}});
+}
