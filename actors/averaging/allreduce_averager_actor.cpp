@@ -206,20 +206,23 @@ tensor allreduce_averager_actor::flatten(std::int64_t step, std::vector<tensor> 
 // The wiring is the ring's (or gloo's): between syncs this averager scales the layer's
 // gradients by R and passes them on, nothing crossing between replicas; on a sync step its
 // optimizer sends the updated parameters here (shard_msg::average), this averager scales
-// them by 1 / R (before the backend has them: once it does, the ring's peers read the buffer
-// in place, so nothing may write it again), the backend sums them over the ranks exactly as
-// it would gradients, and the mean goes back (averaged) as the optimizer's next version. The layers
-// wait for that version, so a sync costs one all-reduce of the parameters every H steps instead of
-// one of the gradients every step. Why R: the loss scales each micro-batch by 1 / global batch, so
-// a replica's gradients are the sum over its rows / B; times R it is its share's mean when shares
-// are equal. More to the point, SGD is linear in the gradient: the mean over replicas of w - lr * R
-// * g_r is w - lr * sum_r g_r, synchronous data parallelism's step whatever the shares, and the
-// mean of the replicas' momentum buffers follows the synchronous momentum the same way. So with H =
-// 1 and SGD (momentum, Nesterov and weight decay included) local SGD is synchronous DP up to
-// summation order, which tests/actors/averaging/local_sgd_test.cpp checks; Adam is not linear, and
-// its replicas' moments diverge between syncs as in the papers. The optimizer also syncs at the
-// run's last step and at the end of every evaluated epoch (optimizer_actor::syncs_after), so what
-// is evaluated, exported or trained on after the run is one model, the mean.
+// them by 1 / R (before the backend has them: once it does, the ring's peers read the
+// buffer in place, so nothing may write it again), the backend sums them over the ranks
+// exactly as it would gradients, and the mean goes back (averaged) as the optimizer's next
+// version. The layers wait for that version, so a sync costs one all-reduce of the
+// parameters every H steps instead of one of the gradients every step.
+// Why R: the loss scales each micro-batch by 1 / global batch, so a replica's gradients are
+// the sum over its rows / B; times R it is its share's mean when shares are equal. More to
+// the point, SGD is linear in the gradient: the mean over replicas of w - lr * R * g_r is
+// w - lr * sum_r g_r, synchronous data parallelism's step whatever the shares, and the mean
+// of the replicas' momentum buffers follows the synchronous momentum the same way. So with
+// H = 1 and SGD (momentum, Nesterov and weight decay included) local SGD is synchronous DP
+// up to summation order, which tests/actors/averaging/local_sgd_test.cpp checks; Adam is
+// not linear, and its replicas' moments diverge between syncs as in the papers.
+// The optimizer also syncs at the run's last step and at the end of every evaluated epoch
+// (optimizer_actor::syncs_after), so what is evaluated, exported or trained on after the
+// run is one model, the mean. DiLoCo sends deltas instead (Note [DiLoCo] in
+// actors/training/optimizer_actor.cpp); this averager does the same for both.
 void allreduce_averager_actor::pass_on(weight_grads_msg& message) {
   auto grads = arrive(message.grads, on());
   scale(message.step, grads, static_cast<float>(settings_.replicas));

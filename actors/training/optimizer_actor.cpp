@@ -168,8 +168,8 @@ void optimizer_actor::release_peers() {
 std::string optimizer_actor::waiting_for() const {
   if (averaging_)
     return ": parameter version " + std::to_string(version_) + "; waits for the replicas' " +
-           "average of version " + std::to_string(version_ + 1) + " (local SGD, from " + sources_ +
-           ")";
+           "average of version " + std::to_string(version_ + 1) + " (" +
+           (diloco() ? "DiLoCo" : "local SGD") + ", from " + sources_ + ")";
   return ": parameter version " + std::to_string(version_) + "; has " +
          std::to_string(grads_received_) + " of " + std::to_string(grads_expected_) +
          " gradient message(s) for step " + std::to_string(version_) + " (from " + sources_ + ")";

@@ -2,6 +2,7 @@
 #include "runtime/net/link_model.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -126,6 +127,7 @@ struct emulated_link {
   std::mutex mutex;
   link_cost link;
   std::map<std::string, double> free_at_ns;  // by node: when its queue's last byte has crossed
+  std::atomic<bool> active{false};           // link.given, read without the lock
 };
 
 emulated_link& the_link() {
@@ -140,13 +142,11 @@ void emulate_link(const link_cost& link) {
   std::lock_guard<std::mutex> lock(l.mutex);
   l.link = link;
   l.free_at_ns.clear();
+  l.active = link.given;
 }
 
-bool link_emulated() {
-  auto& l = the_link();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  return l.link.given;
-}
+// Asked for every message to another node: an atomic, not the lock.
+bool link_emulated() { return the_link().active.load(std::memory_order_relaxed); }
 
 std::int64_t emulated_arrival_ns(const std::string& to, std::int64_t bytes, std::int64_t now_ns) {
   auto& l = the_link();
