@@ -384,6 +384,10 @@ TEST_CASE("[cluster] link is an emulated link, refused at its value when it says
   CHECK_FALSE(parse_config(minimal_model, "t.toml").cluster.link.given);
   check_error(minimal_model + "[cluster]\nlink = \"fast\"\n", 5, 8,
               "[cluster] link 'fast': expected a bandwidth and a one-way latency");
+  // Not a string (a number, a nested table): the type error at the value.
+  check_error(minimal_model + "[cluster]\nlink = 100\n", 5, 8, "[cluster] link: expected a string");
+  check_error(minimal_model + "[cluster]\nlink = {a = {b = {c = 1}}}\n", 5, 8,
+              "[cluster] link: expected a string");
 }
 
 TEST_CASE("a config of only a model uses the installed Fashion-MNIST directory") {

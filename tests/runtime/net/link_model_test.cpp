@@ -25,8 +25,12 @@ TEST_CASE("a link reads in bits or bytes a second and any time unit, and describ
     CHECK(std::string{e.what()}.find("[cluster] link '100 Mbps, 20 ms': expected a bandwidth") ==
           0);
   }
-  for (const char* bad : {"100 Mbit/s", "100 Mbit/s, 20", "100 Mbit/s, 20 min", "0.5 Mbit/s, 1 ms",
-                          "100 Mbit/s, 20 ms, 1 ms"}) {
+  // Oversized: refused by its length before anything reads it.
+  CHECK_THROWS_WITH_AS(parse_link(std::string(100000, '9') + " Mbit/s, 20 ms", "[cluster] link"),
+                       doctest::Contains("longer than 200 characters"), user_error);
+  for (const char* bad :
+       {"100 Mbit/s", "100 Mbit/s, 20", "100 Mbit/s, 20 min", "0.5 Mbit/s, 1 ms",
+        "100 Mbit/s, 20 ms, 1 ms", "node: node: 1 GB/s, 1 ms", "\x01\xff, 1 ms"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_link(bad, "[cluster] link"), user_error);
   }
