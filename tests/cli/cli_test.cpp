@@ -399,6 +399,11 @@ TEST_CASE("JSON troupe reads is accepted as Windows editors save it: a byte-orde
   auto plotted = run_troupe("plot " + metrics + " -o " + out.file("p.svg"));
   INFO(plotted.output);
   CHECK(plotted.exit_code == 0);
+  CHECK(run_troupe("plot " + metrics + " --x seconds -o " + out.file("s.svg")).exit_code == 0);
+  auto bad_axis =
+      run_troupe("plot " + metrics + " --x " + std::string(5000, 'q') + " -o " + out.file("q.svg"));
+  CHECK(bad_axis.exit_code == 2);
+  CHECK(bad_axis.output.find("expected steps or seconds") != std::string::npos);
   auto summary = run_troupe("trace summary " + trace);
   INFO(summary.output.substr(0, 400));
   CHECK(summary.exit_code == 0);
