@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Synchronous data parallelism next to local SGD and DiLoCo over two processes, with and
-without an emulated slow link (issue 50).
+"""Synchronous data parallelism next to local SGD, DiLoCo and an asynchronous parameter
+server over two processes, with and without an emulated slow link (issue 50).
 
 config/char_lm.toml's model (the two-block character transformer on Debian's fortunes,
 AdamW, cosine schedule), 2 replicas on node0/cpu:0 and node1/cpu:0 (`troupe launch -n 2`),
@@ -9,6 +9,8 @@ the same steps and global batch for every mode, so the same samples:
   local_sgd H   each replica steps on its own gradients; parameters averaged every H steps
   diloco H      likewise, each sync an outer Nesterov step (lr 0.7, momentum 0.9) on the
                 replicas' mean parameter delta
+  async S       a parameter server a layer (on node0) applies each replica's gradients as
+                they arrive, at most S updates stale
 each once with no link emulated and once over [cluster] link = "100 Mbit/s, 20 ms" (Note [an
 emulated link] in runtime/net/link_model.cpp). One traced run per cell: the final test loss,
 samples/s (the run's own, tracing on), and the bytes that crossed between the two processes
@@ -31,11 +33,12 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODES = "ring,local_sgd:8,local_sgd:32,diloco:32,diloco:128"
+MODES = "ring,local_sgd:8,local_sgd:32,diloco:32,diloco:128,async:1,async:4"
 
 
 def config_text(steps, mode, link):
-    """char_lm.toml over two processes in `mode` ("ring", "local_sgd:8", "diloco:32"),
+    """char_lm.toml over two processes in `mode` ("ring", "local_sgd:8", "diloco:32",
+    "async:4"),
     over `link` (or none)."""
     with open(os.path.join(ROOT, "config", "char_lm.toml")) as f:
         text = f.read()
@@ -45,7 +48,9 @@ def config_text(steps, mode, link):
     text = re.sub(r"^log_every = .*\n", "", text, flags=re.M)
     rule, _, every = mode.partition(":")
     parallel = '[parallel]\ndevices = ["node0/cpu:0", "node1/cpu:0"]\ndata = 2\n'
-    parallel += f'averaging = "{rule}"\n' + (f"sync_every = {every}\n" if every else "")
+    parallel += f'averaging = "{rule}"\n'
+    if every:
+        parallel += f"{'max_staleness' if rule == 'async' else 'sync_every'} = {every}\n"
     cluster = "\n[cluster]\nnodes = 2\n" + (f'link = "{link}"\n' if link else "")
     return text + parallel + cluster
 

@@ -51,6 +51,47 @@ exit_code ends_with_launcher() {
   return exit_code::run_failed;
 }
 
+/// A finished run's result, for people: its speed and evaluation, then what else it measured.
+void print_result(const session_result& result, const run_config& config) {
+  const auto& outcome = result.outcome;
+  std::printf("done: %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(outcome.steps),
+              outcome.train_seconds, outcome.samples_per_second);
+  if (outcome.test_accuracy >= 0 && !result.sample.empty())  // a language model
+    std::printf(", validation loss %.4f (%.3f bits per character)", outcome.test_loss,
+                outcome.test_loss / std::log(2.0));
+  else if (outcome.test_accuracy >= 0)
+    std::printf(", %s accuracy %.2f%%", outcome.evaluated.c_str(), 100.0 * outcome.test_accuracy);
+  else  // a regression's errors
+    for (const auto& [name, value] : outcome.test_metrics)
+      std::printf(", %s %s %.4f", outcome.evaluated.c_str(), name.c_str(), value);
+  std::printf("\n");
+  if (!result.sample.empty())
+    std::printf("sample of the model's text (temperature 0.8):\n%s\n", result.sample.c_str());
+  if (!result.staleness.empty()) {
+    std::int64_t updates = 0, sum = 0;
+    for (std::size_t s = 0; s < result.staleness.size(); ++s) {
+      updates += result.staleness[s];
+      sum += static_cast<std::int64_t>(s) * result.staleness[s];
+    }
+    std::printf("async server: %lld updates, staleness mean %.2f, max %zu (max_staleness %lld)\n",
+                static_cast<long long>(updates),
+                static_cast<double>(sum) / static_cast<double>(std::max<std::int64_t>(updates, 1)),
+                result.staleness.size() - 1, static_cast<long long>(config.parallel.max_staleness));
+  }
+  if (outcome.device_utilisation.size() > 1) {
+    std::printf("device utilisation:");
+    for (const auto& [name, share] : outcome.device_utilisation)
+      std::printf(" %s %.0f%%", name.c_str(), 100.0 * share);
+    std::printf("\n");
+  }
+  if (!outcome.device_peak_bytes.empty()) {
+    std::printf("peak memory (tensors held at once):");
+    for (const auto& [name, bytes] : outcome.device_peak_bytes)
+      std::printf(" %s %s", name.c_str(), human_bytes(bytes).c_str());
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 exit_code run_command(const std::vector<std::string>& args) {
@@ -169,31 +210,7 @@ exit_code run_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "troupe run: %s\n", outcome.failure.c_str());
     return outcome.exit_code;
   }
-  std::printf("done: %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(outcome.steps),
-              outcome.train_seconds, outcome.samples_per_second);
-  if (outcome.test_accuracy >= 0 && !result.sample.empty())  // a language model
-    std::printf(", validation loss %.4f (%.3f bits per character)", outcome.test_loss,
-                outcome.test_loss / std::log(2.0));
-  else if (outcome.test_accuracy >= 0)
-    std::printf(", %s accuracy %.2f%%", outcome.evaluated.c_str(), 100.0 * outcome.test_accuracy);
-  else  // a regression's errors
-    for (const auto& [name, value] : outcome.test_metrics)
-      std::printf(", %s %s %.4f", outcome.evaluated.c_str(), name.c_str(), value);
-  std::printf("\n");
-  if (!result.sample.empty())
-    std::printf("sample of the model's text (temperature 0.8):\n%s\n", result.sample.c_str());
-  if (outcome.device_utilisation.size() > 1) {
-    std::printf("device utilisation:");
-    for (const auto& [name, share] : outcome.device_utilisation)
-      std::printf(" %s %.0f%%", name.c_str(), 100.0 * share);
-    std::printf("\n");
-  }
-  if (!outcome.device_peak_bytes.empty()) {
-    std::printf("peak memory (tensors held at once):");
-    for (const auto& [name, bytes] : outcome.device_peak_bytes)
-      std::printf(" %s %s", name.c_str(), human_bytes(bytes).c_str());
-    std::printf("\n");
-  }
+  print_result(result, config);
   return exit_code::ok;
 }
 

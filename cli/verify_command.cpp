@@ -145,6 +145,13 @@ exit_code verify_command(const std::vector<std::string>& args) {
   // step is plain averaging too (Notes [local SGD] in actors/averaging/
   // allreduce_averager_actor.cpp, [DiLoCo] in actors/training/optimizer_actor.cpp): the
   // wiring is checked there.
+  if (config.parallel.rule == averaging_rule::async && config.parallel.data > 1)
+    throw user_error(
+        "troupe verify: [parallel] averaging = \"async\" lets each replica compute "
+        "on parameters up to max_staleness updates old, in an order that timing "
+        "decides, which is no one device's math; verify the same model with "
+        "averaging = \"central\" (and no max_staleness) instead",
+        exit_code::bad_input);
   if (config.parallel.rule != averaging_rule::synchronous)
     check_local_rule_as_one_device(config, changes);
   // A config over several nodes trains as that many local processes (troupe launch),

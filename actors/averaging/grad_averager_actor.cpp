@@ -110,6 +110,10 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
           s.method == averaging_method::ring && context.config.parallel.shard_optimizer;
       s.reduce_bf16 = context.config.parallel.reduce_bf16;
       s.rule = context.config.parallel.rule;
+      if (s.rule == averaging_rule::async)
+        throw user_error(plan.name + ": [parallel] averaging = \"async\" has no averagers: " +
+                         "each replica's layer sends its gradients to the layer's server (its " +
+                         "optimizer), which applies them one replica at a time");
       if (s.rule != averaging_rule::synchronous && s.method == averaging_method::central)
         throw user_error(plan.name + ": [parallel] averaging = \"" + to_string(s.rule) +
                          "\" averages each replica's own optimizer's parameters through a ring " +

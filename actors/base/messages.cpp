@@ -28,6 +28,7 @@ std::vector<wire_end> wiring_msg::in(const std::string& kind) const {
 void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<tensor>("troupe::tensor");
   config.add_message_type<std::vector<tensor>>("std::vector<troupe::tensor>");
+  config.add_message_type<std::vector<std::int64_t>>("std::vector<int64_t>");  // staleness
   config.add_message_type<micro_tag>("troupe::micro_tag");
   config.add_message_type<activation_msg>("troupe::activation_msg");
   config.add_message_type<gradient_msg>("troupe::gradient_msg");

@@ -10,6 +10,8 @@
 // gradient 0, so that optimizers and parameter versions keep the steps synchronous as a
 // real layer's would. The time is per micro-batch, whatever its size; the cost used to
 // balance stages is forward_us + backward_us, so only compare it with other delay layers.
+// `slow_replica = r` with `slow_us = N` adds N microseconds to every forward of data-parallel
+// replica r only: a straggler, for the asynchronous server's tests and benchmarks.
 // bench/pipeline_schedules.py builds its pipelines from these.
 #include <algorithm>
 #include <chrono>
@@ -28,7 +30,9 @@ class delay_layer final : public layer {
       : forward_(s.integer("forward_us", 1, max_micros)),
         backward_(s.integer("backward_us", 2 * forward_.count(), 0, max_micros)),
         weight_(s.integer("weight_us", backward_.count() / 2, 0, backward_.count())),
-        spin_(s.text("mode", "sleep", {"sleep", "spin"}) == "spin") {}
+        spin_(s.text("mode", "sleep", {"sleep", "spin"}) == "spin"),
+        slow_replica_(s.integer("slow_replica", -1, -1, 1 << 20)),
+        slow_(s.integer("slow_us", 0, 0, max_micros)) {}
 
   std::string type() const override { return "delay"; }
   // Its time is the host thread's and its copies are the host's: CPU devices only.
@@ -45,9 +49,9 @@ class delay_layer final : public layer {
     return static_cast<double>((forward_ + backward_).count());
   }
 
-  void forward(const layer_context&, const std::vector<tensor>&, const tensor& x, const tensor& y,
-               std::vector<tensor>&) const override {
-    wait(forward_);
+  void forward(const layer_context& context, const std::vector<tensor>&, const tensor& x,
+               const tensor& y, std::vector<tensor>&) const override {
+    wait(context.replica == slow_replica_ ? forward_ + slow_ : forward_);
     std::copy(x.f32(), x.f32() + x.numel(), y.f32());
   }
   void backward(const layer_context&, const std::vector<tensor>&, const std::vector<tensor>&,
@@ -85,14 +89,17 @@ class delay_layer final : public layer {
 
   std::chrono::microseconds forward_, backward_, weight_;
   bool spin_;
+  std::int64_t slow_replica_;
+  std::chrono::microseconds slow_;
 };
 
 }  // namespace
 
-TROUPE_REGISTER_LAYER(
-    "delay",
-    "y = x, taking a set time, for measuring schedules (settings: forward_us, "
-    "backward_us = 2 x forward_us, weight_us = backward_us / 2, mode = \"sleep\" | \"spin\")",
-    [](layer_settings& s) { return std::make_unique<delay_layer>(s); });
+TROUPE_REGISTER_LAYER("delay",
+                      "y = x, taking a set time, for measuring schedules (settings: forward_us, "
+                      "backward_us = 2 x forward_us, weight_us = backward_us / 2, mode = \"sleep\" "
+                      "| \"spin\", slow_replica, slow_us: a "
+                      "straggler replica's extra forward time)",
+                      [](layer_settings& s) { return std::make_unique<delay_layer>(s); });
 
 }  // namespace troupe

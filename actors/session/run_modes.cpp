@@ -1,6 +1,8 @@
 // run_modes.cpp: one process, simulated, coordinator and worker (see the header).
 #include "actors/session/run_modes.hpp"
 
+#include "actors/training/optimizer_actor.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -115,6 +117,26 @@ std::vector<std::vector<std::vector<float>>> collect_parameters(
   return parameters;
 }
 
+// The async servers' staleness counts, summed (they have all applied the last step).
+std::vector<std::int64_t> collect_staleness(caf::scoped_actor& self, const topology& graph,
+                                            const std::map<std::string, caf::actor>& everyone) {
+  std::vector<std::int64_t> total;
+  for (const auto& a : graph.actors) {
+    if (a.kind != actor_kind::optimizer)
+      continue;
+    self->request(everyone.at(a.name), std::chrono::seconds(10), staleness_atom::value)
+        .receive(
+            [&](const staleness_counts& counts) {
+              if (total.size() < counts.size())
+                total.resize(counts.size(), 0);
+              for (std::size_t i = 0; i < counts.size(); ++i)
+                total[i] += counts[i];
+            },
+            [](caf::error&) {});  // a report, not the run's result: left out
+  }
+  return total;
+}
+
 // ---- one process ----
 
 class one_process_mode : public run_mode {
@@ -168,6 +190,8 @@ class one_process_mode : public run_mode {
       outcome.failure = not_collected;
       return;
     }
+    if (s.config.parallel.rule == averaging_rule::async)
+      s.result.staleness = collect_staleness(*self_, s.graph(), s.everyone);
     const auto& config = s.config;
     const auto& graph = s.graph();
     const auto& data = *s.prepared.data;

@@ -83,6 +83,10 @@ struct session_result {
   /// A language model's text ([data] source = "text"), written after training from the
   /// final parameters (host_model.hpp); empty otherwise.
   std::string sample;
+  /// averaging = "async": staleness[s] updates were applied s updates after the version
+  /// their gradients were computed on, over every layer's server (Note [asynchronous
+  /// server] in actors/training/async_server.cpp); empty otherwise.
+  std::vector<std::int64_t> staleness;
   /// A simulated run's trace (session_options::world), as `troupe run --trace` writes it.
   std::string trace_json;
 };

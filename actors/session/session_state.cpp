@@ -172,7 +172,10 @@ std::string session_state::trace_json(const run_outcome& how) const {
   meta["nodes"] = g.nodes;
   if (g.rule != averaging_rule::synchronous) {
     meta["averaging_rule"] = to_string(g.rule);
-    meta["sync_every"] = g.sync_every;
+    if (g.rule == averaging_rule::async)
+      meta["max_staleness"] = g.max_staleness;
+    else
+      meta["sync_every"] = g.sync_every;
   }
   // Note [an emulated link] in runtime/net/link_model.cpp: said wherever its times are.
   if (config.cluster.link.given && g.nodes > 1)

@@ -49,6 +49,7 @@ layer_context layer_actor::context_for(device& on, const micro_tag& tag, std::in
   context.seed = settings_->seed;
   context.step = tag.step;
   context.layer = settings_->layer_index;
+  context.replica = std::max<std::int32_t>(tag.replica, 0);
   context.first_sample =
       tag.first_sample >= 0
           ? tag.first_sample

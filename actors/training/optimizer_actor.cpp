@@ -41,7 +41,8 @@ bool optimizer_writes_checkpoints(const actor_plan& plan, const topology& graph,
                                   const run_config& config) {
   return plan.kind == actor_kind::optimizer &&
          (plan.replica <= 0 || optimizer_is_sharded(plan, graph, config) ||
-          config.parallel.rule != averaging_rule::synchronous);
+          config.parallel.rule == averaging_rule::local_sgd ||
+          config.parallel.rule == averaging_rule::diloco);
 }
 
 optimizer_actor::optimizer_actor(caf::actor_config& config, optimizer_actor_settings settings)
@@ -157,6 +158,8 @@ void optimizer_actor::connect(const wiring_msg& wiring) {
   grads_expected_ = static_cast<std::int32_t>(wiring.in("grads").size());
   TROUPE_CHECK(grads_expected_ >= 1 && !subscribers_.empty(),
                settings_.name << " needs grads wires in and params wires out");
+  if (serves_async())
+    connect_async(wiring);
 }
 
 void optimizer_actor::release_peers() {
@@ -166,6 +169,8 @@ void optimizer_actor::release_peers() {
 }
 
 std::string optimizer_actor::waiting_for() const {
+  if (serves_async())
+    return async_waiting_for();
   if (averaging_)
     return ": parameter version " + std::to_string(version_) + "; waits for the replicas' " +
            "average of version " + std::to_string(version_ + 1) + " (" +
@@ -178,7 +183,13 @@ std::string optimizer_actor::waiting_for() const {
 caf::message_handler optimizer_actor::handlers() {
   return {
       [this](start_atom) { publish(); },
-      grads_handler([this](weight_grads_msg& message) { receive_grads(message); }),
+      grads_handler([this](weight_grads_msg& message) {
+        if (serves_async())
+          receive_async(message);
+        else
+          receive_grads(message);
+      }),
+      [this](staleness_atom) { return async_.staleness; },
       [this](shard_msg& message) {
         if (deferred_until_ready(message, {&message.flat}))
           return;
@@ -203,10 +214,13 @@ caf::message_handler optimizer_actor::handlers() {
           return;
         TROUPE_CHECK(version >= version_, settings_.name << ": a checkpoint of version " << version
                                                          << " asked for at version " << version_);
-        if (version == version_)
+        if (version == version_) {
           checkpoint(version);
-        else
+        } else {
           requested_checkpoint_ = version;
+          if (serves_async())
+            apply_async();  // replicas at the stop bound nothing now
+        }
       },
       // The parameters once they have reached `version` (the end of a run, tests,
       // checkpoints): answered at once, or as soon as that update has been submitted.
@@ -258,35 +272,43 @@ void optimizer_actor::receive_grads(weight_grads_msg& message) {
   update(message.step);
 }
 
-void optimizer_actor::update(std::int64_t step) {
+std::vector<tensor> optimizer_actor::updated_params(std::int64_t step, std::int64_t applied,
+                                                    std::vector<tensor> grads, tensor* flat,
+                                                    std::int32_t replica) {
   std::vector<tensor> next;
   std::vector<piece> pieces;
-  // Averaged next: written into one buffer, which the averager's backend sums in place.
-  const bool sync = syncs_after(step);
-  tensor next_flat;
-  if (sync)
-    next_flat = tensor::empty({parameter_count()}, dtype::f32, settings_.on->id());
+  if (flat != nullptr)
+    *flat = tensor::empty({parameter_count()}, dtype::f32, settings_.on->id());
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    next.push_back(sync ? next_flat.view(offset, params_[i].shape())
-                        : tensor::empty(params_[i].shape(), dtype::f32, settings_.on->id()));
+    next.push_back(flat != nullptr
+                       ? flat->view(offset, params_[i].shape())
+                       : tensor::empty(params_[i].shape(), dtype::f32, settings_.on->id()));
     offset += params_[i].numel();
-    pieces.push_back(piece{params_[i].f32(), next[i].f32(), grad_sum_[i].f32(),
-                           momentum_[i].f32(), second_.empty() ? nullptr : second_[i].f32(),
-                           params_[i].numel()});
+    pieces.push_back(piece{params_[i].f32(), next[i].f32(), grads[i].f32(), momentum_[i].f32(),
+                           second_.empty() ? nullptr : second_[i].f32(), params_[i].numel()});
   }
   std::vector<tensor> keep = params_;
   keep.insert(keep.end(), next.begin(), next.end());
-  keep.insert(keep.end(), grad_sum_.begin(), grad_sum_.end());
+  keep.insert(keep.end(), grads.begin(), grads.end());
   keep.push_back(momentum_flat_);  // the state too: the job may outlive this actor
   keep.push_back(second_flat_);
-  auto done = submit_update(step, std::move(pieces), std::move(keep));
-  grad_sum_.clear();
+  auto done = submit_update(step, std::move(pieces), std::move(keep), applied, replica);
   for (auto& p : next)
     p.set_ready(done);
+  if (flat != nullptr)
+    flat->set_ready(done);
   params_flat_ = tensor{};  // the parameters are separate buffers from now on
+  return next;
+}
+
+void optimizer_actor::update(std::int64_t step) {
+  // Averaged next: written into one buffer, which the averager's backend sums in place.
+  const bool sync = syncs_after(step);
+  tensor next_flat;
+  auto next = updated_params(step, step, std::move(grad_sum_), sync ? &next_flat : nullptr);
+  grad_sum_.clear();
   if (sync) {
-    next_flat.set_ready(done);
     if (diloco())  // Note [DiLoCo]: the replicas average their deltas, not their parameters
       next_flat.set_ready(settings_.on->work().submit(
           [axpy = axpy_, scale = scale_, context = settings_.on->context(), outer = outer_flat_,
@@ -398,7 +420,8 @@ void optimizer_actor::update_shard(shard_msg& reduced) {
                            second_flat_.defined() ? second_flat_.f32() + offset : nullptr, n});
   }
   next.set_ready(submit_update(reduced.step, std::move(pieces),
-                               {params_flat_, next, grads, momentum_flat_, second_flat_}));
+                               {params_flat_, next, grads, momentum_flat_, second_flat_},
+                               reduced.step));
   shard_msg out{reduced.step, settings_.layer_index, shard_msg::updated, std::move(next),
                 std::move(reduced.spans)};
   stamp_send(out, averager_track_, "updated", bytes_of(out.flat));
@@ -518,7 +541,8 @@ void optimizer_actor::checkpoint(std::int64_t version) {
 }
 
 event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> pieces,
-                                     std::vector<tensor> keep) {
+                                     std::vector<tensor> keep, std::int64_t applied,
+                                     std::int32_t replica) {
   const auto& o = settings_.optimizer;
   const auto lr = static_cast<float>(settings_.schedule.at(step));
   const bool adam = is_adam_family(o.type);
@@ -527,14 +551,14 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
                          static_cast<float>(o.dampening),
                          static_cast<float>(o.weight_decay),
                          o.nesterov,
-                         step == 0};
+                         applied == 0};
   kernels::adam_hyper adam_hyper{lr,
                                  static_cast<float>(o.beta1),
                                  static_cast<float>(o.beta2),
                                  static_cast<float>(o.eps),
                                  static_cast<float>(o.weight_decay),
                                  o.type == optimizer_type::adamw,
-                                 step + 1};
+                                 applied + 1};
   const bool momentum = o.momentum != 0;
   return settings_.on->work().submit(
       [=, context = settings_.on->context(), pieces = std::move(pieces), keep = std::move(keep),
@@ -549,7 +573,7 @@ event optimizer_actor::submit_update(std::int64_t step, std::vector<piece> piece
             sgd_update(context, p.n, p.current, p.next, p.grad, momentum ? p.first : nullptr, sgd);
         }
       },
-      job_for_step(job_kind::update, step));
+      job_for_step(job_kind::update, step, replica));
 }
 
 }  // namespace troupe
@@ -580,7 +604,9 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
       s.replica = plan.replica;
       s.sharded = optimizer_is_sharded(plan, context.graph, context.config);
       s.writes_checkpoints = optimizer_writes_checkpoints(plan, context.graph, context.config);
-      if (context.config.parallel.rule != averaging_rule::synchronous && plan.replica >= 0) {
+      if ((context.config.parallel.rule == averaging_rule::local_sgd ||
+           context.config.parallel.rule == averaging_rule::diloco) &&
+          plan.replica >= 0) {
         const bool averaged = std::any_of(
             context.graph.actors.begin(), context.graph.actors.end(), [&](const actor_plan& a) {
               return a.kind == actor_kind::averager && a.layer == plan.layer &&
@@ -600,6 +626,16 @@ TROUPE_REGISTER_BUILTIN_ACTOR_KIND(
         s.local.total_steps = context.plan.total_steps;
         if (context.plan.evaluate)
           s.local.epoch_steps = context.plan.steps_per_epoch;
+      }
+      if (context.config.parallel.rule == averaging_rule::async) {
+        if (plan.replica >= 0)
+          throw user_error(plan.name + ": [parallel] averaging = \"async\" has one optimizer " +
+                           "a layer (its server) for every replica, and this one is replica " +
+                           std::to_string(plan.replica) + "'s");
+        s.async.max_staleness = context.config.parallel.max_staleness;
+        s.async.total_steps = context.plan.total_steps;
+        if (context.plan.evaluate)
+          s.async.epoch_steps = context.plan.steps_per_epoch;
       }
       s.checkpoints = context.checkpoints;
       return context.system.spawn<optimizer_actor>(std::move(s));

@@ -64,7 +64,22 @@ struct optimizer_actor_settings {
     double outer_lr = 1;
     double outer_momentum = 0;
   } local;
+  /// averaging = "async" (Note [asynchronous server] in async_server.cpp): this optimizer
+  /// serves every replica and applies each one's gradients as they arrive, at most
+  /// `max_staleness` of its updates after the version they were computed on; every replica
+  /// gets the same version at each barrier step: the run's last (`total_steps`), each
+  /// evaluated epoch's end (`epoch_steps`; 0: none) and each checkpoint. -1: not a server.
+  struct async_plan {
+    std::int64_t max_staleness = -1;
+    std::int64_t total_steps = 0;
+    std::int64_t epoch_steps = 0;
+  } async;
 };
+
+using staleness_atom = caf::atom_constant<caf::atom("staleness")>;
+/// An async server's staleness counts: counts[s] updates were applied s updates after the
+/// version their gradients were computed on (the reply to staleness_atom).
+using staleness_counts = std::vector<std::int64_t>;
 
 /// Whether the optimizer `plan` is sharded (ZeRO-1: its layer's ring averagers hand it
 /// spans), and whether it writes a shard of each checkpoint (Note [who writes a
@@ -115,9 +130,26 @@ class optimizer_actor : public device_actor {
     float* second;  // Adam's second moments
     std::int64_t n;
   };
-  /// Submits step `step`'s update of `pieces` to the device; `keep` holds their buffers
+  /// Submits step `step`'s update of `pieces` to the device, the optimizer's `applied`-th
+  /// (its first is 0: Adam's bias correction and SGD's first momentum count them), for
+  /// `replica`'s gradients (-1: all of them; the job's label); `keep` holds their buffers
   /// until it has run. Returns the job's event.
-  event submit_update(std::int64_t step, std::vector<piece> pieces, std::vector<tensor> keep);
+  event submit_update(std::int64_t step, std::vector<piece> pieces, std::vector<tensor> keep,
+                      std::int64_t applied, std::int32_t replica = -1);
+  /// Submits the update of the current version by `grads` (step `step`, the `applied`-th)
+  /// into new buffers (views of one (P) buffer put in `*flat` if `flat` is not null).
+  std::vector<tensor> updated_params(std::int64_t step, std::int64_t applied,
+                                     std::vector<tensor> grads, tensor* flat,
+                                     std::int32_t replica = -1);
+  // ---- the async server (async_server.cpp) ----
+  bool serves_async() const { return settings_.async.max_staleness >= 0; }
+  void connect_async(const wiring_msg& wiring);
+  void receive_async(weight_grads_msg& message);
+  /// Applies every held gradient the staleness bound lets through, oldest version first.
+  void apply_async();
+  /// Whether the replicas meet at version `version` (they all get the same parameters).
+  bool async_barrier(std::int64_t version) const;
+  std::string async_waiting_for() const;
   /// Views of `flat` shaped like the parameters, ready when it is.
   std::vector<tensor> unflatten(const tensor& flat) const;
   void set_version(std::int64_t version, std::vector<tensor> params);
@@ -143,6 +175,21 @@ class optimizer_actor : public device_actor {
   bool averaging_ = false;          // local SGD: the next version is being averaged
   std::int32_t grads_received_ = 0;
   std::int32_t grads_expected_ = 1; // incoming grads wires
+  /// The async server's books (Note [asynchronous server]).
+  struct async_gradient {
+    std::int32_t replica;
+    std::int64_t step;
+    std::vector<tensor> grads;
+  };
+  struct async_state {
+    std::int64_t updates = 0;             // applied since the start (R per step)
+    std::vector<std::int64_t> based_on;   // by replica: `updates` when its version was made
+    std::vector<std::int64_t> next_step;  // by replica: the step it computes now
+    std::vector<bool> at_barrier;         // by replica: waits for the others at a barrier
+    std::vector<std::size_t> subscriber;  // by replica: its index in subscribers_
+    std::vector<async_gradient> held;     // arrived, not yet applied
+    staleness_counts staleness;           // counts by staleness
+  } async_;
   std::vector<caf::actor> subscribers_;
   std::vector<std::uint32_t> subscriber_tracks_;
   std::string sources_;  // names of the grads wires' senders

@@ -82,6 +82,7 @@ struct layer_context {
   std::int64_t step = 0;          // the training step of this pass
   std::int32_t layer = 0;         // the layer's index in the model
   std::int64_t first_sample = 0;  // the step's index of the micro-batch's first sample
+  std::int32_t replica = 0;       // the data-parallel replica computing it (0 with one)
 
   /// The key of this pass's randomness: (seed, step, layer), the same on every device,
   /// replica and wiring (DESIGN.md "Equivalence"); a layer adds the sample index to it.

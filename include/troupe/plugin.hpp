@@ -56,7 +56,9 @@
 /// 14: trace::event_type gains part (a member layer's span inside a fused job).
 /// 15: layer gains activations(), input_dtype and output_dtype (bf16 activations between
 /// layers, bf16_flow); ops.hpp gains the bf16 relu and max pooling ops.
-#define TROUPE_ABI_VERSION 16
+/// 16: device_actor's sends to other nodes pass through the emulated link ([cluster] link).
+/// 17: layer_context gains replica.
+#define TROUPE_ABI_VERSION 17
 
 namespace troupe {
 

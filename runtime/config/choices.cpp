@@ -91,6 +91,8 @@ const char* to_string(averaging_rule value) {
       return "local_sgd";
     case averaging_rule::diloco:
       return "diloco";
+    case averaging_rule::async:
+      return "async";
   }
   TROUPE_CHECK(false, "averaging_rule " << static_cast<int>(value));
   return "";

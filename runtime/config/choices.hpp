@@ -37,8 +37,10 @@ enum class averaging_method { ring, central, gloo };
 /// gradients of every step; local_sgd: each replica steps on its own gradients and the
 /// parameters are averaged every [parallel] sync_every steps; diloco: likewise, but the
 /// average of the replicas' parameter deltas is an outer optimizer's gradient (Note
-/// [DiLoCo] in actors/training/optimizer_actor.cpp).
-enum class averaging_rule { synchronous, local_sgd, diloco };
+/// [DiLoCo] in actors/training/optimizer_actor.cpp); async: a parameter server per layer
+/// applies each replica's gradients as they arrive, within [parallel] max_staleness (Note
+/// [asynchronous server] in actors/training/async_server.cpp).
+enum class averaging_rule { synchronous, local_sgd, diloco, async };
 
 /// [run] precision once resolved ("auto" is fp32 or bf16 by the CPU): what the layers that
 /// can compute in bf16 compute in (runtime/config/precision.hpp).
@@ -92,8 +94,9 @@ struct enum_values<averaging_method> {
 };
 template <>
 struct enum_values<averaging_rule> {
-  static constexpr std::array<averaging_rule, 3> all = {
-      averaging_rule::synchronous, averaging_rule::local_sgd, averaging_rule::diloco};
+  static constexpr std::array<averaging_rule, 4> all = {
+      averaging_rule::synchronous, averaging_rule::local_sgd, averaging_rule::diloco,
+      averaging_rule::async};
 };
 template <>
 struct enum_values<numeric_precision> {

@@ -1012,12 +1012,13 @@ void read_balance(const section_reader& r, parallel_section& s) {
 
 /// explicit_form: the [[actor]] / [[wire]] graph says how many replicas and stages there
 /// are, so the shorthand keys for them would say it twice (and could disagree).
-/// [parallel] averaging: a collective (ring, central, gloo), or a rule, "local_sgd" or
+/// [parallel] averaging: a collective (ring, central, gloo), or a rule: "local_sgd" or
 /// "diloco", with the collective under it (`collective`), its period (`sync_every`,
-/// required) and, for diloco, the outer optimizer (`outer`, `outer_lr`, `outer_momentum`).
+/// required) and, for diloco, the outer optimizer (`outer`, `outer_lr`, `outer_momentum`);
+/// or "async", a parameter server per layer with its bound (`max_staleness`, required).
 void read_averaging(const section_reader& r, parallel_section& s) {
   auto names = enum_names<averaging_method>();
-  for (auto rule : {averaging_rule::local_sgd, averaging_rule::diloco})
+  for (auto rule : {averaging_rule::local_sgd, averaging_rule::diloco, averaging_rule::async})
     names.push_back(to_string(rule));
   std::string averaging = to_string(s.averaging);
   s.averaging_where = r.read_choice("averaging", averaging, "gradient averaging", names);
@@ -1035,21 +1036,35 @@ void read_averaging(const section_reader& r, parallel_section& s) {
                                                     quote_user_text(averaging) +
                                                     "; set averaging = " + owner + " or remove it");
   };
-  const bool local = s.rule != averaging_rule::synchronous;
+  const bool local = s.rule == averaging_rule::local_sgd || s.rule == averaging_rule::diloco;
   refuse_unless(local, "\"local_sgd\" or \"diloco\"", {"collective", "sync_every"});
   refuse_unless(s.rule == averaging_rule::diloco, "\"diloco\"",
                 {"outer", "outer_lr", "outer_momentum"});
+  refuse_unless(s.rule == averaging_rule::async, "\"async\"", {"max_staleness"});
+  auto require = [&](const char* key, const std::string& meaning) {
+    if (!r.find(key))
+      throw config_error(s.averaging_where, "[parallel] averaging = " + quote_user_text(averaging) +
+                                                " needs " + key + " = " + meaning);
+  };
+  if (s.rule == averaging_rule::async) {
+    // Note [asynchronous server] in actors/training/async_server.cpp.
+    s.averaging = averaging_method::central;  // the server sits where a central averager would
+    require("max_staleness",
+            "N: how many of the server's updates may land between the version a replica "
+            "computed its gradient on and that gradient's own update (at least replicas - 1)");
+    s.max_staleness_where =
+        r.read("max_staleness", s.max_staleness, integer_range{0, limits::max_steps});
+    return;
+  }
   if (!local)
     return;
   std::string collective = to_string(averaging_method::ring);
   r.read_choice("collective", collective, "collective under " + averaging,
                 {to_string(averaging_method::ring), to_string(averaging_method::gloo)});
   s.averaging = *parse_enum<averaging_method>(collective);
-  if (!r.find("sync_every"))
-    throw config_error(s.averaging_where,
-                       "[parallel] averaging = " + quote_user_text(averaging) +
-                           " needs sync_every = H: the number of steps each replica takes on its "
-                           "own between parameter averages (1 is every step)");
+  require("sync_every",
+          "H: the number of steps each replica takes on its own between parameter averages "
+          "(1 is every step)");
   r.read("sync_every", s.sync_every, integer_range{1, limits::max_steps});
   if (s.rule != averaging_rule::diloco)
     return;
@@ -1126,6 +1141,12 @@ parallel_section read_parallel(const section_reader& r, bool explicit_form) {
   read_balance(r, s);
   r.finish();
   const std::string rule = quote_user_text(to_string(s.rule));
+  if ((s.reduce_bf16 || s.shard_optimizer) && s.rule == averaging_rule::async)
+    throw config_error(s.reduce_bf16 ? reduce_where : s.shard_where,
+                       std::string("[parallel] ") +
+                           (s.reduce_bf16 ? "reduce_dtype" : "shard_optimizer") +
+                           ": is the ring's, and averaging = \"async\" has no ring (a server a "
+                           "layer applies each replica's gradients); leave it out");
   if (s.reduce_bf16 && s.rule != averaging_rule::synchronous)
     throw config_error(reduce_where,
                        "[parallel] reduce_dtype: \"bf16\" rounds the ring's gradient chunks, and "

@@ -188,6 +188,10 @@ struct parallel_section {
   bool outer_nesterov = true;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
+  /// async: a replica's gradient is applied at most this many server updates after the
+  /// version it was computed on (it waits otherwise); at least replicas - 1.
+  std::int64_t max_staleness = 0;
+  source_position max_staleness_where;
   source_position averaging_where;  // where averaging is written, if it is
   /// Optional explicit pipeline split: stage s holds model layers [first, last] (inclusive).
   /// Checked here only for first <= last; contiguity and coverage by the expander.

@@ -375,6 +375,14 @@ void topology_builder::add_optimizers(const run_config& config,
       add_actor("optimizer" + suffix, actor_kind::optimizer, device_of(0, s), -1, s, i);
       add_wire(layer_name(0), "optimizer" + suffix, wire_kind::grads, 0);
       add_wire("optimizer" + suffix, layer_name(0), wire_kind::params, 0);
+    } else if (t_.rule == averaging_rule::async) {
+      // Note [asynchronous server] in actors/training/async_server.cpp: the optimizer is
+      // the layer's server; each replica's gradients go to it as they are.
+      add_actor("optimizer" + suffix, actor_kind::optimizer, device_of(0, s), -1, s, i);
+      for (std::int64_t r = 0; r < R; ++r) {
+        add_wire(layer_name(r), "optimizer" + suffix, wire_kind::grads, 0);
+        add_wire("optimizer" + suffix, layer_name(r), wire_kind::params, 0);
+      }
     } else if (t_.averaging == averaging_method::central) {
       auto& averager = add_actor("avg" + suffix, actor_kind::averager, device_of(0, s), -1, s, i);
       averager.method = averaging_method::central;
@@ -417,6 +425,15 @@ topology expand_shorthand(const run_config& config, const std::vector<shape_t>& 
   t.averaging = p.averaging;
   t.rule = p.rule;
   t.sync_every = p.sync_every;
+  t.max_staleness = p.max_staleness;
+  if (p.rule == averaging_rule::async && p.max_staleness < p.data - 1)
+    throw config_error(p.max_staleness_where,
+                       "[parallel] max_staleness = " + std::to_string(p.max_staleness) +
+                           " is below data - 1 = " + std::to_string(p.data - 1) +
+                           ": a round of the " + std::to_string(p.data) +
+                           " replicas' updates moves the server that many versions past the "
+                           "last replica's, so it would wait forever; use at least " +
+                           std::to_string(p.data - 1));
   t.shapes = shapes;
   t.inputs = resolve_inputs(config.model);
   t.outputs = outputs_along(t.inputs, shapes);

@@ -368,6 +368,7 @@ topology topology_from_explicit(const run_config& config, std::int64_t input_fea
   t.averaging = config.parallel.averaging;
   t.rule = config.parallel.rule;
   t.sync_every = config.parallel.sync_every;
+  t.max_staleness = config.parallel.max_staleness;
   for (const auto* tables : {&config.actors, &config.wires})
     if (static_cast<std::int64_t>(tables->size()) > limits::max_actors)
       throw config_error((*tables)[static_cast<std::size_t>(limits::max_actors)].where,

@@ -196,6 +196,9 @@ std::string custom_settings(const actor_plan& a) {
 std::string averaging_of(const topology& t) {
   if (t.rule == averaging_rule::synchronous)
     return to_string(t.averaging);
+  if (t.rule == averaging_rule::async)
+    return "async (a parameter server per layer, max_staleness " + std::to_string(t.max_staleness) +
+           ")";
   return std::string{to_string(t.rule)} + " (" + to_string(t.averaging) +
          ", parameters averaged every " +
          (t.sync_every == 1 ? std::string{"step"} : std::to_string(t.sync_every) + " steps") + ")";
@@ -403,6 +406,25 @@ void write_data_section(toml_writer& w, const data_section& data) {
   w.put("synthetic_classes", data.synthetic_classes);
 }
 
+/// [parallel] averaging and its rule's keys, as the config gave them.
+void write_averaging(toml_writer& w, const topology& t, const parallel_section& p) {
+  if (p.rule == averaging_rule::async) {
+    w.put("averaging", to_string(p.rule));
+    w.put("max_staleness", p.max_staleness);
+  } else if (p.rule != averaging_rule::synchronous) {
+    w.put("averaging", to_string(p.rule));
+    w.put("collective", to_string(t.averaging));
+    w.put("sync_every", p.sync_every);
+    if (p.rule == averaging_rule::diloco) {
+      w.put("outer", p.outer_nesterov ? "nesterov" : "sgd");
+      w.put("outer_lr", p.outer_lr);
+      w.put("outer_momentum", p.outer_momentum);
+    }
+  } else {
+    w.put("averaging", to_string(t.averaging));
+  }
+}
+
 }  // namespace
 
 std::string format_explicit(const topology& t, const run_config& config) {
@@ -489,18 +511,7 @@ std::string format_explicit(const topology& t, const run_config& config) {
   w.put("schedule", to_string(t.schedule));
   if (t.virtual_stages > 1)
     w.put("virtual_stages", t.virtual_stages);
-  if (config.parallel.rule != averaging_rule::synchronous) {
-    w.put("averaging", to_string(config.parallel.rule));
-    w.put("collective", to_string(t.averaging));
-    w.put("sync_every", config.parallel.sync_every);
-    if (config.parallel.rule == averaging_rule::diloco) {
-      w.put("outer", config.parallel.outer_nesterov ? "nesterov" : "sgd");
-      w.put("outer_lr", config.parallel.outer_lr);
-      w.put("outer_momentum", config.parallel.outer_momentum);
-    }
-  } else {
-    w.put("averaging", to_string(t.averaging));
-  }
+  write_averaging(w, t, config.parallel);
   w.put("share_devices", config.parallel.share_devices);
   w.put("bucket_kib", config.parallel.bucket_kib);
   w.put("shard_optimizer", config.parallel.shard_optimizer);

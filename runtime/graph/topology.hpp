@@ -91,6 +91,7 @@ struct topology {
   averaging_method averaging = averaging_method::central;  // matters with R > 1
   averaging_rule rule = averaging_rule::synchronous;       // [parallel] averaging = "local_sgd"
   std::int64_t sync_every = 1;                             // local_sgd: steps between averages
+  std::int64_t max_staleness = 0;                          // async: the server's bound
   std::vector<shape_t> shapes;        // shapes[i]: per-sample input of model layer i; back(): output
   layer_inputs inputs;                // inputs[i]: the model layers layer i reads (model_graph.hpp)
   std::vector<shape_t> outputs;       // outputs[i]: per-sample output of model layer i

@@ -612,7 +612,12 @@ class validator {
                                std::to_string(other->layer));
       }
       for (const auto* sink : sinks)
-        if (t_.replicas > 1 && sink->kind != actor_kind::averager)
+        if (t_.rule == averaging_rule::async && sink->kind != actor_kind::optimizer)
+          fail(grads[0]->where, "with averaging = \"async\" the gradients of " + describe(*a) +
+                                    " go to its layer's server (an optimizer), not to " +
+                                    named(sink->name) + through(*grads[0], true));
+        else if (t_.replicas > 1 && t_.rule != averaging_rule::async &&
+                 sink->kind != actor_kind::averager)
           fail(grads[0]->where, "with " + std::to_string(t_.replicas) +
                                     " replicas the gradients of " + describe(*a) +
                                     " must be averaged: send them to an averager, not to " +
@@ -739,8 +744,12 @@ class validator {
   }
 
   void check_optimizers() const {
+    // averaging = "async": a layer's server hears from each replica's layer itself.
+    const bool async = t_.rule == averaging_rule::async;
     for (const auto* o : of_kind(actor_kind::optimizer)) {
-      expect_count(*o, incoming(*o, wire_kind::grads), 1, "incoming grads wires");
+      expect_count(*o, incoming(*o, wire_kind::grads),
+                   async ? static_cast<std::size_t>(t_.replicas) : 1, "incoming grads wires",
+                   async ? "one from each replica's layer" : "");
       // Through custom actors, the gradients must come from somewhere.
       follow(*incoming(*o, wire_kind::grads)[0], false,
              "the gradients of optimizer " + named(o->name), "a layer or an averager");

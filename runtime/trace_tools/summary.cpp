@@ -235,6 +235,24 @@ void summarize_wires(const trace_file& trace, trace_summary& out) {
           std::max_element(samples.begin(), samples.end(), [](const auto& a, const auto& b) {
             return a.value < b.value;
           })->value);
+  // "staleness <server> -> <layer>": one sample an update.
+  std::map<std::string, server_staleness> servers;
+  for (const auto& [name, samples] : trace.counters) {
+    if (name.rfind("staleness ", 0) != 0)
+      continue;
+    const auto server = name.substr(10, name.find(" -> ") - 10);
+    auto& st = servers[server];
+    st.server = server;
+    for (const auto& sample : samples) {
+      ++st.updates;
+      st.mean += sample.value;  // a sum until the division below
+      st.max = std::max(st.max, static_cast<std::int64_t>(sample.value));
+    }
+  }
+  for (auto& [name, st] : servers) {
+    st.mean /= static_cast<double>(std::max<std::int64_t>(st.updates, 1));
+    out.staleness.push_back(st);
+  }
   for (auto& [key, w] : wires)
     if (w.timed > 0)
       w.transit_us /= static_cast<double>(w.timed);
@@ -478,6 +496,16 @@ std::string format_summary_text(const trace_summary& summary, std::size_t slowes
     }
   }
 
+  if (!s.staleness.empty()) {
+    text +=
+        "\nasync server staleness (updates landed between a gradient's version and its "
+        "own update)\n";
+    text += string_printf("%-24s %9s %8s %5s\n", "server", "updates", "mean", "max");
+    for (const auto& st : s.staleness)
+      text += string_printf("%-24s %9lld %8.2f %5lld\n", st.server.c_str(),
+                            static_cast<long long>(st.updates), st.mean,
+                            static_cast<long long>(st.max));
+  }
   if (s.steps.empty()) {
     text += "\nno training steps in the trace\n";
     return text;
@@ -540,6 +568,10 @@ std::string format_summary_json(const trace_summary& s) {
     out["pipeline"] = nullptr;
   }
   out["shared_memory_bytes"] = s.shared_memory_bytes;
+  auto& staleness = out["staleness"] = json::array();
+  for (const auto& st : s.staleness)
+    staleness.push_back(
+        {{"server", st.server}, {"updates", st.updates}, {"mean", st.mean}, {"max", st.max}});
   auto& wires = out["wires"] = json::array();
   for (const auto& w : s.wires)
     wires.push_back({{"from", w.from},

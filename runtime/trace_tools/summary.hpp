@@ -101,6 +101,15 @@ struct step_time {
   double slowest_actor_us = 0;
 };
 
+/// averaging = "async": one layer's server, from its "staleness" counters (one sample an
+/// update: Note [asynchronous server] in actors/training/async_server.cpp).
+struct server_staleness {
+  std::string server;  // the optimizer's track
+  std::int64_t updates = 0;
+  double mean = 0;
+  std::int64_t max = 0;
+};
+
 struct trace_summary {
   std::string path;
   double run_us = 0;
@@ -119,6 +128,7 @@ struct trace_summary {
   /// Of the tensor bytes sent to other nodes, those that went through shared memory (nodes
   /// of one machine: runtime/net/shared_memory.hpp); from the "shared memory A" counters.
   std::int64_t shared_memory_bytes = 0;
+  std::vector<server_staleness> staleness;  // by server; empty unless averaging = "async"
   std::vector<step_time> steps;      // by step
   step_time average;                 // the run's step time and its steady steps' mean work
                                      // (step = -1, no actor; Note [step time])

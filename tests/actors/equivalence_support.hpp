@@ -14,6 +14,7 @@
 
 #include "actors/session/session.hpp"
 #include "actors/tools/verify.hpp"
+#include "runtime/checkpoint/checkpoint_directory.hpp"
 #include "tests/actors/session_support.hpp"
 #include "tests/config_text.hpp"
 
@@ -50,6 +51,15 @@ inline trained_parameters train_twenty_steps(const std::string& text) {
   auto result = run_ok(config, options);
   REQUIRE(result.outcome.steps == 20);
   return result.parameters;
+}
+
+/// The checkpoint after `step` steps under `root` (a test failure when there is none).
+inline std::string checkpoint_at(const std::string& root, std::int64_t step) {
+  for (const auto& c : list_checkpoints(root))
+    if (c.step == step)
+      return c.path;
+  FAIL("no checkpoint of step " << step << " under " << root);
+  return {};
 }
 
 /// The largest relative difference between any two corresponding parameters.

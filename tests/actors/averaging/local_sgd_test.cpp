@@ -25,19 +25,10 @@ std::string local_sgd(std::int64_t sync_every) {
   return "averaging = \"local_sgd\"\nsync_every = " + std::to_string(sync_every) + "\n";
 }
 
-/// The checkpoint after `step` steps under `root`.
-std::string checkpoint_at(const std::string& root, std::int64_t step) {
-  for (const auto& c : list_checkpoints(root))
-    if (c.step == step)
-      return c.path;
-  FAIL("no checkpoint of step " << step << " under " << root);
-  return {};
-}
-
 /// The tensors of the checkpoint after `step` steps under `root`, by name.
 std::map<std::string, std::vector<float>> checkpoint_tensors(const std::string& root,
                                                              std::int64_t step) {
-  const auto path = checkpoint_at(root, step);
+  const auto path = test::checkpoint_at(root, step);
   return read_checkpoint_tensors(path, verify_checkpoint(path));
 }
 
@@ -134,7 +125,7 @@ TEST_CASE("a local SGD run resumed between syncs ends bit for bit where the stra
   test::temp_directory d{"troupe-local-resume"};
   const auto text = equivalence_config(two_replicas + local_sgd(4), "adam");
   const auto straight = train_checkpointed(text, d.file("checkpoints"), 6);
-  CHECK(resumed(text, checkpoint_at(d.file("checkpoints"), 6)) == straight);
+  CHECK(resumed(text, test::checkpoint_at(d.file("checkpoints"), 6)) == straight);
 }
 
 TEST_CASE(
@@ -181,5 +172,5 @@ TEST_CASE("DiLoCo's Nesterov outer step moves the run off local SGD's, and resum
         after_sync.at("0.weight.outer_momentum"));
   auto between = checkpoint_tensors(d.file("checkpoints"), 6);
   CHECK(between.at("0.weight.outer_params") != between.at("0.weight"));
-  CHECK(resumed(text, checkpoint_at(d.file("checkpoints"), 6)) == straight);
+  CHECK(resumed(text, test::checkpoint_at(d.file("checkpoints"), 6)) == straight);
 }

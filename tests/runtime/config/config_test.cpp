@@ -377,6 +377,29 @@ TEST_CASE(
               16, "averages parameters");
 }
 
+TEST_CASE("averaging = async takes max_staleness, and nothing else takes it") {
+  const std::string parallel = minimal_model + "[parallel]\ndata = 2\n";
+  auto c = parse_config(parallel + "averaging = \"async\"\nmax_staleness = 3\n", "t.toml");
+  CHECK(c.parallel.rule == troupe::averaging_rule::async);
+  CHECK(c.parallel.averaging == troupe::averaging_method::central);  // the server's place
+  CHECK(c.parallel.max_staleness == 3);
+  check_error(parallel + "averaging = \"async\"\n", 6, 13,
+              "averaging = 'async' needs max_staleness = N");
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = -1\n", 7, 17, "max_staleness");
+  check_error(parallel + "max_staleness = 1\n", 6, 1,
+              "[parallel] max_staleness: is \"async\"'s, and averaging is 'ring'");
+  check_error(parallel + "averaging = \"local_sgd\"\nsync_every = 2\nmax_staleness = 1\n", 8, 1,
+              "[parallel] max_staleness: is \"async\"'s, and averaging is 'local_sgd'");
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = 1\nsync_every = 2\n", 8, 1,
+              "[parallel] sync_every: is \"local_sgd\" or \"diloco\"'s, and averaging is 'async'");
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = 1\ncollective = \"ring\"\n", 8, 1,
+              "[parallel] collective: is \"local_sgd\" or \"diloco\"'s");
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = 1\nreduce_dtype = \"bf16\"\n", 8,
+              16, "has no ring");
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = 1\nshard_optimizer = true\n", 8, 1,
+              "has no ring");
+}
+
 TEST_CASE("[cluster] link is an emulated link, refused at its value when it says no link") {
   auto c = parse_config(minimal_model + "[cluster]\nlink = \"100 Mbit/s, 20 ms\"\n", "t.toml");
   CHECK(c.cluster.link.given);
@@ -460,7 +483,8 @@ TEST_CASE("an unknown key in a fixed section is rejected with the nearest valid 
   check_error("[parallel]\nfrobnicate = 1\n" + minimal_model, 2, 1,
               "unknown key 'frobnicate' in [parallel]; valid keys: devices, data, pipeline, "
               "stages, microbatches, schedule, virtual_stages, averaging, collective, sync_every, "
-              "outer, outer_lr, outer_momentum, share_devices, bucket_kib, shard_optimizer");
+              "outer, outer_lr, outer_momentum, max_staleness, share_devices, bucket_kib, "
+              "shard_optimizer");
   // Two unknown keys: the first in the file is named (toml++ itself orders keys by name).
   check_error("[run]\nzzz = 1\naaa = 2\n" + minimal_model, 2, 1, "unknown key 'zzz' in [run]");
 }
@@ -534,7 +558,7 @@ TEST_CASE("an unknown name for an enumerated setting suggests the nearest and li
               "unknown pipeline schedule '1f1f'; did you mean '1f1b'?");
   check_error(minimal_model + "[parallel]\naveraging = \"allreduce\"\n", 5, 13,
               "unknown gradient averaging 'allreduce' (expected one of 'ring', 'central', 'gloo', "
-              "'local_sgd', 'diloco')");
+              "'local_sgd', 'diloco', 'async')");
   check_error(minimal_model + "[run]\ncpu_gemm = \"mkl\"\n", 5, 12,
               "unknown CPU GEMM library 'mkl' (expected one of 'auto', 'onednn', 'openblas')");
 }

@@ -87,5 +87,6 @@ TEST_CASE("an unknown optimizer, schedule or averaging name is a config error wi
         std::string::npos);
   CHECK(error_of(header + model + "[parallel]\naveraging = \"glo\"\n")
             .find("t.toml:10:13: unknown gradient averaging 'glo'; did you mean 'gloo'? (expected "
-                  "one of 'ring', 'central', 'gloo', 'local_sgd', 'diloco')") != std::string::npos);
+                  "one of 'ring', 'central', 'gloo', 'local_sgd', 'diloco', 'async')") !=
+        std::string::npos);
 }
