@@ -14,7 +14,7 @@ the same steps and global batch for every mode, so the same samples:
 each once with no link emulated and once over [cluster] link = "100 Mbit/s, 20 ms" (Note [an
 emulated link] in runtime/net/link_model.cpp). One traced run per cell: the final test loss,
 samples/s (the run's own, tracing on), and the bytes that crossed between the two processes
-(the trace's network wires and shared memory). With --simulate also `troupe simulate`'s
+(the trace's network wires, tensors through shared memory included). With --simulate also `troupe simulate`'s
 predicted samples/s for each cell, beside the measurement.
 
     /usr/bin/python3 bench/slow_links.py [--steps 600] [--modes ring,local_sgd:8,...]
@@ -87,8 +87,9 @@ def launched(binary, text, workdir, metrics):
     final["test_loss"] = [r for r in records if "test_loss" in r][-1]["test_loss"]
     summary = json.loads(subprocess.run([binary, "trace", "summary", trace, "--json"],
                                         check=True, capture_output=True, text=True).stdout)
-    final["bytes"] = (sum(w["bytes"] for w in summary["wires"] if w["network"]) +
-                      summary.get("shared_memory_bytes", 0))
+    # What each message to the other process carried, its tensors included (those that
+    # went through shared memory too: summary's shared_memory_bytes is a part of this).
+    final["bytes"] = sum(w["bytes"] for w in summary["wires"] if w["network"])
     return final
 
 

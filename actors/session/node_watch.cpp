@@ -82,10 +82,11 @@ caf::behavior node_watch(watch_actor* self, joined_cluster joined, caf::actor tr
         }
         self->delayed_send(self, milliseconds(s.heartbeat), tick_atom::value);
       },
-      [self](pong_atom, std::int32_t rank) {
+      [self](pong_atom, std::int32_t rank, std::int64_t sent_to_nodes) {
         auto it = self->state.nodes.find(rank);
         if (it != self->state.nodes.end())
           it->second.last_heard = clock::now();
+        self->send(self->state.trainer, node_bytes_atom::value, rank, sent_to_nodes);
       },
       [self](caf::get_atom) {  // the ranks of the nodes lost so far
         std::vector<std::int32_t> lost;

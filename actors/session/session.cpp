@@ -387,6 +387,7 @@ void session::spawn() {
   s_.trainer_config->watch_interrupts = s_.options.watch_interrupts;
   s_.trainer_config->stop_request = s_.options.stop_request;
   s_.trainer_config->on_record = s_.options.on_record;
+  s_.trainer_config->several_nodes = s_.graph().nodes > 1;
   for (auto& d : s_.devices->all())
     d->work().set_error_handler([trainer = s_.trainer, name = d->id().to_string()](
                                     std::exception_ptr e) {

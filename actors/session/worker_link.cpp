@@ -13,6 +13,7 @@
 #include "actors/session/cluster.hpp"
 #include "actors/session/cluster_protocol.hpp"
 #include "actors/trainer/interrupts.hpp"
+#include "troupe/device.hpp"
 #include "troupe/trace.hpp"
 
 namespace troupe {
@@ -175,6 +176,8 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
   // Until the run is wired, the rendezvous timeout; then heartbeats.
   bool wired = false;
   auto last_heard = clock::now();
+  const auto sent_before = stream::sent_to_nodes();  // this process's earlier sessions'
+
   int code = -1;
   while (code < 0) {
     self->receive(
@@ -186,8 +189,9 @@ int worker_link::serve(const roster& own, const std::function<void(const roster&
         },
         [&](ping_atom) {
           last_heard = clock::now();
+          // With the bytes this node has sent to others so far (node0's metrics).
           self->send(caf::actor_cast<caf::actor>(self->current_sender()), pong_atom::value,
-                     static_cast<std::int32_t>(node_.rank));
+                     static_cast<std::int32_t>(node_.rank), stream::sent_to_nodes() - sent_before);
         },
         [&](trace_atom) {
           last_heard = clock::now();

@@ -73,13 +73,15 @@ void metrics_writer::close() {
 
 void metrics_writer::step(std::int64_t step, std::int64_t epoch, double loss,
                           const metric_values& metrics, double lr, double samples_per_second,
-                          double train_seconds) {
+                          double train_seconds, std::int64_t net_bytes) {
   nlohmann::json record = {{"step", step}, {"epoch", epoch}, {"loss", loss}};
   for (const auto& [name, value] : metrics)
     record[name] = value;
   record["lr"] = lr;
   record["samples_per_s"] = samples_per_second;
   record["train_s"] = train_seconds;
+  if (net_bytes >= 0)
+    record["net_bytes"] = net_bytes;
   write_line(record);
 }
 

@@ -45,8 +45,11 @@ class metrics_writer {
   /// Whether lines go anywhere: a file, or a listener.
   bool is_open() const { return fd_ >= 0 || listener_ != nullptr; }
 
+  /// `net_bytes`: the tensor bytes the run's nodes have sent each other so far (written
+  /// when >= 0: runs over several nodes).
   void step(std::int64_t step, std::int64_t epoch, double loss, const metric_values& metrics,
-            double lr, double samples_per_second, double train_seconds);
+            double lr, double samples_per_second, double train_seconds,
+            std::int64_t net_bytes = -1);
   /// `split`: which split was evaluated; written as "split" unless it is "test".
   void evaluation(std::int64_t epoch, std::int64_t steps_done, double test_loss,
                   const metric_values& test_metrics, const std::string& split = "test");

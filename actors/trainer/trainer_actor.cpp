@@ -1,6 +1,7 @@
 // trainer_actor.cpp: the trainer's messages, and how its pieces meet.
 #include "actors/trainer/trainer_actor.hpp"
 
+#include "troupe/device.hpp"
 
 #include <iostream>
 
@@ -36,7 +37,20 @@ trainer_actor::trainer_actor(caf::actor_config& config, std::shared_ptr<trainer_
       settings_(std::move(settings)),
       control_(settings_->plan),
       watchdog_(settings_->watchdog_seconds),
-      progress_(progress_of(*settings_), std::cout) {}
+      progress_(progress_of(*settings_), std::cout),
+      sent_before_(stream::sent_to_nodes()) {}
+
+// Every node counts the tensor bytes its actors send to others (stream::sent_to_nodes); the
+// other nodes' counts arrive with their heartbeats ([cluster] heartbeat), so a step's line
+// holds this node's bytes to its end and theirs up to a heartbeat old.
+std::int64_t trainer_actor::net_bytes() const {
+  if (!settings_->several_nodes)
+    return -1;
+  auto bytes = stream::sent_to_nodes() - sent_before_;
+  for (const auto& [node, sent] : node_bytes_)
+    bytes += sent;
+  return bytes;
+}
 
 double trainer_actor::seconds_since_start() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -68,6 +82,7 @@ caf::behavior trainer_actor::make_behavior() {
         end(failure.bad_input ? exit_code::bad_input : exit_code::run_failed,
             failure.actor + ": " + failure.what);
       },
+      [this](node_bytes_atom, std::int32_t node, std::int64_t bytes) { node_bytes_[node] = bytes; },
       [this](node_lost_atom, std::int32_t, const std::string& what) {
         end(exit_code::run_failed,
             what + "; the last completed step was " + std::to_string(control_.steps_done()));
@@ -232,7 +247,8 @@ void trainer_actor::finish_step(std::int64_t step, const report_totals& t) {
   const auto metrics = t.metrics(plan.loss);
   if (metrics_.is_open())
     metrics_.step(step, step / plan.steps_per_epoch, outcome.last_loss, metrics,
-                  settings_->schedule.at(step), samples_per_second, outcome.train_seconds);
+                  settings_->schedule.at(step), samples_per_second, outcome.train_seconds,
+                  net_bytes());
   progress_.step(step, outcome.last_loss, metrics, samples_per_second);
 }
 

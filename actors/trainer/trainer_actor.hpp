@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "actors/training/checkpoint_writer.hpp"
@@ -71,9 +72,14 @@ struct trainer_settings {
   std::shared_ptr<const std::atomic<int>> stop_request;
   /// Each metrics line as it is made, whether or not a file is written (metrics_writer::listen).
   std::function<void(const std::string&)> on_record;
+  /// A run over several nodes: each step's metrics line says the bytes sent between them.
+  bool several_nodes = false;
 };
 
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
+/// (node_bytes_atom, node, bytes): the tensor bytes node `node` has sent to other nodes so
+/// far, as of its last heartbeat (node watch -> trainer, for the metrics' net_bytes).
+using node_bytes_atom = caf::atom_constant<caf::atom("nodebytes")>;
 /// (node_lost_atom, node, what): a node of the run was lost (node watch -> trainer).
 using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
 
@@ -98,6 +104,8 @@ class trainer_actor : public caf::event_based_actor {
   void stop_if_drained();
   void watch();
   double seconds_since_start() const;
+  /// Tensor bytes the run's nodes have sent each other so far; -1 with one node.
+  std::int64_t net_bytes() const;
 
   std::shared_ptr<trainer_settings> settings_;
   run_control control_;
@@ -109,6 +117,10 @@ class trainer_actor : public caf::event_based_actor {
   training_rate rate_;
   bool ended_ = false;
   std::uint64_t reports_ = 0;
+  /// Tensor bytes sent to other nodes: this process's count when the run started, and each
+  /// other node's own as of its last heartbeat.
+  std::int64_t sent_before_ = 0;
+  std::map<std::int32_t, std::int64_t> node_bytes_;
   std::int64_t last_checkpoint_ = -1;  // steps of the newest complete checkpoint
   struct pending_end {
     std::int64_t steps = -1;  // waiting for the checkpoint after this many steps; -1: none

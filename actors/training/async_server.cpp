@@ -141,7 +141,7 @@ void optimizer_actor::apply_async() {
         params_msg out{step + 1, settings_.layer_index, sent, trace_stamp{}};
         const auto i = async_.subscriber[r];
         stamp_send(out, subscriber_tracks_[i], "params", bytes_of(out.params));
-        send(subscribers_[i], std::move(out));
+        send_written(subscribers_[i], std::move(out));
       }
       applied = true;
       break;  // the books changed: sort again

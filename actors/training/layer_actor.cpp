@@ -304,7 +304,7 @@ caf::message_handler layer_actor::handlers() {
         auto out = std::move(unwritten_.front());
         unwritten_.pop_front();
         stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
-        send(grad_sink_, std::move(out));
+        send_written(grad_sink_, std::move(out));
       },
       [this](release_msg& message) {
         auto span = handling_span("release", message.trace, message.tag, 0);
@@ -853,7 +853,7 @@ void layer_actor::send_grads(const micro_tag& tag, const event& done) {
                          std::vector<tensor>(first, first + static_cast<std::ptrdiff_t>(
                                                                  m.member->params))};
     stamp_send(out, m.sink_track, "grads", bytes_of(out.grads));
-    send(m.sink, std::move(out));
+    send_written(m.sink, std::move(out));
   }
   if (members_.empty()) {
     weight_grads_msg out{tag.step, settings_->layer_index, settings_->replica, std::move(grads_)};
@@ -865,8 +865,10 @@ void layer_actor::send_grads(const micro_tag& tag, const event& done) {
         caf::anon_send<caf::message_priority::high>(me, written_atom::value);
       });
     } else {
+      // To another node (the async server, a central averager): once written, over the
+      // emulated link if any (Note [nothing unwritten to the network] in device_actor.cpp).
       stamp_send(out, grad_sink_track_, "grads", bytes_of(out.grads));
-      send(grad_sink_, std::move(out));
+      send_written(grad_sink_, std::move(out));
     }
   }
   grads_.clear();

@@ -242,7 +242,7 @@ void optimizer_actor::publish() {
   for (std::size_t i = 0; i < subscribers_.size(); ++i) {
     params_msg out{version_, settings_.layer_index, sent};
     stamp_send(out, subscriber_tracks_[i], "params", bytes_of(out.params));
-    send(subscribers_[i], std::move(out));
+    send_written(subscribers_[i], std::move(out));  // to another node: once written
   }
 }
 

@@ -237,6 +237,9 @@ class stream {
   /// [what shares a core] in runtime/core/simulation.cpp).
   void sent_to_network(std::int64_t bytes);
   void sent_to_network(std::int64_t bytes, bool posted);
+  /// The bytes every stream of this process has been told of so far (a run's metrics take
+  /// differences: the process's sessions share the count). Thread-safe.
+  static std::int64_t sent_to_nodes();
 
   /// True on this stream's own thread.
   bool on_own_thread() const;

@@ -57,7 +57,7 @@
 /// 15: layer gains activations(), input_dtype and output_dtype (bf16 activations between
 /// layers, bf16_flow); ops.hpp gains the bf16 relu and max pooling ops.
 /// 16: device_actor's sends to other nodes pass through the emulated link ([cluster] link).
-/// 17: layer_context gains replica.
+/// 17: layer_context gains replica; stream gains sent_to_nodes().
 #define TROUPE_ABI_VERSION 17
 
 namespace troupe {

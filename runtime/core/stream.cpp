@@ -368,7 +368,14 @@ void stream::post(job task) {
 
 void stream::sent_to_network(std::int64_t bytes) { sent_to_network(bytes, false); }
 
+namespace {
+std::atomic<std::int64_t> bytes_to_nodes{0};  // stream::sent_to_nodes()
+}  // namespace
+
+std::int64_t stream::sent_to_nodes() { return bytes_to_nodes.load(std::memory_order_relaxed); }
+
 void stream::sent_to_network(std::int64_t bytes, bool posted) {
+  bytes_to_nodes.fetch_add(bytes, std::memory_order_relaxed);
   state_->backend->sent_to_network(*this, bytes, posted);
 }
 

@@ -146,6 +146,42 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "the async server across processes sends gradients and versions over the emulated link, "
+    "and the metrics count the bytes between the nodes") {
+  // Replica 1 on node1: each step its gradients go to node0's servers and its next version
+  // comes back, a 100 ms latency each way: 8 steps take at least 8 x 200 ms.
+  test::temp_directory dir{"troupe-cluster-async"};
+  auto config = dir.write(
+      "async.toml", cluster_config("[parallel]\ndevices = [\"cpu:0\", \"node1/cpu:0\"]\ndata = 2\n"
+                                   "averaging = \"async\"\nmax_staleness = 1\n\n[cluster]\n"
+                                   "link = \"1000 MB/s, 100 ms\"\n",
+                                   8));
+  auto launched = run_troupe("launch -n 2 " + config + " --metrics " + dir.file("m.jsonl"));
+  INFO(launched.output);
+  REQUIRE(launched.exit_code == 0);
+  CHECK(launched.output.find("async server: 48 updates") != std::string::npos);
+  std::smatch done;
+  REQUIRE(std::regex_search(launched.output, done, std::regex{R"(done: 8 steps in ([0-9.]+) s)"}));
+  CHECK(std::stod(done[1].str()) >= 1.6);
+  // Every step's line counts the tensor bytes sent between the nodes so far: at least
+  // node0's versions of the 605 parameters (2420 bytes) to replica 1, one a step.
+  std::ifstream lines(dir.file("m.jsonl"));
+  std::int64_t before = 0, steps = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (!record.contains("loss"))
+      continue;
+    REQUIRE(record.contains("net_bytes"));
+    const auto bytes = record["net_bytes"].get<std::int64_t>();
+    CHECK(bytes >= before);
+    before = bytes;
+    ++steps;
+  }
+  CHECK(steps == 8);
+  CHECK(before >= 8 * 2420);
+}
+
 namespace {
 
 // A DP2 run over two nodes (node0's cpu:0 and node1's) of `steps` steps, written to
