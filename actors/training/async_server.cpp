@@ -165,14 +165,7 @@ void optimizer_actor::apply_async() {
   version_ = *lowest;
   if (version_ == requested_checkpoint_ && *lowest == *highest && held.empty())
     checkpoint(version_);
-  for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
-    if (it->first <= version_) {
-      it->second.deliver(params_);
-      it = waiting_for_version_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  deliver_waiting();
 }
 
 std::string optimizer_actor::async_waiting_for() const {

@@ -453,6 +453,11 @@ void optimizer_actor::set_version(std::int64_t version, std::vector<tensor> para
   if (settings_.writes_checkpoints &&
       (settings_.checkpoints.due(version_) || version_ == requested_checkpoint_))
     checkpoint(version_);
+  deliver_waiting();
+  publish();
+}
+
+void optimizer_actor::deliver_waiting() {
   for (auto it = waiting_for_version_.begin(); it != waiting_for_version_.end();) {
     if (it->first <= version_) {
       it->second.deliver(params_);
@@ -461,7 +466,6 @@ void optimizer_actor::set_version(std::int64_t version, std::vector<tensor> para
       ++it;
     }
   }
-  publish();
 }
 
 // Note [who writes a checkpoint]

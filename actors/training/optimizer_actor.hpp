@@ -153,6 +153,8 @@ class optimizer_actor : public device_actor {
   /// Views of `flat` shaped like the parameters, ready when it is.
   std::vector<tensor> unflatten(const tensor& flat) const;
   void set_version(std::int64_t version, std::vector<tensor> params);
+  /// Answers the gets for versions up to version_ with the current parameters.
+  void deliver_waiting();
   /// Sends the checkpoint writer a copy of version `version` and its state, taken in
   /// stream order (Note [who writes a checkpoint]).
   void checkpoint(std::int64_t version);
