@@ -386,6 +386,18 @@ TEST_CASE("averaging = async takes max_staleness, and nothing else takes it") {
   check_error(parallel + "averaging = \"async\"\n", 6, 13,
               "averaging = 'async' needs max_staleness = N");
   check_error(parallel + "averaging = \"async\"\nmax_staleness = -1\n", 7, 17, "max_staleness");
+  // Oversized, a string, a deeply nested array: each refused at its value, not a crash.
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = 9223372036854775807\n", 7, 17,
+              "max_staleness");
+  check_error(
+      parallel + "averaging = \"async\"\nmax_staleness = \"" + std::string(100000, 'x') + "\"\n", 7,
+      17, "max_staleness");
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = { a = { b = 1 } }\n", 7, 17,
+              "max_staleness");
+  // Nested past the parser's limit: refused where it passes 64 levels.
+  check_error(parallel + "averaging = \"async\"\nmax_staleness = " + std::string(200, '[') +
+                  std::string(200, ']') + "\n",
+              7, 81, "nest more than 64 levels deep");
   check_error(parallel + "max_staleness = 1\n", 6, 1,
               "[parallel] max_staleness: is \"async\"'s, and averaging is 'ring'");
   check_error(parallel + "averaging = \"local_sgd\"\nsync_every = 2\nmax_staleness = 1\n", 8, 1,
